@@ -1,0 +1,64 @@
+"""Kubernetes-convention conditions and the pure helpers that set them.
+
+A *condition* is one observation about an object (``type``, ``status``, ``reason``,
+``message``, ``observedGeneration``, ``lastTransitionTime``). ``lastTransitionTime``
+changes only when ``status`` flips, as in ``meta.SetStatusCondition`` of apimachinery,
+so that a re-reconcile that finds the same truth writes nothing new.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from agentrun.api.models import Model
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(Model):
+    type: str = Field(min_length=1, max_length=316)
+    status: ConditionStatus
+    reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    message: str = Field(default="", max_length=32768)
+    observed_generation: int | None = Field(default=None, ge=0)
+    last_transition_time: datetime
+
+
+def find(conditions: list[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)
+
+
+def is_true(conditions: list[Condition], type_: str) -> bool:
+    found = find(conditions, type_)
+    return found is not None and found.status == "True"
+
+
+def set_condition(
+    conditions: list[Condition],
+    *,
+    type_: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    now: datetime,
+    observed_generation: int | None = None,
+) -> list[Condition]:
+    """Return a new list with ``type_`` set; the transition time moves only on a flip."""
+    old = find(conditions, type_)
+    transition = old.last_transition_time if old is not None and old.status == status else now
+    new = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        observed_generation=observed_generation,
+        last_transition_time=transition,
+    )
+    return [new if c.type == type_ else c for c in conditions] if old else [*conditions, new]
+
+
+def remove(conditions: list[Condition], type_: str) -> list[Condition]:
+    return [c for c in conditions if c.type != type_]

@@ -1,0 +1,86 @@
+"""LaunchSpec: how to start a worker of some classes for some runs and nodes.
+
+GitOps owns ``spec``; the operator writes only ``status``. A *worker class* is a
+label of capability (``cpu``, ``gpu``); a spec's ``scope`` limits which runs and
+nodes it may serve (empty lists mean every run, or every node, in the namespace).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from agentrun.api import names
+from agentrun.api.conditions import Condition
+from agentrun.api.configs import WORKER_CLASS_PATTERN
+from agentrun.api.meta import ObjectMeta
+from agentrun.api.models import Model
+
+RESTART_NEVER_RULE = {
+    "rule": "has(self.spec) && has(self.spec.restartPolicy) && self.spec.restartPolicy == 'Never'",
+    "message": "template.spec.restartPolicy must be Never: a worker pod is one attempt, "
+    "and retries are new attempts made by the operator",
+}
+
+
+class Claim(Model):
+    worker_classes: list[str] = Field(
+        min_length=1, max_length=32,
+        json_schema_extra={"items": {"pattern": WORKER_CLASS_PATTERN, "maxLength": 63}},
+    )
+
+
+class Scope(Model):
+    runs: list[str] = Field(default_factory=list, max_length=256)
+    nodes: list[str] = Field(default_factory=list, max_length=256)
+
+
+class LeaseSettings(Model):
+    duration_seconds: int = Field(default=30, ge=5, le=3600)
+
+
+class PodTemplateSpec(Model):
+    """A PodTemplateSpec, kept whole; only ``spec.restartPolicy`` is checked here."""
+
+    model_config = ConfigDict(extra="allow")
+
+    metadata: dict[str, object] | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    spec: PodSpecShape
+
+
+class PodSpecShape(Model):
+    model_config = ConfigDict(extra="allow")
+
+    restart_policy: Literal["Always", "OnFailure", "Never"] | None = None
+    containers: list[dict[str, object]] = Field(
+        min_length=1, json_schema_extra={"items": {"type": "object",
+                                                    "x-kubernetes-preserve-unknown-fields": True}})
+
+
+PodTemplateSpec.model_rebuild()
+
+
+class LaunchSpecSpec(Model):
+    claim: Claim
+    scope: Scope = Field(default_factory=Scope)
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    lease: LeaseSettings = Field(default_factory=LeaseSettings)
+    start_deadline_seconds: int = Field(default=300, ge=5, le=86400)
+    template: PodTemplateSpec = Field(
+        json_schema_extra={"x-kubernetes-validations": [RESTART_NEVER_RULE]})
+
+
+class LaunchSpecStatus(Model):
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+    pinned_by: int | None = Field(default=None, description="slots that pin this spec")
+
+
+class LaunchSpec(Model):
+    api_version: Literal["agentrun.dev/v1alpha1"] = names.API_VERSION
+    kind: Literal["LaunchSpec"] = "LaunchSpec"
+    metadata: ObjectMeta
+    spec: LaunchSpecSpec
+    status: LaunchSpecStatus = Field(default_factory=LaunchSpecStatus)

@@ -1,0 +1,37 @@
+"""The parts of Kubernetes object metadata that agentrun reads and writes.
+
+Server-managed fields this project never reads (``managedFields`` and the like) are
+ignored rather than modelled, so a newer API server cannot break parsing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import ConfigDict, Field
+
+from agentrun.api.models import Model
+
+
+class OwnerReference(Model):
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(Model):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = ""
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: datetime | None = None
+    deletion_timestamp: datetime | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    owner_references: list[OwnerReference] = Field(default_factory=list)

@@ -1,0 +1,72 @@
+"""Every name the project's objects, tests and people rely on (DESIGN.md section 14).
+
+One place, so that a label or annotation is never spelt twice. ``docs/names.md`` is the
+human-readable copy of this table.
+"""
+
+from typing import Final
+
+GROUP: Final = "agentrun.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+CATEGORY: Final = "durable"
+
+# Namespace and configuration labels.
+TENANT_LABEL: Final = "agentrun.dev/tenant"
+CONFIG_KIND_LABEL: Final = "agentrun.dev/config-kind"
+CONFIG_NAME_LABEL: Final = "agentrun.dev/config-name"
+REVISION_LABEL: Final = "agentrun.dev/revision"
+ACCEPTED_LABEL: Final = "agentrun.dev/accepted"
+CONFIG_KINDS: Final = ("package", "workflow", "bindings")
+CONFIG_DATA_KEYS: Final = {kind: f"{kind}.yaml" for kind in CONFIG_KINDS}
+
+# Labels on the objects the operator creates.
+RUN_LABEL: Final = "agentrun.dev/run"
+NODE_LABEL: Final = "agentrun.dev/node"
+SLOT_LABEL: Final = "agentrun.dev/slot"
+ATTEMPT_LABEL: Final = "agentrun.dev/attempt"
+SNAPSHOT_LABEL: Final = "agentrun.dev/snapshot-of"
+
+# Command annotations on a Slot. Every command has an id, and admission stamps an actor.
+REASSIGN_PREFIX: Final = "agentrun.dev/reassign-"
+REASSIGN_REASON: Final = "agentrun.dev/reassign-reason"
+REASSIGN_WORKER_CLASS: Final = "agentrun.dev/reassign-worker-class"
+REASSIGN_RUN: Final = "agentrun.dev/reassign-run"
+REASSIGN_ID: Final = "agentrun.dev/reassign-id"
+REASSIGN_TENANT: Final = "agentrun.dev/reassign-tenant"
+REASSIGN_ACTOR: Final = "agentrun.dev/reassign-actor"
+CLAIM_ID: Final = "agentrun.dev/claim-id"
+CLAIM_ACTOR: Final = "agentrun.dev/claim-actor"
+HOLD_ID: Final = "agentrun.dev/hold-id"
+HOLD_REASON: Final = "agentrun.dev/hold-reason"
+HOLD_ACTOR: Final = "agentrun.dev/hold-actor"
+RELEASE_ID: Final = "agentrun.dev/release-id"
+RELEASE_ACTOR: Final = "agentrun.dev/release-actor"
+GIVE_UP_ID: Final = "agentrun.dev/give-up-id"
+GIVE_UP_REASON: Final = "agentrun.dev/give-up-reason"
+GIVE_UP_ACTOR: Final = "agentrun.dev/give-up-actor"
+
+# Attempt tombstone: annotations on the Lease when its attempt ends.
+OUTCOME_ANNOTATION: Final = "agentrun.dev/outcome"
+ENDED_AT_ANNOTATION: Final = "agentrun.dev/ended-at"
+OWNER_ACTOR_ANNOTATION: Final = "agentrun.dev/owner-actor"
+LAUNCH_SPEC_ANNOTATION: Final = "agentrun.dev/launch-spec"
+
+# Worker environment and configuration mount.
+ENV_NAMESPACE: Final = "AGENTRUN_NAMESPACE"
+ENV_RUN: Final = "AGENTRUN_RUN"
+ENV_SLOT: Final = "AGENTRUN_SLOT"
+ENV_NODE: Final = "AGENTRUN_NODE"
+ENV_ATTEMPT: Final = "AGENTRUN_ATTEMPT"
+ENV_FENCING_TOKEN: Final = "AGENTRUN_FENCING_TOKEN"
+ENV_LEASE: Final = "AGENTRUN_LEASE"
+ENV_CONFIG_DIR: Final = "AGENTRUN_CONFIG_DIR"
+CONFIG_MOUNT_ROOT: Final = "/etc/agentrun/config"
+
+# Length limits. A slot name plus "-<attempt>" (up to 4 digits) must stay a DNS label.
+MAX_NAME: Final = 63
+MAX_ATTEMPT_SUFFIX: Final = 5  # "-9999"
+MAX_SLOT_NAME: Final = MAX_NAME - MAX_ATTEMPT_SUFFIX  # 58
+SLOT_HASH_LENGTH: Final = 8
+MAX_RUN_NAME: Final = MAX_SLOT_NAME - SLOT_HASH_LENGTH - 1  # 49
+MAX_REASON_BYTES: Final = 1024

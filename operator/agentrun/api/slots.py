@@ -1,0 +1,158 @@
+"""Slot: one workflow node's unit of work, which outlives the pods that attempt it.
+
+Terms:
+- *attempt*: one worker Pod plus one Lease, both named ``<slot>-<n>``; ``n`` is the
+  attempt number and the worker's fencing token. The Lease is the attempt's durable
+  record: tombstoned when the attempt ends, kept until the run is deleted.
+- *pending / active / prior worker*: the attempt being created, the one running, and
+  the last one that ended (``<slot>-<n>`` names).
+- *ledger* (``status.commands``): every command the operator decided on, accepted or
+  rejected, by request id; a request id already there is never applied again.
+- *owner actor*: the authenticated person whose command led to an attempt (a manual
+  claim, or a reassignment followed by a claim); automatic claims record none.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from agentrun.api import names
+from agentrun.api.conditions import Condition
+from agentrun.api.configs import NODE_NAME_PATTERN, WORKER_CLASS_PATTERN
+from agentrun.api.meta import ObjectMeta
+from agentrun.api.models import Model
+from agentrun.api.policies import RetryPolicy
+
+ATTEMPTS_KEPT = 10
+COMMANDS_KEPT = 50
+
+
+class SlotState(StrEnum):
+    PENDING = "Pending"
+    READY = "Ready"
+    CLAIMING = "Claiming"
+    ACTIVE = "Active"
+    RETRY_WAIT = "RetryWait"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+TERMINAL_STATES = frozenset({SlotState.SUCCEEDED, SlotState.FAILED})
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    LOST = "Lost"
+    START_TIMEOUT = "StartTimeout"
+    CLAIM_FAILED = "ClaimFailed"
+    GAVE_UP = "GaveUp"
+
+
+class CommandKind(StrEnum):
+    REASSIGN = "Reassign"
+    CLAIM = "Claim"
+    HOLD = "Hold"
+    RELEASE = "Release"
+    GIVE_UP = "GiveUp"
+
+
+class Predicate(StrEnum):
+    """Why a command was rejected: one id per guard predicate (DESIGN.md section 5)."""
+
+    WRONG_TENANT = "WrongTenant"
+    WRONG_RUN = "WrongRun"
+    NOT_RETRY_WAIT = "NotRetryWait"
+    HELD = "Held"
+    PRIOR_NOT_TERMINAL = "PriorNotTerminal"
+    BLANK_REASON = "BlankReason"
+    NOT_OWNER = "NotOwner"
+    UNKNOWN_WORKER_CLASS = "UnknownWorkerClass"
+    NO_COMPATIBLE_LAUNCH_SPEC = "NoCompatibleLaunchSpec"
+    DUPLICATE = "Duplicate"
+    NOT_CLAIMABLE = "NotClaimable"
+    COMMANDS_REFUSED = "CommandsRefused"
+
+
+class SlotSpec(Model):
+    """Set by the operator from the pinned workflow; identity (run, node) never changes."""
+
+    run: str = Field(min_length=1, max_length=names.MAX_RUN_NAME, json_schema_extra={
+        "x-kubernetes-validations": [{"rule": "self == oldSelf",
+                                      "message": "spec.run is immutable: a slot's identity "
+                                      "never changes; reassignment keeps the slot"}]})
+    node: str = Field(min_length=1, max_length=63, pattern=NODE_NAME_PATTERN, json_schema_extra={
+        "x-kubernetes-validations": [{"rule": "self == oldSelf",
+                                      "message": "spec.node is immutable: a slot's identity "
+                                      "never changes; reassignment keeps the slot"}]})
+    worker_class: str = Field(min_length=1, max_length=63, pattern=WORKER_CLASS_PATTERN)
+    depends_on: list[str] = Field(default_factory=list)
+    retry: RetryPolicy | None = None
+
+
+class PinnedLaunchSpec(Model):
+    """The LaunchSpec a slot's next attempts use, copied so GitOps edits cannot move it."""
+
+    name: str
+    uid: str
+    generation: int
+    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    snapshot: str
+    reason: str = ""
+
+
+class AttemptRecord(Model):
+    number: int = Field(ge=1)
+    pod: str
+    lease: str
+    pod_uid: str | None = None
+    worker_class: str
+    launch_spec: str = Field(description="name@generation of the pinned LaunchSpec")
+    owner_actor: str | None = None
+    started_at: datetime
+    ended_at: datetime | None = None
+    outcome: Outcome | None = None
+    reason: str | None = None
+    exit_code: int | None = None
+
+
+class CommandRecord(Model):
+    request_id: str = Field(min_length=1, max_length=253)
+    kind: CommandKind
+    actor: str | None = None
+    reason: str | None = None
+    worker_class: str | None = None
+    run: str | None = None
+    outcome: Literal["Accepted", "Rejected"]
+    predicate: Predicate | None = None
+    message: str = ""
+    time: datetime
+
+
+class SlotStatus(Model):
+    state: SlotState = SlotState.PENDING
+    worker_class: str | None = None
+    launch_spec: PinnedLaunchSpec | None = None
+    pending_worker: str | None = None
+    active_worker: str | None = None
+    prior_worker: str | None = None
+    attempts: list[AttemptRecord] = Field(default_factory=list, max_length=ATTEMPTS_KEPT)
+    attempt_count: int = Field(default=0, ge=0)
+    retry_at: datetime | None = None
+    next_owner_actor: str | None = Field(
+        default=None, description="the actor of the accepted command the next claim serves")
+    commands: list[CommandRecord] = Field(default_factory=list, max_length=COMMANDS_KEPT)
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+
+
+class Slot(Model):
+    api_version: Literal["agentrun.dev/v1alpha1"] = names.API_VERSION
+    kind: Literal["Slot"] = "Slot"
+    metadata: ObjectMeta
+    spec: SlotSpec
+    status: SlotStatus = Field(default_factory=SlotStatus)

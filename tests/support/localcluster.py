@@ -1,0 +1,395 @@
+"""A real Kubernetes control plane on this machine, built from source and started here.
+
+Why: everything agentrun claims is API-server behaviour (resourceVersion conflicts,
+status subresources, CEL, RBAC, admission, garbage collection). The machines that
+develop and test it have no container engine, so kind cannot run; a mock would test
+only our own assumptions. This module builds ``tests/controlplane`` (kube-apiserver
+with embedded etcd, kube-controller-manager and kubectl from ``k8s.io/kubernetes``)
+once into a cache outside the clone, and runs it:
+
+- ``python tests/support/localcluster.py up [--dir .cluster]``: foreground, until Ctrl-C
+  (this is ``make cluster``);
+- ``python tests/support/localcluster.py build``: build only, print the binary's path;
+- :class:`LocalCluster`: the same from Python, for the pytest session fixture.
+
+Terms: *users* are the static-token identities of the cluster (``admin`` in
+``system:masters``; ``alice`` and ``bob``, tenant users with no rights by default;
+``operator``, with rights only from RBAC). Each gets a context of that name in the
+kubeconfig; ``admin`` is current.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCE = REPO / "tests" / "controlplane"
+BINARY_NAME = "agentrun-controlplane"
+USERS: dict[str, list[str]] = {
+    "admin": ["system:masters"],
+    "alice": [],
+    "bob": [],
+    "operator": [],
+}
+CONTROLLERS = [
+    "namespace-controller",
+    "garbage-collector-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "job-controller",
+    "replicaset-controller",
+    "deployment-controller",
+    "clusterrole-aggregation-controller",
+    "resourcequota-controller",
+]
+ADMISSION_PLUGINS = [
+    "NamespaceLifecycle",
+    "LimitRanger",
+    "ServiceAccount",
+    "DefaultTolerationSeconds",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionWebhook",
+    "ResourceQuota",
+    "NodeRestriction",
+    "OwnerReferencesPermissionEnforcement",
+    "PodSecurity",
+    "Priority",
+    "RuntimeClass",
+]
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "None", "verbs": ["get", "list", "watch"]},
+        {"level": "Metadata"},
+    ],
+}
+
+
+def cache_root() -> Path:
+    """Where built binaries live: outside the clone, so clean clones and CI reuse them."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "agentrun" / "controlplane"
+
+
+def kube_version() -> str:
+    return (SOURCE / "KUBE_VERSION").read_text().strip()
+
+
+def source_digest() -> str:
+    """A key over everything that changes the binary: Go sources, go.mod/go.sum, version."""
+    digest = hashlib.sha256()
+    for path in sorted(SOURCE.iterdir()):
+        if path.suffix == ".go" or path.name in {"go.mod", "go.sum", "KUBE_VERSION"}:
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build(*, log: bool = True) -> Path:
+    """Build the control-plane binary unless the cache has it; return its path."""
+    version = kube_version()
+    target_dir = cache_root() / f"{version}-{source_digest()}"
+    binary = target_dir / BINARY_NAME
+    if binary.exists():
+        return binary
+    target_dir.mkdir(parents=True, exist_ok=True)
+    with open(target_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds the binary
+        if binary.exists():
+            return binary
+        major, minor = version.lstrip("v").split(".")[:2]
+        ldflags = " ".join(
+            [
+                "-s -w",
+                f"-X k8s.io/component-base/version.gitVersion={version}",
+                f"-X k8s.io/component-base/version.gitMajor={major}",
+                f"-X k8s.io/component-base/version.gitMinor={minor}",
+                "-X k8s.io/component-base/version.gitTreeState=clean",
+                f"-X k8s.io/client-go/pkg/version.gitVersion={version}",
+            ]
+        )
+        partial = target_dir / f"{BINARY_NAME}.partial"
+        if log:
+            print(f"localcluster: building kubernetes {version} into {target_dir} "
+                  "(first time only; ~20 min on 2 cores)", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        subprocess.run(
+            ["go", "build", "-o", str(partial), "-ldflags", ldflags, "."],
+            cwd=SOURCE,
+            check=True,
+        )
+        partial.rename(binary)
+        if log:
+            print(f"localcluster: built in {time.monotonic() - started:.0f}s",
+                  file=sys.stderr, flush=True)
+    return binary
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class LocalCluster:
+    """One running control plane: its folder, processes, and the users' tokens.
+
+    ``workdir`` holds the PKI, token file, audit log (``audit.log``), component logs and
+    ``kubeconfig``; etcd's data lives in a temporary folder removed at :meth:`stop`.
+    """
+
+    workdir: Path
+    binary: Path = field(default_factory=build)
+    port: int = field(default_factory=free_port)
+    tokens: dict[str, str] = field(default_factory=dict)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    etcd_dir: Path | None = None
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self, *, timeout: float = 180.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        pki = self.workdir / "pki"
+        subprocess.run([str(self.binary), "pki", "--dir", str(pki)], check=True)
+        self._write_tokens()
+        (self.workdir / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
+        self.etcd_dir = Path(tempfile.mkdtemp(prefix="agentrun-etcd-"))
+        self._spawn("kube-apiserver", self._apiserver_args(pki))
+        self._wait_ready(timeout=timeout)
+        self._write_kubeconfigs(pki)
+        self._spawn("kube-controller-manager", self._controller_manager_args(pki))
+        bin_dir = self.workdir / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        kubectl = bin_dir / "kubectl"
+        kubectl.unlink(missing_ok=True)
+        kubectl.symlink_to(self.binary)
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in reversed(self.processes):
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.processes.clear()
+        if self.etcd_dir is not None:
+            shutil.rmtree(self.etcd_dir, ignore_errors=True)
+            self.etcd_dir = None
+
+    def kubectl(self, *args: str, context: str = "admin") -> subprocess.CompletedProcess[str]:
+        """Run the cluster's own kubectl (the same version as the server)."""
+        return subprocess.run(
+            [str(self.workdir / "bin" / "kubectl"), "--kubeconfig", str(self.kubeconfig),
+             "--context", context, *args],
+            capture_output=True, text=True, check=False,
+        )
+
+    def _write_tokens(self) -> None:
+        lines = []
+        for index, (user, groups) in enumerate([*USERS.items(),
+                                                ("system:kube-controller-manager", [])]):
+            token = secrets.token_hex(24)
+            self.tokens[user] = token
+            lines.append(f'{token},{user},uid-{index},"{",".join(groups)}"')
+        (self.workdir / "tokens.csv").write_text("\n".join(lines) + "\n")
+        (self.workdir / "tokens.csv").chmod(0o600)
+
+    def _apiserver_args(self, pki: Path) -> list[str]:
+        assert self.etcd_dir is not None
+        return [
+            f"--etcd-dir={self.etcd_dir}",
+            f"--etcd-client-url=http://127.0.0.1:{free_port()}",
+            f"--etcd-peer-url=http://127.0.0.1:{free_port()}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.port}",
+            f"--cert-dir={pki}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--token-auth-file={self.workdir / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC",
+            f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--api-audiences=https://kubernetes.default.svc.cluster.local",
+            f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--enable-priority-and-fairness=false",
+            "--endpoint-reconciler-type=none",
+            "--v=0",
+        ]
+
+    def _controller_manager_args(self, pki: Path) -> list[str]:
+        return [
+            f"--kubeconfig={self.workdir / 'controller-manager.kubeconfig'}",
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--use-service-account-credentials=false",
+            f"--controllers={','.join(CONTROLLERS)}",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            "--concurrent-gc-syncs=5",
+            "--v=0",
+        ]
+
+    def _spawn(self, program: str, args: list[str]) -> None:
+        log = open(self.workdir / f"{program}.log", "ab")  # noqa: SIM115 - lives with the process
+        process = subprocess.Popen(
+            [str(self.binary), program, *args],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        log.close()
+        self.processes.append(process)
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.workdir / "pki" / "ca.crt"))
+
+    def _wait_ready(self, *, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        request = urllib.request.Request(
+            f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.tokens['admin']}"}
+        )
+        last_error = "no answer yet"
+        while time.monotonic() < deadline:
+            apiserver = self.processes[0]
+            if apiserver.poll() is not None:
+                raise RuntimeError(
+                    f"kube-apiserver exited with {apiserver.returncode}; "
+                    f"see {self.workdir / 'kube-apiserver.log'}"
+                )
+            try:
+                with urllib.request.urlopen(request, context=self._ssl_context(), timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+                last_error = str(error)
+            time.sleep(0.25)  # poll interval of a wait-for-condition
+        raise TimeoutError(f"kube-apiserver not ready within {timeout}s: {last_error}")
+
+    def _write_kubeconfigs(self, pki: Path) -> None:
+        ca_data = base64.b64encode((pki / "ca.crt").read_bytes()).decode()
+        cluster = {"name": "local", "cluster": {"server": self.server,
+                                                 "certificate-authority-data": ca_data}}
+
+        def config(users: list[str], current: str) -> str:
+            return yaml.safe_dump({
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": u, "user": {"token": self.tokens[u]}} for u in users],
+                "contexts": [{"name": u, "context": {"cluster": "local", "user": u}}
+                             for u in users],
+                "current-context": current,
+            })
+
+        self.kubeconfig.write_text(config(list(USERS), "admin"))
+        self.kubeconfig.chmod(0o600)
+        kcm = self.workdir / "controller-manager.kubeconfig"
+        kcm.write_text(config(["system:kube-controller-manager"], "system:kube-controller-manager"))
+        kcm.chmod(0o600)
+
+    def version(self) -> dict[str, str]:
+        with urllib.request.urlopen(f"{self.server}/version", context=self._ssl_context()) as r:
+            result: dict[str, str] = json.load(r)
+            return result
+
+
+@contextlib.contextmanager
+def running(workdir: Path) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(workdir=workdir)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build", help="build the control plane if needed and print its path")
+    up = sub.add_parser("up", help="start the control plane in the foreground until Ctrl-C")
+    up.add_argument("--dir", type=Path, default=REPO / ".cluster")
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        print(build())
+        return 0
+    workdir: Path = args.dir.resolve()
+    stopping = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    started = time.monotonic()
+    with running(workdir) as cluster:
+        print(f"localcluster: kubernetes {cluster.version()['gitVersion']} ready at "
+              f"{cluster.server} in {time.monotonic() - started:.1f}s", flush=True)
+        print(f"  export KUBECONFIG={cluster.kubeconfig}   # contexts: {', '.join(USERS)}")
+        print(f"  {workdir / 'bin' / 'kubectl'} get namespaces")
+        print("  Ctrl-C stops the control plane.", flush=True)
+        try:
+            while not stopping:
+                for process in cluster.processes:
+                    if process.poll() is not None:
+                        print(f"localcluster: {process.args[1]} exited with "
+                              f"{process.returncode}", file=sys.stderr)
+                        return 1
+                time.sleep(0.5)  # supervision loop, not synchronisation
+        except KeyboardInterrupt:
+            pass
+        print("localcluster: stopping", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
