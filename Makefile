@@ -1,0 +1,53 @@
+# agentrun-operator: every command installs what it needs on a fresh machine.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CLUSTER_DIR := .cluster
+KUBECONFIG_LOCAL := $(CLUSTER_DIR)/kubeconfig
+
+.PHONY: help venv godeps controlplane cluster test lint unit integration crds install operator mutate
+
+help:
+	@echo "make cluster   start a local Kubernetes control plane (foreground; Ctrl-C stops it)"
+	@echo "make operator  run the operator in the foreground against \$$KUBECONFIG (default .cluster/kubeconfig)"
+	@echo "make install   apply CRDs, operator RBAC and admission policies to that cluster"
+	@echo "make test      install everything and run the whole suite (what CI runs)"
+	@echo "make crds      regenerate crds/ from the models"
+	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
+
+# Python packages, reinstalled when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,mutate]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Go modules for the control plane, then the build itself (cached outside the clone).
+godeps:
+	cd tests/controlplane && go mod download
+
+controlplane: venv godeps
+	$(PY) tests/support/localcluster.py build
+
+cluster: controlplane
+	$(PY) tests/support/localcluster.py up --dir $(CLUSTER_DIR)
+
+lint: venv
+	$(VENV)/bin/ruff check operator tests
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(PY) -m agentrun.api.crds --out crds --check
+
+test: controlplane lint
+	$(VENV)/bin/pytest -q -ra
+
+crds: venv
+	$(PY) -m agentrun.api.crds --out crds
+
+mutate: venv
+	$(VENV)/bin/mutmut run
+	$(VENV)/bin/mutmut results
