@@ -272,7 +272,7 @@ class LocalCluster:
             f"--kubeconfig={self.workdir / 'controller-manager.kubeconfig'}",
             "--leader-elect=false",
             "--secure-port=0",
-            "--use-service-account-credentials=false",
+            "--use-service-account-credentials=true",
             f"--controllers={','.join(CONTROLLERS)}",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
