@@ -9,22 +9,32 @@ so that a re-reconcile that finds the same truth writes nothing new.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from agentrun.api.models import Model
 
 ConditionStatus = Literal["True", "False", "Unknown"]
+MAX_CONDITIONS = 32
 
 
 class Condition(Model):
     type: str = Field(min_length=1, max_length=316)
     status: ConditionStatus
-    reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    reason: str = Field(
+        min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
     message: str = Field(default="", max_length=32768)
     observed_generation: int | None = Field(default=None, ge=0)
     last_transition_time: datetime
+
+
+# A status's conditions: a list keyed by ``type`` (the server merges server-side-apply
+# patches per type), bounded so CEL rules and the object size stay predictable.
+Conditions = Annotated[list[Condition], Field(
+    max_length=MAX_CONDITIONS,
+    json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+)]
 
 
 def find(conditions: list[Condition], type_: str) -> Condition | None:

@@ -46,7 +46,8 @@ class WorkflowDocument(Model):
         for node in self.nodes:
             missing = [d for d in node.depends_on if d not in known]
             if missing:
-                raise ValueError(f"node {node.name!r} depends on unknown nodes: {', '.join(missing)}")
+                raise ValueError(
+                    f"node {node.name!r} depends on unknown nodes: {', '.join(missing)}")
         cycle = find_cycle({node.name: node.depends_on for node in self.nodes})
         if cycle:
             raise ValueError(f"dependsOn must form a DAG; cycle: {' -> '.join(cycle)}")

@@ -10,14 +10,15 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import ConfigDict, Field
+from pydantic.config import JsonDict
 
 from agentrun.api import names
-from agentrun.api.conditions import Condition
+from agentrun.api.conditions import Conditions
 from agentrun.api.configs import WORKER_CLASS_PATTERN
 from agentrun.api.meta import ObjectMeta
 from agentrun.api.models import Model
 
-RESTART_NEVER_RULE = {
+RESTART_NEVER_RULE: JsonDict = {
     "rule": "has(self.spec) && has(self.spec.restartPolicy) && self.spec.restartPolicy == 'Never'",
     "message": "template.spec.restartPolicy must be Never: a worker pod is one attempt, "
     "and retries are new attempts made by the operator",
@@ -27,13 +28,18 @@ RESTART_NEVER_RULE = {
 class Claim(Model):
     worker_classes: list[str] = Field(
         min_length=1, max_length=32,
-        json_schema_extra={"items": {"pattern": WORKER_CLASS_PATTERN, "maxLength": 63}},
+        json_schema_extra={"items": {"type": "string", "minLength": 1, "maxLength": 63,
+                                     "pattern": WORKER_CLASS_PATTERN}},
     )
 
 
 class Scope(Model):
-    runs: list[str] = Field(default_factory=list, max_length=256)
-    nodes: list[str] = Field(default_factory=list, max_length=256)
+    """Which runs and nodes this spec may serve; an empty list means all of them."""
+
+    runs: list[str] = Field(default_factory=list, max_length=256, json_schema_extra={
+        "items": {"type": "string", "minLength": 1, "maxLength": names.MAX_RUN_NAME}})
+    nodes: list[str] = Field(default_factory=list, max_length=256, json_schema_extra={
+        "items": {"type": "string", "minLength": 1, "maxLength": names.MAX_NAME}})
 
 
 class LeaseSettings(Model):
@@ -73,13 +79,15 @@ class LaunchSpecSpec(Model):
 
 
 class LaunchSpecStatus(Model):
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: Conditions = Field(default_factory=list)
     observed_generation: int | None = None
     pinned_by: int | None = Field(default=None, description="slots that pin this spec")
 
 
 class LaunchSpec(Model):
-    api_version: Literal["agentrun.dev/v1alpha1"] = names.API_VERSION
+    """How to start workers of some classes for some runs and nodes (GitOps-managed)."""
+
+    api_version: Literal["agentrun.dev/v1alpha1"] = "agentrun.dev/v1alpha1"
     kind: Literal["LaunchSpec"] = "LaunchSpec"
     metadata: ObjectMeta
     spec: LaunchSpecSpec

@@ -18,10 +18,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
+from pydantic.config import JsonDict
 
 from agentrun.api import names
-from agentrun.api.conditions import Condition
+from agentrun.api.conditions import Conditions
 from agentrun.api.configs import NODE_NAME_PATTERN, WORKER_CLASS_PATTERN
 from agentrun.api.meta import ObjectMeta
 from agentrun.api.models import Model
@@ -146,12 +147,24 @@ class SlotStatus(Model):
     next_owner_actor: str | None = Field(
         default=None, description="the actor of the accepted command the next claim serves")
     commands: list[CommandRecord] = Field(default_factory=list, max_length=COMMANDS_KEPT)
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: Conditions = Field(default_factory=list)
     observed_generation: int | None = None
 
 
+NAME_FITS: JsonDict = {
+    "rule": f"self.metadata.name.size() <= {names.MAX_SLOT_NAME}",
+    "message": f"metadata.name must be at most {names.MAX_SLOT_NAME} characters, so that "
+    f"attempt names (<slot>-<n>, up to {names.MAX_ATTEMPT_SUFFIX - 1} digits) fit in "
+    f"{names.MAX_NAME}",
+}
+
+
 class Slot(Model):
-    api_version: Literal["agentrun.dev/v1alpha1"] = names.API_VERSION
+    """One workflow node's unit of work; it keeps its identity across worker attempts."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NAME_FITS]})
+
+    api_version: Literal["agentrun.dev/v1alpha1"] = "agentrun.dev/v1alpha1"
     kind: Literal["Slot"] = "Slot"
     metadata: ObjectMeta
     spec: SlotSpec

@@ -1,0 +1,111 @@
+"""The samples in ``manifests/examples`` are valid, and valid together.
+
+Each object parses with its model (AgentRun and LaunchSpec with the API models,
+configuration ConfigMaps with ``configs.parse_document``) and conforms to the generated
+CRD schema; the configuration is labelled as DESIGN.md section 14 says; the bindings
+cover the workflow; the run names configuration that exists; some LaunchSpec serves
+every worker class the workflow asks for. The integration test applies them to a real
+API server.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+
+from agentrun.api import configs, crds, launchspecs, names, runs, schema
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "manifests" / "examples"
+NAMESPACE = "agentrun-demo"
+
+
+def documents() -> list[dict[str, Any]]:
+    found = []
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        found.extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
+    return found
+
+
+def of_kind(kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in documents() if doc["kind"] == kind]
+
+
+def configuration(kind: str) -> list[dict[str, Any]]:
+    return [cm for cm in of_kind("ConfigMap")
+            if cm["metadata"]["labels"][names.CONFIG_KIND_LABEL] == kind]
+
+
+def parsed(kind: str) -> Any:
+    (cm,) = configuration(kind)
+    return configs.parse_document(kind, yaml.safe_load(cm["data"][names.CONFIG_DATA_KEYS[kind]]))
+
+
+def test_the_expected_files_exist() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.yaml")) == [
+        "00-namespace.yaml", "10-config-package.yaml", "11-config-workflow.yaml",
+        "12-config-bindings.yaml", "20-launchspec-cpu.yaml", "21-launchspec-gpu.yaml",
+        "30-agentrun.yaml"]
+
+
+def test_namespace_is_a_labelled_tenant() -> None:
+    (namespace,) = of_kind("Namespace")
+    assert namespace["metadata"]["name"] == NAMESPACE
+    assert namespace["metadata"]["labels"] == {names.TENANT_LABEL: "demo"}
+    namespaced = [doc for doc in documents() if doc["kind"] != "Namespace"]
+    assert {doc["metadata"]["namespace"] for doc in namespaced} == {NAMESPACE}
+
+
+@pytest.mark.parametrize("kind", names.CONFIG_KINDS)
+def test_configuration_is_labelled_accepted_and_parses(kind: str) -> None:
+    (cm,) = configuration(kind)
+    labels = cm["metadata"]["labels"]
+    assert labels[names.CONFIG_NAME_LABEL]
+    assert labels[names.REVISION_LABEL] == "1"
+    assert labels[names.ACCEPTED_LABEL] == "true"
+    assert set(cm["data"]) == {names.CONFIG_DATA_KEYS[kind]}
+    assert parsed(kind) is not None
+
+
+def test_workflow_nodes_and_bindings_cover_them() -> None:
+    workflow = parsed("workflow")
+    assert isinstance(workflow, configs.WorkflowDocument)
+    assert [(n.name, n.worker_class, n.depends_on) for n in workflow.nodes] == [
+        ("research", "cpu", []), ("report", "cpu", ["research"])]
+    bindings = parsed("bindings")
+    assert isinstance(bindings, configs.BindingsDocument)
+    bindings.check_covers(workflow)
+
+
+def test_agentrun_parses_and_names_existing_configuration() -> None:
+    (doc,) = of_kind("AgentRun")
+    run = runs.AgentRun.model_validate(doc)
+    assert len(run.metadata.name) <= names.MAX_RUN_NAME
+    for kind in names.CONFIG_KINDS:
+        ref = getattr(run.spec, kind)
+        (cm,) = configuration(kind)
+        assert ref.name == cm["metadata"]["labels"][names.CONFIG_NAME_LABEL]
+        assert ref.revision in (None, int(cm["metadata"]["labels"][names.REVISION_LABEL]))
+
+
+def test_launchspecs_parse_and_serve_every_worker_class() -> None:
+    specs = [launchspecs.LaunchSpec.model_validate(doc) for doc in of_kind("LaunchSpec")]
+    assert {s.metadata.name for s in specs} == {"cpu-workers", "gpu-workers"}
+    for spec in specs:
+        assert spec.spec.template.spec.restart_policy == "Never"
+    served = {c for s in specs for c in s.spec.claim.worker_classes}
+    workflow = parsed("workflow")
+    assert isinstance(workflow, configs.WorkflowDocument)
+    assert {n.worker_class for n in workflow.nodes} <= served
+    assert {"cpu", "gpu"} <= served
+
+
+@pytest.mark.parametrize("kind", ["AgentRun", "LaunchSpec"])
+def test_custom_objects_conform_to_the_generated_crd(kind: str) -> None:
+    (crd_kind,) = [k for k in crds.KINDS if k.kind == kind]
+    openapi = crds.definition(crd_kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for doc in of_kind(kind):
+        assert doc["apiVersion"] == names.API_VERSION
+        assert schema.conforms(doc, openapi), doc["metadata"]["name"]
