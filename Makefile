@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 CLUSTER_DIR := .cluster
 KUBECONFIG_LOCAL := $(CLUSTER_DIR)/kubeconfig
 
-.PHONY: help venv godeps controlplane cluster test lint unit integration crds install operator mutate
+.PHONY: help venv godeps controlplane cluster test lint crds manifests install operator mutate
 
 help:
 	@echo "make cluster   start a local Kubernetes control plane (foreground; Ctrl-C stops it)"
@@ -41,12 +41,31 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m agentrun.api.crds --out crds --check
+	$(PY) -m agentrun.manifests --out manifests --check
 
 test: controlplane lint
 	$(VENV)/bin/pytest -q -ra
 
 crds: venv
 	$(PY) -m agentrun.api.crds --out crds
+
+manifests: venv
+	$(PY) -m agentrun.manifests --out manifests
+
+# Against $$KUBECONFIG (default: the local control plane's); the local cluster's
+# operator runs as its own `operator` user, so it has only the rights RBAC gives it.
+KUBECONFIG ?= $(abspath $(KUBECONFIG_LOCAL))
+export KUBECONFIG
+KUBECTL ?= $(if $(wildcard $(CLUSTER_DIR)/bin/kubectl),$(CLUSTER_DIR)/bin/kubectl,kubectl)
+OPERATOR_CONTEXT ?= $(if $(filter $(abspath $(KUBECONFIG_LOCAL)),$(KUBECONFIG)),operator,)
+
+install: venv
+	$(KUBECTL) apply --server-side -f crds/
+	$(KUBECTL) wait --for=condition=Established --timeout=60s -f crds/
+	$(KUBECTL) apply --server-side -f manifests/rbac/ -f manifests/admission/
+
+operator: install
+	$(VENV)/bin/agentrun-operator run $(if $(OPERATOR_CONTEXT),--context $(OPERATOR_CONTEXT),)
 
 mutate: venv
 	$(VENV)/bin/mutmut run

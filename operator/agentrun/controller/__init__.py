@@ -1,0 +1,1 @@
+"""The operator process: Kopf handlers, the reconcilers they trigger, and the timer loop."""

@@ -1,0 +1,37 @@
+"""Kopf configured for this operator (DESIGN.md section 12).
+
+- Our own finalizer and progress/diff-base prefix, so nothing ``kopf.zalando.org/*``
+  is ever written to a user's object (and with event handlers only, nothing is written
+  at all: the applier makes every write).
+- Server-side label selectors for Pods and ConfigMaps: only ours cross the wire.
+- Every delay explicit and short: no 60 s default backoff, no 5 s consistency wait.
+- Events named for this operator; JSON logs are set up by the CLI.
+- Peering off: one replica (Recreate strategy) is the deployment; two at once stay
+  correct through preconditions, rather than freezing each other as Kopf peers do.
+"""
+
+from __future__ import annotations
+
+import kopf
+
+from agentrun.api import names
+
+PREFIX = names.GROUP
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    settings.persistence.finalizer = f"{PREFIX}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=PREFIX, key="last-handled-configuration")
+    settings.persistence.consistency_timeout = 0.0
+    settings.execution.default_backoff = 1.0
+    settings.posting.reporting_component = "agentrun-operator"
+    settings.posting.event_name_prefix = "agentrun-"
+    settings.posting.level = 20  # logging.INFO: post Normal and Warning events
+    settings.watching.label_selectors["v1", "pods"] = names.SLOT_LABEL
+    settings.watching.label_selectors["v1", "configmaps"] = names.CONFIG_KIND_LABEL
+    settings.watching.server_timeout = 270
+    settings.watching.reconnect_backoff = 0.5
+    settings.peering.standalone = True
+    settings.scanning.disabled = False

@@ -1,0 +1,126 @@
+"""The running operator: its API client, reconcilers, schedule and timer loop, in one place.
+
+Kopf handlers reach it through ``memo.operator``. It runs the synchronous reconcilers in
+worker threads, posts the Events they return, and keeps the little it must remember:
+each slot's last state (to wake Pending slots when a LaunchSpec appears, and the run
+when a slot's state changes) and which runs are not pinned yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import kopf
+import kubernetes
+
+from agentrun.api.runs import AgentRun
+from agentrun.api.slots import SlotState
+from agentrun.controller import runs, scheduling, slots
+from agentrun.core import guards
+from agentrun.kube import clients, reads, rest, writes
+
+Key = scheduling.Key
+
+
+def connection_info(*, context: str | None) -> kopf.ConnectionInfo:
+    """Kopf's credentials from the same kubeconfig context the reconcilers use."""
+    clients.configure(context=context)
+    config = kubernetes.client.Configuration.get_default_copy()
+    header = (config.get_api_key_with_prefix("BearerToken")
+              or config.get_api_key_with_prefix("authorization") or "")
+    scheme, _, token = header.partition(" ")
+    return kopf.ConnectionInfo(
+        server=config.host, ca_path=config.ssl_ca_cert, insecure=not config.verify_ssl,
+        scheme=scheme if token else None, token=token or scheme or None,
+        certificate_path=config.cert_file, private_key_path=config.key_file)
+
+
+@dataclass
+class Operator:
+    slots: slots.SlotReconciler
+    runs: runs.RunReconciler
+    logger: logging.Logger
+    tick: float
+    schedule: scheduling.Schedule = field(default_factory=scheduling.Schedule)
+    states: dict[Key, SlotState] = field(default_factory=dict)
+    unpinned: set[Key] = field(default_factory=set)
+    coalescer: scheduling.Coalescer | None = None
+    timer: asyncio.Task[None] | None = None
+
+    @classmethod
+    def start(cls, *, context: str | None, tick: float, logger: logging.Logger) -> Operator:
+        api = clients.configure(context=context)
+        client = rest.Rest(api)
+        reader, writer = reads.Reader(client), writes.Writer(client)
+        operator = cls(slots=slots.SlotReconciler(reader=reader, writer=writer, logger=logger),
+                       runs=runs.RunReconciler(reader=reader, writer=writer, logger=logger),
+                       logger=logger, tick=tick)
+        operator.coalescer = scheduling.Coalescer(operator.reconcile, logger)
+        operator.timer = asyncio.create_task(scheduling.timer_loop(
+            schedule=operator.schedule, coalescer=operator.coalescer, tick=tick))
+        return operator
+
+    async def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.timer
+
+    async def trigger(self, key: Key) -> None:
+        assert self.coalescer is not None
+        await self.coalescer.trigger(key)
+
+    def forget(self, key: Key) -> None:
+        self.schedule.forget(key)
+        self.states.pop(key, None)
+        self.unpinned.discard(key)
+
+    async def reconcile(self, key: Key) -> None:
+        kind, namespace, name = key
+        if kind == "AgentRun":
+            await self.reconcile_run(key)
+            return
+        result = await asyncio.to_thread(self.slots.reconcile, namespace, name)
+        for slot, event in result.events:
+            self.post(slot.model_dump(mode="json", by_alias=True), event)
+        if result.state is None:
+            self.forget(key)
+            return
+        previous = self.states.get(key)
+        self.states[key] = result.state
+        self.schedule.note(key, state=result.state,
+                           until=result.wait.until if result.wait else None)
+        if previous is not result.state and result.run is not None:
+            await self.trigger(("AgentRun", namespace, result.run))
+            if result.state in (SlotState.SUCCEEDED, SlotState.FAILED):
+                await self.wake_pending(namespace)
+
+    async def reconcile_run(self, key: Key) -> None:
+        _, namespace, name = key
+        result = await asyncio.to_thread(self.runs.reconcile, namespace, name)
+        for subject, event in result.events:
+            self.post(subject.model_dump(mode="json", by_alias=True), event)
+        run: AgentRun | None = await asyncio.to_thread(self.read_run, namespace, name)
+        if run is None or run.status.pinned is not None:
+            self.unpinned.discard(key)
+        else:
+            self.unpinned.add(key)
+        self.schedule.note(key, state=None, until=result.until)
+
+    def read_run(self, namespace: str, name: str) -> AgentRun | None:
+        return self.runs.reader.run(namespace, name)
+
+    async def wake_pending(self, namespace: str) -> None:
+        waiting = [key for key, state in self.states.items()
+                   if key[1] == namespace and state is SlotState.PENDING]
+        await asyncio.gather(*(self.trigger(key) for key in waiting))
+
+    def post(self, body: dict[str, Any], event: guards.Event) -> None:
+        with contextlib.suppress(LookupError):  # outside Kopf's context: log only
+            kopf.event(kopf.Body(cast(kopf.RawBody, body)), type=event.type,
+                       reason=event.reason, message=event.message[:1024])
+        self.logger.info("%s %s: %s", event.type, event.reason, event.message)

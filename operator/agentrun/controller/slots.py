@@ -1,0 +1,150 @@
+"""Reconciling one slot: read the world, take the core's next step, apply it, repeat.
+
+The loop runs in a worker thread (the kubernetes client is synchronous) and stops at
+the core's ``Wait``. A conflict (409, or the object gone) means another writer moved
+first: the loop simply reads again. The only state kept in memory is the lease
+*observations* (when this process saw each lease's ``renewTime`` change); losing it on
+a restart can only make a lease live longer, never end an attempt early.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from agentrun.api.slots import CommandKind, Slot, SlotState
+from agentrun.core import clocks, commands, guards, observations, steps
+from agentrun.kube import reads, writes
+
+MAX_STEPS = 32
+ObservationKey = tuple[str, str, str]  # namespace, lease name, lease uid
+
+
+@dataclass
+class Result:
+    """What one reconciliation did: the Events to post and when to look again."""
+
+    events: list[tuple[Slot, guards.Event]] = field(default_factory=list)
+    wait: steps.Wait | None = None
+    state: SlotState | None = None
+    run: str | None = None
+
+
+class SlotReconciler:
+    def __init__(self, *, reader: reads.Reader, writer: writes.Writer,
+                 clock: clocks.Clock = clocks.system,
+                 logger: logging.Logger | None = None) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.clock = clock
+        self.logger = logger or logging.getLogger("agentrun.slots")
+        self.observations: dict[ObservationKey, observations.LeaseObservation] = {}
+
+    def reconcile(self, namespace: str, name: str) -> Result:
+        result = Result()
+        for _ in range(MAX_STEPS):
+            world = self.read_world(namespace, name)
+            if world is None:
+                return result
+            result.state = world.slot.status.state
+            result.run = world.slot.spec.run
+            step = steps.next_step(world)
+            if isinstance(step, steps.Wait):
+                result.wait = step
+                return result
+            try:
+                self.apply(world, step, result)
+            except writes.Conflict as conflict:
+                self.logger.debug("slot %s/%s: %s; reading again", namespace, name, conflict)
+        self.logger.error("slot %s/%s: no Wait after %d steps; will look again later",
+                          namespace, name, MAX_STEPS)
+        return result
+
+    def read_world(self, namespace: str, name: str) -> steps.World | None:
+        reader = self.reader
+        slot = reader.slot(namespace, name)
+        if slot is None:
+            return None
+        now = self.clock()
+        status = slot.status
+        run = reader.run(namespace, slot.spec.run)
+        pending = commands.pending(slot.metadata.annotations)
+        reassigning = pending is not None and pending.command.kind is CommandKind.REASSIGN
+        selecting = status.state is SlotState.PENDING or reassigning
+        dependencies: dict[str, SlotState] = {}
+        if status.state is SlotState.PENDING and slot.spec.depends_on:
+            dependencies = {s.spec.node: s.status.state
+                            for s in reader.slots_of(namespace, slot.spec.run)}
+        launch_spec, error = (reader.pinned_launch_spec(namespace, status.launch_spec)
+                              if status.launch_spec is not None else (None, None))
+        worker = steps.needs_attempt_objects(status)
+        attempt = None
+        observation = None
+        if worker is not None:
+            lease = reader.lease(namespace, worker)
+            attempt = steps.AttemptObjects(name=worker, pod=reader.pod(namespace, worker),
+                                           lease=lease)
+            observation = self.observe(namespace, worker, lease, now)
+        override = False
+        if pending is not None and pending.command.kind in (CommandKind.REASSIGN,
+                                                            CommandKind.GIVE_UP):
+            override = reader.may_override(actor=pending.command.actor, namespace=namespace,
+                                           slot=name)
+        return steps.World(
+            slot=slot, run=run, tenant=reader.tenant(namespace), now=now,
+            dependencies=dependencies,
+            launch_specs=reader.launch_specs(namespace) if selecting else (),
+            snapshots=reader.launch_spec_snapshots(namespace, name) if selecting else frozenset(),
+            launch_spec=launch_spec, launch_spec_error=error, attempt=attempt,
+            observation=observation, override=override,
+            commands_refused=reader.commands_refused() if pending is not None else None)
+
+    def observe(self, namespace: str, worker: str, lease: reads.Object | None,
+                now: datetime) -> observations.LeaseObservation | None:
+        if lease is None:
+            return None
+        key = (namespace, worker, lease["metadata"].get("uid", ""))
+        observed = observations.observe(previous=self.observations.get(key),
+                                        lease=observations.lease_view(lease), now=now)
+        if observed is not None:
+            self.observations[key] = observed
+        return observed
+
+    def apply(self, world: steps.World, step: steps.Step, result: Result) -> None:
+        slot = world.slot
+        namespace = slot.metadata.namespace or ""
+        if isinstance(step, steps.WriteStatus):
+            self.writer.slot_status(slot, step.status, point=step.point)
+            if step.event is not None:
+                result.events.append((slot, step.event))
+        elif isinstance(step, steps.Create):
+            try:
+                self.writer.create(step.body, point=step.point)
+            except writes.Exists as exists:
+                self.logger.info("slot %s/%s: %s %s exists already; reading again",
+                                 namespace, slot.metadata.name, step.body["kind"],
+                                 step.body["metadata"]["name"])
+                if exists.found is None:
+                    raise writes.Conflict("created and deleted meanwhile") from None
+            except writes.Rejected as rejected:
+                if not step.claim:
+                    raise
+                failed = steps.claim_failed(world, message=str(rejected))
+                self.apply(world, failed, result)
+        elif isinstance(step, steps.DeletePod):
+            self.writer.delete_pod(namespace=namespace, name=step.name, uid=step.uid,
+                                   point=step.point)
+            result.events.append((slot, guards.Event(type="Normal", reason="PodDeleted",
+                                                     message=step.message)))
+        elif isinstance(step, steps.Tombstone):
+            assert world.attempt is not None and world.attempt.lease is not None
+            self.writer.tombstone(lease=dict(world.attempt.lease),
+                                  annotations=step.annotations, point=step.point)
+        elif isinstance(step, steps.RemoveCommand):
+            self.writer.remove_annotations(
+                kind="Slot", namespace=namespace, name=slot.metadata.name,
+                resource_version=slot.metadata.resource_version, keys=step.keys,
+                point=step.point)
+            if step.event is not None:
+                result.events.append((slot, step.event))

@@ -1,0 +1,166 @@
+"""Builders for an attempt's objects: its Lease and its Pod, both named ``<slot>-<n>``.
+
+A claim creates the Lease first (holder = the pod's name), then the Pod. Both carry an
+owner reference to the Slot (``controller``, ``blockOwnerDeletion``) and the labels
+``agentrun.dev/run``, ``slot``, ``attempt``, ``tenant`` and ``node``, so that an
+``AlreadyExists`` after a crash can be told apart: it is this attempt's object (success)
+only when :func:`matches_attempt` says so.
+
+The Lease is created *without* ``renewTime``: the worker's first renewal is then visible
+as the first ``renewTime`` the operator sees, which ends the start-deadline window.
+
+The Pod comes from the pinned LaunchSpec's template with ``restartPolicy: Never`` (a pod
+is one attempt; retries are new attempts), the three pinned configuration snapshots
+mounted read-only by exact name at ``/etc/agentrun/config/{package,workflow,bindings}/``
+in every container and init container, and the worker environment (the attempt number
+is the fencing token). Bodies are plain dicts, as the API takes them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from agentrun.api import names
+from agentrun.api.launchspecs import LaunchSpecSpec
+from agentrun.api.runs import Pins
+from agentrun.api.slots import PinnedLaunchSpec, Slot
+from agentrun.core import naming, transitions
+
+COORDINATION_API_VERSION = "coordination.k8s.io/v1"
+CONFIG_VOLUME_PREFIX = "agentrun-config-"
+
+
+def owner_reference(slot: Slot) -> dict[str, Any]:
+    """The Slot as the controlling owner: garbage collection follows the slot."""
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": "Slot",
+        "name": slot.metadata.name,
+        "uid": slot.metadata.uid or "",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def labels(*, slot: Slot, attempt: int, tenant: str | None) -> dict[str, str]:
+    """The labels every attempt object carries (tenant only when the namespace has one)."""
+    found = {
+        names.RUN_LABEL: slot.spec.run,
+        names.SLOT_LABEL: slot.metadata.name,
+        names.ATTEMPT_LABEL: str(attempt),
+        names.NODE_LABEL: slot.spec.node,
+    }
+    if tenant is not None:
+        found[names.TENANT_LABEL] = tenant
+    return found
+
+
+def _annotations(*, owner_actor: str | None, launch_spec: PinnedLaunchSpec) -> dict[str, str]:
+    found = {names.LAUNCH_SPEC_ANNOTATION: transitions.launch_spec_ref(launch_spec)}
+    if owner_actor is not None:
+        found[names.OWNER_ACTOR_ANNOTATION] = owner_actor
+    return found
+
+
+def lease_body(
+    *, slot: Slot, attempt: int, owner_actor: str | None, tenant: str | None,
+    launch_spec: PinnedLaunchSpec, lease_duration_seconds: int,
+) -> dict[str, Any]:
+    """The attempt's Lease: its durable record, held by the attempt's pod."""
+    name = naming.attempt_name(slot=slot.metadata.name, number=attempt)
+    return {
+        "apiVersion": COORDINATION_API_VERSION,
+        "kind": "Lease",
+        "metadata": {
+            "name": name,
+            "namespace": slot.metadata.namespace,
+            "labels": labels(slot=slot, attempt=attempt, tenant=tenant),
+            "annotations": _annotations(owner_actor=owner_actor, launch_spec=launch_spec),
+            "ownerReferences": [owner_reference(slot)],
+        },
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": lease_duration_seconds},
+    }
+
+
+def environment(*, slot: Slot, attempt: int) -> list[dict[str, Any]]:
+    """The worker environment; the namespace comes from the downward API."""
+    lease = naming.attempt_name(slot=slot.metadata.name, number=attempt)
+    return [
+        {"name": names.ENV_NAMESPACE,
+         "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": names.ENV_RUN, "value": slot.spec.run},
+        {"name": names.ENV_SLOT, "value": slot.metadata.name},
+        {"name": names.ENV_NODE, "value": slot.spec.node},
+        {"name": names.ENV_ATTEMPT, "value": str(attempt)},
+        {"name": names.ENV_FENCING_TOKEN, "value": str(attempt)},
+        {"name": names.ENV_LEASE, "value": lease},
+        {"name": names.ENV_CONFIG_DIR, "value": names.CONFIG_MOUNT_ROOT},
+    ]
+
+
+def _with_agentrun(container: Mapping[str, Any], *, env: list[dict[str, Any]],
+                   mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A container with our env and mounts replacing any of the same name or path."""
+    ours_env = {e["name"] for e in env}
+    ours_paths = {m["mountPath"] for m in mounts}
+    ours_volumes = {m["name"] for m in mounts}
+    found = dict(container)
+    found["env"] = [e for e in container.get("env") or [] if e.get("name") not in ours_env] + env
+    found["volumeMounts"] = [
+        m for m in container.get("volumeMounts") or []
+        if m.get("mountPath") not in ours_paths and m.get("name") not in ours_volumes
+    ] + mounts
+    return found
+
+
+def pod_body(
+    *, slot: Slot, pins: Pins, launch_spec: LaunchSpecSpec, pinned: PinnedLaunchSpec,
+    attempt: int, owner_actor: str | None, tenant: str | None,
+) -> dict[str, Any]:
+    """The attempt's Pod from the pinned LaunchSpec's template (see the module docstring)."""
+    name = naming.attempt_name(slot=slot.metadata.name, number=attempt)
+    template: dict[str, Any] = copy.deepcopy(launch_spec.template.wire())
+    meta = dict(template.get("metadata") or {})
+    spec = dict(template.get("spec") or {})
+    snapshots = pins.snapshot_names()
+    volumes = [{"name": f"{CONFIG_VOLUME_PREFIX}{kind}",
+                "configMap": {"name": snapshots[kind]}} for kind in names.CONFIG_KINDS]
+    mounts = [{"name": f"{CONFIG_VOLUME_PREFIX}{kind}",
+               "mountPath": f"{names.CONFIG_MOUNT_ROOT}/{kind}/", "readOnly": True}
+              for kind in names.CONFIG_KINDS]
+    env = environment(slot=slot, attempt=attempt)
+    ours = {v["name"] for v in volumes}
+    spec["volumes"] = [v for v in spec.get("volumes") or [] if v.get("name") not in ours] + volumes
+    for key in ("containers", "initContainers"):
+        if key in spec:
+            spec[key] = [_with_agentrun(c, env=env, mounts=mounts) for c in spec[key]]
+    spec["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": slot.metadata.namespace,
+            "labels": {**(meta.get("labels") or {}),
+                       **labels(slot=slot, attempt=attempt, tenant=tenant)},
+            "annotations": {**(meta.get("annotations") or {}),
+                            **_annotations(owner_actor=owner_actor, launch_spec=pinned)},
+            "ownerReferences": [owner_reference(slot)],
+        },
+        "spec": spec,
+    }
+
+
+def matches_attempt(existing: Mapping[str, Any], *, slot_uid: str, attempt: int) -> bool:
+    """Is an object found on ``AlreadyExists`` this attempt's own (so creation succeeded)?
+
+    It must carry this attempt number's label and be controlled by this very Slot (by
+    uid: a slot deleted and recreated with the same name is another slot).
+    """
+    metadata = existing.get("metadata") or {}
+    if (metadata.get("labels") or {}).get(names.ATTEMPT_LABEL) != str(attempt):
+        return False
+    return any(ref.get("uid") == slot_uid and ref.get("controller") is True
+               for ref in metadata.get("ownerReferences") or [])

@@ -1,0 +1,324 @@
+"""The guarded commands: reassignment (DESIGN.md section 5), and claim, hold, release, give up.
+
+A *command* is a set of annotations a person put on a Slot, with the *actor* stamped by
+admission from the authenticated user (never from the person's text) and ``override``
+meaning that actor holds the RBAC verb ``override`` on ``slots``. The *ledger*
+(``status.commands``) records every decision by request id; a request id already there
+is a no-op (``Duplicate``), so a crash between the status write and the annotation
+removal can never apply a command twice or flip a rejection into an acceptance.
+
+A reassignment is accepted only if every predicate holds; the first that fails, in this
+order, is the one reported (the ledger's ``predicate``):
+
+1. ``WrongTenant``: the command names a tenant other than the namespace's;
+2. ``WrongRun``: the command's run is not the slot's run (a missing run is wrong too);
+3. ``NotRetryWait``: the slot is not in RetryWait;
+4. ``Held``: the slot is held;
+5. ``PriorNotTerminal``: the prior attempt's pod or lease is not terminal;
+6. ``BlankReason``: the reason is empty, blank, or longer than 1 KiB;
+7. ``NotOwner``: the prior attempt records an owner actor, the command's actor differs,
+   and the actor has no ``override``;
+8. ``UnknownWorkerClass`` / ``NoCompatibleLaunchSpec``: no LaunchSpec can serve the
+   requested worker class for this run and node.
+
+The decision is data: the exact new status, one Event, and (when accepted) the chosen
+LaunchSpec to snapshot. A decision never creates an attempt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from agentrun.api import conditions, names
+from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
+from agentrun.api.runs import ClaimPolicy
+from agentrun.api.slots import (
+    COMMANDS_KEPT,
+    CommandKind,
+    CommandRecord,
+    PinnedLaunchSpec,
+    Predicate,
+    Slot,
+    SlotState,
+    SlotStatus,
+)
+from agentrun.core import attempts, naming, selection, transitions
+from agentrun.core.observations import LeaseStatus, PodPhase
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    """One command read from a Slot's annotations, with the stamped actor."""
+
+    kind: CommandKind
+    request_id: str
+    actor: str | None
+    override: bool = False
+    reason: str | None = None
+    worker_class: str | None = None
+    run: str | None = None
+    tenant: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prior:
+    """The prior attempt's pod phase and lease status, as observed now."""
+
+    pod: PodPhase
+    lease: LeaseStatus
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """The outcome of one command.
+
+    ``status``: the exact new SlotStatus to write (with a resourceVersion precondition);
+    for a duplicate, the unchanged status (write nothing). ``event``: the Event to emit
+    (none for a duplicate). ``choice``: for an accepted reassignment, the LaunchSpec whose
+    spec must be copied into the snapshot ``status.launchSpec.snapshot``. ``fence``: for
+    an accepted give-up, the live attempt whose pod to delete and lease to tombstone.
+    """
+
+    accepted: bool
+    duplicate: bool = False
+    predicate: Predicate | None = None
+    status: SlotStatus
+    event: Event | None = None
+    choice: selection.Choice | None = None
+    fence: str | None = None
+
+
+def digest(spec: LaunchSpecSpec) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces) of a LaunchSpec's spec."""
+    canonical = json.dumps(spec.wire(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def pin(*, slot: str, choice: selection.Choice) -> PinnedLaunchSpec:
+    """The ``status.launchSpec`` for a chosen spec: identity, digest and snapshot name."""
+    d = digest(choice.spec.spec)
+    meta = choice.spec.metadata
+    snapshot = naming.launch_spec_snapshot_name(slot=slot, digest=d)
+    return PinnedLaunchSpec(name=meta.name, uid=meta.uid or "", generation=meta.generation or 0,
+                            digest=d, snapshot=snapshot, reason=choice.reason)
+
+
+def is_blank(reason: str | None) -> bool:
+    """Empty, whitespace only, or longer than 1 KiB (UTF-8) counts as no usable reason."""
+    return (reason is None or not reason.strip()
+            or len(reason.encode()) > names.MAX_REASON_BYTES)
+
+
+def owner_of(status: SlotStatus, worker: str | None) -> str | None:
+    """The owner actor recorded on the attempt ``worker``, if any."""
+    return next((a.owner_actor for a in status.attempts if a.pod == worker), None)
+
+
+def seen(status: SlotStatus, request_id: str) -> CommandRecord | None:
+    return next((c for c in status.commands if c.request_id == request_id), None)
+
+
+def _record(command: Command, *, outcome: Literal["Accepted", "Rejected"],
+            predicate: Predicate | None, message: str, now: datetime) -> CommandRecord:
+    return CommandRecord(
+        request_id=command.request_id, kind=command.kind, actor=command.actor,
+        reason=command.reason, worker_class=command.worker_class, run=command.run,
+        outcome=outcome, predicate=predicate, message=message, time=now)
+
+
+def _ledger(status: SlotStatus, record: CommandRecord) -> SlotStatus:
+    return status.model_copy(update={"commands": [*status.commands, record][-COMMANDS_KEPT:]})
+
+
+def reject(*, command: Command, status: SlotStatus, predicate: Predicate, message: str,
+           now: datetime) -> Decision:
+    """Ledger entry, condition CommandRejected and a Warning Event; nothing else changes."""
+    new = _ledger(status, _record(command, outcome="Rejected", predicate=predicate,
+                                  message=message, now=now))
+    new = new.model_copy(update={"conditions": conditions.set_condition(
+        new.conditions, type_=transitions.COMMAND_REJECTED, status="True",
+        reason=str(predicate), message=f"{command.kind} {command.request_id}: {message}",
+        now=now)})
+    return Decision(accepted=False, predicate=predicate, status=new,
+                    event=Event(type="Warning", reason="CommandRejected",
+                                message=f"{command.kind} {command.request_id} rejected "
+                                        f"({predicate}): {message}"))
+
+
+def _accept(*, command: Command, status: SlotStatus, message: str, reason: str,
+            now: datetime) -> tuple[SlotStatus, Event]:
+    new = _ledger(status, _record(command, outcome="Accepted", predicate=None,
+                                  message=message, now=now))
+    return new, Event(type="Normal", reason=reason, message=message)
+
+
+def _tenancy(command: Command, *, slot: Slot, tenant: str | None) -> tuple[Predicate, str] | None:
+    if command.tenant is not None and command.tenant != tenant:
+        return (Predicate.WRONG_TENANT,
+                f"the command names tenant {command.tenant!r} but slot "
+                f"{slot.metadata.name!r} belongs to tenant {tenant!r} (its namespace's)")
+    return None
+
+
+def _reassign_failure(
+    *, command: Command, slot: Slot, tenant: str | None, prior: Prior | None,
+) -> tuple[Predicate, str] | None:
+    """The first failed reassignment predicate up to NotOwner (classes are checked after)."""
+    status = slot.status
+    name = slot.metadata.name
+    failed = _tenancy(command, slot=slot, tenant=tenant)
+    if failed:
+        return failed
+    if command.run != slot.spec.run:
+        return (Predicate.WRONG_RUN,
+                f"the command names run {command.run!r} but slot {name!r} belongs to run "
+                f"{slot.spec.run!r}; set agentrun.dev/reassign-run to the slot's run")
+    if status.state is not SlotState.RETRY_WAIT:
+        return (Predicate.NOT_RETRY_WAIT,
+                f"slot {name!r} is {status.state}, not RetryWait: only a slot whose last "
+                "attempt ended can be reassigned")
+    if transitions.is_held(status):
+        return (Predicate.HELD,
+                f"slot {name!r} is held; release it (agentrun.dev/release-id) first")
+    if status.prior_worker is not None and (
+            prior is None or not attempts.is_terminal(pod=prior.pod, lease=prior.lease)):
+        seen_as = f"pod {prior.pod}, lease {prior.lease}" if prior else "not observed"
+        return (Predicate.PRIOR_NOT_TERMINAL,
+                f"the prior attempt {status.prior_worker!r} is not terminal ({seen_as}); "
+                "wait until its pod has finished and its lease is released or expired")
+    if is_blank(command.reason):
+        return (Predicate.BLANK_REASON,
+                "the reason (agentrun.dev/reassign-reason) must be non-blank and at most "
+                f"{names.MAX_REASON_BYTES} bytes")
+    owner = owner_of(status, status.prior_worker)
+    if owner is not None and command.actor != owner and not command.override:
+        return (Predicate.NOT_OWNER,
+                f"the prior attempt is owned by {owner!r}, not {command.actor!r}; only the "
+                "owner, or an admin with the 'override' verb on slots, may reassign it")
+    return None
+
+
+def reassign(
+    *, command: Command, slot: Slot, tenant: str | None, prior: Prior | None,
+    launch_specs: Iterable[LaunchSpec], now: datetime,
+) -> Decision:
+    """Decide a reassignment. ``prior`` may be None only when the slot has no prior worker."""
+    status = slot.status
+    if seen(status, command.request_id) is not None:
+        return Decision(accepted=False, duplicate=True, predicate=Predicate.DUPLICATE,
+                        status=status)
+    failed = _reassign_failure(command=command, slot=slot, tenant=tenant, prior=prior)
+    if failed:
+        return reject(command=command, status=status, predicate=failed[0], message=failed[1],
+                      now=now)
+    worker_class = command.worker_class or status.worker_class or slot.spec.worker_class
+    chosen = selection.select(specs=launch_specs, namespace=slot.metadata.namespace or "",
+                              run=slot.spec.run, node=slot.spec.node, worker_class=worker_class)
+    if isinstance(chosen, selection.NoChoice):
+        return reject(command=command, status=status, predicate=chosen.predicate,
+                      message=chosen.message, now=now)
+    pinned = pin(slot=slot.metadata.name, choice=chosen)
+    message = (f"reassigned by {command.actor} to worker class {worker_class!r} "
+               f"({chosen.reason}); reason: {command.reason}; the next claim creates "
+               f"attempt {status.attempt_count + 1}")
+    new, event = _accept(command=command, status=status, message=message, reason="Reassigned",
+                         now=now)
+    new = transitions.reopen(new, worker_class=worker_class, launch_spec=pinned,
+                             owner_actor=command.actor, message=message, now=now)
+    return Decision(accepted=True, status=new, event=event, choice=chosen)
+
+
+def decide(
+    *, command: Command, slot: Slot, tenant: str | None, prior: Prior | None,
+    launch_specs: Iterable[LaunchSpec], now: datetime, claim_policy: ClaimPolicy = "Automatic",
+) -> Decision:
+    """Decide any command by its kind (reassign, claim, hold, release, give up).
+
+    Claim: accepted when the slot is claimable on request (``NotClaimable`` otherwise);
+    the caller then starts the claim in the same status write, and the actor becomes the
+    attempt's owner. Hold needs a reason. Give up is owner-checked like a reassignment
+    and accepted in any open state; a live attempt is named in ``fence``.
+    """
+    if command.kind is CommandKind.REASSIGN:
+        return reassign(command=command, slot=slot, tenant=tenant, prior=prior,
+                        launch_specs=launch_specs, now=now)
+    status = slot.status
+    if seen(status, command.request_id) is not None:
+        return Decision(accepted=False, duplicate=True, predicate=Predicate.DUPLICATE,
+                        status=status)
+    failed = _tenancy(command, slot=slot, tenant=tenant)
+    if failed is None:
+        failed = _other_failure(command=command, slot=slot, now=now, claim_policy=claim_policy)
+    if failed:
+        return reject(command=command, status=status, predicate=failed[0], message=failed[1],
+                      now=now)
+    return _apply_other(command=command, slot=slot, now=now)
+
+
+def _other_failure(*, command: Command, slot: Slot, now: datetime,
+                   claim_policy: ClaimPolicy) -> tuple[Predicate, str] | None:
+    status = slot.status
+    name = slot.metadata.name
+    kind = command.kind
+    if kind is CommandKind.CLAIM and not transitions.is_claimable(
+            status, now=now, claim_policy=claim_policy, claim_requested=True):
+        held = " and held" if transitions.is_held(status) else ""
+        return (Predicate.NOT_CLAIMABLE,
+                f"slot {name!r} is {status.state}{held}: a claim needs a Ready slot, or a "
+                "RetryWait slot that was reassigned or whose retry time has come")
+    if kind is CommandKind.GIVE_UP and status.state not in transitions.OPEN_STATES:
+        return (Predicate.NOT_RETRY_WAIT,
+                f"slot {name!r} has already finished ({status.state}); nothing to give up")
+    if kind in (CommandKind.HOLD, CommandKind.GIVE_UP) and is_blank(command.reason):
+        return (Predicate.BLANK_REASON,
+                f"the reason must be non-blank and at most {names.MAX_REASON_BYTES} bytes")
+    if kind is CommandKind.GIVE_UP:
+        owner = owner_of(status, status.active_worker or status.pending_worker
+                         or status.prior_worker)
+        if owner is not None and command.actor != owner and not command.override:
+            return (Predicate.NOT_OWNER,
+                    f"the attempt is owned by {owner!r}, not {command.actor!r}; only the "
+                    "owner, or an admin with the 'override' verb on slots, may give up")
+    return None
+
+
+def _apply_other(*, command: Command, slot: Slot, now: datetime) -> Decision:
+    status = slot.status
+    actor = command.actor
+    if command.kind is CommandKind.CLAIM:
+        message = f"claim requested by {actor}: attempt {status.attempt_count + 1} is next"
+        new, event = _accept(command=command, status=status, message=message,
+                             reason="Claimed", now=now)
+        return Decision(accepted=True, status=new.model_copy(
+            update={"next_owner_actor": actor}), event=event)
+    if command.kind is CommandKind.HOLD:
+        message = f"held by {actor}: {command.reason}"
+        new, event = _accept(command=command, status=status, message=message,
+                             reason="Held", now=now)
+        return Decision(accepted=True, status=transitions.hold(new, reason=message, now=now),
+                        event=event)
+    if command.kind is CommandKind.RELEASE:
+        message = f"released by {actor}"
+        new, event = _accept(command=command, status=status, message=message,
+                             reason="Released", now=now)
+        return Decision(accepted=True, status=transitions.release(new, message=message, now=now),
+                        event=event)
+    live = status.active_worker or status.pending_worker
+    message = f"given up by {actor}: {command.reason}"
+    new, event = _accept(command=command, status=status, message=message, reason="GaveUp",
+                         now=now)
+    return Decision(accepted=True, status=transitions.fail(new, reason="GaveUp",
+                                                           message=message, now=now),
+                    event=event, fence=live)

@@ -1,0 +1,267 @@
+"""A run's status, derived purely from the run and its slots (DESIGN.md sections 3 and 14).
+
+The run's status is a *view*: slot counts, ``done`` (succeeded/total, for the printer
+column) and four conditions, recomputed from the slots on every reconcile, so a restart
+of the operator rebuilds it exactly. Only ``pinned`` and ``startTime`` are facts the
+status itself owns; both are written once, when the run is pinned (:func:`record_pins`).
+
+Conditions:
+
+- ``Pinned``: True once ``status.pinned`` is written; False with the resolution problem's
+  reason (``ConfigNotFound``, ...) while it cannot be; Unknown while resolving.
+- ``Ready``: True when the run is pinned, every workflow node has its Slot, no slot has
+  failed and the deadline has not passed: the run is fully laid out and can still
+  succeed. It stays True after success (nothing stopped being ready).
+- ``Succeeded``: True when every node's slot has succeeded.
+- ``Failed``: True when some slot failed and every slot is terminal (the failure is
+  final and nothing else runs), or when ``activeDeadlineSeconds`` passed.
+
+``Succeeded`` and ``Failed`` are verdicts: once one is True it stays so, whatever a later
+(possibly stale) list of slots says, as a Job's ``Complete``/``Failed`` do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+
+from agentrun.api import conditions
+from agentrun.api.conditions import Condition, ConditionStatus
+from agentrun.api.runs import AgentRun, AgentRunStatus, Pins, SlotCounts
+from agentrun.api.slots import TERMINAL_STATES, Slot, SlotState
+from agentrun.core.resolution import Problem
+
+# Run condition types (DESIGN.md section 14).
+PINNED: Final = "Pinned"
+READY: Final = "Ready"
+SUCCEEDED: Final = "Succeeded"
+FAILED: Final = "Failed"
+
+# Reasons other modules act on: the deadline fails open slots, a failed dependency fails
+# its dependants (``transitions.fail(reason=...)``).
+DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
+DEPENDENCY_FAILED: Final = "DependencyFailed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dependencies:
+    """Whether a slot may leave ``Pending``: all dependencies succeeded, or which failed.
+
+    ``failed`` names the first failed dependency (in ``dependsOn`` order); the slot then
+    can never run and is failed with reason ``DependencyFailed`` and ``message``.
+    ``waiting`` lists dependencies not yet succeeded (including ones with no Slot yet).
+    """
+
+    met: bool
+    failed: str | None = None
+    waiting: tuple[str, ...] = ()
+    message: str = ""
+
+
+def _controller_uid(slot: Slot) -> str | None:
+    return next((ref.uid for ref in slot.metadata.owner_references if ref.controller), None)
+
+
+def own_slots(*, run: AgentRun, slots: Sequence[Slot]) -> dict[str, Slot]:
+    """This run's slots by node: ``spec.run`` is the run and the run's uid controls them.
+
+    The uid check keeps a slot of a deleted run of the same name, not yet collected, out
+    of the new run's counts.
+    """
+    uid = run.metadata.uid
+    return {s.spec.node: s for s in slots if s.spec.run == run.metadata.name
+            and (uid is None or _controller_uid(s) == uid)}
+
+
+def count(*, nodes: Sequence[str], slots: dict[str, Slot]) -> SlotCounts:
+    """Slot counts over the workflow's nodes; ``total`` counts nodes, created or not.
+
+    A node whose Slot does not exist yet is in no bucket, so ``done`` (succeeded/total)
+    never overstates progress and ``Ready`` can say how many are missing.
+    """
+    states = [slots[n].status.state for n in nodes if n in slots]
+    return SlotCounts(
+        total=len(nodes),
+        pending=states.count(SlotState.PENDING),
+        ready=states.count(SlotState.READY),
+        active=states.count(SlotState.CLAIMING) + states.count(SlotState.ACTIVE),
+        retry_wait=states.count(SlotState.RETRY_WAIT),
+        succeeded=states.count(SlotState.SUCCEEDED),
+        failed=states.count(SlotState.FAILED),
+    )
+
+
+def deadline(run: AgentRun) -> datetime | None:
+    """When ``activeDeadlineSeconds`` runs out, counted from ``startTime`` (set at pinning).
+
+    None without a deadline or before pinning: an unpinned run has started nothing, and
+    the clock of a run waiting for its configuration should not run.
+    """
+    seconds, start = run.spec.active_deadline_seconds, run.status.start_time
+    return None if seconds is None or start is None else start + timedelta(seconds=seconds)
+
+
+def deadline_passed(*, run: AgentRun, now: datetime) -> bool:
+    """Has the run's active deadline passed at ``now``? (The instant itself counts.)"""
+    at = deadline(run)
+    return at is not None and now >= at
+
+
+def dependencies(*, slot: Slot, slots: Sequence[Slot]) -> Dependencies:
+    """Judge ``slot``'s ``dependsOn`` against the other slots of its run.
+
+    A failed dependency wins over waiting ones: the slot can never run, so it should fail
+    now rather than wait for branches it does not need.
+    """
+    owner = _controller_uid(slot)
+    by_node = {s.spec.node: s for s in slots
+               if s.spec.run == slot.spec.run and _controller_uid(s) == owner}
+    node = slot.spec.node
+    for dep in slot.spec.depends_on:
+        found = by_node.get(dep)
+        if found is not None and found.status.state is SlotState.FAILED:
+            return Dependencies(met=False, failed=dep, message=(
+                f"node {node!r} cannot run: its dependency {dep!r} (slot "
+                f"{found.metadata.name}) failed; the run cannot succeed, start a new run to "
+                "try the workflow again"))
+    waiting = tuple(d for d in slot.spec.depends_on
+                    if d not in by_node or by_node[d].status.state is not SlotState.SUCCEEDED)
+    if waiting:
+        return Dependencies(met=False, waiting=waiting,
+                            message=f"node {node!r} waits for {', '.join(waiting)}")
+    return Dependencies(met=True, message=(
+        f"every dependency of node {node!r} succeeded" if slot.spec.depends_on
+        else f"node {node!r} has no dependencies"))
+
+
+def record_pins(*, run: AgentRun, pins: Pins, now: datetime) -> AgentRunStatus:
+    """The status that pins the run: ``pinned`` and ``startTime``, each set only once.
+
+    Writing the same pins again is a no-op (a retry after a crash); other pins are a bug,
+    refused here before the API server's write-once rule would refuse them.
+    """
+    old = run.status
+    if old.pinned is not None and old.pinned != pins:
+        raise ValueError(f"run {run.metadata.name!r} is already pinned; pins never change")
+    start = old.start_time or now
+    conds = _set(old.conditions, run=run, type_=PINNED, status="True", reason=PINNED,
+                 message=_pins_message(pins), now=now)
+    return old.model_copy(update={"pinned": pins, "start_time": start, "conditions": conds})
+
+
+def _pins_message(pins: Pins) -> str:
+    parts = [f"{kind} revision {pin.revision} from ConfigMap {pin.source} "
+             f"(snapshot {pin.snapshot})"
+             for kind, pin in (("package", pins.package), ("workflow", pins.workflow),
+                               ("bindings", pins.bindings))]
+    return "; ".join(parts)
+
+
+def _set(conds: list[Condition], *, run: AgentRun, type_: str, status: ConditionStatus,
+         reason: str, message: str, now: datetime) -> list[Condition]:
+    return conditions.set_condition(conds, type_=type_, status=status, reason=reason,
+                                    message=message, now=now,
+                                    observed_generation=run.metadata.generation)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Verdict:
+    status: ConditionStatus
+    reason: str
+    message: str
+
+
+def _failed(*, run: AgentRun, nodes: Sequence[str], own: dict[str, Slot],
+            now: datetime) -> _Verdict:
+    failed = [n for n in nodes if n in own and own[n].status.state is SlotState.FAILED]
+    if deadline_passed(run=run, now=now):
+        at = deadline(run)
+        assert at is not None
+        return _Verdict(status="True", reason=DEADLINE_EXCEEDED, message=(
+            f"activeDeadlineSeconds ({run.spec.active_deadline_seconds}) passed at "
+            f"{at.isoformat()}; open slots are failed"))
+    if not failed:
+        return _Verdict(status="False", reason="NoSlotFailed", message="no slot has failed")
+    open_nodes = [n for n in nodes if n not in own or own[n].status.state not in TERMINAL_STATES]
+    if open_nodes:
+        return _Verdict(status="False", reason="SlotsFinishing", message=(
+            f"nodes {', '.join(failed)} failed; waiting for {len(open_nodes)} open slots to "
+            "finish"))
+    return _Verdict(status="True", reason="SlotsFailed", message=(
+        f"nodes {', '.join(failed)} failed and every slot has finished"))
+
+
+def _ready(*, run: AgentRun, nodes: Sequence[str], own: dict[str, Slot],
+           failed: _Verdict) -> _Verdict:
+    missing = [n for n in nodes if n not in own]
+    failed_nodes = [n for n in nodes if n in own and own[n].status.state is SlotState.FAILED]
+    if run.status.pinned is None:
+        return _Verdict(status="False", reason="NotPinned",
+                        message="the configuration is not pinned yet; see condition Pinned")
+    if failed.reason == DEADLINE_EXCEEDED:
+        return _Verdict(status="False", reason=DEADLINE_EXCEEDED, message=failed.message)
+    if failed_nodes:
+        return _Verdict(status="False", reason="SlotFailed",
+                        message=f"nodes {', '.join(failed_nodes)} failed")
+    if missing or not nodes:
+        return _Verdict(status="False", reason="SlotsMissing", message=(
+            f"{len(nodes) - len(missing)} of {len(nodes)} slots exist; missing: "
+            f"{', '.join(missing) or 'the workflow nodes are not known yet'}"))
+    return _Verdict(status="True", reason="SlotsCreated",
+                    message=f"all {len(nodes)} slots exist and none has failed")
+
+
+def derive(
+    *, run: AgentRun, nodes: Sequence[str], slots: Sequence[Slot], now: datetime,
+    problem: Problem | None = None,
+) -> AgentRunStatus:
+    """The run's whole status from the run, its workflow's ``nodes`` and its slots.
+
+    ``nodes`` are the pinned workflow's node names (empty before pinning); ``problem`` is
+    the last resolution problem, shown while the run is not pinned. ``pinned`` and
+    ``startTime`` are kept as they are.
+    """
+    old = run.status
+    own = own_slots(run=run, slots=slots)
+    counts = count(nodes=nodes, slots=own)
+    conds = old.conditions
+    if old.pinned is not None:
+        conds = _set(conds, run=run, type_=PINNED, status="True", reason=PINNED,
+                     message=_pins_message(old.pinned), now=now)
+    elif problem is not None:
+        conds = _set(conds, run=run, type_=PINNED, status="False", reason=problem.reason,
+                     message=problem.message, now=now)
+    else:
+        conds = _set(conds, run=run, type_=PINNED, status="Unknown", reason="Resolving",
+                     message="resolving the package, workflow and bindings", now=now)
+    all_succeeded = bool(nodes) and counts.succeeded == counts.total
+    failed = _failed(run=run, nodes=nodes, own=own, now=now)
+    if conditions.is_true(old.conditions, SUCCEEDED) or (
+            all_succeeded and not conditions.is_true(old.conditions, FAILED)):
+        failed = _Verdict(status="False", reason="Succeeded", message="every slot succeeded")
+        succeeded = _Verdict(status="True", reason="AllSlotsSucceeded",
+                             message=f"all {counts.total} slots succeeded")
+    else:
+        if conditions.is_true(old.conditions, FAILED):
+            prior = conditions.find(old.conditions, FAILED)
+            assert prior is not None
+            failed = _Verdict(status="True", reason=prior.reason, message=prior.message)
+        succeeded = (_Verdict(status="False", reason=failed.reason, message=failed.message)
+                     if failed.status == "True" else
+                     _Verdict(status="False", reason="InProgress",
+                              message=f"{counts.succeeded}/{counts.total} slots succeeded"))
+    ready = _ready(run=run, nodes=nodes, own=own, failed=failed)
+    for type_, verdict in ((READY, ready), (SUCCEEDED, succeeded), (FAILED, failed)):
+        conds = _set(conds, run=run, type_=type_, status=verdict.status,
+                     reason=verdict.reason, message=verdict.message, now=now)
+    return old.model_copy(update={
+        "slots": counts, "done": f"{counts.succeeded}/{counts.total}", "conditions": conds,
+        "observed_generation": run.metadata.generation})
+
+
+def is_finished(status: AgentRunStatus) -> bool:
+    """Has the run reached a verdict (Succeeded or Failed True)? Then nothing more starts."""
+    return (conditions.is_true(status.conditions, SUCCEEDED)
+            or conditions.is_true(status.conditions, FAILED))

@@ -1,0 +1,442 @@
+"""The next write for a slot: one pure function over everything the operator read.
+
+The operator reconciles a slot by repeating three moves: read the *world* (the slot, its
+run, the attempt's pod and lease, ...), ask :func:`next_step`, and apply the one *step*
+it returns, every write with a precondition. It stops at a :class:`Wait`. Because each
+step is decided afresh from what is in the API server, a crash between any two writes
+is harmless: the restarted operator reads where the last one stopped and takes the next
+step. Names are deterministic, so a repeated create finds its own object.
+
+Order of concerns, first match wins:
+1. a pending command (annotations): decide it into the ledger, then remove it;
+2. a finished slot: fence and tombstone its last attempt, then nothing;
+3. the run's deadline: fail the slot;
+4. by state: Pending (dependencies, launch spec), Ready/RetryWait (tombstone the prior,
+   claim when claimable), Claiming (Lease, Pod, then Active), Active (the attempt table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from agentrun.api import conditions, names
+from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
+from agentrun.api.runs import AgentRun
+from agentrun.api.slots import (
+    TERMINAL_STATES,
+    CommandKind,
+    Outcome,
+    Predicate,
+    Slot,
+    SlotState,
+    SlotStatus,
+)
+from agentrun.core import (
+    attempts,
+    claims,
+    commands,
+    guards,
+    retries,
+    selection,
+    snapshots,
+    transitions,
+)
+from agentrun.core.observations import (
+    LeaseObservation,
+    LeaseStatus,
+    PodPhase,
+    lease_status,
+    lease_view,
+    pod_view,
+)
+
+COMMANDS_REFUSED = "CommandsRefused"
+LAUNCH_SPEC_SELECTED = "LaunchSpecSelected"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptObjects:
+    """The Pod and Lease of one attempt as read (None: not found)."""
+
+    name: str
+    pod: Mapping[str, Any] | None
+    lease: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class World:
+    """What the operator read for one slot, at ``now`` on its own clock.
+
+    ``attempt``: the objects of the pending worker when Claiming, the active one when
+    Active, else the prior one. ``dependencies``: state of each slot this one depends on,
+    by node (absent: not created yet). ``snapshots``: names of the LaunchSpec snapshots
+    the slot owns. ``launch_spec``: the pinned spec read back from its snapshot, or the
+    reason it could not be. ``override``: the pending command's actor holds ``override``.
+    ``commands_refused``: why commands cannot be trusted now (admission missing), or None.
+    """
+
+    slot: Slot
+    run: AgentRun | None
+    tenant: str | None
+    now: datetime
+    dependencies: Mapping[str, SlotState] = field(default_factory=dict)
+    launch_specs: Sequence[LaunchSpec] = ()
+    snapshots: frozenset[str] = frozenset()
+    launch_spec: LaunchSpecSpec | None = None
+    launch_spec_error: str | None = None
+    attempt: AttemptObjects | None = None
+    observation: LeaseObservation | None = None
+    override: bool = False
+    commands_refused: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteStatus:
+    status: SlotStatus
+    event: guards.Event | None = None
+    point: str = "status"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Create:
+    """Create an object; AlreadyExists is success only if ``matches`` says it is ours."""
+
+    body: dict[str, Any]
+    point: str
+    claim: bool = False  # a failure ends the attempt as ClaimFailed
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeletePod:
+    name: str
+    uid: str | None
+    message: str
+    point: str = "delete-pod"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tombstone:
+    """Clear the lease's holder and record the attempt's end in its annotations."""
+
+    name: str
+    annotations: dict[str, str]
+    point: str = "tombstone"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemoveCommand:
+    keys: tuple[str, ...]
+    event: guards.Event | None = None
+    point: str = "remove-command"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wait:
+    """Nothing to do now; look again at ``until`` (or on the next change)."""
+
+    message: str
+    until: datetime | None = None
+
+
+Step = WriteStatus | Create | DeletePod | Tombstone | RemoveCommand | Wait
+
+
+def policy(world: World) -> retries.Effective:
+    run_retry = world.run.spec.retry if world.run else None
+    return retries.effective(node=world.slot.spec.retry, run=run_retry)
+
+
+def next_step(world: World) -> Step:
+    """The one next write for this slot (see the module docstring for the order)."""
+    status = world.slot.status
+    if world.run is None:
+        return Wait(message="the slot's run is gone; the garbage collector removes the slot")
+    pending = commands.pending(world.slot.metadata.annotations)
+    if pending is not None:
+        return command_step(world, pending)
+    if status.observed_generation != world.slot.metadata.generation:
+        # The first status a slot gets: its state is visible from creation on.
+        return WriteStatus(status=status.model_copy(update={
+            "observed_generation": world.slot.metadata.generation}), point="observed")
+    if status.state in TERMINAL_STATES:
+        return fence_step(world) or Wait(message=f"the slot has {status.state}")
+    if deadline_passed(world):
+        message = (f"the run's activeDeadlineSeconds ({world.run.spec.active_deadline_seconds})"
+                   " has passed")
+        return WriteStatus(
+            status=transitions.fail(status, reason="DeadlineExceeded", message=message,
+                                    now=world.now),
+            event=guards.Event(type="Warning", reason="DeadlineExceeded", message=message))
+    if status.state is SlotState.PENDING:
+        return pending_step(world)
+    if status.state in (SlotState.READY, SlotState.RETRY_WAIT):
+        return fence_step(world) or claim_step(world)
+    if status.state is SlotState.CLAIMING:
+        return claiming_step(world)
+    return active_step(world)
+
+
+def deadline_passed(world: World) -> bool:
+    run = world.run
+    if run is None or run.spec.active_deadline_seconds is None or run.status.start_time is None:
+        return False
+    limit = run.status.start_time + timedelta(seconds=run.spec.active_deadline_seconds)
+    return world.now >= limit
+
+
+def command_step(world: World, pending: commands.Pending) -> Step:
+    """Decide a pending command into the ledger; once it is there, remove its annotations."""
+    status = world.slot.status
+    command = pending.command
+    if pending.malformed is not None:
+        return RemoveCommand(keys=pending.keys, event=guards.Event(
+            type="Warning", reason="CommandRejected",
+            message=f"{command.kind} not processed: {pending.malformed}"))
+    if guards.seen(status, command.request_id) is not None:
+        return RemoveCommand(keys=pending.keys)
+    refused = world.commands_refused or (
+        None if pending.stamped else
+        f"{command.kind} {command.request_id} carries no actor stamped by admission")
+    if refused is not None:
+        decision = guards.reject(command=command, status=status,
+                                 predicate=Predicate.COMMANDS_REFUSED, message=refused,
+                                 now=world.now)
+        return WriteStatus(status=_set(decision.status, COMMANDS_REFUSED, "True",
+                                       "AdmissionPolicyMissing", refused, world.now),
+                           event=decision.event, point="command-ledger")
+    if conditions.is_true(status.conditions, COMMANDS_REFUSED):
+        status = _set(status, COMMANDS_REFUSED, "False", "AdmissionPolicyPresent",
+                      "the actor-stamping admission policy is installed", world.now)
+    slot = world.slot.model_copy(update={"status": status})
+    assert world.run is not None
+    if command.kind is CommandKind.CLAIM and world.run.spec.suspend:
+        decision = guards.reject(command=command, status=status,
+                                 predicate=Predicate.NOT_CLAIMABLE,
+                                 message="the run is suspended (spec.suspend); resume it first",
+                                 now=world.now)
+        return WriteStatus(status=decision.status, event=decision.event, point="command-ledger")
+    decision = guards.decide(
+        command=dataclasses.replace(command, override=world.override),
+        slot=slot, tenant=world.tenant, prior=prior(world), launch_specs=world.launch_specs,
+        now=world.now, claim_policy=world.run.spec.claim_policy)
+    if decision.duplicate:
+        return RemoveCommand(keys=pending.keys)
+    new = decision.status
+    if decision.accepted and decision.choice is not None:
+        pinned = new.launch_spec
+        assert pinned is not None
+        if pinned.snapshot not in world.snapshots:
+            return Create(body=snapshots.body(slot=world.slot, pinned=pinned,
+                                              spec=decision.choice.spec.spec,
+                                              tenant=world.tenant),
+                          point="launch-spec-snapshot")
+    if decision.accepted and command.kind is CommandKind.CLAIM:
+        new = transitions.start_claim(new, slot=world.slot.metadata.name, now=world.now)
+    return WriteStatus(status=new, event=decision.event, point="command-ledger")
+
+
+def prior(world: World) -> guards.Prior | None:
+    """The prior attempt's pod phase and lease status, for the reassignment guard."""
+    status = world.slot.status
+    objects = world.attempt
+    if status.prior_worker is None or objects is None or objects.name != status.prior_worker:
+        return None
+    pod = pod_view(objects.pod)
+    lease = lease_view(objects.lease)
+    return guards.Prior(pod=pod.phase, lease=lease_status(
+        observation=world.observation, lease=lease, now=world.now,
+        claimed_at=_started_at(status, objects.name) or world.now,
+        start_deadline_seconds=_start_deadline(world)))
+
+
+def fence_step(world: World) -> Step | None:
+    """After an attempt ended (or was given up): kill a live pod, tombstone the lease."""
+    status = world.slot.status
+    objects = world.attempt
+    if status.prior_worker is None or objects is None or objects.name != status.prior_worker:
+        return None
+    pod = pod_view(objects.pod)
+    if pod.phase in attempts.LIVE:
+        return DeletePod(name=objects.name, uid=pod.uid,
+                         message=f"fencing attempt {objects.name}: the slot has moved on")
+    lease = objects.lease
+    if lease is not None and names.OUTCOME_ANNOTATION not in (
+            (lease.get("metadata") or {}).get("annotations") or {}):
+        record = next((a for a in status.attempts if a.pod == objects.name), None)
+        outcome = record.outcome if record and record.outcome else Outcome.LOST
+        annotations = {
+            names.OUTCOME_ANNOTATION: str(outcome),
+            names.ENDED_AT_ANNOTATION: _iso(record.ended_at if record and record.ended_at
+                                            else world.now),
+        }
+        if record is not None and record.owner_actor is not None:
+            annotations[names.OWNER_ACTOR_ANNOTATION] = record.owner_actor
+        if record is not None:
+            annotations[names.LAUNCH_SPEC_ANNOTATION] = record.launch_spec
+        return Tombstone(name=objects.name, annotations=annotations)
+    return None
+
+
+def pending_step(world: World) -> Step:
+    """Pending → Ready once every dependency succeeded and a launch spec is pinned."""
+    status = world.slot.status
+    spec = world.slot.spec
+    failed = [node for node in spec.depends_on
+              if world.dependencies.get(node) is SlotState.FAILED]
+    if failed:
+        message = f"dependency {', '.join(failed)} failed; this slot cannot run"
+        return WriteStatus(
+            status=transitions.fail(status, reason="DependencyFailed", message=message,
+                                    now=world.now),
+            event=guards.Event(type="Warning", reason="DependencyFailed", message=message))
+    waiting = [node for node in spec.depends_on
+               if world.dependencies.get(node) is not SlotState.SUCCEEDED]
+    if waiting:
+        return Wait(message=f"waiting for {', '.join(waiting)} to succeed")
+    worker_class = status.worker_class or spec.worker_class
+    chosen = selection.select(specs=world.launch_specs,
+                              namespace=world.slot.metadata.namespace or "",
+                              run=spec.run, node=spec.node, worker_class=worker_class)
+    if isinstance(chosen, selection.NoChoice):
+        new = _set(status, LAUNCH_SPEC_SELECTED, "False", str(chosen.predicate),
+                   chosen.message, world.now)
+        if new == status:
+            return Wait(message=chosen.message)
+        return WriteStatus(status=new, event=guards.Event(
+            type="Warning", reason=str(chosen.predicate), message=chosen.message))
+    pinned = guards.pin(slot=world.slot.metadata.name, choice=chosen)
+    if pinned.snapshot not in world.snapshots:
+        return Create(body=snapshots.body(slot=world.slot, pinned=pinned, spec=chosen.spec.spec,
+                                          tenant=world.tenant), point="launch-spec-snapshot")
+    ready = transitions.deps_met(status, worker_class=worker_class, launch_spec=pinned,
+                                 now=world.now)
+    ready = _set(ready, LAUNCH_SPEC_SELECTED, "True", "Selected", chosen.reason, world.now)
+    return WriteStatus(status=ready, event=guards.Event(
+        type="Normal", reason="Ready", message=f"ready to claim: {chosen.reason}"))
+
+
+def claim_step(world: World) -> Step:
+    """Ready or RetryWait: start a claim when claimable, else wait (for retryAt)."""
+    status = world.slot.status
+    assert world.run is not None
+    if world.run.spec.suspend:
+        return Wait(message="the run is suspended")
+    if transitions.is_claimable(status, now=world.now, claim_policy=world.run.spec.claim_policy):
+        return WriteStatus(status=transitions.start_claim(
+            status, slot=world.slot.metadata.name, now=world.now), point="claiming")
+    if conditions.is_true(status.conditions, transitions.AWAITING_REASSIGNMENT):
+        return Wait(message="attempts exhausted: awaiting reassignment or give-up")
+    if world.run.spec.claim_policy == "Manual" and status.state is SlotState.READY:
+        return Wait(message="waiting for a claim command (claimPolicy Manual)")
+    return Wait(message="waiting to retry", until=status.retry_at)
+
+
+def claiming_step(world: World) -> Step:
+    """Claiming: create the Lease, then the Pod, then record the attempt as Active."""
+    status = world.slot.status
+    slot = world.slot
+    objects = world.attempt
+    worker = status.pending_worker
+    assert worker is not None and objects is not None and objects.name == worker
+    pinned = status.launch_spec
+    if pinned is None or world.launch_spec is None:
+        return claim_failed(world, message=world.launch_spec_error
+                            or "no launch spec is pinned to build the pod from")
+    number = status.attempt_count
+    uid = slot.metadata.uid or ""
+    for found, kind in ((objects.lease, "Lease"), (objects.pod, "Pod")):
+        if found is not None and not claims.matches_attempt(found, slot_uid=uid, attempt=number):
+            return claim_failed(world, message=f"a {kind} named {worker} exists that is not "
+                                               f"attempt {number} of this slot")
+    if objects.lease is None:
+        return Create(claim=True, point="claim-lease", body=claims.lease_body(
+            slot=slot, attempt=number, owner_actor=status.next_owner_actor, tenant=world.tenant,
+            launch_spec=pinned, lease_duration_seconds=world.launch_spec.lease.duration_seconds))
+    if objects.pod is None:
+        assert world.run is not None and world.run.status.pinned is not None
+        return Create(claim=True, point="claim-pod", body=claims.pod_body(
+            slot=slot, pins=world.run.status.pinned, launch_spec=world.launch_spec,
+            pinned=pinned, attempt=number, owner_actor=status.next_owner_actor,
+            tenant=world.tenant))
+    owner = status.next_owner_actor
+    message = (f"attempt {number} claimed: pod and lease {worker} from LaunchSpec "
+               f"{pinned.name}@{pinned.generation}"
+               + (f", owner {owner}" if owner else " (automatic claim)"))
+    return WriteStatus(status=transitions.finish_claim(
+        status, now=world.now, pod_uid=(objects.pod.get("metadata") or {}).get("uid")),
+        event=guards.Event(type="Normal", reason="Claimed", message=message), point="active")
+
+
+def claim_failed(world: World, *, message: str) -> WriteStatus:
+    """The attempt's objects cannot be created: it ends as ClaimFailed, its number spent."""
+    status = world.slot.status
+    full = f"attempt {status.pending_worker} could not be created: {message}"
+    return WriteStatus(status=transitions.fail_claim(status, message=full, policy=policy(world),
+                                                     now=world.now),
+                       event=guards.Event(type="Warning", reason="ClaimFailed", message=full),
+                       point="claim-failed")
+
+
+def active_step(world: World) -> Step:
+    """Active: the ended-attempt table of DESIGN.md section 4."""
+    status = world.slot.status
+    objects = world.attempt
+    assert objects is not None and objects.name == status.active_worker
+    pod = pod_view(objects.pod)
+    lease = lease_view(objects.lease)
+    started = _started_at(status, objects.name) or world.now
+    deadline = _start_deadline(world)
+    judged = lease_status(observation=world.observation, lease=lease, now=world.now,
+                          claimed_at=started, start_deadline_seconds=deadline)
+    verdict = attempts.judge(pod=pod, lease=judged, renewed=world.observation is not None)
+    if verdict.delete_pod:
+        return DeletePod(name=objects.name, uid=pod.uid, message=verdict.message)
+    if not verdict.ended:
+        if judged is not LeaseStatus.HELD:
+            return Wait(message=verdict.message)
+        if world.observation is None:
+            until = started + timedelta(seconds=deadline)
+        else:
+            until = world.observation.observed_at + timedelta(
+                seconds=lease.duration_seconds or 0)
+        return Wait(message=verdict.message, until=until)
+    assert verdict.outcome is not None
+    message = f"attempt {objects.name} ended {verdict.outcome}: {verdict.message}"
+    return WriteStatus(
+        status=transitions.end_attempt(status, outcome=verdict.outcome, message=verdict.message,
+                                       exit_code=verdict.exit_code, policy=policy(world),
+                                       now=world.now),
+        event=guards.Event(type="Normal" if verdict.outcome is Outcome.SUCCEEDED else "Warning",
+                           reason="AttemptEnded", message=message),
+        point="attempt-ended")
+
+
+def needs_attempt_objects(status: SlotStatus) -> str | None:
+    """Which attempt's pod and lease the world must include: pending, active, else prior."""
+    return status.pending_worker or status.active_worker or status.prior_worker
+
+
+def pod_phase_of(pod: Mapping[str, Any] | None) -> PodPhase:
+    return pod_view(pod).phase
+
+
+def _start_deadline(world: World) -> int:
+    return world.launch_spec.start_deadline_seconds if world.launch_spec else 300
+
+
+def _started_at(status: SlotStatus, worker: str) -> datetime | None:
+    return next((a.started_at for a in status.attempts if a.pod == worker), None)
+
+
+def _set(status: SlotStatus, type_: str, value: conditions.ConditionStatus, reason: str,
+         message: str, now: datetime) -> SlotStatus:
+    return status.model_copy(update={"conditions": conditions.set_condition(
+        status.conditions, type_=type_, status=value, reason=reason, message=message, now=now)})
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")

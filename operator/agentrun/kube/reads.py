@@ -1,0 +1,141 @@
+"""Reading what the decisions need, as plain dicts (camelCase, as the API returns them).
+
+Objects are read through :mod:`agentrun.kube.rest`, as the API returns them.
+Two reads are cached because their answers change rarely and are asked often: whether
+the admission policies that stamp actors exist (a few seconds), and the content of an
+immutable LaunchSpec snapshot (forever: it cannot change).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agentrun.api import names
+from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
+from agentrun.api.runs import AgentRun
+from agentrun.api.slots import PinnedLaunchSpec, Slot
+from agentrun.core import snapshots
+from agentrun.kube import rest
+
+Object = dict[str, Any]
+STAMP_POLICY = "agentrun-stamp-actors"
+POLICY_CACHE_SECONDS = 5.0
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+def custom_path(plural: str, namespace: str, name: str | None = None) -> str:
+    return rest.namespaced(group=names.GROUP, version=names.VERSION, plural=plural,
+                           namespace=namespace, name=name)
+
+
+class Reader:
+    """Reads for one API client; holds the two small caches described above."""
+
+    def __init__(self, client: rest.Rest) -> None:
+        self.rest = client
+        self._policy_checked_at = -POLICY_CACHE_SECONDS
+        self._policy_missing: str | None = None
+        self._snapshots: dict[tuple[str, str], LaunchSpecSpec] = {}
+
+    def custom_object(self, plural: str, namespace: str, name: str) -> Object | None:
+        return self.rest.get(custom_path(plural, namespace, name))
+
+    def custom_objects(self, plural: str, namespace: str, *,
+                       selector: str | None = None) -> list[Object]:
+        listed = self.rest.get(custom_path(plural, namespace),
+                               query={"labelSelector": selector} if selector else None) or {}
+        items: list[Object] = listed.get("items") or []
+        for item in items:  # list items omit these; the models expect them
+            item.setdefault("apiVersion", names.API_VERSION)
+        return items
+
+    def slot(self, namespace: str, name: str) -> Slot | None:
+        found = self.custom_object("slots", namespace, name)
+        return Slot.model_validate(found) if found else None
+
+    def run(self, namespace: str, name: str) -> AgentRun | None:
+        found = self.custom_object("agentruns", namespace, name)
+        return AgentRun.model_validate(found) if found else None
+
+    def slots_of(self, namespace: str, run: str) -> list[Slot]:
+        return [Slot.model_validate({**o, "kind": "Slot"}) for o in self.custom_objects(
+            "slots", namespace, selector=f"{names.RUN_LABEL}={run}")]
+
+    def launch_specs(self, namespace: str) -> list[LaunchSpec]:
+        return [LaunchSpec.model_validate({**o, "kind": "LaunchSpec"})
+                for o in self.custom_objects("launchspecs", namespace)]
+
+    def tenant(self, namespace: str) -> str | None:
+        found = self.rest.get(f"/api/v1/namespaces/{namespace}")
+        labels = ((found or {}).get("metadata") or {}).get("labels") or {}
+        tenant: str | None = labels.get(names.TENANT_LABEL)
+        return tenant
+
+    def pod(self, namespace: str, name: str) -> Object | None:
+        return self.rest.get(rest.namespaced(group="", version="v1", plural="pods",
+                                             namespace=namespace, name=name))
+
+    def lease(self, namespace: str, name: str) -> Object | None:
+        return self.rest.get(rest.namespaced(group="coordination.k8s.io", version="v1",
+                                             plural="leases", namespace=namespace, name=name))
+
+    def configmap(self, namespace: str, name: str) -> Object | None:
+        return self.rest.get(rest.namespaced(group="", version="v1", plural="configmaps",
+                                             namespace=namespace, name=name))
+
+    def configmaps(self, namespace: str, *, selector: str) -> list[Object]:
+        listed = self.rest.get(rest.namespaced(group="", version="v1", plural="configmaps",
+                                               namespace=namespace),
+                               query={"labelSelector": selector}) or {}
+        items: list[Object] = listed.get("items") or []
+        return items
+
+    def launch_spec_snapshots(self, namespace: str, slot: str) -> frozenset[str]:
+        selector = f"{names.SLOT_LABEL}={slot},{names.SNAPSHOT_LABEL}=launchspec"
+        return frozenset(cm["metadata"]["name"]
+                         for cm in self.configmaps(namespace, selector=selector))
+
+    def pinned_launch_spec(self, namespace: str,
+                           pinned: PinnedLaunchSpec) -> tuple[LaunchSpecSpec | None, str | None]:
+        """The pinned spec from its snapshot, or why it cannot be had."""
+        key = (namespace, pinned.snapshot)
+        if key in self._snapshots:
+            return self._snapshots[key], None
+        found = self.configmap(namespace, pinned.snapshot)
+        if found is None:
+            return None, f"the LaunchSpec snapshot {pinned.snapshot} is missing"
+        try:
+            spec = snapshots.read(found, pinned=pinned)
+        except ValueError as error:
+            return None, str(error)
+        self._snapshots[key] = spec
+        return spec, None
+
+    def commands_refused(self) -> str | None:
+        """Why commands cannot be trusted now: the actor-stamping policy or binding missing."""
+        if time.monotonic() - self._policy_checked_at < POLICY_CACHE_SECONDS:
+            return self._policy_missing
+        missing = []
+        if self.rest.get(f"{ADMISSION}/mutatingadmissionpolicies/{STAMP_POLICY}") is None:
+            missing.append(f"MutatingAdmissionPolicy {STAMP_POLICY}")
+        if self.rest.get(f"{ADMISSION}/mutatingadmissionpolicybindings/{STAMP_POLICY}") is None:
+            missing.append(f"MutatingAdmissionPolicyBinding {STAMP_POLICY}")
+        self._policy_missing = (
+            f"commands are refused while {' and '.join(missing)} is missing: without it no "
+            "actor can be verified; install it (make install)" if missing else None)
+        self._policy_checked_at = time.monotonic()
+        return self._policy_missing
+
+    def may_override(self, *, actor: str | None, namespace: str, slot: str) -> bool:
+        """Does ``actor`` hold the verb ``override`` on this slot (a SubjectAccessReview)?"""
+        if actor is None:
+            return False
+        review = self.rest.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                                   body={
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": actor, "groups": ["system:authenticated"],
+                     "resourceAttributes": {
+                         "namespace": namespace, "verb": "override", "group": names.GROUP,
+                         "resource": "slots", "name": slot}}})
+        return bool((review.get("status") or {}).get("allowed"))

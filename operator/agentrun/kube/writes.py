@@ -1,0 +1,127 @@
+"""The applier: every write the operator makes, each with its precondition.
+
+- status: PUT to the status subresource carrying ``metadata.resourceVersion`` (the server
+  takes only ``status`` from it, and answers 409 if the object changed since it was read);
+- command removal: a merge patch carrying ``metadata.resourceVersion``;
+- creation: "must not exist" is create's own precondition; on AlreadyExists the caller
+  decides from the object found whether it is its own (deterministic names);
+- pod deletion: with a uid precondition, so a later pod of the same name is safe;
+- lease tombstone: PUT with the resourceVersion read.
+
+A :class:`Conflict` means "re-read and decide again"; :class:`Rejected` is the API server
+refusing the object itself (403, 422, 400), which a claim records as ClaimFailed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrun.api import names
+from agentrun.api.slots import Slot, SlotStatus
+from agentrun.kube import crashpoints, rest
+
+Object = dict[str, Any]
+PLURALS = {"AgentRun": "agentruns", "Slot": "slots", "LaunchSpec": "launchspecs",
+           "Pod": "pods", "ConfigMap": "configmaps", "Lease": "leases"}
+GROUPS = {"Pod": ("", "v1"), "ConfigMap": ("", "v1"), "Lease": ("coordination.k8s.io", "v1")}
+
+
+class Conflict(Exception):
+    """The object changed (409) or vanished (404) since it was read: decide again."""
+
+
+class Exists(Exception):
+    """AlreadyExists on create; ``found`` is the object under that name (None if gone)."""
+
+    def __init__(self, found: Object | None) -> None:
+        super().__init__("already exists")
+        self.found = found
+
+
+class Rejected(Exception):
+    """The API server refused the object (forbidden, invalid): a person must act."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def path(kind: str, namespace: str, name: str | None = None,
+         subresource: str | None = None) -> str:
+    group, version = GROUPS.get(kind, (names.GROUP, names.VERSION))
+    return rest.namespaced(group=group, version=version, plural=PLURALS[kind],
+                           namespace=namespace, name=name, subresource=subresource)
+
+
+def translated(error: rest.ApiError) -> Exception:
+    if error.status in (404, 409):
+        return Conflict(error.message)
+    if error.status in (400, 403, 422):
+        return Rejected(error.status, error.message)
+    return error
+
+
+class Writer:
+    def __init__(self, client: rest.Rest) -> None:
+        self.rest = client
+
+    def _write(self, method: str, where: str, body: Object, *, point: str,
+               content_type: str = rest.JSON) -> Object:
+        try:
+            result = self.rest.request(method, where, body=body, content_type=content_type)
+        except rest.ApiError as error:
+            raise translated(error) from error
+        crashpoints.reached(point)
+        return result
+
+    def slot_status(self, slot: Slot, status: SlotStatus, *, point: str) -> Object:
+        """Replace the slot's status, preconditioned on the resourceVersion read."""
+        return self.custom_status({
+            "apiVersion": names.API_VERSION, "kind": "Slot",
+            "metadata": {"name": slot.metadata.name, "namespace": slot.metadata.namespace,
+                         "resourceVersion": slot.metadata.resource_version},
+            "status": status.wire()}, point=point)
+
+    def custom_status(self, body: Object, *, point: str) -> Object:
+        """Replace a custom object's status; ``body.metadata.resourceVersion`` is the guard."""
+        meta = body["metadata"]
+        return self._write("PUT", path(body["kind"], meta["namespace"], meta["name"], "status"),
+                           body, point=point)
+
+    def remove_annotations(self, *, kind: str, namespace: str, name: str,
+                           resource_version: str | None, keys: tuple[str, ...],
+                           point: str) -> None:
+        patch = {"metadata": {"resourceVersion": resource_version,
+                              "annotations": dict.fromkeys(keys)}}
+        self._write("PATCH", path(kind, namespace, name), patch, point=point,
+                    content_type=rest.MERGE_PATCH)
+
+    def create(self, body: Object, *, point: str) -> Object:
+        """Create ``body``; raises :class:`Exists` with the object found under its name."""
+        meta = body["metadata"]
+        try:
+            return self._write("POST", path(body["kind"], meta["namespace"]), body, point=point)
+        except Conflict:
+            raise Exists(self.rest.get(path(body["kind"], meta["namespace"], meta["name"]))
+                         ) from None
+
+    def delete_pod(self, *, namespace: str, name: str, uid: str | None, point: str) -> None:
+        """Delete a pod (fencing its attempt); already gone counts as done."""
+        options: Object = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        try:
+            self._write("DELETE", path("Pod", namespace, name), options, point=point)
+        except Conflict:
+            if self.rest.get(path("Pod", namespace, name)) is not None:
+                raise
+            crashpoints.reached(point)
+
+    def tombstone(self, *, lease: Object, annotations: dict[str, str], point: str) -> None:
+        """Clear the holder and record the end; the lease stays as the attempt's record."""
+        meta = lease["metadata"]
+        body = {**lease,
+                "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}),
+                                                     **annotations}},
+                "spec": {**(lease.get("spec") or {}), "holderIdentity": None}}
+        self._write("PUT", path("Lease", meta["namespace"], meta["name"]), body, point=point)

@@ -1,0 +1,56 @@
+"""Fixtures for the operator's integration tests: the operator installed and running.
+
+``installed`` applies the generated RBAC and the actor-stamping admission policy once
+per session (the CRDs come from ``crds``); ``operator`` starts the operator as a
+subprocess watching only the test's namespace, as the cluster's ``operator`` user.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from clusters import Cluster
+from operators import OperatorProcess
+from scenarios import Scenario
+from waiting import wait_for
+
+MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
+
+
+@pytest.fixture(scope="session")
+def installed(cluster: Cluster, crds: list[str]) -> None:
+    for folder in ("rbac", "admission"):
+        result = cluster.kubectl("apply", "--server-side", "-f", str(MANIFESTS / folder))
+        assert result.returncode == 0, result.stderr
+    probe = json.dumps({
+        "apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",
+        "metadata": {"name": "probe-00000000", "namespace": "default",
+                     "annotations": {"agentrun.dev/claim-id": "probe"}},
+        "spec": {"run": "probe", "node": "probe", "workerClass": "cpu"}})
+
+    def stamping() -> bool:
+        result = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                 input=probe)
+        annotations = json.loads(result.stdout or "{}").get("metadata", {}).get(
+            "annotations", {}) if result.returncode == 0 else {}
+        return annotations.get("agentrun.dev/claim-actor") == "admin"
+
+    wait_for(stamping, timeout=30, message="the actor-stamping policy in effect")
+
+
+@pytest.fixture
+def scenario(cluster: Cluster, namespace: str, installed: None) -> Scenario:
+    return Scenario(cluster=cluster, namespace=namespace)
+
+
+@pytest.fixture
+def operator(cluster: Cluster, namespace: str, installed: None,
+             tmp_path: Path) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(cluster=cluster, namespace=namespace,
+                              log=tmp_path / "operator.log").start()
+    yield process
+    process.stop()
+    print(f"--- operator log (tail) ---\n{process.tail(60)}")

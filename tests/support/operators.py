@@ -1,0 +1,72 @@
+"""The operator as a subprocess: started, killed (SIGKILL) and restarted by tests.
+
+A subprocess rather than Kopf's in-process runner, because the crash tests need a real
+SIGKILL between two writes (``AGENTRUN_CRASH_AT``), and the operator must act with its
+own identity (the local cluster's ``operator`` user, rights only from RBAC).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from clusters import Cluster
+from waiting import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class OperatorProcess:
+    def __init__(self, *, cluster: Cluster, namespace: str, log: Path, tick: float = 0.2) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.log = log
+        self.tick = tick
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self, *, crash_at: str | None = None) -> OperatorProcess:
+        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig),
+               "PYTHONPATH": str(REPO / "operator")}
+        env.pop("AGENTRUN_CRASH_AT", None)
+        if crash_at:
+            env["AGENTRUN_CRASH_AT"] = crash_at
+        args = [sys.executable, "-m", "agentrun.cli", "run", "--namespace", self.namespace,
+                "--tick", str(self.tick)]
+        if self.cluster.local is not None:
+            args += ["--context", "operator"]
+        self.starts += 1
+        with open(self.log, "ab") as log:
+            log.write(f"--- start {self.starts} crash_at={crash_at}\n".encode())
+            self.process = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def wait_crashed(self, *, timeout: float = 60) -> int:
+        """Wait for the process to die at its crash point; its exit status (-9: SIGKILL)."""
+        wait_for(lambda: not self.alive, timeout=timeout,
+                 message=f"the operator to crash; log: {self.tail()}")
+        assert self.process is not None
+        return self.process.returncode
+
+    def stop(self) -> None:
+        if self.alive:
+            assert self.process is not None
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+    def tail(self, lines: int = 30) -> str:
+        if not self.log.exists():
+            return "(no log)"
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

@@ -1,0 +1,215 @@
+"""Building and observing agentrun scenarios in a test namespace.
+
+A :class:`Scenario` publishes configuration (as GitOps would), LaunchSpecs, runs (as a
+person would, through kubectl), plays the *worker* (renews the lease, finishes the pod:
+there is no kubelet on the local control plane) and reads slots, pods and leases back.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import kubernetes
+import yaml
+from clusters import Cluster
+from kubernetes.client.rest import ApiException
+from waiting import wait_for
+
+GROUP, VERSION = "agentrun.dev", "v1alpha1"
+Object = dict[str, Any]
+
+EDITOR_RULES = [
+    {"apiGroups": [GROUP], "resources": ["agentruns"],
+     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+    {"apiGroups": [GROUP], "resources": ["slots"], "verbs": ["get", "list", "watch", "patch",
+                                                              "update"]},
+    {"apiGroups": [GROUP], "resources": ["launchspecs"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods", "configmaps"], "verbs": ["get", "list"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list"]},
+]
+
+
+def workflow(*nodes: tuple[str, str, list[str]]) -> str:
+    return yaml.safe_dump({"nodes": [{"name": n, "workerClass": c, "dependsOn": d}
+                                     for n, c, d in nodes]})
+
+
+class Scenario:
+    def __init__(self, *, cluster: Cluster, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        api = cluster.client()
+        self.core = kubernetes.client.CoreV1Api(api)
+        self.custom = kubernetes.client.CustomObjectsApi(api)
+        self.coordination = kubernetes.client.CoordinationV1Api(api)
+        self.rbac = kubernetes.client.RbacAuthorizationV1Api(api)
+
+    # --- publishing (GitOps / admin) -------------------------------------------------
+    def config(self, *, kind: str, name: str, revision: int, text: str,
+               accepted: bool = True) -> Object:
+        labels = {"agentrun.dev/config-kind": kind, "agentrun.dev/config-name": name,
+                  "agentrun.dev/revision": str(revision)}
+        if accepted:
+            labels["agentrun.dev/accepted"] = "true"
+        created: Object = self.core.create_namespaced_config_map(self.namespace, {
+            "metadata": {"name": f"{name}-{kind}-r{revision}", "labels": labels},
+            "data": {f"{kind}.yaml": text}}).to_dict()
+        return created
+
+    def configs(self, *, name: str = "study", revision: int = 1,
+                nodes: tuple[tuple[str, str, list[str]], ...] = (("research", "cpu", []),),
+                outcome: str = "a sourced report") -> None:
+        self.config(kind="package", name=name, revision=revision,
+                    text=yaml.safe_dump({"outcome": outcome}))
+        self.config(kind="workflow", name=name, revision=revision, text=workflow(*nodes))
+        self.config(kind="bindings", name=name, revision=revision, text=yaml.safe_dump({
+            "nodes": [{"node": n, "agent": {"name": "researcher", "revision": "7"}}
+                      for n, _, _ in nodes]}))
+
+    def launch_spec(self, name: str, *, classes: list[str], image: str = "busybox:1.36",
+                    runs: list[str] | None = None, nodes: list[str] | None = None,
+                    priority: int = 0, lease_seconds: int = 5,
+                    start_deadline_seconds: int = 60) -> Object:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
+                "metadata": {"name": name},
+                "spec": {"claim": {"workerClasses": classes},
+                         "scope": {"runs": runs or [], "nodes": nodes or []},
+                         "priority": priority, "lease": {"durationSeconds": lease_seconds},
+                         "startDeadlineSeconds": start_deadline_seconds,
+                         "template": {"metadata": {"labels": {"example/spec": name}},
+                                      "spec": {"restartPolicy": "Never", "containers": [
+                                          {"name": "worker", "image": image}]}}}}
+        created: Object = self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "launchspecs", body)
+        return created
+
+    def grant_editor(self, *users: str) -> None:
+        self.rbac.create_namespaced_role(self.namespace, {
+            "metadata": {"name": "agentrun-editor"}, "rules": EDITOR_RULES})
+        self.rbac.create_namespaced_role_binding(self.namespace, {
+            "metadata": {"name": "agentrun-editor"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": "agentrun-editor"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}
+                         for u in users]})
+
+    # --- a person's actions ----------------------------------------------------------
+    def run(self, name: str = "study", *, user: str = "admin", config: str = "study",
+            claim_policy: str = "Automatic", max_attempts: int = 3,
+            initial_backoff: int = 0, extra: Object | None = None) -> None:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentRun",
+                "metadata": {"name": name, "namespace": self.namespace},
+                "spec": {"package": {"name": config}, "workflow": {"name": config},
+                         "bindings": {"name": config}, "claimPolicy": claim_policy,
+                         "retry": {"maxAttempts": max_attempts,
+                                   "backoff": {"initialSeconds": initial_backoff}},
+                         **(extra or {})}}
+        result = self.cluster.kubectl("apply", "-f", "-", user=user, input=json.dumps(body))
+        assert result.returncode == 0, result.stderr
+
+    def annotate(self, slot: str, *, user: str, **annotations: str) -> Any:
+        """``kubectl annotate`` as ``user``; keys are given without the agentrun.dev/ prefix."""
+        pairs = [f"agentrun.dev/{key.replace('_', '-')}={value}"
+                 for key, value in annotations.items()]
+        return self.cluster.kubectl("-n", self.namespace, "annotate", "--overwrite",
+                                    f"slots.{GROUP}/{slot}", *pairs, user=user)
+
+    # --- the worker's part (no kubelet here) -------------------------------------------
+    def renew(self, lease: str) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self.coordination.patch_namespaced_lease(lease, self.namespace,
+                                                 {"spec": {"renewTime": now}})
+
+    def finish(self, pod: str, phase: str, *, exit_code: int | None = None) -> None:
+        status: Object = {"phase": phase}
+        if exit_code is not None:
+            status["containerStatuses"] = [{
+                "name": "worker", "ready": False, "restartCount": 0, "image": "busybox:1.36",
+                "imageID": "", "state": {"terminated": {"exitCode": exit_code}}}]
+        self.core.patch_namespaced_pod_status(pod, self.namespace, {"status": status})
+
+    # --- reading -------------------------------------------------------------------------
+    def slot_name(self, run: str, node: str) -> str:
+        slots = self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "slots",
+            label_selector=f"agentrun.dev/run={run},agentrun.dev/node={node}")["items"]
+        assert len(slots) == 1, slots
+        name: str = slots[0]["metadata"]["name"]
+        return name
+
+    def slot_name_eventually(self, run: str, node: str, *, timeout: float = 60) -> str:
+        found: str = wait_for(lambda: self.slot_name(run, node), timeout=timeout,
+                              message=f"the slot of run {run} node {node}")
+        return found
+
+    def slot(self, name: str) -> Object:
+        found: Object = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "slots", name)
+        return found
+
+    def agentrun(self, name: str) -> Object:
+        found: Object = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "agentruns", name)
+        return found
+
+    def wait_slot(self, name: str, predicate: Callable[[Object], bool], *, message: str,
+                  timeout: float = 60) -> Object:
+        def check() -> Object | None:
+            slot = self.slot(name)
+            return slot if predicate(slot) else None
+        found: Object = wait_for(check, timeout=timeout, message=f"slot {name}: {message}")
+        return found
+
+    def wait_state(self, name: str, state: str, *, timeout: float = 60) -> Object:
+        return self.wait_slot(name, lambda s: s.get("status", {}).get("state") == state,
+                              message=f"state {state}", timeout=timeout)
+
+    def wait_ledger(self, name: str, request_id: str, *, timeout: float = 60) -> Object:
+        """Wait until the command is in the ledger and its annotations are gone."""
+        def done(slot: Object) -> bool:
+            ids = [c["requestId"] for c in slot.get("status", {}).get("commands", [])]
+            annotations = slot["metadata"].get("annotations") or {}
+            return request_id in ids and not any(
+                k.startswith("agentrun.dev/") and k.endswith("-id") for k in annotations)
+        slot = self.wait_slot(name, done, message=f"command {request_id} decided and removed",
+                              timeout=timeout)
+        entry: Object = next(c for c in slot["status"]["commands"]
+                             if c["requestId"] == request_id)
+        return entry
+
+    def pod(self, name: str) -> Object | None:
+        return self._or_none(lambda: self.core.read_namespaced_pod(name, self.namespace))
+
+    def lease(self, name: str) -> Object | None:
+        return self._or_none(lambda: self.coordination.read_namespaced_lease(name,
+                                                                             self.namespace))
+
+    def pods(self) -> list[str]:
+        return sorted(p.metadata.name for p in self.core.list_namespaced_pod(
+            self.namespace, label_selector="agentrun.dev/slot").items)
+
+    def leases(self) -> list[str]:
+        return sorted(lease.metadata.name for lease in self.coordination.list_namespaced_lease(
+            self.namespace, label_selector="agentrun.dev/slot").items)
+
+    def events(self, reason: str) -> list[str]:
+        return [e.message for e in self.core.list_namespaced_event(self.namespace).items
+                if e.reason == reason]
+
+    @staticmethod
+    def _or_none(read: Callable[[], Any]) -> Object | None:
+        try:
+            found: Object = kubernetes.client.ApiClient().sanitize_for_serialization(read())
+            return found
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+
+def request_id() -> str:
+    return uuid.uuid4().hex[:12]
