@@ -6,7 +6,7 @@ the same concurrency, from inside one asyncio event loop (as the operator runs).
 table of requests per second and latency percentiles. A benchmark, never a test:
 
     make cluster   # in another terminal
-    .venv/bin/pip install 'kubernetes_asyncio>=33'
+    .venv/bin/pip install -e ".[bench]"
     KUBECONFIG=.cluster/kubeconfig .venv/bin/python bench/client_latency.py [--rounds 300]
 """
 
