@@ -89,10 +89,11 @@ class RunReconciler:
     def pin(self, run: AgentRun, *, tenant: str | None, now: datetime,
             result: Result) -> bool:
         namespace = run.metadata.namespace or ""
-        candidates = {kind: self.reader.configmaps(
+        candidates = {} if tenant is None else {kind: self.reader.configmaps(
             namespace, selector=f"{names.CONFIG_KIND_LABEL}={kind},!{names.SNAPSHOT_LABEL}")
             for kind in names.CONFIG_KINDS}
-        resolved = resolution.resolve(run=run, config_maps=candidates)
+        resolved = (resolution.tenancy(run=run, tenant=tenant)
+                    or resolution.resolve(run=run, config_maps=candidates))
         if isinstance(resolved, resolution.Problem):
             status = runs.derive(run=run, nodes=[], slots=[], now=now, problem=resolved)
             self.write(run, status, result, event=guards.Event(

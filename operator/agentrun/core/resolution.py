@@ -38,6 +38,8 @@ CONFIG_NOT_FOUND: Final = "ConfigNotFound"
 CONFIG_NOT_ACCEPTED: Final = "ConfigNotAccepted"
 CONFIG_INVALID: Final = "ConfigInvalid"
 REVISION_INVALID: Final = "RevisionInvalid"
+NOT_A_TENANT: Final = "NotATenantNamespace"
+TENANT_MISMATCH: Final = "TenantMismatch"
 
 # A revision label is canonical decimal, no sign and no leading zero, so that "1" and "01"
 # can never be two spellings of one revision; at most 18 digits so it fits an int64.
@@ -301,3 +303,21 @@ def resolve(
     return Resolution(package=chosen["package"], workflow=chosen["workflow"],
                       bindings=chosen["bindings"], package_document=package,
                       workflow_document=workflow, bindings_document=bindings)
+
+
+def tenancy(*, run: AgentRun, tenant: str | None) -> Problem | None:
+    """A run is served only in a tenant's namespace, and names no other tenant.
+
+    The tenant is the namespace's ``agentrun.dev/tenant`` label, set by a cluster admin;
+    ``spec.tenant``, where written for readability, must agree with it.
+    """
+    namespace = run.metadata.namespace or ""
+    if tenant is None:
+        return Problem(reason=NOT_A_TENANT, message=(
+            f"namespace {namespace!r} has no {names.TENANT_LABEL} label, so it belongs to "
+            "no tenant and agentrun serves no run in it; ask a cluster admin to label it"))
+    if run.spec.tenant is not None and run.spec.tenant != tenant:
+        return Problem(reason=TENANT_MISMATCH, message=(
+            f"spec.tenant is {run.spec.tenant!r} but namespace {namespace!r} belongs to "
+            f"tenant {tenant!r}; remove spec.tenant or set it to {tenant!r}"))
+    return None

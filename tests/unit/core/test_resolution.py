@@ -245,3 +245,21 @@ def test_parse_rereads_a_snapshot_text() -> None:
                              origin="snapshot y")
     assert isinstance(multi, Problem)
     assert multi.message.startswith("snapshot y: ")
+
+
+def test_a_namespace_without_a_tenant_label_serves_no_run() -> None:
+    problem = resolution.tenancy(run=lf.run(), tenant=None)
+    assert problem is not None
+    assert problem.reason == "NotATenantNamespace"
+    assert names.TENANT_LABEL in problem.message
+
+
+def test_spec_tenant_must_agree_with_the_namespace() -> None:
+    run = lf.run()
+    mismatched = run.model_copy(update={"spec": run.spec.model_copy(update={"tenant": "other"})})
+    problem = resolution.tenancy(run=mismatched, tenant="demo")
+    assert problem is not None
+    assert problem.reason == "TenantMismatch"
+    agreeing = run.model_copy(update={"spec": run.spec.model_copy(update={"tenant": "demo"})})
+    assert resolution.tenancy(run=agreeing, tenant="demo") is None
+    assert resolution.tenancy(run=run, tenant="demo") is None
