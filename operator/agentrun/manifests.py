@@ -1,4 +1,4 @@
-"""Generated deployment manifests: the operator's RBAC and the actor-stamping policy.
+"""Generated deployment manifests: the operator's RBAC, Deployment and actor-stamping policy.
 
 One source of truth: the rules here are the operator's needs written once, and the
 admission policy is built from the command shapes of :mod:`agentrun.core.commands`, so a
@@ -74,6 +74,46 @@ def operator_rbac() -> list[dict[str, Any]]:
     ]
 
 
+IMAGE = "ghcr.io/agentrun/agentrun-operator:0.1.0"
+
+
+def deployment(*, image: str = IMAGE) -> list[dict[str, Any]]:
+    """The operator's namespace, service account and Deployment: one replica, Recreate.
+
+    One replica because Kopf peers of equal priority all pause; Recreate so an upgrade
+    never runs two on purpose (two at once stay correct, through preconditions).
+    """
+    labels = {"app.kubernetes.io/name": OPERATOR_ROLE}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": OPERATOR_ROLE, "namespace": OPERATOR_NAMESPACE}},
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": OPERATOR_ROLE, "namespace": OPERATOR_NAMESPACE,
+                      "labels": labels},
+         "spec": {
+             "replicas": 1,
+             "strategy": {"type": "Recreate"},
+             "selector": {"matchLabels": labels},
+             "template": {
+                 "metadata": {"labels": labels},
+                 "spec": {
+                     "serviceAccountName": OPERATOR_ROLE,
+                     "securityContext": {"runAsNonRoot": True,
+                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                     "containers": [{
+                         "name": "operator", "image": image, "args": ["run"],
+                         "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
+                                       "limits": {"memory": "512Mi"}},
+                         "securityContext": {"allowPrivilegeEscalation": False,
+                                             "readOnlyRootFilesystem": True,
+                                             "capabilities": {"drop": ["ALL"]}},
+                     }],
+                 }},
+         }},
+    ]
+
+
 def _escaped(annotation: str) -> str:
     return annotation.replace("~", "~0").replace("/", "~1")
 
@@ -122,7 +162,8 @@ def rendered() -> dict[str, str]:
         return HEADER + yaml.safe_dump_all(documents, sort_keys=False, width=100)
 
     return {"rbac/operator.yaml": dump(operator_rbac()),
-            "admission/stamp-actors.yaml": dump(stamp_policy())}
+            "admission/stamp-actors.yaml": dump(stamp_policy()),
+            "deploy/operator.yaml": dump(deployment())}
 
 
 def main(argv: list[str] | None = None) -> int:
