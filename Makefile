@@ -67,6 +67,9 @@ install: venv
 operator: install
 	$(VENV)/bin/agentrun-operator run $(if $(OPERATOR_CONTEXT),--context $(OPERATOR_CONTEXT),)
 
+# mutmut strips only a "src." prefix from module names: src is a symlink to operator/.
 mutate: venv
+	ln -sfn operator src
+	rm -rf mutants
 	$(VENV)/bin/mutmut run
 	$(VENV)/bin/mutmut results

@@ -70,17 +70,16 @@ def judge(*, pod: PodView, lease: LeaseStatus, renewed: bool) -> Verdict:
         return Verdict(ended=False, message=f"the lease is held; the pod is {pod.phase}")
     if pod.phase in LIVE:
         fence = lease in (LeaseStatus.EXPIRED, LeaseStatus.MISSING)
-        why = "expired" if lease is LeaseStatus.EXPIRED else str(lease).lower()
         return Verdict(
             ended=False,
             delete_pod=fence,
-            message=(f"the lease is {why} but the pod is still {pod.phase}: "
+            message=(f"the lease is {str(lease).lower()} but the pod is still {pod.phase}: "
                      + ("deleting the pod to fence the attempt" if fence
                         else "waiting for the pod to finish")),
         )
     if pod.phase not in FINISHED:
         return Verdict(ended=False,
-                       message=f"the pod is {pod.phase} (its node may be lost): "
+                       message=f"the pod is {pod.phase} (being deleted, or on a lost node): "
                                "waiting until it is gone")
     start_timeout = lease is LeaseStatus.EXPIRED and not renewed
     if pod.phase is PodPhase.SUCCEEDED:

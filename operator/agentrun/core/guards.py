@@ -224,7 +224,7 @@ def reassign(
         return reject(command=command, status=status, predicate=failed[0], message=failed[1],
                       now=now)
     worker_class = command.worker_class or status.worker_class or slot.spec.worker_class
-    chosen = selection.select(specs=launch_specs, namespace=slot.metadata.namespace or "",
+    chosen = selection.select(specs=launch_specs, namespace=slot.metadata.namespace,
                               run=slot.spec.run, node=slot.spec.node, worker_class=worker_class)
     if isinstance(chosen, selection.NoChoice):
         return reject(command=command, status=status, predicate=chosen.predicate,
@@ -242,14 +242,15 @@ def reassign(
 
 def decide(
     *, command: Command, slot: Slot, tenant: str | None, prior: Prior | None,
-    launch_specs: Iterable[LaunchSpec], now: datetime, claim_policy: ClaimPolicy = "Automatic",
+    launch_specs: Iterable[LaunchSpec], now: datetime, claim_policy: ClaimPolicy,
 ) -> Decision:
     """Decide any command by its kind (reassign, claim, hold, release, give up).
 
     Claim: accepted when the slot is claimable on request (``NotClaimable`` otherwise);
     the caller then starts the claim in the same status write, and the actor becomes the
     attempt's owner. Hold needs a reason. Give up is owner-checked like a reassignment
-    and accepted in any open state; a live attempt is named in ``fence``.
+    and accepted in any open state; a live attempt is named in ``fence``. ``claim_policy``
+    is the run's; a claim command is itself the request the Manual policy waits for.
     """
     if command.kind is CommandKind.REASSIGN:
         return reassign(command=command, slot=slot, tenant=tenant, prior=prior,

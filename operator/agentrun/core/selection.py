@@ -58,9 +58,13 @@ def specificity(spec: LaunchSpec) -> int:
 
 
 def select(
-    *, specs: Iterable[LaunchSpec], namespace: str, run: str, node: str, worker_class: str,
+    *, specs: Iterable[LaunchSpec], namespace: str | None, run: str, node: str,
+    worker_class: str,
 ) -> Choice | NoChoice:
-    """Choose the LaunchSpec for ``worker_class`` on (run, node), or say why none can serve."""
+    """Choose the LaunchSpec for ``worker_class`` on (run, node), or say why none can serve.
+
+    A spec without a namespace (as in a test's fixture) counts as the slot's own.
+    """
     local = [s for s in specs if s.metadata.namespace in (None, namespace)]
     listing = [s for s in local if lists_class(s, worker_class)]
     if not listing:

@@ -42,8 +42,8 @@ OUTCOMES = {
 @pytest.mark.parametrize("renewed", [True, False])
 def test_truth_table(pod: str, lease: str, renewed: bool) -> None:
     """DESIGN.md section 4: when an attempt has ended, and when to fence it."""
-    verdict = attempts.judge(pod=PodView(phase=PodPhase(pod), exit_code=3), lease=LeaseStatus(lease),
-                             renewed=renewed)
+    verdict = attempts.judge(pod=PodView(phase=PodPhase(pod), exit_code=3),
+                             lease=LeaseStatus(lease), renewed=renewed)
     ended, delete = TABLE[(pod, lease)]
     assert (verdict.ended, verdict.delete_pod) == (ended, delete)
     assert attempts.is_terminal(pod=PodPhase(pod), lease=LeaseStatus(lease)) is ended

@@ -140,7 +140,8 @@ def test_reassignment_guard_over_every_combination() -> None:
         case = Case(*values)
         slot = slots[(case.state, case.held, case.owner, case.request)]
         decision = guards.reassign(
-            command=command_for(case._replace(state="", held=False, pod="", lease="")), slot=slot, tenant=f.TENANT,
+            command=command_for(case._replace(state="", held=False, pod="", lease="")),
+            slot=slot, tenant=f.TENANT,
             prior=guards.Prior(pod=PodPhase(case.pod), lease=LeaseStatus(case.lease)),
             launch_specs=SPECS, now=f.T0)
         want = expected(case)

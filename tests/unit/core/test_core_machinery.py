@@ -198,7 +198,8 @@ def command(kind: CommandKind, rid: str = "c1", **kw: object) -> guards.Command:
     return guards.Command(kind=kind, request_id=rid, actor=kw.pop("actor", "alice"), **kw)  # type: ignore[arg-type]
 
 
-def decide(status: SlotStatus, cmd: guards.Command, *, policy: str = "Automatic") -> guards.Decision:
+def decide(status: SlotStatus, cmd: guards.Command, *,
+           policy: str = "Automatic") -> guards.Decision:
     return guards.decide(command=cmd, slot=f.slot(status), tenant=f.TENANT, prior=None,
                          launch_specs=[], now=f.T0, claim_policy=policy)  # type: ignore[arg-type]
 
@@ -278,7 +279,7 @@ def test_illegal_transitions_raise(state: SlotState) -> None:
         "fail": (lambda: transitions.fail(status, reason="DeadlineExceeded", message="m",
                                           now=f.T0), transitions.OPEN_STATES),
     }
-    for name, (call, allowed) in calls.items():
+    for call, allowed in calls.values():
         if state in allowed:
             call()
         else:

@@ -78,7 +78,8 @@ class SlotLife(RuleBasedStateMachine):
                                            start_deadline_seconds=START_DEADLINE)
         return status, obs is not None
 
-    def command(self, kind: CommandKind, request_id: str, actor: str, **kw: object) -> guards.Decision:
+    def command(self, kind: CommandKind, request_id: str, actor: str,
+                **kw: object) -> guards.Decision:
         n = self.number(self.status.prior_worker)
         prior = None
         if n is not None:
@@ -87,7 +88,8 @@ class SlotLife(RuleBasedStateMachine):
         before = self.status
         cmd = guards.Command(kind=kind, request_id=request_id, actor=actor, **kw)  # type: ignore[arg-type]
         decision = guards.decide(command=cmd, slot=self.slot.model_copy(update={"status": before}),
-                                 tenant=f.TENANT, prior=prior, launch_specs=SPECS, now=self.now)
+                                 tenant=f.TENANT, prior=prior, launch_specs=SPECS, now=self.now,
+                                 claim_policy="Automatic")
         if not decision.accepted:
             STATS["duplicates" if decision.duplicate else "rejected"] += 1
         if decision.duplicate:
