@@ -8,6 +8,8 @@ there is no kubelet on the local control plane) and reads slots, pods and leases
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -124,6 +126,15 @@ class Scenario:
         self.coordination.patch_namespaced_lease(lease, self.namespace,
                                                  {"spec": {"renewTime": now}})
 
+    def release(self, lease: str) -> None:
+        """The worker lets go of its lease on exit: holder cleared (the lease is released)."""
+        self.coordination.patch_namespaced_lease(lease, self.namespace,
+                                                 {"spec": {"holderIdentity": None}})
+
+    def renewing(self, lease: str, *, every: float = 1.0) -> Renewing:
+        """A worker renewing ``lease`` every ``every`` seconds until the block ends."""
+        return Renewing(self, lease, every=every)
+
     def finish(self, pod: str, phase: str, *, exit_code: int | None = None) -> None:
         status: Object = {"phase": phase}
         if exit_code is not None:
@@ -145,6 +156,11 @@ class Scenario:
         found: str = wait_for(lambda: self.slot_name(run, node), timeout=timeout,
                               message=f"the slot of run {run} node {node}")
         return found
+
+    def slot_names(self, run: str) -> list[str]:
+        return sorted(s["metadata"]["name"] for s in self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "slots",
+            label_selector=f"agentrun.dev/run={run}")["items"])
 
     def slot(self, name: str) -> Object:
         found: Object = self.custom.get_namespaced_custom_object(
@@ -196,6 +212,13 @@ class Scenario:
         return sorted(lease.metadata.name for lease in self.coordination.list_namespaced_lease(
             self.namespace, label_selector="agentrun.dev/slot").items)
 
+    def wait_event(self, reason: str, contains: str, *, timeout: float = 30) -> str:
+        """Wait for an Event with ``reason`` whose message contains ``contains``."""
+        found: str = wait_for(
+            lambda: next((m for m in self.events(reason) if contains in m), None),
+            timeout=timeout, message=f"an Event {reason} mentioning {contains!r}")
+        return found
+
     def events(self, reason: str) -> list[str]:
         return [e.message for e in self.core.list_namespaced_event(self.namespace).items
                 if e.reason == reason]
@@ -213,3 +236,80 @@ class Scenario:
 
 def request_id() -> str:
     return uuid.uuid4().hex[:12]
+
+
+def condition(status: Object, type_: str) -> str | None:
+    """The status ("True", "False", "Unknown") of condition ``type_``, or None if absent."""
+    found = [c for c in status.get("conditions", []) if c["type"] == type_]
+    return found[0]["status"] if found else None
+
+
+def condition_of(status: Object, type_: str) -> Object | None:
+    """The whole condition ``type_`` (reason, message, ...), or None if absent."""
+    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
+
+
+GUARDED = ("state", "workerClass", "launchSpec", "priorWorker", "activeWorker",
+           "pendingWorker", "attemptCount", "attempts", "retryAt")
+
+
+def unchanged(before: Object, after: Object) -> None:
+    """A rejection changes nothing but the ledger and the CommandRejected condition."""
+    assert after["spec"] == before["spec"]
+    b, a = before["status"], after["status"]
+    assert {k: b.get(k) for k in GUARDED} == {k: a.get(k) for k in GUARDED}
+
+
+class Renewing:
+    """Plays a live worker: renews a lease from a background thread while the block runs."""
+
+    def __init__(self, scenario: Scenario, lease: str, *, every: float) -> None:
+        self.scenario = scenario
+        self.lease = lease
+        self.every = every
+        self.renewals = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.scenario.renew(self.lease)
+            self.renewals += 1
+            self._stop.wait(self.every)  # the worker's renewal period, not a synchronisation
+
+    def __enter__(self) -> Renewing:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def holds_throughout(predicate: Callable[[], bool], *, seconds: float, message: str,
+                     interval: float = 0.2) -> None:
+    """Assert that ``predicate`` stays true for ``seconds`` (a "nothing happens" check).
+
+    The window is the claim under test (e.g. "the attempt does not end while its lease
+    is renewed, for longer than the lease's duration"), not a wait for something to happen.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        assert predicate(), f"no longer true: {message}"
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(interval)  # sampling period of the window
+
+
+def actor_stamping_works(cluster: Cluster) -> bool:
+    """Does admission stamp the actor on a command right now (a server-side dry run)?"""
+    probe = json.dumps({
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Slot",
+        "metadata": {"name": "probe-00000000", "namespace": "default",
+                     "annotations": {"agentrun.dev/claim-id": "probe"}},
+        "spec": {"run": "probe", "node": "probe", "workerClass": "cpu"}})
+    result = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=probe)
+    if result.returncode != 0:
+        return False
+    annotations = json.loads(result.stdout or "{}").get("metadata", {}).get("annotations", {})
+    return bool(annotations.get("agentrun.dev/claim-actor") == "admin")

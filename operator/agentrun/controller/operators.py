@@ -48,6 +48,7 @@ class Operator:
     schedule: scheduling.Schedule = field(default_factory=scheduling.Schedule)
     states: dict[Key, SlotState] = field(default_factory=dict)
     unpinned: set[Key] = field(default_factory=set)
+    generations: dict[Key, int | None] = field(default_factory=dict)
     coalescer: scheduling.Coalescer | None = None
     timer: asyncio.Task[None] | None = None
 
@@ -60,9 +61,20 @@ class Operator:
                        runs=runs.RunReconciler(reader=reader, writer=writer, logger=logger),
                        logger=logger, tick=tick)
         operator.coalescer = scheduling.Coalescer(operator.reconcile, logger)
-        operator.timer = asyncio.create_task(scheduling.timer_loop(
-            schedule=operator.schedule, coalescer=operator.coalescer, tick=tick))
         return operator
+
+    def start_timer(self) -> None:
+        """Start the timer loop from the first handler that triggers work, not at startup.
+
+        The task inherits the context it is created in, and ``kopf.event`` needs Kopf's
+        event queue, which Kopf puts only in the context of object handlers: a timer
+        started by the startup handler would lose every Event of the reconciles it runs
+        (an attempt ended by lease expiry, a fenced pod, a passed deadline).
+        """
+        if self.timer is None:
+            assert self.coalescer is not None
+            self.timer = asyncio.create_task(scheduling.timer_loop(
+                schedule=self.schedule, coalescer=self.coalescer, tick=self.tick))
 
     async def stop(self) -> None:
         if self.timer is not None:
@@ -72,12 +84,14 @@ class Operator:
 
     async def trigger(self, key: Key) -> None:
         assert self.coalescer is not None
+        self.start_timer()
         await self.coalescer.trigger(key)
 
     def forget(self, key: Key) -> None:
         self.schedule.forget(key)
         self.states.pop(key, None)
         self.unpinned.discard(key)
+        self.generations.pop(key, None)
 
     async def reconcile(self, key: Key) -> None:
         kind, namespace, name = key
@@ -110,9 +124,21 @@ class Operator:
         else:
             self.unpinned.add(key)
         self.schedule.note(key, state=None, until=result.until)
+        if run is not None:
+            # A spec change (suspend lifted, a new deadline) concerns slots that wait on
+            # nothing else: wake them. (At startup every slot is reconciled anyway.)
+            previous = self.generations.get(key, run.metadata.generation)
+            self.generations[key] = run.metadata.generation
+            if previous != run.metadata.generation:
+                await self.wake_slots(namespace, name)
 
     def read_run(self, namespace: str, name: str) -> AgentRun | None:
         return self.runs.reader.run(namespace, name)
+
+    async def wake_slots(self, namespace: str, run: str) -> None:
+        found = await asyncio.to_thread(self.runs.reader.slots_of, namespace, run)
+        await asyncio.gather(*(self.trigger(("Slot", namespace, slot.metadata.name))
+                               for slot in found))
 
     async def wake_pending(self, namespace: str) -> None:
         waiting = [key for key, state in self.states.items()

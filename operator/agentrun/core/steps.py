@@ -172,20 +172,33 @@ def next_step(world: World) -> Step:
                                     now=world.now),
             event=guards.Event(type="Warning", reason="DeadlineExceeded", message=message))
     if status.state is SlotState.PENDING:
-        return pending_step(world)
+        return by_deadline(world, pending_step(world))
     if status.state in (SlotState.READY, SlotState.RETRY_WAIT):
-        return fence_step(world) or claim_step(world)
+        return by_deadline(world, fence_step(world) or claim_step(world))
     if status.state is SlotState.CLAIMING:
         return claiming_step(world)
     return active_step(world)
 
 
-def deadline_passed(world: World) -> bool:
+def deadline(world: World) -> datetime | None:
     run = world.run
     if run is None or run.spec.active_deadline_seconds is None or run.status.start_time is None:
-        return False
-    limit = run.status.start_time + timedelta(seconds=run.spec.active_deadline_seconds)
-    return world.now >= limit
+        return None
+    return run.status.start_time + timedelta(seconds=run.spec.active_deadline_seconds)
+
+
+def deadline_passed(world: World) -> bool:
+    limit = deadline(world)
+    return limit is not None and world.now >= limit
+
+
+def by_deadline(world: World, step: Step) -> Step:
+    """A waiting open slot looks again at the run's deadline at the latest, to fail then."""
+    limit = deadline(world)
+    if not isinstance(step, Wait) or limit is None or (
+            step.until is not None and step.until <= limit):
+        return step
+    return dataclasses.replace(step, until=limit)
 
 
 def command_step(world: World, pending: commands.Pending) -> Step:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import time
 
 from operators import OperatorProcess
-from scenarios import Scenario, request_id
+from scenarios import Scenario, condition, request_id, unchanged
+from waiting import wait_for
 
 ANN = "agentrun.dev/"
 
@@ -60,8 +61,10 @@ def test_recovery_trace(scenario: Scenario, operator: OperatorProcess) -> None:
     assert waiting["priorWorker"] == first
     assert waiting["attempts"][-1]["outcome"] == "Failed"
     assert waiting["attempts"][-1]["exitCode"] == 3
-    tombstone = scenario.lease(first)
-    assert tombstone is not None
+    # The tombstone is the write after RetryWait: wait for it, then read it.
+    tombstone = wait_for(lambda: (lease := scenario.lease(first)) and f"{ANN}outcome" in (
+        lease["metadata"].get("annotations") or {}) and lease, timeout=30,
+        message=f"lease {first} tombstoned")
     assert tombstone["spec"].get("holderIdentity") is None
     assert tombstone["metadata"]["annotations"][f"{ANN}outcome"] == "Failed"
     assert tombstone["metadata"]["annotations"][f"{ANN}owner-actor"] == "alice"
@@ -124,16 +127,3 @@ def test_recovery_trace(scenario: Scenario, operator: OperatorProcess) -> None:
                       if r != blank or result.returncode == 0]
     print(f"recovery trace wall time: {time.monotonic() - started:.1f}s")
 
-
-def condition(status: dict[str, object], type_: str) -> str | None:
-    found = [c for c in status.get("conditions", []) if c["type"] == type_]  # type: ignore[attr-defined]
-    return found[0]["status"] if found else None
-
-
-def unchanged(before: dict[str, object], after: dict[str, object]) -> None:
-    """A rejection changes nothing but the ledger and the CommandRejected condition."""
-    assert after["spec"] == before["spec"]
-    keep = ("state", "workerClass", "launchSpec", "priorWorker", "activeWorker",
-            "pendingWorker", "attemptCount", "attempts", "retryAt")
-    b, a = before["status"], after["status"]
-    assert {k: b.get(k) for k in keep} == {k: a.get(k) for k in keep}  # type: ignore[attr-defined]

@@ -1,0 +1,224 @@
+"""The write budget of one recovery cycle, counted in the API server's audit log.
+
+DESIGN.md section 6: a failure → retry-wait → reassignment → claim cycle costs 8 operator
+writes (slot to RetryWait, lease tombstone, ledger+reopen, annotation removal, Claiming,
+Lease, Pod, Active) plus Events, none of them Kopf bookkeeping. A reassignment to a class
+whose LaunchSpec snapshot does not exist yet costs one more (the snapshot ConfigMap).
+Under ``claimPolicy: Manual`` the claim is a command: its ledger entry and ``Claiming``
+are one status write, then its annotations are removed (one write more than Automatic).
+
+The cycle: attempt 1 Active, its pod fails and its lease expires (maxAttempts 1, so the
+slot awaits reassignment), the owner reassigns, the operator claims attempt 2. Counted:
+writes (create/update/patch/delete) by the user ``operator`` on the slot's objects (the
+Slot and its status, Leases and Pods ``<slot>-<n>``, its LaunchSpec snapshots) from just
+before the pod's failure until attempt 2 is Active (and a moment after, so a late extra
+write would be caught). The audit policy logs at ``Metadata`` level (no bodies), so
+"no Kopf bookkeeping" is checked on the objects instead: no ``kopf.zalando.org``
+annotation or finalizer and no ``last-handled-configuration`` annotation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import audit
+import kubernetes
+import pytest
+from clusters import Cluster
+from convergence import (
+    OPERATOR_USER,
+    Object,
+    condition,
+    objects,
+    publish,
+    reassign,
+    status,
+    tombstoned,
+)
+from operators import OperatorProcess
+from scenarios import Scenario, request_id
+from waiting import wait_for, wait_for_default_service_account
+
+SETTLE_SECONDS = 1.5  # after Active: any write the cycle still made would show up here
+Expected = list[tuple[tuple[str, str, str, str], str]]
+
+
+@pytest.fixture
+def audit_log(cluster: Cluster) -> Path:
+    if cluster.audit_log is None:
+        pytest.skip(f"the write budget is read from the API server's audit log, which only "
+                    f"the local control plane started by this suite writes; this "
+                    f"{cluster.kind} cluster's is out of reach")
+    return cluster.audit_log
+
+
+@pytest.fixture
+def operator_process(cluster: Cluster, namespace: str, installed: None, tmp_path: Path,
+                     api_client: kubernetes.client.ApiClient) -> Iterator[OperatorProcess]:
+    wait_for_default_service_account(api_client, namespace)
+    process = OperatorProcess(cluster=cluster, namespace=namespace,
+                              log=tmp_path / "operator.log").start()
+    yield process
+    process.stop()
+
+
+def expected_cycle(slot: str, *, snapshot: str | None, manual: bool) -> Expected:
+    """The designed writes, in order; ``snapshot``: the new class's snapshot to create."""
+    rows: Expected = [
+        (("update", "slots", "status", slot), "slot to RetryWait (attempt 1 ended)"),
+        (("update", "leases", "", f"{slot}-1"), "lease tombstone"),
+    ]
+    if snapshot is not None:
+        rows.append((("create", "configmaps", "", snapshot), "LaunchSpec snapshot (new class)"))
+    rows += [
+        (("update", "slots", "status", slot), "ledger + reopen (reassignment)"),
+        (("patch", "slots", "", slot), "reassignment annotations removed"),
+    ]
+    if manual:
+        rows += [
+            (("update", "slots", "status", slot), "ledger + Claiming (claim command)"),
+            (("patch", "slots", "", slot), "claim annotations removed"),
+        ]
+    else:
+        rows.append((("update", "slots", "status", slot), "Claiming"))
+    rows += [
+        (("create", "leases", "", f"{slot}-2"), "Lease of attempt 2"),
+        (("create", "pods", "", f"{slot}-2"), "Pod of attempt 2"),
+        (("update", "slots", "status", slot), "Active"),
+    ]
+    return rows
+
+
+def of_slot(write: audit.Write, slot: str) -> bool:
+    if write.resource == "slots":
+        return write.name == slot
+    if write.resource in ("leases", "pods"):
+        return write.name.rpartition("-")[0] == slot
+    if write.resource == "configmaps":
+        return write.name.startswith(f"{slot}-lspec-")
+    return False
+
+
+def fail_attempt(scenario: Scenario, slot: str) -> tuple[str, datetime]:
+    """Attempt 1's pod fails (exit 3) after one renewal; its lease is left to expire."""
+    worker = scenario.wait_state(slot, "Active")["status"]["activeWorker"]
+    scenario.renew(worker)
+    since = datetime.now(UTC)
+    scenario.finish(worker, "Failed", exit_code=3)
+    return str(worker), since
+
+
+def awaiting(scenario: Scenario, slot: str, worker: str) -> None:
+    scenario.wait_slot(slot, lambda s: condition(s, "AwaitingReassignment") == "True",
+                       message="attempts exhausted", timeout=30)
+    wait_for(lambda: tombstoned(scenario, worker), timeout=30,
+             message=f"lease {worker} tombstoned")
+
+
+def active_again(scenario: Scenario, slot: str) -> None:
+    worker = f"{slot}-2"
+    scenario.wait_slot(slot, lambda s: status(s).get("activeWorker") == worker,
+                       message=f"attempt {worker} Active", timeout=60)
+
+
+def no_kopf_bookkeeping(*bodies: Object) -> None:
+    for body in bodies:
+        meta = body["metadata"]
+        marks = [k for k in (meta.get("annotations") or {})
+                 if "kopf.zalando.org" in k or k.endswith("last-handled-configuration")]
+        marks += [f for f in meta.get("finalizers") or [] if "kopf" in f]
+        assert marks == [], (meta["name"], marks)
+
+
+def check_budget(*, title: str, log: Path, scenario: Scenario, since: datetime,
+                 slot: str, expected: Expected, siblings: tuple[str, ...] = ()) -> None:
+    """Print the table of the cycle's writes and compare it with the designed list.
+
+    ``siblings``: other slots of the run, whose own cycles are checked on their own.
+    """
+    time.sleep(SETTLE_SECONDS)
+    everything = audit.writes(log, namespace=scenario.namespace, user=OPERATOR_USER,
+                              since=since)
+    mine = [w for w in everything if of_slot(w, slot)]
+    events = [w for w in everything if w.resource == "events"]
+    others = [w for w in everything if w not in mine and w not in events
+              and not any(of_slot(w, sibling) for sibling in siblings)]
+    labels = [label for _, label in expected]
+    print(f"\n=== write budget: {title}: {len(mine)} operator writes on slot {slot} "
+          f"(designed: {len(expected)}), plus {len(events)} Event writes in the namespace ===")
+    for n, write in enumerate(mine, 1):
+        label = labels[n - 1] if n <= len(labels) else "NOT IN THE DESIGN"
+        print(f"{n:>2}. {write.row()}  {label}")
+    if others:
+        print("  other operator writes in the namespace meanwhile (not this slot's):")
+        for write in others:
+            print(f"    {write.row()}")
+    assert [w.key for w in mine] == [key for key, _ in expected]
+    assert all(200 <= w.code < 300 for w in mine), [w.row() for w in mine]
+    # Besides Events, the only other write is the run's derived status (a view of its
+    # slots' states, on the AgentRun: not an object of the slot, and not Kopf's).
+    assert {(w.resource, w.subresource) for w in others} <= {("agentruns", "status")}, others
+    no_kopf_bookkeeping(scenario.slot(slot), scenario.agentrun("study"),
+                        *objects(scenario, "leases").values(),
+                        *objects(scenario, "pods").values())
+
+
+def new_snapshot(scenario: Scenario, slot: str, before: set[str]) -> str:
+    added = set(objects(scenario, "configmaps", selector=f"agentrun.dev/slot={slot}")) - before
+    assert len(added) == 1, added
+    return added.pop()
+
+
+def test_write_budget_automatic(scenario: Scenario, audit_log: Path,
+                                operator_process: OperatorProcess) -> None:
+    """Two nodes: n0 is reassigned to its own class (8 writes), n1 to gpu (9)."""
+    publish(scenario, nodes=2)
+    scenario.run("study", max_attempts=1)
+    slots = [scenario.slot_name_eventually("study", n) for n in ("n0", "n1")]
+    started = [fail_attempt(scenario, slot) for slot in slots]
+    for slot, (worker, _) in zip(slots, started, strict=True):
+        awaiting(scenario, slot, worker)
+    before = {slot: set(objects(scenario, "configmaps", selector=f"agentrun.dev/slot={slot}"))
+              for slot in slots}
+    for slot, worker_class in zip(slots, ("cpu", "gpu"), strict=True):
+        reassign(scenario, slot, worker_class=worker_class)
+    for slot in slots:
+        active_again(scenario, slot)
+
+    same, other = slots
+    check_budget(title="Automatic, reassigned to the same class", log=audit_log,
+                 scenario=scenario, since=started[0][1], slot=same, siblings=(other,),
+                 expected=expected_cycle(same, snapshot=None, manual=False))
+    check_budget(title="Automatic, reassigned to a new class", log=audit_log,
+                 scenario=scenario, since=started[1][1], slot=other, siblings=(same,),
+                 expected=expected_cycle(other, snapshot=new_snapshot(scenario, other,
+                                                                      before[other]),
+                                         manual=False))
+
+
+def test_write_budget_manual(scenario: Scenario, audit_log: Path,
+                             operator_process: OperatorProcess) -> None:
+    """claimPolicy Manual, reassigned to gpu: the claim command costs one write more."""
+    publish(scenario, nodes=1)
+    scenario.run("study", claim_policy="Manual", max_attempts=1)
+    slot = scenario.slot_name_eventually("study", "n0")
+    scenario.wait_state(slot, "Ready")
+    first_claim = request_id()
+    assert scenario.annotate(slot, user="admin", claim_id=first_claim).returncode == 0
+    scenario.wait_ledger(slot, first_claim)
+    worker, since = fail_attempt(scenario, slot)
+    awaiting(scenario, slot, worker)
+    before = set(objects(scenario, "configmaps", selector=f"agentrun.dev/slot={slot}"))
+    reopen = reassign(scenario, slot, worker_class="gpu")
+    scenario.wait_ledger(slot, reopen)
+    claim = request_id()
+    assert scenario.annotate(slot, user="admin", claim_id=claim).returncode == 0
+    active_again(scenario, slot)
+
+    check_budget(title="Manual, reassigned to a new class, then a claim command",
+                 log=audit_log, scenario=scenario, since=since, slot=slot,
+                 expected=expected_cycle(slot, snapshot=new_snapshot(scenario, slot, before),
+                                         manual=True))
