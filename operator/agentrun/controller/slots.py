@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from agentrun.api.slots import CommandKind, Slot, SlotState
-from agentrun.core import clocks, commands, guards, observations, steps
+from agentrun.core import clocks, commands, guards, observations, steps, worlds
 from agentrun.kube import reads, writes
 
 MAX_STEPS = 32
@@ -26,7 +26,7 @@ class Result:
     """What one reconciliation did: the Events to post and when to look again."""
 
     events: list[tuple[Slot, guards.Event]] = field(default_factory=list)
-    wait: steps.Wait | None = None
+    wait: worlds.Wait | None = None
     state: SlotState | None = None
     run: str | None = None
 
@@ -50,7 +50,7 @@ class SlotReconciler:
             result.state = world.slot.status.state
             result.run = world.slot.spec.run
             step = steps.next_step(world)
-            if isinstance(step, steps.Wait):
+            if isinstance(step, worlds.Wait):
                 result.wait = step
                 return result
             try:
@@ -61,7 +61,7 @@ class SlotReconciler:
                           namespace, name, MAX_STEPS)
         return result
 
-    def read_world(self, namespace: str, name: str) -> steps.World | None:
+    def read_world(self, namespace: str, name: str) -> worlds.World | None:
         reader = self.reader
         slot = reader.slot(namespace, name)
         if slot is None:
@@ -83,7 +83,7 @@ class SlotReconciler:
         observation = None
         if worker is not None:
             lease = reader.lease(namespace, worker)
-            attempt = steps.AttemptObjects(name=worker, pod=reader.pod(namespace, worker),
+            attempt = worlds.AttemptObjects(name=worker, pod=reader.pod(namespace, worker),
                                            lease=lease)
             observation = self.observe(namespace, worker, lease, now)
         override = False
@@ -91,7 +91,7 @@ class SlotReconciler:
                                                             CommandKind.GIVE_UP):
             override = reader.may_override(actor=pending.command.actor, namespace=namespace,
                                            slot=name)
-        return steps.World(
+        return worlds.World(
             slot=slot, run=run, tenant=reader.tenant(namespace), now=now,
             dependencies=dependencies,
             launch_specs=reader.launch_specs(namespace) if selecting else (),
@@ -111,14 +111,14 @@ class SlotReconciler:
             self.observations[key] = observed
         return observed
 
-    def apply(self, world: steps.World, step: steps.Step, result: Result) -> None:
+    def apply(self, world: worlds.World, step: worlds.Step, result: Result) -> None:
         slot = world.slot
         namespace = slot.metadata.namespace or ""
-        if isinstance(step, steps.WriteStatus):
+        if isinstance(step, worlds.WriteStatus):
             self.writer.slot_status(slot, step.status, point=step.point)
             if step.event is not None:
                 result.events.append((slot, step.event))
-        elif isinstance(step, steps.Create):
+        elif isinstance(step, worlds.Create):
             try:
                 self.writer.create(step.body, point=step.point)
             except writes.Exists as exists:
@@ -132,16 +132,16 @@ class SlotReconciler:
                     raise
                 failed = steps.claim_failed(world, message=str(rejected))
                 self.apply(world, failed, result)
-        elif isinstance(step, steps.DeletePod):
+        elif isinstance(step, worlds.DeletePod):
             self.writer.delete_pod(namespace=namespace, name=step.name, uid=step.uid,
                                    point=step.point)
             result.events.append((slot, guards.Event(type="Normal", reason="PodDeleted",
                                                      message=step.message)))
-        elif isinstance(step, steps.Tombstone):
+        elif isinstance(step, worlds.Tombstone):
             assert world.attempt is not None and world.attempt.lease is not None
             self.writer.tombstone(lease=dict(world.attempt.lease),
                                   annotations=step.annotations, point=step.point)
-        elif isinstance(step, steps.RemoveCommand):
+        elif isinstance(step, worlds.RemoveCommand):
             self.writer.remove_annotations(
                 kind="Slot", namespace=namespace, name=slot.metadata.name,
                 resource_version=slot.metadata.resource_version, keys=step.keys,

@@ -18,20 +18,14 @@ Order of concerns, first match wins:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from agentrun.api import conditions, names
-from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
-from agentrun.api.runs import AgentRun
 from agentrun.api.slots import (
     TERMINAL_STATES,
     CommandKind,
     Outcome,
     Predicate,
-    Slot,
     SlotState,
     SlotStatus,
 )
@@ -44,130 +38,37 @@ from agentrun.core import (
     selection,
     snapshots,
     transitions,
+    worlds,
 )
-from agentrun.core.observations import (
-    LeaseObservation,
-    LeaseStatus,
-    PodPhase,
-    lease_status,
-    lease_view,
-    pod_view,
-)
+from agentrun.core.observations import LeaseStatus, lease_status, lease_view, pod_view
 
 COMMANDS_REFUSED = "CommandsRefused"
 LAUNCH_SPEC_SELECTED = "LaunchSpecSelected"
 
 
-@dataclass(frozen=True, kw_only=True)
-class AttemptObjects:
-    """The Pod and Lease of one attempt as read (None: not found)."""
-
-    name: str
-    pod: Mapping[str, Any] | None
-    lease: Mapping[str, Any] | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class World:
-    """What the operator read for one slot, at ``now`` on its own clock.
-
-    ``attempt``: the objects of the pending worker when Claiming, the active one when
-    Active, else the prior one. ``dependencies``: state of each slot this one depends on,
-    by node (absent: not created yet). ``snapshots``: names of the LaunchSpec snapshots
-    the slot owns. ``launch_spec``: the pinned spec read back from its snapshot, or the
-    reason it could not be. ``override``: the pending command's actor holds ``override``.
-    ``commands_refused``: why commands cannot be trusted now (admission missing), or None.
-    """
-
-    slot: Slot
-    run: AgentRun | None
-    tenant: str | None
-    now: datetime
-    dependencies: Mapping[str, SlotState] = field(default_factory=dict)
-    launch_specs: Sequence[LaunchSpec] = ()
-    snapshots: frozenset[str] = frozenset()
-    launch_spec: LaunchSpecSpec | None = None
-    launch_spec_error: str | None = None
-    attempt: AttemptObjects | None = None
-    observation: LeaseObservation | None = None
-    override: bool = False
-    commands_refused: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class WriteStatus:
-    status: SlotStatus
-    event: guards.Event | None = None
-    point: str = "status"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Create:
-    """Create an object; AlreadyExists is success only if ``matches`` says it is ours."""
-
-    body: dict[str, Any]
-    point: str
-    claim: bool = False  # a failure ends the attempt as ClaimFailed
-
-
-@dataclass(frozen=True, kw_only=True)
-class DeletePod:
-    name: str
-    uid: str | None
-    message: str
-    point: str = "delete-pod"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Tombstone:
-    """Clear the lease's holder and record the attempt's end in its annotations."""
-
-    name: str
-    annotations: dict[str, str]
-    point: str = "tombstone"
-
-
-@dataclass(frozen=True, kw_only=True)
-class RemoveCommand:
-    keys: tuple[str, ...]
-    event: guards.Event | None = None
-    point: str = "remove-command"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Wait:
-    """Nothing to do now; look again at ``until`` (or on the next change)."""
-
-    message: str
-    until: datetime | None = None
-
-
-Step = WriteStatus | Create | DeletePod | Tombstone | RemoveCommand | Wait
-
-
-def policy(world: World) -> retries.Effective:
+def policy(world: worlds.World) -> retries.Effective:
     run_retry = world.run.spec.retry if world.run else None
     return retries.effective(node=world.slot.spec.retry, run=run_retry)
 
 
-def next_step(world: World) -> Step:
+def next_step(world: worlds.World) -> worlds.Step:
     """The one next write for this slot (see the module docstring for the order)."""
     status = world.slot.status
     if world.run is None:
-        return Wait(message="the slot's run is gone; the garbage collector removes the slot")
+        return worlds.Wait(message="the slot's run is gone; the garbage collector removes the slot")
     pending = commands.pending(world.slot.metadata.annotations)
     if pending is not None:
         return command_step(world, pending)
     if status.observed_generation != world.slot.metadata.generation:
         # The first status a slot gets: its state is visible from creation on.
-        return WriteStatus(status=status.model_copy(update={
+        return worlds.WriteStatus(status=status.model_copy(update={
             "observed_generation": world.slot.metadata.generation}), point="observed")
     if status.state in TERMINAL_STATES:
-        return fence_step(world) or Wait(message=f"the slot has {status.state}")
+        return fence_step(world) or worlds.Wait(message=f"the slot has {status.state}")
     if deadline_passed(world):
         message = (f"the run's activeDeadlineSeconds ({world.run.spec.active_deadline_seconds})"
                    " has passed")
-        return WriteStatus(
+        return worlds.WriteStatus(
             status=transitions.fail(status, reason="DeadlineExceeded", message=message,
                                     now=world.now),
             event=guards.Event(type="Warning", reason="DeadlineExceeded", message=message))
@@ -180,37 +81,37 @@ def next_step(world: World) -> Step:
     return active_step(world)
 
 
-def deadline(world: World) -> datetime | None:
+def deadline(world: worlds.World) -> datetime | None:
     run = world.run
     if run is None or run.spec.active_deadline_seconds is None or run.status.start_time is None:
         return None
     return run.status.start_time + timedelta(seconds=run.spec.active_deadline_seconds)
 
 
-def deadline_passed(world: World) -> bool:
+def deadline_passed(world: worlds.World) -> bool:
     limit = deadline(world)
     return limit is not None and world.now >= limit
 
 
-def by_deadline(world: World, step: Step) -> Step:
+def by_deadline(world: worlds.World, step: worlds.Step) -> worlds.Step:
     """A waiting open slot looks again at the run's deadline at the latest, to fail then."""
     limit = deadline(world)
-    if not isinstance(step, Wait) or limit is None or (
+    if not isinstance(step, worlds.Wait) or limit is None or (
             step.until is not None and step.until <= limit):
         return step
     return dataclasses.replace(step, until=limit)
 
 
-def command_step(world: World, pending: commands.Pending) -> Step:
+def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
     """Decide a pending command into the ledger; once it is there, remove its annotations."""
     status = world.slot.status
     command = pending.command
     if pending.malformed is not None:
-        return RemoveCommand(keys=pending.keys, event=guards.Event(
+        return worlds.RemoveCommand(keys=pending.keys, event=guards.Event(
             type="Warning", reason="CommandRejected",
             message=f"{command.kind} not processed: {pending.malformed}"))
     if guards.seen(status, command.request_id) is not None:
-        return RemoveCommand(keys=pending.keys)
+        return worlds.RemoveCommand(keys=pending.keys)
     refused = world.commands_refused or (
         None if pending.stamped else
         f"{command.kind} {command.request_id} carries no actor stamped by admission")
@@ -218,9 +119,9 @@ def command_step(world: World, pending: commands.Pending) -> Step:
         decision = guards.reject(command=command, status=status,
                                  predicate=Predicate.COMMANDS_REFUSED, message=refused,
                                  now=world.now)
-        return WriteStatus(status=_set(decision.status, COMMANDS_REFUSED, "True",
-                                       "AdmissionPolicyMissing", refused, world.now),
-                           event=decision.event, point="command-ledger")
+        return worlds.WriteStatus(status=_set(decision.status, COMMANDS_REFUSED, "True",
+                                              "AdmissionPolicyMissing", refused, world.now),
+                                  event=decision.event, point="command-ledger")
     if conditions.is_true(status.conditions, COMMANDS_REFUSED):
         status = _set(status, COMMANDS_REFUSED, "False", "AdmissionPolicyPresent",
                       "the actor-stamping admission policy is installed", world.now)
@@ -231,28 +132,29 @@ def command_step(world: World, pending: commands.Pending) -> Step:
                                  predicate=Predicate.NOT_CLAIMABLE,
                                  message="the run is suspended (spec.suspend); resume it first",
                                  now=world.now)
-        return WriteStatus(status=decision.status, event=decision.event, point="command-ledger")
+        return worlds.WriteStatus(status=decision.status, event=decision.event,
+                                  point="command-ledger")
     decision = guards.decide(
         command=dataclasses.replace(command, override=world.override),
         slot=slot, tenant=world.tenant, prior=prior(world), launch_specs=world.launch_specs,
         now=world.now, claim_policy=world.run.spec.claim_policy)
     if decision.duplicate:
-        return RemoveCommand(keys=pending.keys)
+        return worlds.RemoveCommand(keys=pending.keys)
     new = decision.status
     if decision.accepted and decision.choice is not None:
         pinned = new.launch_spec
         assert pinned is not None
         if pinned.snapshot not in world.snapshots:
-            return Create(body=snapshots.body(slot=world.slot, pinned=pinned,
+            return worlds.Create(body=snapshots.body(slot=world.slot, pinned=pinned,
                                               spec=decision.choice.spec.spec,
                                               tenant=world.tenant),
                           point="launch-spec-snapshot")
     if decision.accepted and command.kind is CommandKind.CLAIM:
         new = transitions.start_claim(new, slot=world.slot.metadata.name, now=world.now)
-    return WriteStatus(status=new, event=decision.event, point="command-ledger")
+    return worlds.WriteStatus(status=new, event=decision.event, point="command-ledger")
 
 
-def prior(world: World) -> guards.Prior | None:
+def prior(world: worlds.World) -> guards.Prior | None:
     """The prior attempt's pod phase and lease status, for the reassignment guard."""
     status = world.slot.status
     objects = world.attempt
@@ -266,7 +168,7 @@ def prior(world: World) -> guards.Prior | None:
         start_deadline_seconds=_start_deadline(world)))
 
 
-def fence_step(world: World) -> Step | None:
+def fence_step(world: worlds.World) -> worlds.Step | None:
     """After an attempt ended (or was given up): kill a live pod, tombstone the lease."""
     status = world.slot.status
     objects = world.attempt
@@ -274,8 +176,8 @@ def fence_step(world: World) -> Step | None:
         return None
     pod = pod_view(objects.pod)
     if pod.phase in attempts.LIVE:
-        return DeletePod(name=objects.name, uid=pod.uid,
-                         message=f"fencing attempt {objects.name}: the slot has moved on")
+        return worlds.DeletePod(name=objects.name, uid=pod.uid,
+                                message=f"fencing attempt {objects.name}: the slot has moved on")
     lease = objects.lease
     if lease is not None and names.OUTCOME_ANNOTATION not in (
             (lease.get("metadata") or {}).get("annotations") or {}):
@@ -290,11 +192,11 @@ def fence_step(world: World) -> Step | None:
             annotations[names.OWNER_ACTOR_ANNOTATION] = record.owner_actor
         if record is not None:
             annotations[names.LAUNCH_SPEC_ANNOTATION] = record.launch_spec
-        return Tombstone(name=objects.name, annotations=annotations)
+        return worlds.Tombstone(name=objects.name, annotations=annotations)
     return None
 
 
-def pending_step(world: World) -> Step:
+def pending_step(world: worlds.World) -> worlds.Step:
     """Pending → Ready once every dependency succeeded and a launch spec is pinned."""
     status = world.slot.status
     spec = world.slot.spec
@@ -302,14 +204,14 @@ def pending_step(world: World) -> Step:
               if world.dependencies.get(node) is SlotState.FAILED]
     if failed:
         message = f"dependency {', '.join(failed)} failed; this slot cannot run"
-        return WriteStatus(
+        return worlds.WriteStatus(
             status=transitions.fail(status, reason="DependencyFailed", message=message,
                                     now=world.now),
             event=guards.Event(type="Warning", reason="DependencyFailed", message=message))
     waiting = [node for node in spec.depends_on
                if world.dependencies.get(node) is not SlotState.SUCCEEDED]
     if waiting:
-        return Wait(message=f"waiting for {', '.join(waiting)} to succeed")
+        return worlds.Wait(message=f"waiting for {', '.join(waiting)} to succeed")
     worker_class = status.worker_class or spec.worker_class
     chosen = selection.select(specs=world.launch_specs,
                               namespace=world.slot.metadata.namespace or "",
@@ -318,37 +220,38 @@ def pending_step(world: World) -> Step:
         new = _set(status, LAUNCH_SPEC_SELECTED, "False", str(chosen.predicate),
                    chosen.message, world.now)
         if new == status:
-            return Wait(message=chosen.message)
-        return WriteStatus(status=new, event=guards.Event(
+            return worlds.Wait(message=chosen.message)
+        return worlds.WriteStatus(status=new, event=guards.Event(
             type="Warning", reason=str(chosen.predicate), message=chosen.message))
     pinned = guards.pin(slot=world.slot.metadata.name, choice=chosen)
     if pinned.snapshot not in world.snapshots:
-        return Create(body=snapshots.body(slot=world.slot, pinned=pinned, spec=chosen.spec.spec,
-                                          tenant=world.tenant), point="launch-spec-snapshot")
+        return worlds.Create(body=snapshots.body(slot=world.slot, pinned=pinned,
+                                                 spec=chosen.spec.spec, tenant=world.tenant),
+                             point="launch-spec-snapshot")
     ready = transitions.deps_met(status, worker_class=worker_class, launch_spec=pinned,
                                  now=world.now)
     ready = _set(ready, LAUNCH_SPEC_SELECTED, "True", "Selected", chosen.reason, world.now)
-    return WriteStatus(status=ready, event=guards.Event(
+    return worlds.WriteStatus(status=ready, event=guards.Event(
         type="Normal", reason="Ready", message=f"ready to claim: {chosen.reason}"))
 
 
-def claim_step(world: World) -> Step:
+def claim_step(world: worlds.World) -> worlds.Step:
     """Ready or RetryWait: start a claim when claimable, else wait (for retryAt)."""
     status = world.slot.status
     assert world.run is not None
     if world.run.spec.suspend:
-        return Wait(message="the run is suspended")
+        return worlds.Wait(message="the run is suspended")
     if transitions.is_claimable(status, now=world.now, claim_policy=world.run.spec.claim_policy):
-        return WriteStatus(status=transitions.start_claim(
+        return worlds.WriteStatus(status=transitions.start_claim(
             status, slot=world.slot.metadata.name, now=world.now), point="claiming")
     if conditions.is_true(status.conditions, transitions.AWAITING_REASSIGNMENT):
-        return Wait(message="attempts exhausted: awaiting reassignment or give-up")
+        return worlds.Wait(message="attempts exhausted: awaiting reassignment or give-up")
     if world.run.spec.claim_policy == "Manual" and status.state is SlotState.READY:
-        return Wait(message="waiting for a claim command (claimPolicy Manual)")
-    return Wait(message="waiting to retry", until=status.retry_at)
+        return worlds.Wait(message="waiting for a claim command (claimPolicy Manual)")
+    return worlds.Wait(message="waiting to retry", until=status.retry_at)
 
 
-def claiming_step(world: World) -> Step:
+def claiming_step(world: worlds.World) -> worlds.Step:
     """Claiming: create the Lease, then the Pod, then record the attempt as Active."""
     status = world.slot.status
     slot = world.slot
@@ -366,12 +269,12 @@ def claiming_step(world: World) -> Step:
             return claim_failed(world, message=f"a {kind} named {worker} exists that is not "
                                                f"attempt {number} of this slot")
     if objects.lease is None:
-        return Create(claim=True, point="claim-lease", body=claims.lease_body(
+        return worlds.Create(claim=True, point="claim-lease", body=claims.lease_body(
             slot=slot, attempt=number, owner_actor=status.next_owner_actor, tenant=world.tenant,
             launch_spec=pinned, lease_duration_seconds=world.launch_spec.lease.duration_seconds))
     if objects.pod is None:
         assert world.run is not None and world.run.status.pinned is not None
-        return Create(claim=True, point="claim-pod", body=claims.pod_body(
+        return worlds.Create(claim=True, point="claim-pod", body=claims.pod_body(
             slot=slot, pins=world.run.status.pinned, launch_spec=world.launch_spec,
             pinned=pinned, attempt=number, owner_actor=status.next_owner_actor,
             tenant=world.tenant))
@@ -379,22 +282,22 @@ def claiming_step(world: World) -> Step:
     message = (f"attempt {number} claimed: pod and lease {worker} from LaunchSpec "
                f"{pinned.name}@{pinned.generation}"
                + (f", owner {owner}" if owner else " (automatic claim)"))
-    return WriteStatus(status=transitions.finish_claim(
+    return worlds.WriteStatus(status=transitions.finish_claim(
         status, now=world.now, pod_uid=(objects.pod.get("metadata") or {}).get("uid")),
         event=guards.Event(type="Normal", reason="Claimed", message=message), point="active")
 
 
-def claim_failed(world: World, *, message: str) -> WriteStatus:
+def claim_failed(world: worlds.World, *, message: str) -> worlds.WriteStatus:
     """The attempt's objects cannot be created: it ends as ClaimFailed, its number spent."""
     status = world.slot.status
     full = f"attempt {status.pending_worker} could not be created: {message}"
-    return WriteStatus(status=transitions.fail_claim(status, message=full, policy=policy(world),
-                                                     now=world.now),
-                       event=guards.Event(type="Warning", reason="ClaimFailed", message=full),
-                       point="claim-failed")
+    return worlds.WriteStatus(
+        status=transitions.fail_claim(status, message=full, policy=policy(world), now=world.now),
+        event=guards.Event(type="Warning", reason="ClaimFailed", message=full),
+        point="claim-failed")
 
 
-def active_step(world: World) -> Step:
+def active_step(world: worlds.World) -> worlds.Step:
     """Active: the ended-attempt table of DESIGN.md section 4."""
     status = world.slot.status
     objects = world.attempt
@@ -407,19 +310,19 @@ def active_step(world: World) -> Step:
                           claimed_at=started, start_deadline_seconds=deadline)
     verdict = attempts.judge(pod=pod, lease=judged, renewed=world.observation is not None)
     if verdict.delete_pod:
-        return DeletePod(name=objects.name, uid=pod.uid, message=verdict.message)
+        return worlds.DeletePod(name=objects.name, uid=pod.uid, message=verdict.message)
     if not verdict.ended:
         if judged is not LeaseStatus.HELD:
-            return Wait(message=verdict.message)
+            return worlds.Wait(message=verdict.message)
         if world.observation is None:
             until = started + timedelta(seconds=deadline)
         else:
             until = world.observation.observed_at + timedelta(
                 seconds=lease.duration_seconds or 0)
-        return Wait(message=verdict.message, until=until)
+        return worlds.Wait(message=verdict.message, until=until)
     assert verdict.outcome is not None
     message = f"attempt {objects.name} ended {verdict.outcome}: {verdict.message}"
-    return WriteStatus(
+    return worlds.WriteStatus(
         status=transitions.end_attempt(status, outcome=verdict.outcome, message=verdict.message,
                                        exit_code=verdict.exit_code, policy=policy(world),
                                        now=world.now),
@@ -433,11 +336,7 @@ def needs_attempt_objects(status: SlotStatus) -> str | None:
     return status.pending_worker or status.active_worker or status.prior_worker
 
 
-def pod_phase_of(pod: Mapping[str, Any] | None) -> PodPhase:
-    return pod_view(pod).phase
-
-
-def _start_deadline(world: World) -> int:
+def _start_deadline(world: worlds.World) -> int:
     return world.launch_spec.start_deadline_seconds if world.launch_spec else 300
 
 

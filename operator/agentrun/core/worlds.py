@@ -1,0 +1,107 @@
+"""What the operator read for one slot (the *world*) and the writes it may make (*steps*).
+
+A :class:`World` is a snapshot of everything a decision about one slot needs, read at
+``now`` on the operator's clock; a *step* is one write (or :class:`Wait`). The decisions
+that map one to the other are in :mod:`agentrun.core.steps`; the applier that performs a
+step, each with its precondition, is ``agentrun.kube.writes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
+from agentrun.api.runs import AgentRun
+from agentrun.api.slots import Slot, SlotState, SlotStatus
+from agentrun.core import guards
+from agentrun.core.observations import LeaseObservation
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptObjects:
+    """The Pod and Lease of one attempt as read (None: not found)."""
+
+    name: str
+    pod: Mapping[str, Any] | None
+    lease: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class World:
+    """What the operator read for one slot, at ``now`` on its own clock.
+
+    ``attempt``: the objects of the pending worker when Claiming, the active one when
+    Active, else the prior one. ``dependencies``: state of each slot this one depends on,
+    by node (absent: not created yet). ``snapshots``: names of the LaunchSpec snapshots
+    the slot owns. ``launch_spec``: the pinned spec read back from its snapshot, or the
+    reason it could not be. ``override``: the pending command's actor holds ``override``.
+    ``commands_refused``: why commands cannot be trusted now (admission missing), or None.
+    """
+
+    slot: Slot
+    run: AgentRun | None
+    tenant: str | None
+    now: datetime
+    dependencies: Mapping[str, SlotState] = field(default_factory=dict)
+    launch_specs: Sequence[LaunchSpec] = ()
+    snapshots: frozenset[str] = frozenset()
+    launch_spec: LaunchSpecSpec | None = None
+    launch_spec_error: str | None = None
+    attempt: AttemptObjects | None = None
+    observation: LeaseObservation | None = None
+    override: bool = False
+    commands_refused: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteStatus:
+    status: SlotStatus
+    event: guards.Event | None = None
+    point: str = "status"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Create:
+    """Create an object; AlreadyExists is success only if ``matches`` says it is ours."""
+
+    body: dict[str, Any]
+    point: str
+    claim: bool = False  # a failure ends the attempt as ClaimFailed
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeletePod:
+    name: str
+    uid: str | None
+    message: str
+    point: str = "delete-pod"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tombstone:
+    """Clear the lease's holder and record the attempt's end in its annotations."""
+
+    name: str
+    annotations: dict[str, str]
+    point: str = "tombstone"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemoveCommand:
+    keys: tuple[str, ...]
+    event: guards.Event | None = None
+    point: str = "remove-command"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wait:
+    """Nothing to do now; look again at ``until`` (or on the next change)."""
+
+    message: str
+    until: datetime | None = None
+
+
+Step = WriteStatus | Create | DeletePod | Tombstone | RemoveCommand | Wait
