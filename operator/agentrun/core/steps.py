@@ -138,8 +138,6 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
         command=dataclasses.replace(command, override=world.override),
         slot=slot, tenant=world.tenant, prior=prior(world), launch_specs=world.launch_specs,
         now=world.now, claim_policy=world.run.spec.claim_policy)
-    if decision.duplicate:
-        return worlds.RemoveCommand(keys=pending.keys)
     new = decision.status
     if decision.accepted and decision.choice is not None:
         pinned = new.launch_spec
@@ -246,9 +244,15 @@ def claim_step(world: worlds.World) -> worlds.Step:
             status, slot=world.slot.metadata.name, now=world.now), point="claiming")
     if conditions.is_true(status.conditions, transitions.AWAITING_REASSIGNMENT):
         return worlds.Wait(message="attempts exhausted: awaiting reassignment or give-up")
-    if world.run.spec.claim_policy == "Manual" and status.state is SlotState.READY:
+    if status.retry_at is not None and status.retry_at > world.now:
+        return worlds.Wait(message="waiting to retry", until=status.retry_at)
+    # Not claimable although no retry time is ahead: waiting for a person, never for a past
+    # time (a past ``until`` is due again on every tick of the scheduler).
+    if transitions.is_held(status):
+        return worlds.Wait(message="the slot is held; release it (agentrun.dev/release-id)")
+    if world.run.spec.claim_policy == "Manual":
         return worlds.Wait(message="waiting for a claim command (claimPolicy Manual)")
-    return worlds.Wait(message="waiting to retry", until=status.retry_at)
+    return worlds.Wait(message="not claimable: no launch spec is pinned")
 
 
 def claiming_step(world: worlds.World) -> worlds.Step:

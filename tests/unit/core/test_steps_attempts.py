@@ -1,0 +1,298 @@
+"""``steps.next_step`` for an attempt: Claiming, Active, and a property over any world.
+
+Covers, each by the exact step type and its key content:
+- Claiming: the Lease (holder = the pod's name, duration from the pinned spec), then the
+  Pod (the run's pinned snapshots mounted, the attempt number as fencing token), then
+  Active with the attempt record and the Claimed Event; an object under the attempt's
+  name that is not this attempt's, or no readable pinned spec, ends the attempt as
+  ClaimFailed (RetryWait, or AwaitingReassignment once exhausted);
+- Active: the attempt table of DESIGN.md section 4: wait while the lease is held (until
+  its observed expiry, or the start deadline before the first renewal), fence a live pod
+  whose lease is not held, wait for a terminating pod, end as Succeeded, Failed, Lost or
+  StartTimeout with the AttemptEnded Event; the run's retry policy decides exhaustion;
+- a property over generated worlds (hypothesis, bounded, derandomized): a Pod or Lease is
+  created only while Claiming, and no status write raises attemptCount by more than one
+  (or lowers it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import corefakes as f
+import pytest
+from corefakes import expect
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentrun.api import names
+from agentrun.api.slots import Outcome, SlotState, SlotStatus
+from agentrun.core import claims, guards, naming, steps, transitions
+from agentrun.core.worlds import Create, DeletePod, Wait, World, WriteStatus
+
+# --- Claiming ----------------------------------------------------------------------------------
+
+
+def test_claiming_without_a_lease_creates_the_lease() -> None:
+    world = f.world(f.claiming(2, owner="alice"), attempt=f.objects(2, pod=None, lease=None))
+    step = expect(steps.next_step(world), Create)
+    assert (step.claim, step.point) == (True, "claim-lease")
+    body = step.body
+    assert (body["kind"], body["metadata"]["name"]) == ("Lease", f.worker(2))
+    assert body["spec"] == {"holderIdentity": f.worker(2), "leaseDurationSeconds": f.LEASE_SECONDS}
+    assert body["metadata"]["labels"][names.ATTEMPT_LABEL] == "2"
+    assert body["metadata"]["annotations"][names.OWNER_ACTOR_ANNOTATION] == "alice"
+    assert claims.matches_attempt(body, slot_uid=f.SLOT_UID, attempt=2)
+
+
+def test_claiming_with_a_lease_and_no_pod_creates_the_pod_with_the_runs_snapshots() -> None:
+    world = f.world(f.claiming(1), attempt=f.objects(1, pod=None, lease=f.lease(1)))
+    step = expect(steps.next_step(world), Create)
+    assert (step.claim, step.point) == (True, "claim-pod")
+    body = step.body
+    assert (body["kind"], body["metadata"]["name"]) == ("Pod", f.worker(1))
+    assert body["spec"]["restartPolicy"] == "Never"
+    mounted = {v["configMap"]["name"] for v in body["spec"]["volumes"] if "configMap" in v}
+    assert mounted == set(f.pins().snapshot_names().values())
+    env = {e["name"]: e.get("value") for e in body["spec"]["containers"][0]["env"]}
+    assert env[names.ENV_FENCING_TOKEN] == "1"
+    assert names.OWNER_ACTOR_ANNOTATION not in body["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(("owner", "says"), [(None, " (automatic claim)"),
+                                              ("alice", ", owner alice")])
+def test_claiming_with_both_objects_records_the_attempt_as_active(
+        owner: str | None, says: str) -> None:
+    world = f.world(f.claiming(1, owner=owner), now=f.T0 + f.seconds(2),
+                    attempt=f.objects(1, pod=f.pod(1, "Pending"), lease=f.lease(1)))
+    step = expect(steps.next_step(world), WriteStatus)
+    assert step.point == "active"
+    status = step.status
+    assert (status.state, status.active_worker, status.pending_worker) == (
+        SlotState.ACTIVE, f.worker(1), None)
+    record = status.attempts[-1]
+    assert (record.number, record.pod_uid, record.owner_actor, record.started_at) == (
+        1, "uid-pod-1", owner, f.T0 + f.seconds(2))
+    assert status.next_owner_actor is None
+    assert step.event == guards.Event(
+        type="Normal", reason="Claimed",
+        message=f"attempt 1 claimed: pod and lease {f.worker(1)} from LaunchSpec cpu-spec@1"
+                + says)
+
+
+@pytest.mark.parametrize(("objects", "kind"), [
+    (f.objects(1, pod=None, lease=f.lease(1, attempt_label=7)), "Lease"),
+    (f.objects(1, pod=None, lease=f.lease(1, owner_uid="uid-old-slot")), "Lease"),
+    (f.objects(1, pod=f.pod(1, attempt_label=7), lease=f.lease(1)), "Pod"),
+    (f.objects(1, pod=f.pod(1, owner_uid="uid-old-slot"), lease=f.lease(1)), "Pod"),
+], ids=["lease-other-attempt", "lease-other-slot", "pod-other-attempt", "pod-other-slot"])
+def test_an_object_that_is_not_this_attempts_fails_the_claim(objects: object, kind: str) -> None:
+    step = expect(steps.next_step(f.world(f.claiming(1), attempt=objects)), WriteStatus)
+    assert step.point == "claim-failed"
+    status = step.status
+    assert (status.state, status.pending_worker, status.prior_worker) == (
+        SlotState.RETRY_WAIT, None, f.worker(1))
+    assert (status.attempt_count, status.attempts[-1].outcome) == (1, Outcome.CLAIM_FAILED)
+    assert status.retry_at == f.T0 + f.seconds(10)
+    assert step.event is not None
+    assert (step.event.type, step.event.reason) == ("Warning", "ClaimFailed")
+    assert f"a {kind} named {f.worker(1)} exists that is not attempt 1 of this slot" \
+        in step.event.message
+
+
+@pytest.mark.parametrize(("error", "says"), [
+    ("snapshot 'x' does not hold the pinned spec", "snapshot 'x' does not hold the pinned spec"),
+    (None, "no launch spec is pinned to build the pod from"),
+])
+def test_claiming_without_a_readable_pinned_spec_fails_the_claim(error: str | None,
+                                                                 says: str) -> None:
+    world = f.world(f.claiming(1), launch_spec=None, launch_spec_error=error,
+                    attempt=f.objects(1, pod=None, lease=None))
+    step = expect(steps.next_step(world), WriteStatus)
+    assert step.point == "claim-failed"
+    assert step.status.attempts[-1].outcome is Outcome.CLAIM_FAILED
+    assert step.event is not None
+    assert step.event.message == f"attempt {f.worker(1)} could not be created: {says}"
+    assert step.status.attempts[-1].reason == step.event.message
+
+
+# --- Active: the attempt table ------------------------------------------------------------------
+
+
+def active_world(*, pod: dict[str, Any] | None, lease: dict[str, Any] | None, now_s: float,
+                 observed_s: float | None = None, **kwargs: Any) -> World:
+    observation = f.observed(f.T0 + f.seconds(observed_s)) if observed_s is not None else None
+    return f.world(f.active(1), now=f.T0 + f.seconds(now_s), observation=observation,
+                   attempt=f.objects(1, pod=pod, lease=lease), **kwargs)
+
+
+def test_a_held_lease_waits_until_its_observed_expiry() -> None:
+    world = active_world(pod=f.pod(1), lease=f.lease(1, renew_time="r"), now_s=100,
+                         observed_s=90)
+    step = expect(steps.next_step(world), Wait)
+    assert step.until == f.T0 + f.seconds(90 + f.LEASE_SECONDS)
+
+
+def test_before_the_first_renewal_the_wait_ends_at_the_start_deadline() -> None:
+    world = active_world(pod=f.pod(1, "Pending"), lease=f.lease(1), now_s=30)
+    step = expect(steps.next_step(world), Wait)
+    assert step.until == f.T0 + f.seconds(f.START_DEADLINE)
+
+
+def test_an_active_wait_is_not_capped_by_the_deadline_but_ends_at_the_lease_expiry() -> None:
+    world = active_world(pod=f.pod(1), lease=f.lease(1, renew_time="r"), now_s=100,
+                         observed_s=90, run=f.agent_run(deadline=110))
+    assert expect(steps.next_step(world), Wait).until == f.T0 + f.seconds(135)
+
+
+@pytest.mark.parametrize(("pod", "lease", "observed_s"), [
+    (f.pod(1, "Running"), f.lease(1, renew_time="r"), 0),
+    (f.pod(1, "Pending"), None, None),
+], ids=["expired", "missing"])
+def test_a_live_pod_whose_lease_is_not_held_is_deleted(
+        pod: dict[str, Any], lease: dict[str, Any] | None, observed_s: float | None) -> None:
+    step = expect(steps.next_step(active_world(pod=pod, lease=lease, now_s=100,
+                                               observed_s=observed_s)), DeletePod)
+    assert (step.name, step.uid) == (f.worker(1), "uid-pod-1")
+    assert "deleting the pod to fence the attempt" in step.message
+
+
+def test_a_terminating_pod_with_an_expired_lease_is_waited_for() -> None:
+    world = active_world(pod=f.pod(1, "Running", deleting=True),
+                         lease=f.lease(1, renew_time="r"), now_s=100, observed_s=0)
+    step = expect(steps.next_step(world), Wait)
+    assert "waiting until it is gone" in step.message
+    assert step.until is None
+
+
+def test_a_failed_pod_with_an_expired_lease_ends_the_attempt_failed() -> None:
+    world = active_world(pod=f.pod(1, "Failed", exit_code=3), lease=f.lease(1, renew_time="r"),
+                         now_s=100, observed_s=0)
+    step = expect(steps.next_step(world), WriteStatus)
+    assert step.point == "attempt-ended"
+    status = step.status
+    assert (status.state, status.active_worker, status.prior_worker) == (
+        SlotState.RETRY_WAIT, None, f.worker(1))
+    assert status.retry_at == f.T0 + f.seconds(110)
+    record = status.attempts[-1]
+    assert (record.outcome, record.exit_code, record.ended_at) == (
+        Outcome.FAILED, 3, f.T0 + f.seconds(100))
+    assert step.event is not None
+    assert (step.event.type, step.event.reason) == ("Warning", "AttemptEnded")
+    assert step.event.message.startswith(f"attempt {f.worker(1)} ended Failed:")
+
+
+def test_a_succeeded_pod_ends_the_attempt_and_the_slot_succeeded() -> None:
+    world = active_world(pod=f.pod(1, "Succeeded", exit_code=0),
+                         lease=f.lease(1, renew_time="r", holder=False), now_s=50, observed_s=40)
+    step = expect(steps.next_step(world), WriteStatus)
+    assert step.status.state is SlotState.SUCCEEDED
+    assert step.status.attempts[-1].outcome is Outcome.SUCCEEDED
+    assert f.condition(step.status, transitions.SUCCEEDED).status == "True"
+    assert step.event is not None
+    assert (step.event.type, step.event.reason) == ("Normal", "AttemptEnded")
+
+
+def test_a_pod_gone_after_the_lease_expired_ends_the_attempt_lost() -> None:
+    world = active_world(pod=None, lease=f.lease(1, renew_time="r"), now_s=100, observed_s=0)
+    step = expect(steps.next_step(world), WriteStatus)
+    assert step.status.attempts[-1].outcome is Outcome.LOST
+    assert step.event is not None and step.event.type == "Warning"
+
+
+def test_a_worker_that_never_renewed_by_the_start_deadline_ends_start_timeout() -> None:
+    world = active_world(pod=None, lease=f.lease(1), now_s=f.START_DEADLINE)
+    step = expect(steps.next_step(world), WriteStatus)
+    assert step.status.attempts[-1].outcome is Outcome.START_TIMEOUT
+    assert step.status.state is SlotState.RETRY_WAIT
+
+
+def test_the_runs_retry_policy_decides_exhaustion() -> None:
+    world = active_world(pod=f.pod(1, "Failed"), lease=None, now_s=10,
+                         run=f.agent_run(max_attempts=1))
+    step = expect(steps.next_step(world), WriteStatus)
+    assert step.status.retry_at is None
+    assert f.condition(step.status, transitions.AWAITING_REASSIGNMENT).status == "True"
+
+
+def test_the_world_reads_the_pending_else_the_active_else_the_prior_attempt() -> None:
+    assert steps.needs_attempt_objects(f.claiming(2)) == f.worker(2)
+    assert steps.needs_attempt_objects(f.active(3)) == f.worker(3)
+    assert steps.needs_attempt_objects(f.retry_wait(attempts_used=2)) == f.worker(2)
+    assert steps.needs_attempt_objects(f.ready()) is None
+
+
+# --- a property over generated worlds -------------------------------------------------------------
+
+PHASES = st.sampled_from([None, "Pending", "Running", "Succeeded", "Failed", "Unknown"])
+
+
+@st.composite
+def any_world(draw: st.DrawFn) -> World:
+    state = draw(st.sampled_from(list(SlotState)))
+    n = draw(st.integers(min_value=1, max_value=4))
+    retry_at = draw(st.sampled_from([None, f.T0, f.T0 + f.seconds(500)]))
+    status = {
+        SlotState.PENDING: SlotStatus(),
+        SlotState.READY: f.ready(),
+        SlotState.CLAIMING: f.claiming(n, owner=draw(st.sampled_from([None, "alice"]))),
+        SlotState.ACTIVE: f.active(n, owner=draw(st.sampled_from([None, "alice"]))),
+        SlotState.RETRY_WAIT: f.retry_wait(attempts_used=n, retry_at=retry_at),
+        SlotState.SUCCEEDED: f.finished(SlotState.SUCCEEDED),
+        SlotState.FAILED: f.finished(SlotState.FAILED),
+    }[state]
+    if draw(st.booleans()):
+        status = transitions.hold(status, reason="held", now=f.T0)
+    worker = steps.needs_attempt_objects(status)
+    attempt = None
+    if worker is not None:
+        number = naming.attempt_number(slot=f.SLOT, name=worker)
+        assert number is not None
+        phase = draw(PHASES)
+        pod = None if phase is None else f.pod(
+            number, phase, deleting=draw(st.booleans()),
+            attempt_label=draw(st.sampled_from([None, 99])))
+        lease = draw(st.sampled_from([None, "held", "renewed", "tombstoned"]))
+        attempt = f.objects(number, pod=pod, lease=None if lease is None else f.lease(
+            number, renew_time="r" if lease != "held" else None,
+            outcome="Failed" if lease == "tombstoned" else None))
+    kind = draw(st.sampled_from([None, "claim", "reassign", "hold", "release", "give-up"]))
+    annotations = None if kind is None else f.command(
+        kind, draw(st.sampled_from(["req-1", " "])),
+        actor=draw(st.sampled_from([None, "alice", "bob"])), reason="because", run=f.RUN,
+        worker_class="cpu")
+    if kind in ("claim", "hold", "release"):
+        annotations = {k: v for k, v in (annotations or {}).items()
+                       if not k.endswith(("-run", "-worker-class"))
+                       and not (kind != "hold" and k.endswith("-reason"))}
+    return f.world(
+        status, annotations=annotations,
+        run=f.agent_run(claim_policy=draw(st.sampled_from(["Automatic", "Manual"])),
+                        suspend=draw(st.booleans()),
+                        deadline=draw(st.sampled_from([None, 100, 10_000]))),
+        now=f.T0 + f.seconds(draw(st.sampled_from([0, 50, 130, 1000]))),
+        depends_on=draw(st.sampled_from([[], ["fetch"]])),
+        dependencies={"fetch": draw(st.sampled_from(list(SlotState)))},
+        launch_specs=draw(st.sampled_from([(), (f.CPU_SPEC,)])),
+        snapshots=draw(st.sampled_from([frozenset(), frozenset({f.PINNED.snapshot})])),
+        launch_spec=draw(st.sampled_from([None, f.CPU_SPEC.spec])),
+        attempt=attempt,
+        observation=draw(st.sampled_from([None, f.observed(f.T0),
+                                          f.observed(f.T0 + f.seconds(120))])),
+        override=draw(st.booleans()),
+        commands_refused=draw(st.sampled_from([None, "no admission policy"])),
+    )
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(any_world())
+def test_only_a_claiming_slot_creates_attempt_objects_and_attempts_grow_by_one(
+        world: World) -> None:
+    step = steps.next_step(world)
+    before = world.slot.status
+    if isinstance(step, Create) and step.body["kind"] in ("Pod", "Lease"):
+        assert before.state is SlotState.CLAIMING
+        assert step.claim
+    if isinstance(step, WriteStatus):
+        assert before.attempt_count <= step.status.attempt_count <= before.attempt_count + 1
