@@ -36,7 +36,6 @@ from typing import Literal
 
 from agentrun.api import conditions, names
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
-from agentrun.api.runs import ClaimPolicy
 from agentrun.api.slots import (
     COMMANDS_KEPT,
     CommandKind,
@@ -242,15 +241,15 @@ def reassign(
 
 def decide(
     *, command: Command, slot: Slot, tenant: str | None, prior: Prior | None,
-    launch_specs: Iterable[LaunchSpec], now: datetime, claim_policy: ClaimPolicy,
+    launch_specs: Iterable[LaunchSpec], now: datetime,
 ) -> Decision:
     """Decide any command by its kind (reassign, claim, hold, release, give up).
 
     Claim: accepted when the slot is claimable on request (``NotClaimable`` otherwise);
     the caller then starts the claim in the same status write, and the actor becomes the
     attempt's owner. Hold needs a reason. Give up is owner-checked like a reassignment
-    and accepted in any open state; a live attempt is named in ``fence``. ``claim_policy``
-    is the run's; a claim command is itself the request the Manual policy waits for.
+    and accepted in any open state; a live attempt is named in ``fence``. A claim command is
+    judged as the manual request it is, whatever the run's policy: the request is there.
     """
     if command.kind is CommandKind.REASSIGN:
         return reassign(command=command, slot=slot, tenant=tenant, prior=prior,
@@ -261,20 +260,20 @@ def decide(
                         status=status)
     failed = _tenancy(command, slot=slot, tenant=tenant)
     if failed is None:
-        failed = _other_failure(command=command, slot=slot, now=now, claim_policy=claim_policy)
+        failed = _other_failure(command=command, slot=slot, now=now)
     if failed:
         return reject(command=command, status=status, predicate=failed[0], message=failed[1],
                       now=now)
     return _apply_other(command=command, slot=slot, now=now)
 
 
-def _other_failure(*, command: Command, slot: Slot, now: datetime,
-                   claim_policy: ClaimPolicy) -> tuple[Predicate, str] | None:
+def _other_failure(*, command: Command, slot: Slot,
+                   now: datetime) -> tuple[Predicate, str] | None:
     status = slot.status
     name = slot.metadata.name
     kind = command.kind
     if kind is CommandKind.CLAIM and not transitions.is_claimable(
-            status, now=now, claim_policy=claim_policy, claim_requested=True):
+            status, now=now, claim_policy="Manual", claim_requested=True):
         held = " and held" if transitions.is_held(status) else ""
         return (Predicate.NOT_CLAIMABLE,
                 f"slot {name!r} is {status.state}{held}: a claim needs a Ready slot, or a "

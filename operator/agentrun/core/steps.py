@@ -137,7 +137,7 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
     decision = guards.decide(
         command=dataclasses.replace(command, override=world.override),
         slot=slot, tenant=world.tenant, prior=prior(world), launch_specs=world.launch_specs,
-        now=world.now, claim_policy=world.run.spec.claim_policy)
+        now=world.now)
     new = decision.status
     if decision.accepted and decision.choice is not None:
         pinned = new.launch_spec

@@ -198,10 +198,9 @@ def command(kind: CommandKind, rid: str = "c1", **kw: object) -> guards.Command:
     return guards.Command(kind=kind, request_id=rid, actor=kw.pop("actor", "alice"), **kw)  # type: ignore[arg-type]
 
 
-def decide(status: SlotStatus, cmd: guards.Command, *,
-           policy: str = "Automatic") -> guards.Decision:
+def decide(status: SlotStatus, cmd: guards.Command) -> guards.Decision:
     return guards.decide(command=cmd, slot=f.slot(status), tenant=f.TENANT, prior=None,
-                         launch_specs=[], now=f.T0, claim_policy=policy)  # type: ignore[arg-type]
+                         launch_specs=[], now=f.T0)
 
 
 def test_hold_and_release_commands() -> None:
@@ -219,12 +218,12 @@ def test_hold_and_release_commands() -> None:
 def test_manual_claim_command() -> None:
     ready = SlotStatus(state=SlotState.READY, worker_class="cpu", launch_spec=f.PINNED)
     assert not transitions.is_claimable(ready, now=f.T0, claim_policy="Manual")
-    decision = decide(ready, command(CommandKind.CLAIM, actor="carol"), policy="Manual")
+    decision = decide(ready, command(CommandKind.CLAIM, actor="carol"))
     assert decision.accepted and decision.status.next_owner_actor == "carol"
     active = transitions.finish_claim(
         transitions.start_claim(decision.status, slot=f.SLOT, now=f.T0), now=f.T0)
     assert active.attempts[-1].owner_actor == "carol"
-    again = decide(active, command(CommandKind.CLAIM, "c2"), policy="Manual")
+    again = decide(active, command(CommandKind.CLAIM, "c2"))
     assert again.predicate is Predicate.NOT_CLAIMABLE
 
 

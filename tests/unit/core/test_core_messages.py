@@ -100,8 +100,7 @@ def reassign(**kw: object) -> tuple[SlotStatus, guards.Decision]:
     command = guards.Command(kind=CommandKind.REASSIGN, request_id="r1", actor="alice",
                              **fields)  # type: ignore[arg-type]
     decision = guards.decide(command=command, slot=f.slot(status), tenant=f.TENANT,
-                             prior=prior, launch_specs=[GPU, TPU], now=f.T0,  # type: ignore[arg-type]
-                             claim_policy="Automatic")
+                             prior=prior, launch_specs=[GPU, TPU], now=f.T0)  # type: ignore[arg-type]
     return status, decision
 
 
@@ -167,7 +166,7 @@ def other(status: SlotStatus, kind: CommandKind, rid: str = "c1",
     command = guards.Command(kind=kind, request_id=rid, actor=kw.pop("actor", "alice"),  # type: ignore[arg-type]
                              **kw)  # type: ignore[arg-type]
     return guards.decide(command=command, slot=f.slot(status), tenant=f.TENANT, prior=TERMINAL,
-                         launch_specs=[GPU], now=f.T0 + f.seconds(100), claim_policy="Manual")
+                         launch_specs=[GPU], now=f.T0 + f.seconds(100))
 
 
 def test_claim_command_words() -> None:

@@ -88,8 +88,7 @@ class SlotLife(RuleBasedStateMachine):
         before = self.status
         cmd = guards.Command(kind=kind, request_id=request_id, actor=actor, **kw)  # type: ignore[arg-type]
         decision = guards.decide(command=cmd, slot=self.slot.model_copy(update={"status": before}),
-                                 tenant=f.TENANT, prior=prior, launch_specs=SPECS, now=self.now,
-                                 claim_policy="Automatic")
+                                 tenant=f.TENANT, prior=prior, launch_specs=SPECS, now=self.now)
         if not decision.accepted:
             STATS["duplicates" if decision.duplicate else "rejected"] += 1
         if decision.duplicate:
