@@ -272,8 +272,7 @@ def _other_failure(*, command: Command, slot: Slot,
     status = slot.status
     name = slot.metadata.name
     kind = command.kind
-    if kind is CommandKind.CLAIM and not transitions.is_claimable(
-            status, now=now, claim_policy="Manual", claim_requested=True):
+    if kind is CommandKind.CLAIM and not transitions.may_be_claimed(status, now=now):
         held = " and held" if transitions.is_held(status) else ""
         return (Predicate.NOT_CLAIMABLE,
                 f"slot {name!r} is {status.state}{held}: a claim needs a Ready slot, or a "

@@ -74,13 +74,22 @@ def is_claimable(
 ) -> bool:
     """May the next attempt be claimed now (DESIGN.md section 6)?
 
+    When :func:`may_be_claimed`, and under ``Manual`` policy only when a claim command
+    asks for it.
+    """
+    if claim_policy == "Manual" and not claim_requested:
+        return False
+    return may_be_claimed(status, now=now)
+
+
+def may_be_claimed(status: SlotStatus, *, now: datetime) -> bool:
+    """Is the slot open to a claim, whatever the policy that would make it?
+
     ``Ready``, or ``RetryWait`` with no pending or active worker and either ``retryAt``
     passed or the slot reopened by a reassignment; never while held or without a pinned
-    launch spec. Under ``Manual`` policy a claim command must also ask for it.
+    launch spec.
     """
     if is_held(status) or status.launch_spec is None:
-        return False
-    if claim_policy == "Manual" and not claim_requested:
         return False
     if status.state is SlotState.READY:
         return True
