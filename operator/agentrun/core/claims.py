@@ -26,7 +26,7 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.runs import Pins
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import naming, transitions
+from agentrun.core import naming, owners, transitions
 
 COORDINATION_API_VERSION = "coordination.k8s.io/v1"
 CONFIG_VOLUME_PREFIX = "agentrun-config-"
@@ -34,14 +34,7 @@ CONFIG_VOLUME_PREFIX = "agentrun-config-"
 
 def owner_reference(slot: Slot) -> dict[str, Any]:
     """The Slot as the controlling owner: garbage collection follows the slot."""
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": "Slot",
-        "name": slot.metadata.name,
-        "uid": slot.metadata.uid or "",
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    return owners.controller(kind="Slot", metadata=slot.metadata)
 
 
 def labels(*, slot: Slot, attempt: int, tenant: str | None) -> dict[str, str]:
@@ -162,5 +155,4 @@ def matches_attempt(existing: Mapping[str, Any], *, slot_uid: str, attempt: int)
     metadata = existing.get("metadata") or {}
     if (metadata.get("labels") or {}).get(names.ATTEMPT_LABEL) != str(attempt):
         return False
-    return any(ref.get("uid") == slot_uid and ref.get("controller") is True
-               for ref in metadata.get("ownerReferences") or [])
+    return owners.controlled_by(metadata, slot_uid)

@@ -16,7 +16,7 @@ from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument, WorkflowNode
 from agentrun.api.runs import AgentRun, Pin, Pins
 from agentrun.api.slots import SlotSpec
-from agentrun.core import naming
+from agentrun.core import naming, owners
 from agentrun.core.resolution import Resolution, Resolved, sha256_of
 
 
@@ -31,14 +31,7 @@ def needs_pinning(run: AgentRun) -> bool:
 
 def owner_reference(run: AgentRun) -> dict[str, Any]:
     """The run as controlling owner: its snapshots and slots go when it goes."""
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": "AgentRun",
-        "name": run.metadata.name,
-        "uid": run.metadata.uid or "",
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    return owners.controller(kind="AgentRun", metadata=run.metadata)
 
 
 def snapshot_name(*, run: AgentRun, resolved: Resolved) -> str:
@@ -76,11 +69,6 @@ def snapshot_body(*, run: AgentRun, resolved: Resolved, tenant: str | None) -> d
     }
 
 
-def _controlled_by(metadata: Mapping[str, Any], uid: str) -> bool:
-    return any(ref.get("uid") == uid and ref.get("controller") is True
-               for ref in metadata.get("ownerReferences") or [])
-
-
 def matches_snapshot(existing: Mapping[str, Any], *, run_uid: str, sha256: str) -> bool:
     """Is a ConfigMap found on ``AlreadyExists`` our snapshot (so creation succeeded)?
 
@@ -93,7 +81,7 @@ def matches_snapshot(existing: Mapping[str, Any], *, run_uid: str, sha256: str) 
     if existing.get("immutable") is not True or kind not in names.CONFIG_DATA_KEYS:
         return False
     text = (existing.get("data") or {}).get(names.CONFIG_DATA_KEYS[kind])
-    return (_controlled_by(metadata, run_uid) and isinstance(text, str)
+    return (owners.controlled_by(metadata, run_uid) and isinstance(text, str)
             and sha256_of(text) == sha256)
 
 
@@ -146,4 +134,5 @@ def matches_slot(existing: Mapping[str, Any], *, run_uid: str, node: str) -> boo
     Its immutable ``spec.node`` must be ``node`` and it must be controlled by this very run.
     """
     spec = existing.get("spec") or {}
-    return spec.get("node") == node and _controlled_by((existing.get("metadata") or {}), run_uid)
+    metadata = existing.get("metadata") or {}
+    return spec.get("node") == node and owners.controlled_by(metadata, run_uid)
