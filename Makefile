@@ -54,15 +54,19 @@ manifests: venv
 
 # Against $$KUBECONFIG (default: the local control plane's); the local cluster's
 # operator runs as its own `operator` user, so it has only the rights RBAC gives it.
+# That user is bound (manifests/local/) only on the local control plane: on a real
+# cluster the role is bound to the operator's ServiceAccount alone.
 KUBECONFIG ?= $(abspath $(KUBECONFIG_LOCAL))
 export KUBECONFIG
 KUBECTL ?= $(if $(wildcard $(CLUSTER_DIR)/bin/kubectl),$(CLUSTER_DIR)/bin/kubectl,kubectl)
-OPERATOR_CONTEXT ?= $(if $(filter $(abspath $(KUBECONFIG_LOCAL)),$(KUBECONFIG)),operator,)
+LOCAL_CLUSTER := $(filter $(abspath $(KUBECONFIG_LOCAL)),$(KUBECONFIG))
+OPERATOR_CONTEXT ?= $(if $(LOCAL_CLUSTER),operator,)
 
 install: venv
 	$(KUBECTL) apply --server-side -f crds/
 	$(KUBECTL) wait --for=condition=Established --timeout=60s -f crds/
-	$(KUBECTL) apply --server-side -f manifests/rbac/ -f manifests/admission/
+	$(KUBECTL) apply --server-side -f manifests/rbac/ -f manifests/admission/ \
+		$(if $(LOCAL_CLUSTER),-f manifests/local/,)
 
 operator: install
 	$(VENV)/bin/agentrun-operator run $(if $(OPERATOR_CONTEXT),--context $(OPERATOR_CONTEXT),)

@@ -99,20 +99,34 @@ def test_examples_are_stored_with_defaults(
     assert stored["spec"]["suspend"] is False
 
 
-@pytest.mark.parametrize("field", ["node", "run"])
-def test_slot_identity_cannot_change(
-    api_client: kubernetes.client.ApiClient, namespace: str, field: str
+@pytest.mark.parametrize(("field", "value"), [
+    ("node", "report"), ("run", "report"), ("workerClass", "gpu"), ("dependsOn", ["plan"]),
+    ("retry", {"maxAttempts": 9})])
+def test_slot_spec_cannot_change(
+    api_client: kubernetes.client.ApiClient, namespace: str, field: str, value: object
 ) -> None:
     api = custom(api_client)
     create(api_client, slot_body(), namespace=namespace)
     slot = api.get_namespaced_custom_object(
         names.GROUP, names.VERSION, namespace, "slots", "research-report-0a1b2c3d")
-    slot["spec"][field] = "report"
+    slot["spec"][field] = value
 
     message = rejection(lambda: api.replace_namespaced_custom_object(
         names.GROUP, names.VERSION, namespace, "slots", slot["metadata"]["name"], slot))
 
-    assert f"spec.{field} is immutable" in message
+    assert "spec is immutable" in message
+    assert "a slot's identity (run, node) never changes" in message
+
+
+def test_slot_metadata_can_change(
+    api_client: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    """Commands are annotations: a patch that leaves the spec alone is accepted."""
+    api = custom(api_client)
+    create(api_client, slot_body(), namespace=namespace)
+    api.patch_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, "slots", "research-report-0a1b2c3d",
+        {"metadata": {"annotations": {"example.com/note": "kept"}}})
 
 
 def test_slot_name_over_58_characters_is_rejected(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -42,7 +43,35 @@ def test_operator_rbac_never_writes_specs_it_does_not_own() -> None:
     rules = manifests.OPERATOR_RULES
     launchspec_writes = [r for r in rules if "launchspecs" in r["resources"]
                          and set(r["verbs"]) - {"get", "list", "watch"}]
-    assert launchspec_writes == []  # LaunchSpecs belong to GitOps; only their status is ours
+    assert launchspec_writes == []  # LaunchSpecs belong to GitOps
     agentrun_writes = [r for r in rules if "agentruns" in r["resources"]
                        and set(r["verbs"]) - {"get", "list", "watch"}]
     assert agentrun_writes == []
+
+
+def documents(relative: str) -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all((MANIFESTS / relative).read_text()))
+
+
+def test_the_shipped_binding_names_only_the_service_account() -> None:
+    binding = next(d for d in documents("rbac/operator.yaml")
+                   if d["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "agentrun-operator",
+                                    "namespace": "agentrun-system"}]
+
+
+def test_the_local_file_binds_only_the_local_operator_user() -> None:
+    (binding,) = documents("local/operator-user.yaml")
+    assert binding["kind"] == "ClusterRoleBinding"
+    assert binding["metadata"]["name"] == "agentrun-operator-local-user"
+    assert binding["roleRef"]["name"] == "agentrun-operator"
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                    "name": "operator"}]
+
+
+def test_operator_writes_only_the_status_it_owns() -> None:
+    status_writes = {resource for r in manifests.OPERATOR_RULES for resource in r["resources"]
+                     if resource.endswith("/status") and set(r["verbs"]) - {"get"}}
+    assert status_writes == {"agentruns/status", "slots/status"}
+    (namespaces,) = [r for r in manifests.OPERATOR_RULES if "namespaces" in r["resources"]]
+    assert namespaces["verbs"] == ["get", "list", "watch"]  # Kopf resolves namespace globs

@@ -16,6 +16,7 @@ from agentrun.api.policies import RetryPolicy
 
 NODE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 WORKER_CLASS_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+MAX_NODES = 256  # nodes in a workflow, so also the dependencies one node can list
 
 
 class PackageDocument(Model):
@@ -29,12 +30,12 @@ class PackageDocument(Model):
 class WorkflowNode(Model):
     name: str = Field(min_length=1, max_length=63, pattern=NODE_NAME_PATTERN)
     worker_class: str = Field(min_length=1, max_length=63, pattern=WORKER_CLASS_PATTERN)
-    depends_on: list[str] = Field(default_factory=list)
+    depends_on: list[str] = Field(default_factory=list, max_length=MAX_NODES)
     retry: RetryPolicy | None = None
 
 
 class WorkflowDocument(Model):
-    nodes: list[WorkflowNode] = Field(min_length=1, max_length=256)
+    nodes: list[WorkflowNode] = Field(min_length=1, max_length=MAX_NODES)
 
     @model_validator(mode="after")
     def _is_a_dag(self) -> Self:

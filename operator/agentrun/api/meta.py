@@ -7,6 +7,7 @@ ignored rather than modelled, so a newer API server cannot break parsing.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import ConfigDict, Field
 
@@ -35,3 +36,5 @@ class ObjectMeta(Model):
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     owner_references: list[OwnerReference] = Field(default_factory=list)
+    managed_fields: list[dict[str, Any]] = Field(
+        default_factory=list, description="who last wrote which fields, and when")

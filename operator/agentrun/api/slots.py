@@ -23,7 +23,7 @@ from pydantic.config import JsonDict
 
 from agentrun.api import names
 from agentrun.api.conditions import Conditions
-from agentrun.api.configs import NODE_NAME_PATTERN, WORKER_CLASS_PATTERN
+from agentrun.api.configs import MAX_NODES, NODE_NAME_PATTERN, WORKER_CLASS_PATTERN
 from agentrun.api.meta import ObjectMeta
 from agentrun.api.models import Model
 from agentrun.api.policies import RetryPolicy
@@ -79,19 +79,28 @@ class Predicate(StrEnum):
     COMMANDS_REFUSED = "CommandsRefused"
 
 
-class SlotSpec(Model):
-    """Set by the operator from the pinned workflow; identity (run, node) never changes."""
+SPEC_IMMUTABLE: JsonDict = {
+    "rule": "self == oldSelf",
+    "message": "spec is immutable: the operator writes a slot's spec once, at creation; a "
+    "slot's identity (run, node) never changes, and reassignment keeps the slot (it changes "
+    "status only)",
+}
 
-    run: str = Field(min_length=1, max_length=names.MAX_RUN_NAME, json_schema_extra={
-        "x-kubernetes-validations": [{"rule": "self == oldSelf",
-                                      "message": "spec.run is immutable: a slot's identity "
-                                      "never changes; reassignment keeps the slot"}]})
-    node: str = Field(min_length=1, max_length=63, pattern=NODE_NAME_PATTERN, json_schema_extra={
-        "x-kubernetes-validations": [{"rule": "self == oldSelf",
-                                      "message": "spec.node is immutable: a slot's identity "
-                                      "never changes; reassignment keeps the slot"}]})
+
+class SlotSpec(Model):
+    """Written once by the operator from the pinned workflow; identity (run, node) never changes."""
+
+    # Immutable as a whole, not only its identity: the `patch slots` right that commands
+    # need must not let anyone edit dependencies, retries or the worker class.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [SPEC_IMMUTABLE]})
+
+    run: str = Field(min_length=1, max_length=names.MAX_RUN_NAME)
+    node: str = Field(min_length=1, max_length=63, pattern=NODE_NAME_PATTERN)
     worker_class: str = Field(min_length=1, max_length=63, pattern=WORKER_CLASS_PATTERN)
-    depends_on: list[str] = Field(default_factory=list)
+    depends_on: list[str] = Field(
+        default_factory=list, max_length=MAX_NODES,
+        json_schema_extra={"items": {"type": "string", "minLength": 1, "maxLength": 63,
+                                     "pattern": NODE_NAME_PATTERN}})
     retry: RetryPolicy | None = None
 
 

@@ -63,6 +63,10 @@ async def slot_event(*, event: kopf.RawEvent, name: str, namespace: str | None, 
     operator = _operator(memo)
     if event["type"] == "DELETED":
         operator.forget(("Slot", namespace, name))
+        # Its run may be waiting to create a slot of the same name (a recreated run).
+        run = (event["object"].get("spec") or {}).get("run")
+        if run:
+            await operator.trigger(("AgentRun", namespace, run))
         return
     await operator.trigger(("Slot", namespace, name))
 

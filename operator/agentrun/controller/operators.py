@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import kopf
@@ -20,10 +21,11 @@ import kubernetes
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import SlotState
 from agentrun.controller import runs, scheduling, slots
-from agentrun.core import guards
+from agentrun.core import clocks, guards
 from agentrun.kube import clients, reads, rest, writes
 
 Key = scheduling.Key
+RETRY_BACKOFF = timedelta(seconds=5)  # after an unexpected error (a 500, a timeout, a quota)
 
 
 def connection_info(*, context: str | None) -> kopf.ConnectionInfo:
@@ -92,6 +94,11 @@ class Operator:
         self.states.pop(key, None)
         self.unpinned.discard(key)
         self.generations.pop(key, None)
+        if key[0] == "Slot":
+            self.slots.forget(namespace=key[1], slot=key[2])
+
+    def retry_at(self) -> datetime:
+        return clocks.system() + RETRY_BACKOFF
 
     async def reconcile(self, key: Key) -> None:
         kind, namespace, name = key
@@ -101,13 +108,14 @@ class Operator:
         result = await asyncio.to_thread(self.slots.reconcile, namespace, name)
         for slot, event in result.events:
             self.post(slot.model_dump(mode="json", by_alias=True), event)
-        if result.state is None:
+        if result.state is None and not result.retry:
             self.forget(key)
             return
         previous = self.states.get(key)
-        self.states[key] = result.state
-        self.schedule.note(key, state=result.state,
-                           until=result.wait.until if result.wait else None)
+        if result.state is not None:
+            self.states[key] = result.state
+        until = self.retry_at() if result.retry else result.wait.until if result.wait else None
+        self.schedule.note(key, state=result.state, until=until)
         if previous is not result.state and result.run is not None:
             await self.trigger(("AgentRun", namespace, result.run))
             if result.state in (SlotState.SUCCEEDED, SlotState.FAILED):
@@ -123,7 +131,8 @@ class Operator:
             self.unpinned.discard(key)
         else:
             self.unpinned.add(key)
-        self.schedule.note(key, state=None, until=result.until)
+        self.schedule.note(key, state=None,
+                           until=self.retry_at() if result.retry else result.until)
         if run is not None:
             # A spec change (suspend lifted, a new deadline) concerns slots that wait on
             # nothing else: wake them. (At startup every slot is reconciled anyway.)

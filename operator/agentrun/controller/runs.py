@@ -26,6 +26,7 @@ MAX_STEPS = 16
 class Result:
     events: list[tuple[AgentRun, guards.Event]] = field(default_factory=list)
     until: datetime | None = None
+    retry: bool = False  # it stopped on an error: look again after a backoff
 
 
 class RunReconciler:
@@ -41,15 +42,21 @@ class RunReconciler:
     def reconcile(self, namespace: str, name: str) -> Result:
         result = Result()
         for _ in range(MAX_STEPS):
-            run = self.reader.run(namespace, name)
-            if run is None or run.metadata.deletion_timestamp is not None:
-                return result
             try:
+                run = self.reader.run(namespace, name)
+                if run is None or run.metadata.deletion_timestamp is not None:
+                    return result
                 if self.step(run, result):
                     return result
             except writes.Conflict as conflict:
                 self.logger.debug("run %s/%s: %s; reading again", namespace, name, conflict)
+            except Exception:
+                self.logger.exception("run %s/%s: reconciling failed; will retry",
+                                      namespace, name)
+                result.retry = True
+                return result
         self.logger.error("run %s/%s: not settled after %d steps", namespace, name, MAX_STEPS)
+        result.retry = True
         return result
 
     def step(self, run: AgentRun, result: Result) -> bool:

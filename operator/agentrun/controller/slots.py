@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from agentrun.api.slots import CommandKind, Slot, SlotState
-from agentrun.core import clocks, commands, guards, observations, steps, worlds
+from agentrun.core import clocks, commands, guards, observations, runs, steps, worlds
 from agentrun.kube import reads, writes
 
 MAX_STEPS = 32
@@ -29,6 +29,7 @@ class Result:
     wait: worlds.Wait | None = None
     state: SlotState | None = None
     run: str | None = None
+    retry: bool = False  # it stopped on an error: look again after a backoff
 
 
 class SlotReconciler:
@@ -42,23 +43,30 @@ class SlotReconciler:
         self.observations: dict[ObservationKey, observations.LeaseObservation] = {}
 
     def reconcile(self, namespace: str, name: str) -> Result:
+        """Steps until a Wait; on an error, stop with ``retry`` (the Events so far kept)."""
         result = Result()
         for _ in range(MAX_STEPS):
-            world = self.read_world(namespace, name)
-            if world is None:
-                return result
-            result.state = world.slot.status.state
-            result.run = world.slot.spec.run
-            step = steps.next_step(world)
-            if isinstance(step, worlds.Wait):
-                result.wait = step
-                return result
             try:
+                world = self.read_world(namespace, name)
+                if world is None:
+                    return result
+                result.state = world.slot.status.state
+                result.run = world.slot.spec.run
+                step = steps.next_step(world)
+                if isinstance(step, worlds.Wait):
+                    result.wait = step
+                    return result
                 self.apply(world, step, result)
             except writes.Conflict as conflict:
                 self.logger.debug("slot %s/%s: %s; reading again", namespace, name, conflict)
+            except Exception:
+                self.logger.exception("slot %s/%s: reconciling failed; will retry",
+                                      namespace, name)
+                result.retry = True
+                return result
         self.logger.error("slot %s/%s: no Wait after %d steps; will look again later",
                           namespace, name, MAX_STEPS)
+        result.retry = True
         return result
 
     def read_world(self, namespace: str, name: str) -> worlds.World | None:
@@ -69,13 +77,18 @@ class SlotReconciler:
         now = self.clock()
         status = slot.status
         run = reader.run(namespace, slot.spec.run)
+        if run is not None and (run.metadata.deletion_timestamp is not None or not any(
+                ref.controller and ref.uid == run.metadata.uid
+                for ref in slot.metadata.owner_references)):
+            run = None  # being deleted, or a later run of the same name: not this slot's
         pending = commands.pending(slot.metadata.annotations)
         reassigning = pending is not None and pending.command.kind is CommandKind.REASSIGN
         selecting = status.state is SlotState.PENDING or reassigning
         dependencies: dict[str, SlotState] = {}
-        if status.state is SlotState.PENDING and slot.spec.depends_on:
-            dependencies = {s.spec.node: s.status.state
-                            for s in reader.slots_of(namespace, slot.spec.run)}
+        if run is not None and status.state is SlotState.PENDING and slot.spec.depends_on:
+            siblings = reader.slots_of(namespace, slot.spec.run)
+            dependencies = {node: s.status.state
+                            for node, s in runs.own_slots(run=run, slots=siblings).items()}
         launch_spec, error = (reader.pinned_launch_spec(namespace, status.launch_spec)
                               if status.launch_spec is not None else (None, None))
         worker = steps.needs_attempt_objects(status)
@@ -86,6 +99,11 @@ class SlotReconciler:
             attempt = worlds.AttemptObjects(name=worker, pod=reader.pod(namespace, worker),
                                            lease=lease)
             observation = self.observe(namespace, worker, lease, now)
+        pins_problem = None
+        if run is not None and status.state is SlotState.CLAIMING and (
+                attempt is not None and attempt.pod is None):
+            pins_problem = reader.config_snapshots_problem(run)
+        stamping = reader.stamping() if pending is not None else None
         override = False
         if pending is not None and pending.command.kind in (CommandKind.REASSIGN,
                                                             CommandKind.GIVE_UP):
@@ -97,8 +115,16 @@ class SlotReconciler:
             launch_specs=reader.launch_specs(namespace) if selecting else (),
             snapshots=reader.launch_spec_snapshots(namespace, name) if selecting else frozenset(),
             launch_spec=launch_spec, launch_spec_error=error, attempt=attempt,
-            observation=observation, override=override,
-            commands_refused=reader.commands_refused() if pending is not None else None)
+            observation=observation, override=override, pins_problem=pins_problem,
+            commands_refused=stamping.refused if stamping else None,
+            stamping_since=stamping.since if stamping else None)
+
+    def forget(self, *, namespace: str, slot: str) -> None:
+        """Drop what is remembered of a deleted slot's leases."""
+        prefix = f"{slot}-"
+        for key in [k for k in self.observations if k[0] == namespace
+                    and k[1].startswith(prefix)]:
+            del self.observations[key]
 
     def observe(self, namespace: str, worker: str, lease: reads.Object | None,
                 now: datetime) -> observations.LeaseObservation | None:
@@ -129,6 +155,10 @@ class SlotReconciler:
                     raise writes.Conflict("created and deleted meanwhile") from None
             except writes.Rejected as rejected:
                 if not step.claim:
+                    result.events.append((slot, guards.Event(
+                        type="Warning", reason="CreateFailed",
+                        message=f"could not create {step.body['kind']} "
+                                f"{step.body['metadata']['name']}: {rejected}")))
                     raise
                 failed = steps.claim_failed(world, message=str(rejected))
                 self.apply(world, failed, result)

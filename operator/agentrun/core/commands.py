@@ -11,8 +11,10 @@ or did not match when it was written): it is refused, never guessed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from agentrun.api import names
 from agentrun.api.slots import CommandKind
@@ -57,10 +59,17 @@ class Pending:
     keys: tuple[str, ...]
     stamped: bool
     malformed: str | None = None
+    written_at: datetime | None = None
 
 
-def pending(annotations: Mapping[str, str]) -> Pending | None:
-    """The first pending command on a slot, in :data:`ORDER`, or None."""
+def pending(annotations: Mapping[str, str], *,
+            managed_fields: Sequence[Mapping[str, Any]] = ()) -> Pending | None:
+    """The first pending command on a slot, in :data:`ORDER`, or None.
+
+    ``managed_fields`` (the slot's ``metadata.managedFields``) tell when the command's
+    annotations were last written (``written_at``), so a command written before the
+    actor-stamping policy existed can be told from one it stamped.
+    """
     for shape in SHAPES:
         request_id = annotations.get(shape.id)
         if request_id is None:
@@ -76,6 +85,23 @@ def pending(annotations: Mapping[str, str]) -> Pending | None:
             kind=shape.kind, request_id=request_id, actor=actor, reason=values.get("reason"),
             worker_class=values.get("worker_class"), run=values.get("run"),
             tenant=values.get("tenant"))
-        return Pending(command=command, keys=tuple(k for k in shape.keys if k in annotations),
-                       stamped=actor is not None, malformed=malformed)
+        keys = tuple(k for k in shape.keys if k in annotations)
+        return Pending(command=command, keys=keys, stamped=actor is not None,
+                       malformed=malformed, written_at=written_at(managed_fields, keys))
     return None
+
+
+def written_at(managed_fields: Sequence[Mapping[str, Any]],
+               keys: Sequence[str]) -> datetime | None:
+    """The latest time any of ``keys`` (annotations) was written, from managedFields.
+
+    Each managedFields entry says which fields one manager last set (``fieldsV1``) and
+    when (``time``, to the second). None when no entry owns any of the keys.
+    """
+    times = []
+    for entry in managed_fields:
+        owned = (((entry.get("fieldsV1") or {}).get("f:metadata") or {})
+                 .get("f:annotations") or {})
+        if entry.get("time") and any(f"f:{key}" in owned for key in keys):
+            times.append(datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00")))
+    return max(times, default=None)

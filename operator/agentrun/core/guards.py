@@ -284,8 +284,9 @@ def _other_failure(*, command: Command, slot: Slot,
         return (Predicate.BLANK_REASON,
                 f"the reason must be non-blank and at most {names.MAX_REASON_BYTES} bytes")
     if kind is CommandKind.GIVE_UP:
-        owner = owner_of(status, status.active_worker or status.pending_worker
-                         or status.prior_worker)
+        # A claim under way has no attempt record yet: its owner is the one it serves.
+        owner = (status.next_owner_actor if status.pending_worker is not None
+                 else owner_of(status, status.active_worker or status.prior_worker))
         if owner is not None and command.actor != owner and not command.override:
             return (Predicate.NOT_OWNER,
                     f"the attempt is owned by {owner!r}, not {command.actor!r}; only the "

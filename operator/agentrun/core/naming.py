@@ -36,13 +36,6 @@ def attempt_name(*, slot: str, number: int) -> str:
     return f"{slot}-{number}"
 
 
-def attempt_number(*, slot: str, name: str) -> int | None:
-    """The ``n`` of ``<slot>-<n>``, or None when ``name`` is not an attempt of ``slot``."""
-    prefix = f"{slot}-"
-    tail = name[len(prefix):] if name.startswith(prefix) else ""
-    return int(tail) if tail.isdigit() and not tail.startswith("0") else None
-
-
 def config_snapshot_name(*, run: str, kind: str, sha256: str) -> str:
     """``<run>-<kind>-<sha256 prefix 10>``: an immutable pinned configuration snapshot."""
     return f"{run}-{kind}-{sha256[:10]}"

@@ -45,21 +45,6 @@ DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 DEPENDENCY_FAILED: Final = "DependencyFailed"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Dependencies:
-    """Whether a slot may leave ``Pending``: all dependencies succeeded, or which failed.
-
-    ``failed`` names the first failed dependency (in ``dependsOn`` order); the slot then
-    can never run and is failed with reason ``DependencyFailed`` and ``message``.
-    ``waiting`` lists dependencies not yet succeeded (including ones with no Slot yet).
-    """
-
-    met: bool
-    failed: str | None = None
-    waiting: tuple[str, ...] = ()
-    message: str = ""
-
-
 def _controller_uid(slot: Slot) -> str | None:
     return next((ref.uid for ref in slot.metadata.owner_references if ref.controller), None)
 
@@ -107,33 +92,6 @@ def deadline_passed(*, run: AgentRun, now: datetime) -> bool:
     """Has the run's active deadline passed at ``now``? (The instant itself counts.)"""
     at = deadline(run)
     return at is not None and now >= at
-
-
-def dependencies(*, slot: Slot, slots: Sequence[Slot]) -> Dependencies:
-    """Judge ``slot``'s ``dependsOn`` against the other slots of its run.
-
-    A failed dependency wins over waiting ones: the slot can never run, so it should fail
-    now rather than wait for branches it does not need.
-    """
-    owner = _controller_uid(slot)
-    by_node = {s.spec.node: s for s in slots
-               if s.spec.run == slot.spec.run and _controller_uid(s) == owner}
-    node = slot.spec.node
-    for dep in slot.spec.depends_on:
-        found = by_node.get(dep)
-        if found is not None and found.status.state is SlotState.FAILED:
-            return Dependencies(met=False, failed=dep, message=(
-                f"node {node!r} cannot run: its dependency {dep!r} (slot "
-                f"{found.metadata.name}) failed; the run cannot succeed, start a new run to "
-                "try the workflow again"))
-    waiting = tuple(d for d in slot.spec.depends_on
-                    if d not in by_node or by_node[d].status.state is not SlotState.SUCCEEDED)
-    if waiting:
-        return Dependencies(met=False, waiting=waiting,
-                            message=f"node {node!r} waits for {', '.join(waiting)}")
-    return Dependencies(met=True, message=(
-        f"every dependency of node {node!r} succeeded" if slot.spec.depends_on
-        else f"node {node!r} has no dependencies"))
 
 
 def record_pins(*, run: AgentRun, pins: Pins, now: datetime) -> AgentRunStatus:

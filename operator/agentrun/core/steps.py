@@ -8,17 +8,24 @@ is harmless: the restarted operator reads where the last one stopped and takes t
 step. Names are deterministic, so a repeated create finds its own object.
 
 Order of concerns, first match wins:
-1. a pending command (annotations): decide it into the ledger, then remove it;
-2. a finished slot: fence and tombstone its last attempt, then nothing;
-3. the run's deadline: fail the slot;
-4. by state: Pending (dependencies, launch spec), Ready/RetryWait (tombstone the prior,
-   claim when claimable), Claiming (Lease, Pod, then Active), Active (the attempt table).
+1. no live run to serve (gone, being deleted, not this slot's), or the slot being
+   deleted: wind down (follow an Active attempt to its end, fence it), never claim;
+2. an ended attempt not yet fenced: kill its live pod, tombstone its lease, so that a
+   command is judged against the attempt's final record;
+3. a pending command (annotations): decide it into the ledger, then remove it;
+4. the slot's first status (``observedGeneration``);
+5. a finished slot: nothing more; the run's deadline: fail the slot;
+6. by state: Pending (dependencies, launch spec), Ready/RetryWait (claim when claimable
+   and the prior attempt is over), Claiming (Lease, Pod, then Active), Active (the
+   attempt table).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from agentrun.api import conditions, names
 from agentrun.api.slots import (
@@ -34,6 +41,7 @@ from agentrun.core import (
     claims,
     commands,
     guards,
+    owners,
     retries,
     selection,
     snapshots,
@@ -44,6 +52,8 @@ from agentrun.core.observations import LeaseStatus, lease_status, lease_view, po
 
 COMMANDS_REFUSED = "CommandsRefused"
 LAUNCH_SPEC_SELECTED = "LaunchSpecSelected"
+ENDED_STATES = frozenset({SlotState.RETRY_WAIT, SlotState.SUCCEEDED, SlotState.FAILED})
+GONE_WAIT = timedelta(seconds=2)  # how soon to look again for a leftover being collected
 
 
 def policy(world: worlds.World) -> retries.Effective:
@@ -54,9 +64,14 @@ def policy(world: worlds.World) -> retries.Effective:
 def next_step(world: worlds.World) -> worlds.Step:
     """The one next write for this slot (see the module docstring for the order)."""
     status = world.slot.status
-    if world.run is None:
-        return worlds.Wait(message="the slot's run is gone; the garbage collector removes the slot")
-    pending = commands.pending(world.slot.metadata.annotations)
+    if world.run is None or world.slot.metadata.deletion_timestamp is not None:
+        return wind_down(world)
+    if status.state in ENDED_STATES:
+        fence = fence_step(world)
+        if fence is not None:
+            return fence
+    pending = commands.pending(world.slot.metadata.annotations,
+                               managed_fields=world.slot.metadata.managed_fields)
     if pending is not None:
         return command_step(world, pending)
     if status.observed_generation != world.slot.metadata.generation:
@@ -64,7 +79,7 @@ def next_step(world: worlds.World) -> worlds.Step:
         return worlds.WriteStatus(status=status.model_copy(update={
             "observed_generation": world.slot.metadata.generation}), point="observed")
     if status.state in TERMINAL_STATES:
-        return fence_step(world) or worlds.Wait(message=f"the slot has {status.state}")
+        return worlds.Wait(message=f"the slot has {status.state}")
     if deadline_passed(world):
         message = (f"the run's activeDeadlineSeconds ({world.run.spec.active_deadline_seconds})"
                    " has passed")
@@ -75,10 +90,26 @@ def next_step(world: worlds.World) -> worlds.Step:
     if status.state is SlotState.PENDING:
         return by_deadline(world, pending_step(world))
     if status.state in (SlotState.READY, SlotState.RETRY_WAIT):
-        return by_deadline(world, fence_step(world) or claim_step(world))
+        return by_deadline(world, claim_step(world))
     if status.state is SlotState.CLAIMING:
         return claiming_step(world)
     return active_step(world)
+
+
+def wind_down(world: worlds.World) -> worlds.Step:
+    """No run to serve, or the slot is being deleted: no claim and no command, only fencing.
+
+    An Active attempt is followed to its end (the table of DESIGN.md section 4) so that its
+    lease is tombstoned with a true outcome; a claim under way fails (its run is gone).
+    """
+    status = world.slot.status
+    why = ("the slot is being deleted" if world.slot.metadata.deletion_timestamp is not None
+           else "the slot's run is gone, being deleted, or not the run that owns this slot")
+    if status.state is SlotState.ACTIVE:
+        return active_step(world)
+    if status.state is SlotState.CLAIMING:
+        return claim_failed(world, message=why)
+    return fence_step(world) or worlds.Wait(message=f"{why}: nothing to start")
 
 
 def deadline(world: worlds.World) -> datetime | None:
@@ -110,17 +141,22 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
         return worlds.RemoveCommand(keys=pending.keys, event=guards.Event(
             type="Warning", reason="CommandRejected",
             message=f"{command.kind} not processed: {pending.malformed}"))
-    if guards.seen(status, command.request_id) is not None:
-        return worlds.RemoveCommand(keys=pending.keys)
-    refused = world.commands_refused or (
-        None if pending.stamped else
-        f"{command.kind} {command.request_id} carries no actor stamped by admission")
+    seen = guards.seen(status, command.request_id)
+    if seen is not None:
+        if seen.kind is command.kind:
+            return worlds.RemoveCommand(keys=pending.keys)
+        return worlds.RemoveCommand(keys=pending.keys, event=guards.Event(
+            type="Warning", reason="CommandRejected",
+            message=(f"{command.kind} {command.request_id} not processed: the request id was "
+                     f"already used by a {seen.kind} command; use a new request id")))
+    refused = refusal(world, pending)
     if refused is not None:
+        reason, message = refused
         decision = guards.reject(command=command, status=status,
-                                 predicate=Predicate.COMMANDS_REFUSED, message=refused,
+                                 predicate=Predicate.COMMANDS_REFUSED, message=message,
                                  now=world.now)
         return worlds.WriteStatus(status=_set(decision.status, COMMANDS_REFUSED, "True",
-                                              "AdmissionPolicyMissing", refused, world.now),
+                                              reason, message, world.now),
                                   event=decision.event, point="command-ledger")
     if conditions.is_true(status.conditions, COMMANDS_REFUSED):
         status = _set(status, COMMANDS_REFUSED, "False", "AdmissionPolicyPresent",
@@ -152,6 +188,30 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
     return worlds.WriteStatus(status=new, event=decision.event, point="command-ledger")
 
 
+def refusal(world: worlds.World, pending: commands.Pending) -> tuple[str, str] | None:
+    """Why a command's actor cannot be trusted (condition reason, message), or None.
+
+    Admission stamps the actor; it cannot have stamped a command while its policy or
+    binding was missing, nor one written before they existed (a typed actor would then
+    stand). Times are the API server's, to the second: a command written in the same
+    second as the policy's creation is trusted.
+    """
+    command = pending.command
+    again = "; re-issue it with a new request id"
+    if world.commands_refused is not None:
+        return "AdmissionPolicyMissing", world.commands_refused
+    if not pending.stamped:
+        return "ActorNotStamped", (f"{command.kind} {command.request_id} carries no actor "
+                                   f"stamped by admission{again}")
+    since = world.stamping_since
+    if since is not None and pending.written_at is not None and pending.written_at < since:
+        return "WrittenBeforeAdmission", (
+            f"{command.kind} {command.request_id} was written at {_iso(pending.written_at)}, "
+            f"before the actor-stamping policy was in place ({_iso(since)}), so its actor "
+            f"is not verified{again}")
+    return None
+
+
 def prior(world: worlds.World) -> guards.Prior | None:
     """The prior attempt's pod phase and lease status, for the reassignment guard."""
     status = world.slot.status
@@ -172,14 +232,23 @@ def fence_step(world: worlds.World) -> worlds.Step | None:
     objects = world.attempt
     if status.prior_worker is None or objects is None or objects.name != status.prior_worker:
         return None
-    pod = pod_view(objects.pod)
+    record = next((a for a in status.attempts if a.pod == objects.name), None)
+    number = record.number if record is not None else status.attempt_count  # the last one
+    uid = world.slot.metadata.uid or ""
+
+    def ours(found: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """Only this slot's own attempt objects are fenced (not a same-name leftover)."""
+        if found is None or not claims.matches_attempt(found, slot_uid=uid, attempt=number):
+            return None
+        return found
+
+    pod = pod_view(ours(objects.pod))
     if pod.phase in attempts.LIVE:
         return worlds.DeletePod(name=objects.name, uid=pod.uid,
                                 message=f"fencing attempt {objects.name}: the slot has moved on")
-    lease = objects.lease
+    lease = ours(objects.lease)
     if lease is not None and names.OUTCOME_ANNOTATION not in (
             (lease.get("metadata") or {}).get("annotations") or {}):
-        record = next((a for a in status.attempts if a.pod == objects.name), None)
         outcome = record.outcome if record and record.outcome else Outcome.LOST
         annotations = {
             names.OUTCOME_ANNOTATION: str(outcome),
@@ -239,6 +308,12 @@ def claim_step(world: worlds.World) -> worlds.Step:
     assert world.run is not None
     if world.run.spec.suspend:
         return worlds.Wait(message="the run is suspended")
+    if status.prior_worker is not None and world.attempt is not None and (
+            pod_view(world.attempt.pod).phase not in attempts.FINISHED):
+        # A replacement only once the predecessor's pod is gone or finished (its lease is
+        # tombstoned by then): a pod still Terminating on a lost node may still act.
+        return worlds.Wait(message=f"waiting until the pod of {status.prior_worker} is gone "
+                                   f"(it is {pod_view(world.attempt.pod).phase})")
     if transitions.is_claimable(status, now=world.now, claim_policy=world.run.spec.claim_policy):
         return worlds.WriteStatus(status=transitions.start_claim(
             status, slot=world.slot.metadata.name, now=world.now), point="claiming")
@@ -269,13 +344,22 @@ def claiming_step(world: worlds.World) -> worlds.Step:
     number = status.attempt_count
     uid = slot.metadata.uid or ""
     for found, kind in ((objects.lease, "Lease"), (objects.pod, "Pod")):
-        if found is not None and not claims.matches_attempt(found, slot_uid=uid, attempt=number):
-            return claim_failed(world, message=f"a {kind} named {worker} exists that is not "
-                                               f"attempt {number} of this slot")
+        if found is None or claims.matches_attempt(found, slot_uid=uid, attempt=number):
+            continue
+        metadata = found.get("metadata") or {}
+        if metadata.get("ownerReferences") and not owners.controlled_by(metadata, uid):
+            # Left by an earlier slot of the same name: the garbage collector removes it.
+            return worlds.Wait(message=f"a {kind} {worker} of an earlier slot of this name "
+                                       "is still being garbage-collected",
+                               until=world.now + GONE_WAIT)
+        return claim_failed(world, message=f"a {kind} named {worker} exists that is not "
+                                           f"attempt {number} of this slot")
     if objects.lease is None:
         return worlds.Create(claim=True, point="claim-lease", body=claims.lease_body(
             slot=slot, attempt=number, owner_actor=status.next_owner_actor, tenant=world.tenant,
             launch_spec=pinned, lease_duration_seconds=world.launch_spec.lease.duration_seconds))
+    if objects.pod is None and world.pins_problem is not None:
+        return claim_failed(world, message=world.pins_problem)
     if objects.pod is None:
         assert world.run is not None and world.run.status.pinned is not None
         return worlds.Create(claim=True, point="claim-pod", body=claims.pod_body(

@@ -35,7 +35,6 @@ AWAITING_REASSIGNMENT = "AwaitingReassignment"
 COMMAND_REJECTED = "CommandRejected"
 SUCCEEDED = "Succeeded"
 
-LIVE_STATES = frozenset({SlotState.CLAIMING, SlotState.ACTIVE})
 OPEN_STATES = frozenset({SlotState.PENDING, SlotState.READY, SlotState.CLAIMING,
                          SlotState.ACTIVE, SlotState.RETRY_WAIT})
 
@@ -69,17 +68,13 @@ def launch_spec_ref(pinned: PinnedLaunchSpec) -> str:
     return f"{pinned.name}@{pinned.generation}"
 
 
-def is_claimable(
-    status: SlotStatus, *, now: datetime, claim_policy: ClaimPolicy, claim_requested: bool = False,
-) -> bool:
-    """May the next attempt be claimed now (DESIGN.md section 6)?
+def is_claimable(status: SlotStatus, *, now: datetime, claim_policy: ClaimPolicy) -> bool:
+    """May the operator claim the next attempt by itself now (DESIGN.md section 6)?
 
-    When :func:`may_be_claimed`, and under ``Manual`` policy only when a claim command
-    asks for it.
+    Only under ``Automatic`` policy, and when :func:`may_be_claimed`; a claim command
+    (under either policy) is judged by :func:`may_be_claimed` alone.
     """
-    if claim_policy == "Manual" and not claim_requested:
-        return False
-    return may_be_claimed(status, now=now)
+    return claim_policy == "Automatic" and may_be_claimed(status, now=now)
 
 
 def may_be_claimed(status: SlotStatus, *, now: datetime) -> bool:
@@ -112,7 +107,8 @@ def deps_met(
 def start_claim(status: SlotStatus, *, slot: str, now: datetime) -> SlotStatus:
     """Ready or RetryWait → Claiming: consume attempt number n+1 (``pendingWorker``).
 
-    The caller checks :func:`is_claimable` first; this only checks the state and that no
+    The caller checks :func:`is_claimable` (or, for a claim command,
+    :func:`may_be_claimed`) first; this only checks the state and that no
     worker is pending or active. ``Reopened`` is cleared: the reassignment is served.
     """
     _require(status, "start a claim on", SlotState.READY, SlotState.RETRY_WAIT)

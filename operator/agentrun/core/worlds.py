@@ -38,7 +38,12 @@ class World:
     by node (absent: not created yet). ``snapshots``: names of the LaunchSpec snapshots
     the slot owns. ``launch_spec``: the pinned spec read back from its snapshot, or the
     reason it could not be. ``override``: the pending command's actor holds ``override``.
-    ``commands_refused``: why commands cannot be trusted now (admission missing), or None.
+    ``commands_refused``: why commands cannot be trusted now (admission missing), or None;
+    ``stamping_since``: since when the actor-stamping policy and its binding both exist (a
+    command written before then was not stamped). ``pins_problem``: why the run's pinned
+    configuration snapshots cannot be mounted as pinned (read only while Claiming).
+    ``run`` is None when the slot has no live run to serve: gone, being deleted, or not
+    the run that controls this slot (a same-name run created later).
     """
 
     slot: Slot
@@ -54,6 +59,8 @@ class World:
     observation: LeaseObservation | None = None
     override: bool = False
     commands_refused: str | None = None
+    stamping_since: datetime | None = None
+    pins_problem: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

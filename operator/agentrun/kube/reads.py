@@ -9,19 +9,29 @@ immutable LaunchSpec snapshot (forever: it cannot change).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import snapshots
+from agentrun.core import launches, snapshots
 from agentrun.kube import rest
 
 Object = dict[str, Any]
 STAMP_POLICY = "agentrun-stamp-actors"
 POLICY_CACHE_SECONDS = 5.0
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stamping:
+    """Whether commands' actors can be trusted: why not (``refused``), or since when."""
+
+    refused: str | None
+    since: datetime | None
 
 
 def custom_path(plural: str, namespace: str, name: str | None = None) -> str:
@@ -35,7 +45,7 @@ class Reader:
     def __init__(self, client: rest.Rest) -> None:
         self.rest = client
         self._policy_checked_at = -POLICY_CACHE_SECONDS
-        self._policy_missing: str | None = None
+        self._stamping = Stamping(refused=None, since=None)
         self._snapshots: dict[tuple[str, str], LaunchSpecSpec] = {}
 
     def custom_object(self, plural: str, namespace: str, name: str) -> Object | None:
@@ -112,20 +122,56 @@ class Reader:
         self._snapshots[key] = spec
         return spec, None
 
-    def commands_refused(self) -> str | None:
-        """Why commands cannot be trusted now: the actor-stamping policy or binding missing."""
+    def stamping(self) -> Stamping:
+        """Whether admission stamps actors now, and since when (cached a few seconds).
+
+        The policy and its binding must both exist, and the binding must apply the policy
+        to every slot (no ``matchResources`` narrowing it); ``since`` is the later of their
+        creation times, before which no command can have been stamped.
+        """
         if time.monotonic() - self._policy_checked_at < POLICY_CACHE_SECONDS:
-            return self._policy_missing
-        missing = []
-        if self.rest.get(f"{ADMISSION}/mutatingadmissionpolicies/{STAMP_POLICY}") is None:
-            missing.append(f"MutatingAdmissionPolicy {STAMP_POLICY}")
-        if self.rest.get(f"{ADMISSION}/mutatingadmissionpolicybindings/{STAMP_POLICY}") is None:
-            missing.append(f"MutatingAdmissionPolicyBinding {STAMP_POLICY}")
-        self._policy_missing = (
-            f"commands are refused while {' and '.join(missing)} is missing: without it no "
-            "actor can be verified; install it (make install)" if missing else None)
+            return self._stamping
+        policy = self.rest.get(f"{ADMISSION}/mutatingadmissionpolicies/{STAMP_POLICY}")
+        binding = self.rest.get(f"{ADMISSION}/mutatingadmissionpolicybindings/{STAMP_POLICY}")
+        problems = []
+        if policy is None:
+            problems.append(f"MutatingAdmissionPolicy {STAMP_POLICY} is missing")
+        if binding is None:
+            problems.append(f"MutatingAdmissionPolicyBinding {STAMP_POLICY} is missing")
+        elif ((binding.get("spec") or {}).get("policyName") != STAMP_POLICY
+              or (binding.get("spec") or {}).get("matchResources")):
+            problems.append(f"MutatingAdmissionPolicyBinding {STAMP_POLICY} does not apply "
+                            f"{STAMP_POLICY} to every slot")
+        created = [datetime.fromisoformat(str(o["metadata"]["creationTimestamp"])
+                                          .replace("Z", "+00:00"))
+                   for o in (policy, binding) if o is not None]
+        self._stamping = Stamping(
+            refused=(f"commands are refused while the {' and the '.join(problems)}: without "
+                     "it no actor can be verified; install it (make install)")
+            if problems else None,
+            since=max(created) if created and not problems else None)
         self._policy_checked_at = time.monotonic()
-        return self._policy_missing
+        return self._stamping
+
+    def config_snapshots_problem(self, run: AgentRun) -> str | None:
+        """Why the run's pinned snapshots cannot be mounted as pinned, or None.
+
+        Immutable ConfigMaps cannot be edited, but they can be deleted and recreated under
+        the same name: each must still be controlled by the run and hash to its pin.
+        """
+        pins = run.status.pinned
+        if pins is None:
+            return "the run is not pinned"
+        namespace = run.metadata.namespace or ""
+        for kind, pin in (("package", pins.package), ("workflow", pins.workflow),
+                          ("bindings", pins.bindings)):
+            found = self.configmap(namespace, pin.snapshot)
+            if found is None or not launches.matches_snapshot(
+                    found, run_uid=run.metadata.uid or "", sha256=pin.sha256):
+                return (f"the pinned {kind} snapshot {pin.snapshot} is missing or is not the "
+                        "run's pinned copy; workers would not read what was pinned (recreate "
+                        "the run to pin again)")
+        return None
 
     def may_override(self, *, actor: str | None, namespace: str, slot: str) -> bool:
         """Does ``actor`` hold the verb ``override`` on this slot (a SubjectAccessReview)?"""

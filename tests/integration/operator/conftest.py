@@ -1,8 +1,9 @@
 """Fixtures for the operator's integration tests: the operator installed and running.
 
-``installed`` applies the generated RBAC and the actor-stamping admission policy once
-per session (the CRDs come from ``crds``); ``operator`` starts the operator as a
-subprocess watching only the test's namespace, as the cluster's ``operator`` user.
+``installed`` applies the generated RBAC, the local binding of the ``operator`` user to
+the operator's role and the actor-stamping admission policy once per session (the CRDs
+come from ``crds``); ``operator`` starts the operator as a subprocess watching only the
+test's namespace, as the cluster's ``operator`` user, so it has exactly those rights.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
 
 @pytest.fixture(scope="session")
 def installed(cluster: Cluster, crds: list[str]) -> None:
-    for folder in ("rbac", "admission"):
+    for folder in ("rbac", "local", "admission"):
         result = cluster.kubectl("apply", "--server-side", "-f", str(MANIFESTS / folder))
         assert result.returncode == 0, result.stderr
     probe = json.dumps({

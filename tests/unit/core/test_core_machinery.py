@@ -114,9 +114,6 @@ def test_names_fit_and_are_deterministic() -> None:
         naming.attempt_name(slot=slot, number=0)
     assert naming.config_snapshot_name(run="r", kind="package", sha256="abcdef0123456789") == (
         "r-package-abcdef0123")
-    assert naming.attempt_number(slot="s", name="s-12") == 12
-    assert naming.attempt_number(slot="s", name="s-012") is None
-    assert naming.attempt_number(slot="s", name="t-1") is None
 
 
 def test_no_collisions_for_distinct_nodes() -> None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from agentrun.api.slots import COMMANDS_KEPT, CommandKind, SlotState, SlotStatus
-from agentrun.core import attempts, guards, naming, observations, retries, transitions
+from agentrun.core import attempts, guards, observations, retries, transitions
 from agentrun.core.observations import LeaseObservation, LeaseStatus, LeaseView, PodPhase, PodView
 
 POLICY = retries.effective(node=None, run=None)
@@ -63,7 +63,7 @@ class SlotLife(RuleBasedStateMachine):
     # --- helpers -------------------------------------------------------------------------
 
     def number(self, worker: str | None) -> int | None:
-        return naming.attempt_number(slot=f.SLOT, name=worker) if worker else None
+        return int(worker.removeprefix(f"{f.SLOT}-")) if worker else None
 
     def lease_status(self, n: int) -> tuple[LeaseStatus, bool]:
         lease = self.leases.get(n)

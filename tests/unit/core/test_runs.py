@@ -216,38 +216,11 @@ def test_success_before_the_deadline_stands() -> None:
     assert cond(later, "Failed") == ("False", "Succeeded")
 
 
-# --- dependencies -------------------------------------------------------------------------
+# --- a slot's dependencies are its own run's slots --------------------------------------
 
-def test_no_dependencies_are_met() -> None:
-    assert runs.dependencies(slot=lf.slot("research"), slots=[]).met
-
-
-def test_dependencies_met_when_all_succeeded() -> None:
-    review = lf.slot("review", depends_on=["research", "report"])
-    slots = [lf.slot("research", S.SUCCEEDED), lf.slot("report", S.SUCCEEDED), review]
-    assert runs.dependencies(slot=review, slots=slots) == runs.Dependencies(
-        met=True, message="every dependency of node 'review' succeeded")
-
-
-def test_dependencies_waiting_include_missing_slots() -> None:
-    review = lf.slot("review", depends_on=["research", "report"])
-    found = runs.dependencies(slot=review, slots=[lf.slot("research", S.RETRY_WAIT), review])
-    assert not found.met
-    assert found.failed is None
-    assert found.waiting == ("research", "report")
-
-
-def test_a_failed_dependency_is_named_and_wins_over_waiting() -> None:
-    review = lf.slot("review", depends_on=["research", "report"])
-    found = runs.dependencies(slot=review, slots=[lf.slot("research", S.ACTIVE),
-                                                  lf.slot("report", S.FAILED)])
-    assert (found.met, found.failed) == (False, "report")
-    assert "'report'" in found.message
-    assert lf.slot("report").metadata.name in found.message
-    assert runs.DEPENDENCY_FAILED == "DependencyFailed"
-
-
-def test_a_slot_of_another_run_is_not_a_dependency() -> None:
-    review = lf.slot("review", depends_on=["research"])
+def test_a_slot_of_a_deleted_same_name_run_is_not_the_runs_own() -> None:
+    """Dependencies are judged on ``own_slots``: a leftover of an earlier run never counts."""
+    run = pinned_run()
     stale = lf.slot("research", S.SUCCEEDED, run_uid="uid-deleted-run")
-    assert runs.dependencies(slot=review, slots=[stale]).waiting == ("research",)
+    fresh = lf.slot("report", S.PENDING)
+    assert set(runs.own_slots(run=run, slots=[stale, fresh])) == {"report"}

@@ -97,13 +97,14 @@ def test_only_the_first_pending_command_in_order_is_decided() -> None:
 # --- admission missing -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("refused", "actor", "message"), [
+@pytest.mark.parametrize(("refused", "actor", "message", "reason"), [
     ("the admission policy agentrun-stamp-actor is not installed", "alice",
-     "the admission policy agentrun-stamp-actor is not installed"),
-    (None, None, "Claim req-1 carries no actor stamped by admission"),
+     "the admission policy agentrun-stamp-actor is not installed", "AdmissionPolicyMissing"),
+    (None, None, "Claim req-1 carries no actor stamped by admission; re-issue it with a new "
+                 "request id", "ActorNotStamped"),
 ], ids=["policy-missing", "unstamped"])
 def test_an_untrusted_command_is_refused_in_the_ledger(refused: str | None, actor: str | None,
-                                                       message: str) -> None:
+                                                       message: str, reason: str) -> None:
     world = f.world(f.ready(), annotations=f.command("claim", actor=actor),
                     run=f.agent_run(claim_policy="Manual"), commands_refused=refused)
     step = expect(steps.next_step(world), WriteStatus)
@@ -111,8 +112,7 @@ def test_an_untrusted_command_is_refused_in_the_ledger(refused: str | None, acto
     assert (entry.request_id, entry.outcome, entry.predicate, entry.message) == (
         "req-1", "Rejected", Predicate.COMMANDS_REFUSED, message)
     refused_condition = f.condition(step.status, steps.COMMANDS_REFUSED)
-    assert (refused_condition.status, refused_condition.reason) == ("True",
-                                                                    "AdmissionPolicyMissing")
+    assert (refused_condition.status, refused_condition.reason) == ("True", reason)
     assert step.status.state is SlotState.READY  # nothing else changed
     assert step.event is not None
     assert (step.event.type, step.event.reason) == ("Warning", "CommandRejected")
@@ -215,12 +215,13 @@ def test_with_its_snapshot_an_accepted_reassignment_reopens_the_slot() -> None:
 
 @pytest.mark.parametrize(("kwargs", "predicate"), [
     ({"attempt": None}, Predicate.PRIOR_NOT_TERMINAL),
-    ({"attempt": f.objects(1, pod=f.pod(1, "Running"), lease=f.lease(1, renew_time="r")),
-      "observation": f.observed(f.T0 + f.seconds(50))}, Predicate.PRIOR_NOT_TERMINAL),
+    ({"attempt": f.objects(1, pod=f.pod(1, "Running", deleting=True),
+                           lease=f.lease(1, holder=False, outcome="Failed"))},
+     Predicate.PRIOR_NOT_TERMINAL),
     ({"annotations": reassign(actor="bob")}, Predicate.NOT_OWNER),
     ({"annotations": reassign(reason="   ")}, Predicate.BLANK_REASON),
     ({"launch_specs": (f.CPU_SPEC,)}, Predicate.UNKNOWN_WORKER_CLASS),
-], ids=["prior-not-read", "prior-running", "not-owner", "blank-reason", "unknown-class"])
+], ids=["prior-not-read", "prior-terminating", "not-owner", "blank-reason", "unknown-class"])
 def test_a_reassignment_failing_a_predicate_is_rejected_into_the_ledger(
         kwargs: dict[str, Any], predicate: Predicate) -> None:
     step = expect(steps.next_step(reassign_world(**kwargs)), WriteStatus)
@@ -229,6 +230,15 @@ def test_a_reassignment_failing_a_predicate_is_rejected_into_the_ledger(
     assert step.status.launch_spec == f.PINNED  # nothing else changed
     assert conditions.find(step.status.conditions, transitions.REOPENED) is None
     assert step.event is not None and step.event.reason == "CommandRejected"
+
+
+def test_an_ended_attempt_is_fenced_before_a_command_is_judged_against_it() -> None:
+    """The pod of the prior attempt still runs: kill it first, then decide the command."""
+    running = f.objects(1, pod=f.pod(1, "Running"), lease=f.lease(1, renew_time="r"))
+    step = expect(steps.next_step(reassign_world(attempt=running,
+                                                 observation=f.observed(f.T0 + f.seconds(50)))),
+                  DeletePod)
+    assert step.name == f.worker(1)
 
 
 def test_an_admin_with_override_may_reassign_anothers_attempt() -> None:
@@ -272,21 +282,22 @@ def test_a_give_up_of_an_active_slot_fails_it_then_fences_and_tombstones_the_att
     assert failed.event is not None
     assert (failed.event.type, failed.event.reason) == ("Normal", "GaveUp")
 
-    # The status is written; the command's annotations go next, with no second Event.
-    removed = expect(steps.next_step(f.world(status, annotations=annotations, attempt=running)),
-                     RemoveCommand)
-    assert (set(removed.keys), removed.event) == (set(annotations), None)
-
-    deleted = expect(steps.next_step(f.world(status, attempt=running)), DeletePod)
+    # The status is written; the attempt is fenced first, then the annotations go.
+    deleted = expect(steps.next_step(f.world(status, annotations=annotations, attempt=running)),
+                     DeletePod)
     assert (deleted.name, deleted.uid) == (f.worker(1), "uid-pod-1")
 
     terminating = f.objects(1, pod=f.pod(1, "Running", deleting=True), lease=running.lease)
-    tombstone = expect(steps.next_step(f.world(status, attempt=terminating)), Tombstone)
+    tombstone = expect(steps.next_step(f.world(status, annotations=annotations,
+                                               attempt=terminating)), Tombstone)
     assert tombstone.name == f.worker(1)
     assert tombstone.annotations == {
         names.OUTCOME_ANNOTATION: "GaveUp", names.ENDED_AT_ANNOTATION: "2030-01-01T12:00:30Z",
         names.LAUNCH_SPEC_ANNOTATION: "cpu-spec@1"}
 
     done = f.objects(1, pod=None, lease=f.lease(1, holder=False, outcome="GaveUp"))
+    removed = expect(steps.next_step(f.world(status, annotations=annotations, attempt=done)),
+                     RemoveCommand)
+    assert (set(removed.keys), removed.event) == (set(annotations), None)
     assert expect(steps.next_step(f.world(status, attempt=done)), Wait).message == \
         "the slot has Failed"
