@@ -19,7 +19,6 @@ from typing import Any
 import kopf
 
 from agentrun.api import names
-from agentrun.api.slots import SlotState
 from agentrun.controller import configuration, operators
 
 RUNS = (names.GROUP, names.VERSION, "agentruns")
@@ -91,10 +90,7 @@ async def pod_event(*, labels: kopf.Labels, namespace: str | None, memo: Any,
 @kopf.on.event(*LAUNCHSPECS)
 async def launch_spec_event(*, namespace: str | None, memo: Any, **_: Any) -> None:
     """A new or changed LaunchSpec may serve a slot that is Pending for want of one."""
-    operator = _operator(memo)
-    waiting = [key for key, state in operator.states.items()
-               if key[0] == "Slot" and key[1] == namespace and state is SlotState.PENDING]
-    await asyncio.gather(*(operator.trigger(key) for key in waiting))
+    await _operator(memo).wake_pending(namespace or "")
 
 
 @kopf.on.event("v1", "configmaps", labels={names.CONFIG_KIND_LABEL: kopf.PRESENT})
