@@ -61,12 +61,15 @@ def is_terminal(*, pod: PodPhase, lease: LeaseStatus) -> bool:
 def judge(*, pod: PodView, lease: LeaseStatus, renewed: bool) -> Verdict:
     """Decide for an Active attempt from its pod and lease (the table above).
 
-    ``renewed`` says whether the worker was ever seen renewing; an expiry without any
-    renewal is the start deadline passing, whose outcome is ``StartTimeout``.
-    Outcomes: pod Succeeded → Succeeded; pod Failed → Failed; pod gone → Lost; and the
-    start deadline → StartTimeout unless the pod succeeded.
+    ``renewed`` says whether the worker was ever seen renewing. A lease is *held* only
+    once renewed (DESIGN.md: "renewed within its duration, as observed"); before the first
+    renewal the start deadline governs, and a pod that has already finished or is gone
+    without ever renewing ends its attempt at once: no worker ever took ownership, and
+    none can now. Outcomes: pod Succeeded → Succeeded; pod Failed → Failed; pod gone →
+    StartTimeout when the start deadline passed without a renewal (the operator deleted
+    it), else Lost.
     """
-    if lease is LeaseStatus.HELD:
+    if lease is LeaseStatus.HELD and (renewed or pod.phase not in FINISHED):
         return Verdict(ended=False, message=f"the lease is held; the pod is {pod.phase}")
     if pod.phase in LIVE:
         fence = lease in (LeaseStatus.EXPIRED, LeaseStatus.MISSING)
@@ -81,13 +84,12 @@ def judge(*, pod: PodView, lease: LeaseStatus, renewed: bool) -> Verdict:
         return Verdict(ended=False,
                        message=f"the pod is {pod.phase} (being deleted, or on a lost node): "
                                "waiting until it is gone")
-    start_timeout = lease is LeaseStatus.EXPIRED and not renewed
     if pod.phase is PodPhase.SUCCEEDED:
         outcome = Outcome.SUCCEEDED
-    elif start_timeout:
-        outcome = Outcome.START_TIMEOUT
     elif pod.phase is PodPhase.FAILED:
         outcome = Outcome.FAILED
+    elif lease is LeaseStatus.EXPIRED and not renewed:
+        outcome = Outcome.START_TIMEOUT
     else:
         outcome = Outcome.LOST
     return Verdict(

@@ -30,8 +30,10 @@ TABLE = {
     ("Gone", "Held"): NO, ("Gone", "Expired"): YES,
     ("Gone", "Released"): YES, ("Gone", "Missing"): YES,
 }
-# Outcomes: pod Succeeded -> Succeeded; Failed -> Failed; gone -> Lost; an expiry with no
-# renewal ever seen (the start deadline) -> StartTimeout unless the pod succeeded.
+# Outcomes: pod Succeeded -> Succeeded; Failed -> Failed; gone -> Lost, or StartTimeout
+# when it went after the start deadline passed with no renewal ever seen (deleted for it).
+# A lease never renewed is not "held" (DESIGN.md: "renewed within its duration, as
+# observed"): in its start-deadline window, a pod that finished or is gone ends at once.
 OUTCOMES = {
     ("Succeeded", True): "Succeeded", ("Succeeded", False): "Succeeded",
     ("Failed", True): "Failed", ("Gone", True): "Lost",
@@ -45,11 +47,13 @@ def test_truth_table(pod: str, lease: str, renewed: bool) -> None:
     verdict = attempts.judge(pod=PodView(phase=PodPhase(pod), exit_code=3),
                              lease=LeaseStatus(lease), renewed=renewed)
     ended, delete = TABLE[(pod, lease)]
-    assert (verdict.ended, verdict.delete_pod) == (ended, delete)
     assert attempts.is_terminal(pod=PodPhase(pod), lease=LeaseStatus(lease)) is ended
+    if lease == "Held" and not renewed and pod in ("Succeeded", "Failed", "Gone"):
+        ended, delete = YES  # never renewed: the start deadline's window, not a held lease
+    assert (verdict.ended, verdict.delete_pod) == (ended, delete)
     assert verdict.message
     if ended:
-        start_timeout = lease == "Expired" and not renewed and pod != "Succeeded"
+        start_timeout = lease == "Expired" and not renewed and pod == "Gone"
         want = "StartTimeout" if start_timeout else OUTCOMES[(pod, True)]
         assert verdict.outcome == Outcome(want)
         assert verdict.exit_code == 3
