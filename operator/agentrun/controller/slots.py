@@ -41,6 +41,7 @@ class SlotReconciler:
         self.clock = clock
         self.logger = logger or logging.getLogger("agentrun.slots")
         self.observations: dict[ObservationKey, observations.LeaseObservation] = {}
+        self.first_seen: dict[ObservationKey, datetime] = {}
 
     def reconcile(self, namespace: str, name: str) -> Result:
         """Steps until a Wait; on an error, stop with ``retry`` (the Events so far kept)."""
@@ -94,11 +95,15 @@ class SlotReconciler:
         worker = steps.needs_attempt_objects(status)
         attempt = None
         observation = None
+        first_seen = None
         if worker is not None:
             lease = reader.lease(namespace, worker)
             attempt = worlds.AttemptObjects(name=worker, pod=reader.pod(namespace, worker),
                                            lease=lease)
             observation = self.observe(namespace, worker, lease, now)
+            if lease is not None:
+                first_seen = self.first_seen.get(
+                    (namespace, worker, lease["metadata"].get("uid", "")))
         pins_problem = None
         if run is not None and status.state is SlotState.CLAIMING and (
                 attempt is not None and attempt.pod is None):
@@ -115,22 +120,24 @@ class SlotReconciler:
             launch_specs=reader.launch_specs(namespace) if selecting else (),
             snapshots=reader.launch_spec_snapshots(namespace, name) if selecting else frozenset(),
             launch_spec=launch_spec, launch_spec_error=error, attempt=attempt,
-            observation=observation, override=override, pins_problem=pins_problem,
+            observation=observation, first_seen=first_seen, override=override,
+            pins_problem=pins_problem,
             commands_refused=stamping.refused if stamping else None,
             stamping_since=stamping.since if stamping else None)
 
     def forget(self, *, namespace: str, slot: str) -> None:
         """Drop what is remembered of a deleted slot's leases."""
         prefix = f"{slot}-"
-        for key in [k for k in self.observations if k[0] == namespace
-                    and k[1].startswith(prefix)]:
-            del self.observations[key]
+        for memory in (self.observations, self.first_seen):
+            for key in [k for k in memory if k[0] == namespace and k[1].startswith(prefix)]:
+                del memory[key]
 
     def observe(self, namespace: str, worker: str, lease: reads.Object | None,
                 now: datetime) -> observations.LeaseObservation | None:
         if lease is None:
             return None
         key = (namespace, worker, lease["metadata"].get("uid", ""))
+        self.first_seen.setdefault(key, now)
         observed = observations.observe(previous=self.observations.get(key),
                                         lease=observations.lease_view(lease), now=now)
         if observed is not None:

@@ -222,7 +222,7 @@ def prior(world: worlds.World) -> guards.Prior | None:
     lease = lease_view(objects.lease)
     return guards.Prior(pod=pod.phase, lease=lease_status(
         observation=world.observation, lease=lease, now=world.now,
-        claimed_at=_started_at(status, objects.name) or world.now,
+        claimed_at=_started_at(world, objects.name),
         start_deadline_seconds=_start_deadline(world)))
 
 
@@ -392,7 +392,7 @@ def active_step(world: worlds.World) -> worlds.Step:
     assert objects is not None and objects.name == status.active_worker
     pod = pod_view(objects.pod)
     lease = lease_view(objects.lease)
-    started = _started_at(status, objects.name) or world.now
+    started = _started_at(world, objects.name)
     deadline = _start_deadline(world)
     judged = lease_status(observation=world.observation, lease=lease, now=world.now,
                           claimed_at=started, start_deadline_seconds=deadline)
@@ -428,8 +428,16 @@ def _start_deadline(world: worlds.World) -> int:
     return world.launch_spec.start_deadline_seconds if world.launch_spec else 300
 
 
-def _started_at(status: SlotStatus, worker: str) -> datetime | None:
-    return next((a.started_at for a in status.attempts if a.pod == worker), None)
+def _started_at(world: worlds.World, worker: str) -> datetime:
+    """When the start deadline counts from: the claim, or later if this process saw it later.
+
+    The claim time was written by whichever operator claimed, on its clock; after a
+    restart on another machine whose clock runs ahead, counting from it could kill a
+    healthy starting pod. Counting from this process's first sight only lengthens.
+    """
+    claimed = next((a.started_at for a in world.slot.status.attempts if a.pod == worker),
+                   world.now)
+    return max(claimed, world.first_seen) if world.first_seen is not None else claimed
 
 
 def _set(status: SlotStatus, type_: str, value: conditions.ConditionStatus, reason: str,

@@ -42,6 +42,7 @@ class World:
     ``stamping_since``: since when the actor-stamping policy and its binding both exist (a
     command written before then was not stamped). ``pins_problem``: why the run's pinned
     configuration snapshots cannot be mounted as pinned (read only while Claiming).
+    ``first_seen``: when this process first read the attempt's lease (on its own clock).
     ``run`` is None when the slot has no live run to serve: gone, being deleted, or not
     the run that controls this slot (a same-name run created later).
     """
@@ -61,6 +62,7 @@ class World:
     commands_refused: str | None = None
     stamping_since: datetime | None = None
     pins_problem: str | None = None
+    first_seen: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

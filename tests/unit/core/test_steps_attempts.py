@@ -17,6 +17,7 @@ Covers, each by the exact step type and its key content:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import corefakes as f
@@ -147,6 +148,20 @@ def test_before_the_first_renewal_the_wait_ends_at_the_start_deadline() -> None:
     world = active_world(pod=f.pod(1, "Pending"), lease=f.lease(1), now_s=30)
     step = expect(steps.next_step(world), Wait)
     assert step.until == f.T0 + f.seconds(f.START_DEADLINE)
+
+
+def test_a_restarted_operator_counts_the_start_deadline_from_its_first_sight_at_the_latest(
+) -> None:
+    """The claim time was written on another machine's clock, maybe behind ours: a pod
+    still starting is not killed for it; the deadline counts from when we first saw it."""
+    world = active_world(pod=f.pod(1, "Pending"), lease=f.lease(1),
+                         now_s=f.START_DEADLINE + 5)
+    seen = f.T0 + f.seconds(f.START_DEADLINE)
+    step = expect(steps.next_step(dataclasses.replace(world, first_seen=seen)), Wait)
+    assert step.until == seen + f.seconds(f.START_DEADLINE)
+    # Seen before the claim time (our clock behind): the claim time still counts.
+    early = dataclasses.replace(world, first_seen=f.T0 - f.seconds(60))
+    assert isinstance(steps.next_step(early), DeletePod)
 
 
 def test_an_active_wait_is_not_capped_by_the_deadline_but_ends_at_the_lease_expiry() -> None:
