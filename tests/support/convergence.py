@@ -176,7 +176,7 @@ def assert_nothing_stray(scenario: Scenario) -> None:
         for found in objects(scenario, kind):
             slot, _, number = found.rpartition("-")
             assert slot in counts and number.isdigit(), (kind, found, counts)
-            assert 1 <= int(number) <= counts[slot], (kind, found, counts)
+            assert int(number) in range(1, counts[slot] + 1), (kind, found, counts)
     assert all(status(s).get("state") != "Claiming" for s in slots(scenario))
 
 

@@ -1,8 +1,8 @@
 """Kopf configured for this operator (DESIGN.md section 12).
 
-- Our own finalizer and progress/diff-base prefix, so nothing ``kopf.zalando.org/*``
-  is ever written to a user's object (and with event handlers only, nothing is written
-  at all: the applier makes every write).
+- Our own finalizer and progress/diff-base prefix, so none of Kopf's default
+  annotations is ever written to a user's object (and with event handlers only, nothing
+  is written at all: the applier makes every write).
 - Server-side label selectors for Pods and ConfigMaps: only ours cross the wire.
 - Every delay explicit and short: no 60 s default backoff, no 5 s consistency wait.
 - Events named for this operator; JSON logs are set up by the CLI.

@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from agentrun.api.slots import CommandKind, Slot, SlotState
-from agentrun.core import clocks, commands, guards, observations, runs, steps, worlds
+from agentrun.core import (
+    attemptsteps,
+    clocks,
+    commands,
+    guards,
+    observations,
+    runs,
+    steps,
+    worlds,
+)
 from agentrun.kube import reads, writes
 
 MAX_STEPS = 32
@@ -167,7 +176,7 @@ class SlotReconciler:
                         message=f"could not create {step.body['kind']} "
                                 f"{step.body['metadata']['name']}: {rejected}")))
                     raise
-                failed = steps.claim_failed(world, message=str(rejected))
+                failed = attemptsteps.claim_failed(world, message=str(rejected))
                 self.apply(world, failed, result)
         elif isinstance(step, worlds.DeletePod):
             self.writer.delete_pod(namespace=namespace, name=step.name, uid=step.uid,

@@ -5,7 +5,8 @@ run, the attempt's pod and lease, ...), ask :func:`next_step`, and apply the one
 it returns, every write with a precondition. It stops at a :class:`Wait`. Because each
 step is decided afresh from what is in the API server, a crash between any two writes
 is harmless: the restarted operator reads where the last one stopped and takes the next
-step. Names are deterministic, so a repeated create finds its own object.
+step. Names are deterministic, so a repeated create finds its own object. The steps of
+an attempt in hand (claiming, judging, fencing) are in :mod:`agentrun.core.attemptsteps`.
 
 Order of concerns, first match wins:
 1. no live run to serve (gone, being deleted, not this slot's), or the slot being
@@ -23,42 +24,31 @@ Order of concerns, first match wins:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
 
-from agentrun.api import conditions, names
+from agentrun.api import conditions
 from agentrun.api.slots import (
     TERMINAL_STATES,
     CommandKind,
-    Outcome,
     Predicate,
     SlotState,
     SlotStatus,
 )
 from agentrun.core import (
     attempts,
-    claims,
+    attemptsteps,
     commands,
     guards,
-    owners,
-    retries,
     selection,
     snapshots,
     transitions,
     worlds,
 )
-from agentrun.core.observations import LeaseStatus, lease_status, lease_view, pod_view
+from agentrun.core.observations import lease_status, lease_view, pod_view
 
 COMMANDS_REFUSED = "CommandsRefused"
 LAUNCH_SPEC_SELECTED = "LaunchSpecSelected"
 ENDED_STATES = frozenset({SlotState.RETRY_WAIT, SlotState.SUCCEEDED, SlotState.FAILED})
-GONE_WAIT = timedelta(seconds=2)  # how soon to look again for a leftover being collected
-
-
-def policy(world: worlds.World) -> retries.Effective:
-    run_retry = world.run.spec.retry if world.run else None
-    return retries.effective(node=world.slot.spec.retry, run=run_retry)
 
 
 def next_step(world: worlds.World) -> worlds.Step:
@@ -67,7 +57,7 @@ def next_step(world: worlds.World) -> worlds.Step:
     if world.run is None or world.slot.metadata.deletion_timestamp is not None:
         return wind_down(world)
     if status.state in ENDED_STATES:
-        fence = fence_step(world)
+        fence = attemptsteps.fence_step(world)
         if fence is not None:
             return fence
     pending = commands.pending(world.slot.metadata.annotations,
@@ -92,8 +82,8 @@ def next_step(world: worlds.World) -> worlds.Step:
     if status.state in (SlotState.READY, SlotState.RETRY_WAIT):
         return by_deadline(world, claim_step(world))
     if status.state is SlotState.CLAIMING:
-        return claiming_step(world)
-    return active_step(world)
+        return attemptsteps.claiming_step(world)
+    return attemptsteps.active_step(world)
 
 
 def wind_down(world: worlds.World) -> worlds.Step:
@@ -106,10 +96,10 @@ def wind_down(world: worlds.World) -> worlds.Step:
     why = ("the slot is being deleted" if world.slot.metadata.deletion_timestamp is not None
            else "the slot's run is gone, being deleted, or not the run that owns this slot")
     if status.state is SlotState.ACTIVE:
-        return active_step(world)
+        return attemptsteps.active_step(world)
     if status.state is SlotState.CLAIMING:
-        return claim_failed(world, message=why)
-    return fence_step(world) or worlds.Wait(message=f"{why}: nothing to start")
+        return attemptsteps.claim_failed(world, message=why)
+    return attemptsteps.fence_step(world) or worlds.Wait(message=f"{why}: nothing to start")
 
 
 def deadline(world: worlds.World) -> datetime | None:
@@ -205,10 +195,11 @@ def refusal(world: worlds.World, pending: commands.Pending) -> tuple[str, str] |
                                    f"stamped by admission{again}")
     since = world.stamping_since
     if since is not None and pending.written_at is not None and pending.written_at < since:
+        written, stamped = attemptsteps.iso(pending.written_at), attemptsteps.iso(since)
         return "WrittenBeforeAdmission", (
-            f"{command.kind} {command.request_id} was written at {_iso(pending.written_at)}, "
-            f"before the actor-stamping policy was in place ({_iso(since)}), so its actor "
-            f"is not verified{again}")
+            f"{command.kind} {command.request_id} was written at {written}, before the "
+            f"actor-stamping policy was in place ({stamped}), so its actor is not "
+            f"verified{again}")
     return None
 
 
@@ -222,45 +213,8 @@ def prior(world: worlds.World) -> guards.Prior | None:
     lease = lease_view(objects.lease)
     return guards.Prior(pod=pod.phase, lease=lease_status(
         observation=world.observation, lease=lease, now=world.now,
-        claimed_at=_started_at(world, objects.name),
-        start_deadline_seconds=_start_deadline(world)))
-
-
-def fence_step(world: worlds.World) -> worlds.Step | None:
-    """After an attempt ended (or was given up): kill a live pod, tombstone the lease."""
-    status = world.slot.status
-    objects = world.attempt
-    if status.prior_worker is None or objects is None or objects.name != status.prior_worker:
-        return None
-    record = next((a for a in status.attempts if a.pod == objects.name), None)
-    number = record.number if record is not None else status.attempt_count  # the last one
-    uid = world.slot.metadata.uid or ""
-
-    def ours(found: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-        """Only this slot's own attempt objects are fenced (not a same-name leftover)."""
-        if found is None or not claims.matches_attempt(found, slot_uid=uid, attempt=number):
-            return None
-        return found
-
-    pod = pod_view(ours(objects.pod))
-    if pod.phase in attempts.LIVE:
-        return worlds.DeletePod(name=objects.name, uid=pod.uid,
-                                message=f"fencing attempt {objects.name}: the slot has moved on")
-    lease = ours(objects.lease)
-    if lease is not None and names.OUTCOME_ANNOTATION not in (
-            (lease.get("metadata") or {}).get("annotations") or {}):
-        outcome = record.outcome if record and record.outcome else Outcome.LOST
-        annotations = {
-            names.OUTCOME_ANNOTATION: str(outcome),
-            names.ENDED_AT_ANNOTATION: _iso(record.ended_at if record and record.ended_at
-                                            else world.now),
-        }
-        if record is not None and record.owner_actor is not None:
-            annotations[names.OWNER_ACTOR_ANNOTATION] = record.owner_actor
-        if record is not None:
-            annotations[names.LAUNCH_SPEC_ANNOTATION] = record.launch_spec
-        return worlds.Tombstone(name=objects.name, annotations=annotations)
-    return None
+        claimed_at=attemptsteps.started_at(world, objects.name),
+        start_deadline_seconds=attemptsteps.start_deadline(world)))
 
 
 def pending_step(world: worlds.World) -> worlds.Step:
@@ -330,114 +284,9 @@ def claim_step(world: worlds.World) -> worlds.Step:
     return worlds.Wait(message="not claimable: no launch spec is pinned")
 
 
-def claiming_step(world: worlds.World) -> worlds.Step:
-    """Claiming: create the Lease, then the Pod, then record the attempt as Active."""
-    status = world.slot.status
-    slot = world.slot
-    objects = world.attempt
-    worker = status.pending_worker
-    assert worker is not None and objects is not None and objects.name == worker
-    pinned = status.launch_spec
-    if pinned is None or world.launch_spec is None:
-        return claim_failed(world, message=world.launch_spec_error
-                            or "no launch spec is pinned to build the pod from")
-    number = status.attempt_count
-    uid = slot.metadata.uid or ""
-    for found, kind in ((objects.lease, "Lease"), (objects.pod, "Pod")):
-        if found is None or claims.matches_attempt(found, slot_uid=uid, attempt=number):
-            continue
-        metadata = found.get("metadata") or {}
-        if metadata.get("ownerReferences") and not owners.controlled_by(metadata, uid):
-            # Left by an earlier slot of the same name: the garbage collector removes it.
-            return worlds.Wait(message=f"a {kind} {worker} of an earlier slot of this name "
-                                       "is still being garbage-collected",
-                               until=world.now + GONE_WAIT)
-        return claim_failed(world, message=f"a {kind} named {worker} exists that is not "
-                                           f"attempt {number} of this slot")
-    if objects.lease is None:
-        return worlds.Create(claim=True, point="claim-lease", body=claims.lease_body(
-            slot=slot, attempt=number, owner_actor=status.next_owner_actor, tenant=world.tenant,
-            launch_spec=pinned, lease_duration_seconds=world.launch_spec.lease.duration_seconds))
-    if objects.pod is None and world.pins_problem is not None:
-        return claim_failed(world, message=world.pins_problem)
-    if objects.pod is None:
-        assert world.run is not None and world.run.status.pinned is not None
-        return worlds.Create(claim=True, point="claim-pod", body=claims.pod_body(
-            slot=slot, pins=world.run.status.pinned, launch_spec=world.launch_spec,
-            pinned=pinned, attempt=number, owner_actor=status.next_owner_actor,
-            tenant=world.tenant))
-    owner = status.next_owner_actor
-    message = (f"attempt {number} claimed: pod and lease {worker} from LaunchSpec "
-               f"{pinned.name}@{pinned.generation}"
-               + (f", owner {owner}" if owner else " (automatic claim)"))
-    return worlds.WriteStatus(status=transitions.finish_claim(
-        status, now=world.now, pod_uid=(objects.pod.get("metadata") or {}).get("uid")),
-        event=guards.Event(type="Normal", reason="Claimed", message=message), point="active")
-
-
-def claim_failed(world: worlds.World, *, message: str) -> worlds.WriteStatus:
-    """The attempt's objects cannot be created: it ends as ClaimFailed, its number spent."""
-    status = world.slot.status
-    full = f"attempt {status.pending_worker} could not be created: {message}"
-    return worlds.WriteStatus(
-        status=transitions.fail_claim(status, message=full, policy=policy(world), now=world.now),
-        event=guards.Event(type="Warning", reason="ClaimFailed", message=full),
-        point="claim-failed")
-
-
-def active_step(world: worlds.World) -> worlds.Step:
-    """Active: the ended-attempt table of DESIGN.md section 4."""
-    status = world.slot.status
-    objects = world.attempt
-    assert objects is not None and objects.name == status.active_worker
-    pod = pod_view(objects.pod)
-    lease = lease_view(objects.lease)
-    started = _started_at(world, objects.name)
-    deadline = _start_deadline(world)
-    judged = lease_status(observation=world.observation, lease=lease, now=world.now,
-                          claimed_at=started, start_deadline_seconds=deadline)
-    verdict = attempts.judge(pod=pod, lease=judged, renewed=world.observation is not None)
-    if verdict.delete_pod:
-        return worlds.DeletePod(name=objects.name, uid=pod.uid, message=verdict.message)
-    if not verdict.ended:
-        if judged is not LeaseStatus.HELD:
-            return worlds.Wait(message=verdict.message)
-        if world.observation is None:
-            until = started + timedelta(seconds=deadline)
-        else:
-            until = world.observation.observed_at + timedelta(
-                seconds=lease.duration_seconds or 0)
-        return worlds.Wait(message=verdict.message, until=until)
-    assert verdict.outcome is not None
-    message = f"attempt {objects.name} ended {verdict.outcome}: {verdict.message}"
-    return worlds.WriteStatus(
-        status=transitions.end_attempt(status, outcome=verdict.outcome, message=verdict.message,
-                                       exit_code=verdict.exit_code, policy=policy(world),
-                                       now=world.now),
-        event=guards.Event(type="Normal" if verdict.outcome is Outcome.SUCCEEDED else "Warning",
-                           reason="AttemptEnded", message=message),
-        point="attempt-ended")
-
-
 def needs_attempt_objects(status: SlotStatus) -> str | None:
     """Which attempt's pod and lease the world must include: pending, active, else prior."""
     return status.pending_worker or status.active_worker or status.prior_worker
-
-
-def _start_deadline(world: worlds.World) -> int:
-    return world.launch_spec.start_deadline_seconds if world.launch_spec else 300
-
-
-def _started_at(world: worlds.World, worker: str) -> datetime:
-    """When the start deadline counts from: the claim, or later if this process saw it later.
-
-    The claim time was written by whichever operator claimed, on its clock; after a
-    restart on another machine whose clock runs ahead, counting from it could kill a
-    healthy starting pod. Counting from this process's first sight only lengthens.
-    """
-    claimed = next((a.started_at for a in world.slot.status.attempts if a.pod == worker),
-                   world.now)
-    return max(claimed, world.first_seen) if world.first_seen is not None else claimed
 
 
 def _set(status: SlotStatus, type_: str, value: conditions.ConditionStatus, reason: str,
@@ -446,5 +295,3 @@ def _set(status: SlotStatus, type_: str, value: conditions.ConditionStatus, reas
         status.conditions, type_=type_, status=value, reason=reason, message=message, now=now)})
 
 
-def _iso(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")

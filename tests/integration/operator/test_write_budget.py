@@ -19,7 +19,6 @@ annotation or finalizer and no ``last-handled-configuration`` annotation.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,7 +38,7 @@ from convergence import (
     tombstoned,
 )
 from operators import OperatorProcess
-from scenarios import Scenario, request_id
+from scenarios import Scenario, holds_throughout, request_id
 from waiting import wait_for, wait_for_default_service_account
 
 SETTLE_SECONDS = 1.5  # after Active: any write the cycle still made would show up here
@@ -139,7 +138,15 @@ def check_budget(*, title: str, log: Path, scenario: Scenario, since: datetime,
 
     ``siblings``: other slots of the run, whose own cycles are checked on their own.
     """
-    time.sleep(SETTLE_SECONDS)
+    def slot_writes() -> int:
+        return sum(1 for w in audit.writes(log, namespace=scenario.namespace,
+                                           user=OPERATOR_USER, since=since) if of_slot(w, slot))
+
+    # The cycle is over at Active: its count of writes holds through a settling window
+    # (a write the cycle still made after Active would break the hold, and the table).
+    settled = slot_writes()
+    holds_throughout(lambda: slot_writes() == settled, seconds=SETTLE_SECONDS,
+                     message=f"no further operator write on slot {slot} after Active")
     everything = audit.writes(log, namespace=scenario.namespace, user=OPERATOR_USER,
                               since=since)
     mine = [w for w in everything if of_slot(w, slot)]

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from agentrun.api import names
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
-from agentrun.core import claims, guards, steps, transitions
+from agentrun.core import attemptsteps, claims, guards, steps, transitions
 from agentrun.core.worlds import Create, DeletePod, Wait, World, WriteStatus
 
 # --- Claiming ----------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ def test_a_leftover_of_an_earlier_same_name_slot_is_waited_out_not_counted(
         objects: object) -> None:
     """A run deleted and recreated: its old slot's objects are still being collected."""
     step = expect(steps.next_step(f.world(f.claiming(1), attempt=objects)), Wait)
-    assert step.until == f.T0 + steps.GONE_WAIT
+    assert step.until == f.T0 + attemptsteps.GONE_WAIT
     assert "garbage-collected" in step.message
 
 

@@ -25,7 +25,7 @@ from corefakes import expect
 
 from agentrun.api import conditions, names
 from agentrun.api.slots import CommandKind, CommandRecord, Outcome, Predicate, SlotState, SlotStatus
-from agentrun.core import guards, snapshots, steps, transitions
+from agentrun.core import attemptsteps, guards, snapshots, steps, transitions
 from agentrun.core.worlds import (
     Create,
     DeletePod,
@@ -188,7 +188,7 @@ def test_an_accepted_reassignment_creates_its_launch_spec_snapshot_first() -> No
 def test_with_its_snapshot_an_accepted_reassignment_reopens_the_slot() -> None:
     before = transitions.end_attempt(
         f.active(3, owner="alice"), outcome=Outcome.FAILED, message="x", exit_code=1,
-        policy=steps.policy(f.world()), now=f.T0)
+        policy=attemptsteps.policy(f.world()), now=f.T0)
     assert f.condition(before, transitions.AWAITING_REASSIGNMENT).status == "True"
     world = reassign_world(before, snapshots=frozenset({GPU_SNAPSHOT}),
                            attempt=f.objects(3, pod=None, lease=f.lease(3, outcome="Failed")))
