@@ -138,7 +138,7 @@ def build(*, log: bool = True) -> Path:
         partial = target_dir / f"{BINARY_NAME}.partial"
         if log:
             print(f"localcluster: building kubernetes {version} into {target_dir} "
-                  "(first time only; ~20 min on 2 cores)", file=sys.stderr, flush=True)
+                  "(first time only; ~6-10 min on 2 cores)", file=sys.stderr, flush=True)
         started = time.monotonic()
         subprocess.run(
             ["go", "build", "-o", str(partial), "-ldflags", ldflags, "."],
