@@ -16,6 +16,7 @@ from datetime import datetime
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, AgentRunStatus
+from agentrun.controller import loops
 from agentrun.core import clocks, guards, launches, resolution, runs
 from agentrun.kube import reads, writes
 
@@ -41,22 +42,15 @@ class RunReconciler:
 
     def reconcile(self, namespace: str, name: str) -> Result:
         result = Result()
-        for _ in range(MAX_STEPS):
-            try:
-                run = self.reader.run(namespace, name)
-                if run is None or run.metadata.deletion_timestamp is not None:
-                    return result
-                if self.step(run, result):
-                    return result
-            except writes.Conflict as conflict:
-                self.logger.debug("run %s/%s: %s; reading again", namespace, name, conflict)
-            except Exception:
-                self.logger.exception("run %s/%s: reconciling failed; will retry",
-                                      namespace, name)
-                result.retry = True
-                return result
-        self.logger.error("run %s/%s: not settled after %d steps", namespace, name, MAX_STEPS)
-        result.retry = True
+
+        def step() -> bool:
+            run = self.reader.run(namespace, name)
+            if run is None or run.metadata.deletion_timestamp is not None:
+                return True
+            return self.step(run, result)
+
+        result.retry = not loops.settle(step, what=f"run {namespace}/{name}",
+                                        logger=self.logger, max_steps=MAX_STEPS)
         return result
 
     def step(self, run: AgentRun, result: Result) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from agentrun.api.slots import CommandKind, Slot, SlotState
+from agentrun.controller import loops
 from agentrun.core import (
     attemptsteps,
     clocks,
@@ -55,28 +56,22 @@ class SlotReconciler:
     def reconcile(self, namespace: str, name: str) -> Result:
         """Steps until a Wait; on an error, stop with ``retry`` (the Events so far kept)."""
         result = Result()
-        for _ in range(MAX_STEPS):
-            try:
-                world = self.read_world(namespace, name)
-                if world is None:
-                    return result
-                result.state = world.slot.status.state
-                result.run = world.slot.spec.run
-                step = steps.next_step(world)
-                if isinstance(step, worlds.Wait):
-                    result.wait = step
-                    return result
-                self.apply(world, step, result)
-            except writes.Conflict as conflict:
-                self.logger.debug("slot %s/%s: %s; reading again", namespace, name, conflict)
-            except Exception:
-                self.logger.exception("slot %s/%s: reconciling failed; will retry",
-                                      namespace, name)
-                result.retry = True
-                return result
-        self.logger.error("slot %s/%s: no Wait after %d steps; will look again later",
-                          namespace, name, MAX_STEPS)
-        result.retry = True
+
+        def step() -> bool:
+            world = self.read_world(namespace, name)
+            if world is None:
+                return True
+            result.state = world.slot.status.state
+            result.run = world.slot.spec.run
+            decided = steps.next_step(world)
+            if isinstance(decided, worlds.Wait):
+                result.wait = decided
+                return True
+            self.apply(world, decided, result)
+            return False
+
+        result.retry = not loops.settle(step, what=f"slot {namespace}/{name}",
+                                        logger=self.logger, max_steps=MAX_STEPS)
         return result
 
     def read_world(self, namespace: str, name: str) -> worlds.World | None:

@@ -1,0 +1,31 @@
+"""The reconcile loop both reconcilers share: step until settled, read again on conflict.
+
+A *step* reads the object afresh, decides, and makes at most one write; it returns True
+once there is nothing more to do now. A conflict (another writer moved first) simply
+means another step. Any other error, or a loop that does not settle within its bound,
+ends the loop unsettled, for the caller to look again after a backoff: an error never
+kills the operator, and never leaves an object without a next look.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from agentrun.kube import writes
+
+
+def settle(step: Callable[[], bool], *, what: str, logger: logging.Logger,
+           max_steps: int) -> bool:
+    """Run ``step`` until it returns True; False when it failed or did not settle."""
+    for _ in range(max_steps):
+        try:
+            if step():
+                return True
+        except writes.Conflict as conflict:
+            logger.debug("%s: %s; reading again", what, conflict)
+        except Exception:
+            logger.exception("%s: reconciling failed; will retry", what)
+            return False
+    logger.error("%s: not settled after %d steps; will look again later", what, max_steps)
+    return False
