@@ -45,9 +45,7 @@ def labels(*, slot: Slot, attempt: int, tenant: str | None) -> dict[str, str]:
         names.ATTEMPT_LABEL: str(attempt),
         names.NODE_LABEL: slot.spec.node,
     }
-    if tenant is not None:
-        found[names.TENANT_LABEL] = tenant
-    return found
+    return naming.with_tenant(found, tenant=tenant)
 
 
 def _annotations(*, owner_actor: str | None, launch_spec: PinnedLaunchSpec) -> dict[str, str]:

@@ -53,15 +53,13 @@ def snapshot_body(*, run: AgentRun, resolved: Resolved, tenant: str | None) -> d
         names.REVISION_LABEL: str(resolved.revision),
         names.SNAPSHOT_LABEL: resolved.source,
     }
-    if tenant is not None:
-        labels[names.TENANT_LABEL] = tenant
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
             "name": snapshot_name(run=run, resolved=resolved),
             "namespace": run.metadata.namespace,
-            "labels": labels,
+            "labels": naming.with_tenant(labels, tenant=tenant),
             "ownerReferences": [owner_reference(run)],
         },
         "immutable": True,
@@ -103,9 +101,8 @@ def slot_body(*, run: AgentRun, node: WorkflowNode, tenant: str | None) -> dict[
     No status: the Slot starts ``Pending`` by its model's default, and the status
     subresource ignores status in a create anyway.
     """
-    labels = {names.RUN_LABEL: run.metadata.name, names.NODE_LABEL: node.name}
-    if tenant is not None:
-        labels[names.TENANT_LABEL] = tenant
+    labels = naming.with_tenant({names.RUN_LABEL: run.metadata.name,
+                                 names.NODE_LABEL: node.name}, tenant=tenant)
     spec = SlotSpec(run=run.metadata.name, node=node.name, worker_class=node.worker_class,
                     depends_on=list(node.depends_on), retry=node.retry)
     return {

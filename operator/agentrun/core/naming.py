@@ -47,3 +47,8 @@ def launch_spec_snapshot_name(*, slot: str, digest: str) -> str:
     At most 58 + 7 + 10 = 75 characters: a ConfigMap name is a DNS subdomain (253).
     """
     return f"{slot}-lspec-{digest[:10]}"
+
+
+def with_tenant(labels: dict[str, str], *, tenant: str | None) -> dict[str, str]:
+    """``labels`` plus the tenant label when the namespace has a tenant."""
+    return labels if tenant is None else {**labels, names.TENANT_LABEL: tenant}

@@ -16,7 +16,7 @@ from typing import Any
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import claims, guards
+from agentrun.core import claims, guards, naming
 
 DATA_KEY = "launchspec.json"
 
@@ -24,10 +24,9 @@ DATA_KEY = "launchspec.json"
 def body(*, slot: Slot, pinned: PinnedLaunchSpec, spec: LaunchSpecSpec,
          tenant: str | None) -> dict[str, Any]:
     """The snapshot ConfigMap: the canonical JSON of the spec whose digest is pinned."""
-    labels = {names.RUN_LABEL: slot.spec.run, names.SLOT_LABEL: slot.metadata.name,
-              names.SNAPSHOT_LABEL: "launchspec"}
-    if tenant is not None:
-        labels[names.TENANT_LABEL] = tenant
+    labels = naming.with_tenant({names.RUN_LABEL: slot.spec.run,
+                                 names.SLOT_LABEL: slot.metadata.name,
+                                 names.SNAPSHOT_LABEL: "launchspec"}, tenant=tenant)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
