@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from agentrun.kube import writes
+from agentrun.core import clocks
+from agentrun.kube import reads, writes
 
 
 def settle(step: Callable[[], bool], *, what: str, logger: logging.Logger,
@@ -29,3 +30,17 @@ def settle(step: Callable[[], bool], *, what: str, logger: logging.Logger,
             return False
     logger.error("%s: not settled after %d steps; will look again later", what, max_steps)
     return False
+
+
+class Reconciler:
+    """What every reconciler holds: the reads, the applier, its clock and its logger."""
+
+    logger_name = "agentrun"
+
+    def __init__(self, *, reader: reads.Reader, writer: writes.Writer,
+                 clock: clocks.Clock = clocks.system,
+                 logger: logging.Logger | None = None) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.clock = clock
+        self.logger = logger or logging.getLogger(self.logger_name)

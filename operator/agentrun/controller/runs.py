@@ -9,7 +9,7 @@ again: the workflow is re-read from the run's own snapshot, never from the sourc
 
 from __future__ import annotations
 
-import logging
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -17,8 +17,8 @@ from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, AgentRunStatus
 from agentrun.controller import loops
-from agentrun.core import clocks, guards, launches, resolution, runs
-from agentrun.kube import reads, writes
+from agentrun.core import guards, launches, resolution, runs
+from agentrun.kube import writes
 
 MAX_STEPS = 16
 
@@ -30,15 +30,13 @@ class Result:
     retry: bool = False  # it stopped on an error: look again after a backoff
 
 
-class RunReconciler:
-    def __init__(self, *, reader: reads.Reader, writer: writes.Writer,
-                 clock: clocks.Clock = clocks.system,
-                 logger: logging.Logger | None = None) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.clock = clock
-        self.logger = logger or logging.getLogger("agentrun.runs")
-        self._workflows: dict[tuple[str, str], WorkflowDocument] = {}
+class RunReconciler(loops.Reconciler):
+    logger_name = "agentrun.runs"
+
+    @functools.cached_property
+    def _workflows(self) -> dict[tuple[str, str], WorkflowDocument]:
+        """Parsed pinned workflows by (namespace, snapshot): immutable, so kept."""
+        return {}
 
     def reconcile(self, namespace: str, name: str) -> Result:
         result = Result()

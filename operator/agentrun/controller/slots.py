@@ -9,7 +9,7 @@ a restart can only make a lease live longer, never end an attempt early.
 
 from __future__ import annotations
 
-import logging
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -17,7 +17,6 @@ from agentrun.api.slots import CommandKind, Slot, SlotState
 from agentrun.controller import loops
 from agentrun.core import (
     attemptsteps,
-    clocks,
     commands,
     guards,
     observations,
@@ -42,16 +41,18 @@ class Result:
     retry: bool = False  # it stopped on an error: look again after a backoff
 
 
-class SlotReconciler:
-    def __init__(self, *, reader: reads.Reader, writer: writes.Writer,
-                 clock: clocks.Clock = clocks.system,
-                 logger: logging.Logger | None = None) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.clock = clock
-        self.logger = logger or logging.getLogger("agentrun.slots")
-        self.observations: dict[ObservationKey, observations.LeaseObservation] = {}
-        self.first_seen: dict[ObservationKey, datetime] = {}
+class SlotReconciler(loops.Reconciler):
+    logger_name = "agentrun.slots"
+
+    @functools.cached_property
+    def renewals(self) -> dict[ObservationKey, observations.LeaseObservation]:
+        """This process's memory of each lease's renewals (see the module docstring)."""
+        return {}
+
+    @functools.cached_property
+    def first_seen(self) -> dict[ObservationKey, datetime]:
+        """When this process first read each attempt's lease, on its own clock."""
+        return {}
 
     def reconcile(self, namespace: str, name: str) -> Result:
         """Steps until a Wait; on an error, stop with ``retry`` (the Events so far kept)."""
@@ -132,7 +133,7 @@ class SlotReconciler:
     def forget(self, *, namespace: str, slot: str) -> None:
         """Drop what is remembered of a deleted slot's leases."""
         prefix = f"{slot}-"
-        for memory in (self.observations, self.first_seen):
+        for memory in (self.renewals, self.first_seen):
             for key in [k for k in memory if k[0] == namespace and k[1].startswith(prefix)]:
                 del memory[key]
 
@@ -142,10 +143,10 @@ class SlotReconciler:
             return None
         key = (namespace, worker, lease["metadata"].get("uid", ""))
         self.first_seen.setdefault(key, now)
-        observed = observations.observe(previous=self.observations.get(key),
+        observed = observations.observe(previous=self.renewals.get(key),
                                         lease=observations.lease_view(lease), now=now)
         if observed is not None:
-            self.observations[key] = observed
+            self.renewals[key] = observed
         return observed
 
     def apply(self, world: worlds.World, step: worlds.Step, result: Result) -> None:
