@@ -1,9 +1,9 @@
 """Reading what the decisions need, as plain dicts (camelCase, as the API returns them).
 
 Objects are read through :mod:`agentrun.kube.rest`, as the API returns them.
-Two reads are cached because their answers change rarely and are asked often: whether
-the admission policies that stamp actors exist (a few seconds), and the content of an
-immutable LaunchSpec snapshot (forever: it cannot change).
+Three reads are cached because their answers change rarely and are asked often: whether
+the admission policies that stamp actors exist and a namespace's tenant (a few seconds
+each), and the content of an immutable LaunchSpec snapshot (forever: it cannot change).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from agentrun.kube import rest
 
 Object = dict[str, Any]
 STAMP_POLICY = "agentrun-stamp-actors"
-POLICY_CACHE_SECONDS = 5.0
+CACHE_SECONDS = 5.0
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 
@@ -44,9 +44,10 @@ class Reader:
 
     def __init__(self, client: rest.Rest) -> None:
         self.rest = client
-        self._policy_checked_at = -POLICY_CACHE_SECONDS
+        self._policy_checked_at = -CACHE_SECONDS
         self._stamping = Stamping(refused=None, since=None)
         self._snapshots: dict[tuple[str, str], LaunchSpecSpec] = {}
+        self._tenants: dict[str, tuple[float, str | None]] = {}
 
     def custom_object(self, plural: str, namespace: str, name: str) -> Object | None:
         return self.rest.get(custom_path(plural, namespace, name))
@@ -77,9 +78,15 @@ class Reader:
                 for o in self.custom_objects("launchspecs", namespace)]
 
     def tenant(self, namespace: str) -> str | None:
+        """The namespace's tenant label (cached a few seconds: every step asks, an admin
+        changes it rarely)."""
+        cached = self._tenants.get(namespace)
+        if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:
+            return cached[1]
         found = self.rest.get(f"/api/v1/namespaces/{namespace}")
         labels = ((found or {}).get("metadata") or {}).get("labels") or {}
         tenant: str | None = labels.get(names.TENANT_LABEL)
+        self._tenants[namespace] = (time.monotonic(), tenant)
         return tenant
 
     def pod(self, namespace: str, name: str) -> Object | None:
@@ -129,7 +136,7 @@ class Reader:
         to every slot (no ``matchResources`` narrowing it); ``since`` is the later of their
         creation times, before which no command can have been stamped.
         """
-        if time.monotonic() - self._policy_checked_at < POLICY_CACHE_SECONDS:
+        if time.monotonic() - self._policy_checked_at < CACHE_SECONDS:
             return self._stamping
         policy = self.rest.get(f"{ADMISSION}/mutatingadmissionpolicies/{STAMP_POLICY}")
         binding = self.rest.get(f"{ADMISSION}/mutatingadmissionpolicybindings/{STAMP_POLICY}")
