@@ -26,12 +26,14 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,6 +46,13 @@ RECIPE = "1"
 # works but copies every layer whole).
 STORAGE_DRIVER = "overlay"
 PAUSE_REPOSITORY = "localhost/agentrun/pause"
+BASE_REPOSITORY = "localhost/agentrun/python-base"
+PROJECT_REPOSITORY = "localhost/agentrun/agentrun-operator"
+# The stand-in for python:3.11-slim: bookworm's python3 is 3.11; passwd for useradd.
+SUITE = "bookworm"
+BASE_PACKAGES = ("python3", "python3-venv", "passwd")
+BASE_GLIBC_MINOR = 36  # bookworm's glibc 2.36: the newest manylinux tag its wheels may carry
+IMAGE_PYTHON = "3.11"
 
 
 @dataclass(frozen=True)
@@ -89,10 +98,15 @@ def _require(tool: str, package: str) -> str:
     return path
 
 
-def buildah(*args: str) -> str:
-    """buildah on the cache's own storage (root, no daemon): nothing else shares it."""
+def buildah(*args: str, offline: bool = False) -> str:
+    """buildah on the cache's own storage (root, no daemon): nothing else shares it.
+
+    ``offline`` runs it in a network namespace of its own holding only a loopback that
+    is down: what the build runs cannot reach anything.
+    """
     root = cache_root()
     return _run([
+        *(["unshare", "--net"] if offline else []),
         _require("buildah", "buildah"),
         "--root", str(root / "storage"),
         "--runroot", str(root / "run"),
@@ -197,15 +211,167 @@ def pause_image() -> ImageArchive:
         return archive
 
 
+# -- base ----------------------------------------------------------------------------
+
+
+def _apt_sources() -> list[Path]:
+    """The host's configured Debian mirror: its enabled sources files naming the suite."""
+    candidates = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    found = [
+        path for path in candidates
+        if path.is_file() and path.suffix in {".list", ".sources"}
+        and re.search(rf"\b{SUITE}\b", path.read_text())
+    ]
+    if not found:
+        raise RuntimeError(f"no apt sources for {SUITE} under /etc/apt: the base needs a mirror")
+    return found
+
+
+def _mmdebstrap_args(sources: list[Path], output: Path) -> list[str]:
+    return [
+        "mmdebstrap", "--quiet", "--variant=essential", f"--include={','.join(BASE_PACKAGES)}",
+        # Documentation and translations are dead weight in an image (copyrights stay).
+        "--dpkgopt=path-exclude=/usr/share/man/*",
+        "--dpkgopt=path-exclude=/usr/share/doc/*",
+        "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+        "--dpkgopt=path-exclude=/usr/share/locale/*",
+        "--format=tar", SUITE, str(output), *map(str, sources),
+    ]
+
+
+def base_image() -> str:
+    """The Debian base in buildah's storage (its ref); the root tar is cached by its args."""
+    sources = _apt_sources()
+    key = _key([
+        ("recipe", RECIPE.encode()),
+        ("args", "\0".join(_mmdebstrap_args([], Path("-"))).encode()),
+        *((str(path), path.read_bytes()) for path in sources),
+    ])
+    ref = f"{BASE_REPOSITORY}:{key}"
+    if _has_image(ref):
+        return ref
+    with _locked("base"):
+        if _has_image(ref):
+            return ref
+        rootfs = cache_root() / f"base-{key}.tar"
+        if not rootfs.exists():
+            _require("mmdebstrap", "mmdebstrap")
+            started = time.monotonic()
+            partial = rootfs.with_name(rootfs.name + ".partial")
+            # A fixed epoch makes mmdebstrap's output depend on the package versions only.
+            env = {**os.environ, "SOURCE_DATE_EPOCH": "0"}
+            _run(_mmdebstrap_args(sources, partial), env=env)
+            partial.rename(rootfs)
+            _log(f"bootstrapped {SUITE} into {rootfs} in {time.monotonic() - started:.0f}s")
+        with _working_container("scratch") as container:
+            buildah("add", container, str(rootfs), "/")
+            buildah("config", "--env", "LANG=C.UTF-8", "--cmd", '["python3"]',
+                    "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    container)
+            buildah("commit", "--quiet", "--timestamp", "0", container, ref)
+        return ref
+
+
+# -- project -------------------------------------------------------------------------
+
+
+def _platform_args() -> list[str]:
+    """pip's target: the image's CPython on the base's glibc (pip does not widen the tag)."""
+    machine = platform.machine()
+    tags = [f"manylinux_2_{minor}_{machine}" for minor in range(BASE_GLIBC_MINOR, 16, -1)]
+    tags += [f"manylinux2014_{machine}", f"manylinux2010_{machine}", f"manylinux1_{machine}"]
+    abi = "cp" + IMAGE_PYTHON.replace(".", "")
+    return [
+        "--only-binary=:all:", *(f"--platform={tag}" for tag in tags),
+        f"--python-version={IMAGE_PYTHON}", "--implementation=cp", f"--abi={abi}",
+    ]
+
+
+def dependency_wheels() -> Path:
+    """The wheels of the project's dependencies, downloaded by the host once per change."""
+    requirements = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    args = _platform_args()
+    key = _key([("recipe", RECIPE.encode()), ("requirements", "\0".join(requirements).encode()),
+                ("platform", "\0".join(args).encode())])
+    target = cache_root() / f"wheels-{key}"
+    if target.exists():
+        return target
+    with _locked("wheels"):
+        if not target.exists():
+            partial = target.with_name(target.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            _run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                  *args, "--dest", str(partial), *requirements])
+            partial.rename(target)
+    return target
+
+
+def _project_sources() -> list[Path]:
+    files = [REPO / "Dockerfile", REPO / "pyproject.toml", REPO / "README.md"]
+    for path in sorted((REPO / "operator").rglob("*")):
+        relative = path.relative_to(REPO).parts
+        if path.is_file() and not any(p == "__pycache__" or p.endswith(".egg-info")
+                                      for p in relative):
+            files.append(path)
+    return files
+
+
+def build_context(out: Path) -> Path:
+    """A build context for the Dockerfile: itself and wheels/ (the project's and its deps')."""
+    wheels = out / "wheels"
+    shutil.copytree(dependency_wheels(), wheels, dirs_exist_ok=True)
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+          "--no-deps", "--wheel-dir", str(wheels), str(REPO)])
+    shutil.copy2(REPO / "Dockerfile", out / "Dockerfile")
+    return out
+
+
+def project_image() -> ImageArchive:
+    """The project's image (operator and worker renewer), from its Dockerfile."""
+    base = base_image()
+    base_id = buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", base).strip()
+    wheels = dependency_wheels()
+    key = _key([
+        ("recipe", RECIPE.encode()),
+        ("base", base_id.encode()),
+        *((f"wheel:{path.name}", path.read_bytes()) for path in sorted(wheels.iterdir())),
+        *((str(path.relative_to(REPO)), path.read_bytes()) for path in _project_sources()),
+    ])
+    ref = f"{PROJECT_REPOSITORY}:{key}"
+    path = cache_root() / f"agentrun-operator-{key}.oci.tar"
+    if path.exists():
+        return ImageArchive(ref=ref, path=path)
+    with _locked("project"):
+        if path.exists():
+            return ImageArchive(ref=ref, path=path)
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="agentrun-image-") as work:
+            context = build_context(Path(work))
+            # chroot isolation: crun refuses this VM's hybrid cgroups, and chroot allows
+            # only the host's network, hence buildah itself in an empty namespace.
+            buildah("build", "--quiet", "--isolation", "chroot", "--pull-never",
+                    "--timestamp", "0", "--build-arg", f"BASE={base}",
+                    "--file", str(context / "Dockerfile"), "--tag", ref, str(context),
+                    offline=True)
+        archive = _save(ref, path)
+        _log(f"built {ref} in {time.monotonic() - started:.0f}s")
+        return archive
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="images.py", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build (or find cached) images; print ref and path")
     build.add_argument("which", nargs="*", choices=["pause", "project", "all"], default=["all"])
+    context = commands.add_parser("context", help="write a build context for `docker build`")
+    context.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.command == "context":
+        args.out.mkdir(parents=True, exist_ok=True)
+        print(build_context(args.out))
     if args.command == "build":
         wanted = {"pause", "project"} if "all" in args.which else set(args.which)
-        builders = {"pause": pause_image}
+        builders = {"pause": pause_image, "project": project_image}
         for name in sorted(wanted & builders.keys()):
             archive = builders[name]()
             print(json.dumps({"image": name, **asdict(archive), "path": str(archive.path)}))
