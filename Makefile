@@ -54,7 +54,7 @@ lint: venv
 	$(PY) -m agentrun.api.crds --out crds --check
 	$(PY) -m agentrun.manifests --out manifests --check
 
-test: controlplane lint
+test: controlplane imagetools lint
 	$(VENV)/bin/pytest -q -ra
 
 crds: venv
