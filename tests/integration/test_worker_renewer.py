@@ -15,11 +15,13 @@ ClusterRole, so it is tested to be enough.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -56,11 +58,19 @@ sys.exit(7)
 """
 
 
+# In-cluster configuration as a pod has it: the service account's files at their fixed
+# path, here on a tmpfs over /run in a mount namespace of the renewer's own.
+IN_CLUSTER = 'mount -t tmpfs tmpfs /run && mkdir -p "$1" && cp "$0"/* "$1" && shift && exec "$@"'
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
 @dataclass
 class Worker:
     namespace: str
     pod_uid: str
     kubeconfig: Path
+    secrets: Path  # token, ca.crt, namespace: what the kubelet projects into a pod
+    server: urllib.parse.SplitResult
     workdir: Path
     coordination: kubernetes.client.CoordinationV1Api
 
@@ -73,13 +83,28 @@ class Worker:
             self.coordination.read_namespaced_lease(POD, self.namespace))
         return found
 
-    def start(self, *, on_sigterm: str = "trap", identity: str = POD) -> subprocess.Popen[str]:
+    def start(self, *, on_sigterm: str = "trap", identity: str = POD,
+              in_cluster: bool = False) -> subprocess.Popen[str]:
+        """The renewer, named by options and credentialed by a kubeconfig; or ``in_cluster``,
+        named by the worker environment and credentialed as in a pod."""
+        child = [sys.executable, "-c", CHILD, str(self.workdir), on_sigterm]
+        if not in_cluster:
+            return subprocess.Popen(
+                [sys.executable, "-m", "agentrun.worker.cli", "run",
+                 "--namespace", self.namespace, "--lease", POD, "--identity", identity,
+                 "--start-timeout", "20", "--", *child],
+                env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
+                stderr=subprocess.PIPE, text=True)
+        env = {key: value for key, value in os.environ.items() if key != "KUBECONFIG"}
+        env.update({"HOME": str(self.workdir), "HOSTNAME": identity,
+                    names.ENV_NAMESPACE: self.namespace, names.ENV_LEASE: POD,
+                    "KUBERNETES_SERVICE_HOST": str(self.server.hostname),
+                    "KUBERNETES_SERVICE_PORT": str(self.server.port)})
         return subprocess.Popen(
-            [sys.executable, "-m", "agentrun.worker.cli", "run", "--namespace", self.namespace,
-             "--lease", POD, "--identity", identity, "--start-timeout", "20", "--",
-             sys.executable, "-c", CHILD, str(self.workdir), on_sigterm],
-            env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
-            stderr=subprocess.PIPE, text=True)
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", IN_CLUSTER,
+             str(self.secrets), SERVICE_ACCOUNT_DIR,
+             sys.executable, "-m", "agentrun.worker.cli", "run", "--", *child],
+            env=env, stderr=subprocess.PIPE, text=True)
 
 
 def _ensure_worker_role(rbac: kubernetes.client.RbacAuthorizationV1Api) -> None:
@@ -96,16 +121,24 @@ def _ensure_worker_role(rbac: kubernetes.client.RbacAuthorizationV1Api) -> None:
                                  "resourceVersion": current.metadata.resource_version}})
 
 
-def _kubeconfig(cluster: Cluster, token: str, path: Path) -> Path:
+def _credentials(cluster: Cluster, *, token: str, namespace: str,
+                 folder: Path) -> tuple[Path, Path, urllib.parse.SplitResult]:
+    """A kubeconfig holding only ``token``; the same as a pod's service-account files."""
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
     server = admin["clusters"][0]["cluster"]
-    path.write_text(yaml.safe_dump({
+    kubeconfig = folder / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "worker",
         "clusters": [{"name": "c", "cluster": server}],
         "users": [{"name": "worker", "user": {"token": token}}],
         "contexts": [{"name": "worker", "context": {"cluster": "c", "user": "worker"}}],
     }))
-    return path
+    secrets = folder / "serviceaccount"
+    secrets.mkdir()
+    (secrets / "token").write_text(token)
+    (secrets / "namespace").write_text(namespace)
+    (secrets / "ca.crt").write_bytes(base64.b64decode(server["certificate-authority-data"]))
+    return kubeconfig, secrets, urllib.parse.urlsplit(server["server"])
 
 
 def _make_worker(cluster: Cluster, namespace: str, tmp_path: Path, *, bound: bool,
@@ -138,8 +171,10 @@ def _make_worker(cluster: Cluster, namespace: str, tmp_path: Path, *, bound: boo
             "apiVersion": "v1", "kind": "Pod", "name": POD, "uid": pod.metadata.uid}}})
     workdir = tmp_path / "worker"
     workdir.mkdir()
+    kubeconfig, secrets, server = _credentials(cluster, token=token.status.token,
+                                               namespace=namespace, folder=tmp_path)
     return Worker(namespace=namespace, pod_uid=pod.metadata.uid, workdir=workdir,
-                  kubeconfig=_kubeconfig(cluster, token.status.token, tmp_path / "kubeconfig"),
+                  kubeconfig=kubeconfig, secrets=secrets, server=server,
                   coordination=coordination)
 
 
@@ -175,11 +210,13 @@ def _needs_audit(cluster: Cluster) -> None:
         pytest.skip(f"no audit log is readable on this {cluster.kind} cluster")
 
 
+@pytest.mark.parametrize("in_cluster", [False, True], ids=["kubeconfig", "in-cluster"])
 def test_the_pods_service_account_renews_the_lease(
-        cluster: Cluster, worker: Worker, processes: list[subprocess.Popen[str]]) -> None:
+        cluster: Cluster, worker: Worker, processes: list[subprocess.Popen[str]],
+        in_cluster: bool) -> None:
     _needs_audit(cluster)
     before = worker.lease()
-    processes.append(renewer := worker.start())
+    processes.append(renewer := worker.start(in_cluster=in_cluster))
     first = wait_for(lambda: worker.lease()["spec"].get("renewTime"), timeout=TIMEOUT,
                      message="the first renewal")
     wait_for(lambda: (worker.workdir / "started").exists(), timeout=TIMEOUT,
