@@ -1,0 +1,43 @@
+"""The image builder's cache keys and pip target, without building anything.
+
+Covers: a key changes with any input's name or content and cannot be forged by moving
+bytes between inputs; the project's inputs are the Dockerfile, packaging files and every
+source file, never caches or build metadata; the wheels are for the image's CPython on
+glibc up to bookworm's, including the older manylinux tags most wheels carry.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import images
+
+
+def test_a_key_changes_with_any_input() -> None:
+    base = images._key([("a", b"1"), ("b", b"2")])
+    assert len(base) == 16 and int(base, 16) >= 0
+    assert images._key([("a", b"1"), ("b", b"2")]) == base
+    assert images._key([("a", b"1"), ("b", b"3")]) != base
+    assert images._key([("a", b"1"), ("c", b"2")]) != base
+    # Length prefixes: moving bytes from one input to the next is a different key.
+    assert images._key([("a", b"12"), ("b", b"")]) != images._key([("a", b"1"), ("b", b"2")])
+
+
+def test_the_project_inputs_are_its_sources_only() -> None:
+    relative = {str(p.relative_to(images.REPO)) for p in images._project_sources()}
+    assert {"Dockerfile", "pyproject.toml", "README.md", "operator/agentrun/worker/cli.py",
+            "operator/agentrun/cli.py", "operator/agentrun/py.typed"} <= relative
+    assert not [p for p in relative if "__pycache__" in p or ".egg-info" in p]
+    assert all(p.startswith("operator/") for p in relative
+               - {"Dockerfile", "pyproject.toml", "README.md"})
+
+
+def test_wheels_target_the_images_python_and_glibc() -> None:
+    args = images._platform_args()
+    machine = platform.machine()
+    assert "--only-binary=:all:" in args  # --platform needs it; no sdist is ever built
+    assert "--python-version=3.11" in args and "--abi=cp311" in args
+    platforms = [a.removeprefix("--platform=") for a in args if a.startswith("--platform=")]
+    assert f"manylinux_2_{images.BASE_GLIBC_MINOR}_{machine}" in platforms
+    assert f"manylinux_2_17_{machine}" in platforms and f"manylinux2014_{machine}" in platforms
+    assert f"manylinux_2_{images.BASE_GLIBC_MINOR + 1}_{machine}" not in platforms
