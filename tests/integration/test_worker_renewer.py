@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import audit
+import images
 import kubernetes
 import pytest
 import yaml
@@ -294,6 +295,38 @@ def test_sigterm_reaches_the_command(
     renewer.send_signal(signal.SIGTERM)
     assert renewer.wait(timeout=TIMEOUT) == 0  # the command's own exit after its handler
     assert (worker.workdir / "got-sigterm").exists()
+
+
+def test_the_project_image_renews_as_a_worker_pod_would(
+        cluster: Cluster, worker: Worker, processes: list[subprocess.Popen[str]]) -> None:
+    """The image's own renewer (its Python, its venv, uid 65532), with the service-account
+    files mounted where a kubelet projects them and the environment a pod gets."""
+    _needs_audit(cluster)
+    image = images.project_image()
+    container = images.buildah("from", "--pull-never", image.ref).strip()
+    for path in worker.secrets.iterdir():
+        path.chmod(0o644)  # projected files are readable by the pod's user
+    env = {"HOSTNAME": POD, names.ENV_NAMESPACE: worker.namespace, names.ENV_LEASE: POD,
+           "KUBERNETES_SERVICE_HOST": str(worker.server.hostname),
+           "KUBERNETES_SERVICE_PORT": str(worker.server.port)}
+    try:
+        # chroot isolation shares this machine's network: the API server on its loopback.
+        processes.append(renewer := subprocess.Popen(images.buildah_command(
+            "run", "--isolation", "chroot",
+            # /var/run is a link to /run in the image; buildah's chroot mounts need the target.
+            "--volume", f"{worker.secrets}:{SERVICE_ACCOUNT_DIR.removeprefix('/var')}:ro",
+            *(f"--env={key}={value}" for key, value in env.items()),
+            container, "--", "agentrun-worker", "run", "--",
+            "python3", "-c", "import os, sys; sys.exit(5 if os.getuid() == 65532 else 1)"),
+            stderr=subprocess.PIPE, text=True))
+        assert renewer.wait(timeout=60) == 5, renewer.stderr.read() if renewer.stderr else ""
+    finally:
+        images.buildah("rm", container)
+    assert worker.lease()["spec"].get("renewTime")
+    writes = wait_for(lambda: audit.writes(cluster.audit_log,  # type: ignore[arg-type]
+                                           namespace=worker.namespace, user=worker.user),
+                      timeout=TIMEOUT, message="the image's renewal in the audit log")
+    assert [(w.key, w.code) for w in writes] == [(("update", "leases", "", POD), 200)]
 
 
 def test_the_worker_role_is_exactly_what_the_renewer_calls() -> None:

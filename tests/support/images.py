@@ -98,21 +98,26 @@ def _require(tool: str, package: str) -> str:
     return path
 
 
-def buildah(*args: str, offline: bool = False) -> str:
+def buildah_command(*args: str, offline: bool = False) -> list[str]:
     """buildah on the cache's own storage (root, no daemon): nothing else shares it.
 
     ``offline`` runs it in a network namespace of its own holding only a loopback that
     is down: what the build runs cannot reach anything.
     """
     root = cache_root()
-    return _run([
+    return [
         *(["unshare", "--net"] if offline else []),
         _require("buildah", "buildah"),
         "--root", str(root / "storage"),
         "--runroot", str(root / "run"),
         "--storage-driver", STORAGE_DRIVER,
         *args,
-    ])
+    ]
+
+
+def buildah(*args: str, offline: bool = False) -> str:
+    """Run :func:`buildah_command` to its end; its standard output."""
+    return _run(buildah_command(*args, offline=offline))
 
 
 def _has_image(ref: str) -> bool:

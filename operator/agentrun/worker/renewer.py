@@ -65,8 +65,10 @@ class Renewer:
 
     def keep_renewing(self, *, stop: threading.Event,
                       on_lost: Callable[[str], None]) -> None:
-        """Renew until ``stop`` is set; call ``on_lost`` once if the lease stops being ours."""
-        while not stop.is_set():
+        """After a first :meth:`renew_once`, renew until ``stop`` is set; call ``on_lost``
+        once if the lease stops being ours. The first write waits one interval."""
+        delay = renewals.interval(duration_seconds=self.duration_seconds)
+        while not stop.wait(delay):
             decision = self.renew_once()
             if decision.verdict is renewals.Verdict.STOP:
                 logger.warning("stopped renewing %s/%s: %s",
@@ -76,4 +78,4 @@ class Renewer:
             if decision.verdict is renewals.Verdict.RETRY:
                 logger.warning("lease %s/%s: %s; retrying in %.1fs", self.namespace,
                                self.lease, decision.reason, decision.delay_seconds)
-            stop.wait(decision.delay_seconds)
+            delay = decision.delay_seconds
