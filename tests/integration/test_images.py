@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import images
+import imagestore
 import pytest
 
 
@@ -55,26 +56,26 @@ class OciArchive:
 
 
 @pytest.fixture(scope="session")
-def pause() -> images.ImageArchive:
+def pause() -> imagestore.ImageArchive:
     return images.pause_image()
 
 
 @pytest.fixture(scope="session")
-def project() -> images.ImageArchive:
+def project() -> imagestore.ImageArchive:
     return images.project_image()
 
 
-def test_the_archive_names_its_ref(pause: images.ImageArchive,
-                                   project: images.ImageArchive) -> None:
+def test_the_archive_names_its_ref(pause: imagestore.ImageArchive,
+                                   project: imagestore.ImageArchive) -> None:
     for image in (pause, project):
         archive = OciArchive(image.path)
         (entry,) = archive.index["manifests"]
         assert entry["annotations"]["org.opencontainers.image.ref.name"] == image.ref
         assert image.ref.startswith("localhost/agentrun/")
-        assert image.path.parent == images.cache_root()
+        assert image.path.parent == imagestore.cache_root()
 
 
-def test_pause_is_the_static_binary_run_as_nobody(pause: images.ImageArchive) -> None:
+def test_pause_is_the_static_binary_run_as_nobody(pause: imagestore.ImageArchive) -> None:
     archive = OciArchive(pause.path)
     assert archive.config["config"]["Entrypoint"] == ["/pause"]
     assert archive.config["config"]["User"] == "65535:65535"
@@ -86,7 +87,7 @@ def test_pause_is_the_static_binary_run_as_nobody(pause: images.ImageArchive) ->
     assert b"v3." in binary and b"-agentrun" in binary  # upstream's VERSION, our revision
 
 
-def test_the_project_image_runs_the_operator_as_non_root(project: images.ImageArchive) -> None:
+def test_the_project_image_runs_the_operator_as_non_root(project: imagestore.ImageArchive) -> None:
     config = OciArchive(project.path).config["config"]
     assert config["User"] == "65532:65532"
     assert config["Entrypoint"] == ["agentrun-operator"]
@@ -95,15 +96,15 @@ def test_the_project_image_runs_the_operator_as_non_root(project: images.ImageAr
 
 
 def _run_in(ref: str, script: str) -> str:
-    container = images.buildah("from", "--pull-never", ref).strip()
+    container = imagestore.buildah("from", "--pull-never", ref).strip()
     try:
-        return images.buildah("run", "--isolation", "chroot", container, "--",
+        return imagestore.buildah("run", "--isolation", "chroot", container, "--",
                               "sh", "-c", script, offline=True)
     finally:
-        images.buildah("rm", container)
+        imagestore.buildah("rm", container)
 
 
-def test_the_project_image_holds_the_renewer(project: images.ImageArchive) -> None:
+def test_the_project_image_holds_the_renewer(project: imagestore.ImageArchive) -> None:
     out = _run_in(project.ref, "id -u; agentrun-worker run --help; agentrun-operator --help;"
                   " python3 -c 'import agentrun.worker.renewer, kopf; print(\"imports\")'")
     lines = out.splitlines()
@@ -113,7 +114,7 @@ def test_the_project_image_holds_the_renewer(project: images.ImageArchive) -> No
     assert lines[-1] == "imports"
 
 
-def test_a_second_request_is_served_from_the_cache(project: images.ImageArchive) -> None:
+def test_a_second_request_is_served_from_the_cache(project: imagestore.ImageArchive) -> None:
     started = time.monotonic()
     again = images.project_image()
     assert again == project
@@ -124,10 +125,10 @@ def test_build_commands_see_no_network() -> None:
     with tempfile.TemporaryDirectory() as context:
         (Path(context) / "Dockerfile").write_text(
             f"FROM {images.base_image()}\nRUN cat /proc/net/dev > /interfaces\n")
-        image_id = images.buildah("build", "--quiet", "--isolation", "chroot", "--pull-never",
+        image_id = imagestore.buildah("build", "--quiet", "--isolation", "chroot", "--pull-never",
                                   str(context), offline=True).strip().splitlines()[-1]
     try:
         interfaces = _run_in(image_id, "tail -n +3 /interfaces | cut -d: -f1 | tr -d ' '")
     finally:
-        images.buildah("rmi", image_id)
+        imagestore.buildah("rmi", image_id)
     assert interfaces.split() == ["lo"]

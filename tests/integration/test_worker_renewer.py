@@ -30,6 +30,7 @@ from typing import Any
 
 import audit
 import images
+import imagestore
 import kubernetes
 import pytest
 import yaml
@@ -303,7 +304,7 @@ def test_the_project_image_renews_as_a_worker_pod_would(
     files mounted where a kubelet projects them and the environment a pod gets."""
     _needs_audit(cluster)
     image = images.project_image()
-    container = images.buildah("from", "--pull-never", image.ref).strip()
+    container = imagestore.buildah("from", "--pull-never", image.ref).strip()
     for path in worker.secrets.iterdir():
         path.chmod(0o644)  # projected files are readable by the pod's user
     env = {"HOSTNAME": POD, names.ENV_NAMESPACE: worker.namespace, names.ENV_LEASE: POD,
@@ -311,7 +312,7 @@ def test_the_project_image_renews_as_a_worker_pod_would(
            "KUBERNETES_SERVICE_PORT": str(worker.server.port)}
     try:
         # chroot isolation shares this machine's network: the API server on its loopback.
-        processes.append(renewer := subprocess.Popen(images.buildah_command(
+        processes.append(renewer := subprocess.Popen(imagestore.buildah_command(
             "run", "--isolation", "chroot",
             # /var/run is a link to /run in the image; buildah's chroot mounts need the target.
             "--volume", f"{worker.secrets}:{SERVICE_ACCOUNT_DIR.removeprefix('/var')}:ro",
@@ -321,7 +322,7 @@ def test_the_project_image_renews_as_a_worker_pod_would(
             stderr=subprocess.PIPE, text=True))
         assert renewer.wait(timeout=60) == 5, renewer.stderr.read() if renewer.stderr else ""
     finally:
-        images.buildah("rm", container)
+        imagestore.buildah("rm", container)
     assert worker.lease()["spec"].get("renewTime")
     writes = wait_for(lambda: audit.writes(cluster.audit_log,  # type: ignore[arg-type]
                                            namespace=worker.namespace, user=worker.user),
