@@ -7,7 +7,8 @@ kubeconfig holds only that token, as a worker pod's in-cluster configuration wou
 
 Covers: the renewal is written by the pod's service account (audit log: user and the
 bound pod's name and uid), changes ``renewTime`` alone, repeats, and the command's exit
-code is the renewer's; a tombstone stops renewal and terminates the command; a lease held
+code is the renewer's; a tombstone stops renewal and terminates the command, and so does
+a lease duration without a successful renewal (the pod deleted: its token refused); a lease held
 by someone else, or no RBAC for the service account, means the command never runs; a
 SIGTERM reaches the command. The RoleBinding names the generated ``agentrun-worker``
 ClusterRole, so it is tested to be enough.
@@ -270,6 +271,22 @@ def test_a_tombstone_stops_renewal_and_ends_the_command(
     late = [w for w in audit.writes(cluster.audit_log, namespace=worker.namespace,
                                     user=worker.user, since=ended) if w.code < 400]
     assert late == []
+
+
+def test_a_worker_that_cannot_renew_for_a_lease_duration_ends_its_command(
+        cluster: Cluster, worker: Worker, processes: list[subprocess.Popen[str]]) -> None:
+    """Its pod deleted, its bound token is refused (401): the renewer retries, and once a
+    whole lease duration passed since its last renewal it ends the command."""
+    processes.append(renewer := worker.start(on_sigterm="kill"))
+    wait_for(lambda: (worker.workdir / "started").exists(), timeout=TIMEOUT,
+             message="the command to start")
+    core = kubernetes.client.CoreV1Api(cluster.client("admin"))
+    core.delete_namespaced_pod(POD, worker.namespace, grace_period_seconds=0)
+    assert renewer.wait(timeout=TIMEOUT) == 128 + signal.SIGTERM
+    assert renewer.stderr is not None
+    assert f"(lease duration {DURATION}s); last failure: renewal failed (status 401)" \
+        in renewer.stderr.read()
+    assert not (worker.workdir / "finish").exists()
 
 
 @pytest.mark.parametrize(("bound", "holder", "reason"), [

@@ -3,7 +3,8 @@
 Covers: the interval is a third of the lease duration within [1 s, 10 s]; a lease is
 renewed only while it exists, is not tombstoned and is held by this pod; 404 and 403 stop
 renewal, 409 re-reads soon, anything else retries at the interval; a renewal changes
-``spec.renewTime`` alone and keeps the resourceVersion it read.
+``spec.renewTime`` alone and keeps the resourceVersion it read; failures stop renewal
+once a whole lease duration passed since the last success, never later.
 """
 
 from __future__ import annotations
@@ -112,3 +113,31 @@ def test_a_renewal_changes_renew_time_alone(extra: dict[str, str], now: datetime
         {k: v for k, v in before["spec"].items() if k != "renewTime"}
     assert {k: v for k, v in after.items() if k != "spec"} == \
         {k: v for k, v in before.items() if k != "spec"}
+
+
+RETRY = renewals.judge_error(status=500, duration_seconds=30)
+
+
+@pytest.mark.parametrize(("since", "verdict", "delay"), [
+    (0.0, Verdict.RETRY, 10.0), (25.0, Verdict.RETRY, 5.0), (29.5, Verdict.RETRY, 0.5),
+    (30.0, Verdict.STOP, 0.0), (300.0, Verdict.STOP, 0.0),
+])
+def test_a_failing_renewer_stops_once_a_lease_duration_passed_without_renewal(
+        since: float, verdict: Verdict, delay: float) -> None:
+    decision = renewals.after_failure(decision=RETRY, since_renewal_seconds=since,
+                                      duration_seconds=30)
+    assert decision.verdict is verdict
+    assert decision.delay_seconds == pytest.approx(delay)  # never retries past the moment
+    if verdict is Verdict.STOP:
+        assert "no successful renewal for" in decision.reason and "status 500" in decision.reason
+
+
+@given(st.floats(min_value=0, max_value=10_000), st.integers(min_value=5, max_value=3600))
+def test_no_retry_is_scheduled_after_the_lease_would_expire(since: float, duration: int) -> None:
+    decision = renewals.after_failure(
+        decision=renewals.judge_error(status=None, duration_seconds=duration),
+        since_renewal_seconds=since, duration_seconds=duration)
+    if decision.verdict is Verdict.RETRY:
+        assert since + decision.delay_seconds <= duration
+    else:
+        assert since >= duration

@@ -7,7 +7,9 @@ not this pod's. Then it runs the command, renews in the background, forwards SIG
 and SIGINT to it, and exits with its exit code (128 + N if a signal N ended it). If the
 lease stops being ours (tombstoned, another holder, deleted, renewal forbidden), the
 attempt is over for the operator: the renewer stops writing and sends the command
-SIGTERM, since a successor attempt may already be running.
+SIGTERM, since a successor attempt may already be running. The same happens when no
+renewal has succeeded for a whole lease duration (the API server unreachable, the pod's
+token no longer valid): the operator may then have ended the attempt.
 
 Credentials: ``$KUBECONFIG`` if set, else the pod's service account (in-cluster
 configuration through the ``kubernetes`` Service's environment variables).
@@ -20,6 +22,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +40,9 @@ EXIT_NO_FIRST_RENEWAL = 4  # the lease could not be renewed before --start-timeo
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 MAX_START_TIMEOUT = 86400.0
+# Every connection and read of the API client times out after this (urllib3 uses the
+# socket default): a hung request must not keep the renewer from noticing it is overdue.
+REQUEST_TIMEOUT_SECONDS = 5.0
 
 logger = logging.getLogger("agentrun.worker")
 
@@ -142,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s agentrun-worker %(levelname)s %(message)s")
+    socket.setdefaulttimeout(REQUEST_TIMEOUT_SECONDS)
     api = rest.Rest(clients.configure())
     worker = renewer.Renewer(api=api, namespace=args.namespace, lease=args.lease,
                              identity=args.identity)

@@ -6,7 +6,8 @@ Terms:
   clears the holder when it tombstones the attempt.
 - *verdict*: ``Renew`` (the lease is ours: write ``renewTime``), ``Retry`` (could not
   tell, or the write lost a race: ask again after ``delay_seconds``) or ``Stop`` (no
-  longer ours: never write again; the attempt is over for the operator too).
+  longer ours, or not renewed for a whole lease duration: never write again; the
+  attempt is over, or may be, for the operator too).
 
 A renewal changes ``spec.renewTime`` only, under the resourceVersion it read: a
 concurrent tombstone makes the write a 409 and the next reading sees the tombstone.
@@ -89,6 +90,26 @@ def judge_error(*, status: int | None, duration_seconds: int | None) -> Decision
     what = "no answer" if status is None else f"status {status}"
     return Decision(verdict=Verdict.RETRY, reason=f"renewal failed ({what})",
                     delay_seconds=interval(duration_seconds=duration_seconds))
+
+
+def after_failure(*, decision: Decision, since_renewal_seconds: float,
+                  duration_seconds: int | None) -> Decision:
+    """A failed renewal (``decision`` is a Retry), judged against the last one that worked.
+
+    Once that is a whole lease duration old (this process's monotonic clock), stop: the
+    operator, which counts from when it *saw* that renewal, may now end the attempt and
+    start another, and two workers must not run at once. Until then the retry comes no
+    later than that moment.
+    """
+    duration = duration_seconds if duration_seconds and duration_seconds > 0 \
+        else DEFAULT_DURATION_SECONDS
+    left = duration - since_renewal_seconds
+    if left <= 0:
+        return Decision(verdict=Verdict.STOP, delay_seconds=0.0,
+                        reason=f"no successful renewal for {since_renewal_seconds:.0f}s "
+                               f"(lease duration {duration}s); last failure: {decision.reason}")
+    return Decision(verdict=decision.verdict, reason=decision.reason,
+                    delay_seconds=min(decision.delay_seconds, left))
 
 
 def micro_time(moment: datetime) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,7 +36,9 @@ class Renewer:
     lease: str
     identity: str
     clock: Callable[[], datetime] = _utc_now
+    monotonic: Callable[[], float] = time.monotonic
     duration_seconds: int | None = field(default=None, init=False)
+    renewed_at: float | None = field(default=None, init=False)  # on ``monotonic``
 
     @property
     def path(self) -> str:
@@ -57,10 +60,12 @@ class Renewer:
         decision = renewals.judge(lease=view, identity=self.identity)
         if decision.verdict is not renewals.Verdict.RENEW:
             return decision
+        started = self.monotonic()
         try:
             self.api.request("PUT", self.path, body=renewals.renewed(lease, now=self.clock()))
         except (rest.ApiError, urllib3.exceptions.HTTPError, OSError) as error:
             return self._failed(error)
+        self.renewed_at = started  # the write may have landed any time after this
         return decision
 
     def keep_renewing(self, *, stop: threading.Event,
@@ -70,6 +75,10 @@ class Renewer:
         delay = renewals.interval(duration_seconds=self.duration_seconds)
         while not stop.wait(delay):
             decision = self.renew_once()
+            if decision.verdict is renewals.Verdict.RETRY and self.renewed_at is not None:
+                decision = renewals.after_failure(
+                    decision=decision, since_renewal_seconds=self.monotonic() - self.renewed_at,
+                    duration_seconds=self.duration_seconds)
             if decision.verdict is renewals.Verdict.STOP:
                 logger.warning("stopped renewing %s/%s: %s",
                                self.namespace, self.lease, decision.reason)
