@@ -31,6 +31,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
+import kubernetes
+
 from agentrun.api import names
 from agentrun.kube import clients, rest
 from agentrun.worker import renewals, renewer
@@ -41,7 +43,8 @@ DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 MAX_START_TIMEOUT = 86400.0
 # Every connection and read of the API client times out after this (urllib3 uses the
-# socket default): a hung request must not keep the renewer from noticing it is overdue.
+# socket default; its own retries are off): a hung request must not keep the renewer
+# from noticing it is overdue.
 REQUEST_TIMEOUT_SECONDS = 5.0
 
 logger = logging.getLogger("agentrun.worker")
@@ -149,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s agentrun-worker %(levelname)s %(message)s")
     socket.setdefaulttimeout(REQUEST_TIMEOUT_SECONDS)
-    api = rest.Rest(clients.configure())
+    configuration = clients.configure().configuration
+    configuration.retries = False  # the renewer retries on its own schedule, not urllib3's
+    api = rest.Rest(kubernetes.client.ApiClient(configuration))
     worker = renewer.Renewer(api=api, namespace=args.namespace, lease=args.lease,
                              identity=args.identity)
     decision = first_renewal(worker, timeout=args.start_timeout)
