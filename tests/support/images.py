@@ -40,7 +40,7 @@ from imagestore import ImageArchive, buildah, cache_root, locked, run
 REPO = Path(__file__).resolve().parents[2]
 CONTROLPLANE = REPO / "tests" / "controlplane"
 # Bumped whenever the way an image is made changes, so old cache entries stop matching.
-RECIPE = "1"
+RECIPE = "2"
 PAUSE_REPOSITORY = "localhost/agentrun/pause"
 BASE_REPOSITORY = "localhost/agentrun/python-base"
 PROJECT_REPOSITORY = "localhost/agentrun/agentrun-operator"
@@ -238,7 +238,10 @@ def project_image() -> ImageArchive:
             context = build_context(Path(work))
             # chroot isolation: crun refuses this VM's hybrid cgroups, and chroot allows
             # only the host's network, hence buildah itself in an empty namespace.
-            buildah("build", "--quiet", "--isolation", "chroot", "--pull-never",
+            # --force-rm (which needs --no-cache here): no stage container outlives a
+            # failed build in the storage.
+            buildah("build", "--quiet", "--no-cache", "--force-rm",
+                    "--isolation", "chroot", "--pull-never",
                     "--timestamp", "0", "--build-arg", f"BASE={base}",
                     "--file", str(context / "Dockerfile"), "--tag", ref, str(context),
                     offline=True)
