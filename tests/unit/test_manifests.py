@@ -24,11 +24,19 @@ def test_every_command_kind_has_its_actor_stamped() -> None:
         stamps = [e for e in expressions if f"'{shape.id}' in variables.new" in e]
         assert len(stamps) == 1, shape.kind
         assert shape.actor.replace("/", "~1") in stamps[0]
+        assert shape.epoch.replace("/", "~1") in stamps[0]
         assert "request.userInfo.username" in stamps[0]
+        assert "params.data['epoch']" in stamps[0]
+        assert (shape.override is not None) == (".check('override').allowed()" in stamps[0])
         # A change to any of the command's annotations, the actor included, restamps it.
         for key in shape.keys:
             assert f"'{key}'" in stamps[0]
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "Secret"}
+    assert binding["spec"]["paramRef"] == {"name": "agentrun-stamping",
+                                           "namespace": "agentrun-system",
+                                           "parameterNotFoundAction": "Deny"}
 
 
 def test_the_operator_runs_alone_and_recreates() -> None:
@@ -61,12 +69,24 @@ def test_the_shipped_binding_names_only_the_service_account() -> None:
 
 
 def test_the_local_file_binds_only_the_local_operator_user() -> None:
-    (binding,) = documents("local/operator-user.yaml")
-    assert binding["kind"] == "ClusterRoleBinding"
-    assert binding["metadata"]["name"] == "agentrun-operator-local-user"
-    assert binding["roleRef"]["name"] == "agentrun-operator"
-    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                                    "name": "operator"}]
+    cluster_wide, in_namespace = documents("local/operator-user.yaml")
+    assert (cluster_wide["kind"], in_namespace["kind"]) == ("ClusterRoleBinding", "RoleBinding")
+    assert in_namespace["metadata"]["namespace"] == "agentrun-system"
+    for binding in (cluster_wide, in_namespace):
+        assert binding["metadata"]["name"] == "agentrun-operator-local-user"
+        assert binding["roleRef"]["name"] == "agentrun-operator"
+        assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io",
+                                        "kind": "User", "name": "operator"}]
+
+
+def test_the_operator_writes_only_its_own_secret_in_its_own_namespace() -> None:
+    role = next(d for d in documents("rbac/operator.yaml") if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "agentrun-system"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "update"],
+         "resourceNames": ["agentrun-stamping"]}]
+    assert not any("secrets" in r["resources"] for r in manifests.OPERATOR_RULES)
 
 
 def test_operator_writes_only_the_status_it_owns() -> None:

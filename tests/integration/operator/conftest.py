@@ -2,8 +2,9 @@
 
 ``installed`` applies the generated RBAC, the local binding of the ``operator`` user to
 the operator's role and the actor-stamping admission policy once per session (the CRDs
-come from ``crds``); ``operator`` starts the operator as a subprocess watching only the
-test's namespace, as the cluster's ``operator`` user, so it has exactly those rights.
+come from ``crds``), and has the stamping epoch minted; ``operator`` starts the operator
+as a subprocess watching only the test's namespace, as the cluster's ``operator`` user, so
+it has exactly those rights.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from clusters import Cluster
-from operators import OperatorProcess
+from operators import OperatorProcess, stamping_in_force
 from scenarios import Scenario
 from waiting import wait_for
 
@@ -26,6 +27,7 @@ def installed(cluster: Cluster, crds: list[str]) -> None:
     for folder in ("rbac", "local", "admission"):
         result = cluster.kubectl("apply", "--server-side", "-f", str(MANIFESTS / folder))
         assert result.returncode == 0, result.stderr
+    stamping_in_force(cluster)
     probe = json.dumps({
         "apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",
         "metadata": {"name": "probe-00000000", "namespace": "default",
@@ -37,7 +39,8 @@ def installed(cluster: Cluster, crds: list[str]) -> None:
                                  input=probe)
         annotations = json.loads(result.stdout or "{}").get("metadata", {}).get(
             "annotations", {}) if result.returncode == 0 else {}
-        return annotations.get("agentrun.dev/claim-actor") == "admin"
+        return (annotations.get("agentrun.dev/claim-actor") == "admin"
+                and bool(annotations.get("agentrun.dev/claim-epoch")))
 
     wait_for(stamping, timeout=30, message="the actor-stamping policy in effect")
 
