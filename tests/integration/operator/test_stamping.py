@@ -29,7 +29,7 @@ import pytest
 from clusters import Cluster
 from operators import OperatorProcess, stamping_in_force
 from scenarios import Object, Scenario, condition_of, request_id, unchanged
-from waiting import wait_for, wait_for_default_service_account
+from waiting import wait_for
 
 pytestmark = pytest.mark.serial
 
@@ -57,20 +57,7 @@ def replace_shipped(cluster: Cluster) -> None:
 
 
 def owned_by_alice(scenario: Scenario) -> str:
-    """A Manual run of alice's whose only attempt (claimed by alice) failed: RetryWait."""
-    scenario.grant_editor("alice", "bob")
-    scenario.configs()
-    scenario.launch_spec("cpu-workers", classes=["cpu"])
-    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
-    scenario.run("study", user="alice", claim_policy="Manual", max_attempts=3)
-    slot = scenario.slot_name_eventually("study", "research")
-    scenario.wait_state(slot, "Ready")
-    assert scenario.annotate(slot, user="alice", claim_id=request_id()).returncode == 0
-    scenario.wait_state(slot, "Active")
-    scenario.finish(f"{slot}-1", "Failed", exit_code=1)
-    status = scenario.wait_state(slot, "RetryWait")["status"]
-    assert status["attempts"][-1]["ownerActor"] == "alice"
-    return slot
+    return scenario.owned_retry_wait(owner="alice")
 
 
 def dry_run(scenario: Scenario, slot: str, *, user: str) -> dict[str, str]:
