@@ -95,3 +95,28 @@ def test_operator_writes_only_the_status_it_owns() -> None:
     assert status_writes == {"agentruns/status", "slots/status"}
     (namespaces,) = [r for r in manifests.OPERATOR_RULES if "namespaces" in r["resources"]]
     assert namespaces["verbs"] == ["get", "list", "watch"]  # Kopf resolves namespace globs
+
+
+def test_every_command_kind_is_validated_and_every_policy_is_bound_to_deny() -> None:
+    from agentrun.core import validating
+
+    documents = validating.validating_policies()
+    policies = {d["metadata"]["name"]: d for d in documents
+                if d["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = {d["spec"]["policyName"]: d for d in documents
+                if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert set(policies) == set(bindings)
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings.values())
+    assert all(p["spec"]["failurePolicy"] == "Fail" for p in policies.values())
+    checks = policies[validating.SLOT_COMMANDS]["spec"]["validations"]
+    for shape in commands.SHAPES:
+        mine = [c for c in checks if f"variables.{validating._variable(shape)} ||" in
+                c["expression"]]
+        assert any(f"['{shape.id}'].size() <= 253" in c["expression"] for c in mine), shape
+        for key in shape.fields.values():
+            assert any(f"'{key}'" in c["expression"] for c in mine), key
+    # Only people are checked for what they change on a Slot, Pod or ConfigMap.
+    for name in (validating.SLOT_CHANGES, validating.OPERATOR_OBJECTS):
+        conditions = policies[name]["spec"]["matchConditions"]
+        assert {"name": "not-the-controller",
+                "expression": f"!{validating.controller()}"} in conditions

@@ -264,7 +264,7 @@ def test_commands_are_refused_while_the_stamping_binding_is_missing(
         assert condition(status, "Held") is None
     finally:
         restored = cluster.kubectl("apply", "--server-side", "-f",
-                                   str(MANIFESTS / "admission"))
+                                   str(MANIFESTS / "admission" / "stamp-actors.yaml"))
         assert restored.returncode == 0, restored.stderr
         wait_for(lambda: actor_stamping_works(cluster), timeout=30,
                  message="admission to stamp actors again")

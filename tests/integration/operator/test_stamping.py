@@ -34,6 +34,7 @@ from waiting import wait_for
 pytestmark = pytest.mark.serial
 
 MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
+STAMP_ACTORS = MANIFESTS / "admission" / "stamp-actors.yaml"
 POLICY = "agentrun-stamp-actors"
 SECRET = ("-n", "agentrun-system", "secret", "agentrun-stamping")
 EPOCH = "agentrun.dev/reassign-epoch"
@@ -45,14 +46,14 @@ def restore(cluster: Cluster) -> Iterator[None]:
     (anew: an edit by another field manager would survive a server-side apply)."""
     yield
     for verb in (("delete", "--ignore-not-found"), ("apply", "--server-side")):
-        done = cluster.kubectl(*verb, "-f", str(MANIFESTS / "admission"))
+        done = cluster.kubectl(*verb, "-f", str(STAMP_ACTORS))
         assert done.returncode == 0, done.stderr
     stamping_in_force(cluster)
 
 
 def replace_shipped(cluster: Cluster) -> None:
     """An admin restores the shipped objects in place (same uids, new generations)."""
-    replaced = cluster.kubectl("replace", "-f", str(MANIFESTS / "admission"))
+    replaced = cluster.kubectl("replace", "-f", str(STAMP_ACTORS))
     assert replaced.returncode == 0, replaced.stderr
 
 
@@ -163,10 +164,12 @@ def test_attack_b_forged_while_the_operator_was_stopped_is_refused_after_restore
     assert scenario.slot(slot)["metadata"]["annotations"]["agentrun.dev/reassign-actor"] == \
         "alice"  # unstamped: the forgery is stored as written
     assert cluster.kubectl("apply", "--server-side", "-f",
-                           str(MANIFESTS / "admission")).returncode == 0
+                           str(STAMP_ACTORS)).returncode == 0
     stamping_in_force(cluster)
     # A later, unrelated annotate by the owner refreshes kubectl's managedFields entry.
-    assert scenario.annotate(slot, user="alice", note="looked at it").returncode == 0
+    assert scenario.cluster.kubectl(
+        "-n", scenario.namespace, "annotate", f"slots.agentrun.dev/{slot}",
+        "example.com/note=looked at it", user="alice").returncode == 0
     operator.start()
     entry = refused(scenario, slot, rid, before=before, predicates={"StaleEpoch"})
     assert "earlier stamping epoch" in entry["message"]
@@ -215,7 +218,7 @@ def test_stamping_changed_with_the_operator_running(
     entry = refused(scenario, slot, rid, before=before, predicates={"CommandsRefused"})
     assert says in entry["message"]
     if change == "policy-recreated":
-        created = cluster.kubectl("apply", "--server-side", "-f", str(MANIFESTS / "admission"))
+        created = cluster.kubectl("apply", "--server-side", "-f", str(STAMP_ACTORS))
         assert created.returncode == 0, created.stderr
     else:
         replace_shipped(cluster)
