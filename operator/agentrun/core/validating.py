@@ -29,6 +29,9 @@ OPERATOR_LABELS = (names.RUN_LABEL, names.NODE_LABEL, names.SLOT_LABEL, names.AT
                    names.SNAPSHOT_LABEL)
 TERMINAL = "['Succeeded', 'Failed']"
 ACCEPT_VERB, CONFIGURATIONS = "accept", "configurations"
+NAMESPACE_TENANT = "agentrun-namespace-tenant"
+TENANT_VALUES = "agentrun-tenant-values"
+ASSIGN_VERB, TENANTS = "assign", "tenants"
 
 
 def controller(namespace: str = "request.namespace") -> str:
@@ -274,5 +277,40 @@ def operator_objects() -> list[Object]:
             "use other labels and no agentrun.dev owner for your own objects'"))])
 
 
+def tenant_of(side: str) -> str:
+    return f"{side}.metadata.?labels.orValue({{}})[?'{names.TENANT_LABEL}']"
+
+
+def namespace_tenant() -> list[Object]:
+    """A namespace's tenant label is set, changed or removed only by a cluster admin."""
+    changed = (f"oldObject == null ? {tenant_of('object')}.hasValue() : "
+               f"{tenant_of('object')} != {tenant_of('oldObject')}")
+    assigner = (f"authorizer.group('{names.GROUP}').resource('{TENANTS}')"
+                f".check('{ASSIGN_VERB}').allowed()")
+    return _policy(
+        NAMESPACE_TENANT,
+        conditions=[{"name": "tenant-label-changed", "expression": changed},
+                    {"name": "not-a-tenant-admin", "expression": f"!{assigner}"}],
+        rules=[_rule("", "v1", ["namespaces"], ["CREATE", "UPDATE"])],
+        validations=[_check("false", (
+            f"{names.TENANT_LABEL} names the namespace's tenant and is set by a cluster admin "
+            f"(the verb '{ASSIGN_VERB}' on {TENANTS}.{names.GROUP}); ask one to set or "
+            "change it"))])
+
+
+def tenant_values() -> list[Object]:
+    """An AgentRun's ``spec.tenant``, where given, is its namespace's tenant."""
+    return _policy(
+        TENANT_VALUES,
+        rules=[_rule(names.GROUP, names.VERSION, ["agentruns"], ["CREATE", "UPDATE"])],
+        validations=[_dynamic(
+            f"!has(object.spec.tenant) || {tenant_of('namespaceObject')}"
+            ".orValue('') == object.spec.tenant",
+            "'spec.tenant must be the namespace\\'s tenant (its label "
+            f"{names.TENANT_LABEL}, here ' + {tenant_of('namespaceObject')}.orValue('none') "
+            "+ '), or left out'")])
+
+
 def validating_policies() -> list[Object]:
-    return [*slot_commands(), *slot_changes(), *accepted_configuration(), *operator_objects()]
+    return [*slot_commands(), *slot_changes(), *accepted_configuration(), *operator_objects(),
+            *namespace_tenant(), *tenant_values()]

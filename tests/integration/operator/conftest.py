@@ -20,6 +20,8 @@ from scenarios import Scenario
 from waiting import wait_for
 
 MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
+VALIDATING = MANIFESTS / "admission" / "validating.yaml"
+ANN = "agentrun.dev/"
 
 
 @pytest.fixture(scope="session")
@@ -60,3 +62,23 @@ def operator(cluster: Cluster, namespace: str, installed: None,
     yield process
     process.stop()
     print(f"--- operator log (tail) ---\n{process.tail(60)}")
+
+
+@pytest.fixture
+def validating(cluster: Cluster, installed: None) -> Iterator[None]:
+    """The shipped validating policies, in force for one test (cluster-wide: ``serial``)."""
+    applied = cluster.kubectl("apply", "--server-side", "-f", str(VALIDATING))
+    assert applied.returncode == 0, applied.stderr
+    probe = json.dumps({
+        "apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",
+        "metadata": {"name": "probe-00000000", "namespace": "default",
+                     "annotations": {f"{ANN}hold-id": "probe"}},
+        "spec": {"run": "probe", "node": "probe", "workerClass": "cpu"}})
+
+    def enforced() -> bool:
+        result = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=probe)
+        return result.returncode != 0 and f"{ANN}hold-reason is required" in result.stderr
+    wait_for(enforced, timeout=30, message="the validating policies in force")
+    yield
+    removed = cluster.kubectl("delete", "--ignore-not-found", "-f", str(VALIDATING))
+    assert removed.returncode == 0, removed.stderr

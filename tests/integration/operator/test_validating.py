@@ -14,8 +14,6 @@ through with the policies installed.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from clusters import Cluster
@@ -25,29 +23,9 @@ from waiting import wait_for
 
 pytestmark = pytest.mark.serial
 
-VALIDATING = Path(__file__).resolve().parents[3] / "manifests" / "admission" / "validating.yaml"
 ANN = "agentrun.dev/"
 WRITER_RULES = [{"apiGroups": [""], "resources": ["pods", "configmaps"],
                  "verbs": ["create", "update", "patch"]}]
-
-
-@pytest.fixture
-def validating(cluster: Cluster, installed: None) -> Iterator[None]:
-    applied = cluster.kubectl("apply", "--server-side", "-f", str(VALIDATING))
-    assert applied.returncode == 0, applied.stderr
-    probe = json.dumps({
-        "apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",
-        "metadata": {"name": "probe-00000000", "namespace": "default",
-                     "annotations": {f"{ANN}hold-id": "probe"}},
-        "spec": {"run": "probe", "node": "probe", "workerClass": "cpu"}})
-
-    def enforced() -> bool:
-        result = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=probe)
-        return result.returncode != 0 and f"{ANN}hold-reason is required" in result.stderr
-    wait_for(enforced, timeout=30, message="the validating policies in force")
-    yield
-    removed = cluster.kubectl("delete", "--ignore-not-found", "-f", str(VALIDATING))
-    assert removed.returncode == 0, removed.stderr
 
 
 def annotate(scenario: Scenario, slot: str, *pairs: str, user: str = "alice") -> str:
