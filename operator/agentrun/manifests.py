@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from agentrun.api import names
-from agentrun.core import admission, validating
+from agentrun.core import admission, leasepolicy, validating
 
 STAMP_POLICY = names.STAMP_POLICY
 OPERATOR_ROLE = "agentrun-operator"
@@ -151,7 +151,8 @@ def rendered() -> dict[str, str]:
     return {"rbac/operator.yaml": dump(operator_rbac()),
             "local/operator-user.yaml": dump(local_user_binding()),
             "admission/stamp-actors.yaml": dump(stamp_policy()),
-            "admission/validating.yaml": dump(validating.validating_policies()),
+            "admission/validating.yaml": dump([*validating.validating_policies(),
+                                               *leasepolicy.attempt_leases()]),
             "deploy/operator.yaml": dump(deployment())}
 
 

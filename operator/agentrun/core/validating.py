@@ -50,12 +50,12 @@ def _strings(values: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
-def _rule(group: str, version: str, resources: list[str], operations: list[str]) -> Object:
+def match_rule(group: str, version: str, resources: list[str], operations: list[str]) -> Object:
     return {"apiGroups": [group], "apiVersions": [version], "operations": operations,
             "resources": resources, "scope": "*"}
 
 
-def _policy(name: str, *, rules: list[Object], validations: list[Object],
+def policy_pair(name: str, *, rules: list[Object], validations: list[Object],
             variables: list[Object] | None = None,
             conditions: list[Object] | None = None) -> list[Object]:
     spec: Object = {
@@ -77,11 +77,11 @@ def _policy(name: str, *, rules: list[Object], validations: list[Object],
     ]
 
 
-def _check(expression: str, message: str) -> Object:
+def validation(expression: str, message: str) -> Object:
     return {"expression": expression, "message": message, "reason": "Invalid"}
 
 
-def _dynamic(expression: str, message_expression: str) -> Object:
+def dynamic_validation(expression: str, message_expression: str) -> Object:
     return {"expression": expression, "messageExpression": message_expression,
             "reason": "Invalid"}
 
@@ -148,11 +148,11 @@ def command_checks(shape: commands.Shape) -> list[Object]:
     when = f"!variables.{_variable(shape)} || "
     new = "variables.new"
     others = _strings(tuple(k for k in shape.keys if k != shape.id))
-    checks = [_check(
+    checks = [validation(
         f"('{shape.id}' in {new}) || {others}.all(k, !(k in {new}) || "
         f"(k in variables.old && variables.old[k] == {new}[k]))",
         f"a {shape.kind} command needs its request id: set {shape.id}=<a new id> in the same "
-        "request"), _check(
+        "request"), validation(
         f"{when}({new}['{shape.id}'].size() <= {bounds.MAX_REQUEST_ID} && "
         f"{new}['{shape.id}'].trim().size() > 0)",
         f"{shape.id} must be a non-blank request id of at most {bounds.MAX_REQUEST_ID} "
@@ -162,11 +162,11 @@ def command_checks(shape: commands.Shape) -> list[Object]:
             required, valid, message = FIELD_CHECKS[field]
             value = f"{new}['{key}']"
             present = f"('{key}' in {new} && " if required else f"(!('{key}' in {new}) || "
-            checks.append(_check(f"{when}{present}{valid.format(value=value)})",
+            checks.append(validation(f"{when}{present}{valid.format(value=value)})",
                                  message.format(key=key)))
     tenant = shape.fields.get("tenant")
     if tenant:
-        checks.append(_dynamic(
+        checks.append(dynamic_validation(
             f"{when}!('{tenant}' in {new}) || ({new}['{tenant}'].size() <= "
             f"{bounds.MAX_TENANT} && {new}['{tenant}'] == "
             f"namespaceObject.metadata.?labels.orValue({{}})[?'{names.TENANT_LABEL}']"
@@ -176,13 +176,13 @@ def command_checks(shape: commands.Shape) -> list[Object]:
             f"[?'{names.TENANT_LABEL}'].orValue('none') + ')'"))
     state = _state_check(shape)
     if state is not None:
-        checks.append(_dynamic(f"{when}oldObject == null || ({state[0]})",
+        checks.append(dynamic_validation(f"{when}oldObject == null || ({state[0]})",
                                f"'{shape.id}: the slot is ' + variables.state + "
                                f"(variables.held ? ' and held' : '') + ': {state[1]}'"))
     owners = {"Reassign": "variables.priorOwner", "GiveUp": "variables.liveOwner"}.get(
         str(shape.kind))
     if owners:
-        checks.append(_dynamic(
+        checks.append(dynamic_validation(
             f"{when}oldObject == null || {_owned(owners)}",
             f"'{shape.id}: the attempt is owned by ' + {owners}.join(', ') + ', not ' + "
             "request.userInfo.username + '; only the owner, or someone granted the verb "
@@ -209,8 +209,8 @@ def slot_commands() -> list[Object]:
                                             "expression": touched(shape)}
                                            for shape in commands.SHAPES)]
     checks = [check for shape in commands.SHAPES for check in command_checks(shape)]
-    return _policy(SLOT_COMMANDS, variables=variables, validations=checks,
-                   rules=[_rule(names.GROUP, names.VERSION, ["slots"], ["CREATE", "UPDATE"])])
+    return policy_pair(SLOT_COMMANDS, variables=variables, validations=checks,
+                   rules=[match_rule(names.GROUP, names.VERSION, ["slots"], ["CREATE", "UPDATE"])])
 
 
 def slot_changes() -> list[Object]:
@@ -219,21 +219,21 @@ def slot_changes() -> list[Object]:
             f"!(k in {_strings(tuple(sorted(commands.ALL_KEYS)))}))")
     mine, theirs = ours.format(side="new"), ours.format(side="old")
     kept = "kept by the operator: people may change only a slot's command annotations"
-    return _policy(
+    return policy_pair(
         SLOT_CHANGES, variables=ANNOTATIONS,
         conditions=[{"name": "not-the-controller", "expression": f"!{controller()}"}],
-        rules=[_rule(names.GROUP, names.VERSION, ["slots"], ["UPDATE"])],
+        rules=[match_rule(names.GROUP, names.VERSION, ["slots"], ["UPDATE"])],
         validations=[
-            _check("object.metadata.?labels.orValue({}) == "
+            validation("object.metadata.?labels.orValue({}) == "
                    "oldObject.metadata.?labels.orValue({})",
                    f"a Slot's labels are {kept} (agentrun.dev/<command>-*)"),
-            _check("object.metadata.?ownerReferences.orValue([]) == "
+            validation("object.metadata.?ownerReferences.orValue([]) == "
                    "oldObject.metadata.?ownerReferences.orValue([]) && "
                    "object.metadata.?finalizers.orValue([]) == "
                    "oldObject.metadata.?finalizers.orValue([])",
                    f"a Slot's owner references and finalizers are {kept}"),
-            _check("object.spec == oldObject.spec", f"a Slot's spec is {kept}"),
-            _check(f"{mine}.all(k, k in variables.old && variables.old[k] == variables.new[k])"
+            validation("object.spec == oldObject.spec", f"a Slot's spec is {kept}"),
+            validation(f"{mine}.all(k, k in variables.old && variables.old[k] == variables.new[k])"
                    f" && {theirs}.all(k, k in variables.new)",
                    f"a Slot's {names.GROUP}/ annotations other than commands are {kept}"),
         ])
@@ -245,12 +245,12 @@ def accepted_configuration() -> list[Object]:
     carries = (f"object.metadata.?labels.orValue({{}}).exists(k, k == {label}) || "
                f"(oldObject != null && oldObject.metadata.?labels.orValue({{}})"
                f".exists(k, k == {label}))")
-    return _policy(
+    return policy_pair(
         ACCEPTED_CONFIG,
         conditions=[{"name": "accepted", "expression": carries},
                     {"name": "not-an-accepter", "expression": f"!{accepter()}"}],
-        rules=[_rule("", "v1", ["configmaps"], ["CREATE", "UPDATE"])],
-        validations=[_check("false", (
+        rules=[match_rule("", "v1", ["configmaps"], ["CREATE", "UPDATE"])],
+        validations=[validation("false", (
             f"{names.ACCEPTED_LABEL} marks configuration accepted by the GitOps/admin identity "
             f"(the verb '{ACCEPT_VERB}' on {CONFIGURATIONS}.{names.GROUP}, e.g. the "
             "agentrun-launchspec-admin role): only it may set, keep or remove the label or "
@@ -265,13 +265,13 @@ def ours(side: str) -> str:
 
 def operator_objects() -> list[Object]:
     """Pods and ConfigMaps with the operator's labels or an agentrun.dev owner: its alone."""
-    return _policy(
+    return policy_pair(
         OPERATOR_OBJECTS,
         conditions=[{"name": "the-operators", "expression":
                      f"{ours('object')} || (oldObject != null && ({ours('oldObject')}))"},
                     {"name": "not-the-controller", "expression": f"!{controller()}"}],
-        rules=[_rule("", "v1", ["pods", "configmaps"], ["CREATE", "UPDATE"])],
-        validations=[_dynamic("false", (
+        rules=[match_rule("", "v1", ["pods", "configmaps"], ["CREATE", "UPDATE"])],
+        validations=[dynamic_validation("false", (
             "object.kind + ' ' + object.metadata.name + ' carries the agentrun operator\\'s "
             "labels or an agentrun.dev owner: only the operator creates or changes it; "
             "use other labels and no agentrun.dev owner for your own objects'"))])
@@ -287,12 +287,12 @@ def namespace_tenant() -> list[Object]:
                f"{tenant_of('object')} != {tenant_of('oldObject')}")
     assigner = (f"authorizer.group('{names.GROUP}').resource('{TENANTS}')"
                 f".check('{ASSIGN_VERB}').allowed()")
-    return _policy(
+    return policy_pair(
         NAMESPACE_TENANT,
         conditions=[{"name": "tenant-label-changed", "expression": changed},
                     {"name": "not-a-tenant-admin", "expression": f"!{assigner}"}],
-        rules=[_rule("", "v1", ["namespaces"], ["CREATE", "UPDATE"])],
-        validations=[_check("false", (
+        rules=[match_rule("", "v1", ["namespaces"], ["CREATE", "UPDATE"])],
+        validations=[validation("false", (
             f"{names.TENANT_LABEL} names the namespace's tenant and is set by a cluster admin "
             f"(the verb '{ASSIGN_VERB}' on {TENANTS}.{names.GROUP}); ask one to set or "
             "change it"))])
@@ -300,10 +300,10 @@ def namespace_tenant() -> list[Object]:
 
 def tenant_values() -> list[Object]:
     """An AgentRun's ``spec.tenant``, where given, is its namespace's tenant."""
-    return _policy(
+    return policy_pair(
         TENANT_VALUES,
-        rules=[_rule(names.GROUP, names.VERSION, ["agentruns"], ["CREATE", "UPDATE"])],
-        validations=[_dynamic(
+        rules=[match_rule(names.GROUP, names.VERSION, ["agentruns"], ["CREATE", "UPDATE"])],
+        validations=[dynamic_validation(
             f"!has(object.spec.tenant) || {tenant_of('namespaceObject')}"
             ".orValue('') == object.spec.tenant",
             "'spec.tenant must be the namespace\\'s tenant (its label "
@@ -312,5 +312,6 @@ def tenant_values() -> list[Object]:
 
 
 def validating_policies() -> list[Object]:
+    """Every policy but the attempt Leases' (``core.leasepolicy``, which builds on these)."""
     return [*slot_commands(), *slot_changes(), *accepted_configuration(), *operator_objects(),
             *namespace_tenant(), *tenant_values()]
