@@ -99,6 +99,57 @@ def local_user_binding() -> list[dict[str, Any]]:
             _binding(LOCAL_USER_BINDING, user, namespace=OPERATOR_NAMESPACE)]
 
 
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+KINDS = ["agentruns", "slots", "launchspecs"]
+READ = ["get", "list", "watch"]
+
+
+def _cluster_role(name: str, rules: list[dict[str, Any]], *,
+                  aggregate_to: tuple[str, ...] = ()) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if aggregate_to:
+        metadata["labels"] = {f"{AGGREGATE}{role}": "true" for role in aggregate_to}
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": metadata, "rules": rules}
+
+
+def user_roles() -> list[dict[str, Any]]:
+    """The roles people and GitOps are given, aggregated into the standard ones.
+
+    ``agentrun-viewer`` (into view, edit, admin) reads the three kinds;
+    ``agentrun-editor`` (into edit, admin) creates runs and writes commands on slots
+    (``patch``; admission lets people change only command annotations);
+    ``agentrun-slot-override`` (into admin) is the verb ``override``, so a namespace admin
+    may reassign or give up another person's attempt; ``agentrun-launchspec-admin`` (the
+    GitOps identity, bound by hand) owns LaunchSpecs and configuration ConfigMaps and may
+    ``accept`` configuration; ``agentrun-tenant-admin`` (bound by hand) may ``assign`` a
+    namespace's tenant label. The verbs ``override``, ``accept`` and ``assign`` are
+    checked by the admission policies (``core.admission``, ``core.validating``).
+    """
+    group = [names.GROUP]
+    return [
+        _cluster_role("agentrun-viewer", [rule(group, KINDS, READ)],
+                      aggregate_to=("view", "edit", "admin")),
+        _cluster_role("agentrun-editor", [
+            rule(group, ["agentruns"], ["create", "update", "patch", "delete",
+                                        "deletecollection"]),
+            rule(group, ["slots"], ["patch", "update"]),
+        ], aggregate_to=("edit", "admin")),
+        _cluster_role("agentrun-slot-override",
+                      [rule(group, ["slots"], [names.OVERRIDE_VERB])],
+                      aggregate_to=("admin",)),
+        _cluster_role("agentrun-launchspec-admin", [
+            rule(group, ["launchspecs"], [*READ, "create", "update", "patch", "delete"]),
+            rule([""], ["configmaps"], [*READ, "create", "update", "patch", "delete"]),
+            rule(group, [validating.CONFIGURATIONS], [validating.ACCEPT_VERB]),
+        ]),
+        _cluster_role("agentrun-tenant-admin", [
+            rule([""], ["namespaces"], ["get", "list", "watch", "patch", "update"]),
+            rule(group, [validating.TENANTS], [validating.ASSIGN_VERB]),
+        ]),
+    ]
+
+
 IMAGE = "ghcr.io/agentrun/agentrun-operator:0.1.0"
 
 
@@ -149,6 +200,7 @@ def rendered() -> dict[str, str]:
         return HEADER + yaml.safe_dump_all(documents, sort_keys=False, width=100)
 
     return {"rbac/operator.yaml": dump(operator_rbac()),
+            "rbac/roles.yaml": dump(user_roles()),
             "local/operator-user.yaml": dump(local_user_binding()),
             "admission/stamp-actors.yaml": dump(stamp_policy()),
             "admission/validating.yaml": dump([*validating.validating_policies(),

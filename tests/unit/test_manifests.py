@@ -120,3 +120,21 @@ def test_every_command_kind_is_validated_and_every_policy_is_bound_to_deny() -> 
         conditions = policies[name]["spec"]["matchConditions"]
         assert {"name": "not-the-controller",
                 "expression": f"!{validating.controller()}"} in conditions
+
+
+def test_the_user_roles_aggregate_and_never_write_status() -> None:
+    roles = {r["metadata"]["name"]: r for r in documents("rbac/roles.yaml")}
+    assert set(roles) == {"agentrun-viewer", "agentrun-editor", "agentrun-slot-override",
+                          "agentrun-launchspec-admin", "agentrun-tenant-admin"}
+    aggregated = {name: sorted(k.rsplit("-", 1)[-1] for k in r["metadata"].get("labels", {}))
+                  for name, r in roles.items()}
+    assert aggregated["agentrun-viewer"] == ["admin", "edit", "view"]
+    assert aggregated["agentrun-editor"] == ["admin", "edit"]
+    assert aggregated["agentrun-slot-override"] == ["admin"]
+    assert aggregated["agentrun-launchspec-admin"] == []  # bound by hand to GitOps
+    resources = {res for r in roles.values() for rule in r["rules"] for res in rule["resources"]}
+    assert not any(res.endswith("/status") for res in resources)
+    editor_slots = [rule for rule in roles["agentrun-editor"]["rules"]
+                    if "slots" in rule["resources"]]
+    assert editor_slots == [{"apiGroups": ["agentrun.dev"], "resources": ["slots"],
+                             "verbs": ["patch", "update"]}]  # no create, no delete
