@@ -6,7 +6,9 @@ puts the pod's name in ``request.userInfo.extra['authentication.kubernetes.io/po
 may change ``spec.renewTime`` and nothing else, and only while the Lease names that pod as
 its holder and is not tombstoned (holder cleared, or an outcome recorded). Everything else
 (creating one, changing any other field, deleting one, touching a tombstone) is the
-controller's alone: the operator, the garbage collector, a cluster admin.
+controller's alone: the operator, the garbage collector, a cluster admin; and a Lease in a
+namespace being deleted may be deleted by anyone (the namespace controller empties it
+without the controller's rights; nothing of the namespace will outlive it).
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def attempt_leases() -> list[Object]:
         variables=[{"name": "pod", "expression": pod}],
         validations=[
             validating.validation(
-                "request.operation == 'UPDATE'",
+                "request.operation == 'UPDATE' || (request.operation == 'DELETE' && "
+                "namespaceObject.metadata.?deletionTimestamp.hasValue())",
                 f"an attempt's Lease is the operator's record: only the operator creates or "
                 f"deletes it; {renew}"),
             validating.dynamic_validation(

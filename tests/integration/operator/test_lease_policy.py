@@ -5,7 +5,8 @@ attempt pods (``kubectl create token --bound-object-kind Pod``; no node needed).
 fails and is tombstoned, attempt 2 runs. Covers: the holder's token renews its Lease; the
 stale worker of attempt 1 can renew neither its tombstoned Lease nor attempt 2's; the
 holder cannot change anything but ``spec.renewTime``, nor delete or create an attempt
-Lease; a person with ``update`` on leases cannot renew one; other Leases are not matched.
+Lease; a person with ``update`` on leases cannot renew one; other Leases are not matched;
+the namespace controller still empties a deleted namespace.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import kubernetes
 import pytest
 from operators import OperatorProcess
 from scenarios import Scenario
@@ -103,3 +105,14 @@ def test_only_the_holders_pod_renews_and_never_a_tombstone(
         "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
         "metadata": {"name": "my-own-lock"}, "spec": {"holderIdentity": "me"}}))
     assert own.returncode == 0, own.stderr
+
+    # The namespace controller empties a deleted namespace, attempt Leases included.
+    scenario.core.delete_namespace(scenario.namespace)
+
+    def gone() -> bool:
+        try:
+            scenario.core.read_namespace(scenario.namespace)
+        except kubernetes.client.ApiException as error:
+            return error.status == 404
+        return False
+    wait_for(gone, timeout=120, message="the namespace deleted, its Leases with it")
