@@ -14,7 +14,8 @@ shows what admission stamped, epoch included). Covers:
 - the policy deleted and re-created, the binding edited, with the operator running:
   CommandsRefused while not as shipped, accepted again once a new epoch is minted;
 - the params Secret deleted (every write to a Slot is denied, with the reason) and edited
-  (a command stamped under the earlier epoch: StaleEpoch).
+  (a command stamped under the earlier epoch: StaleEpoch); deleted, and minted anew by the
+  running operator's keeper on its own (killed right after minting, restarted: kept).
 
 Each test changes cluster-wide admission objects (``serial``) and restores them.
 """
@@ -253,6 +254,33 @@ def test_the_params_secret_deleted_then_edited(
     operator.start()
     entry = refused(scenario, slot, rid, before=before, predicates={"StaleEpoch"})
     assert entry["actor"] == "alice"  # recorded as stamped, refused all the same
+    again = request_id()
+    assert scenario.annotate(slot, user="alice", hold_id=again,
+                             hold_reason="wait").returncode == 0
+    assert scenario.wait_ledger(slot, again)["outcome"] == "Accepted"
+
+
+def test_the_params_secret_deleted_with_the_operator_running_is_minted_anew(
+        scenario: Scenario, operator: OperatorProcess, cluster: Cluster,
+        restore: None) -> None:
+    slot = owned_by_alice(scenario)
+    before = scenario.slot(slot)
+    epoch = copied_epoch(scenario, slot)
+    operator.stop()
+    rid = request_id()  # stamped under the epoch that is about to go
+    assert scenario.annotate(slot, user="alice", hold_id=rid, hold_reason="wait").returncode == 0
+    assert cluster.kubectl("delete", *SECRET).returncode == 0
+    # Its keeper mints a new epoch on its own, a few seconds later; killed right after
+    # that write, the next start finds the epoch in force and mints no other.
+    operator.start(crash_at="stamping-epoch")
+    assert operator.wait_crashed(timeout=60) == -9
+    minted = json.loads(cluster.kubectl("get", *SECRET, "-o", "json").stdout)
+    operator.start()
+    wait_for(lambda: dry_run(scenario, slot, user="bob").get(EPOCH) not in (None, epoch),
+             timeout=60, message="a new epoch minted by the running operator")
+    refused(scenario, slot, rid, before=before, predicates={"StaleEpoch", "CommandsRefused"})
+    kept = json.loads(cluster.kubectl("get", *SECRET, "-o", "json").stdout)
+    assert kept["data"] == minted["data"]  # the epoch minted before the crash stands
     again = request_id()
     assert scenario.annotate(slot, user="alice", hold_id=again,
                              hold_reason="wait").returncode == 0
