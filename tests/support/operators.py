@@ -70,3 +70,16 @@ class OperatorProcess:
         if not self.log.exists():
             return "(no log)"
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def stamping_in_force(cluster: Cluster, *, timeout: float = 60) -> None:
+    """``agentrun-operator stamping`` as the operator: mint the epoch when due, wait until
+    actor stamping is in force (what a running operator's keeper does on its own)."""
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig),
+           "PYTHONPATH": str(REPO / "operator")}
+    args = [sys.executable, "-m", "agentrun.cli", "stamping", "--timeout", str(timeout)]
+    if cluster.local is not None:
+        args += ["--context", "operator"]
+    result = subprocess.run(args, env=env, capture_output=True, text=True, check=False,
+                            timeout=timeout + 30)
+    assert result.returncode == 0, result.stderr

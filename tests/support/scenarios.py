@@ -19,7 +19,7 @@ import kubernetes
 import yaml
 from clusters import Cluster
 from kubernetes.client.rest import ApiException
-from waiting import wait_for
+from waiting import wait_for, wait_for_default_service_account
 
 GROUP, VERSION = "agentrun.dev", "v1alpha1"
 Object = dict[str, Any]
@@ -119,6 +119,24 @@ class Scenario:
                  for key, value in annotations.items()]
         return self.cluster.kubectl("-n", self.namespace, "annotate", "--overwrite",
                                     f"slots.{GROUP}/{slot}", *pairs, user=user)
+
+    def owned_retry_wait(self, *, owner: str = "alice", editors: tuple[str, ...] = ("alice",
+                                                                                   "bob")) -> str:
+        """A Manual run of ``owner``'s whose only attempt (claimed by ``owner``) failed: the
+        slot, in RetryWait with an owner actor. Needs the operator running."""
+        self.grant_editor(*editors)
+        self.configs()
+        self.launch_spec("cpu-workers", classes=["cpu"])
+        wait_for_default_service_account(self.core.api_client, self.namespace)
+        self.run("study", user=owner, claim_policy="Manual", max_attempts=3)
+        slot = self.slot_name_eventually("study", "research")
+        self.wait_state(slot, "Ready")
+        assert self.annotate(slot, user=owner, claim_id=request_id()).returncode == 0
+        self.wait_state(slot, "Active")
+        self.finish(f"{slot}-1", "Failed", exit_code=1)
+        status = self.wait_state(slot, "RetryWait")["status"]
+        assert status["attempts"][-1]["ownerActor"] == owner
+        return slot
 
     # --- the worker's part (no kubelet here) -------------------------------------------
     def renew(self, lease: str) -> None:

@@ -24,11 +24,19 @@ def test_every_command_kind_has_its_actor_stamped() -> None:
         stamps = [e for e in expressions if f"'{shape.id}' in variables.new" in e]
         assert len(stamps) == 1, shape.kind
         assert shape.actor.replace("/", "~1") in stamps[0]
+        assert shape.epoch.replace("/", "~1") in stamps[0]
         assert "request.userInfo.username" in stamps[0]
+        assert "params.data['epoch']" in stamps[0]
+        assert (shape.override is not None) == (".check('override').allowed()" in stamps[0])
         # A change to any of the command's annotations, the actor included, restamps it.
         for key in shape.keys:
             assert f"'{key}'" in stamps[0]
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "Secret"}
+    assert binding["spec"]["paramRef"] == {"name": "agentrun-stamping",
+                                           "namespace": "agentrun-system",
+                                           "parameterNotFoundAction": "Deny"}
 
 
 def test_the_operator_runs_alone_and_recreates() -> None:
@@ -61,12 +69,24 @@ def test_the_shipped_binding_names_only_the_service_account() -> None:
 
 
 def test_the_local_file_binds_only_the_local_operator_user() -> None:
-    (binding,) = documents("local/operator-user.yaml")
-    assert binding["kind"] == "ClusterRoleBinding"
-    assert binding["metadata"]["name"] == "agentrun-operator-local-user"
-    assert binding["roleRef"]["name"] == "agentrun-operator"
-    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                                    "name": "operator"}]
+    cluster_wide, in_namespace = documents("local/operator-user.yaml")
+    assert (cluster_wide["kind"], in_namespace["kind"]) == ("ClusterRoleBinding", "RoleBinding")
+    assert in_namespace["metadata"]["namespace"] == "agentrun-system"
+    for binding in (cluster_wide, in_namespace):
+        assert binding["metadata"]["name"] == "agentrun-operator-local-user"
+        assert binding["roleRef"]["name"] == "agentrun-operator"
+        assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io",
+                                        "kind": "User", "name": "operator"}]
+
+
+def test_the_operator_writes_only_its_own_secret_in_its_own_namespace() -> None:
+    role = next(d for d in documents("rbac/operator.yaml") if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "agentrun-system"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "update"],
+         "resourceNames": ["agentrun-stamping"]}]
+    assert not any("secrets" in r["resources"] for r in manifests.OPERATOR_RULES)
 
 
 def test_operator_writes_only_the_status_it_owns() -> None:
@@ -75,3 +95,46 @@ def test_operator_writes_only_the_status_it_owns() -> None:
     assert status_writes == {"agentruns/status", "slots/status"}
     (namespaces,) = [r for r in manifests.OPERATOR_RULES if "namespaces" in r["resources"]]
     assert namespaces["verbs"] == ["get", "list", "watch"]  # Kopf resolves namespace globs
+
+
+def test_every_command_kind_is_validated_and_every_policy_is_bound_to_deny() -> None:
+    from agentrun.core import validating
+
+    documents = validating.validating_policies()
+    policies = {d["metadata"]["name"]: d for d in documents
+                if d["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = {d["spec"]["policyName"]: d for d in documents
+                if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert set(policies) == set(bindings)
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings.values())
+    assert all(p["spec"]["failurePolicy"] == "Fail" for p in policies.values())
+    checks = policies[validating.SLOT_COMMANDS]["spec"]["validations"]
+    for shape in commands.SHAPES:
+        mine = [c for c in checks if f"variables.{validating._variable(shape)} ||" in
+                c["expression"]]
+        assert any(f"['{shape.id}'].size() <= 253" in c["expression"] for c in mine), shape
+        for key in shape.fields.values():
+            assert any(f"'{key}'" in c["expression"] for c in mine), key
+    # Only people are checked for what they change on a Slot, Pod or ConfigMap.
+    for name in (validating.SLOT_CHANGES, validating.OPERATOR_OBJECTS):
+        conditions = policies[name]["spec"]["matchConditions"]
+        assert {"name": "not-the-controller",
+                "expression": f"!{validating.controller()}"} in conditions
+
+
+def test_the_user_roles_aggregate_and_never_write_status() -> None:
+    roles = {r["metadata"]["name"]: r for r in documents("rbac/roles.yaml")}
+    assert set(roles) == {"agentrun-viewer", "agentrun-editor", "agentrun-slot-override",
+                          "agentrun-launchspec-admin", "agentrun-tenant-admin"}
+    aggregated = {name: sorted(k.rsplit("-", 1)[-1] for k in r["metadata"].get("labels", {}))
+                  for name, r in roles.items()}
+    assert aggregated["agentrun-viewer"] == ["admin", "edit", "view"]
+    assert aggregated["agentrun-editor"] == ["admin", "edit"]
+    assert aggregated["agentrun-slot-override"] == ["admin"]
+    assert aggregated["agentrun-launchspec-admin"] == []  # bound by hand to GitOps
+    resources = {res for r in roles.values() for rule in r["rules"] for res in rule["resources"]}
+    assert not any(res.endswith("/status") for res in resources)
+    editor_slots = [rule for rule in roles["agentrun-editor"]["rules"]
+                    if "slots" in rule["resources"]]
+    assert editor_slots == [{"apiGroups": ["agentrun.dev"], "resources": ["slots"],
+                             "verbs": ["patch", "update"]}]  # no create, no delete

@@ -45,6 +45,22 @@ RELEASE_ACTOR: Final = "agentrun.dev/release-actor"
 GIVE_UP_ID: Final = "agentrun.dev/give-up-id"
 GIVE_UP_REASON: Final = "agentrun.dev/give-up-reason"
 GIVE_UP_ACTOR: Final = "agentrun.dev/give-up-actor"
+# Stamped with the actor by admission: the epoch of stamping in force when it was written,
+# and (on the commands an owner check guards) whether the actor holds `override` on slots.
+REASSIGN_EPOCH: Final = "agentrun.dev/reassign-epoch"
+REASSIGN_OVERRIDE: Final = "agentrun.dev/reassign-override"
+CLAIM_EPOCH: Final = "agentrun.dev/claim-epoch"
+HOLD_EPOCH: Final = "agentrun.dev/hold-epoch"
+RELEASE_EPOCH: Final = "agentrun.dev/release-epoch"
+GIVE_UP_EPOCH: Final = "agentrun.dev/give-up-epoch"
+GIVE_UP_OVERRIDE: Final = "agentrun.dev/give-up-override"
+OVERRIDE_VERB: Final = "override"
+
+# Actor stamping: the MutatingAdmissionPolicy (and its binding, same name) and the Secret
+# in the operator's namespace that holds the current epoch (the policy's params).
+OPERATOR_NAMESPACE: Final = "agentrun-system"
+STAMP_POLICY: Final = "agentrun-stamp-actors"
+STAMPING_SECRET: Final = "agentrun-stamping"
 
 # Attempt tombstone: annotations on the Lease when its attempt ends.
 OUTCOME_ANNOTATION: Final = "agentrun.dev/outcome"

@@ -77,6 +77,8 @@ class Predicate(StrEnum):
     DUPLICATE = "Duplicate"
     NOT_CLAIMABLE = "NotClaimable"
     COMMANDS_REFUSED = "CommandsRefused"
+    UNSTAMPED = "Unstamped"
+    STALE_EPOCH = "StaleEpoch"
 
 
 SPEC_IMMUTABLE: JsonDict = {
@@ -137,6 +139,9 @@ class CommandRecord(Model):
     reason: str | None = None
     worker_class: str | None = None
     run: str | None = None
+    override: bool | None = Field(
+        default=None, description="true: accepted only because the actor holds the verb "
+        "'override' on slots (the owner was someone else)")
     outcome: Literal["Accepted", "Rejected"]
     predicate: Predicate | None = None
     message: str = ""

@@ -20,12 +20,15 @@ import kubernetes
 
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import SlotState
-from agentrun.controller import runs, scheduling, slots
+from agentrun.controller import runs, scheduling, slots, stamping
 from agentrun.core import clocks, guards
 from agentrun.kube import clients, reads, rest, writes
 
 Key = scheduling.Key
 RETRY_BACKOFF = timedelta(seconds=5)  # after an unexpected error (a 500, a timeout, a quota)
+# Three GETs a pass; commands never wait on it (they read stamping themselves), only a
+# minting does: at most this much after the enforcement delay.
+STAMPING_PERIOD_SECONDS = 2.0
 
 
 def connection_info(*, context: str | None) -> kopf.ConnectionInfo:
@@ -53,6 +56,8 @@ class Operator:
     generations: dict[Key, int | None] = field(default_factory=dict)
     coalescer: scheduling.Coalescer | None = None
     timer: asyncio.Task[None] | None = None
+    keeper: stamping.Keeper | None = None
+    keeping: asyncio.Task[None] | None = None
 
     @classmethod
     def start(cls, *, context: str | None, tick: float, logger: logging.Logger) -> Operator:
@@ -63,7 +68,19 @@ class Operator:
                        runs=runs.RunReconciler(reader=reader, writer=writer, logger=logger),
                        logger=logger, tick=tick)
         operator.coalescer = scheduling.Coalescer(operator.reconcile, logger)
+        operator.keeper = stamping.Keeper(reader=reader, writer=writer, logger=logger)
+        operator.keeping = asyncio.create_task(operator.keep_stamping())
         return operator
+
+    async def keep_stamping(self) -> None:
+        """Check the stamping epoch every few seconds, minting when due."""
+        assert self.keeper is not None
+        while True:
+            try:
+                await asyncio.to_thread(self.keeper.check)
+            except Exception:  # a 500 or a timeout: the next pass tries again
+                self.logger.exception("stamping: the epoch check failed")
+            await asyncio.sleep(STAMPING_PERIOD_SECONDS)  # the check's period
 
     def start_timer(self) -> None:
         """Start the timer loop from the first handler that triggers work, not at startup.
@@ -79,10 +96,11 @@ class Operator:
                 schedule=self.schedule, coalescer=self.coalescer, tick=self.tick))
 
     async def stop(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.timer
+        for task in (self.timer, self.keeping):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def trigger(self, key: Key) -> None:
         assert self.coalescer is not None

@@ -113,22 +113,16 @@ class SlotReconciler(loops.Reconciler):
         if run is not None and status.state is SlotState.CLAIMING and (
                 attempt is not None and attempt.pod is None):
             pins_problem = reader.config_snapshots_problem(run)
+        # Read after the slot: see core.stamping for why the order matters.
         stamping = reader.stamping() if pending is not None else None
-        override = False
-        if pending is not None and pending.command.kind in (CommandKind.REASSIGN,
-                                                            CommandKind.GIVE_UP):
-            override = reader.may_override(actor=pending.command.actor, namespace=namespace,
-                                           slot=name)
         return worlds.World(
             slot=slot, run=run, tenant=reader.tenant(namespace), now=now,
             dependencies=dependencies,
             launch_specs=reader.launch_specs(namespace) if selecting else (),
             snapshots=reader.launch_spec_snapshots(namespace, name) if selecting else frozenset(),
             launch_spec=launch_spec, launch_spec_error=error, attempt=attempt,
-            observation=observation, first_seen=first_seen, override=override,
-            pins_problem=pins_problem,
-            commands_refused=stamping.refused if stamping else None,
-            stamping_since=stamping.since if stamping else None)
+            observation=observation, first_seen=first_seen, pins_problem=pins_problem,
+            stamping=stamping)
 
     def forget(self, *, namespace: str, slot: str) -> None:
         """Drop what is remembered of a deleted slot's leases."""

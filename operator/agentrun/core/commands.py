@@ -5,16 +5,16 @@ command's fields, and admission stamps ``<kind>-actor`` from the authenticated u
 *pending command* is one whose id annotation is present. Only one is decided at a time,
 in the order of :data:`ORDER`; its annotations are removed once it is in the ledger.
 
-A command without a stamped actor cannot be trusted (the admission policy was missing
-or did not match when it was written): it is refused, never guessed.
+Admission also stamps ``<kind>-epoch`` (the epoch of stamping in force when the command
+was written, see :mod:`agentrun.core.stamping`) and, on the commands an owner check guards,
+``<kind>-override`` (``"true"`` when the writer holds the verb ``override`` on the slot).
+A command without them cannot be trusted: it is refused, never guessed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 
 from agentrun.api import names
 from agentrun.api.slots import CommandKind
@@ -28,22 +28,33 @@ class Shape:
     kind: CommandKind
     id: str
     actor: str
+    epoch: str
     fields: Mapping[str, str]  # guards.Command field -> annotation
+    override: str | None = None  # stamped only where an owner check applies
+
+    @property
+    def stamped(self) -> tuple[str, ...]:
+        """The annotations admission stamps (a person's value for them never stands)."""
+        return (self.actor, self.epoch, *((self.override,) if self.override else ()))
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return (self.id, self.actor, *self.fields.values())
+        return (self.id, *self.stamped, *self.fields.values())
 
 
 SHAPES = (
     Shape(kind=CommandKind.REASSIGN, id=names.REASSIGN_ID, actor=names.REASSIGN_ACTOR,
+          epoch=names.REASSIGN_EPOCH, override=names.REASSIGN_OVERRIDE,
           fields={"reason": names.REASSIGN_REASON, "worker_class": names.REASSIGN_WORKER_CLASS,
                   "run": names.REASSIGN_RUN, "tenant": names.REASSIGN_TENANT}),
-    Shape(kind=CommandKind.CLAIM, id=names.CLAIM_ID, actor=names.CLAIM_ACTOR, fields={}),
+    Shape(kind=CommandKind.CLAIM, id=names.CLAIM_ID, actor=names.CLAIM_ACTOR,
+          epoch=names.CLAIM_EPOCH, fields={}),
     Shape(kind=CommandKind.HOLD, id=names.HOLD_ID, actor=names.HOLD_ACTOR,
-          fields={"reason": names.HOLD_REASON}),
-    Shape(kind=CommandKind.RELEASE, id=names.RELEASE_ID, actor=names.RELEASE_ACTOR, fields={}),
+          epoch=names.HOLD_EPOCH, fields={"reason": names.HOLD_REASON}),
+    Shape(kind=CommandKind.RELEASE, id=names.RELEASE_ID, actor=names.RELEASE_ACTOR,
+          epoch=names.RELEASE_EPOCH, fields={}),
     Shape(kind=CommandKind.GIVE_UP, id=names.GIVE_UP_ID, actor=names.GIVE_UP_ACTOR,
+          epoch=names.GIVE_UP_EPOCH, override=names.GIVE_UP_OVERRIDE,
           fields={"reason": names.GIVE_UP_REASON}),
 )
 MAX_REQUEST_ID = 253
@@ -58,17 +69,15 @@ class Pending:
     command: guards.Command
     keys: tuple[str, ...]
     stamped: bool
+    epoch: str | None = None
     malformed: str | None = None
-    written_at: datetime | None = None
 
 
-def pending(annotations: Mapping[str, str], *,
-            managed_fields: Sequence[Mapping[str, Any]] = ()) -> Pending | None:
+def pending(annotations: Mapping[str, str]) -> Pending | None:
     """The first pending command on a slot, in :data:`ORDER`, or None.
 
-    ``managed_fields`` (the slot's ``metadata.managedFields``) tell when the command's
-    annotations were last written (``written_at``), so a command written before the
-    actor-stamping policy existed can be told from one it stamped.
+    ``command.override`` is the stamped ``<kind>-override``; whether it, the actor and the
+    epoch can be believed is :func:`agentrun.core.stamping.refusal`'s to say.
     """
     for shape in SHAPES:
         request_id = annotations.get(shape.id)
@@ -84,24 +93,11 @@ def pending(annotations: Mapping[str, str], *,
         command = guards.Command(
             kind=shape.kind, request_id=request_id, actor=actor, reason=values.get("reason"),
             worker_class=values.get("worker_class"), run=values.get("run"),
-            tenant=values.get("tenant"))
+            tenant=values.get("tenant"),
+            override=shape.override is not None and annotations.get(shape.override) == "true")
         keys = tuple(k for k in shape.keys if k in annotations)
+        epoch = annotations.get(shape.epoch) or None
         return Pending(command=command, keys=keys, stamped=actor is not None,
-                       malformed=malformed, written_at=written_at(managed_fields, keys))
+                       epoch=epoch, malformed=malformed)
     return None
 
-
-def written_at(managed_fields: Sequence[Mapping[str, Any]],
-               keys: Sequence[str]) -> datetime | None:
-    """The latest time any of ``keys`` (annotations) was written, from managedFields.
-
-    Each managedFields entry says which fields one manager last set (``fieldsV1``) and
-    when (``time``, to the second). None when no entry owns any of the keys.
-    """
-    times = []
-    for entry in managed_fields:
-        owned = (((entry.get("fieldsV1") or {}).get("f:metadata") or {})
-                 .get("f:annotations") or {})
-        if entry.get("time") and any(f"f:{key}" in owned for key in keys):
-            times.append(datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00")))
-    return max(times, default=None)

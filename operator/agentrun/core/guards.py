@@ -2,7 +2,8 @@
 
 A *command* is a set of annotations a person put on a Slot, with the *actor* stamped by
 admission from the authenticated user (never from the person's text) and ``override``
-meaning that actor holds the RBAC verb ``override`` on ``slots``. The *ledger*
+meaning that actor holds the RBAC verb ``override`` on ``slots`` (stamped too, decided by
+the API server's authorizer with the requester's groups). The *ledger*
 (``status.commands``) records every decision by request id; a request id already there
 is a no-op (``Duplicate``), so a crash between the status write and the annotation
 removal can never apply a command twice or flip a rejection into an acceptance.
@@ -163,6 +164,23 @@ def _accept(*, command: Command, status: SlotStatus, message: str, reason: str,
     return new, Event(type="Normal", reason=reason, message=message)
 
 
+def _overridden(status: SlotStatus, *, command: Command, owner: str | None) -> SlotStatus:
+    """Mark the ledger entry just added when only ``override`` let the actor act on
+    another person's attempt (the audited admin path)."""
+    if owner is None or command.actor == owner:
+        return status
+    last = status.commands[-1].model_copy(update={"override": True})
+    return status.model_copy(update={"commands": [*status.commands[:-1], last]})
+
+
+def _give_up_owner(status: SlotStatus) -> str | None:
+    """The owner a give-up is checked against: a claim under way has no attempt record
+    yet, its owner is the one it serves."""
+    if status.pending_worker is not None:
+        return status.next_owner_actor
+    return owner_of(status, status.active_worker or status.prior_worker)
+
+
 def _tenancy(command: Command, *, slot: Slot, tenant: str | None) -> tuple[Predicate, str] | None:
     if command.tenant is not None and command.tenant != tenant:
         return (Predicate.WRONG_TENANT,
@@ -234,6 +252,7 @@ def reassign(
                f"attempt {status.attempt_count + 1}")
     new, event = _accept(command=command, status=status, message=message, reason="Reassigned",
                          now=now)
+    new = _overridden(new, command=command, owner=owner_of(status, status.prior_worker))
     new = transitions.reopen(new, worker_class=worker_class, launch_spec=pinned,
                              owner_actor=command.actor, message=message, now=now)
     return Decision(accepted=True, status=new, event=event, choice=chosen)
@@ -284,9 +303,7 @@ def _other_failure(*, command: Command, slot: Slot,
         return (Predicate.BLANK_REASON,
                 f"the reason must be non-blank and at most {names.MAX_REASON_BYTES} bytes")
     if kind is CommandKind.GIVE_UP:
-        # A claim under way has no attempt record yet: its owner is the one it serves.
-        owner = (status.next_owner_actor if status.pending_worker is not None
-                 else owner_of(status, status.active_worker or status.prior_worker))
+        owner = _give_up_owner(status)
         if owner is not None and command.actor != owner and not command.override:
             return (Predicate.NOT_OWNER,
                     f"the attempt is owned by {owner!r}, not {command.actor!r}; only the "
@@ -319,6 +336,7 @@ def _apply_other(*, command: Command, slot: Slot, now: datetime) -> Decision:
     message = f"given up by {actor}: {command.reason}"
     new, event = _accept(command=command, status=status, message=message, reason="GaveUp",
                          now=now)
+    new = _overridden(new, command=command, owner=_give_up_owner(status))
     return Decision(accepted=True, status=transitions.fail(new, reason="GaveUp",
                                                            message=message, now=now),
                     event=event, fence=live)

@@ -41,6 +41,7 @@ from agentrun.core import (
     guards,
     selection,
     snapshots,
+    stamping,
     transitions,
     worlds,
 )
@@ -60,8 +61,7 @@ def next_step(world: worlds.World) -> worlds.Step:
         fence = attemptsteps.fence_step(world)
         if fence is not None:
             return fence
-    pending = commands.pending(world.slot.metadata.annotations,
-                               managed_fields=world.slot.metadata.managed_fields)
+    pending = commands.pending(world.slot.metadata.annotations)
     if pending is not None:
         return command_step(world, pending)
     if status.observed_generation != world.slot.metadata.generation:
@@ -139,18 +139,18 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
             type="Warning", reason="CommandRejected",
             message=(f"{command.kind} {command.request_id} not processed: the request id was "
                      f"already used by a {seen.kind} command; use a new request id")))
-    refused = refusal(world, pending)
+    refused = stamping.refusal(pending, world.stamping)
     if refused is not None:
-        reason, message = refused
-        decision = guards.reject(command=command, status=status,
-                                 predicate=Predicate.COMMANDS_REFUSED, message=message,
-                                 now=world.now)
-        return worlds.WriteStatus(status=_set(decision.status, COMMANDS_REFUSED, "True",
-                                              reason, message, world.now),
-                                  event=decision.event, point="command-ledger")
+        decision = guards.reject(command=command, status=status, predicate=refused.predicate,
+                                 message=refused.message, now=world.now)
+        new = decision.status
+        if refused.not_in_force:
+            new = _set(new, COMMANDS_REFUSED, "True", refused.reason, refused.message,
+                       world.now)
+        return worlds.WriteStatus(status=new, event=decision.event, point="command-ledger")
     if conditions.is_true(status.conditions, COMMANDS_REFUSED):
-        status = _set(status, COMMANDS_REFUSED, "False", "AdmissionPolicyPresent",
-                      "the actor-stamping admission policy is installed", world.now)
+        status = _set(status, COMMANDS_REFUSED, "False", "StampingInForce",
+                      "the actor-stamping admission policy is in force", world.now)
     slot = world.slot.model_copy(update={"status": status})
     assert world.run is not None
     if command.kind is CommandKind.CLAIM and world.run.spec.suspend:
@@ -161,7 +161,7 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
         return worlds.WriteStatus(status=decision.status, event=decision.event,
                                   point="command-ledger")
     decision = guards.decide(
-        command=dataclasses.replace(command, override=world.override),
+        command=command,
         slot=slot, tenant=world.tenant, prior=prior(world), launch_specs=world.launch_specs,
         now=world.now)
     new = decision.status
@@ -176,31 +176,6 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
     if decision.accepted and command.kind is CommandKind.CLAIM:
         new = transitions.start_claim(new, slot=world.slot.metadata.name, now=world.now)
     return worlds.WriteStatus(status=new, event=decision.event, point="command-ledger")
-
-
-def refusal(world: worlds.World, pending: commands.Pending) -> tuple[str, str] | None:
-    """Why a command's actor cannot be trusted (condition reason, message), or None.
-
-    Admission stamps the actor; it cannot have stamped a command while its policy or
-    binding was missing, nor one written before they existed (a typed actor would then
-    stand). Times are the API server's, to the second: a command written in the same
-    second as the policy's creation is trusted.
-    """
-    command = pending.command
-    again = "; re-issue it with a new request id"
-    if world.commands_refused is not None:
-        return "AdmissionPolicyMissing", world.commands_refused
-    if not pending.stamped:
-        return "ActorNotStamped", (f"{command.kind} {command.request_id} carries no actor "
-                                   f"stamped by admission{again}")
-    since = world.stamping_since
-    if since is not None and pending.written_at is not None and pending.written_at < since:
-        written, stamped = attemptsteps.iso(pending.written_at), attemptsteps.iso(since)
-        return "WrittenBeforeAdmission", (
-            f"{command.kind} {command.request_id} was written at {written}, before the "
-            f"actor-stamping policy was in place ({stamped}), so its actor is not "
-            f"verified{again}")
-    return None
 
 
 def prior(world: worlds.World) -> guards.Prior | None:

@@ -18,6 +18,7 @@ from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Slot, SlotState, SlotStatus
 from agentrun.core import guards
 from agentrun.core.observations import LeaseObservation
+from agentrun.core.stamping import Stamping
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,10 +38,9 @@ class World:
     Active, else the prior one. ``dependencies``: state of each slot this one depends on,
     by node (absent: not created yet). ``snapshots``: names of the LaunchSpec snapshots
     the slot owns. ``launch_spec``: the pinned spec read back from its snapshot, or the
-    reason it could not be. ``override``: the pending command's actor holds ``override``.
-    ``commands_refused``: why commands cannot be trusted now (admission missing), or None;
-    ``stamping_since``: since when the actor-stamping policy and its binding both exist (a
-    command written before then was not stamped). ``pins_problem``: why the run's pinned
+    reason it could not be. ``stamping``: whether stamping is in force now and under which
+    epoch, read after the slot (only while a command is pending; None: not read, and no
+    command is trusted). ``pins_problem``: why the run's pinned
     configuration snapshots cannot be mounted as pinned (read only while Claiming).
     ``first_seen``: when this process first read the attempt's lease (on its own clock).
     ``run`` is None when the slot has no live run to serve: gone, being deleted, or not
@@ -58,9 +58,7 @@ class World:
     launch_spec_error: str | None = None
     attempt: AttemptObjects | None = None
     observation: LeaseObservation | None = None
-    override: bool = False
-    commands_refused: str | None = None
-    stamping_since: datetime | None = None
+    stamping: Stamping | None = None
     pins_problem: str | None = None
     first_seen: datetime | None = None
 

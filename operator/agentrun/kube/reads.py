@@ -1,37 +1,30 @@
 """Reading what the decisions need, as plain dicts (camelCase, as the API returns them).
 
 Objects are read through :mod:`agentrun.kube.rest`, as the API returns them.
-Three reads are cached because their answers change rarely and are asked often: whether
-the admission policies that stamp actors exist and a namespace's tenant (a few seconds
-each), and the content of an immutable LaunchSpec snapshot (forever: it cannot change).
+Two reads are cached because their answers change rarely and are asked often: a
+namespace's tenant (a few seconds), and the content of an immutable LaunchSpec snapshot
+(forever: it cannot change). Whether actor stamping is in force is never cached: it is
+read afresh, after the command, each time a command is decided (``core.stamping``).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import launches, snapshots
+from agentrun.core import launches, snapshots, stamping
 from agentrun.kube import rest
 
 Object = dict[str, Any]
-STAMP_POLICY = "agentrun-stamp-actors"
 CACHE_SECONDS = 5.0
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Stamping:
-    """Whether commands' actors can be trusted: why not (``refused``), or since when."""
-
-    refused: str | None
-    since: datetime | None
+STAMPING_SECRET_PATH = rest.namespaced(group="", version="v1", plural="secrets",
+                                       namespace=names.OPERATOR_NAMESPACE,
+                                       name=names.STAMPING_SECRET)
 
 
 def custom_path(plural: str, namespace: str, name: str | None = None) -> str:
@@ -44,8 +37,6 @@ class Reader:
 
     def __init__(self, client: rest.Rest) -> None:
         self.rest = client
-        self._policy_checked_at = -CACHE_SECONDS
-        self._stamping = Stamping(refused=None, since=None)
         self._snapshots: dict[tuple[str, str], LaunchSpecSpec] = {}
         self._tenants: dict[str, tuple[float, str | None]] = {}
 
@@ -129,36 +120,17 @@ class Reader:
         self._snapshots[key] = spec
         return spec, None
 
-    def stamping(self) -> Stamping:
-        """Whether admission stamps actors now, and since when (cached a few seconds).
+    def stamping(self) -> stamping.Stamping:
+        """Is actor stamping in force now, under which epoch (``core.stamping.assess``)?
 
-        The policy and its binding must both exist, and the binding must apply the policy
-        to every slot (no ``matchResources`` narrowing it); ``since`` is the later of their
-        creation times, before which no command can have been stamped.
+        Three reads without a resourceVersion, so each is a quorum read served at the
+        latest state; called after the command was read, never cached.
         """
-        if time.monotonic() - self._policy_checked_at < CACHE_SECONDS:
-            return self._stamping
-        policy = self.rest.get(f"{ADMISSION}/mutatingadmissionpolicies/{STAMP_POLICY}")
-        binding = self.rest.get(f"{ADMISSION}/mutatingadmissionpolicybindings/{STAMP_POLICY}")
-        problems = []
-        if policy is None:
-            problems.append(f"MutatingAdmissionPolicy {STAMP_POLICY} is missing")
-        if binding is None:
-            problems.append(f"MutatingAdmissionPolicyBinding {STAMP_POLICY} is missing")
-        elif ((binding.get("spec") or {}).get("policyName") != STAMP_POLICY
-              or (binding.get("spec") or {}).get("matchResources")):
-            problems.append(f"MutatingAdmissionPolicyBinding {STAMP_POLICY} does not apply "
-                            f"{STAMP_POLICY} to every slot")
-        created = [datetime.fromisoformat(str(o["metadata"]["creationTimestamp"])
-                                          .replace("Z", "+00:00"))
-                   for o in (policy, binding) if o is not None]
-        self._stamping = Stamping(
-            refused=(f"commands are refused while the {' and the '.join(problems)}: without "
-                     "it no actor can be verified; install it (make install)")
-            if problems else None,
-            since=max(created) if created and not problems else None)
-        self._policy_checked_at = time.monotonic()
-        return self._stamping
+        return stamping.assess(
+            policy=self.rest.get(f"{ADMISSION}/mutatingadmissionpolicies/{names.STAMP_POLICY}"),
+            binding=self.rest.get(
+                f"{ADMISSION}/mutatingadmissionpolicybindings/{names.STAMP_POLICY}"),
+            secret=self.rest.get(STAMPING_SECRET_PATH))
 
     def config_snapshots_problem(self, run: AgentRun) -> str | None:
         """Why the run's pinned snapshots cannot be mounted as pinned, or None.
@@ -179,16 +151,3 @@ class Reader:
                         "run's pinned copy; workers would not read what was pinned (recreate "
                         "the run to pin again)")
         return None
-
-    def may_override(self, *, actor: str | None, namespace: str, slot: str) -> bool:
-        """Does ``actor`` hold the verb ``override`` on this slot (a SubjectAccessReview)?"""
-        if actor is None:
-            return False
-        review = self.rest.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-                                   body={
-            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-            "spec": {"user": actor, "groups": ["system:authenticated"],
-                     "resourceAttributes": {
-                         "namespace": namespace, "verb": "override", "group": names.GROUP,
-                         "resource": "slots", "name": slot}}})
-        return bool((review.get("status") or {}).get("allowed"))

@@ -125,3 +125,14 @@ class Writer:
                                                      **annotations}},
                 "spec": {**(lease.get("spec") or {}), "holderIdentity": None}}
         self._write("PUT", path("Lease", meta["namespace"], meta["name"]), body, point=point)
+
+    def stamping_secret(self, body: Object) -> None:
+        """Create the stamping epoch Secret, or replace it under the resourceVersion read
+        (``body.metadata.resourceVersion``; two operators minting at once: one wins)."""
+        meta = body["metadata"]
+        where = rest.namespaced(group="", version="v1", plural="secrets",
+                                namespace=meta["namespace"])
+        if meta.get("resourceVersion") is None:
+            self._write("POST", where, body, point="stamping-epoch")
+        else:
+            self._write("PUT", f"{where}/{meta['name']}", body, point="stamping-epoch")

@@ -2,8 +2,9 @@
 
 ``installed`` applies the generated RBAC, the local binding of the ``operator`` user to
 the operator's role and the actor-stamping admission policy once per session (the CRDs
-come from ``crds``); ``operator`` starts the operator as a subprocess watching only the
-test's namespace, as the cluster's ``operator`` user, so it has exactly those rights.
+come from ``crds``), and has the stamping epoch minted; ``operator`` starts the operator
+as a subprocess watching only the test's namespace, as the cluster's ``operator`` user, so
+it has exactly those rights.
 """
 
 from __future__ import annotations
@@ -14,18 +15,23 @@ from pathlib import Path
 
 import pytest
 from clusters import Cluster
-from operators import OperatorProcess
+from operators import OperatorProcess, stamping_in_force
 from scenarios import Scenario
 from waiting import wait_for
 
 MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
+VALIDATING = MANIFESTS / "admission" / "validating.yaml"
+ANN = "agentrun.dev/"
 
 
 @pytest.fixture(scope="session")
 def installed(cluster: Cluster, crds: list[str]) -> None:
-    for folder in ("rbac", "local", "admission"):
-        result = cluster.kubectl("apply", "--server-side", "-f", str(MANIFESTS / folder))
+    # The validating policies are installed only by the tests of admission itself: every
+    # other test shows what the operator decides on its own.
+    for path in ("rbac", "local", "admission/stamp-actors.yaml"):
+        result = cluster.kubectl("apply", "--server-side", "-f", str(MANIFESTS / path))
         assert result.returncode == 0, result.stderr
+    stamping_in_force(cluster)
     probe = json.dumps({
         "apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",
         "metadata": {"name": "probe-00000000", "namespace": "default",
@@ -37,7 +43,8 @@ def installed(cluster: Cluster, crds: list[str]) -> None:
                                  input=probe)
         annotations = json.loads(result.stdout or "{}").get("metadata", {}).get(
             "annotations", {}) if result.returncode == 0 else {}
-        return annotations.get("agentrun.dev/claim-actor") == "admin"
+        return (annotations.get("agentrun.dev/claim-actor") == "admin"
+                and bool(annotations.get("agentrun.dev/claim-epoch")))
 
     wait_for(stamping, timeout=30, message="the actor-stamping policy in effect")
 
@@ -55,3 +62,23 @@ def operator(cluster: Cluster, namespace: str, installed: None,
     yield process
     process.stop()
     print(f"--- operator log (tail) ---\n{process.tail(60)}")
+
+
+@pytest.fixture
+def validating(cluster: Cluster, installed: None) -> Iterator[None]:
+    """The shipped validating policies, in force for one test (cluster-wide: ``serial``)."""
+    applied = cluster.kubectl("apply", "--server-side", "-f", str(VALIDATING))
+    assert applied.returncode == 0, applied.stderr
+    probe = json.dumps({
+        "apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",
+        "metadata": {"name": "probe-00000000", "namespace": "default",
+                     "annotations": {f"{ANN}hold-id": "probe"}},
+        "spec": {"run": "probe", "node": "probe", "workerClass": "cpu"}})
+
+    def enforced() -> bool:
+        result = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=probe)
+        return result.returncode != 0 and f"{ANN}hold-reason is required" in result.stderr
+    wait_for(enforced, timeout=30, message="the validating policies in force")
+    yield
+    removed = cluster.kubectl("delete", "--ignore-not-found", "-f", str(VALIDATING))
+    assert removed.returncode == 0, removed.stderr

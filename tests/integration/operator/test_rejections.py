@@ -252,24 +252,25 @@ def test_commands_are_refused_while_the_stamping_binding_is_missing(
                                  hold_reason="look at this").returncode == 0
         entry = assert_rejected(scenario, slot, rid, before=before,
                                 predicate="CommandsRefused", kind="Hold",
-                                says=["refused", f"MutatingAdmissionPolicyBinding "
-                                                 f"{STAMP_BINDING}", "make install"],
+                                says=["refused", "actors cannot be verified",
+                                      f"MutatingAdmissionPolicyBinding {STAMP_BINDING} is "
+                                      "missing", "make install", "re-send"],
                                 pods=[first])
         assert entry.get("actor") is None  # nothing stamped, nothing guessed
         status = scenario.slot(slot)["status"]
         refused = condition_of(status, "CommandsRefused")
         assert refused is not None
-        assert (refused["status"], refused["reason"]) == ("True", "AdmissionPolicyMissing")
+        assert (refused["status"], refused["reason"]) == ("True", "StampingNotInForce")
         assert condition(status, "Held") is None
     finally:
         restored = cluster.kubectl("apply", "--server-side", "-f",
-                                   str(MANIFESTS / "admission"))
+                                   str(MANIFESTS / "admission" / "stamp-actors.yaml"))
         assert restored.returncode == 0, restored.stderr
         wait_for(lambda: actor_stamping_works(cluster), timeout=30,
                  message="admission to stamp actors again")
 
-    # Restored: the operator trusts commands again once it sees the binding (it caches
-    # its check for a few seconds, so a command may still be refused meanwhile).
+    # Restored: the operator trusts commands again once it has minted a new epoch for the
+    # new binding (a few seconds after it finds it as shipped); meanwhile they are refused.
     def accepted_hold() -> Object | None:
         rid = request_id()
         assert scenario.annotate(slot, user="alice", hold_id=rid,

@@ -24,12 +24,14 @@ from agentrun.api.slots import (
     SlotState,
     SlotStatus,
 )
-from agentrun.core import naming, worlds
+from agentrun.core import naming, stamping, worlds
 from agentrun.core.observations import LeaseObservation
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 NS = "team-a"
 TENANT = "acme"
+EPOCH = "ZXBvY2gtb25l"  # as stamped: the params Secret's data.epoch, verbatim
+IN_FORCE = stamping.Stamping(epoch=EPOCH, problem=None)
 RUN = "research-1"
 NODE = "review-sources"
 SLOT = naming.slot_name(run=RUN, node=NODE)
@@ -207,11 +209,17 @@ def observed(at: datetime, renew_time: str = "2030-01-01T12:00:00.000000Z") -> L
 
 
 def command(kind: str, request_id: str = "req-1", *, actor: str | None = "alice",
-            **fields: str) -> dict[str, str]:
-    """The annotations of one command: ``kind`` is the prefix (reassign, claim, give-up...)."""
+            epoch: str | None = EPOCH, **fields: str) -> dict[str, str]:
+    """The annotations of one command: ``kind`` is the prefix (reassign, claim, give-up...).
+
+    ``actor`` and ``epoch`` are what admission stamped (None: nothing stamped); the world's
+    default stamping is in force under :data:`EPOCH`.
+    """
     found = {f"agentrun.dev/{kind}-id": request_id}
     if actor is not None:
         found[f"agentrun.dev/{kind}-actor"] = actor
+        if epoch is not None:
+            found[f"agentrun.dev/{kind}-epoch"] = epoch
     found.update({f"agentrun.dev/{kind}-{key.replace('_', '-')}": value
                   for key, value in fields.items()})
     return found
@@ -240,7 +248,7 @@ def world(status: SlotStatus | None = None, *, annotations: dict[str, str] | Non
         the_slot = the_slot.model_copy(update={"spec": the_slot.spec.model_copy(
             update={"depends_on": depends_on})})
     defaults: dict[str, Any] = {"tenant": TENANT, "now": T0, "launch_specs": (CPU_SPEC,),
-                                "launch_spec": CPU_SPEC.spec}
+                                "launch_spec": CPU_SPEC.spec, "stamping": IN_FORCE}
     defaults.update(kwargs)
     return worlds.World(slot=the_slot, run=agent_run() if isinstance(run, str) else run,
                         **defaults)

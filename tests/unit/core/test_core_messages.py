@@ -130,8 +130,8 @@ def test_acceptance_record_and_event() -> None:
     entry = decision.status.commands[-1]
     assert entry.model_dump() == {
         "request_id": "r1", "kind": CommandKind.REASSIGN, "actor": "alice", "reason": "evicted",
-        "worker_class": "gpu", "run": f.RUN, "outcome": "Accepted", "predicate": None,
-        "message": message, "time": f.T0}
+        "worker_class": "gpu", "run": f.RUN, "override": None, "outcome": "Accepted",
+        "predicate": None, "message": message, "time": f.T0}
     reopened = next(c for c in decision.status.conditions if c.type == "Reopened")
     assert (reopened.status, reopened.reason, reopened.message) == ("True", "Reassigned", message)
     assert decision.choice is not None and decision.choice.spec is GPU

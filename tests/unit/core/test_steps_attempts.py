@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from agentrun.api import names
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
 from agentrun.core import attemptsteps, claims, guards, steps, transitions
+from agentrun.core.stamping import Stamping
 from agentrun.core.worlds import Create, DeletePod, Wait, World, WriteStatus
 
 # --- Claiming ----------------------------------------------------------------------------------
@@ -303,8 +304,7 @@ def any_world(draw: st.DrawFn) -> World:
         attempt=attempt,
         observation=draw(st.sampled_from([None, f.observed(f.T0),
                                           f.observed(f.T0 + f.seconds(120))])),
-        override=draw(st.booleans()),
-        commands_refused=draw(st.sampled_from([None, "no admission policy"])),
+        stamping=draw(st.sampled_from([f.IN_FORCE, Stamping(epoch=None, problem="none")])),
     )
 
 

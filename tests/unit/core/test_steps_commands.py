@@ -3,9 +3,10 @@
 Covers, each by the exact step type and its key content:
 - a malformed request id: the annotations are removed with a Warning CommandRejected
   Event and no ledger entry; a request id already in the ledger: removed, no Event;
-- admission missing (``world.commands_refused``) or an unstamped actor: a ledger entry
-  with predicate CommandsRefused and condition CommandsRefused True, which flips False
-  on the next command once the policy is back;
+- stamping not in force (``world.stamping`` without an epoch): a ledger entry with
+  predicate CommandsRefused and condition CommandsRefused True, which flips False on the
+  next command once it is; an unstamped command (``Unstamped``) or one stamped under an
+  earlier epoch (``StaleEpoch``): a ledger entry, CommandsRefused untouched;
 - claim: rejected NotClaimable while the run is suspended or the slot is not claimable;
   accepted under Manual as one status write that is both the ledger entry and Claiming;
 - reassignment: the LaunchSpec snapshot is created first, then the reopened status
@@ -26,6 +27,7 @@ from corefakes import expect
 from agentrun.api import conditions, names
 from agentrun.api.slots import CommandKind, CommandRecord, Outcome, Predicate, SlotState, SlotStatus
 from agentrun.core import attemptsteps, guards, snapshots, steps, transitions
+from agentrun.core.stamping import Stamping
 from agentrun.core.worlds import (
     Create,
     DeletePod,
@@ -36,6 +38,7 @@ from agentrun.core.worlds import (
     WriteStatus,
 )
 
+NOT_IN_FORCE = Stamping(epoch=None, problem="actors cannot be verified: the policy is missing")
 GPU_SPEC = f.launch_spec("gpu-spec", classes=["gpu"], runs=[f.RUN])
 GPU_SNAPSHOT = f"{f.SLOT}-lspec-{guards.digest(GPU_SPEC.spec)[:10]}"
 TERMINAL_PRIOR = f.objects(1, pod=f.pod(1, "Failed"), lease=f.lease(1, outcome="Failed"))
@@ -82,10 +85,11 @@ def test_a_request_id_already_in_the_ledger_is_only_removed() -> None:
     status = f.ready().model_copy(update={"commands": [decided]})
     # Even a now-valid command, or one while admission is missing, is not decided again.
     world = f.world(status, annotations=f.command("hold", "req-1", reason="now with a reason"),
-                    commands_refused="no policy")
+                    stamping=NOT_IN_FORCE)
     step = expect(steps.next_step(world), RemoveCommand)
     assert step.event is None
-    assert set(step.keys) == {names.HOLD_ID, names.HOLD_ACTOR, names.HOLD_REASON}
+    assert set(step.keys) == {names.HOLD_ID, names.HOLD_ACTOR, names.HOLD_EPOCH,
+                              names.HOLD_REASON}
 
 
 def test_only_the_first_pending_command_in_order_is_decided() -> None:
@@ -97,37 +101,57 @@ def test_only_the_first_pending_command_in_order_is_decided() -> None:
 # --- admission missing -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("refused", "actor", "message", "reason"), [
-    ("the admission policy agentrun-stamp-actor is not installed", "alice",
-     "the admission policy agentrun-stamp-actor is not installed", "AdmissionPolicyMissing"),
-    (None, None, "Claim req-1 carries no actor stamped by admission; re-issue it with a new "
-                 "request id", "ActorNotStamped"),
-], ids=["policy-missing", "unstamped"])
-def test_an_untrusted_command_is_refused_in_the_ledger(refused: str | None, actor: str | None,
-                                                       message: str, reason: str) -> None:
-    world = f.world(f.ready(), annotations=f.command("claim", actor=actor),
-                    run=f.agent_run(claim_policy="Manual"), commands_refused=refused)
+def test_a_command_while_stamping_is_not_in_force_is_refused_in_the_ledger() -> None:
+    world = f.world(f.ready(), annotations=f.command("claim"),
+                    run=f.agent_run(claim_policy="Manual"), stamping=NOT_IN_FORCE)
     step = expect(steps.next_step(world), WriteStatus)
     entry = ledger_entry(step)
+    message = ("Claim req-1 refused: actors cannot be verified: the policy is missing; "
+               "re-send it with a new request id once it is in force")
     assert (entry.request_id, entry.outcome, entry.predicate, entry.message) == (
         "req-1", "Rejected", Predicate.COMMANDS_REFUSED, message)
+    assert entry.actor == "alice"  # recorded as written, never believed
     refused_condition = f.condition(step.status, steps.COMMANDS_REFUSED)
-    assert (refused_condition.status, refused_condition.reason) == ("True", reason)
+    assert (refused_condition.status, refused_condition.reason) == ("True",
+                                                                    "StampingNotInForce")
     assert step.status.state is SlotState.READY  # nothing else changed
     assert step.event is not None
     assert (step.event.type, step.event.reason) == ("Warning", "CommandRejected")
 
 
+@pytest.mark.parametrize(("annotations", "predicate", "says"), [
+    (f.command("claim", actor=None), Predicate.UNSTAMPED,
+     "Claim req-1 carries no actor and epoch stamped by admission (it was written while "
+     "stamping was not in force), so its actor is not verified; re-send it with a new "
+     "request id"),
+    (f.command("claim", epoch=None), Predicate.UNSTAMPED, "carries no actor and epoch"),
+    (f.command("claim", epoch="b2xkLWVwb2No"), Predicate.STALE_EPOCH,
+     "Claim req-1 was stamped under an earlier stamping epoch (the admission policy, its "
+     "binding or the epoch changed since it was written), so its actor is not verified; "
+     "re-send it with a new request id"),
+], ids=["no-actor", "no-epoch", "stale-epoch"])
+def test_a_command_not_stamped_under_the_current_epoch_is_refused(
+        annotations: dict[str, str], predicate: Predicate, says: str) -> None:
+    world = f.world(f.ready(), annotations=annotations, run=f.agent_run(claim_policy="Manual"))
+    step = expect(steps.next_step(world), WriteStatus)
+    entry = ledger_entry(step)
+    assert (entry.outcome, entry.predicate) == ("Rejected", predicate)
+    assert says in entry.message
+    assert f.condition(step.status, transitions.COMMAND_REJECTED).reason == str(predicate)
+    assert conditions.find(step.status.conditions, steps.COMMANDS_REFUSED) is None
+    assert step.status.state is SlotState.READY and step.status.pending_worker is None
+
+
 def test_once_the_policy_is_back_commands_refused_flips_false_on_the_next_command() -> None:
     refused = expect(steps.next_step(f.world(
         f.ready(), annotations=f.command("hold", "h-1", reason="x"),
-        commands_refused="no policy")), WriteStatus).status
+        stamping=NOT_IN_FORCE)), WriteStatus).status
     world = f.world(refused, annotations=f.command("hold", "h-2", reason="investigating"),
                     now=f.T0 + f.seconds(5))
     step = expect(steps.next_step(world), WriteStatus)
     assert ledger_entry(step).outcome == "Accepted"
     flipped = f.condition(step.status, steps.COMMANDS_REFUSED)
-    assert (flipped.status, flipped.reason) == ("False", "AdmissionPolicyPresent")
+    assert (flipped.status, flipped.reason) == ("False", "StampingInForce")
     assert flipped.last_transition_time == f.T0 + f.seconds(5)
     assert f.condition(step.status, transitions.HELD).status == "True"
     assert step.event is not None and step.event.reason == "Held"
@@ -242,11 +266,29 @@ def test_an_ended_attempt_is_fenced_before_a_command_is_judged_against_it() -> N
 
 
 def test_an_admin_with_override_may_reassign_anothers_attempt() -> None:
-    world = reassign_world(annotations=reassign(actor="bob"), override=True,
+    world = reassign_world(annotations={**reassign(actor="bob"), names.REASSIGN_OVERRIDE: "true"},
                            snapshots=frozenset({GPU_SNAPSHOT}))
     step = expect(steps.next_step(world), WriteStatus)
-    assert ledger_entry(step).outcome == "Accepted"
+    entry = ledger_entry(step)
+    assert (entry.outcome, entry.actor, entry.override) == ("Accepted", "bob", True)
     assert step.status.next_owner_actor == "bob"
+
+
+@pytest.mark.parametrize("written", ["false", "True", "yes", ""])
+def test_override_is_only_the_stamped_true(written: str) -> None:
+    world = reassign_world(annotations={**reassign(actor="bob"), names.REASSIGN_OVERRIDE: written},
+                           snapshots=frozenset({GPU_SNAPSHOT}))
+    entry = ledger_entry(expect(steps.next_step(world), WriteStatus))
+    assert (entry.outcome, entry.predicate, entry.override) == ("Rejected", Predicate.NOT_OWNER,
+                                                                None)
+
+
+def test_the_owner_needs_no_override_and_the_ledger_says_none_was_used() -> None:
+    world = reassign_world(annotations={**reassign(actor="alice"),
+                                        names.REASSIGN_OVERRIDE: "true"},
+                           snapshots=frozenset({GPU_SNAPSHOT}))
+    entry = ledger_entry(expect(steps.next_step(world), WriteStatus))
+    assert (entry.outcome, entry.override) == ("Accepted", None)
 
 
 # --- hold, release, give up -----------------------------------------------------------------------

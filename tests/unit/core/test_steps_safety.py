@@ -3,35 +3,21 @@
 Covers: a slot without a live run (gone, being deleted, a later run of the same name)
 only winds down; a replacement waits until the predecessor's pod is gone; objects left by
 an earlier slot of the same name are waited out, never fenced or counted; the pinned
-configuration is checked before a pod mounts it; a command written before the actor-
-stamping policy existed is refused; a request id reused by another kind of command is
+configuration is checked before a pod mounts it; a request id reused by another kind of command is
 not silently dropped; a give-up of a claim under way is owner-checked.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
 
 import corefakes as f
-import pytest
 
 from agentrun.api.slots import CommandKind, Outcome, Predicate, SlotState
-from agentrun.core import commands, guards, steps
+from agentrun.core import guards, steps
 from agentrun.core.worlds import DeletePod, RemoveCommand, Tombstone, Wait, WriteStatus
 
 expect = f.expect
-
-
-def with_managed_fields(world: object, *entries: dict[str, object]) -> object:
-    slot = world.slot  # type: ignore[attr-defined]
-    metadata = slot.metadata.model_copy(update={"managed_fields": list(entries)})
-    return dataclasses.replace(world, slot=slot.model_copy(update={"metadata": metadata}))  # type: ignore[type-var]
-
-
-def annotation_entry(time: str, *keys: str) -> dict[str, object]:
-    return {"manager": "kubectl-annotate", "operation": "Update", "time": time,
-            "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{k}": {} for k in keys}}}}
 
 
 # --- no live run: wind down ----------------------------------------------------------------
@@ -102,42 +88,6 @@ def test_a_pod_is_not_created_from_a_swapped_snapshot() -> None:
     step = expect(steps.next_step(world), WriteStatus)
     assert step.point == "claim-failed"
     assert problem in step.status.attempts[-1].reason  # type: ignore[operator]
-
-
-# --- actors written before admission stamped them --------------------------------------------
-
-
-SINCE = datetime.fromisoformat("2030-01-01T12:00:00+00:00")
-
-
-@pytest.mark.parametrize(("written", "refused"), [
-    ("2030-01-01T11:59:59Z", True), ("2030-01-01T12:00:00Z", False),
-    ("2030-01-01T12:00:01Z", False)], ids=["before", "same-second", "after"])
-def test_a_command_written_before_the_stamping_policy_is_refused(written: str,
-                                                                  refused: bool) -> None:
-    annotations = f.command("claim")
-    world = with_managed_fields(
-        f.world(f.ready(), annotations=annotations, run=f.agent_run(claim_policy="Manual"),
-                stamping_since=SINCE),
-        annotation_entry(written, *annotations))
-    step = expect(steps.next_step(world), WriteStatus)  # type: ignore[arg-type]
-    entry = step.status.commands[-1]
-    if refused:
-        assert (entry.outcome, entry.predicate) == ("Rejected", Predicate.COMMANDS_REFUSED)
-        assert f.condition(step.status, steps.COMMANDS_REFUSED).reason == \
-            "WrittenBeforeAdmission"
-    else:
-        assert entry.outcome == "Accepted"
-
-
-def test_written_at_is_the_latest_write_of_any_command_key() -> None:
-    keys = ("agentrun.dev/claim-id", "agentrun.dev/claim-actor")
-    entries = [annotation_entry("2030-01-01T10:00:00Z", keys[0]),
-               annotation_entry("2030-01-01T11:00:00Z", keys[1]),
-               annotation_entry("2030-01-01T12:00:00Z", "agentrun.dev/other")]
-    assert commands.written_at(entries, keys) == datetime.fromisoformat(
-        "2030-01-01T11:00:00+00:00")
-    assert commands.written_at(entries, ("agentrun.dev/hold-id",)) is None
 
 
 # --- request ids ------------------------------------------------------------------------------

@@ -1,0 +1,65 @@
+"""Keeping the stamping epoch: mint a new one once the policy and binding are stable.
+
+The rule (``core.stamping``): a new epoch is minted only after quorum reads have found the
+actor-stamping policy and its binding as shipped, with the same uid and generation, for
+``ENFORCEMENT_DELAY_SECONDS``, so that every API server enforces them by the time the
+epoch exists. What is remembered here (the identity first seen, and when) is only a delay:
+lost on a restart, the wait starts again; it never makes a command trusted.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agentrun.core import stamping
+from agentrun.kube import reads, writes
+
+
+@dataclass
+class Keeper:
+    reader: reads.Reader
+    writer: writes.Writer
+    logger: logging.Logger
+    delay: float = stamping.ENFORCEMENT_DELAY_SECONDS
+    clock: Callable[[], float] = time.monotonic
+    _candidate: stamping.Identity | None = field(default=None, init=False)
+    _since: float = field(default=0.0, init=False)
+
+    def check(self) -> stamping.Stamping:
+        """One pass: read, and mint a new epoch when one is due. What it found."""
+        found = self.reader.stamping()
+        if not found.mint_needed:
+            self._candidate = None
+            return found
+        now = self.clock()
+        if found.identity != self._candidate:
+            self._candidate, self._since = found.identity, now
+            self.logger.info("stamping: %s", found.problem)
+            return found
+        if now - self._since < self.delay:
+            return found
+        assert found.identity is not None
+        body = stamping.secret_body(epoch=secrets.token_bytes(stamping.EPOCH_BYTES),
+                                    identity=found.identity,
+                                    resource_version=found.secret_version)
+        try:
+            self.writer.stamping_secret(body)
+        except writes.Conflict:
+            return found  # another operator minted first: read again next pass
+        self._candidate = None
+        self.logger.info("stamping: a new epoch minted for policy %s and binding %s",
+                         found.identity.policy, found.identity.binding)
+        return self.reader.stamping()
+
+    def until_in_force(self, *, timeout: float, every: float = 0.5) -> stamping.Stamping:
+        """Pass until stamping is in force (minting as due) or ``timeout`` runs out."""
+        deadline = self.clock() + timeout
+        while True:
+            found = self.check()
+            if found.epoch is not None or self.clock() >= deadline:
+                return found
+            time.sleep(every)  # the polling period of the check, not a synchronisation

@@ -1,0 +1,106 @@
+"""The admission policies the operator ships, built from the command shapes (one source).
+
+:func:`stamp_policy` is the MutatingAdmissionPolicy that stamps every command's actor,
+epoch and override, and its binding. They live in the core, not only in the manifest
+generator, because the operator compares the live objects with them
+(:mod:`agentrun.core.stamping`): a policy edited in any way is not the shipped one.
+
+Every field the API server would default is written out, so that the shipped spec is
+exactly what a read returns and "as shipped" is plain equality.
+
+Stamping: whenever a request creates or changes any of a command's annotations (its id,
+its fields, or a stamped annotation itself), the policy sets ``<command>-actor`` to the
+authenticated user, ``<command>-epoch`` to the current epoch (the params Secret's
+``data.epoch``, verbatim), and, where an owner check applies, ``<command>-override`` to
+whether the writer holds the verb ``override`` on that slot (decided by the API server's
+authorizer, which knows the requester's groups). A typed value is always overwritten; an
+untouched pending command keeps what was stamped when it was written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrun.api import names
+from agentrun.core import commands
+
+Object = dict[str, Any]
+ADMISSION_API = "admissionregistration.k8s.io/v1"
+EPOCH_KEY = "epoch"
+
+
+def escaped(annotation: str) -> str:
+    """An annotation key as a JSON Pointer segment (RFC 6901)."""
+    return annotation.replace("~", "~0").replace("/", "~1")
+
+
+def _add(annotation: str, value: str) -> str:
+    return (f"JSONPatch{{op: 'add', path: '/metadata/annotations/{escaped(annotation)}', "
+            f"value: {value}}}")
+
+
+def overrides(*, namespace: str = "object.metadata.namespace",
+              name: str = "object.metadata.name") -> str:
+    """CEL: does the requester hold ``override`` on this slot (its groups included)?"""
+    return (f"authorizer.group('{names.GROUP}').resource('slots').namespace({namespace})"
+            f".name({name}).check('{names.OVERRIDE_VERB}').allowed()")
+
+
+def stamp_expression(shape: commands.Shape) -> str:
+    keys = ", ".join(f"'{key}'" for key in shape.keys)
+    patches = [_add(shape.actor, "request.userInfo.username"),
+               _add(shape.epoch, f"params.data['{EPOCH_KEY}']")]
+    if shape.override:
+        patches.append(_add(shape.override, f"{overrides()} ? 'true' : 'false'"))
+    return (
+        f"('{shape.id}' in variables.new) && [{keys}].exists(k, "
+        "(k in variables.new) != (k in variables.old) || "
+        "((k in variables.new) && variables.new[k] != variables.old[k]))"
+        f" ? [{', '.join(patches)}] : []")
+
+
+def _everything() -> Object:
+    return {}
+
+
+def stamp_policy_spec() -> Object:
+    return {
+        "paramKind": {"apiVersion": "v1", "kind": "Secret"},
+        "matchConstraints": {
+            "namespaceSelector": _everything(),
+            "objectSelector": _everything(),
+            "resourceRules": [{
+                "apiGroups": [names.GROUP], "apiVersions": [names.VERSION],
+                "operations": ["CREATE", "UPDATE"], "resources": ["slots"], "scope": "*"}],
+            "matchPolicy": "Equivalent"},
+        "variables": [
+            {"name": "new", "expression": "has(object.metadata.annotations) ? "
+                                          "object.metadata.annotations : {}"},
+            {"name": "old", "expression": "oldObject != null && "
+                                          "has(oldObject.metadata.annotations) ? "
+                                          "oldObject.metadata.annotations : {}"},
+        ],
+        "mutations": [{"patchType": "JSONPatch",
+                       "jsonPatch": {"expression": stamp_expression(shape)}}
+                      for shape in commands.SHAPES],
+        "failurePolicy": "Fail",
+        "reinvocationPolicy": "Never",
+    }
+
+
+def stamp_binding_spec() -> Object:
+    return {
+        "policyName": names.STAMP_POLICY,
+        "paramRef": {"name": names.STAMPING_SECRET, "namespace": names.OPERATOR_NAMESPACE,
+                     "parameterNotFoundAction": "Deny"},
+    }
+
+
+def stamp_policy() -> list[Object]:
+    """The actor-stamping MutatingAdmissionPolicy and its binding (same name)."""
+    return [
+        {"apiVersion": ADMISSION_API, "kind": "MutatingAdmissionPolicy",
+         "metadata": {"name": names.STAMP_POLICY}, "spec": stamp_policy_spec()},
+        {"apiVersion": ADMISSION_API, "kind": "MutatingAdmissionPolicyBinding",
+         "metadata": {"name": names.STAMP_POLICY}, "spec": stamp_binding_spec()},
+    ]

@@ -1,0 +1,317 @@
+"""The ValidatingAdmissionPolicies that reject bad writes synchronously (issue 7, item 2).
+
+Built from the command shapes of :mod:`agentrun.core.commands` and the bounds of
+:mod:`agentrun.api.bounds`, so that ``kubectl annotate`` fails at once with a message a
+person can act on. The operator still decides every command itself: these policies only
+refuse earlier what it would refuse anyway.
+
+Who is exempt, and how it is told without knowing any name: the *controller* of a
+namespace is whoever may ``update slots/status`` there. That is the operator, the garbage
+collector (its role covers every resource) and cluster admins, never a person holding the
+editor role. Command checks need no exemption at all: they apply only when a request sets
+or changes a command's annotations, and the operator only ever removes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrun.api import bounds, names
+from agentrun.api.configs import WORKER_CLASS_PATTERN
+from agentrun.core import admission, commands
+
+Object = dict[str, Any]
+SLOT_COMMANDS = "agentrun-slot-commands"
+SLOT_CHANGES = "agentrun-slot-changes"
+ACCEPTED_CONFIG = "agentrun-accepted-configuration"
+OPERATOR_OBJECTS = "agentrun-operator-objects"
+OPERATOR_LABELS = (names.RUN_LABEL, names.NODE_LABEL, names.SLOT_LABEL, names.ATTEMPT_LABEL,
+                   names.SNAPSHOT_LABEL)
+TERMINAL = "['Succeeded', 'Failed']"
+ACCEPT_VERB, CONFIGURATIONS = "accept", "configurations"
+NAMESPACE_TENANT = "agentrun-namespace-tenant"
+TENANT_VALUES = "agentrun-tenant-values"
+ASSIGN_VERB, TENANTS = "assign", "tenants"
+
+
+def controller(namespace: str = "request.namespace") -> str:
+    """CEL: the requester may update slots/status in the namespace (see the docstring)."""
+    return (f"authorizer.group('{names.GROUP}').resource('slots').subresource('status')"
+            f".namespace({namespace}).check('update').allowed()")
+
+
+def accepter() -> str:
+    """CEL: the requester is the GitOps/admin identity that may accept configuration."""
+    return (f"authorizer.group('{names.GROUP}').resource('{CONFIGURATIONS}')"
+            f".namespace(request.namespace).check('{ACCEPT_VERB}').allowed()")
+
+
+def _strings(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def match_rule(group: str, version: str, resources: list[str], operations: list[str]) -> Object:
+    return {"apiGroups": [group], "apiVersions": [version], "operations": operations,
+            "resources": resources, "scope": "*"}
+
+
+def policy_pair(name: str, *, rules: list[Object], validations: list[Object],
+            variables: list[Object] | None = None,
+            conditions: list[Object] | None = None) -> list[Object]:
+    spec: Object = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"namespaceSelector": {}, "objectSelector": {},
+                             "resourceRules": rules, "matchPolicy": "Equivalent"},
+        "validations": validations,
+    }
+    if variables:
+        spec["variables"] = variables
+    if conditions:
+        spec["matchConditions"] = conditions
+    return [
+        {"apiVersion": admission.ADMISSION_API, "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": name}, "spec": spec},
+        {"apiVersion": admission.ADMISSION_API, "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": name},
+         "spec": {"policyName": name, "validationActions": ["Deny"]}},
+    ]
+
+
+def validation(expression: str, message: str) -> Object:
+    return {"expression": expression, "message": message, "reason": "Invalid"}
+
+
+def dynamic_validation(expression: str, message_expression: str) -> Object:
+    return {"expression": expression, "messageExpression": message_expression,
+            "reason": "Invalid"}
+
+
+ANNOTATIONS = [
+    {"name": "new", "expression": "object.metadata.?annotations.orValue({})"},
+    {"name": "old", "expression": "oldObject == null ? {} : "
+                                  "oldObject.metadata.?annotations.orValue({})"},
+]
+STATUS = [
+    {"name": "state", "expression": "oldObject == null ? 'Pending' : "
+                                    "oldObject.?status.?state.orValue('Pending')"},
+    {"name": "held", "expression": "oldObject != null && oldObject.?status.?conditions"
+                                   ".orValue([]).exists(c, c.type == 'Held' && "
+                                   "c.status == 'True')"},
+    {"name": "attempts", "expression": "oldObject == null ? [] : "
+                                       "oldObject.?status.?attempts.orValue([])"},
+    {"name": "priorOwner", "expression": "variables.attempts.filter(a, a.pod == "
+     "oldObject.?status.?priorWorker.orValue('')).map(a, a.?ownerActor.orValue(''))"},
+    {"name": "liveOwner", "expression": "oldObject != null && "
+     "has(oldObject.status) && has(oldObject.status.pendingWorker) ? "
+     "[oldObject.status.?nextOwnerActor.orValue('')] : variables.attempts.filter(a, a.pod == "
+     "oldObject.?status.?activeWorker.orValue(oldObject.?status.?priorWorker.orValue('')))"
+     ".map(a, a.?ownerActor.orValue(''))"},
+    {"name": "override", "expression": admission.overrides()},
+]
+
+
+def _variable(shape: commands.Shape) -> str:
+    return shape.kind.lower().replace("giveup", "give_up")
+
+
+def touched(shape: commands.Shape) -> str:
+    keys = _strings(shape.keys)
+    return (f"('{shape.id}' in variables.new) && {keys}.exists(k, "
+            "(k in variables.new) != (k in variables.old) || "
+            "((k in variables.new) && variables.new[k] != variables.old[k]))")
+
+
+def _owned(owners: str) -> str:
+    return (f"{owners}.all(o, o == '' || o == request.userInfo.username) || "
+            "variables.override")
+
+
+# Field -> (required, CEL over {value}, message about {key}); the tenant is checked apart
+# (its message names the namespace's tenant).
+FIELD_CHECKS: dict[str, tuple[bool, str, str]] = {
+    "reason": (True, f"bytes({{value}}).size() <= {bounds.MAX_REASON_BYTES} && "
+                     "{value}.trim().size() > 0",
+               f"{{key}} is required: say why, non-blank, in at most {bounds.MAX_REASON_BYTES} "
+               "bytes"),
+    "run": (True, f"{{value}}.size() <= {bounds.MAX_RUN_NAME} && {{value}} == object.spec.run",
+            "{key} is required and must name the slot's run (its spec.run): set "
+            "{key}=<run> to the run you mean"),
+    "worker_class": (False, f"{{value}}.size() <= {bounds.MAX_WORKER_CLASS} && "
+                            f"{{value}}.matches('{WORKER_CLASS_PATTERN}')",
+                     "{key} must be a worker class name (lower-case letters, digits, '-' and "
+                     f"'.', at most {bounds.MAX_WORKER_CLASS} characters)"),
+}
+
+
+def command_checks(shape: commands.Shape) -> list[Object]:
+    """Every check of one command kind, each guarded by "this request writes it"."""
+    when = f"!variables.{_variable(shape)} || "
+    new = "variables.new"
+    others = _strings(tuple(k for k in shape.keys if k != shape.id))
+    checks = [validation(
+        f"('{shape.id}' in {new}) || {others}.all(k, !(k in {new}) || "
+        f"(k in variables.old && variables.old[k] == {new}[k]))",
+        f"a {shape.kind} command needs its request id: set {shape.id}=<a new id> in the same "
+        "request"), validation(
+        f"{when}({new}['{shape.id}'].size() <= {bounds.MAX_REQUEST_ID} && "
+        f"{new}['{shape.id}'].trim().size() > 0)",
+        f"{shape.id} must be a non-blank request id of at most {bounds.MAX_REQUEST_ID} "
+        "characters")]
+    for field, key in shape.fields.items():
+        if field in FIELD_CHECKS:
+            required, valid, message = FIELD_CHECKS[field]
+            value = f"{new}['{key}']"
+            present = f"('{key}' in {new} && " if required else f"(!('{key}' in {new}) || "
+            checks.append(validation(f"{when}{present}{valid.format(value=value)})",
+                                 message.format(key=key)))
+    tenant = shape.fields.get("tenant")
+    if tenant:
+        checks.append(dynamic_validation(
+            f"{when}!('{tenant}' in {new}) || ({new}['{tenant}'].size() <= "
+            f"{bounds.MAX_TENANT} && {new}['{tenant}'] == "
+            f"namespaceObject.metadata.?labels.orValue({{}})[?'{names.TENANT_LABEL}']"
+            ".orValue(''))",
+            f"'{tenant} must be the namespace\\'s tenant (its label {names.TENANT_LABEL}'"
+            f" + ', here ' + namespaceObject.metadata.?labels.orValue({{}})"
+            f"[?'{names.TENANT_LABEL}'].orValue('none') + ')'"))
+    state = _state_check(shape)
+    if state is not None:
+        checks.append(dynamic_validation(f"{when}oldObject == null || ({state[0]})",
+                               f"'{shape.id}: the slot is ' + variables.state + "
+                               f"(variables.held ? ' and held' : '') + ': {state[1]}'"))
+    owners = {"Reassign": "variables.priorOwner", "GiveUp": "variables.liveOwner"}.get(
+        str(shape.kind))
+    if owners:
+        checks.append(dynamic_validation(
+            f"{when}oldObject == null || {_owned(owners)}",
+            f"'{shape.id}: the attempt is owned by ' + {owners}.join(', ') + ', not ' + "
+            "request.userInfo.username + '; only the owner, or someone granted the verb "
+            "\\'override\\' on slots, may do this'"))
+    return checks
+
+
+def _state_check(shape: commands.Shape) -> tuple[str, str] | None:
+    """The states of ``oldObject.status`` that may accept the command, and why not."""
+    kind = str(shape.kind)
+    if kind == "Reassign":
+        return ("variables.state == 'RetryWait' && !variables.held",
+                "only a RetryWait slot, not held, whose last attempt ended can be reassigned")
+    if kind == "Claim":
+        return ("variables.state in ['Ready', 'RetryWait'] && !variables.held",
+                "a claim needs a Ready or RetryWait slot that is not held")
+    if kind in ("Hold", "GiveUp"):
+        return (f"!(variables.state in {TERMINAL})", "the slot has already finished")
+    return None
+
+
+def slot_commands() -> list[Object]:
+    variables = [*ANNOTATIONS, *STATUS, *({"name": _variable(shape),
+                                            "expression": touched(shape)}
+                                           for shape in commands.SHAPES)]
+    checks = [check for shape in commands.SHAPES for check in command_checks(shape)]
+    return policy_pair(SLOT_COMMANDS, variables=variables, validations=checks,
+                   rules=[match_rule(names.GROUP, names.VERSION, ["slots"], ["CREATE", "UPDATE"])])
+
+
+def slot_changes() -> list[Object]:
+    """People (anyone but the controller) change only command annotations of a Slot."""
+    ours = (f"variables.{{side}}.filter(k, k.startsWith('{names.GROUP}/') && "
+            f"!(k in {_strings(tuple(sorted(commands.ALL_KEYS)))}))")
+    mine, theirs = ours.format(side="new"), ours.format(side="old")
+    kept = "kept by the operator: people may change only a slot's command annotations"
+    return policy_pair(
+        SLOT_CHANGES, variables=ANNOTATIONS,
+        conditions=[{"name": "not-the-controller", "expression": f"!{controller()}"}],
+        rules=[match_rule(names.GROUP, names.VERSION, ["slots"], ["UPDATE"])],
+        validations=[
+            validation("object.metadata.?labels.orValue({}) == "
+                   "oldObject.metadata.?labels.orValue({})",
+                   f"a Slot's labels are {kept} (agentrun.dev/<command>-*)"),
+            validation("object.metadata.?ownerReferences.orValue([]) == "
+                   "oldObject.metadata.?ownerReferences.orValue([]) && "
+                   "object.metadata.?finalizers.orValue([]) == "
+                   "oldObject.metadata.?finalizers.orValue([])",
+                   f"a Slot's owner references and finalizers are {kept}"),
+            validation("object.spec == oldObject.spec", f"a Slot's spec is {kept}"),
+            validation(f"{mine}.all(k, k in variables.old && variables.old[k] == variables.new[k])"
+                   f" && {theirs}.all(k, k in variables.new)",
+                   f"a Slot's {names.GROUP}/ annotations other than commands are {kept}"),
+        ])
+
+
+def accepted_configuration() -> list[Object]:
+    """Only the GitOps/admin identity sets, keeps or removes ``accepted``, or edits such data."""
+    label = f"'{names.ACCEPTED_LABEL}'"
+    carries = (f"object.metadata.?labels.orValue({{}}).exists(k, k == {label}) || "
+               f"(oldObject != null && oldObject.metadata.?labels.orValue({{}})"
+               f".exists(k, k == {label}))")
+    return policy_pair(
+        ACCEPTED_CONFIG,
+        conditions=[{"name": "accepted", "expression": carries},
+                    {"name": "not-an-accepter", "expression": f"!{accepter()}"}],
+        rules=[match_rule("", "v1", ["configmaps"], ["CREATE", "UPDATE"])],
+        validations=[validation("false", (
+            f"{names.ACCEPTED_LABEL} marks configuration accepted by the GitOps/admin identity "
+            f"(the verb '{ACCEPT_VERB}' on {CONFIGURATIONS}.{names.GROUP}, e.g. the "
+            "agentrun-launchspec-admin role): only it may set, keep or remove the label or "
+            "change an accepted ConfigMap; publish a new revision without it instead"))])
+
+
+def ours(side: str) -> str:
+    return (f"{side}.metadata.?labels.orValue({{}}).exists(k, k in "
+            f"{_strings(OPERATOR_LABELS)}) || {side}.metadata.?ownerReferences.orValue([])"
+            f".exists(r, r.apiVersion.startsWith('{names.GROUP}/'))")
+
+
+def operator_objects() -> list[Object]:
+    """Pods and ConfigMaps with the operator's labels or an agentrun.dev owner: its alone."""
+    return policy_pair(
+        OPERATOR_OBJECTS,
+        conditions=[{"name": "the-operators", "expression":
+                     f"{ours('object')} || (oldObject != null && ({ours('oldObject')}))"},
+                    {"name": "not-the-controller", "expression": f"!{controller()}"}],
+        rules=[match_rule("", "v1", ["pods", "configmaps"], ["CREATE", "UPDATE"])],
+        validations=[dynamic_validation("false", (
+            "object.kind + ' ' + object.metadata.name + ' carries the agentrun operator\\'s "
+            "labels or an agentrun.dev owner: only the operator creates or changes it; "
+            "use other labels and no agentrun.dev owner for your own objects'"))])
+
+
+def tenant_of(side: str) -> str:
+    return f"{side}.metadata.?labels.orValue({{}})[?'{names.TENANT_LABEL}']"
+
+
+def namespace_tenant() -> list[Object]:
+    """A namespace's tenant label is set, changed or removed only by a cluster admin."""
+    changed = (f"oldObject == null ? {tenant_of('object')}.hasValue() : "
+               f"{tenant_of('object')} != {tenant_of('oldObject')}")
+    assigner = (f"authorizer.group('{names.GROUP}').resource('{TENANTS}')"
+                f".check('{ASSIGN_VERB}').allowed()")
+    return policy_pair(
+        NAMESPACE_TENANT,
+        conditions=[{"name": "tenant-label-changed", "expression": changed},
+                    {"name": "not-a-tenant-admin", "expression": f"!{assigner}"}],
+        rules=[match_rule("", "v1", ["namespaces"], ["CREATE", "UPDATE"])],
+        validations=[validation("false", (
+            f"{names.TENANT_LABEL} names the namespace's tenant and is set by a cluster admin "
+            f"(the verb '{ASSIGN_VERB}' on {TENANTS}.{names.GROUP}); ask one to set or "
+            "change it"))])
+
+
+def tenant_values() -> list[Object]:
+    """An AgentRun's ``spec.tenant``, where given, is its namespace's tenant."""
+    return policy_pair(
+        TENANT_VALUES,
+        rules=[match_rule(names.GROUP, names.VERSION, ["agentruns"], ["CREATE", "UPDATE"])],
+        validations=[dynamic_validation(
+            f"!has(object.spec.tenant) || {tenant_of('namespaceObject')}"
+            ".orValue('') == object.spec.tenant",
+            "'spec.tenant must be the namespace\\'s tenant (its label "
+            f"{names.TENANT_LABEL}, here ' + {tenant_of('namespaceObject')}.orValue('none') "
+            "+ '), or left out'")])
+
+
+def validating_policies() -> list[Object]:
+    """Every policy but the attempt Leases' (``core.leasepolicy``, which builds on these)."""
+    return [*slot_commands(), *slot_changes(), *accepted_configuration(), *operator_objects(),
+            *namespace_tenant(), *tenant_values()]

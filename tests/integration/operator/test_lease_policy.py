@@ -1,0 +1,118 @@
+"""Attempt Leases: only the holder's pod renews its own, never a tombstone (issue 7, item 6).
+
+With the shipped validating policies in force (``serial``) and worker tokens bound to the
+attempt pods (``kubectl create token --bound-object-kind Pod``; no node needed). Attempt 1
+fails and is tombstoned, attempt 2 runs. Covers: the holder's token renews its Lease; the
+stale worker of attempt 1 can renew neither its tombstoned Lease nor attempt 2's; the
+holder cannot change anything but ``spec.renewTime``, nor delete or create an attempt
+Lease; a person with ``update`` on leases cannot renew one; other Leases are not matched;
+the namespace controller still empties a deleted namespace.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import kubernetes
+import pytest
+from operators import OperatorProcess
+from scenarios import Scenario
+from waiting import wait_for, wait_for_default_service_account
+
+pytestmark = pytest.mark.serial
+LEASE_RIGHTS = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "verbs": ["get", "create", "update", "patch", "delete"]}]
+
+
+def grant(scenario: Scenario, name: str, subject: dict[str, str]) -> None:
+    scenario.rbac.create_namespaced_role(scenario.namespace, {
+        "metadata": {"name": name}, "rules": LEASE_RIGHTS})
+    scenario.rbac.create_namespaced_role_binding(scenario.namespace, {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [subject]})
+
+
+def token_for(scenario: Scenario, pod: str) -> str:
+    made = scenario.cluster.kubectl("-n", scenario.namespace, "create", "token", "default",
+                                    "--bound-object-kind", "Pod", "--bound-object-name", pod)
+    assert made.returncode == 0, made.stderr
+    return made.stdout.strip()
+
+
+def renew(scenario: Scenario, lease: str, *, token: str | None = None, user: str = "admin",
+          spec: dict[str, object] | None = None) -> tuple[int, str]:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    patch = json.dumps({"spec": spec or {"renewTime": now}})
+    auth = ("--token", token) if token else ()
+    result = scenario.cluster.kubectl(*auth, "-n", scenario.namespace, "patch", "lease",
+                                      lease, "--type=merge", "-p", patch, user=user)
+    return result.returncode, result.stderr
+
+
+def test_only_the_holders_pod_renews_and_never_a_tombstone(
+        scenario: Scenario, operator: OperatorProcess, validating: None) -> None:
+    scenario.grant_editor("alice")
+    scenario.configs()
+    scenario.launch_spec("cpu-workers", classes=["cpu"], lease_seconds=30)
+    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
+    scenario.run("study", user="alice", max_attempts=2)
+    slot = scenario.slot_name_eventually("study", "research")
+    scenario.wait_state(slot, "Active")
+    first, second = f"{slot}-1", f"{slot}-2"
+    grant(scenario, "worker-leases", {"kind": "ServiceAccount", "name": "default",
+                                      "namespace": scenario.namespace})
+    grant(scenario, "alice-leases", {"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                     "name": "alice"})
+    stale = token_for(scenario, first)
+    assert renew(scenario, first, token=stale)[0] == 0  # the holder renews its own
+
+    scenario.finish(first, "Failed", exit_code=1)
+    wait_for(lambda: scenario.slot(slot)["status"].get("activeWorker") == second, timeout=60,
+             message="attempt 2 active")
+    wait_for(lambda: (scenario.lease(first) or {}).get("metadata", {}).get(
+        "annotations", {}).get("agentrun.dev/outcome"), timeout=30,
+        message="attempt 1's lease tombstoned")
+    tombstone = scenario.lease(first)
+    code, error = renew(scenario, first, token=stale)
+    assert code != 0 and f"Lease {first} is tombstoned" in error, error
+    code, error = renew(scenario, second, token=stale)
+    assert code != 0 and f"Lease {second} is held by pod {second}" in error, error
+
+    holder = token_for(scenario, second)
+    assert renew(scenario, second, token=holder)[0] == 0
+    code, error = renew(scenario, second, token=holder, spec={"leaseDurationSeconds": 86400})
+    assert code != 0 and "only spec.renewTime" in error, error
+    deleted = scenario.cluster.kubectl("--token", holder, "-n", scenario.namespace, "delete",
+                                       "lease", second)
+    assert deleted.returncode != 0 and "the operator's record" in deleted.stderr
+    created = scenario.cluster.kubectl("--token", holder, "-n", scenario.namespace, "create",
+                                       "-f", "-", input=json.dumps({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": f"{slot}-3", "labels": {"agentrun.dev/attempt": "3"}},
+        "spec": {"holderIdentity": f"{slot}-3"}}))
+    assert created.returncode != 0 and "the operator's record" in created.stderr
+    code, error = renew(scenario, second, user="alice")
+    assert code != 0 and "with a token bound to that pod" in error, error
+
+    assert scenario.lease(first) == tombstone  # nothing got through
+    lease = scenario.lease(second) or {}
+    assert lease["spec"]["leaseDurationSeconds"] == 30
+    # A Lease of the worker's own, without the attempt label, is not the policy's business.
+    own = scenario.cluster.kubectl("--token", holder, "-n", scenario.namespace, "create",
+                                   "-f", "-", input=json.dumps({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "my-own-lock"}, "spec": {"holderIdentity": "me"}}))
+    assert own.returncode == 0, own.stderr
+
+    # The namespace controller empties a deleted namespace, attempt Leases included.
+    scenario.core.delete_namespace(scenario.namespace)
+
+    def gone() -> bool:
+        try:
+            scenario.core.read_namespace(scenario.namespace)
+        except kubernetes.client.ApiException as error:
+            return error.status == 404
+        return False
+    wait_for(gone, timeout=120, message="the namespace deleted, its Leases with it")
