@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
-from agentrun.api import names
+from agentrun.api import bounds, names
 from agentrun.api.conditions import Conditions
 from agentrun.api.configs import WORKER_CLASS_PATTERN
 from agentrun.api.meta import ObjectMeta
@@ -43,7 +43,8 @@ class Scope(Model):
 
 
 class LeaseSettings(Model):
-    duration_seconds: int = Field(default=30, ge=5, le=3600)
+    duration_seconds: int = Field(default=30, ge=bounds.MIN_LEASE_SECONDS,
+                                  le=bounds.MAX_LEASE_SECONDS)
 
 
 class PodTemplateSpec(Model):

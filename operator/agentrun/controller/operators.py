@@ -18,6 +18,7 @@ from typing import Any, cast
 import kopf
 import kubernetes
 
+from agentrun.api import bounds
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import SlotState
 from agentrun.controller import runs, scheduling, slots
@@ -155,7 +156,8 @@ class Operator:
         await asyncio.gather(*(self.trigger(key) for key in waiting))
 
     def post(self, body: dict[str, Any], event: guards.Event) -> None:
+        message = bounds.clip(event.message, limit=bounds.MESSAGE_CHARS)
         with contextlib.suppress(LookupError):  # outside Kopf's context: log only
             kopf.event(kopf.Body(cast(kopf.RawBody, body)), type=event.type,
-                       reason=event.reason, message=event.message[:1024])
-        self.logger.info("%s %s: %s", event.type, event.reason, event.message)
+                       reason=event.reason, message=message)
+        self.logger.info("%s %s: %s", event.type, event.reason, message)

@@ -80,7 +80,7 @@ class SlotReconciler(loops.Reconciler):
         slot = reader.slot(namespace, name)
         if slot is None:
             return None
-        now = self.clock()
+        now, ticks = self.clock(), self.ticks()
         status = slot.status
         run = reader.run(namespace, slot.spec.run)
         if run is not None and (run.metadata.deletion_timestamp is not None or not any(
@@ -105,7 +105,7 @@ class SlotReconciler(loops.Reconciler):
             lease = reader.lease(namespace, worker)
             attempt = worlds.AttemptObjects(name=worker, pod=reader.pod(namespace, worker),
                                            lease=lease)
-            observation = self.observe(namespace, worker, lease, now)
+            observation = self.observe(namespace, worker, lease, ticks)
             if lease is not None:
                 first_seen = self.first_seen.get(
                     (namespace, worker, lease["metadata"].get("uid", "")))
@@ -125,7 +125,7 @@ class SlotReconciler(loops.Reconciler):
             launch_specs=reader.launch_specs(namespace) if selecting else (),
             snapshots=reader.launch_spec_snapshots(namespace, name) if selecting else frozenset(),
             launch_spec=launch_spec, launch_spec_error=error, attempt=attempt,
-            observation=observation, first_seen=first_seen, override=override,
+            observation=observation, ticks=ticks, first_seen=first_seen, override=override,
             pins_problem=pins_problem,
             commands_refused=stamping.refused if stamping else None,
             stamping_since=stamping.since if stamping else None)
@@ -138,13 +138,14 @@ class SlotReconciler(loops.Reconciler):
                 del memory[key]
 
     def observe(self, namespace: str, worker: str, lease: reads.Object | None,
-                now: datetime) -> observations.LeaseObservation | None:
+                ticks: datetime) -> observations.LeaseObservation | None:
+        """Remember when (on the monotonic clock ``ticks``) a change of renewTime was seen."""
         if lease is None:
             return None
         key = (namespace, worker, lease["metadata"].get("uid", ""))
-        self.first_seen.setdefault(key, now)
+        self.first_seen.setdefault(key, self.clock())
         observed = observations.observe(previous=self.renewals.get(key),
-                                        lease=observations.lease_view(lease), now=now)
+                                        lease=observations.lease_view(lease), now=ticks)
         if observed is not None:
             self.renewals[key] = observed
         return observed

@@ -11,10 +11,16 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from agentrun.api import names
+from agentrun.api import bounds, names
 from agentrun.api.slots import Outcome
 from agentrun.core import attempts, claims, guards, owners, retries, transitions, worlds
-from agentrun.core.observations import LeaseStatus, lease_status, lease_view, pod_view
+from agentrun.core.observations import (
+    LeaseStatus,
+    LeaseView,
+    lease_status,
+    lease_view,
+    pod_view,
+)
 
 GONE_WAIT = timedelta(seconds=2)  # how soon to look again for a leftover being collected
 
@@ -125,8 +131,10 @@ def active_step(world: worlds.World) -> worlds.Step:
     lease = lease_view(objects.lease)
     started = started_at(world, objects.name)
     deadline = start_deadline(world)
+    duration = lease_duration(world, lease)
     judged = lease_status(observation=world.observation, lease=lease, now=world.now,
-                          claimed_at=started, start_deadline_seconds=deadline)
+                          claimed_at=started, start_deadline_seconds=deadline,
+                          lease_duration_seconds=duration, ticks=world.ticks)
     verdict = attempts.judge(pod=pod, lease=judged, renewed=world.observation is not None)
     if verdict.delete_pod:
         return worlds.DeletePod(name=objects.name, uid=pod.uid, message=verdict.message)
@@ -135,9 +143,10 @@ def active_step(world: worlds.World) -> worlds.Step:
             return worlds.Wait(message=verdict.message)
         if world.observation is None:
             until = started + timedelta(seconds=deadline)
-        else:
-            until = world.observation.observed_at + timedelta(
-                seconds=lease.duration_seconds or 0)
+        else:  # the expiry on the monotonic clock, said as a wall time for the scheduler
+            left = (world.observation.observed_at + timedelta(seconds=duration)
+                    - (world.ticks or world.now))
+            until = world.now + left
         return worlds.Wait(message=verdict.message, until=until)
     assert verdict.outcome is not None
     message = f"attempt {objects.name} ended {verdict.outcome}: {verdict.message}"
@@ -148,6 +157,18 @@ def active_step(world: worlds.World) -> worlds.Step:
         event=guards.Event(type="Normal" if verdict.outcome is Outcome.SUCCEEDED else "Warning",
                            reason="AttemptEnded", message=message),
         point="attempt-ended")
+
+
+def lease_duration(world: worlds.World, lease: LeaseView) -> int:
+    """The pinned lease duration; the Lease's own field only if no pinned spec is readable.
+
+    The holder can write ``leaseDurationSeconds``; even then it is held to the bounds a
+    LaunchSpec may set, so a Lease cannot keep an attempt alive longer than any spec could.
+    """
+    if world.launch_spec is not None:
+        return world.launch_spec.lease.duration_seconds
+    own = lease.duration_seconds or bounds.MIN_LEASE_SECONDS
+    return min(max(own, bounds.MIN_LEASE_SECONDS), bounds.MAX_LEASE_SECONDS)
 
 
 def start_deadline(world: worlds.World) -> int:

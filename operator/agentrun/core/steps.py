@@ -60,6 +60,12 @@ def next_step(world: worlds.World) -> worlds.Step:
         fence = attemptsteps.fence_step(world)
         if fence is not None:
             return fence
+    if status.state is SlotState.ACTIVE:
+        # Judging the attempt comes before any command: no command, however bad, may
+        # delay the end of an attempt whose pod has finished or whose lease expired.
+        judged = attemptsteps.active_step(world)
+        if not isinstance(judged, worlds.Wait):
+            return judged
     pending = commands.pending(world.slot.metadata.annotations,
                                managed_fields=world.slot.metadata.managed_fields)
     if pending is not None:
@@ -127,10 +133,6 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
     """Decide a pending command into the ledger; once it is there, remove its annotations."""
     status = world.slot.status
     command = pending.command
-    if pending.malformed is not None:
-        return worlds.RemoveCommand(keys=pending.keys, event=guards.Event(
-            type="Warning", reason="CommandRejected",
-            message=f"{command.kind} not processed: {pending.malformed}"))
     seen = guards.seen(status, command.request_id)
     if seen is not None:
         if seen.kind is command.kind:
@@ -139,6 +141,12 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
             type="Warning", reason="CommandRejected",
             message=(f"{command.kind} {command.request_id} not processed: the request id was "
                      f"already used by a {seen.kind} command; use a new request id")))
+    if pending.malformed is not None:
+        decision = guards.reject(command=command, status=status, predicate=pending.predicate,
+                                 message=f"{pending.malformed}; fix the command and re-issue "
+                                         "it with a new request id", now=world.now)
+        return worlds.WriteStatus(status=decision.status, event=decision.event,
+                                  point="command-ledger")
     refused = refusal(world, pending)
     if refused is not None:
         reason, message = refused
@@ -160,10 +168,16 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
                                  now=world.now)
         return worlds.WriteStatus(status=decision.status, event=decision.event,
                                   point="command-ledger")
-    decision = guards.decide(
-        command=dataclasses.replace(command, override=world.override),
-        slot=slot, tenant=world.tenant, prior=prior(world), launch_specs=world.launch_specs,
-        now=world.now)
+    try:
+        decision = guards.decide(
+            command=dataclasses.replace(command, override=world.override),
+            slot=slot, tenant=world.tenant, prior=prior(world),
+            launch_specs=world.launch_specs, now=world.now)
+    except ValueError as error:  # includes a model's ValidationError, IllegalTransition
+        # A command that cannot be decided is rejected into the ledger, never retried forever.
+        decision = guards.reject(command=command, status=status, predicate=Predicate.MALFORMED,
+                                 message=f"the command could not be decided ({error})",
+                                 now=world.now)
     new = decision.status
     if decision.accepted and decision.choice is not None:
         pinned = new.launch_spec
@@ -214,7 +228,8 @@ def prior(world: worlds.World) -> guards.Prior | None:
     return guards.Prior(pod=pod.phase, lease=lease_status(
         observation=world.observation, lease=lease, now=world.now,
         claimed_at=attemptsteps.started_at(world, objects.name),
-        start_deadline_seconds=attemptsteps.start_deadline(world)))
+        start_deadline_seconds=attemptsteps.start_deadline(world),
+        lease_duration_seconds=attemptsteps.lease_duration(world, lease), ticks=world.ticks))
 
 
 def pending_step(world: worlds.World) -> worlds.Step:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from agentrun.api import conditions
+from agentrun.api import bounds, conditions
 from agentrun.api.runs import ClaimPolicy
 from agentrun.api.slots import (
     ATTEMPTS_KEPT,
@@ -173,7 +173,8 @@ def _close(status: SlotStatus, *, worker: str, outcome: Outcome, message: str,
         attempts = _append_attempt(status, _new_record(status, worker=worker, now=now))
     else:
         attempts = list(status.attempts)
-    return [a.model_copy(update={"ended_at": now, "outcome": outcome, "reason": message,
+    reason = bounds.clip(message, limit=bounds.RECORD_MESSAGE_CHARS)
+    return [a.model_copy(update={"ended_at": now, "outcome": outcome, "reason": reason,
                                  "exit_code": exit_code})
             if a.pod == worker and a.ended_at is None else a for a in attempts]
 

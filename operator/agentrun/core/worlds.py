@@ -43,6 +43,8 @@ class World:
     command written before then was not stamped). ``pins_problem``: why the run's pinned
     configuration snapshots cannot be mounted as pinned (read only while Claiming).
     ``first_seen``: when this process first read the attempt's lease (on its own clock).
+    ``ticks``: now on the operator's monotonic clock, the clock of ``observation`` (None:
+    the same as ``now``, as in tests that move one clock).
     ``run`` is None when the slot has no live run to serve: gone, being deleted, or not
     the run that controls this slot (a same-name run created later).
     """
@@ -63,6 +65,7 @@ class World:
     stamping_since: datetime | None = None
     pins_problem: str | None = None
     first_seen: datetime | None = None
+    ticks: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
