@@ -41,7 +41,7 @@ ELLIPSIS: Final = "…"
 
 # Numbers in specs: each keeps the core's sums within int64 seconds and ``datetime``.
 MAX_DEADLINE_SECONDS: Final = 10 * 366 * 86400  # activeDeadlineSeconds: ten years
-MAX_REVISION: Final = 10**18 - 1  # a revision label has at most 18 digits
+MAX_REVISION: Final = 2**53 - 1  # exact as a JSON number (the API server's bounds are float64)
 MIN_LEASE_SECONDS: Final = 5  # LaunchSpec lease.durationSeconds
 MAX_LEASE_SECONDS: Final = 3600
 MAX_ATTEMPT_NUMBER: Final = 1000  # attempt numbers (and so Lease records) per slot
