@@ -42,7 +42,7 @@ NOT_A_TENANT: Final = "NotATenantNamespace"
 TENANT_MISMATCH: Final = "TenantMismatch"
 
 # A revision label is canonical decimal, no sign and no leading zero, so that "1" and "01"
-# can never be two spellings of one revision; at most ``bounds.MAX_REVISION`` (2^53 − 1,
+# can never be two spellings of one revision; at most ``bounds.MAX_REVISION`` (2^53 - 1,
 # exact in every JSON number, so the CRD's maximum is exact too).
 _REVISION: Final = re.compile(r"[1-9][0-9]{0,15}")
 _MAX_DETAIL: Final = 2000
