@@ -110,9 +110,13 @@ def request_id_problem(key: str, request_id: str) -> str | None:
                           pattern=bounds.REQUEST_ID_PATTERN)
 
 
-def invalid_id(request_id: str) -> str:
-    """The ledger id under which a command with an unusable request id is recorded."""
-    return f"invalid-{hashlib.sha256(request_id.encode()).hexdigest()[:16]}"
+def invalid_id(key: str, request_id: str) -> str:
+    """The ledger id under which a command with an unusable request id is recorded.
+
+    Hashed with its annotation ``key``, so the same bad id under two kinds of command is
+    two entries, not a request id reused.
+    """
+    return f"invalid-{hashlib.sha256(f'{key}={request_id}'.encode()).hexdigest()[:16]}"
 
 
 def pending(annotations: Mapping[str, str], *,
@@ -131,7 +135,7 @@ def pending(annotations: Mapping[str, str], *,
         values = {field: annotations.get(key) for field, key in shape.fields.items()}
         malformed = request_id_problem(shape.id, request_id)
         if malformed is not None:
-            request_id = invalid_id(request_id)
+            request_id = invalid_id(shape.id, request_id)
         predicate = Predicate.MALFORMED
         checked = [(shape.actor, "actor", actor),
                    *((shape.fields[field], field, value) for field, value in values.items())]

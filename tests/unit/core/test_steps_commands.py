@@ -71,7 +71,7 @@ def test_a_malformed_request_id_is_rejected_into_the_ledger_under_a_derived_id(
     annotations = f.command("hold", request_id, reason="look")
     step = expect(steps.next_step(f.world(f.ready(), annotations=annotations)), WriteStatus)
     entry = ledger_entry(step)
-    assert entry.request_id == commands.invalid_id(request_id)
+    assert entry.request_id == commands.invalid_id(names.HOLD_ID, request_id)
     assert (entry.outcome, entry.predicate) == ("Rejected", Predicate.MALFORMED)
     assert entry.message.startswith("agentrun.dev/hold-id ")
     assert step.event is not None
