@@ -51,3 +51,12 @@ def test_a_due_wait_comes_due_by_the_wall_clock() -> None:
     schedule.note(PENDING, state=SlotState.RETRY_WAIT, until=T0 + timedelta(seconds=10))
     assert schedule.take_due(T0) == set()
     assert schedule.take_due(T0 + timedelta(seconds=10)) == {PENDING}
+
+
+def test_a_claiming_slot_that_waits_is_not_ticked() -> None:
+    """A claim refused by a quota is tried again at its own pace, not on every tick."""
+    schedule = scheduling.Schedule(ticks=Ticks())
+    schedule.note(ACTIVE, state=SlotState.CLAIMING, until=T0 + timedelta(seconds=10))
+    assert schedule.take_due(T0) == set()
+    schedule.note(ACTIVE, state=SlotState.CLAIMING, until=None)
+    assert schedule.take_due(T0) == {ACTIVE}

@@ -64,7 +64,8 @@ class Schedule:
 
     def note(self, key: Key, *, state: SlotState | None, until: datetime | None) -> None:
         self.known.add(key)
-        if state in (SlotState.ACTIVE, SlotState.CLAIMING):
+        # A Claiming slot that waits (a quota, a leftover being collected) waits its time.
+        if state is SlotState.ACTIVE or (state is SlotState.CLAIMING and until is None):
             self.active.add(key)
         else:
             self.active.discard(key)

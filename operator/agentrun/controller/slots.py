@@ -68,8 +68,7 @@ class SlotReconciler(loops.Reconciler):
             if isinstance(decided, worlds.Wait):
                 result.wait = decided
                 return True
-            self.apply(world, decided, result)
-            return False
+            return self.apply(world, decided, result)
 
         result.retry = not loops.settle(step, what=f"slot {namespace}/{name}",
                                         logger=self.logger, max_steps=MAX_STEPS)
@@ -150,7 +149,8 @@ class SlotReconciler(loops.Reconciler):
             self.renewals[key] = observed
         return observed
 
-    def apply(self, world: worlds.World, step: worlds.Step, result: Result) -> None:
+    def apply(self, world: worlds.World, step: worlds.Step, result: Result) -> bool:
+        """Apply one step; True when it ended in a Wait (a create refused by a quota)."""
         slot = world.slot
         namespace = slot.metadata.namespace or ""
         if isinstance(step, worlds.WriteStatus):
@@ -173,8 +173,16 @@ class SlotReconciler(loops.Reconciler):
                         message=f"could not create {step.body['kind']} "
                                 f"{step.body['metadata']['name']}: {rejected}")))
                     raise
-                failed = attemptsteps.claim_failed(world, message=str(rejected))
-                self.apply(world, failed, result)
+                if attemptsteps.is_quota_refusal(status=rejected.status,
+                                                 message=str(rejected)):
+                    then = attemptsteps.quota_refused(world, kind=step.body["kind"],
+                                                      message=str(rejected))
+                else:
+                    then = attemptsteps.claim_failed(world, message=str(rejected))
+                if isinstance(then, worlds.Wait):
+                    result.wait = then
+                    return True
+                return self.apply(world, then, result)
         elif isinstance(step, worlds.DeletePod):
             self.writer.delete_pod(namespace=namespace, name=step.name, uid=step.uid,
                                    point=step.point)
@@ -191,3 +199,4 @@ class SlotReconciler(loops.Reconciler):
                 point=step.point)
             if step.event is not None:
                 result.events.append((slot, step.event))
+        return False

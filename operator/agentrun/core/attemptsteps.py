@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from agentrun.api import bounds, names
+from agentrun.api import bounds, conditions, names
 from agentrun.api.slots import Outcome
 from agentrun.core import attempts, claims, guards, owners, retries, transitions, worlds
 from agentrun.core.observations import (
@@ -110,6 +110,33 @@ def claiming_step(world: worlds.World) -> worlds.Step:
     return worlds.WriteStatus(status=transitions.finish_claim(
         status, now=world.now, pod_uid=(objects.pod.get("metadata") or {}).get("uid")),
         event=guards.Event(type="Normal", reason="Claimed", message=message), point="active")
+
+
+QUOTA_WAIT = timedelta(seconds=10)  # how soon to try a create refused by a quota again
+
+
+def is_quota_refusal(*, status: int, message: str) -> bool:
+    """A create refused by a ResourceQuota (403 "exceeded quota"), not by a policy."""
+    return status == 403 and "exceeded quota" in message
+
+
+def quota_refused(world: worlds.World, *, kind: str, message: str) -> worlds.Step:
+    """A claim's create refused by a quota: wait under ``QuotaExceeded``, spend no attempt.
+
+    The attempt number stays pending (Claiming) and the create is tried again; a quota is
+    a namespace's limit on what runs at once, not a fault of this attempt.
+    """
+    status = world.slot.status
+    text = (f"creating the {kind} of attempt {status.pending_worker} was refused by a "
+            f"ResourceQuota; it is tried again every {int(QUOTA_WAIT.total_seconds())} s "
+            f"until the quota allows it: {message}")
+    new = status.model_copy(update={"conditions": conditions.set_condition(
+        status.conditions, type_=transitions.QUOTA_EXCEEDED, status="True",
+        reason="QuotaExceeded", message=text, now=world.now)})
+    if new != status:
+        return worlds.WriteStatus(status=new, point="quota-exceeded", event=guards.Event(
+            type="Warning", reason="QuotaExceeded", message=text))
+    return worlds.Wait(message=text, until=world.now + QUOTA_WAIT)
 
 
 def claim_failed(world: worlds.World, *, message: str) -> worlds.WriteStatus:

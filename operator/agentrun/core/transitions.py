@@ -34,6 +34,7 @@ REOPENED = "Reopened"
 AWAITING_REASSIGNMENT = "AwaitingReassignment"
 COMMAND_REJECTED = "CommandRejected"
 SUCCEEDED = "Succeeded"
+QUOTA_EXCEEDED = "QuotaExceeded"  # a claim waits for a ResourceQuota (no attempt spent)
 
 OPEN_STATES = frozenset({SlotState.PENDING, SlotState.READY, SlotState.CLAIMING,
                          SlotState.ACTIVE, SlotState.RETRY_WAIT})
@@ -157,6 +158,7 @@ def finish_claim(status: SlotStatus, *, now: datetime, pod_uid: str | None = Non
     worker = status.pending_worker
     assert worker is not None
     return status.model_copy(update={
+        "conditions": conditions.remove(status.conditions, QUOTA_EXCEEDED),
         "state": SlotState.ACTIVE,
         "active_worker": worker,
         "pending_worker": None,
@@ -202,7 +204,8 @@ def fail_claim(status: SlotStatus, *, message: str, policy: retries.Effective,
     _require(status, "fail a claim on", SlotState.CLAIMING)
     worker = status.pending_worker
     assert worker is not None
-    return _wait_or_exhaust(status, policy=policy, now=now, update={
+    return _wait_or_exhaust(status.model_copy(update={"conditions": conditions.remove(
+        status.conditions, QUOTA_EXCEEDED)}), policy=policy, now=now, update={
         "pending_worker": None,
         "prior_worker": worker,
         "next_owner_actor": None,
@@ -252,7 +255,8 @@ def fail(status: SlotStatus, *, reason: str, message: str, now: datetime) -> Slo
             "attempts": _close(status, worker=live, outcome=Outcome.GAVE_UP, message=message,
                                exit_code=None, now=now),
         }
-    conds = conditions.remove(status.conditions, AWAITING_REASSIGNMENT)
+    conds = conditions.remove(conditions.remove(status.conditions, AWAITING_REASSIGNMENT),
+                              QUOTA_EXCEEDED)
     conds = conditions.set_condition(conds, type_=SUCCEEDED, status="False", reason=reason,
                                      message=message, now=now)
     return status.model_copy(update={
