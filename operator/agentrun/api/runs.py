@@ -46,6 +46,9 @@ class AgentRunSpec(Model):
     active_deadline_seconds: int | None = Field(default=None, ge=1,
                                                 le=bounds.MAX_DEADLINE_SECONDS)
     suspend: bool = False
+    max_active: int | None = Field(
+        default=None, ge=1, le=1000,
+        description="at most this many of the run's slots have an attempt Claiming or Active")
 
 
 class Pin(Model):

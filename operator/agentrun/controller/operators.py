@@ -26,6 +26,7 @@ from agentrun.core import clocks, guards
 from agentrun.kube import clients, reads, rest, writes
 
 Key = scheduling.Key
+BUSY = frozenset({SlotState.CLAIMING, SlotState.ACTIVE})
 RETRY_BACKOFF = timedelta(seconds=5)  # after an unexpected error (a 500, a timeout, a quota)
 
 
@@ -119,6 +120,8 @@ class Operator:
         self.schedule.note(key, state=result.state, until=until)
         if previous is not result.state and result.run is not None:
             await self.trigger(("AgentRun", namespace, result.run))
+            if previous in BUSY and result.state not in BUSY:
+                await self.wake_slots(namespace, result.run)  # one under maxActive may go
             if result.state in (SlotState.SUCCEEDED, SlotState.FAILED):
                 await self.wake_pending(namespace)
 

@@ -90,10 +90,18 @@ class SlotReconciler(loops.Reconciler):
         reassigning = pending is not None and pending.command.kind is CommandKind.REASSIGN
         selecting = status.state is SlotState.PENDING or reassigning
         dependencies: dict[str, SlotState] = {}
+        active_in_run = 0
         if run is not None and status.state is SlotState.PENDING and slot.spec.depends_on:
             siblings = reader.slots_of(namespace, slot.spec.run)
             dependencies = {node: s.status.state
                             for node, s in runs.own_slots(run=run, slots=siblings).items()}
+        elif run is not None and run.spec.max_active is not None and status.state in (
+                SlotState.READY, SlotState.RETRY_WAIT):
+            siblings = reader.slots_of(namespace, slot.spec.run)
+            active_in_run = sum(
+                1 for s in runs.own_slots(run=run, slots=siblings).values()
+                if s.metadata.name != name
+                and s.status.state in (SlotState.CLAIMING, SlotState.ACTIVE))
         launch_spec, error = (reader.pinned_launch_spec(namespace, status.launch_spec)
                               if status.launch_spec is not None else (None, None))
         worker = steps.needs_attempt_objects(status)
@@ -125,6 +133,7 @@ class SlotReconciler(loops.Reconciler):
             snapshots=reader.launch_spec_snapshots(namespace, name) if selecting else frozenset(),
             launch_spec=launch_spec, launch_spec_error=error, attempt=attempt,
             observation=observation, ticks=ticks, first_seen=first_seen, override=override,
+            active_in_run=active_in_run,
             pins_problem=pins_problem,
             commands_refused=stamping.refused if stamping else None,
             stamping_since=stamping.since if stamping else None)

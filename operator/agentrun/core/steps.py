@@ -161,11 +161,14 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
                       "the actor-stamping admission policy is installed", world.now)
     slot = world.slot.model_copy(update={"status": status})
     assert world.run is not None
-    if command.kind is CommandKind.CLAIM and world.run.spec.suspend:
+    limit = world.run.spec.max_active
+    busy = limit is not None and world.active_in_run >= limit
+    if command.kind is CommandKind.CLAIM and (world.run.spec.suspend or busy):
+        why = ("the run is suspended (spec.suspend); resume it first" if world.run.spec.suspend
+               else f"the run already has {world.active_in_run} attempts Claiming or Active, "
+                    f"its spec.maxActive ({limit}); claim again when one has ended")
         decision = guards.reject(command=command, status=status,
-                                 predicate=Predicate.NOT_CLAIMABLE,
-                                 message="the run is suspended (spec.suspend); resume it first",
-                                 now=world.now)
+                                 predicate=Predicate.NOT_CLAIMABLE, message=why, now=world.now)
         return worlds.WriteStatus(status=decision.status, event=decision.event,
                                   point="command-ledger")
     try:
@@ -283,6 +286,12 @@ def claim_step(world: worlds.World) -> worlds.Step:
         # tombstoned by then): a pod still Terminating on a lost node may still act.
         return worlds.Wait(message=f"waiting until the pod of {status.prior_worker} is gone "
                                    f"(it is {pod_view(world.attempt.pod).phase})")
+    limit = world.run.spec.max_active
+    if limit is not None and world.active_in_run >= limit and transitions.may_be_claimed(
+            status, now=world.now):
+        return worlds.Wait(message=f"the run has {world.active_in_run} attempts Claiming or "
+                                   f"Active, its spec.maxActive ({limit}): waiting for one "
+                                   "to end")
     if transitions.is_claimable(status, now=world.now, claim_policy=world.run.spec.claim_policy):
         return worlds.WriteStatus(status=transitions.start_claim(
             status, slot=world.slot.metadata.name, now=world.now), point="claiming")

@@ -44,7 +44,8 @@ class World:
     configuration snapshots cannot be mounted as pinned (read only while Claiming).
     ``first_seen``: when this process first read the attempt's lease (on its own clock).
     ``ticks``: now on the operator's monotonic clock, the clock of ``observation`` (None:
-    the same as ``now``, as in tests that move one clock).
+    the same as ``now``, as in tests that move one clock). ``active_in_run``: how many
+    other slots of the run have an attempt Claiming or Active (read only under maxActive).
     ``run`` is None when the slot has no live run to serve: gone, being deleted, or not
     the run that controls this slot (a same-name run created later).
     """
@@ -66,6 +67,7 @@ class World:
     pins_problem: str | None = None
     first_seen: datetime | None = None
     ticks: datetime | None = None
+    active_in_run: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
