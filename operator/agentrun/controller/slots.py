@@ -21,6 +21,8 @@ from agentrun.core import (
     guards,
     observations,
     runs,
+    snapshots,
+    squats,
     steps,
     worlds,
 )
@@ -102,7 +104,9 @@ class SlotReconciler(loops.Reconciler):
                 1 for s in runs.own_slots(run=run, slots=siblings).values()
                 if s.metadata.name != name
                 and s.status.state in (SlotState.CLAIMING, SlotState.ACTIVE))
-        launch_spec, error = (reader.pinned_launch_spec(namespace, status.launch_spec)
+        uid = slot.metadata.uid or ""
+        launch_spec, error = (reader.pinned_launch_spec(namespace, status.launch_spec,
+                                                        slot_uid=uid)
                               if status.launch_spec is not None else (None, None))
         worker = steps.needs_attempt_objects(status)
         attempt = None
@@ -130,7 +134,8 @@ class SlotReconciler(loops.Reconciler):
             slot=slot, run=run, tenant=reader.tenant(namespace), now=now,
             dependencies=dependencies,
             launch_specs=reader.launch_specs(namespace) if selecting else (),
-            snapshots=reader.launch_spec_snapshots(namespace, name) if selecting else frozenset(),
+            snapshots=(reader.launch_spec_snapshots(namespace, name, slot_uid=uid)
+                       if selecting else frozenset()),
             launch_spec=launch_spec, launch_spec_error=error, attempt=attempt,
             observation=observation, ticks=ticks, first_seen=first_seen, override=override,
             active_in_run=active_in_run,
@@ -175,6 +180,16 @@ class SlotReconciler(loops.Reconciler):
                                  step.body["metadata"]["name"])
                 if exists.found is None:
                     raise writes.Conflict("created and deleted meanwhile") from None
+                if not step.claim and not snapshots.is_own(
+                        exists.found, body=step.body, slot_uid=slot.metadata.uid or ""):
+                    then = squats.slot_step(world, kind=step.body["kind"],
+                                            name=step.body["metadata"]["name"],
+                                            what=f"slot {slot.metadata.name}'s LaunchSpec "
+                                                 "snapshot")
+                    if isinstance(then, worlds.Wait):
+                        result.wait = then
+                        return True
+                    return self.apply(world, then, result)
             except writes.Rejected as rejected:
                 if not step.claim:
                     result.events.append((slot, guards.Event(

@@ -13,7 +13,7 @@ from typing import Any
 
 from agentrun.api import bounds, conditions, names
 from agentrun.api.slots import Outcome
-from agentrun.core import attempts, claims, guards, owners, retries, transitions, worlds
+from agentrun.core import attempts, claims, guards, owners, retries, squats, transitions, worlds
 from agentrun.core.observations import (
     LeaseStatus,
     LeaseView,
@@ -81,16 +81,20 @@ def claiming_step(world: worlds.World) -> worlds.Step:
     number = status.attempt_count
     uid = slot.metadata.uid or ""
     for found, kind in ((objects.lease, "Lease"), (objects.pod, "Pod")):
-        if found is None or claims.matches_attempt(found, slot_uid=uid, attempt=number):
+        if found is None or (
+                claims.matches_attempt(found, slot_uid=uid, attempt=number)
+                and claims.same_content(found, kind=kind, worker=worker,
+                                        launch_spec=world.launch_spec)):
             continue
         metadata = found.get("metadata") or {}
-        if metadata.get("ownerReferences") and not owners.controlled_by(metadata, uid):
+        if metadata.get("ownerReferences") and not owners.controlled_by(metadata, uid) and (
+                any(ref.get("controller") for ref in metadata["ownerReferences"])):
             # Left by an earlier slot of the same name: the garbage collector removes it.
             return worlds.Wait(message=f"a {kind} {worker} of an earlier slot of this name "
                                        "is still being garbage-collected",
                                until=world.now + GONE_WAIT)
-        return claim_failed(world, message=f"a {kind} named {worker} exists that is not "
-                                           f"attempt {number} of this slot")
+        return squats.slot_step(world, kind=kind, name=worker,
+                                what=f"attempt {number} of slot {slot.metadata.name}")
     if objects.lease is None:
         return worlds.Create(claim=True, point="claim-lease", body=claims.lease_body(
             slot=slot, attempt=number, owner_actor=status.next_owner_actor, tenant=world.tenant,

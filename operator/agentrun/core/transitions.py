@@ -35,6 +35,7 @@ AWAITING_REASSIGNMENT = "AwaitingReassignment"
 COMMAND_REJECTED = "CommandRejected"
 SUCCEEDED = "Succeeded"
 QUOTA_EXCEEDED = "QuotaExceeded"  # a claim waits for a ResourceQuota (no attempt spent)
+NAME_SQUATTED = "NameSquatted"  # an object under one of our names is not ours (core.squats)
 
 OPEN_STATES = frozenset({SlotState.PENDING, SlotState.READY, SlotState.CLAIMING,
                          SlotState.ACTIVE, SlotState.RETRY_WAIT})
@@ -102,7 +103,8 @@ def deps_met(
     """Pending → Ready: dependencies succeeded and a launch spec is pinned."""
     _require(status, "mark ready", SlotState.PENDING)
     return status.model_copy(update={
-        "state": SlotState.READY, "worker_class": worker_class, "launch_spec": launch_spec})
+        "state": SlotState.READY, "worker_class": worker_class, "launch_spec": launch_spec,
+        "conditions": conditions.remove(status.conditions, NAME_SQUATTED)})
 
 
 def start_claim(status: SlotStatus, *, slot: str, now: datetime) -> SlotStatus:
@@ -158,7 +160,8 @@ def finish_claim(status: SlotStatus, *, now: datetime, pod_uid: str | None = Non
     worker = status.pending_worker
     assert worker is not None
     return status.model_copy(update={
-        "conditions": conditions.remove(status.conditions, QUOTA_EXCEEDED),
+        "conditions": conditions.remove(conditions.remove(status.conditions, QUOTA_EXCEEDED),
+                                        NAME_SQUATTED),
         "state": SlotState.ACTIVE,
         "active_worker": worker,
         "pending_worker": None,
@@ -274,7 +277,8 @@ def reopen(status: SlotStatus, *, worker_class: str, launch_spec: PinnedLaunchSp
     records ``owner_actor`` on it.
     """
     _require(status, "reassign", SlotState.RETRY_WAIT)
-    conds = conditions.remove(status.conditions, AWAITING_REASSIGNMENT)
+    conds = conditions.remove(conditions.remove(status.conditions, AWAITING_REASSIGNMENT),
+                              NAME_SQUATTED)
     conds = conditions.set_condition(conds, type_=REOPENED, status="True", reason="Reassigned",
                                      message=message, now=now)
     return status.model_copy(update={

@@ -17,7 +17,7 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import launches, snapshots
+from agentrun.core import launches, owners, snapshots
 from agentrun.kube import rest
 
 Object = dict[str, Any]
@@ -114,13 +114,16 @@ class Reader:
         items: list[Object] = listed.get("items") or []
         return items
 
-    def launch_spec_snapshots(self, namespace: str, slot: str) -> frozenset[str]:
+    def launch_spec_snapshots(self, namespace: str, slot: str, *,
+                              slot_uid: str) -> frozenset[str]:
+        """The LaunchSpec snapshots this very slot controls (labels alone prove nothing)."""
         selector = f"{names.SLOT_LABEL}={slot},{names.SNAPSHOT_LABEL}=launchspec"
         return frozenset(cm["metadata"]["name"]
-                         for cm in self.configmaps(namespace, selector=selector))
+                         for cm in self.configmaps(namespace, selector=selector)
+                         if owners.controlled_by(cm["metadata"], slot_uid))
 
-    def pinned_launch_spec(self, namespace: str,
-                           pinned: PinnedLaunchSpec) -> tuple[LaunchSpecSpec | None, str | None]:
+    def pinned_launch_spec(self, namespace: str, pinned: PinnedLaunchSpec, *,
+                           slot_uid: str) -> tuple[LaunchSpecSpec | None, str | None]:
         """The pinned spec from its snapshot, or why it cannot be had."""
         key = (namespace, pinned.snapshot)
         if key in self._snapshots:
@@ -128,6 +131,9 @@ class Reader:
         found = self.configmap(namespace, pinned.snapshot)
         if found is None:
             return None, f"the LaunchSpec snapshot {pinned.snapshot} is missing"
+        if not owners.controlled_by(found.get("metadata") or {}, slot_uid):
+            return None, (f"the LaunchSpec snapshot {pinned.snapshot} is not the slot's own "
+                          "copy (another controller); delete it and reassign the slot")
         try:
             spec = snapshots.read(found, pinned=pinned)
         except ValueError as error:

@@ -174,7 +174,9 @@ def pod(number: int, phase: str | None = "Running", *, attempt_label: int | None
     if exit_code is not None:
         status["containerStatuses"] = [{"name": "worker",
                                         "state": {"terminated": {"exitCode": exit_code}}}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "status": status}
+    spec = {"containers": [{"name": "worker", "image": "example/worker:1"}]}  # CPU_SPEC's
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec,
+            "status": status}
 
 
 def lease(number: int, *, renew_time: str | None = None, duration: int = LEASE_SECONDS,
