@@ -220,7 +220,7 @@ class SlotReconciler(loops.Reconciler):
             self.writer.remove_annotations(
                 kind="Slot", namespace=namespace, name=slot.metadata.name,
                 resource_version=slot.metadata.resource_version, keys=step.keys,
-                point=step.point)
+                point=step.point, labels=step.labels)
             if step.event is not None:
                 result.events.append((slot, step.event))
         return False

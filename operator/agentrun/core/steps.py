@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timedelta
 
-from agentrun.api import conditions
+from agentrun.api import conditions, names
 from agentrun.api.slots import (
     TERMINAL_STATES,
     CommandKind,
@@ -52,6 +52,31 @@ ENDED_STATES = frozenset({SlotState.RETRY_WAIT, SlotState.SUCCEEDED, SlotState.F
 
 
 def next_step(world: worlds.World) -> worlds.Step:
+    """The one next write for this slot; when it is to wait, first its LaunchSpec label."""
+    step = _next_step(world)
+    labels = pinned_label(world)
+    if isinstance(step, worlds.Wait) and labels is not None:
+        return worlds.RemoveCommand(keys=(), labels=labels)
+    return step
+
+
+def pinned_label(world: worlds.World) -> dict[str, str] | None:
+    """The label naming the slot's pinned LaunchSpec, when it must change (else None).
+
+    ``kubectl get slots -l agentrun.dev/launch-spec=<name>`` lists the slots that pin a
+    spec. It rides on the annotation removal after a reassignment (no write of its own
+    there) and otherwise is written only when the slot has nothing else to do. A name
+    longer than a label value allows (63) is not labelled.
+    """
+    pinned = world.slot.status.launch_spec
+    if pinned is None or len(pinned.name) > names.MAX_NAME:
+        return None
+    if world.slot.metadata.labels.get(names.LAUNCH_SPEC_LABEL) == pinned.name:
+        return None
+    return {names.LAUNCH_SPEC_LABEL: pinned.name}
+
+
+def _next_step(world: worlds.World) -> worlds.Step:
     """The one next write for this slot (see the module docstring for the order)."""
     status = world.slot.status
     if world.run is None or world.slot.metadata.deletion_timestamp is not None:
@@ -136,7 +161,7 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
     seen = guards.seen(status, command.request_id)
     if seen is not None:
         if seen.kind is command.kind:
-            return worlds.RemoveCommand(keys=pending.keys)
+            return worlds.RemoveCommand(keys=pending.keys, labels=pinned_label(world))
         return worlds.RemoveCommand(keys=pending.keys, event=guards.Event(
             type="Warning", reason="CommandRejected",
             message=(f"{command.kind} {command.request_id} not processed: the request id was "

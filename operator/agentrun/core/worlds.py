@@ -105,9 +105,12 @@ class Tombstone:
 
 @dataclass(frozen=True, kw_only=True)
 class RemoveCommand:
+    """A metadata patch of the slot: remove command annotations, and set ``labels``."""
+
     keys: tuple[str, ...]
     event: guards.Event | None = None
     point: str = "remove-command"
+    labels: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -73,8 +73,11 @@ PINNED = PinnedLaunchSpec(name="cpu-spec", uid="uid-cpu-spec", generation=1,
 
 
 def slot(status: SlotStatus | None = None, *, run: str = RUN, node: str = NODE) -> Slot:
+    status = status or SlotStatus()
+    labels = ({names.LAUNCH_SPEC_LABEL: status.launch_spec.name}
+              if status.launch_spec is not None else {})
     return Slot(metadata=ObjectMeta(name=naming.slot_name(run=run, node=node), namespace=NS,
-                                    uid=SLOT_UID),
+                                    uid=SLOT_UID, labels=labels),
                 spec=SlotSpec(run=run, node=node, worker_class="cpu"),
                 status=status or SlotStatus())
 
