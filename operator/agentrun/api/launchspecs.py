@@ -79,10 +79,27 @@ class LaunchSpecSpec(Model):
         json_schema_extra={"x-kubernetes-validations": [RESTART_NEVER_RULE]})
 
 
+GENERATIONS_KEPT = 5
+
+
+class PinnedGeneration(Model):
+    generation: int = Field(ge=0)
+    slots: int = Field(ge=0, description="slots that pin this generation")
+
+
 class LaunchSpecStatus(Model):
+    """Written by the operator only: whether the template is valid, and who pins it.
+
+    ``pinnedBy`` counts every slot in the namespace that pins this spec (any generation);
+    ``generations`` the slots per generation, newest first, for the last few. The label
+    ``agentrun.dev/launch-spec`` on each slot gives the full list (``kubectl get -l``).
+    """
+
     conditions: Conditions = Field(default_factory=list)
     observed_generation: int | None = None
-    pinned_by: int | None = Field(default=None, description="slots that pin this spec")
+    pinned_by: int | None = Field(default=None, ge=0, description="slots that pin this spec")
+    generations: list[PinnedGeneration] = Field(default_factory=list,
+                                                max_length=GENERATIONS_KEPT)
 
 
 class LaunchSpec(Model):

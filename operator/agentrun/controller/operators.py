@@ -21,7 +21,7 @@ import kubernetes
 from agentrun.api import bounds
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import SlotState
-from agentrun.controller import runs, scheduling, slots
+from agentrun.controller import launchspecs, runs, scheduling, slots
 from agentrun.core import clocks, guards
 from agentrun.kube import clients, reads, rest, writes
 
@@ -47,6 +47,7 @@ def connection_info(*, context: str | None) -> kopf.ConnectionInfo:
 class Operator:
     slots: slots.SlotReconciler
     runs: runs.RunReconciler
+    launch_specs: launchspecs.LaunchSpecReconciler
     logger: logging.Logger
     tick: float
     schedule: scheduling.Schedule = field(default_factory=scheduling.Schedule)
@@ -63,6 +64,8 @@ class Operator:
         reader, writer = reads.Reader(client), writes.Writer(client)
         operator = cls(slots=slots.SlotReconciler(reader=reader, writer=writer, logger=logger),
                        runs=runs.RunReconciler(reader=reader, writer=writer, logger=logger),
+                       launch_specs=launchspecs.LaunchSpecReconciler(
+                           reader=reader, writer=writer, logger=logger),
                        logger=logger, tick=tick)
         operator.coalescer = scheduling.Coalescer(operator.reconcile, logger)
         return operator
@@ -107,6 +110,11 @@ class Operator:
         if kind == "AgentRun":
             await self.reconcile_run(key)
             return
+        if kind == "LaunchSpec":
+            done = await asyncio.to_thread(self.launch_specs.reconcile, namespace, name)
+            self.schedule.note(key, state=None,
+                               until=self.retry_at() if done.retry else done.until)
+            return
         result = await asyncio.to_thread(self.slots.reconcile, namespace, name)
         for slot, event in result.events:
             self.post(slot.model_dump(mode="json", by_alias=True), event)
@@ -118,6 +126,8 @@ class Operator:
             self.states[key] = result.state
         until = self.retry_at() if result.retry else result.wait.until if result.wait else None
         self.schedule.note(key, state=result.state, until=until)
+        if previous is not result.state and result.launch_spec is not None:
+            await self.trigger(("LaunchSpec", namespace, result.launch_spec))
         if previous is not result.state and result.run is not None:
             await self.trigger(("AgentRun", namespace, result.run))
             if previous in BUSY and result.state not in BUSY:

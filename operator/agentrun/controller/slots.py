@@ -40,6 +40,7 @@ class Result:
     wait: worlds.Wait | None = None
     state: SlotState | None = None
     run: str | None = None
+    launch_spec: str | None = None  # the pinned LaunchSpec's name, when pinned
     retry: bool = False  # it stopped on an error: look again after a backoff
 
 
@@ -66,6 +67,8 @@ class SlotReconciler(loops.Reconciler):
                 return True
             result.state = world.slot.status.state
             result.run = world.slot.spec.run
+            pinned = world.slot.status.launch_spec
+            result.launch_spec = pinned.name if pinned is not None else None
             decided = steps.next_step(world)
             if isinstance(decided, worlds.Wait):
                 result.wait = decided

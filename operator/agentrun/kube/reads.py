@@ -69,15 +69,17 @@ class Reader:
         found = self.custom_object("agentruns", namespace, name)
         return AgentRun.model_validate(found) if found else None
 
+    def slots_in(self, namespace: str) -> list[Slot]:
+        return [Slot.model_validate({**o, "kind": "Slot"})
+                for o in self.custom_objects("slots", namespace)]
+
     def slots_of(self, namespace: str, run: str) -> list[Slot]:
         """The slots whose ``spec.run`` is ``run`` (immutable), never by the run label.
 
         A person can change a label: a relabelled slot must still count for its run (its
         dependents would otherwise never start). The caller checks the controlling owner.
         """
-        return [Slot.model_validate({**o, "kind": "Slot"})
-                for o in self.custom_objects("slots", namespace)
-                if (o.get("spec") or {}).get("run") == run]
+        return [s for s in self.slots_in(namespace) if s.spec.run == run]
 
     def launch_specs(self, namespace: str) -> list[LaunchSpec]:
         return [LaunchSpec.model_validate({**o, "kind": "LaunchSpec"})
