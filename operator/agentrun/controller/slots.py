@@ -10,6 +10,7 @@ a restart can only make a lease live longer, never end an attempt early.
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -29,6 +30,7 @@ from agentrun.core import (
 from agentrun.kube import reads, writes
 
 MAX_STEPS = 32
+_LOCKS = threading.Lock()
 ObservationKey = tuple[str, str, str]  # namespace, lease name, lease uid
 
 
@@ -65,6 +67,16 @@ class SlotReconciler(loops.Reconciler):
             world = self.read_world(namespace, name)
             if world is None:
                 return True
+            if world.run is not None and world.run.spec.max_active is not None:
+                # Slots of a run under maxActive decide one at a time in this process, so
+                # the count each reads includes the claims the others just made.
+                with self.run_lock(namespace, world.slot.spec.run):
+                    return decide(self.read_world(namespace, name))
+            return decide(world)
+
+        def decide(world: worlds.World | None) -> bool:
+            if world is None:
+                return True
             result.state = world.slot.status.state
             result.run = world.slot.spec.run
             pinned = world.slot.status.launch_spec
@@ -78,6 +90,14 @@ class SlotReconciler(loops.Reconciler):
         result.retry = not loops.settle(step, what=f"slot {namespace}/{name}",
                                         logger=self.logger, max_steps=MAX_STEPS)
         return result
+
+    def run_lock(self, namespace: str, run: str) -> threading.Lock:
+        with _LOCKS:  # the first access of _run_locks is under it too
+            return self._run_locks.setdefault((namespace, run), threading.Lock())
+
+    @functools.cached_property
+    def _run_locks(self) -> dict[tuple[str, str], threading.Lock]:
+        return {}
 
     def read_world(self, namespace: str, name: str) -> worlds.World | None:
         reader = self.reader

@@ -56,7 +56,7 @@ def next_step(world: worlds.World) -> worlds.Step:
     step = _next_step(world)
     labels = pinned_label(world)
     if isinstance(step, worlds.Wait) and labels is not None:
-        return worlds.RemoveCommand(keys=(), labels=labels)
+        return worlds.RemoveCommand(keys=(), labels=labels, point="label")
     return step
 
 

@@ -62,7 +62,8 @@ END_POINTS = ["attempt-ended", "tombstone", "delete-pod"]
 REASSIGN_POINTS = ["launch-spec-snapshot", "command-ledger", "remove-command"]
 OTHER_POINTS = ["command-ledger", "claim-failed",  # a Manual claim, a rejection; a refused Pod
                 "quota-exceeded",  # a Pod refused by a ResourceQuota (test_crash_quota.py)
-                "launch-spec-status"]  # a LaunchSpec's status (test_launch_spec_status.py)
+                "launch-spec-status",  # a LaunchSpec's status (test_launch_spec_status.py)
+                "label"]  # a slot's LaunchSpec label (test_launch_spec_status.py)
 
 
 def test_every_crash_point_is_covered() -> None:

@@ -5,7 +5,8 @@ Covers, against a real API server: a template the API server accepts is ``Valid`
 a DNS label) is ``Valid`` False ``InvalidTemplate`` with the server's words; once a run's
 slot pins the valid spec, ``pinnedBy`` is 1 and ``generations`` says which generation,
 and ``kubectl get slots -l agentrun.dev/launch-spec=<name>`` lists that slot; a crash
-right after the status write (``launch-spec-status``) is harmless: the restart converges.
+right after the status write (``launch-spec-status``) or after a slot's first label patch
+(``label``) is harmless: the restart converges.
 """
 
 from __future__ import annotations
@@ -75,3 +76,18 @@ def test_a_crash_after_the_status_write_converges(scenario: Scenario,
     scenario.wait_state(slot, "Active")
     wait_for(lambda: spec_status(scenario, "cpu-workers").get("pinnedBy") == 1, timeout=30,
              message="pinnedBy 1 after the restart")
+
+
+def test_a_crash_after_the_label_patch_converges(scenario: Scenario,
+                                                 process: OperatorProcess) -> None:
+    """``label``: the first label patch of a slot, then a crash; the restart goes on."""
+    scenario.launch_spec("cpu-workers", classes=["cpu"])
+    scenario.configs()
+    process.start(crash_at="label")
+    scenario.run("study")
+    slot = scenario.slot_name_eventually("study", "research")
+    crashed(process)
+    labels = scenario.slot(slot)["metadata"].get("labels") or {}
+    assert labels.get("agentrun.dev/launch-spec") == "cpu-workers"
+    process.start()
+    scenario.wait_state(slot, "Active")

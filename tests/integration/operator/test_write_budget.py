@@ -165,9 +165,11 @@ def check_budget(*, title: str, log: Path, scenario: Scenario, since: datetime,
             print(f"    {write.row()}")
     assert [w.key for w in mine] == [key for key, _ in expected]
     assert all(200 <= w.code < 300 for w in mine), [w.row() for w in mine]
-    # Besides Events, the only other write is the run's derived status (a view of its
-    # slots' states, on the AgentRun: not an object of the slot, and not Kopf's).
-    assert {(w.resource, w.subresource) for w in others} <= {("agentruns", "status")}, others
+    # Besides Events, the only other writes are derived views: the run's status (its
+    # slots' states) and a LaunchSpec's status (the slots that pin it), neither an
+    # object of the slot, and neither Kopf's.
+    assert {(w.resource, w.subresource) for w in others} <= {
+        ("agentruns", "status"), ("launchspecs", "status")}, others
     no_kopf_bookkeeping(scenario.slot(slot), scenario.agentrun("study"),
                         *objects(scenario, "leases").values(),
                         *objects(scenario, "pods").values())
