@@ -8,8 +8,9 @@ Covers, against a real API server with the operator running:
   fields x {missing, blank, oversize, malformed}, and a duplicate request id; each case
   ends in exactly one ledger entry with its predicate (a duplicate in none) and its
   annotations removed, the slot's guarded status unchanged, no pod or lease created,
-  the Slot's status under ``bounds.SLOT_STATUS_BYTES``; a command with no request id is
-  not a command and is left alone;
+  the Slot's status under ``bounds.SLOT_STATUS_BYTES``, and an Active attempt of another
+  slot of the run whose pod fails meanwhile still ends within seconds; a command with
+  no request id is not a command and is left alone;
 - a relabelled Slot (``agentrun.dev/run``) still counts for its run: its dependent
   starts once it succeeds.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from operators import OperatorProcess
@@ -134,17 +136,24 @@ def cases() -> list[Case]:
 
 def test_the_bad_input_matrix_changes_nothing_but_the_ledger(
         scenario: Scenario, operator: OperatorProcess) -> None:
-    launched(scenario)
+    launched(scenario, nodes=(("research", "cpu", []), ("elsewhere", "cpu", [])))
     slot = scenario.slot_name_eventually("study", "research")
+    elsewhere = scenario.slot_name_eventually("study", "elsewhere")
     scenario.wait_state(slot, "Active")
+    scenario.wait_state(elsewhere, "Active")
     scenario.finish(f"{slot}-1", "Failed", exit_code=1)
     scenario.wait_slot(slot, lambda s: any(
         c["type"] == "AwaitingReassignment" and c["status"] == "True"
         for c in s.get("status", {}).get("conditions", [])), message="exhausted")
-    objects = [f"{slot}-1"]
+    objects = sorted([f"{slot}-1", f"{elsewhere}-1"])
     wait_for(lambda: scenario.pods() == objects and scenario.leases() == objects, timeout=10,
-             message="only attempt 1's pod and lease")
-    for case in cases():
+             message="only the attempt-1 pods and leases")
+    ended_elsewhere_at: datetime | None = None
+    for n, case in enumerate(cases()):
+        if n == len(cases()) // 2:
+            # Halfway through the bad input, the pod of the Active slot elsewhere fails.
+            ended_elsewhere_at = datetime.now(UTC)
+            scenario.finish(f"{elsewhere}-1", "Failed", exit_code=4)
         before = scenario.slot(slot)
         keys = {f"agentrun.dev/{case.kind}-{field}": None for field in KINDS[case.kind]}
         keys.update({f"agentrun.dev/{case.kind}-{k}": v for k, v in case.fields.items()})
@@ -164,6 +173,12 @@ def test_the_bad_input_matrix_changes_nothing_but_the_ledger(
                        for k, v in (after["metadata"].get("annotations") or {}).items()
                        if not k.endswith("-actor")), case.name
     assert scenario.pods() == objects and scenario.leases() == objects
+    # The attempt elsewhere was judged on time, bad input or not (its pod never renewed:
+    # it ends at once, so within a few seconds of the failure).
+    assert ended_elsewhere_at is not None
+    other = scenario.wait_state(elsewhere, "RetryWait", timeout=15)["status"]["attempts"][-1]
+    ended = datetime.fromisoformat(other["endedAt"].replace("Z", "+00:00"))
+    assert other["outcome"] == "Failed" and ended - ended_elsewhere_at < timedelta(seconds=5)
 
     # A duplicate request id: removed, nothing recorded again.
     before = scenario.slot(slot)

@@ -25,6 +25,7 @@ def test_max_active_limits_the_runs_concurrent_attempts(
     wait_for(lambda: "Active" in states(), timeout=30, message="one slot Active")
     running = slots[states().index("Active")]
     other = next(s for s in slots if s != running)
+    scenario.wait_state(other, "Ready")
     holds_throughout(lambda: scenario.slot(other)["status"].get("state") == "Ready"
                      and scenario.pods() == [f"{running}-1"],
                      seconds=2, message="the other slot waits under maxActive")

@@ -58,9 +58,10 @@ def test_a_squatted_run_snapshot_is_reported_and_never_used(
 
     scenario.core.delete_namespaced_config_map(name, scenario.namespace)
     slot = scenario.slot_name_eventually("study", "research", timeout=60)
-    run = scenario.agentrun("study")
+    run = wait_for(lambda: (lambda r: r if condition_of(r.get("status", {}), "NameSquatted")
+                            is None else None)(scenario.agentrun("study")),
+                   timeout=30, message="NameSquatted cleared")
     assert run["status"]["pinned"]["package"]["snapshot"] == name
-    assert condition_of(run["status"], "NameSquatted") is None
     owners = scenario.core.read_namespaced_config_map(name, scenario.namespace).metadata
     assert [o.uid for o in owners.owner_references] == [run["metadata"]["uid"]]
     assert slot

@@ -102,8 +102,15 @@ def of_slot(write: audit.Write, slot: str) -> bool:
 
 
 def fail_attempt(scenario: Scenario, slot: str) -> tuple[str, datetime]:
-    """Attempt 1's pod fails (exit 3) after one renewal; its lease is left to expire."""
-    worker = scenario.wait_state(slot, "Active")["status"]["activeWorker"]
+    """Attempt 1's pod fails (exit 3) after one renewal; its lease is left to expire.
+
+    From a settled Active slot: its one-time LaunchSpec label (written once the slot has
+    nothing else to do) is in place first, so it is not counted in the cycle.
+    """
+    worker = scenario.wait_slot(slot, lambda s: s.get("status", {}).get("state") == "Active"
+                                and "agentrun.dev/launch-spec" in (
+                                    s["metadata"].get("labels") or {}),
+                                message="Active and labelled")["status"]["activeWorker"]
     scenario.renew(worker)
     since = datetime.now(UTC)
     scenario.finish(worker, "Failed", exit_code=3)
