@@ -39,6 +39,7 @@ def rule(groups: list[str], resources: list[str], verbs: list[str]) -> Rule:
 OPERATOR_RULES: list[Rule] = [
     rule([names.GROUP], ["agentruns", "slots", "launchspecs"], ["get", "list", "watch"]),
     rule([names.GROUP], ["agentruns/status", "slots/status"], ["get", "update"]),
+    rule([names.GROUP], ["launchspecs/status"], ["update"]),
     rule([names.GROUP], ["slots"], ["create", "patch"]),
     # blockOwnerDeletion on children needs update on the owner's finalizers subresource
     # (OwnerReferencesPermissionEnforcement).

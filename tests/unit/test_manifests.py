@@ -92,7 +92,8 @@ def test_the_operator_writes_only_its_own_secret_in_its_own_namespace() -> None:
 def test_operator_writes_only_the_status_it_owns() -> None:
     status_writes = {resource for r in manifests.OPERATOR_RULES for resource in r["resources"]
                      if resource.endswith("/status") and set(r["verbs"]) - {"get"}}
-    assert status_writes == {"agentruns/status", "slots/status"}
+    # launchspecs/status: the validity condition and the pins (GitOps owns the spec).
+    assert status_writes == {"agentruns/status", "slots/status", "launchspecs/status"}
     (namespaces,) = [r for r in manifests.OPERATOR_RULES if "namespaces" in r["resources"]]
     assert namespaces["verbs"] == ["get", "list", "watch"]  # Kopf resolves namespace globs
 

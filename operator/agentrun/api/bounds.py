@@ -1,16 +1,102 @@
-"""The documented bound of every value a person writes in a command (one place).
+"""The documented bounds on everything a person can write, and the one clipping helper.
 
-Admission rejects a command over any of these at request time
-(:mod:`agentrun.core.validating`); the operator's parsing bounds the same values. Lengths
-are in characters unless the name says bytes.
+Every value the operator reads from a person (a command annotation, a spec number) is
+checked against a bound here when it is parsed; every text the operator stores or shows
+(a ledger entry, a condition's or an Event's message, an attempt's reason) is clipped
+with :func:`clip`. Together with the list caps (``ATTEMPTS_KEPT``, ``COMMANDS_KEPT``,
+``MAX_CONDITIONS``) this gives a Slot's status a fixed worst-case size
+(:data:`SLOT_STATUS_BYTES`), so no input can grow an object past the API server's limit
+or make a write of it fail.
+
+*Characters* are Unicode code points; a reason's bound is in UTF-8 bytes (DESIGN.md:
+"≤ 1 KiB"). JSON may escape one character as up to six bytes (``\\u003c``), which the
+worst-case size accounts for.
 """
 
-from typing import Final
+from __future__ import annotations
+
+import re
+from typing import Annotated, Final
+
+from pydantic import BeforeValidator, Field
 
 from agentrun.api import names
 
-MAX_REQUEST_ID: Final = 253
-MAX_REASON_BYTES: Final = names.MAX_REASON_BYTES  # 1 KiB
-MAX_WORKER_CLASS: Final = 63
-MAX_RUN_NAME: Final = names.MAX_RUN_NAME  # 49
-MAX_TENANT: Final = 63
+# Command annotations (DESIGN.md section 5). Admission enforces the same bounds.
+REQUEST_ID_CHARS: Final = 253
+REQUEST_ID_PATTERN: Final = r"^[A-Za-z0-9]([A-Za-z0-9._:@/+=-]*[A-Za-z0-9])?$"
+REASON_BYTES: Final = names.MAX_REASON_BYTES
+WORKER_CLASS_CHARS: Final = 63
+WORKER_CLASS_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+RUN_CHARS: Final = names.MAX_RUN_NAME
+RUN_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+TENANT_CHARS: Final = 63
+TENANT_PATTERN: Final = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+ACTOR_CHARS: Final = 256  # a stamped user name; Kubernetes sets no limit, we keep this much
+
+# Texts the operator writes.
+MESSAGE_CHARS: Final = 1024  # a condition's message, an Event's note
+RECORD_MESSAGE_CHARS: Final = 512  # a ledger entry's message, an attempt record's reason
+ELLIPSIS: Final = "…"
+
+# Numbers in specs: each keeps the core's sums within int64 seconds and ``datetime``.
+MAX_DEADLINE_SECONDS: Final = 10 * 366 * 86400  # activeDeadlineSeconds: ten years
+MAX_REVISION: Final = 2**53 - 1  # exact as a JSON number (the API server's bounds are float64)
+MIN_LEASE_SECONDS: Final = 5  # LaunchSpec lease.durationSeconds
+MAX_LEASE_SECONDS: Final = 3600
+MAX_ATTEMPT_NUMBER: Final = 1000  # attempt numbers (and so Lease records) per slot
+
+# The worst-case JSON size of a Slot's status (checked by tests/unit/core/test_bounds.py).
+SLOT_STATUS_BYTES: Final = 1024 * 1024
+
+
+def clip(text: str, *, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` cut to at most ``limit`` characters, marked with an ellipsis when cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit - len(ELLIPSIS)] + ELLIPSIS
+
+
+def clip_bytes(text: str, *, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes (never inside a character)."""
+    encoded = text.encode()
+    if len(encoded) <= limit:
+        return text
+    room = limit - len(ELLIPSIS.encode())
+    return encoded[:room].decode(errors="ignore") + ELLIPSIS
+
+
+def optional_clip(text: str | None, *, limit: int) -> str | None:
+    return None if text is None else clip(text, limit=limit)
+
+
+def problem(*, key: str, value: str, chars: int | None = None, pattern: str | None = None,
+            max_bytes: int | None = None) -> str | None:
+    """Why the annotation ``key``'s ``value`` is out of its bound, or None.
+
+    The message names the key and the bound, never the value itself (it may be huge).
+    """
+    if chars is not None and len(value) > chars:
+        return f"{key} is {len(value)} characters long; at most {chars} are allowed"
+    if max_bytes is not None and len(value.encode()) > max_bytes:
+        return (f"{key} is {len(value.encode())} bytes long (UTF-8); at most {max_bytes} "
+                "are allowed")
+    if pattern is not None and not re.fullmatch(pattern, value):
+        return f"{key} must match {pattern}"
+    return None
+
+
+
+def _clipper(limit: int) -> BeforeValidator:
+    return BeforeValidator(lambda v: clip(v, limit=limit) if isinstance(v, str) else v)
+
+
+# String field types that clip on parse and declare ``maxLength`` in the CRD: a value an
+# older operator stored oversize is trimmed on the next write instead of failing reads.
+Message = Annotated[str, _clipper(MESSAGE_CHARS), Field(max_length=MESSAGE_CHARS)]
+RecordMessage = Annotated[str, _clipper(RECORD_MESSAGE_CHARS),
+                          Field(max_length=RECORD_MESSAGE_CHARS)]
+Reason = Annotated[str, _clipper(REASON_BYTES), Field(max_length=REASON_BYTES)]
+Actor = Annotated[str, _clipper(ACTOR_CHARS), Field(max_length=ACTOR_CHARS)]
+ShortText = Annotated[str, _clipper(names.MAX_NAME), Field(max_length=names.MAX_NAME)]
+LongName = Annotated[str, _clipper(253), Field(max_length=253)]

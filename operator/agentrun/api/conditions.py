@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from agentrun.api import bounds
 from agentrun.api.models import Model
 
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -24,7 +25,7 @@ class Condition(Model):
     status: ConditionStatus
     reason: str = Field(
         min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-    message: str = Field(default="", max_length=32768)
+    message: bounds.Message = ""
     observed_generation: int | None = Field(default=None, ge=0)
     last_transition_time: datetime
 
@@ -63,7 +64,7 @@ def set_condition(
         type=type_,
         status=status,
         reason=reason,
-        message=message,
+        message=bounds.clip(message, limit=bounds.MESSAGE_CHARS),
         observed_generation=observed_generation,
         last_transition_time=transition,
     )

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
-from agentrun.api import names
+from agentrun.api import bounds, names
 from agentrun.api.conditions import Conditions
 from agentrun.api.configs import WORKER_CLASS_PATTERN
 from agentrun.api.meta import ObjectMeta
@@ -43,7 +43,8 @@ class Scope(Model):
 
 
 class LeaseSettings(Model):
-    duration_seconds: int = Field(default=30, ge=5, le=3600)
+    duration_seconds: int = Field(default=30, ge=bounds.MIN_LEASE_SECONDS,
+                                  le=bounds.MAX_LEASE_SECONDS)
 
 
 class PodTemplateSpec(Model):
@@ -78,10 +79,27 @@ class LaunchSpecSpec(Model):
         json_schema_extra={"x-kubernetes-validations": [RESTART_NEVER_RULE]})
 
 
+GENERATIONS_KEPT = 5
+
+
+class PinnedGeneration(Model):
+    generation: int = Field(ge=0)
+    slots: int = Field(ge=0, description="slots that pin this generation")
+
+
 class LaunchSpecStatus(Model):
+    """Written by the operator only: whether the template is valid, and who pins it.
+
+    ``pinnedBy`` counts every slot in the namespace that pins this spec (any generation);
+    ``generations`` the slots per generation, newest first, for the last few. The label
+    ``agentrun.dev/launch-spec`` on each slot gives the full list (``kubectl get -l``).
+    """
+
     conditions: Conditions = Field(default_factory=list)
     observed_generation: int | None = None
-    pinned_by: int | None = Field(default=None, description="slots that pin this spec")
+    pinned_by: int | None = Field(default=None, ge=0, description="slots that pin this spec")
+    generations: list[PinnedGeneration] = Field(default_factory=list,
+                                                max_length=GENERATIONS_KEPT)
 
 
 class LaunchSpec(Model):

@@ -26,6 +26,7 @@ NODE_LABEL: Final = "agentrun.dev/node"
 SLOT_LABEL: Final = "agentrun.dev/slot"
 ATTEMPT_LABEL: Final = "agentrun.dev/attempt"
 SNAPSHOT_LABEL: Final = "agentrun.dev/snapshot-of"
+LAUNCH_SPEC_LABEL: Final = "agentrun.dev/launch-spec"  # on a Slot: the LaunchSpec it pins
 
 # Command annotations on a Slot. Every command has an id, and admission stamps an actor.
 REASSIGN_PREFIX: Final = "agentrun.dev/reassign-"

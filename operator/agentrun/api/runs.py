@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
-from agentrun.api import names
+from agentrun.api import bounds, names
 from agentrun.api.conditions import Conditions
 from agentrun.api.meta import ObjectMeta
 from agentrun.api.models import Model
@@ -33,7 +33,7 @@ class ConfigRef(Model):
     """Names a configuration; no revision means the highest accepted one at launch."""
 
     name: str = Field(min_length=1, max_length=253, pattern=CONFIG_NAME_PATTERN)
-    revision: int | None = Field(default=None, ge=1)
+    revision: int | None = Field(default=None, ge=1, le=bounds.MAX_REVISION)
 
 
 class AgentRunSpec(Model):
@@ -43,15 +43,19 @@ class AgentRunSpec(Model):
     bindings: ConfigRef = Field(json_schema_extra=_immutable("bindings"))
     claim_policy: ClaimPolicy = "Automatic"
     retry: RetryPolicy | None = None
-    active_deadline_seconds: int | None = Field(default=None, ge=1)
+    active_deadline_seconds: int | None = Field(default=None, ge=1,
+                                                le=bounds.MAX_DEADLINE_SECONDS)
     suspend: bool = False
+    max_active: int | None = Field(
+        default=None, ge=1, le=1000,
+        description="at most this many of the run's slots have an attempt Claiming or Active")
 
 
 class Pin(Model):
     """One pinned configuration: where it came from and the snapshot workers read."""
 
     source: str = Field(min_length=1, max_length=253, description="the source ConfigMap's name")
-    revision: int = Field(ge=1)
+    revision: int = Field(ge=1, le=bounds.MAX_REVISION)
     uid: str = Field(min_length=1, max_length=128, description="the source ConfigMap's uid")
     sha256: str = Field(min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$")
     snapshot: str = Field(

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
-from agentrun.api import names
+from agentrun.api import bounds, names
 from agentrun.api.conditions import Conditions
 from agentrun.api.configs import MAX_NODES, NODE_NAME_PATTERN, WORKER_CLASS_PATTERN
 from agentrun.api.meta import ObjectMeta
@@ -79,6 +79,8 @@ class Predicate(StrEnum):
     COMMANDS_REFUSED = "CommandsRefused"
     UNSTAMPED = "Unstamped"
     STALE_EPOCH = "StaleEpoch"
+    MALFORMED = "Malformed"
+    ATTEMPT_LIMIT = "AttemptLimitReached"
 
 
 SPEC_IMMUTABLE: JsonDict = {
@@ -113,52 +115,52 @@ class PinnedLaunchSpec(Model):
     uid: str
     generation: int
     digest: str = Field(pattern=r"^[0-9a-f]{64}$")
-    snapshot: str
-    reason: str = ""
+    snapshot: bounds.LongName
+    reason: bounds.RecordMessage = ""
 
 
 class AttemptRecord(Model):
     number: int = Field(ge=1)
-    pod: str
-    lease: str
-    pod_uid: str | None = None
-    worker_class: str
-    launch_spec: str = Field(description="name@generation of the pinned LaunchSpec")
-    owner_actor: str | None = None
+    pod: bounds.ShortText
+    lease: bounds.ShortText
+    pod_uid: bounds.ShortText | None = None
+    worker_class: bounds.ShortText
+    launch_spec: str = Field(max_length=300, description="name@generation of the pinned LaunchSpec")
+    owner_actor: bounds.Actor | None = None
     started_at: datetime
     ended_at: datetime | None = None
     outcome: Outcome | None = None
-    reason: str | None = None
-    exit_code: int | None = None
+    reason: bounds.RecordMessage | None = None
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
 
 
 class CommandRecord(Model):
     request_id: str = Field(min_length=1, max_length=253)
     kind: CommandKind
-    actor: str | None = None
-    reason: str | None = None
-    worker_class: str | None = None
-    run: str | None = None
+    actor: bounds.Actor | None = None
+    reason: bounds.Reason | None = None
+    worker_class: bounds.ShortText | None = None
+    run: bounds.ShortText | None = None
     override: bool | None = Field(
         default=None, description="true: accepted only because the actor holds the verb "
         "'override' on slots (the owner was someone else)")
     outcome: Literal["Accepted", "Rejected"]
     predicate: Predicate | None = None
-    message: str = ""
+    message: bounds.RecordMessage = ""
     time: datetime
 
 
 class SlotStatus(Model):
     state: SlotState = SlotState.PENDING
-    worker_class: str | None = None
+    worker_class: bounds.ShortText | None = None
     launch_spec: PinnedLaunchSpec | None = None
-    pending_worker: str | None = None
-    active_worker: str | None = None
-    prior_worker: str | None = None
+    pending_worker: bounds.ShortText | None = None
+    active_worker: bounds.ShortText | None = None
+    prior_worker: bounds.ShortText | None = None
     attempts: list[AttemptRecord] = Field(default_factory=list, max_length=ATTEMPTS_KEPT)
-    attempt_count: int = Field(default=0, ge=0)
+    attempt_count: int = Field(default=0, ge=0, le=bounds.MAX_ATTEMPT_NUMBER)
     retry_at: datetime | None = None
-    next_owner_actor: str | None = Field(
+    next_owner_actor: bounds.Actor | None = Field(
         default=None, description="the actor of the accepted command the next claim serves")
     commands: list[CommandRecord] = Field(default_factory=list, max_length=COMMANDS_KEPT)
     conditions: Conditions = Field(default_factory=list)

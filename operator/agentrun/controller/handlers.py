@@ -88,9 +88,17 @@ async def pod_event(*, labels: kopf.Labels, namespace: str | None, memo: Any,
 
 
 @kopf.on.event(*LAUNCHSPECS)
-async def launch_spec_event(*, namespace: str | None, memo: Any, **_: Any) -> None:
-    """A new or changed LaunchSpec may serve a slot that is Pending for want of one."""
-    await _operator(memo).wake_pending(namespace or "")
+async def launch_spec_event(*, event: kopf.RawEvent, name: str, namespace: str | None,
+                            memo: Any, **_: Any) -> None:
+    """A new or changed LaunchSpec may serve a slot that is Pending for want of one; its
+    own status (validity, pins) is looked at too."""
+    operator = _operator(memo)
+    namespace = namespace or ""
+    if event["type"] == "DELETED":
+        operator.forget(("LaunchSpec", namespace, name))
+    else:
+        await operator.trigger(("LaunchSpec", namespace, name))
+    await operator.wake_pending(namespace)
 
 
 @kopf.on.event("v1", "configmaps", labels={names.CONFIG_KIND_LABEL: kopf.PRESENT})

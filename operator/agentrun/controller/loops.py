@@ -33,14 +33,15 @@ def settle(step: Callable[[], bool], *, what: str, logger: logging.Logger,
 
 
 class Reconciler:
-    """What every reconciler holds: the reads, the applier, its clock and its logger."""
+    """What every reconciler holds: the reads, the applier, its clocks and its logger."""
 
     logger_name = "agentrun"
 
     def __init__(self, *, reader: reads.Reader, writer: writes.Writer,
-                 clock: clocks.Clock = clocks.system,
+                 clock: clocks.Clock = clocks.system, ticks: clocks.Clock = clocks.ticks,
                  logger: logging.Logger | None = None) -> None:
         self.reader = reader
         self.writer = writer
         self.clock = clock
+        self.ticks = ticks  # monotonic: what lease expiry is measured on
         self.logger = logger or logging.getLogger(self.logger_name)

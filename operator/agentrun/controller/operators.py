@@ -18,13 +18,15 @@ from typing import Any, cast
 import kopf
 import kubernetes
 
+from agentrun.api import bounds
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import SlotState
-from agentrun.controller import runs, scheduling, slots, stamping
+from agentrun.controller import launchspecs, runs, scheduling, slots, stamping
 from agentrun.core import clocks, guards
 from agentrun.kube import clients, reads, rest, writes
 
 Key = scheduling.Key
+BUSY = frozenset({SlotState.CLAIMING, SlotState.ACTIVE})
 RETRY_BACKOFF = timedelta(seconds=5)  # after an unexpected error (a 500, a timeout, a quota)
 # Three GETs a pass; commands never wait on it (they read stamping themselves), only a
 # minting does: at most this much after the enforcement delay.
@@ -48,6 +50,7 @@ def connection_info(*, context: str | None) -> kopf.ConnectionInfo:
 class Operator:
     slots: slots.SlotReconciler
     runs: runs.RunReconciler
+    launch_specs: launchspecs.LaunchSpecReconciler
     logger: logging.Logger
     tick: float
     schedule: scheduling.Schedule = field(default_factory=scheduling.Schedule)
@@ -66,6 +69,8 @@ class Operator:
         reader, writer = reads.Reader(client), writes.Writer(client)
         operator = cls(slots=slots.SlotReconciler(reader=reader, writer=writer, logger=logger),
                        runs=runs.RunReconciler(reader=reader, writer=writer, logger=logger),
+                       launch_specs=launchspecs.LaunchSpecReconciler(
+                           reader=reader, writer=writer, logger=logger),
                        logger=logger, tick=tick)
         operator.coalescer = scheduling.Coalescer(operator.reconcile, logger)
         operator.keeper = stamping.Keeper(reader=reader, writer=writer, logger=logger)
@@ -123,6 +128,11 @@ class Operator:
         if kind == "AgentRun":
             await self.reconcile_run(key)
             return
+        if kind == "LaunchSpec":
+            done = await asyncio.to_thread(self.launch_specs.reconcile, namespace, name)
+            self.schedule.note(key, state=None,
+                               until=self.retry_at() if done.retry else done.until)
+            return
         result = await asyncio.to_thread(self.slots.reconcile, namespace, name)
         for slot, event in result.events:
             self.post(slot.model_dump(mode="json", by_alias=True), event)
@@ -134,8 +144,12 @@ class Operator:
             self.states[key] = result.state
         until = self.retry_at() if result.retry else result.wait.until if result.wait else None
         self.schedule.note(key, state=result.state, until=until)
+        if previous is not result.state and result.launch_spec is not None:
+            await self.trigger(("LaunchSpec", namespace, result.launch_spec))
         if previous is not result.state and result.run is not None:
             await self.trigger(("AgentRun", namespace, result.run))
+            if previous in BUSY and result.state not in BUSY:
+                await self.wake_slots(namespace, result.run)  # one under maxActive may go
             if result.state in (SlotState.SUCCEEDED, SlotState.FAILED):
                 await self.wake_pending(namespace)
 
@@ -173,7 +187,8 @@ class Operator:
         await asyncio.gather(*(self.trigger(key) for key in waiting))
 
     def post(self, body: dict[str, Any], event: guards.Event) -> None:
+        message = bounds.clip(event.message, limit=bounds.MESSAGE_CHARS)
         with contextlib.suppress(LookupError):  # outside Kopf's context: log only
             kopf.event(kopf.Body(cast(kopf.RawBody, body)), type=event.type,
-                       reason=event.reason, message=event.message[:1024])
-        self.logger.info("%s %s: %s", event.type, event.reason, event.message)
+                       reason=event.reason, message=message)
+        self.logger.info("%s %s: %s", event.type, event.reason, message)

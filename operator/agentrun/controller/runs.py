@@ -17,7 +17,7 @@ from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, AgentRunStatus
 from agentrun.controller import loops
-from agentrun.core import guards, launches, resolution, runs
+from agentrun.core import guards, launches, resolution, runs, squats
 from agentrun.kube import writes
 
 MAX_STEPS = 16
@@ -73,14 +73,16 @@ class RunReconciler(loops.Reconciler):
                 self.writer.create(body, point="slots")
             except writes.Exists as exists:
                 node = body["spec"]["node"]
-                if exists.found is None or not launches.matches_slot(
+                if exists.found is not None and not launches.matches_slot(
                         exists.found, run_uid=run.metadata.uid or "", node=node):
-                    raise writes.Rejected(409, f"a Slot named {body['metadata']['name']} "
-                                               f"exists that is not node {node} of this run"
-                                          ) from None
+                    status = runs.derive(run=run, nodes=[n.name for n in workflow.nodes],
+                                         slots=slots, now=now)
+                    return self.squatted(run, status, result, now=now, kind="Slot",
+                                         name=body["metadata"]["name"],
+                                         what=f"node {node} of run {run.metadata.name}")
             return False
         nodes = [node.name for node in workflow.nodes]
-        status = runs.derive(run=run, nodes=nodes, slots=slots, now=now)
+        status = squats.run_cleared(runs.derive(run=run, nodes=nodes, slots=slots, now=now))
         self.write(run, status, result)
         result.until = runs.deadline(run) if not runs.is_finished(status) else None
         return True
@@ -103,11 +105,19 @@ class RunReconciler(loops.Reconciler):
             try:
                 self.writer.create(body, point="pin-snapshots")
             except writes.Exists as exists:
-                if exists.found is None or not launches.matches_snapshot(
+                if exists.found is None:
+                    raise writes.Conflict("created and deleted meanwhile") from None
+                if not launches.matches_snapshot(
                         exists.found, run_uid=run.metadata.uid or "", sha256=chosen.sha256):
-                    raise writes.Rejected(409, f"a ConfigMap named {body['metadata']['name']}"
-                                               " exists that is not this run's snapshot"
-                                          ) from None
+                    name = body["metadata"]["name"]
+                    what = f"run {run.metadata.name}'s pinned {chosen.kind} snapshot"
+                    text = squats.message(kind="ConfigMap", name=name, namespace=namespace,
+                                          what=what)
+                    status = runs.derive(run=run, nodes=[], slots=[], now=now,
+                                         problem=resolution.Problem(reason="NameSquatted",
+                                                                    message=text))
+                    return self.squatted(run, status, result, now=now, kind="ConfigMap",
+                                         name=name, what=what)
         pins = launches.pins(run=run, resolution=resolved)
         status = runs.record_pins(run=run, pins=pins, now=now)
         summary = "; ".join(f"{kind} revision {pin.revision} as {pin.snapshot}"
@@ -117,6 +127,18 @@ class RunReconciler(loops.Reconciler):
         self.write(run, status, result, event=guards.Event(
             type="Normal", reason="Pinned", message=f"pinned {summary}"), point="pinned")
         return False
+
+    def squatted(self, run: AgentRun, status: AgentRunStatus, result: Result, *,
+                 now: datetime, kind: str, name: str, what: str) -> bool:
+        """Say on the run that a name it needs is taken; look again soon. Settled."""
+        text = squats.message(kind=kind, name=name, namespace=run.metadata.namespace,
+                              what=what)
+        new = squats.on_run(status, message=text, now=now)
+        event = None if new == run.status else guards.Event(
+            type="Warning", reason="NameSquatted", message=text)
+        self.write(run, new, result, event=event)
+        result.until = now + squats.SQUAT_WAIT
+        return True
 
     def workflow(self, run: AgentRun) -> WorkflowDocument | resolution.Problem:
         """The pinned workflow, read from the run's own snapshot (immutable, so cached)."""

@@ -10,6 +10,7 @@ a restart can only make a lease live longer, never end an attempt early.
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -21,12 +22,15 @@ from agentrun.core import (
     guards,
     observations,
     runs,
+    snapshots,
+    squats,
     steps,
     worlds,
 )
 from agentrun.kube import reads, writes
 
 MAX_STEPS = 32
+_LOCKS = threading.Lock()
 ObservationKey = tuple[str, str, str]  # namespace, lease name, lease uid
 
 
@@ -38,6 +42,7 @@ class Result:
     wait: worlds.Wait | None = None
     state: SlotState | None = None
     run: str | None = None
+    launch_spec: str | None = None  # the pinned LaunchSpec's name, when pinned
     retry: bool = False  # it stopped on an error: look again after a backoff
 
 
@@ -62,25 +67,44 @@ class SlotReconciler(loops.Reconciler):
             world = self.read_world(namespace, name)
             if world is None:
                 return True
+            if world.run is not None and world.run.spec.max_active is not None:
+                # Slots of a run under maxActive decide one at a time in this process, so
+                # the count each reads includes the claims the others just made.
+                with self.run_lock(namespace, world.slot.spec.run):
+                    return decide(self.read_world(namespace, name))
+            return decide(world)
+
+        def decide(world: worlds.World | None) -> bool:
+            if world is None:
+                return True
             result.state = world.slot.status.state
             result.run = world.slot.spec.run
+            pinned = world.slot.status.launch_spec
+            result.launch_spec = pinned.name if pinned is not None else None
             decided = steps.next_step(world)
             if isinstance(decided, worlds.Wait):
                 result.wait = decided
                 return True
-            self.apply(world, decided, result)
-            return False
+            return self.apply(world, decided, result)
 
         result.retry = not loops.settle(step, what=f"slot {namespace}/{name}",
                                         logger=self.logger, max_steps=MAX_STEPS)
         return result
+
+    def run_lock(self, namespace: str, run: str) -> threading.Lock:
+        with _LOCKS:  # the first access of _run_locks is under it too
+            return self._run_locks.setdefault((namespace, run), threading.Lock())
+
+    @functools.cached_property
+    def _run_locks(self) -> dict[tuple[str, str], threading.Lock]:
+        return {}
 
     def read_world(self, namespace: str, name: str) -> worlds.World | None:
         reader = self.reader
         slot = reader.slot(namespace, name)
         if slot is None:
             return None
-        now = self.clock()
+        now, ticks = self.clock(), self.ticks()
         status = slot.status
         run = reader.run(namespace, slot.spec.run)
         if run is not None and (run.metadata.deletion_timestamp is not None or not any(
@@ -91,11 +115,21 @@ class SlotReconciler(loops.Reconciler):
         reassigning = pending is not None and pending.command.kind is CommandKind.REASSIGN
         selecting = status.state is SlotState.PENDING or reassigning
         dependencies: dict[str, SlotState] = {}
+        active_in_run = 0
         if run is not None and status.state is SlotState.PENDING and slot.spec.depends_on:
             siblings = reader.slots_of(namespace, slot.spec.run)
             dependencies = {node: s.status.state
                             for node, s in runs.own_slots(run=run, slots=siblings).items()}
-        launch_spec, error = (reader.pinned_launch_spec(namespace, status.launch_spec)
+        elif run is not None and run.spec.max_active is not None and status.state in (
+                SlotState.READY, SlotState.RETRY_WAIT):
+            siblings = reader.slots_of(namespace, slot.spec.run)
+            active_in_run = sum(
+                1 for s in runs.own_slots(run=run, slots=siblings).values()
+                if s.metadata.name != name
+                and s.status.state in (SlotState.CLAIMING, SlotState.ACTIVE))
+        uid = slot.metadata.uid or ""
+        launch_spec, error = (reader.pinned_launch_spec(namespace, status.launch_spec,
+                                                        slot_uid=uid)
                               if status.launch_spec is not None else (None, None))
         worker = steps.needs_attempt_objects(status)
         attempt = None
@@ -105,7 +139,7 @@ class SlotReconciler(loops.Reconciler):
             lease = reader.lease(namespace, worker)
             attempt = worlds.AttemptObjects(name=worker, pod=reader.pod(namespace, worker),
                                            lease=lease)
-            observation = self.observe(namespace, worker, lease, now)
+            observation = self.observe(namespace, worker, lease, ticks)
             if lease is not None:
                 first_seen = self.first_seen.get(
                     (namespace, worker, lease["metadata"].get("uid", "")))
@@ -119,10 +153,11 @@ class SlotReconciler(loops.Reconciler):
             slot=slot, run=run, tenant=reader.tenant(namespace), now=now,
             dependencies=dependencies,
             launch_specs=reader.launch_specs(namespace) if selecting else (),
-            snapshots=reader.launch_spec_snapshots(namespace, name) if selecting else frozenset(),
+            snapshots=(reader.launch_spec_snapshots(namespace, name, slot_uid=uid)
+                       if selecting else frozenset()),
             launch_spec=launch_spec, launch_spec_error=error, attempt=attempt,
-            observation=observation, first_seen=first_seen, pins_problem=pins_problem,
-            stamping=stamping)
+            observation=observation, ticks=ticks, first_seen=first_seen,
+            active_in_run=active_in_run, pins_problem=pins_problem, stamping=stamping)
 
     def forget(self, *, namespace: str, slot: str) -> None:
         """Drop what is remembered of a deleted slot's leases."""
@@ -132,18 +167,20 @@ class SlotReconciler(loops.Reconciler):
                 del memory[key]
 
     def observe(self, namespace: str, worker: str, lease: reads.Object | None,
-                now: datetime) -> observations.LeaseObservation | None:
+                ticks: datetime) -> observations.LeaseObservation | None:
+        """Remember when (on the monotonic clock ``ticks``) a change of renewTime was seen."""
         if lease is None:
             return None
         key = (namespace, worker, lease["metadata"].get("uid", ""))
-        self.first_seen.setdefault(key, now)
+        self.first_seen.setdefault(key, self.clock())
         observed = observations.observe(previous=self.renewals.get(key),
-                                        lease=observations.lease_view(lease), now=now)
+                                        lease=observations.lease_view(lease), now=ticks)
         if observed is not None:
             self.renewals[key] = observed
         return observed
 
-    def apply(self, world: worlds.World, step: worlds.Step, result: Result) -> None:
+    def apply(self, world: worlds.World, step: worlds.Step, result: Result) -> bool:
+        """Apply one step; True when it ended in a Wait (a create refused by a quota)."""
         slot = world.slot
         namespace = slot.metadata.namespace or ""
         if isinstance(step, worlds.WriteStatus):
@@ -159,6 +196,16 @@ class SlotReconciler(loops.Reconciler):
                                  step.body["metadata"]["name"])
                 if exists.found is None:
                     raise writes.Conflict("created and deleted meanwhile") from None
+                if not step.claim and not snapshots.is_own(
+                        exists.found, body=step.body, slot_uid=slot.metadata.uid or ""):
+                    then = squats.slot_step(world, kind=step.body["kind"],
+                                            name=step.body["metadata"]["name"],
+                                            what=f"slot {slot.metadata.name}'s LaunchSpec "
+                                                 "snapshot")
+                    if isinstance(then, worlds.Wait):
+                        result.wait = then
+                        return True
+                    return self.apply(world, then, result)
             except writes.Rejected as rejected:
                 if not step.claim:
                     result.events.append((slot, guards.Event(
@@ -166,8 +213,16 @@ class SlotReconciler(loops.Reconciler):
                         message=f"could not create {step.body['kind']} "
                                 f"{step.body['metadata']['name']}: {rejected}")))
                     raise
-                failed = attemptsteps.claim_failed(world, message=str(rejected))
-                self.apply(world, failed, result)
+                if attemptsteps.is_quota_refusal(status=rejected.status,
+                                                 message=str(rejected)):
+                    then = attemptsteps.quota_refused(world, kind=step.body["kind"],
+                                                      message=str(rejected))
+                else:
+                    then = attemptsteps.claim_failed(world, message=str(rejected))
+                if isinstance(then, worlds.Wait):
+                    result.wait = then
+                    return True
+                return self.apply(world, then, result)
         elif isinstance(step, worlds.DeletePod):
             self.writer.delete_pod(namespace=namespace, name=step.name, uid=step.uid,
                                    point=step.point)
@@ -181,6 +236,7 @@ class SlotReconciler(loops.Reconciler):
             self.writer.remove_annotations(
                 kind="Slot", namespace=namespace, name=slot.metadata.name,
                 resource_version=slot.metadata.resource_version, keys=step.keys,
-                point=step.point)
+                point=step.point, labels=step.labels)
             if step.event is not None:
                 result.events.append((slot, step.event))
+        return False

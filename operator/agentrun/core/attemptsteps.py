@@ -11,10 +11,16 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from agentrun.api import names
+from agentrun.api import bounds, conditions, names
 from agentrun.api.slots import Outcome
-from agentrun.core import attempts, claims, guards, owners, retries, transitions, worlds
-from agentrun.core.observations import LeaseStatus, lease_status, lease_view, pod_view
+from agentrun.core import attempts, claims, guards, owners, retries, squats, transitions, worlds
+from agentrun.core.observations import (
+    LeaseStatus,
+    LeaseView,
+    lease_status,
+    lease_view,
+    pod_view,
+)
 
 GONE_WAIT = timedelta(seconds=2)  # how soon to look again for a leftover being collected
 
@@ -75,16 +81,20 @@ def claiming_step(world: worlds.World) -> worlds.Step:
     number = status.attempt_count
     uid = slot.metadata.uid or ""
     for found, kind in ((objects.lease, "Lease"), (objects.pod, "Pod")):
-        if found is None or claims.matches_attempt(found, slot_uid=uid, attempt=number):
+        if found is None or (
+                claims.matches_attempt(found, slot_uid=uid, attempt=number)
+                and claims.same_content(found, kind=kind, worker=worker,
+                                        launch_spec=world.launch_spec)):
             continue
         metadata = found.get("metadata") or {}
-        if metadata.get("ownerReferences") and not owners.controlled_by(metadata, uid):
+        if metadata.get("ownerReferences") and not owners.controlled_by(metadata, uid) and (
+                any(ref.get("controller") for ref in metadata["ownerReferences"])):
             # Left by an earlier slot of the same name: the garbage collector removes it.
             return worlds.Wait(message=f"a {kind} {worker} of an earlier slot of this name "
                                        "is still being garbage-collected",
                                until=world.now + GONE_WAIT)
-        return claim_failed(world, message=f"a {kind} named {worker} exists that is not "
-                                           f"attempt {number} of this slot")
+        return squats.slot_step(world, kind=kind, name=worker,
+                                what=f"attempt {number} of slot {slot.metadata.name}")
     if objects.lease is None:
         return worlds.Create(claim=True, point="claim-lease", body=claims.lease_body(
             slot=slot, attempt=number, owner_actor=status.next_owner_actor, tenant=world.tenant,
@@ -106,6 +116,33 @@ def claiming_step(world: worlds.World) -> worlds.Step:
         event=guards.Event(type="Normal", reason="Claimed", message=message), point="active")
 
 
+QUOTA_WAIT = timedelta(seconds=10)  # how soon to try a create refused by a quota again
+
+
+def is_quota_refusal(*, status: int, message: str) -> bool:
+    """A create refused by a ResourceQuota (403 "exceeded quota"), not by a policy."""
+    return status == 403 and "exceeded quota" in message
+
+
+def quota_refused(world: worlds.World, *, kind: str, message: str) -> worlds.Step:
+    """A claim's create refused by a quota: wait under ``QuotaExceeded``, spend no attempt.
+
+    The attempt number stays pending (Claiming) and the create is tried again; a quota is
+    a namespace's limit on what runs at once, not a fault of this attempt.
+    """
+    status = world.slot.status
+    text = (f"creating the {kind} of attempt {status.pending_worker} was refused by a "
+            f"ResourceQuota; it is tried again every {int(QUOTA_WAIT.total_seconds())} s "
+            f"until the quota allows it: {message}")
+    new = status.model_copy(update={"conditions": conditions.set_condition(
+        status.conditions, type_=transitions.QUOTA_EXCEEDED, status="True",
+        reason="QuotaExceeded", message=text, now=world.now)})
+    if new != status:
+        return worlds.WriteStatus(status=new, point="quota-exceeded", event=guards.Event(
+            type="Warning", reason="QuotaExceeded", message=text))
+    return worlds.Wait(message=text, until=world.now + QUOTA_WAIT)
+
+
 def claim_failed(world: worlds.World, *, message: str) -> worlds.WriteStatus:
     """The attempt's objects cannot be created: it ends as ClaimFailed, its number spent."""
     status = world.slot.status
@@ -125,8 +162,10 @@ def active_step(world: worlds.World) -> worlds.Step:
     lease = lease_view(objects.lease)
     started = started_at(world, objects.name)
     deadline = start_deadline(world)
+    duration = lease_duration(world, lease)
     judged = lease_status(observation=world.observation, lease=lease, now=world.now,
-                          claimed_at=started, start_deadline_seconds=deadline)
+                          claimed_at=started, start_deadline_seconds=deadline,
+                          lease_duration_seconds=duration, ticks=world.ticks)
     verdict = attempts.judge(pod=pod, lease=judged, renewed=world.observation is not None)
     if verdict.delete_pod:
         return worlds.DeletePod(name=objects.name, uid=pod.uid, message=verdict.message)
@@ -135,9 +174,10 @@ def active_step(world: worlds.World) -> worlds.Step:
             return worlds.Wait(message=verdict.message)
         if world.observation is None:
             until = started + timedelta(seconds=deadline)
-        else:
-            until = world.observation.observed_at + timedelta(
-                seconds=lease.duration_seconds or 0)
+        else:  # the expiry on the monotonic clock, said as a wall time for the scheduler
+            left = (world.observation.observed_at + timedelta(seconds=duration)
+                    - (world.ticks or world.now))
+            until = world.now + left
         return worlds.Wait(message=verdict.message, until=until)
     assert verdict.outcome is not None
     message = f"attempt {objects.name} ended {verdict.outcome}: {verdict.message}"
@@ -148,6 +188,18 @@ def active_step(world: worlds.World) -> worlds.Step:
         event=guards.Event(type="Normal" if verdict.outcome is Outcome.SUCCEEDED else "Warning",
                            reason="AttemptEnded", message=message),
         point="attempt-ended")
+
+
+def lease_duration(world: worlds.World, lease: LeaseView) -> int:
+    """The pinned lease duration; the Lease's own field only if no pinned spec is readable.
+
+    The holder can write ``leaseDurationSeconds``; even then it is held to the bounds a
+    LaunchSpec may set, so a Lease cannot keep an attempt alive longer than any spec could.
+    """
+    if world.launch_spec is not None:
+        return world.launch_spec.lease.duration_seconds
+    own = lease.duration_seconds or bounds.MIN_LEASE_SECONDS
+    return min(max(own, bounds.MIN_LEASE_SECONDS), bounds.MAX_LEASE_SECONDS)
 
 
 def start_deadline(world: worlds.World) -> int:

@@ -154,3 +154,20 @@ def matches_attempt(existing: Mapping[str, Any], *, slot_uid: str, attempt: int)
     if (metadata.get("labels") or {}).get(names.ATTEMPT_LABEL) != str(attempt):
         return False
     return owners.controlled_by(metadata, slot_uid)
+
+
+def same_content(existing: Mapping[str, Any], *, kind: str, worker: str,
+                 launch_spec: LaunchSpecSpec) -> bool:
+    """Does an object that passed :func:`matches_attempt` also hold what we would create?
+
+    Owner references and labels can be written by anyone who may create the kind: a
+    Lease must name the attempt's pod as holder (or none, once released); a Pod must run
+    the pinned template's containers (names and images).
+    """
+    if kind == "Lease":
+        holder = (existing.get("spec") or {}).get("holderIdentity")
+        return holder in (None, worker)
+    found = [(c.get("name"), c.get("image"))
+             for c in (existing.get("spec") or {}).get("containers") or []]
+    wanted = [(c.get("name"), c.get("image")) for c in launch_spec.template.spec.containers]
+    return found == wanted

@@ -9,15 +9,23 @@ Admission also stamps ``<kind>-epoch`` (the epoch of stamping in force when the 
 was written, see :mod:`agentrun.core.stamping`) and, on the commands an owner check guards,
 ``<kind>-override`` (``"true"`` when the writer holds the verb ``override`` on the slot).
 A command without them cannot be trusted: it is refused, never guessed.
+
+Every value is checked against its bound (:mod:`agentrun.api.bounds`) here, where it is
+read: a command with a value out of bounds is *malformed* (rejected into the ledger,
+predicate ``Malformed``, or ``BlankReason`` for an oversize reason), and the command
+carries only clipped values, so nothing a person writes can grow what is stored. A
+request id that is itself out of bounds is replaced by ``invalid-<hash>`` of it, so the
+rejection is still recorded once and found again as a duplicate.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agentrun.api import names
-from agentrun.api.slots import CommandKind
+from agentrun.api import bounds, names
+from agentrun.api.slots import CommandKind, Predicate
 from agentrun.core import guards
 
 
@@ -57,7 +65,7 @@ SHAPES = (
           epoch=names.GIVE_UP_EPOCH, override=names.GIVE_UP_OVERRIDE,
           fields={"reason": names.GIVE_UP_REASON}),
 )
-MAX_REQUEST_ID = 253
+MAX_REQUEST_ID = bounds.REQUEST_ID_CHARS
 ORDER = tuple(shape.kind for shape in SHAPES)
 ALL_KEYS = frozenset(key for shape in SHAPES for key in shape.keys)
 
@@ -71,6 +79,55 @@ class Pending:
     stamped: bool
     epoch: str | None = None
     malformed: str | None = None
+    predicate: Predicate = Predicate.MALFORMED
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bound:
+    """The bound on one command field: characters or UTF-8 bytes, and a pattern."""
+
+    chars: int
+    pattern: str | None = None
+    in_bytes: bool = False
+
+
+BOUNDS: Mapping[str, Bound] = {
+    "reason": Bound(chars=bounds.REASON_BYTES, in_bytes=True),
+    "worker_class": Bound(chars=bounds.WORKER_CLASS_CHARS, pattern=bounds.WORKER_CLASS_PATTERN),
+    "run": Bound(chars=bounds.RUN_CHARS, pattern=bounds.RUN_PATTERN),
+    "tenant": Bound(chars=bounds.TENANT_CHARS, pattern=bounds.TENANT_PATTERN),
+    "actor": Bound(chars=bounds.ACTOR_CHARS),
+}
+
+
+def _problem(key: str, value: str, bound: Bound) -> str | None:
+    if bound.in_bytes:
+        return bounds.problem(key=key, value=value, max_bytes=bound.chars)
+    return bounds.problem(key=key, value=value, chars=bound.chars, pattern=bound.pattern)
+
+
+def _clipped(value: str | None, bound: Bound) -> str | None:
+    if value is None:
+        return None
+    if bound.in_bytes:
+        return bounds.clip_bytes(value, limit=bound.chars)
+    return bounds.clip(value, limit=bound.chars)
+
+
+def request_id_problem(key: str, request_id: str) -> str | None:
+    if not request_id.strip():
+        return f"{key} must be a non-blank request id"
+    return bounds.problem(key=key, value=request_id, chars=bounds.REQUEST_ID_CHARS,
+                          pattern=bounds.REQUEST_ID_PATTERN)
+
+
+def invalid_id(key: str, request_id: str) -> str:
+    """The ledger id under which a command with an unusable request id is recorded.
+
+    Hashed with its annotation ``key``, so the same bad id under two kinds of command is
+    two entries, not a request id reused.
+    """
+    return f"invalid-{hashlib.sha256(f'{key}={request_id}'.encode()).hexdigest()[:16]}"
 
 
 def pending(annotations: Mapping[str, str]) -> Pending | None:
@@ -85,19 +142,26 @@ def pending(annotations: Mapping[str, str]) -> Pending | None:
             continue
         actor = annotations.get(shape.actor) or None
         values = {field: annotations.get(key) for field, key in shape.fields.items()}
-        malformed = None
-        if not request_id.strip() or len(request_id) > MAX_REQUEST_ID:
-            malformed = (f"{shape.id} must be a non-blank request id of at most "
-                         f"{MAX_REQUEST_ID} characters")
-            request_id = "-"
+        malformed = request_id_problem(shape.id, request_id)
+        if malformed is not None:
+            request_id = invalid_id(shape.id, request_id)
+        predicate = Predicate.MALFORMED
+        checked = [(shape.actor, "actor", actor),
+                   *((shape.fields[field], field, value) for field, value in values.items())]
+        for key, field, value in checked:
+            if malformed is None and value is not None:
+                malformed = _problem(key, value, BOUNDS[field])
+                if malformed is not None and field == "reason":
+                    predicate = Predicate.BLANK_REASON
+        clip = {field: _clipped(value, BOUNDS[field]) for field, value in values.items()}
         command = guards.Command(
-            kind=shape.kind, request_id=request_id, actor=actor, reason=values.get("reason"),
-            worker_class=values.get("worker_class"), run=values.get("run"),
-            tenant=values.get("tenant"),
+            kind=shape.kind, request_id=request_id, actor=_clipped(actor, BOUNDS["actor"]),
+            reason=clip.get("reason"), worker_class=clip.get("worker_class"),
+            run=clip.get("run"), tenant=clip.get("tenant"),
             override=shape.override is not None and annotations.get(shape.override) == "true")
         keys = tuple(k for k in shape.keys if k in annotations)
         epoch = annotations.get(shape.epoch) or None
         return Pending(command=command, keys=keys, stamped=actor is not None,
-                       epoch=epoch, malformed=malformed)
+                       epoch=epoch, malformed=malformed, predicate=predicate)
     return None
 

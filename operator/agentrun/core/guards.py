@@ -19,7 +19,8 @@ order, is the one reported (the ledger's ``predicate``):
 6. ``BlankReason``: the reason is empty, blank, or longer than 1 KiB;
 7. ``NotOwner``: the prior attempt records an owner actor, the command's actor differs,
    and the actor has no ``override``;
-8. ``UnknownWorkerClass`` / ``NoCompatibleLaunchSpec``: no LaunchSpec can serve the
+8. ``AttemptLimitReached``: the slot has used ``bounds.MAX_ATTEMPT_NUMBER`` attempts;
+9. ``UnknownWorkerClass`` / ``NoCompatibleLaunchSpec``: no LaunchSpec can serve the
    requested worker class for this run and node.
 
 The decision is data: the exact new status, one Event, and (when accepted) the chosen
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from agentrun.api import conditions, names
+from agentrun.api import bounds, conditions, names
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.slots import (
     COMMANDS_KEPT,
@@ -132,10 +133,16 @@ def seen(status: SlotStatus, request_id: str) -> CommandRecord | None:
 
 def _record(command: Command, *, outcome: Literal["Accepted", "Rejected"],
             predicate: Predicate | None, message: str, now: datetime) -> CommandRecord:
+    clip = bounds.clip
     return CommandRecord(
-        request_id=command.request_id, kind=command.kind, actor=command.actor,
-        reason=command.reason, worker_class=command.worker_class, run=command.run,
-        outcome=outcome, predicate=predicate, message=message, time=now)
+        request_id=command.request_id[:bounds.REQUEST_ID_CHARS], kind=command.kind,
+        actor=bounds.optional_clip(command.actor, limit=bounds.ACTOR_CHARS),
+        reason=None if command.reason is None else bounds.clip_bytes(
+            command.reason, limit=bounds.REASON_BYTES),
+        worker_class=bounds.optional_clip(command.worker_class, limit=names.MAX_NAME),
+        run=bounds.optional_clip(command.run, limit=names.MAX_NAME),
+        outcome=outcome, predicate=predicate,
+        message=clip(message, limit=bounds.RECORD_MESSAGE_CHARS), time=now)
 
 
 def _ledger(status: SlotStatus, record: CommandRecord) -> SlotStatus:
@@ -224,7 +231,16 @@ def _reassign_failure(
         return (Predicate.NOT_OWNER,
                 f"the prior attempt is owned by {owner!r}, not {command.actor!r}; only the "
                 "owner, or an admin with the 'override' verb on slots, may reassign it")
-    return None
+    return attempt_limit(status, name=name)
+
+
+def attempt_limit(status: SlotStatus, *, name: str) -> tuple[Predicate, str] | None:
+    """Every attempt leaves a Lease record: a slot has at most ``MAX_ATTEMPT_NUMBER``."""
+    if status.attempt_count < bounds.MAX_ATTEMPT_NUMBER:
+        return None
+    return (Predicate.ATTEMPT_LIMIT,
+            f"slot {name!r} has used all {bounds.MAX_ATTEMPT_NUMBER} attempt numbers a slot "
+            "may have; give it up (agentrun.dev/give-up-*) and start a new run")
 
 
 def reassign(
@@ -296,6 +312,8 @@ def _other_failure(*, command: Command, slot: Slot,
         return (Predicate.NOT_CLAIMABLE,
                 f"slot {name!r} is {status.state}{held}: a claim needs a Ready slot, or a "
                 "RetryWait slot that was reassigned or whose retry time has come")
+    if kind is CommandKind.CLAIM and attempt_limit(status, name=name) is not None:
+        return attempt_limit(status, name=name)
     if kind is CommandKind.GIVE_UP and status.state not in transitions.OPEN_STATES:
         return (Predicate.NOT_RETRY_WAIT,
                 f"slot {name!r} has already finished ({status.state}); nothing to give up")

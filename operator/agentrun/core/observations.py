@@ -12,7 +12,10 @@ Terms:
   outcome recorded) or ``Missing``.
 
 Expiry follows client-go's leader election: a lease expires when the operator has not
-*seen* ``renewTime`` change for ``leaseDurationSeconds`` of its own clock. A worker's
+*seen* ``renewTime`` change for the lease duration on its own *monotonic* clock (the
+``ticks`` of :mod:`agentrun.core.clocks`), so a step of the wall clock cannot end a
+renewing attempt early. The duration is the one pinned in the slot's LaunchSpec, never
+the Lease's own ``leaseDurationSeconds``: the holder can write that field. A worker's
 clock may be minutes off; comparing its timestamps with ours would be wrong both ways.
 The memory is lost when the operator restarts; the first reading afterwards starts a new
 observation at ``now``, which can only lengthen a lease, never cut it short.
@@ -143,20 +146,24 @@ def lease_status(
     now: datetime,
     claimed_at: datetime,
     start_deadline_seconds: int,
+    lease_duration_seconds: int,
+    ticks: datetime | None = None,
 ) -> LeaseStatus:
     """Judge a lease: ``Missing``, ``Released``, ``Held`` or ``Expired``.
 
-    ``observation`` must be the result of :func:`observe` on this same reading. Before
-    the first renewal a lease is held until ``claimed_at + start_deadline_seconds`` and
-    expired after; once renewed, held until ``leaseDurationSeconds`` after the operator
-    saw the last change. ``renewTime`` itself is never compared with ``now``.
+    ``observation`` must be the result of :func:`observe` on this same reading, its
+    ``observed_at`` on the clock of ``ticks`` (the monotonic clock; ``now`` when None).
+    Before the first renewal a lease is held until ``claimed_at + start_deadline_seconds``
+    (wall clock: the claim time is a wall time) and expired after; once renewed, held
+    until ``lease_duration_seconds`` (the pinned duration) after the operator saw the
+    last change. ``renewTime`` and ``leaseDurationSeconds`` of the Lease are never used.
     """
     if not lease.exists:
         return LeaseStatus.MISSING
     if lease.tombstoned:
         return LeaseStatus.RELEASED
     if observation is None:
-        deadline = claimed_at + timedelta(seconds=start_deadline_seconds)
-    else:
-        deadline = observation.observed_at + timedelta(seconds=lease.duration_seconds or 0)
-    return LeaseStatus.HELD if now < deadline else LeaseStatus.EXPIRED
+        return (LeaseStatus.HELD if now < claimed_at + timedelta(seconds=start_deadline_seconds)
+                else LeaseStatus.EXPIRED)
+    expiry = observation.observed_at + timedelta(seconds=lease_duration_seconds)
+    return LeaseStatus.HELD if (ticks or now) < expiry else LeaseStatus.EXPIRED

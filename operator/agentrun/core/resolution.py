@@ -24,7 +24,7 @@ from typing import Any, Final
 import yaml
 from pydantic import ValidationError
 
-from agentrun.api import names
+from agentrun.api import bounds, names
 from agentrun.api.configs import (
     BindingsDocument,
     PackageDocument,
@@ -42,8 +42,9 @@ NOT_A_TENANT: Final = "NotATenantNamespace"
 TENANT_MISMATCH: Final = "TenantMismatch"
 
 # A revision label is canonical decimal, no sign and no leading zero, so that "1" and "01"
-# can never be two spellings of one revision; at most 18 digits so it fits an int64.
-_REVISION: Final = re.compile(r"[1-9][0-9]{0,17}")
+# can never be two spellings of one revision; at most ``bounds.MAX_REVISION`` (2^53 - 1,
+# exact in every JSON number, so the CRD's maximum is exact too).
+_REVISION: Final = re.compile(r"[1-9][0-9]{0,15}")
 _MAX_DETAIL: Final = 2000
 _MAX_NOTES: Final = 5
 
@@ -131,10 +132,12 @@ def _candidates(
             continue
         source = str(meta.get("name") or "")
         label = labels.get(names.REVISION_LABEL)
-        if label is None or not _REVISION.fullmatch(str(label)):
-            shown = "missing" if label is None else repr(label)
+        if label is None or not _REVISION.fullmatch(str(label)) or (
+                int(label) > bounds.MAX_REVISION):
+            shown = "missing" if label is None else repr(label[:64])
             notes.append(f"ConfigMap {source!r} was skipped: its {names.REVISION_LABEL} label "
-                         f"is {shown}, not a positive integer such as \"3\"")
+                         f"is {shown}, not a positive integer such as \"3\" (at most "
+                         f"{bounds.MAX_REVISION})")
             continue
         found.append(_Candidate(
             source=source, uid=str(meta.get("uid") or ""), revision=int(label),

@@ -16,7 +16,7 @@ from typing import Any
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import claims, guards, naming
+from agentrun.core import claims, guards, naming, owners
 
 DATA_KEY = "launchspec.json"
 
@@ -56,3 +56,13 @@ def read(configmap: Mapping[str, Any], *, pinned: PinnedLaunchSpec) -> LaunchSpe
         raise ValueError(f"snapshot {pinned.snapshot!r} does not hold the pinned spec "
                          f"(digest {pinned.digest[:10]}…)")
     return spec
+
+
+def is_own(found: Mapping[str, Any], *, body: Mapping[str, Any], slot_uid: str) -> bool:
+    """Is a snapshot found on AlreadyExists the one ``body`` would have made?
+
+    Controlled by this slot, immutable, and holding the same data: a ConfigMap someone
+    made first under the name is never used as the pin, whatever its labels say.
+    """
+    return (owners.controlled_by(found.get("metadata") or {}, slot_uid)
+            and found.get("immutable") is True and found.get("data") == body.get("data"))

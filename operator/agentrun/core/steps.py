@@ -12,8 +12,10 @@ Order of concerns, first match wins:
 1. no live run to serve (gone, being deleted, not this slot's), or the slot being
    deleted: wind down (follow an Active attempt to its end, fence it), never claim;
 2. an ended attempt not yet fenced: kill its live pod, tombstone its lease, so that a
-   command is judged against the attempt's final record;
-3. a pending command (annotations): decide it into the ledger, then remove it;
+   command is judged against the attempt's final record; an Active attempt whose end
+   (pod finished, lease expired) is due is judged before any command;
+3. a pending command (annotations): refused unless its stamping can be believed, then
+   rejected when malformed (out of its bounds), else decided into the ledger; then removed;
 4. the slot's first status (``observedGeneration``);
 5. a finished slot: nothing more; the run's deadline: fail the slot;
 6. by state: Pending (dependencies, launch spec), Ready/RetryWait (claim when claimable
@@ -26,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timedelta
 
-from agentrun.api import conditions
+from agentrun.api import conditions, names
 from agentrun.api.slots import (
     TERMINAL_STATES,
     CommandKind,
@@ -53,6 +55,31 @@ ENDED_STATES = frozenset({SlotState.RETRY_WAIT, SlotState.SUCCEEDED, SlotState.F
 
 
 def next_step(world: worlds.World) -> worlds.Step:
+    """The one next write for this slot; when it is to wait, first its LaunchSpec label."""
+    step = _next_step(world)
+    labels = pinned_label(world)
+    if isinstance(step, worlds.Wait) and labels is not None:
+        return worlds.RemoveCommand(keys=(), labels=labels, point="label")
+    return step
+
+
+def pinned_label(world: worlds.World) -> dict[str, str] | None:
+    """The label naming the slot's pinned LaunchSpec, when it must change (else None).
+
+    ``kubectl get slots -l agentrun.dev/launch-spec=<name>`` lists the slots that pin a
+    spec. It rides on the annotation removal after a reassignment (no write of its own
+    there) and otherwise is written only when the slot has nothing else to do. A name
+    longer than a label value allows (63) is not labelled.
+    """
+    pinned = world.slot.status.launch_spec
+    if pinned is None or len(pinned.name) > names.MAX_NAME:
+        return None
+    if world.slot.metadata.labels.get(names.LAUNCH_SPEC_LABEL) == pinned.name:
+        return None
+    return {names.LAUNCH_SPEC_LABEL: pinned.name}
+
+
+def _next_step(world: worlds.World) -> worlds.Step:
     """The one next write for this slot (see the module docstring for the order)."""
     status = world.slot.status
     if world.run is None or world.slot.metadata.deletion_timestamp is not None:
@@ -61,6 +88,12 @@ def next_step(world: worlds.World) -> worlds.Step:
         fence = attemptsteps.fence_step(world)
         if fence is not None:
             return fence
+    if status.state is SlotState.ACTIVE:
+        # Judging the attempt comes before any command: no command, however bad, may
+        # delay the end of an attempt whose pod has finished or whose lease expired.
+        judged = attemptsteps.active_step(world)
+        if not isinstance(judged, worlds.Wait):
+            return judged
     pending = commands.pending(world.slot.metadata.annotations)
     if pending is not None:
         return command_step(world, pending)
@@ -127,14 +160,10 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
     """Decide a pending command into the ledger; once it is there, remove its annotations."""
     status = world.slot.status
     command = pending.command
-    if pending.malformed is not None:
-        return worlds.RemoveCommand(keys=pending.keys, event=guards.Event(
-            type="Warning", reason="CommandRejected",
-            message=f"{command.kind} not processed: {pending.malformed}"))
     seen = guards.seen(status, command.request_id)
     if seen is not None:
         if seen.kind is command.kind:
-            return worlds.RemoveCommand(keys=pending.keys)
+            return worlds.RemoveCommand(keys=pending.keys, labels=pinned_label(world))
         return worlds.RemoveCommand(keys=pending.keys, event=guards.Event(
             type="Warning", reason="CommandRejected",
             message=(f"{command.kind} {command.request_id} not processed: the request id was "
@@ -151,19 +180,36 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
     if conditions.is_true(status.conditions, COMMANDS_REFUSED):
         status = _set(status, COMMANDS_REFUSED, "False", "StampingInForce",
                       "the actor-stamping admission policy is in force", world.now)
-    slot = world.slot.model_copy(update={"status": status})
-    assert world.run is not None
-    if command.kind is CommandKind.CLAIM and world.run.spec.suspend:
-        decision = guards.reject(command=command, status=status,
-                                 predicate=Predicate.NOT_CLAIMABLE,
-                                 message="the run is suspended (spec.suspend); resume it first",
-                                 now=world.now)
+    if pending.malformed is not None:
+        # After the stamping check: an out-of-bounds command is rejected into the ledger
+        # only once its actor can be believed (else it is refused as unstamped/stale).
+        decision = guards.reject(command=command, status=status, predicate=pending.predicate,
+                                 message=f"{pending.malformed}; fix the command and re-issue "
+                                         "it with a new request id", now=world.now)
         return worlds.WriteStatus(status=decision.status, event=decision.event,
                                   point="command-ledger")
-    decision = guards.decide(
-        command=command,
-        slot=slot, tenant=world.tenant, prior=prior(world), launch_specs=world.launch_specs,
-        now=world.now)
+    slot = world.slot.model_copy(update={"status": status})
+    assert world.run is not None
+    limit = world.run.spec.max_active
+    busy = limit is not None and world.active_in_run >= limit
+    if command.kind is CommandKind.CLAIM and (world.run.spec.suspend or busy):
+        why = ("the run is suspended (spec.suspend); resume it first" if world.run.spec.suspend
+               else f"the run already has {world.active_in_run} attempts Claiming or Active, "
+                    f"its spec.maxActive ({limit}); claim again when one has ended")
+        decision = guards.reject(command=command, status=status,
+                                 predicate=Predicate.NOT_CLAIMABLE, message=why, now=world.now)
+        return worlds.WriteStatus(status=decision.status, event=decision.event,
+                                  point="command-ledger")
+    try:
+        decision = guards.decide(
+            command=command,
+            slot=slot, tenant=world.tenant, prior=prior(world),
+            launch_specs=world.launch_specs, now=world.now)
+    except ValueError as error:  # includes a model's ValidationError, IllegalTransition
+        # A command that cannot be decided is rejected into the ledger, never retried forever.
+        decision = guards.reject(command=command, status=status, predicate=Predicate.MALFORMED,
+                                 message=f"the command could not be decided ({error})",
+                                 now=world.now)
     new = decision.status
     if decision.accepted and decision.choice is not None:
         pinned = new.launch_spec
@@ -189,7 +235,8 @@ def prior(world: worlds.World) -> guards.Prior | None:
     return guards.Prior(pod=pod.phase, lease=lease_status(
         observation=world.observation, lease=lease, now=world.now,
         claimed_at=attemptsteps.started_at(world, objects.name),
-        start_deadline_seconds=attemptsteps.start_deadline(world)))
+        start_deadline_seconds=attemptsteps.start_deadline(world),
+        lease_duration_seconds=attemptsteps.lease_duration(world, lease), ticks=world.ticks))
 
 
 def pending_step(world: worlds.World) -> worlds.Step:
@@ -243,6 +290,12 @@ def claim_step(world: worlds.World) -> worlds.Step:
         # tombstoned by then): a pod still Terminating on a lost node may still act.
         return worlds.Wait(message=f"waiting until the pod of {status.prior_worker} is gone "
                                    f"(it is {pod_view(world.attempt.pod).phase})")
+    limit = world.run.spec.max_active
+    if limit is not None and world.active_in_run >= limit and transitions.may_be_claimed(
+            status, now=world.now):
+        return worlds.Wait(message=f"the run has {world.active_in_run} attempts Claiming or "
+                                   f"Active, its spec.maxActive ({limit}): waiting for one "
+                                   "to end")
     if transitions.is_claimable(status, now=world.now, claim_policy=world.run.spec.claim_policy):
         return worlds.WriteStatus(status=transitions.start_claim(
             status, slot=world.slot.metadata.name, now=world.now), point="claiming")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from agentrun.api import conditions
+from agentrun.api import bounds, conditions
 from agentrun.api.runs import ClaimPolicy
 from agentrun.api.slots import (
     ATTEMPTS_KEPT,
@@ -34,6 +34,8 @@ REOPENED = "Reopened"
 AWAITING_REASSIGNMENT = "AwaitingReassignment"
 COMMAND_REJECTED = "CommandRejected"
 SUCCEEDED = "Succeeded"
+QUOTA_EXCEEDED = "QuotaExceeded"  # a claim waits for a ResourceQuota (no attempt spent)
+NAME_SQUATTED = "NameSquatted"  # an object under one of our names is not ours (core.squats)
 
 OPEN_STATES = frozenset({SlotState.PENDING, SlotState.READY, SlotState.CLAIMING,
                          SlotState.ACTIVE, SlotState.RETRY_WAIT})
@@ -101,7 +103,8 @@ def deps_met(
     """Pending → Ready: dependencies succeeded and a launch spec is pinned."""
     _require(status, "mark ready", SlotState.PENDING)
     return status.model_copy(update={
-        "state": SlotState.READY, "worker_class": worker_class, "launch_spec": launch_spec})
+        "state": SlotState.READY, "worker_class": worker_class, "launch_spec": launch_spec,
+        "conditions": conditions.remove(status.conditions, NAME_SQUATTED)})
 
 
 def start_claim(status: SlotStatus, *, slot: str, now: datetime) -> SlotStatus:
@@ -157,6 +160,8 @@ def finish_claim(status: SlotStatus, *, now: datetime, pod_uid: str | None = Non
     worker = status.pending_worker
     assert worker is not None
     return status.model_copy(update={
+        "conditions": conditions.remove(conditions.remove(status.conditions, QUOTA_EXCEEDED),
+                                        NAME_SQUATTED),
         "state": SlotState.ACTIVE,
         "active_worker": worker,
         "pending_worker": None,
@@ -173,7 +178,8 @@ def _close(status: SlotStatus, *, worker: str, outcome: Outcome, message: str,
         attempts = _append_attempt(status, _new_record(status, worker=worker, now=now))
     else:
         attempts = list(status.attempts)
-    return [a.model_copy(update={"ended_at": now, "outcome": outcome, "reason": message,
+    reason = bounds.clip(message, limit=bounds.RECORD_MESSAGE_CHARS)
+    return [a.model_copy(update={"ended_at": now, "outcome": outcome, "reason": reason,
                                  "exit_code": exit_code})
             if a.pod == worker and a.ended_at is None else a for a in attempts]
 
@@ -201,7 +207,8 @@ def fail_claim(status: SlotStatus, *, message: str, policy: retries.Effective,
     _require(status, "fail a claim on", SlotState.CLAIMING)
     worker = status.pending_worker
     assert worker is not None
-    return _wait_or_exhaust(status, policy=policy, now=now, update={
+    return _wait_or_exhaust(status.model_copy(update={"conditions": conditions.remove(
+        status.conditions, QUOTA_EXCEEDED)}), policy=policy, now=now, update={
         "pending_worker": None,
         "prior_worker": worker,
         "next_owner_actor": None,
@@ -251,7 +258,8 @@ def fail(status: SlotStatus, *, reason: str, message: str, now: datetime) -> Slo
             "attempts": _close(status, worker=live, outcome=Outcome.GAVE_UP, message=message,
                                exit_code=None, now=now),
         }
-    conds = conditions.remove(status.conditions, AWAITING_REASSIGNMENT)
+    conds = conditions.remove(conditions.remove(status.conditions, AWAITING_REASSIGNMENT),
+                              QUOTA_EXCEEDED)
     conds = conditions.set_condition(conds, type_=SUCCEEDED, status="False", reason=reason,
                                      message=message, now=now)
     return status.model_copy(update={
@@ -269,7 +277,8 @@ def reopen(status: SlotStatus, *, worker_class: str, launch_spec: PinnedLaunchSp
     records ``owner_actor`` on it.
     """
     _require(status, "reassign", SlotState.RETRY_WAIT)
-    conds = conditions.remove(status.conditions, AWAITING_REASSIGNMENT)
+    conds = conditions.remove(conditions.remove(status.conditions, AWAITING_REASSIGNMENT),
+                              NAME_SQUATTED)
     conds = conditions.set_condition(conds, type_=REOPENED, status="True", reason="Reassigned",
                                      message=message, now=now)
     return status.model_copy(update={

@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 from agentrun.api import bounds, names
-from agentrun.api.configs import WORKER_CLASS_PATTERN
 from agentrun.core import admission, commands
 
 Object = dict[str, Any]
@@ -126,20 +125,33 @@ def _owned(owners: str) -> str:
             "variables.override")
 
 
+def matches(value: str, pattern: str) -> str:
+    """CEL: ``value`` matches ``pattern``, as the operator's parsing checks it.
+
+    RE2 searches, but the bounds' patterns are anchored (``^...$``), so this is Python's
+    ``re.fullmatch``. They hold no quote or backslash to escape in a CEL string.
+    """
+    assert "'" not in pattern and "\\" not in pattern, pattern
+    return f"{value}.matches('{pattern}')"
+
+
 # Field -> (required, CEL over {value}, message about {key}); the tenant is checked apart
-# (its message names the namespace's tenant).
+# (its message names the namespace's tenant). The same bounds and patterns as the
+# operator's parsing (``commands.BOUNDS``), so what admission lets through the operator
+# does not reject as Malformed.
 FIELD_CHECKS: dict[str, tuple[bool, str, str]] = {
-    "reason": (True, f"bytes({{value}}).size() <= {bounds.MAX_REASON_BYTES} && "
+    "reason": (True, f"bytes({{value}}).size() <= {bounds.REASON_BYTES} && "
                      "{value}.trim().size() > 0",
-               f"{{key}} is required: say why, non-blank, in at most {bounds.MAX_REASON_BYTES} "
+               f"{{key}} is required: say why, non-blank, in at most {bounds.REASON_BYTES} "
                "bytes"),
-    "run": (True, f"{{value}}.size() <= {bounds.MAX_RUN_NAME} && {{value}} == object.spec.run",
+    "run": (True, f"{{value}}.size() <= {bounds.RUN_CHARS} && "
+                  f"{matches('{value}', bounds.RUN_PATTERN)} && {{value}} == object.spec.run",
             "{key} is required and must name the slot's run (its spec.run): set "
             "{key}=<run> to the run you mean"),
-    "worker_class": (False, f"{{value}}.size() <= {bounds.MAX_WORKER_CLASS} && "
-                            f"{{value}}.matches('{WORKER_CLASS_PATTERN}')",
+    "worker_class": (False, f"{{value}}.size() <= {bounds.WORKER_CLASS_CHARS} && "
+                            f"{matches('{value}', bounds.WORKER_CLASS_PATTERN)}",
                      "{key} must be a worker class name (lower-case letters, digits, '-' and "
-                     f"'.', at most {bounds.MAX_WORKER_CLASS} characters)"),
+                     f"'.', at most {bounds.WORKER_CLASS_CHARS} characters)"),
 }
 
 
@@ -148,15 +160,16 @@ def command_checks(shape: commands.Shape) -> list[Object]:
     when = f"!variables.{_variable(shape)} || "
     new = "variables.new"
     others = _strings(tuple(k for k in shape.keys if k != shape.id))
+    request = f"{new}['{shape.id}']"
     checks = [validation(
         f"('{shape.id}' in {new}) || {others}.all(k, !(k in {new}) || "
         f"(k in variables.old && variables.old[k] == {new}[k]))",
         f"a {shape.kind} command needs its request id: set {shape.id}=<a new id> in the same "
         "request"), validation(
-        f"{when}({new}['{shape.id}'].size() <= {bounds.MAX_REQUEST_ID} && "
-        f"{new}['{shape.id}'].trim().size() > 0)",
-        f"{shape.id} must be a non-blank request id of at most {bounds.MAX_REQUEST_ID} "
-        "characters")]
+        f"{when}({request}.size() <= {bounds.REQUEST_ID_CHARS} && "
+        f"{matches(request, bounds.REQUEST_ID_PATTERN)})",
+        f"{shape.id} must be a request id of at most {bounds.REQUEST_ID_CHARS} characters: "
+        "letters and digits, inside also any of . _ : @ / + = - (no spaces)")]
     for field, key in shape.fields.items():
         if field in FIELD_CHECKS:
             required, valid, message = FIELD_CHECKS[field]
@@ -166,9 +179,10 @@ def command_checks(shape: commands.Shape) -> list[Object]:
                                  message.format(key=key)))
     tenant = shape.fields.get("tenant")
     if tenant:
+        value = f"{new}['{tenant}']"
         checks.append(dynamic_validation(
-            f"{when}!('{tenant}' in {new}) || ({new}['{tenant}'].size() <= "
-            f"{bounds.MAX_TENANT} && {new}['{tenant}'] == "
+            f"{when}!('{tenant}' in {new}) || ({value}.size() <= {bounds.TENANT_CHARS} && "
+            f"{matches(value, bounds.TENANT_PATTERN)} && {value} == "
             f"namespaceObject.metadata.?labels.orValue({{}})[?'{names.TENANT_LABEL}']"
             ".orValue(''))",
             f"'{tenant} must be the namespace\\'s tenant (its label {names.TENANT_LABEL}'"

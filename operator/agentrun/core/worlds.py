@@ -43,6 +43,9 @@ class World:
     command is trusted). ``pins_problem``: why the run's pinned
     configuration snapshots cannot be mounted as pinned (read only while Claiming).
     ``first_seen``: when this process first read the attempt's lease (on its own clock).
+    ``ticks``: now on the operator's monotonic clock, the clock of ``observation`` (None:
+    the same as ``now``, as in tests that move one clock). ``active_in_run``: how many
+    other slots of the run have an attempt Claiming or Active (read only under maxActive).
     ``run`` is None when the slot has no live run to serve: gone, being deleted, or not
     the run that controls this slot (a same-name run created later).
     """
@@ -61,6 +64,8 @@ class World:
     stamping: Stamping | None = None
     pins_problem: str | None = None
     first_seen: datetime | None = None
+    ticks: datetime | None = None
+    active_in_run: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,9 +103,12 @@ class Tombstone:
 
 @dataclass(frozen=True, kw_only=True)
 class RemoveCommand:
+    """A metadata patch of the slot: remove command annotations, and set ``labels``."""
+
     keys: tuple[str, ...]
     event: guards.Event | None = None
     point: str = "remove-command"
+    labels: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import launches, snapshots, stamping
+from agentrun.core import launches, owners, snapshots, stamping
 from agentrun.kube import rest
 
 Object = dict[str, Any]
@@ -60,9 +60,17 @@ class Reader:
         found = self.custom_object("agentruns", namespace, name)
         return AgentRun.model_validate(found) if found else None
 
+    def slots_in(self, namespace: str) -> list[Slot]:
+        return [Slot.model_validate({**o, "kind": "Slot"})
+                for o in self.custom_objects("slots", namespace)]
+
     def slots_of(self, namespace: str, run: str) -> list[Slot]:
-        return [Slot.model_validate({**o, "kind": "Slot"}) for o in self.custom_objects(
-            "slots", namespace, selector=f"{names.RUN_LABEL}={run}")]
+        """The slots whose ``spec.run`` is ``run`` (immutable), never by the run label.
+
+        A person can change a label: a relabelled slot must still count for its run (its
+        dependents would otherwise never start). The caller checks the controlling owner.
+        """
+        return [s for s in self.slots_in(namespace) if s.spec.run == run]
 
     def launch_specs(self, namespace: str) -> list[LaunchSpec]:
         return [LaunchSpec.model_validate({**o, "kind": "LaunchSpec"})
@@ -99,13 +107,16 @@ class Reader:
         items: list[Object] = listed.get("items") or []
         return items
 
-    def launch_spec_snapshots(self, namespace: str, slot: str) -> frozenset[str]:
+    def launch_spec_snapshots(self, namespace: str, slot: str, *,
+                              slot_uid: str) -> frozenset[str]:
+        """The LaunchSpec snapshots this very slot controls (labels alone prove nothing)."""
         selector = f"{names.SLOT_LABEL}={slot},{names.SNAPSHOT_LABEL}=launchspec"
         return frozenset(cm["metadata"]["name"]
-                         for cm in self.configmaps(namespace, selector=selector))
+                         for cm in self.configmaps(namespace, selector=selector)
+                         if owners.controlled_by(cm["metadata"], slot_uid))
 
-    def pinned_launch_spec(self, namespace: str,
-                           pinned: PinnedLaunchSpec) -> tuple[LaunchSpecSpec | None, str | None]:
+    def pinned_launch_spec(self, namespace: str, pinned: PinnedLaunchSpec, *,
+                           slot_uid: str) -> tuple[LaunchSpecSpec | None, str | None]:
         """The pinned spec from its snapshot, or why it cannot be had."""
         key = (namespace, pinned.snapshot)
         if key in self._snapshots:
@@ -113,6 +124,9 @@ class Reader:
         found = self.configmap(namespace, pinned.snapshot)
         if found is None:
             return None, f"the LaunchSpec snapshot {pinned.snapshot} is missing"
+        if not owners.controlled_by(found.get("metadata") or {}, slot_uid):
+            return None, (f"the LaunchSpec snapshot {pinned.snapshot} is not the slot's own "
+                          "copy (another controller); delete it and reassign the slot")
         try:
             spec = snapshots.read(found, pinned=pinned)
         except ValueError as error:

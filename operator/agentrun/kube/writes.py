@@ -90,9 +90,13 @@ class Writer:
 
     def remove_annotations(self, *, kind: str, namespace: str, name: str,
                            resource_version: str | None, keys: tuple[str, ...],
-                           point: str) -> None:
-        patch = {"metadata": {"resourceVersion": resource_version,
-                              "annotations": dict.fromkeys(keys)}}
+                           point: str, labels: dict[str, str] | None = None) -> None:
+        """Remove annotations ``keys`` (and set ``labels``) in one preconditioned patch."""
+        metadata: dict[str, Any] = {"resourceVersion": resource_version,
+                                    "annotations": dict.fromkeys(keys)}
+        if labels:
+            metadata["labels"] = labels
+        patch = {"metadata": metadata}
         self._write("PATCH", path(kind, namespace, name), patch, point=point,
                     content_type=rest.MERGE_PATCH)
 

@@ -4,7 +4,8 @@
 the operator's role and the actor-stamping admission policy once per session (the CRDs
 come from ``crds``), and has the stamping epoch minted; ``operator`` starts the operator
 as a subprocess watching only the test's namespace, as the cluster's ``operator`` user, so
-it has exactly those rights.
+it has exactly those rights; ``process`` is that operator not yet started, for the crash
+cases to start at a point.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import kubernetes
 import pytest
 from clusters import Cluster
 from operators import OperatorProcess, stamping_in_force
 from scenarios import Scenario
-from waiting import wait_for
+from waiting import wait_for, wait_for_default_service_account
 
 MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
 VALIDATING = MANIFESTS / "admission" / "validating.yaml"
@@ -82,3 +84,15 @@ def validating(cluster: Cluster, installed: None) -> Iterator[None]:
     yield
     removed = cluster.kubectl("delete", "--ignore-not-found", "-f", str(VALIDATING))
     assert removed.returncode == 0, removed.stderr
+
+
+@pytest.fixture
+def process(cluster: Cluster, namespace: str, installed: None, tmp_path: Path,
+            api_client: kubernetes.client.ApiClient) -> Iterator[OperatorProcess]:
+    """The operator, not started: each case starts it with its crash point."""
+    wait_for_default_service_account(api_client, namespace)
+    operator = OperatorProcess(cluster=cluster, namespace=namespace,
+                               log=tmp_path / "operator.log")
+    yield operator
+    operator.stop()
+    print(f"--- operator log (tail) ---\n{operator.tail(40)}")

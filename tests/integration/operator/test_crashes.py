@@ -25,10 +25,9 @@ it exits (an ended attempt is then decided at once) rather than letting it expir
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import kubernetes
 import pytest
 from clusters import Cluster
 from convergence import (
@@ -36,6 +35,7 @@ from convergence import (
     annotations_of,
     assert_converged,
     assert_nothing_stray,
+    command_annotations,
     condition,
     crashed,
     exit_worker,
@@ -49,7 +49,7 @@ from convergence import (
 )
 from operators import OperatorProcess
 from scenarios import Scenario, request_id
-from waiting import wait_for, wait_for_default_service_account
+from waiting import wait_for
 
 SOURCE = Path(__file__).resolve().parents[3] / "operator" / "agentrun"
 Object = dict[str, object]
@@ -60,7 +60,10 @@ LAUNCH_POINTS = ["pin-snapshots", "pinned", "slots", "run-status", "observed",
 CLAIM_POINTS = ["claiming", "claim-lease", "claim-pod", "active"]
 END_POINTS = ["attempt-ended", "tombstone", "delete-pod"]
 REASSIGN_POINTS = ["launch-spec-snapshot", "command-ledger", "remove-command"]
-OTHER_POINTS = ["command-ledger", "claim-failed"]  # a Manual claim, a rejection; a refused Pod
+OTHER_POINTS = ["command-ledger", "claim-failed",  # a Manual claim, a rejection; a refused Pod
+                "quota-exceeded",  # a Pod refused by a ResourceQuota (test_crash_quota.py)
+                "launch-spec-status",  # a LaunchSpec's status (test_launch_spec_status.py)
+                "label"]  # a slot's LaunchSpec label (test_launch_spec_status.py)
 STAMPING_POINTS = ["stamping-epoch"]  # the epoch just minted: test_stamping.py (serial)
 
 
@@ -77,18 +80,6 @@ def test_every_crash_point_is_covered() -> None:
 
 
 # --- fixtures and helpers -----------------------------------------------------------------
-@pytest.fixture
-def process(cluster: Cluster, namespace: str, installed: None, tmp_path: Path,
-            api_client: kubernetes.client.ApiClient) -> Iterator[OperatorProcess]:
-    """The operator, not started: each case starts it with its crash point."""
-    wait_for_default_service_account(api_client, namespace)
-    operator = OperatorProcess(cluster=cluster, namespace=namespace,
-                               log=tmp_path / "operator.log")
-    yield operator
-    operator.stop()
-    print(f"--- operator log (tail) ---\n{operator.tail(40)}")
-
-
 # --- a run's launch and the first claim -----------------------------------------------------
 def _pins(scenario: Scenario) -> dict[str, Object]:
     return objects(scenario, "configmaps", selector=f"{ANN}config-kind,{ANN}snapshot-of")
@@ -339,9 +330,12 @@ def test_crash_after_manual_claim_ledger(scenario: Scenario, cluster: Cluster,
 
 def test_crash_after_claim_failed(scenario: Scenario, cluster: Cluster,
                                   process: OperatorProcess) -> None:
-    """``claim-failed``: a quota of zero pods refuses the Pod (403) after the Lease exists."""
-    scenario.core.create_namespaced_resource_quota(scenario.namespace, {
-        "metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}})
+    """``claim-failed``: PodSecurity refuses the Pod (403) after the Lease exists.
+
+    (A ResourceQuota's refusal is not a ClaimFailed: see the next case.)
+    """
+    scenario.core.patch_namespace(scenario.namespace, {"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "restricted"}}})
     publish(scenario, nodes=1)
     process.start(crash_at="claim-failed")
     scenario.run("study", max_attempts=1)
@@ -392,6 +386,9 @@ def test_crash_after_rejection_never_flips(scenario: Scenario, cluster: Cluster,
                        message="attempts exhausted", timeout=30)
     wait_for(lambda: tombstoned(scenario, first), timeout=30,
              message=f"lease {first} tombstoned")
+    # The attempt is judged before any command, so the ledgered command goes after it.
+    wait_for(lambda: not command_annotations(scenario.slot(slot)), timeout=30,
+             message="the ledgered command removed")
     final = assert_converged(scenario, cluster, slot, count=1, state="RetryWait",
                              requests=(request,))
     assert [c["outcome"] for c in status(final)["commands"]] == ["Rejected"]

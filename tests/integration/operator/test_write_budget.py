@@ -102,8 +102,15 @@ def of_slot(write: audit.Write, slot: str) -> bool:
 
 
 def fail_attempt(scenario: Scenario, slot: str) -> tuple[str, datetime]:
-    """Attempt 1's pod fails (exit 3) after one renewal; its lease is left to expire."""
-    worker = scenario.wait_state(slot, "Active")["status"]["activeWorker"]
+    """Attempt 1's pod fails (exit 3) after one renewal; its lease is left to expire.
+
+    From a settled Active slot: its one-time LaunchSpec label (written once the slot has
+    nothing else to do) is in place first, so it is not counted in the cycle.
+    """
+    worker = scenario.wait_slot(slot, lambda s: s.get("status", {}).get("state") == "Active"
+                                and "agentrun.dev/launch-spec" in (
+                                    s["metadata"].get("labels") or {}),
+                                message="Active and labelled")["status"]["activeWorker"]
     scenario.renew(worker)
     since = datetime.now(UTC)
     scenario.finish(worker, "Failed", exit_code=3)
@@ -165,9 +172,11 @@ def check_budget(*, title: str, log: Path, scenario: Scenario, since: datetime,
             print(f"    {write.row()}")
     assert [w.key for w in mine] == [key for key, _ in expected]
     assert all(200 <= w.code < 300 for w in mine), [w.row() for w in mine]
-    # Besides Events, the only other write is the run's derived status (a view of its
-    # slots' states, on the AgentRun: not an object of the slot, and not Kopf's).
-    assert {(w.resource, w.subresource) for w in others} <= {("agentruns", "status")}, others
+    # Besides Events, the only other writes are derived views: the run's status (its
+    # slots' states) and a LaunchSpec's status (the slots that pin it), neither an
+    # object of the slot, and neither Kopf's.
+    assert {(w.resource, w.subresource) for w in others} <= {
+        ("agentruns", "status"), ("launchspecs", "status")}, others
     no_kopf_bookkeeping(scenario.slot(slot), scenario.agentrun("study"),
                         *objects(scenario, "leases").values(),
                         *objects(scenario, "pods").values())

@@ -75,8 +75,11 @@ PINNED = PinnedLaunchSpec(name="cpu-spec", uid="uid-cpu-spec", generation=1,
 
 
 def slot(status: SlotStatus | None = None, *, run: str = RUN, node: str = NODE) -> Slot:
+    status = status or SlotStatus()
+    labels = ({names.LAUNCH_SPEC_LABEL: status.launch_spec.name}
+              if status.launch_spec is not None else {})
     return Slot(metadata=ObjectMeta(name=naming.slot_name(run=run, node=node), namespace=NS,
-                                    uid=SLOT_UID),
+                                    uid=SLOT_UID, labels=labels),
                 spec=SlotSpec(run=run, node=node, worker_class="cpu"),
                 status=status or SlotStatus())
 
@@ -176,7 +179,9 @@ def pod(number: int, phase: str | None = "Running", *, attempt_label: int | None
     if exit_code is not None:
         status["containerStatuses"] = [{"name": "worker",
                                         "state": {"terminated": {"exitCode": exit_code}}}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "status": status}
+    spec = {"containers": [{"name": "worker", "image": "example/worker:1"}]}  # CPU_SPEC's
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec,
+            "status": status}
 
 
 def lease(number: int, *, renew_time: str | None = None, duration: int = LEASE_SECONDS,

@@ -74,7 +74,8 @@ def lease(renew_time: str | None, *, duration: int = 30, tombstoned: bool = Fals
 def status_at(now: datetime, obs: observations.LeaseObservation | None, view: LeaseView,
               *, deadline: int = 300) -> LeaseStatus:
     return observations.lease_status(observation=obs, lease=view, now=now, claimed_at=f.T0,
-                                     start_deadline_seconds=deadline)
+                                     start_deadline_seconds=deadline,
+                                     lease_duration_seconds=view.duration_seconds or 30)
 
 
 @pytest.mark.parametrize("skew_minutes", [-10, +10, 0])

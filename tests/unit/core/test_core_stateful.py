@@ -75,7 +75,8 @@ class SlotLife(RuleBasedStateMachine):
         claimed = record.started_at if record else f.T0
         status = observations.lease_status(observation=obs, lease=view, now=self.now,
                                            claimed_at=claimed,
-                                           start_deadline_seconds=START_DEADLINE)
+                                           start_deadline_seconds=START_DEADLINE,
+                                           lease_duration_seconds=view.duration_seconds or 30)
         return status, obs is not None
 
     def command(self, kind: CommandKind, request_id: str, actor: str,

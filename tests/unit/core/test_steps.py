@@ -31,7 +31,7 @@ from agentrun.api.launchspecs import LaunchSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
 from agentrun.core import guards, naming, selection, snapshots, steps, transitions
-from agentrun.core.worlds import Create, DeletePod, RemoveCommand, Tombstone, Wait, WriteStatus
+from agentrun.core.worlds import Create, DeletePod, Tombstone, Wait, WriteStatus
 
 # --- run gone, observed generation -------------------------------------------------------
 
@@ -52,7 +52,9 @@ def test_the_first_status_write_records_the_observed_generation() -> None:
 
 def test_a_pending_command_is_decided_before_the_observed_generation_is_written() -> None:
     world = f.world(f.ready(), generation=3, annotations=f.command("hold", "  "))
-    assert expect(steps.next_step(world), RemoveCommand).event is not None
+    step = expect(steps.next_step(world), WriteStatus)
+    assert step.point == "command-ledger"
+    assert step.status.observed_generation is None
 
 
 # --- a finished slot: fence, tombstone, then nothing --------------------------------------

@@ -4,8 +4,9 @@ Covers, each by the exact step type and its key content:
 - Claiming: the Lease (holder = the pod's name, duration from the pinned spec), then the
   Pod (the run's pinned snapshots mounted, the attempt number as fencing token), then
   Active with the attempt record and the Claimed Event; an object under the attempt's
-  name that is not this attempt's, or no readable pinned spec, ends the attempt as
-  ClaimFailed (RetryWait, or AwaitingReassignment once exhausted);
+  name that is not this attempt's (labels, owner or content) waits under NameSquatted,
+  spending nothing; no readable pinned spec ends the attempt as ClaimFailed (RetryWait,
+  or AwaitingReassignment once exhausted);
 - Active: the attempt table of DESIGN.md section 4: wait while the lease is held (until
   its observed expiry, or the start deadline before the first renewal), fence a live pod
   whose lease is not held, wait for a terminating pod, end as Succeeded, Failed, Lost or
@@ -28,7 +29,7 @@ from hypothesis import strategies as st
 
 from agentrun.api import names
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
-from agentrun.core import attemptsteps, claims, guards, steps, transitions
+from agentrun.core import attemptsteps, claims, guards, squats, steps, transitions
 from agentrun.core.stamping import Stamping
 from agentrun.core.worlds import Create, DeletePod, Wait, World, WriteStatus
 
@@ -82,22 +83,40 @@ def test_claiming_with_both_objects_records_the_attempt_as_active(
                 + says)
 
 
+def _foreign_pod() -> dict[str, Any]:
+    pod = f.pod(1)
+    pod["spec"]["containers"][0]["image"] = "attacker/miner:1"
+    return pod
+
+
+def _stranger_lease() -> dict[str, Any]:
+    lease = f.lease(1)
+    lease["metadata"]["ownerReferences"] = []
+    return lease
+
+
 @pytest.mark.parametrize(("objects", "kind"), [
     (f.objects(1, pod=None, lease=f.lease(1, attempt_label=7)), "Lease"),
     (f.objects(1, pod=f.pod(1, attempt_label=7), lease=f.lease(1)), "Pod"),
-], ids=["lease-other-attempt", "pod-other-attempt"])
-def test_an_object_that_is_not_this_attempts_fails_the_claim(objects: object, kind: str) -> None:
+    (f.objects(1, pod=_foreign_pod(), lease=f.lease(1)), "Pod"),
+    (f.objects(1, pod=None, lease=_stranger_lease()), "Lease"),
+], ids=["lease-other-attempt", "pod-other-attempt", "pod-other-content", "lease-no-owner"])
+def test_a_squatted_name_waits_under_name_squatted_and_spends_no_attempt(
+        objects: object, kind: str) -> None:
     step = expect(steps.next_step(f.world(f.claiming(1), attempt=objects)), WriteStatus)
-    assert step.point == "claim-failed"
     status = step.status
-    assert (status.state, status.pending_worker, status.prior_worker) == (
-        SlotState.RETRY_WAIT, None, f.worker(1))
-    assert (status.attempt_count, status.attempts[-1].outcome) == (1, Outcome.CLAIM_FAILED)
-    assert status.retry_at == f.T0 + f.seconds(10)
+    assert (status.state, status.pending_worker, status.attempt_count) == (
+        SlotState.CLAIMING, f.worker(1), 1)
+    squatted = f.condition(status, squats.NAME_SQUATTED)
+    assert (squatted.status, squatted.reason) == ("True", "NameSquatted")
+    assert f"a {kind} named {f.worker(1)} exists that the operator did not create" \
+        in squatted.message
+    assert f"kubectl -n {f.NS} delete {kind.lower()} {f.worker(1)}" in squatted.message
     assert step.event is not None
-    assert (step.event.type, step.event.reason) == ("Warning", "ClaimFailed")
-    assert f"a {kind} named {f.worker(1)} exists that is not attempt 1 of this slot" \
-        in step.event.message
+    assert (step.event.type, step.event.reason) == ("Warning", "NameSquatted")
+    # Said once: the next look only waits, and looks again soon.
+    again = f.world(status, attempt=objects)
+    assert expect(steps.next_step(again), Wait).until == f.T0 + squats.SQUAT_WAIT
 
 
 @pytest.mark.parametrize("objects", [

@@ -1,8 +1,8 @@
 """``steps.next_step`` for a pending command: decided into the ledger, then removed.
 
 Covers, each by the exact step type and its key content:
-- a malformed request id: the annotations are removed with a Warning CommandRejected
-  Event and no ledger entry; a request id already in the ledger: removed, no Event;
+- a malformed request id: rejected into the ledger (Malformed) under ``invalid-<hash>``,
+  then removed; a request id already in the ledger: removed, no Event;
 - stamping not in force (``world.stamping`` without an epoch): a ledger entry with
   predicate CommandsRefused and condition CommandsRefused True, which flips False on the
   next command once it is; an unstamped command (``Unstamped``) or one stamped under an
@@ -26,7 +26,7 @@ from corefakes import expect
 
 from agentrun.api import conditions, names
 from agentrun.api.slots import CommandKind, CommandRecord, Outcome, Predicate, SlotState, SlotStatus
-from agentrun.core import attemptsteps, guards, snapshots, steps, transitions
+from agentrun.core import attemptsteps, commands, guards, snapshots, steps, transitions
 from agentrun.core.stamping import Stamping
 from agentrun.core.worlds import (
     Create,
@@ -67,16 +67,24 @@ def ledger_entry(step: WriteStatus) -> CommandRecord:
 # --- reading the annotations ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("request_id", ["   ", "x" * 254], ids=["blank", "too-long"])
-def test_a_malformed_request_id_is_removed_with_a_warning_and_no_ledger_entry(
+@pytest.mark.parametrize("request_id", ["   ", "x" * 254, "no spaces please"],
+                         ids=["blank", "too-long", "malformed"])
+def test_a_malformed_request_id_is_rejected_into_the_ledger_under_a_derived_id(
         request_id: str) -> None:
     annotations = f.command("hold", request_id, reason="look")
-    step = expect(steps.next_step(f.world(f.ready(), annotations=annotations)), RemoveCommand)
-    assert set(step.keys) == set(annotations)
-    assert step.point == "remove-command"
+    step = expect(steps.next_step(f.world(f.ready(), annotations=annotations)), WriteStatus)
+    entry = ledger_entry(step)
+    assert entry.request_id == commands.invalid_id(names.HOLD_ID, request_id)
+    assert (entry.outcome, entry.predicate) == ("Rejected", Predicate.MALFORMED)
+    assert entry.message.startswith("agentrun.dev/hold-id ")
     assert step.event is not None
     assert (step.event.type, step.event.reason) == ("Warning", "CommandRejected")
-    assert step.event.message.startswith("Hold not processed: agentrun.dev/hold-id must be")
+    assert step.status.state is SlotState.READY
+    # Once recorded, the annotations are removed without a second entry.
+    again = f.world(step.status, annotations=annotations)
+    removed = expect(steps.next_step(again), RemoveCommand)
+    assert set(removed.keys) == set(annotations)
+    assert removed.event is None
 
 
 def test_a_request_id_already_in_the_ledger_is_only_removed() -> None:

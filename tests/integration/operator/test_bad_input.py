@@ -1,0 +1,211 @@
+"""Bad input cannot stall a slot: the operator's side of issue 7 (items 2 and 4), end to end.
+
+Covers, against a real API server with the operator running:
+- a 200 KiB command with an unusable request id on a slot whose Active attempt's pod has
+  Failed: the attempt still ends at once, then the command is rejected into the ledger
+  (under ``invalid-<hash>``) and removed, and the Slot stays under its size bound;
+- a generated matrix: every command kind x {blank, oversize, malformed} request id, the
+  fields x {missing, blank, oversize, malformed}, and a duplicate request id; each case
+  ends in exactly one ledger entry with its predicate (a duplicate in none) and its
+  annotations removed, the slot's guarded status unchanged, no pod or lease created,
+  the Slot's status under ``bounds.SLOT_STATUS_BYTES``, and an Active attempt of another
+  slot of the run whose pod fails meanwhile still ends within seconds; a command with
+  no request id is not a command and is left alone;
+- a relabelled Slot (``agentrun.dev/run``) still counts for its run: its dependent
+  starts once it succeeds.
+
+Commands are written through the API (as ``admin``, stamped by admission): a 200 KiB
+value does not fit on a command line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from operators import OperatorProcess
+from scenarios import Object, Scenario, holds_throughout, unchanged
+from waiting import wait_for, wait_for_default_service_account
+
+from agentrun.api import bounds
+from agentrun.core import commands
+
+pytestmark = pytest.mark.integration
+
+GROUP, VERSION = "agentrun.dev", "v1alpha1"
+HUGE = "x" * 200_000
+KINDS = {"reassign": ("reason", "worker-class", "run", "tenant"), "hold": ("reason",),
+         "give-up": ("reason",), "claim": (), "release": ()}
+
+
+def launched(scenario: Scenario, *, nodes: tuple[tuple[str, str, list[str]], ...] = (
+        ("research", "cpu", []),)) -> None:
+    scenario.configs(nodes=nodes)
+    scenario.launch_spec("cpu-workers", classes=["cpu"], lease_seconds=5)
+    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
+    scenario.run("study", max_attempts=1)
+
+
+def write(scenario: Scenario, slot: str, annotations: dict[str, str | None]) -> None:
+    scenario.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, scenario.namespace, "slots", slot,
+        {"metadata": {"annotations": annotations}})
+
+
+def status_size(slot: Object) -> int:
+    return len(json.dumps(slot["status"], ensure_ascii=True, separators=(",", ":")))
+
+
+def decided(scenario: Scenario, slot: str, ledger_id: str, *, id_key: str,
+            timeout: float = 30) -> tuple[Object, Object]:
+    """Wait for ``ledger_id`` in the ledger and the command's id annotation gone."""
+    def done(found: Object) -> bool:
+        ids = [c["requestId"] for c in found.get("status", {}).get("commands", [])]
+        return ledger_id in ids and id_key not in (found["metadata"].get("annotations") or {})
+    found = scenario.wait_slot(slot, done, message=f"{ledger_id} decided", timeout=timeout)
+    entry = next(c for c in found["status"]["commands"] if c["requestId"] == ledger_id)
+    return found, entry
+
+
+def test_a_garbage_command_never_stops_an_active_attempt_from_ending(
+        scenario: Scenario, operator: OperatorProcess) -> None:
+    launched(scenario)
+    slot = scenario.slot_name_eventually("study", "research")
+    scenario.wait_state(slot, "Active")
+    raw_id = "y" * 300
+    write(scenario, slot, {"agentrun.dev/reassign-id": raw_id,
+                           "agentrun.dev/reassign-reason": HUGE,
+                           "agentrun.dev/reassign-worker-class": "Not A Class!",
+                           "agentrun.dev/reassign-run": "study"})
+    scenario.finish(f"{slot}-1", "Failed", exit_code=3)
+    # The pod failed before any renewal: the attempt ends at once, command or not.
+    ended = scenario.wait_state(slot, "RetryWait", timeout=15)["status"]
+    assert (ended["attempts"][-1]["outcome"], ended["attempts"][-1]["exitCode"]) == ("Failed", 3)
+    ledger_id = commands.invalid_id("agentrun.dev/reassign-id", raw_id)
+    after, entry = decided(scenario, slot, ledger_id, id_key="agentrun.dev/reassign-id")
+    assert (entry["outcome"], entry["predicate"]) == ("Rejected", "Malformed")
+    assert "agentrun.dev/reassign-id is 300 characters long" in entry["message"]
+    assert len(entry["reason"].encode()) <= bounds.REASON_BYTES
+    assert not any(k.startswith("agentrun.dev/reassign-")
+                   for k in after["metadata"].get("annotations") or {})
+    assert status_size(after) <= bounds.SLOT_STATUS_BYTES
+    assert scenario.pods() == [f"{slot}-1"] and scenario.leases() == [f"{slot}-1"]
+    scenario.wait_event("CommandRejected", ledger_id)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kind: str
+    request_id: str
+    fields: dict[str, str]
+    predicate: str
+
+
+def cases() -> list[Case]:
+    """The matrix: every kind x bad request ids, then every field x its bad values."""
+    good = {"reassign": {"reason": "node lost", "worker-class": "cpu", "run": "study"},
+            "hold": {"reason": "look first"}, "give-up": {}, "claim": {}, "release": {}}
+    found = []
+    for kind in KINDS:
+        for variant, rid in (("blank", "  "), ("oversize", "r" * 254),
+                             ("malformed", "no spaces!")):
+            found.append(Case(f"{kind}-id-{variant}", kind, rid, good[kind], "Malformed"))
+    for kind, field, value, predicate in (
+            ("reassign", "reason", None, "BlankReason"), ("reassign", "reason", " ", "BlankReason"),
+            ("reassign", "reason", HUGE, "BlankReason"),
+            ("reassign", "worker-class", "w" * 64, "Malformed"),
+            ("reassign", "worker-class", "GPU!", "Malformed"),
+            ("reassign", "run", None, "WrongRun"), ("reassign", "run", "", "Malformed"),
+            ("reassign", "run", "r" * 50, "Malformed"),
+            ("reassign", "tenant", "a tenant", "Malformed"),
+            ("reassign", "tenant", "t" * 64, "Malformed"),
+            ("hold", "reason", None, "BlankReason"), ("hold", "reason", "", "BlankReason"),
+            ("hold", "reason", HUGE, "BlankReason"),
+            ("give-up", "reason", None, "BlankReason"), ("give-up", "reason", "\t", "BlankReason"),
+            ("give-up", "reason", HUGE, "BlankReason")):
+        fields = {k: v for k, v in good[kind].items() if k != field}
+        if value is not None:
+            fields[field] = value
+        shown = "missing" if value is None else ("oversize" if len(value) > 60 else repr(value))
+        found.append(Case(f"{kind}-{field}-{shown}", kind, f"m-{len(found)}", fields, predicate))
+    return found
+
+
+def test_the_bad_input_matrix_changes_nothing_but_the_ledger(
+        scenario: Scenario, operator: OperatorProcess) -> None:
+    launched(scenario, nodes=(("research", "cpu", []), ("elsewhere", "cpu", [])))
+    slot = scenario.slot_name_eventually("study", "research")
+    elsewhere = scenario.slot_name_eventually("study", "elsewhere")
+    scenario.wait_state(slot, "Active")
+    scenario.wait_state(elsewhere, "Active")
+    scenario.finish(f"{slot}-1", "Failed", exit_code=1)
+    scenario.wait_slot(slot, lambda s: any(
+        c["type"] == "AwaitingReassignment" and c["status"] == "True"
+        for c in s.get("status", {}).get("conditions", [])), message="exhausted")
+    objects = sorted([f"{slot}-1", f"{elsewhere}-1"])
+    wait_for(lambda: scenario.pods() == objects and scenario.leases() == objects, timeout=10,
+             message="only the attempt-1 pods and leases")
+    ended_elsewhere_at: datetime | None = None
+    for n, case in enumerate(cases()):
+        if n == len(cases()) // 2:
+            # Halfway through the bad input, the pod of the Active slot elsewhere fails.
+            ended_elsewhere_at = datetime.now(UTC)
+            scenario.finish(f"{elsewhere}-1", "Failed", exit_code=4)
+        before = scenario.slot(slot)
+        keys = {f"agentrun.dev/{case.kind}-{field}": None for field in KINDS[case.kind]}
+        keys.update({f"agentrun.dev/{case.kind}-{k}": v for k, v in case.fields.items()})
+        keys[f"agentrun.dev/{case.kind}-id"] = case.request_id
+        write(scenario, slot, keys)
+        id_key = f"agentrun.dev/{case.kind}-id"
+        ledger_id = (case.request_id if commands.request_id_problem(id_key, case.request_id)
+                     is None else commands.invalid_id(id_key, case.request_id))
+        after, entry = decided(scenario, slot, ledger_id, id_key=id_key)
+        assert (entry["outcome"], entry["predicate"]) == ("Rejected", case.predicate), case.name
+        assert entry["message"], case.name
+        assert len(after["status"]["commands"]) == len(
+            before["status"].get("commands", [])) + 1, case.name
+        unchanged(before, after)
+        assert status_size(after) <= bounds.SLOT_STATUS_BYTES, case.name
+        assert not any(k.startswith(f"agentrun.dev/{case.kind}-") and v
+                       for k, v in (after["metadata"].get("annotations") or {}).items()
+                       if not k.endswith("-actor")), case.name
+    assert scenario.pods() == objects and scenario.leases() == objects
+    # The attempt elsewhere was judged on time, bad input or not (its pod never renewed:
+    # it ends at once, so within a few seconds of the failure).
+    assert ended_elsewhere_at is not None
+    other = scenario.wait_state(elsewhere, "RetryWait", timeout=15)["status"]["attempts"][-1]
+    ended = datetime.fromisoformat(other["endedAt"].replace("Z", "+00:00"))
+    assert other["outcome"] == "Failed" and ended - ended_elsewhere_at < timedelta(seconds=5)
+
+    # A duplicate request id: removed, nothing recorded again.
+    before = scenario.slot(slot)
+    write(scenario, slot, {"agentrun.dev/hold-id": "m-" + str(len(cases()) - 4),
+                           "agentrun.dev/hold-reason": "again"})
+    after = scenario.wait_slot(slot, lambda s: "agentrun.dev/hold-id" not in (
+        s["metadata"].get("annotations") or {}), message="the duplicate removed")
+    assert after["status"]["commands"] == before["status"]["commands"]
+
+    # No request id: not a command; it stays where the person put it and nothing happens.
+    write(scenario, slot, {"agentrun.dev/reassign-reason": "no id given"})
+    count = len(after["status"]["commands"])
+    holds_throughout(lambda: len(scenario.slot(slot)["status"]["commands"]) == count
+                     and "agentrun.dev/reassign-reason" in (
+                         scenario.slot(slot)["metadata"].get("annotations") or {}),
+                     seconds=2, message="a command without a request id is left alone")
+
+
+def test_a_relabelled_slot_still_counts_for_its_run(
+        scenario: Scenario, operator: OperatorProcess) -> None:
+    launched(scenario, nodes=(("first", "cpu", []), ("second", "cpu", ["first"])))
+    first = scenario.slot_name_eventually("study", "first")
+    second = scenario.slot_name_eventually("study", "second")
+    scenario.wait_state(first, "Active")
+    scenario.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, scenario.namespace, "slots", first,
+        {"metadata": {"labels": {"agentrun.dev/run": "someone-else"}}})
+    scenario.finish(f"{first}-1", "Succeeded", exit_code=0)
+    scenario.wait_state(first, "Succeeded", timeout=15)
+    scenario.wait_state(second, "Active", timeout=30)

@@ -1,0 +1,45 @@
+"""``launchspecstatus.derive``: validity from the dry run's answer, pins per generation.
+
+Covers: 201 → Valid True, 422 → False InvalidTemplate with the server's words, 403 →
+Unknown DryRunRefused; slots pinning this uid counted per generation, newest first, at
+most ``GENERATIONS_KEPT``; a same-name spec's pins (another uid) not counted.
+"""
+
+from __future__ import annotations
+
+import corefakes as f
+import pytest
+
+from agentrun.api import conditions
+from agentrun.api.launchspecs import GENERATIONS_KEPT
+from agentrun.core import launchspecstatus
+
+
+def pinning(generation: int, uid: str = "uid-cpu-spec") -> object:
+    pin = f.PINNED.model_copy(update={"generation": generation, "uid": uid})
+    return f.slot(f.ready().model_copy(update={"launch_spec": pin}))
+
+
+@pytest.mark.parametrize(("status", "value", "reason"), [
+    (201, "True", "DryRunSucceeded"), (422, "False", "InvalidTemplate"),
+    (403, "Unknown", "DryRunRefused")])
+def test_validity_follows_the_dry_run(status: int, value: str, reason: str) -> None:
+    derived = launchspecstatus.derive(
+        spec=f.CPU_SPEC, slots=[], now=f.T0,
+        dry_run=launchspecstatus.DryRun(status=status, message="spec.containers[0].name"))
+    valid = conditions.find(derived.conditions, launchspecstatus.VALID)
+    assert valid is not None and (valid.status, valid.reason) == (value, reason)
+    assert valid.observed_generation == f.CPU_SPEC.metadata.generation
+    if status != 201:
+        assert "spec.containers[0].name" in valid.message
+
+
+def test_pins_are_counted_per_generation_newest_first() -> None:
+    slots = [pinning(g) for g in (1, 1, 2, *range(3, 3 + GENERATIONS_KEPT))]
+    slots.append(pinning(9, uid="uid-of-a-deleted-spec"))
+    derived = launchspecstatus.derive(spec=f.CPU_SPEC, slots=slots,  # type: ignore[arg-type]
+                                      now=f.T0, dry_run=launchspecstatus.DryRun(status=201))
+    assert derived.pinned_by == len(slots) - 1
+    assert [g.generation for g in derived.generations] == list(
+        range(2 + GENERATIONS_KEPT, 2, -1))
+    assert len(derived.generations) == GENERATIONS_KEPT
