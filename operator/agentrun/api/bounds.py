@@ -20,14 +20,14 @@ from typing import Annotated, Final
 
 from pydantic import BeforeValidator, Field
 
-from agentrun.api import names
+from agentrun.api import configs, names
 
 # Command annotations (DESIGN.md section 5). Admission enforces the same bounds.
 REQUEST_ID_CHARS: Final = 253
 REQUEST_ID_PATTERN: Final = r"^[A-Za-z0-9]([A-Za-z0-9._:@/+=-]*[A-Za-z0-9])?$"
 REASON_BYTES: Final = names.MAX_REASON_BYTES
 WORKER_CLASS_CHARS: Final = 63
-WORKER_CLASS_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+WORKER_CLASS_PATTERN: Final = configs.WORKER_CLASS_PATTERN  # as the workflow declares them
 RUN_CHARS: Final = names.MAX_RUN_NAME
 RUN_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 TENANT_CHARS: Final = 63

@@ -135,7 +135,7 @@ class AttemptRecord(Model):
 
 
 class CommandRecord(Model):
-    request_id: str = Field(min_length=1, max_length=253)
+    request_id: str = Field(min_length=1, max_length=bounds.REQUEST_ID_CHARS)
     kind: CommandKind
     actor: bounds.Actor | None = None
     reason: bounds.Reason | None = None

@@ -65,7 +65,6 @@ SHAPES = (
           epoch=names.GIVE_UP_EPOCH, override=names.GIVE_UP_OVERRIDE,
           fields={"reason": names.GIVE_UP_REASON}),
 )
-MAX_REQUEST_ID = bounds.REQUEST_ID_CHARS
 ORDER = tuple(shape.kind for shape in SHAPES)
 ALL_KEYS = frozenset(key for shape in SHAPES for key in shape.keys)
 
