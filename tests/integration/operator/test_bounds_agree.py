@@ -1,0 +1,92 @@
+"""Admission and the operator agree on every command bound (issues 7, items 2 and 4).
+
+Both read ``agentrun.api.bounds``: the validating policy with CEL (``size()``,
+``bytes().size()``, ``matches()``), the operator's parser (``commands.pending``) in
+Python. With the shipped validating policies installed (``serial``), on a RetryWait slot
+that accepts every kind of command from its owner, for each command kind and each bounded
+annotation: a value at its bound (the longest id, a reason of exactly 1024 bytes in
+two-byte characters, a 63-character class) is accepted by a server-side dry run and not
+malformed to the operator; a value just past it, or off its pattern, is refused by
+admission with a message naming that annotation, and is malformed to the operator.
+"""
+
+from __future__ import annotations
+
+import pytest
+from operators import OperatorProcess
+from scenarios import Scenario
+
+from agentrun.api import bounds
+from agentrun.core import commands
+
+pytestmark = pytest.mark.serial
+
+GOOD = {"reason": "the worker died", "worker_class": "cpu", "run": "study"}
+AT_BOUND = {
+    "id": ["r" * bounds.REQUEST_ID_CHARS, "a.b_c:d@e/f+g=h-1", "7"],
+    "reason": ["x" * bounds.REASON_BYTES, "é" * (bounds.REASON_BYTES // 2)],
+    "worker_class": ["c" * bounds.WORKER_CLASS_CHARS, "gpu.large-2"],
+}
+PAST_BOUND = {
+    "id": ["r" * (bounds.REQUEST_ID_CHARS + 1), "no spaces!", "-leading", "trailing.", "  "],
+    "reason": ["x" * (bounds.REASON_BYTES + 1), "é" * (bounds.REASON_BYTES // 2 + 1)],
+    "worker_class": ["c" * (bounds.WORKER_CLASS_CHARS + 1), "GPU!", "cpu-", "a_b"],
+    "run": ["r" * (bounds.RUN_CHARS + 1), "Study", "study.", ""],
+    "tenant": ["t" * (bounds.TENANT_CHARS + 1), "a tenant", "-x"],
+}
+
+
+def command(shape: commands.Shape, *, field: str | None = None, value: str = "",
+            tenant: str) -> dict[str, str]:
+    """A good command of ``shape``, with ``field`` (or the request id, "id") set to ``value``."""
+    values = {**GOOD, "tenant": tenant}
+    annotations = {shape.id: value if field == "id" else "good-id"}
+    for name, key in shape.fields.items():
+        annotations[key] = value if name == field else values[name]
+    return annotations
+
+
+def dry_run(scenario: Scenario, slot: str, annotations: dict[str, str]) -> tuple[bool, str]:
+    pairs = [f"{key}={value}" for key, value in annotations.items()]
+    result = scenario.cluster.kubectl(
+        "-n", scenario.namespace, "annotate", "--overwrite", "--dry-run=server",
+        f"slots.agentrun.dev/{slot}", *pairs, user="alice")
+    return result.returncode == 0, result.stderr
+
+
+def operator_problem(shape: commands.Shape, annotations: dict[str, str]) -> str | None:
+    pending = commands.pending({**annotations, shape.actor: "alice", shape.epoch: "e"})
+    assert pending is not None and pending.command.kind is shape.kind
+    return pending.malformed
+
+
+def test_a_value_admission_accepts_is_one_the_operator_parses_and_vice_versa(
+        scenario: Scenario, operator: OperatorProcess, validating: None) -> None:
+    slot = scenario.owned_retry_wait(owner="alice")
+    tenant = scenario.namespace  # the namespace's tenant label
+    checked = 0
+    for shape in commands.SHAPES:
+        fields = ["id", *shape.fields]
+        good = command(shape, tenant=tenant)
+        accepted, error = dry_run(scenario, slot, good)
+        assert accepted, (shape.kind, error)  # the control: only the bad value differs
+        for field in fields:
+            for value in AT_BOUND.get(field, []):
+                annotations = command(shape, field=field, value=value, tenant=tenant)
+                accepted, error = dry_run(scenario, slot, annotations)
+                assert accepted, (shape.kind, field, value[:20], error)
+                assert operator_problem(shape, annotations) is None, (shape.kind, field)
+                checked += 1
+            key = shape.id if field == "id" else shape.fields[field]
+            for value in PAST_BOUND[field]:
+                annotations = command(shape, field=field, value=value, tenant=tenant)
+                accepted, error = dry_run(scenario, slot, annotations)
+                assert not accepted, (shape.kind, field, value[:20])
+                assert "denied request" in error and (
+                    f"{key} must" in error or f"{key} is required" in error), (field, error)
+                assert operator_problem(shape, annotations) is not None, (shape.kind, field,
+                                                                          value[:20])
+                checked += 1
+    assert checked > 60
+    written = scenario.slot(slot)["metadata"].get("annotations") or {}
+    assert not set(written) & commands.ALL_KEYS  # the dry runs wrote nothing
