@@ -6,7 +6,8 @@ Covers, each by the exact step type and its key content:
 - stamping not in force (``world.stamping`` without an epoch): a ledger entry with
   predicate CommandsRefused and condition CommandsRefused True, which flips False on the
   next command once it is; an unstamped command (``Unstamped``) or one stamped under an
-  earlier epoch (``StaleEpoch``): a ledger entry, CommandsRefused untouched;
+  earlier epoch (``StaleEpoch``): a ledger entry, CommandsRefused untouched; a malformed
+  command is judged by its stamp first (``Unstamped``/``StaleEpoch``, else ``Malformed``);
 - claim: rejected NotClaimable while the run is suspended or the slot is not claimable;
   accepted under Manual as one status write that is both the ledger entry and Claiming;
 - reassignment: the LaunchSpec snapshot is created first, then the reopened status
@@ -85,6 +86,22 @@ def test_a_malformed_request_id_is_rejected_into_the_ledger_under_a_derived_id(
     removed = expect(steps.next_step(again), RemoveCommand)
     assert set(removed.keys) == set(annotations)
     assert removed.event is None
+
+
+@pytest.mark.parametrize(("epoch", "predicate"), [
+    (None, Predicate.UNSTAMPED), ("b2xkLWVwb2No", Predicate.STALE_EPOCH)],
+    ids=["unstamped", "stale-epoch"])
+def test_a_malformed_command_is_judged_by_its_stamp_before_its_content(
+        epoch: str | None, predicate: Predicate) -> None:
+    # Only a command whose actor can be believed is judged Malformed; a ledger entry either way.
+    annotations = f.command("hold", "no spaces!", epoch=epoch, reason="x" * 2000)
+    step = expect(steps.next_step(f.world(f.ready(), annotations=annotations)), WriteStatus)
+    entry = ledger_entry(step)
+    assert (entry.request_id, entry.outcome, entry.predicate) == (
+        commands.invalid_id(names.HOLD_ID, "no spaces!"), "Rejected", predicate)
+    believed = f.command("hold", "no spaces!", reason="x" * 2000)
+    step = expect(steps.next_step(f.world(f.ready(), annotations=believed)), WriteStatus)
+    assert ledger_entry(step).predicate == Predicate.MALFORMED
 
 
 def test_a_request_id_already_in_the_ledger_is_only_removed() -> None:
