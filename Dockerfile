@@ -1,14 +1,22 @@
-# One image: the operator (and, in later issues, the worker SDK and example worker).
-# Not built on the development machines (no container engine there); CI with Docker builds it.
-FROM python:3.11-slim AS build
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY operator ./operator
-RUN pip install --no-cache-dir --prefix=/install .
+# One image: the operator (entrypoint) and the minimal worker lease renewer (agentrun-worker).
+#
+# The build needs no network: the context holds this file and wheels/ (the project's wheel
+# and every dependency's, downloaded by the host). Make that context with
+#   python tests/support/images.py context --out DIR
+# then `docker build DIR` (BASE defaults to python:3.11-slim), or let
+# `python tests/support/images.py build project` build it with buildah on a Debian base.
+ARG BASE=python:3.11-slim
 
-FROM python:3.11-slim
-COPY --from=build /install /usr/local
-RUN useradd --uid 65532 --no-create-home agentrun
-USER 65532
+FROM ${BASE} AS install
+COPY wheels/ /wheels/
+RUN python3 -m venv /opt/agentrun \
+ && /opt/agentrun/bin/pip install --no-cache-dir --disable-pip-version-check \
+        --no-index --find-links /wheels agentrun-operator
+
+FROM ${BASE}
+COPY --from=install /opt/agentrun /opt/agentrun
+RUN useradd --uid 65532 --user-group --no-create-home --shell /usr/sbin/nologin agentrun
+ENV PATH=/opt/agentrun/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+USER 65532:65532
 ENTRYPOINT ["agentrun-operator"]
 CMD ["run"]

@@ -7,7 +7,8 @@ PY := $(VENV)/bin/python
 CLUSTER_DIR := .cluster
 KUBECONFIG_LOCAL := $(CLUSTER_DIR)/kubeconfig
 
-.PHONY: help venv godeps controlplane cluster test lint crds manifests install operator mutate
+.PHONY: help venv godeps controlplane cluster test lint crds manifests install operator mutate \
+	imagetools image
 
 help:
 	@echo "make cluster   start a local Kubernetes control plane (foreground; Ctrl-C stops it)"
@@ -15,6 +16,7 @@ help:
 	@echo "make install   apply CRDs, operator RBAC and admission policies to that cluster"
 	@echo "make test      install everything and run the whole suite (what CI runs)"
 	@echo "make crds      regenerate crds/ from the models"
+	@echo "make image    build the pause and project images into ~/.cache/agentrun/images (no registry)"
 	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
 
 # Python packages, reinstalled when pyproject.toml changes.
@@ -32,6 +34,15 @@ godeps:
 
 controlplane: venv godeps
 	$(PY) tests/support/localcluster.py build
+
+# Image builders from Debian, installed only when missing (buildah: images without a
+# daemon or registry; mmdebstrap: the Debian base standing in for python:3.11-slim).
+imagetools:
+	command -v buildah >/dev/null && command -v mmdebstrap >/dev/null || \
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y buildah mmdebstrap; }
+
+image: venv godeps imagetools
+	$(PY) tests/support/images.py build all
 
 cluster: controlplane
 	$(PY) tests/support/localcluster.py up --dir $(CLUSTER_DIR)
