@@ -18,6 +18,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -307,19 +308,29 @@ def _remove_chains() -> list[str]:
             _iptables("-F", chain, check=True)
             _iptables("-X", chain, check=True)
             undone.append(f"removed chain {chain}")
-    # The kubelet's and kube-proxy's chains: they never remove them themselves.
-    for table in ("filter", "nat", "mangle"):
-        listed = _iptables("-t", table, "-S").stdout.splitlines()
-        ours = sorted({line.split()[1] for line in listed
-                       if line.startswith("-N KUBE-")})
-        for line in listed:
-            if line.startswith("-A ") and " -j KUBE-" in line and line.split()[1] not in ours:
-                _iptables("-t", table, "-D", *line.split()[1:])
-        for chain in ours:
-            _iptables("-t", table, "-F", chain)
-        for chain in ours:
-            if _iptables("-t", table, "-X", chain).returncode == 0:
-                undone.append(f"removed chain {table}/{chain}")
+    # The kubelet's and kube-proxy's chains, in both families: they never remove them.
+    for family in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle"):
+            undone += _remove_kube_chains(family, table)
+    return undone
+
+
+def _remove_kube_chains(family: str, table: str) -> list[str]:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return _run([family, "-w", "5", "-t", table, *args])
+
+    listed = run("-S").stdout.splitlines()
+    chains = sorted({line.split()[1] for line in listed if line.startswith("-N KUBE-")})
+    for line in listed:
+        words = shlex.split(line)
+        if words[0] == "-A" and words[1] not in chains and words[-1] in chains:
+            run("-D", *words[1:])
+    for chain in chains:
+        run("-F", chain)
+    undone = []
+    for chain in chains:
+        if run("-X", chain).returncode == 0:
+            undone.append(f"removed chain {family}/{table}/{chain}")
     return undone
 
 
