@@ -24,7 +24,6 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,8 +36,8 @@ from pathlib import Path
 import nodehost
 import yaml
 from images import pause_image
-from nodeconfig import cni_conflist, containerd_toml, kubelet_config, proxy_config
 from localcluster import NODE_NAME, USERS, LocalCluster, build, die_with_parent, free_port
+from nodeconfig import cni_conflist, containerd_toml, kubelet_config, proxy_config
 
 CONTAINERD_VERSION = "v2.4.2"
 CONTAINERD_PROGRAMS = ("containerd", "containerd-shim-runc-v2", "ctr")

@@ -13,6 +13,7 @@ and our own iptables chains drop anything between the bridge and any other inter
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import ipaddress
@@ -265,7 +266,7 @@ def _kill_and_remove_cgroups() -> list[str]:
     undone = []
     for root in cgroup_dirs():
         deadline = time.monotonic() + 20
-        for directory in sorted(root.rglob("*"), key=lambda p: -len(p.parts)) + [root]:
+        for directory in [*sorted(root.rglob("*"), key=lambda p: -len(p.parts)), root]:
             if not directory.is_dir():
                 continue
             while True:
@@ -353,12 +354,6 @@ def _run(argv: list[str], *, check: bool = False) -> subprocess.CompletedProcess
     return result
 
 
-class _ignore_gone:  # noqa: N801 - used as a context manager, reads like contextlib's
+def _ignore_gone() -> contextlib.suppress:
     """Ignore a process or cgroup that went away between listing and acting on it."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 _tb: object) -> bool:
-        return isinstance(error, (ProcessLookupError, FileNotFoundError))
+    return contextlib.suppress(ProcessLookupError, FileNotFoundError)
