@@ -43,6 +43,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/integration" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.integration)
+    # A module that stops the session's cluster (to check what stopping leaves) runs last.
+    items.sort(key=lambda item: getattr(getattr(item, "module", None),
+                                        "STOPS_THE_SESSION_CLUSTER", False))
 
 
 NO_KUBELET = os.environ.get("AGENTRUN_TEST_NO_KUBELET") == "1"
@@ -70,7 +73,8 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             reason = str(busy)
             local, node = stack.enter_context(running(workdir, node=False))
         yield Cluster(kubeconfig=local.kubeconfig, kind="local", has_kubelet=node is not None,
-                      local=local, node=node, no_kubelet_reason=reason)
+                      local=local, node=node, no_kubelet_reason=reason,
+                      shutdown=stack.close)
     shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,8 @@ class Cluster:
     local: LocalCluster | None = None
     node: LocalNode | None = None  # the local node, when this session started one
     no_kubelet_reason: str = ""  # why has_kubelet is False, for the failing test to say
+    # Stops what this session started, early: only the suite's last test calls it.
+    shutdown: Callable[[], None] | None = None
 
     @property
     def audit_log(self) -> Path | None:

@@ -228,6 +228,22 @@ def cleanup(*, binaries: list[Path]) -> list[str]:
     return undone
 
 
+def leftovers(*, binaries: list[Path]) -> list[str]:
+    """What of a node is still on this machine: empty once it is stopped and cleaned."""
+    found = [f"process {pid}" for pid in node_pids(binaries=binaries)]
+    found += [f"mount {target}" for target in mounts_under(
+        [STATE_DIR, RUN_DIR, Path("/var/lib/kubelet"), Path("/run/netns")])]
+    found += [f"cgroup {path}" for path in cgroup_dirs()]
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        found.append(f"bridge {BRIDGE}")
+    for family in ("iptables-save", "ip6tables-save"):
+        for line in _run([family]).stdout.splitlines():
+            if line.startswith(":") and line[1:].startswith(("KUBE-", "AGENTRUN-")):
+                found.append(f"{family} chain {line.split()[0][1:]}")
+    found += [f"path {p}" for p in (STATE_DIR, RUN_DIR) if p.exists()]
+    return found
+
+
 def node_pids(*, binaries: list[Path]) -> list[int]:
     """Processes of node programs run from ``binaries`` (never an API server's)."""
     wanted = {str(b.resolve()) for b in binaries}
