@@ -232,12 +232,12 @@ class LocalNode:
 def running(workdir: Path, *, node: bool = True) -> Iterator[tuple[LocalCluster, LocalNode | None]]:
     """The control plane and (``node``) a node: the node's lock held, the host cleaned."""
     if not node:
-        cluster = LocalCluster(workdir=workdir, binary=build())
+        alone = LocalCluster(workdir=workdir, binary=build())
         try:
-            cluster.start()
-            yield cluster, None
+            alone.start()
+            yield alone, None
         finally:
-            cluster.stop()
+            alone.stop()
         return
     check_host_packages()
     binary, containerd = build(), build_containerd()

@@ -89,15 +89,15 @@ def machine_networks() -> list[ipaddress.IPv4Network]:
         if entry.get("ifname") == BRIDGE:
             continue
         for info in entry.get("addr_info", []):
-            found.append(ipaddress.ip_network(f"{info['local']}/{info['prefixlen']}",
-                                              strict=False))
+            found.append(ipaddress.IPv4Network(f"{info['local']}/{info['prefixlen']}",
+                                               strict=False))
     for route in json.loads(_run(["ip", "-4", "-j", "route", "show", "table", "all"]).stdout
                             or "[]"):
         dst = route.get("dst", "default")
         if route.get("dev") == BRIDGE or dst == "default" or route.get("type") in (
                 "local", "broadcast"):
             continue
-        found.append(ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False))
+        found.append(ipaddress.IPv4Network(dst if "/" in dst else f"{dst}/32", strict=False))
     return found
 
 

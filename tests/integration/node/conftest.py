@@ -42,7 +42,7 @@ def run_pod(cluster: Cluster, namespace: str,
     wait_for_default_service_account(cluster.client(), namespace)
 
     def create(name: str, command: list[str]) -> dict[str, Any]:
-        body = {"metadata": {"name": name},
+        body: Any = {"metadata": {"name": name},
                 "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
                          "containers": [{"name": "main", "image": worker_image,
                                          "imagePullPolicy": "Never",
