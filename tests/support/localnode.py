@@ -298,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     started = time.monotonic()
     workdir: Path = args.dir.resolve()
-    with running(workdir, node=not args.no_node) as (cluster, node):
+    with running(workdir, node=not args.no_node) as (cluster, node), \
+            contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: stop, cleanly
         what = f"node {NODE_NAME} at {node.network.node_ip}" if node else "no node"
         print(f"localcluster: kubernetes {cluster.version()['gitVersion']} ready at "
               f"{cluster.server} ({what}) in {time.monotonic() - started:.1f}s", flush=True)
@@ -307,17 +308,14 @@ def main(argv: list[str] | None = None) -> int:
         print("  Ctrl-C stops the control plane" + (" and the node." if node else "."),
               flush=True)
         processes = cluster.processes + (node.processes if node else [])
-        try:
-            while not stopping:
-                for process in processes:
-                    if process.poll() is not None:
-                        print(f"localcluster: {' '.join(map(str, process.args[:2]))} "  # type: ignore[index]
-                              f"exited with {process.returncode}", file=sys.stderr)
-                        return 1
-                time.sleep(0.5)  # supervision loop, not synchronisation
-        except KeyboardInterrupt:
-            pass
-        print("localcluster: stopping", flush=True)
+        while not stopping:
+            for process in processes:
+                if process.poll() is not None:
+                    print(f"localcluster: {' '.join(map(str, process.args[:2]))} "  # type: ignore[index]
+                          f"exited with {process.returncode}", file=sys.stderr)
+                    return 1
+            time.sleep(0.5)  # supervision loop, not synchronisation
+    print("localcluster: stopped", flush=True)
     return 0
 
 
