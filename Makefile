@@ -65,7 +65,7 @@ lint: venv
 	$(PY) -m agentrun.api.crds --out crds --check
 	$(PY) -m agentrun.manifests --out manifests --check
 
-test: controlplane nodedeps lint
+test: controlplane imagetools nodedeps lint
 	$(VENV)/bin/pytest -q -ra
 
 crds: venv

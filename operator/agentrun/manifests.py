@@ -169,6 +169,19 @@ def stamp_policy() -> list[dict[str, Any]]:
     ]
 
 
+WORKER_ROLE = "agentrun-worker"
+# Exactly what the lease renewer (agentrun.worker.renewer) calls: it reads its Lease and
+# writes renewTime back with an update (PUT) under the resourceVersion it read.
+WORKER_RULES: list[Rule] = [rule(["coordination.k8s.io"], ["leases"], ["get", "update"])]
+
+
+def worker_rbac() -> list[dict[str, Any]]:
+    """The worker's ClusterRole, unbound: a tenant binds it in its namespace (RoleBinding)
+    to the service account its LaunchSpecs run as, so workers renew only leases there."""
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": WORKER_ROLE}, "rules": WORKER_RULES}]
+
+
 def rendered() -> dict[str, str]:
     """Relative path under the manifests folder -> file content."""
     def dump(documents: list[dict[str, Any]]) -> str:
@@ -177,7 +190,8 @@ def rendered() -> dict[str, str]:
     return {"rbac/operator.yaml": dump(operator_rbac()),
             "local/operator-user.yaml": dump(local_user_binding()),
             "admission/stamp-actors.yaml": dump(stamp_policy()),
-            "deploy/operator.yaml": dump(deployment())}
+            "deploy/operator.yaml": dump(deployment()),
+            "rbac/worker.yaml": dump(worker_rbac())}
 
 
 def main(argv: list[str] | None = None) -> int:

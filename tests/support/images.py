@@ -15,36 +15,32 @@ buildah (a maintained Debian package) in a storage of our own, saved as OCI arch
 ``python tests/support/images.py build [pause|project|all]`` prints one JSON line per
 image (``ref``, ``path``); :func:`pause_image` and :func:`project_image` do the same
 from Python. Terms: a *key* is the hex digest of an image's inputs; an image's tag is
-its key, so a changed input is a new image and nothing stale is ever run.
+its key, so a changed input is a new image and nothing stale is ever run. Where images
+and archives live, and how the cache is kept and pruned: :mod:`imagestore`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import platform
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
+
+import imagestore
+from imagestore import ImageArchive, buildah, cache_root, locked, run
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROLPLANE = REPO / "tests" / "controlplane"
 # Bumped whenever the way an image is made changes, so old cache entries stop matching.
 RECIPE = "1"
-# The storage driver buildah uses here: this kernel has overlayfs built in (vfs also
-# works but copies every layer whole).
-STORAGE_DRIVER = "overlay"
 PAUSE_REPOSITORY = "localhost/agentrun/pause"
 BASE_REPOSITORY = "localhost/agentrun/python-base"
 PROJECT_REPOSITORY = "localhost/agentrun/agentrun-operator"
@@ -55,122 +51,13 @@ BASE_GLIBC_MINOR = 36  # bookworm's glibc 2.36: the newest manylinux tag its whe
 IMAGE_PYTHON = "3.11"
 
 
-@dataclass(frozen=True)
-class ImageArchive:
-    """An image saved as an OCI archive: what ``ctr -n k8s.io images import`` loads.
-
-    ``ref`` is the name the archive carries (and what a pod's ``image`` must say, with
-    ``imagePullPolicy: Never``).
-    """
-
-    ref: str
-    path: Path
-
-
-def cache_root() -> Path:
-    """Outside the clone, so clean clones and CI reuse what was built."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "agentrun" / "images"
-
-
-def _log(message: str) -> None:
-    print(f"images: {message}", file=sys.stderr, flush=True)
-
-
-def _run(args: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
-    """Run a tool; on failure raise with its output, so the cause is in the error."""
-    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(
-            f"{' '.join(args[:4])} ... failed ({result.returncode}):\n"
-            f"{result.stdout[-3000:]}{result.stderr[-3000:]}"
-        )
-    return result.stdout
-
-
-def _require(tool: str, package: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        raise RuntimeError(
-            f"{tool} is not installed: run `make image` (it installs it) or "
-            f"`apt-get install -y {package}`"
-        )
-    return path
-
-
-def buildah(*args: str, offline: bool = False) -> str:
-    """buildah on the cache's own storage (root, no daemon): nothing else shares it.
-
-    ``offline`` runs it in a network namespace of its own holding only a loopback that
-    is down: what the build runs cannot reach anything.
-    """
-    root = cache_root()
-    return _run([
-        *(["unshare", "--net"] if offline else []),
-        _require("buildah", "buildah"),
-        "--root", str(root / "storage"),
-        "--runroot", str(root / "run"),
-        "--storage-driver", STORAGE_DRIVER,
-        *args,
-    ])
-
-
-def _has_image(ref: str) -> bool:
-    try:
-        buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", ref)
-    except RuntimeError:
-        return False
-    return True
-
-
-def _key(parts: list[tuple[str, bytes]]) -> str:
-    digest = hashlib.sha256()
-    for name, value in parts:
-        for piece in (name.encode(), value):
-            digest.update(len(piece).to_bytes(8, "big"))
-            digest.update(piece)
-    return digest.hexdigest()[:16]
-
-
-def _tool_version(*args: str) -> bytes:
-    return _run(list(args)).splitlines()[0].encode()
-
-
-@contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
-    """One builder of an image at a time; a second waits, then finds it cached."""
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-def _save(ref: str, path: Path) -> ImageArchive:
-    """Write ``ref`` from the storage to an OCI archive, atomically (rename at the end)."""
-    partial = path.with_name(path.name + ".partial")
-    partial.unlink(missing_ok=True)
-    buildah("push", "--quiet", ref, f"oci-archive:{partial}:{ref}")
-    partial.rename(path)
-    return ImageArchive(ref=ref, path=path)
-
-
-@contextlib.contextmanager
-def _working_container(image: str) -> Iterator[str]:
-    container = buildah("from", "--pull-never", image).strip()
-    try:
-        yield container
-    finally:
-        buildah("rm", container)
-
-
 # -- pause ---------------------------------------------------------------------------
 
 
 def kube_source_dir() -> Path:
     """The ``k8s.io/kubernetes`` module source the control plane is built from."""
     version = (CONTROLPLANE / "KUBE_VERSION").read_text().strip()
-    out = _run(["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"], cwd=CONTROLPLANE)
+    out = run(["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"], cwd=CONTROLPLANE)
     return Path(json.loads(out)["Dir"])
 
 
@@ -182,32 +69,32 @@ def pause_image() -> ImageArchive:
     tag = match.group(1) if match else "unknown"
     # Upstream's flags (build/pause/Makefile), with our own revision string.
     cflags = ["-Os", "-Wall", "-Werror", "-static", f"-DVERSION=v{tag}-agentrun"]
-    key = _key([
+    key = imagestore.key([
         ("recipe", RECIPE.encode()),
         ("pause.c", source),
         ("cflags", " ".join(cflags).encode()),
-        ("gcc", _tool_version("gcc", "--version")),
-        ("buildah", _tool_version(_require("buildah", "buildah"), "--version")),
+        ("gcc", imagestore.tool_version("gcc", "--version")),
+        ("buildah", imagestore.tool_version(imagestore.require("buildah", "buildah"), "--version")),
     ])
     ref = f"{PAUSE_REPOSITORY}:{key}"
     path = cache_root() / f"pause-{key}.oci.tar"
     if path.exists():
         return ImageArchive(ref=ref, path=path)
-    with _locked("pause"):
+    with locked("pause"):
         if path.exists():
             return ImageArchive(ref=ref, path=path)
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="agentrun-pause-") as work:
             binary = Path(work) / "pause"
-            _run(["gcc", *cflags, "-o", str(binary), str(source_dir / "linux" / "pause.c")])
-            with _working_container("scratch") as container:
+            run(["gcc", *cflags, "-o", str(binary), str(source_dir / "linux" / "pause.c")])
+            with imagestore.working_container("scratch") as container:
                 buildah("copy", container, str(binary), "/pause")
                 # As upstream's image: the pause process runs as nobody.
                 buildah("config", "--entrypoint", '["/pause"]',
                         "--user", "65535:65535", container)
                 buildah("commit", "--quiet", "--timestamp", "0", container, ref)
-        archive = _save(ref, path)
-        _log(f"built {ref} in {time.monotonic() - started:.1f}s")
+        archive = imagestore.save(ref, path)
+        imagestore.log(f"built {ref} in {time.monotonic() - started:.1f}s")
         return archive
 
 
@@ -242,28 +129,29 @@ def _mmdebstrap_args(sources: list[Path], output: Path) -> list[str]:
 def base_image() -> str:
     """The Debian base in buildah's storage (its ref); the root tar is cached by its args."""
     sources = _apt_sources()
-    key = _key([
+    key = imagestore.key([
         ("recipe", RECIPE.encode()),
         ("args", "\0".join(_mmdebstrap_args([], Path("-"))).encode()),
         *((str(path), path.read_bytes()) for path in sources),
     ])
     ref = f"{BASE_REPOSITORY}:{key}"
-    if _has_image(ref):
+    if imagestore.has_image(ref):
         return ref
-    with _locked("base"):
-        if _has_image(ref):
+    with locked("base"):
+        if imagestore.has_image(ref):
             return ref
         rootfs = cache_root() / f"base-{key}.tar"
         if not rootfs.exists():
-            _require("mmdebstrap", "mmdebstrap")
+            imagestore.require("mmdebstrap", "mmdebstrap")
             started = time.monotonic()
             partial = rootfs.with_name(rootfs.name + ".partial")
             # A fixed epoch makes mmdebstrap's output depend on the package versions only.
             env = {**os.environ, "SOURCE_DATE_EPOCH": "0"}
-            _run(_mmdebstrap_args(sources, partial), env=env)
+            run(_mmdebstrap_args(sources, partial), env=env)
             partial.rename(rootfs)
-            _log(f"bootstrapped {SUITE} into {rootfs} in {time.monotonic() - started:.0f}s")
-        with _working_container("scratch") as container:
+            imagestore.log(f"bootstrapped {SUITE} into {rootfs} "
+                           f"in {time.monotonic() - started:.0f}s")
+        with imagestore.working_container("scratch") as container:
             buildah("add", container, str(rootfs), "/")
             buildah("config", "--env", "LANG=C.UTF-8", "--cmd", '["python3"]',
                     "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -291,17 +179,18 @@ def dependency_wheels() -> Path:
     """The wheels of the project's dependencies, downloaded by the host once per change."""
     requirements = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     args = _platform_args()
-    key = _key([("recipe", RECIPE.encode()), ("requirements", "\0".join(requirements).encode()),
-                ("platform", "\0".join(args).encode())])
+    key = imagestore.key([("recipe", RECIPE.encode()),
+                          ("requirements", "\0".join(requirements).encode()),
+                          ("platform", "\0".join(args).encode())])
     target = cache_root() / f"wheels-{key}"
     if target.exists():
         return target
-    with _locked("wheels"):
+    with locked("wheels"):
         if not target.exists():
             partial = target.with_name(target.name + ".partial")
             shutil.rmtree(partial, ignore_errors=True)
-            _run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                  *args, "--dest", str(partial), *requirements])
+            run([sys.executable, "-m", "pip", "download", "--quiet",
+                 "--disable-pip-version-check", *args, "--dest", str(partial), *requirements])
             partial.rename(target)
     return target
 
@@ -320,7 +209,7 @@ def build_context(out: Path) -> Path:
     """A build context for the Dockerfile: itself and wheels/ (the project's and its deps')."""
     wheels = out / "wheels"
     shutil.copytree(dependency_wheels(), wheels, dirs_exist_ok=True)
-    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
           "--no-deps", "--wheel-dir", str(wheels), str(REPO)])
     shutil.copy2(REPO / "Dockerfile", out / "Dockerfile")
     return out
@@ -331,7 +220,7 @@ def project_image() -> ImageArchive:
     base = base_image()
     base_id = buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", base).strip()
     wheels = dependency_wheels()
-    key = _key([
+    key = imagestore.key([
         ("recipe", RECIPE.encode()),
         ("base", base_id.encode()),
         *((f"wheel:{path.name}", path.read_bytes()) for path in sorted(wheels.iterdir())),
@@ -339,22 +228,26 @@ def project_image() -> ImageArchive:
     ])
     ref = f"{PROJECT_REPOSITORY}:{key}"
     path = cache_root() / f"agentrun-operator-{key}.oci.tar"
-    if path.exists():
+    if imagestore.cached(path):
         return ImageArchive(ref=ref, path=path)
-    with _locked("project"):
-        if path.exists():
+    with locked("project"):
+        if imagestore.cached(path):
             return ImageArchive(ref=ref, path=path)
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="agentrun-image-") as work:
             context = build_context(Path(work))
             # chroot isolation: crun refuses this VM's hybrid cgroups, and chroot allows
             # only the host's network, hence buildah itself in an empty namespace.
-            buildah("build", "--quiet", "--isolation", "chroot", "--pull-never",
+            # --force-rm (which needs --no-cache here): no stage container outlives a
+            # failed build in the storage.
+            buildah("build", "--quiet", "--no-cache", "--force-rm",
+                    "--isolation", "chroot", "--pull-never",
                     "--timestamp", "0", "--build-arg", f"BASE={base}",
                     "--file", str(context / "Dockerfile"), "--tag", ref, str(context),
                     offline=True)
-        archive = _save(ref, path)
-        _log(f"built {ref} in {time.monotonic() - started:.0f}s")
+        archive = imagestore.save(ref, path)
+        imagestore.log(f"built {ref} in {time.monotonic() - started:.0f}s")
+        imagestore.prune(repository=PROJECT_REPOSITORY, prefix="agentrun-operator-")
         return archive
 
 

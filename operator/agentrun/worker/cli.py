@@ -1,0 +1,173 @@
+"""``agentrun-worker run -- <command...>``: run a worker command while renewing its lease.
+
+In a worker pod the operator sets ``AGENTRUN_NAMESPACE`` and ``AGENTRUN_LEASE``; the
+pod's name (``HOSTNAME``) is the lease's holder. The renewer first renews once (which
+tells the operator the worker started) and refuses to run the command if the lease is
+not this pod's. Then it runs the command, renews in the background, forwards SIGTERM
+and SIGINT to it, and exits with its exit code (128 + N if a signal N ended it). If the
+lease stops being ours (tombstoned, another holder, deleted, renewal forbidden), the
+attempt is over for the operator: the renewer stops writing and sends the command
+SIGTERM, since a successor attempt may already be running. The same happens when no
+renewal has succeeded for a whole lease duration (the API server unreachable, the pod's
+token no longer valid): the operator may then have ended the attempt.
+
+Credentials: ``$KUBECONFIG`` if set, else the pod's service account (in-cluster
+configuration through the ``kubernetes`` Service's environment variables).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Protocol
+
+import kubernetes
+
+from agentrun.api import names
+from agentrun.kube import clients, rest
+from agentrun.worker import renewals, renewer
+
+EXIT_NOT_OURS = 3  # the lease is not this pod's: the command never ran
+EXIT_NO_FIRST_RENEWAL = 4  # the lease could not be renewed before --start-timeout
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+MAX_START_TIMEOUT = 86400.0
+# Every connection and read of the API client times out after this (urllib3 uses the
+# socket default; its own retries are off): a hung request must not keep the renewer
+# from noticing it is overdue.
+REQUEST_TIMEOUT_SECONDS = 5.0
+
+logger = logging.getLogger("agentrun.worker")
+
+
+def _name(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    """An argparse type; argparse applies it to a string default (from the environment) too."""
+    def parse(text: str) -> str:
+        if not pattern.fullmatch(text):
+            raise argparse.ArgumentTypeError(
+                f"{what} {text[:80]!r} is not a valid Kubernetes name (lowercase letters, "
+                "digits and '-', at most 63 characters for a namespace, 253 otherwise)")
+        return text
+    return parse
+
+
+def _timeout(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= MAX_START_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"must be in (0, {MAX_START_TIMEOUT:.0f}] seconds")
+    return value
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="agentrun-worker", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="renew the lease while a command runs")
+    env = os.environ
+    run.add_argument("--namespace", type=_name(DNS_LABEL, "namespace"),
+                     default=env.get(names.ENV_NAMESPACE) or None,
+                     help=f"the lease's namespace (default: ${names.ENV_NAMESPACE})")
+    run.add_argument("--lease", type=_name(DNS_SUBDOMAIN, "lease"),
+                     default=env.get(names.ENV_LEASE) or None,
+                     help=f"the attempt's Lease (default: ${names.ENV_LEASE})")
+    run.add_argument("--identity", type=_name(DNS_SUBDOMAIN, "identity"),
+                     default=env.get("HOSTNAME") or None,
+                     help="the holder this worker is (default: $HOSTNAME, the pod's name)")
+    run.add_argument("--start-timeout", type=_timeout, default=60.0,
+                     help="seconds to keep trying the first renewal (default 60)")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- command ...")
+    args = parser.parse_args(argv)
+    if args.argv[:1] == ["--"]:
+        args.argv = args.argv[1:]
+    for option, source in (("namespace", names.ENV_NAMESPACE), ("lease", names.ENV_LEASE),
+                           ("identity", "HOSTNAME")):
+        if not getattr(args, option):
+            parser.error(f"--{option} is required (or set ${source}; the operator sets it "
+                         "in worker pods)")
+    if not args.argv:
+        parser.error("no command: agentrun-worker run [options] -- <command> [args...]")
+    return args
+
+
+def first_renewal(worker: renewer.Renewer, *, timeout: float) -> renewals.Decision:
+    """Renew once, retrying what may pass, until ``timeout``: Renew or Stop (or last Retry)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        decision = worker.renew_once()
+        remaining = deadline - time.monotonic()
+        if decision.verdict is not renewals.Verdict.RETRY or remaining <= 0:
+            return decision
+        logger.warning("first renewal: %s", decision.reason)
+        time.sleep(min(decision.delay_seconds, remaining))  # a retry's back-off
+
+
+class Renewing(Protocol):
+    def keep_renewing(self, *, stop: threading.Event,
+                      on_lost: Callable[[str], None]) -> None: ...
+
+
+def supervise(worker: Renewing, command: list[str]) -> int:
+    """Run ``command`` while ``worker`` renews; its exit code (128 + N for signal N)."""
+    child = subprocess.Popen(command)
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        child.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, forward)
+                for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _wait(worker, child, command=command)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _wait(worker: Renewing, child: subprocess.Popen[bytes], *, command: list[str]) -> int:
+    def lost(reason: str) -> None:
+        logger.warning("the attempt is no longer this worker's (%s): terminating %s",
+                       reason, command[0])
+        child.terminate()
+
+    stop = threading.Event()
+    renewing = threading.Thread(target=worker.keep_renewing, name="lease-renewer",
+                                kwargs={"stop": stop, "on_lost": lost}, daemon=True)
+    renewing.start()
+    code = child.wait()
+    stop.set()
+    renewing.join(timeout=5.0)
+    return code if code >= 0 else 128 - code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s agentrun-worker %(levelname)s %(message)s")
+    socket.setdefaulttimeout(REQUEST_TIMEOUT_SECONDS)
+    configuration = clients.configure().configuration
+    configuration.retries = False  # the renewer retries on its own schedule, not urllib3's
+    api = rest.Rest(kubernetes.client.ApiClient(configuration))
+    worker = renewer.Renewer(api=api, namespace=args.namespace, lease=args.lease,
+                             identity=args.identity)
+    decision = first_renewal(worker, timeout=args.start_timeout)
+    if decision.verdict is renewals.Verdict.STOP:
+        logger.error("refusing to run: %s", decision.reason)
+        return EXIT_NOT_OURS
+    if decision.verdict is renewals.Verdict.RETRY:
+        logger.error("no renewal within %.0fs: %s", args.start_timeout, decision.reason)
+        return EXIT_NO_FIRST_RENEWAL
+    logger.info("renewing %s/%s as %s every %.1fs", args.namespace, args.lease,
+                args.identity, decision.delay_seconds)
+    return supervise(worker, args.argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

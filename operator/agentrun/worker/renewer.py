@@ -1,0 +1,90 @@
+"""Renewing one attempt's Lease: read it, judge it, write ``renewTime`` back.
+
+The only API calls a worker makes here are ``get`` and ``update`` on its own Lease (the
+``agentrun-worker`` ClusterRole grants exactly those). Decisions come from
+:mod:`agentrun.worker.renewals`; this module only performs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import urllib3
+
+from agentrun.core import observations
+from agentrun.kube import rest
+from agentrun.worker import renewals
+
+logger = logging.getLogger("agentrun.worker")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(kw_only=True)
+class Renewer:
+    """The lease ``namespace``/``lease``, renewed as ``identity`` (the pod's name)."""
+
+    api: rest.Rest
+    namespace: str
+    lease: str
+    identity: str
+    clock: Callable[[], datetime] = _utc_now
+    monotonic: Callable[[], float] = time.monotonic
+    duration_seconds: int | None = field(default=None, init=False)
+    renewed_at: float | None = field(default=None, init=False)  # on ``monotonic``
+
+    @property
+    def path(self) -> str:
+        return rest.namespaced(group="coordination.k8s.io", version="v1", plural="leases",
+                               namespace=self.namespace, name=self.lease)
+
+    def _failed(self, error: Exception) -> renewals.Decision:
+        status = error.status if isinstance(error, rest.ApiError) else None
+        return renewals.judge_error(status=status, duration_seconds=self.duration_seconds)
+
+    def renew_once(self) -> renewals.Decision:
+        """One reading and, if the lease is still ours, one conditional write."""
+        try:
+            lease = self.api.request("GET", self.path)
+        except (rest.ApiError, urllib3.exceptions.HTTPError, OSError) as error:
+            return self._failed(error)
+        view = observations.lease_view(lease)
+        self.duration_seconds = view.duration_seconds
+        decision = renewals.judge(lease=view, identity=self.identity)
+        if decision.verdict is not renewals.Verdict.RENEW:
+            return decision
+        started = self.monotonic()
+        try:
+            self.api.request("PUT", self.path, body=renewals.renewed(lease, now=self.clock()))
+        except (rest.ApiError, urllib3.exceptions.HTTPError, OSError) as error:
+            return self._failed(error)
+        self.renewed_at = started  # the write may have landed any time after this
+        return decision
+
+    def keep_renewing(self, *, stop: threading.Event,
+                      on_lost: Callable[[str], None]) -> None:
+        """After a first :meth:`renew_once`, renew until ``stop`` is set; call ``on_lost``
+        once if the lease stops being ours. The first write waits one interval."""
+        delay = renewals.interval(duration_seconds=self.duration_seconds)
+        while not stop.wait(delay):
+            decision = self.renew_once()
+            if decision.verdict is renewals.Verdict.RETRY and self.renewed_at is not None:
+                decision = renewals.after_failure(
+                    decision=decision, since_renewal_seconds=self.monotonic() - self.renewed_at,
+                    duration_seconds=self.duration_seconds)
+            if decision.verdict is renewals.Verdict.STOP:
+                logger.warning("stopped renewing %s/%s: %s",
+                               self.namespace, self.lease, decision.reason)
+                on_lost(decision.reason)
+                return
+            if decision.verdict is renewals.Verdict.RETRY:
+                logger.warning("lease %s/%s: %s; retrying in %.1fs", self.namespace,
+                               self.lease, decision.reason, decision.delay_seconds)
+            delay = decision.delay_seconds

@@ -1,0 +1,134 @@
+"""``agentrun-worker run``: what it accepts, and how it supervises the worker command.
+
+Covers: the lease, namespace and identity come from the worker environment the operator
+sets (or options), are required and must be Kubernetes names; a command is required; the
+start timeout is bounded. Supervision (with a renewer stand-in, a real child process):
+the child's exit code is the renewer's, a signal N becomes 128 + N, and a lost lease
+terminates the child. The renewal itself is tested against the API server in
+``tests/integration/test_worker_renewer.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from agentrun.worker import cli
+
+ENV = {"AGENTRUN_NAMESPACE": "team-a", "AGENTRUN_LEASE": "slot-a-1", "HOSTNAME": "slot-a-1"}
+
+
+@pytest.fixture
+def worker_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.mark.usefixtures("worker_env")
+def test_the_worker_environment_names_the_lease() -> None:
+    args = cli.parse(["run", "--", "python", "-m", "worker", "--flag"])
+    assert (args.namespace, args.lease, args.identity) == ("team-a", "slot-a-1", "slot-a-1")
+    assert args.argv == ["python", "-m", "worker", "--flag"]
+
+
+@pytest.mark.usefixtures("worker_env")
+def test_options_override_the_environment() -> None:
+    args = cli.parse(["run", "--lease", "other-2", "--identity", "other-2", "--", "true"])
+    assert (args.lease, args.identity) == ("other-2", "other-2")
+
+
+@pytest.mark.parametrize(("unset", "option"), [
+    ("AGENTRUN_LEASE", "--lease"), ("AGENTRUN_NAMESPACE", "--namespace"),
+    ("HOSTNAME", "--identity"),
+])
+def test_a_missing_name_is_a_clear_error(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        unset: str, option: str) -> None:
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, "" if key == unset else value)
+    with pytest.raises(SystemExit) as exited:
+        cli.parse(["run", "--", "true"])
+    assert exited.value.code == 2
+    assert f"{option} is required (or set ${unset}" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("worker_env")
+@pytest.mark.parametrize("argv", [
+    ["run", "--namespace", "Team_A", "--", "true"],
+    ["run", "--namespace", "a" * 64, "--", "true"],
+    ["run", "--lease", "x" * 254, "--", "true"],
+    ["run", "--identity=-leading-dash", "--", "true"],
+])
+def test_a_bad_name_is_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.parse(argv)
+    assert "is not a valid Kubernetes name" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("worker_env")
+def test_a_bad_name_from_the_environment_is_refused(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("AGENTRUN_LEASE", "Not/A/Name")
+    with pytest.raises(SystemExit):
+        cli.parse(["run", "--", "true"])
+    assert "lease 'Not/A/Name' is not a valid Kubernetes name" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("worker_env")
+@pytest.mark.parametrize("argv", [["run"], ["run", "--"]])
+def test_a_command_is_required(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.parse(argv)
+    assert "no command" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("worker_env")
+@pytest.mark.parametrize("value", ["0", "-1", "86401", "nan"])
+def test_the_start_timeout_is_bounded(value: str) -> None:
+    with pytest.raises(SystemExit):
+        cli.parse(["run", "--start-timeout", value, "--", "true"])
+
+
+@dataclass
+class RenewerStandIn:
+    """Stands in for the renewer's background loop: renews nothing; may report a loss."""
+
+    lose_after: threading.Event | None = None
+    stopped: bool = False
+
+    def keep_renewing(self, *, stop: threading.Event, on_lost: Callable[[str], None]) -> None:
+        if self.lose_after is not None:
+            self.lose_after.wait(timeout=30)
+            on_lost("tombstoned")
+        stop.wait(timeout=30)
+        self.stopped = stop.is_set()
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_the_exit_code_is_the_commands() -> None:
+    stand_in = RenewerStandIn()
+    code = cli.supervise(stand_in, python("import sys; sys.exit(7)"))
+    assert code == 7
+    assert stand_in.stopped  # renewal ends with the command
+
+
+def test_a_signal_becomes_128_plus_its_number() -> None:
+    code = cli.supervise(RenewerStandIn(),
+                         python("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"))
+    assert code == 128 + 9
+
+
+def test_a_lost_lease_terminates_the_command() -> None:
+    lost = threading.Event()
+    lost.set()
+    # The child would run for ten minutes; only the SIGTERM of the loss ends it.
+    code = cli.supervise(RenewerStandIn(lose_after=lost),
+                         python("import time; time.sleep(600)"))
+    assert code == 128 + 15
