@@ -37,7 +37,13 @@ import nodehost
 import yaml
 from images import pause_image
 from localcluster import NODE_NAME, USERS, LocalCluster, build, die_with_parent, free_port
-from nodeconfig import cni_conflist, containerd_toml, kubelet_config, proxy_config
+from nodeconfig import (
+    cni_conflist,
+    containerd_toml,
+    kubelet_config,
+    proxy_config,
+    registry_hosts,
+)
 
 CONTAINERD_VERSION = "v2.4.2"
 CONTAINERD_PROGRAMS = ("containerd", "containerd-shim-runc-v2", "ctr")
@@ -208,9 +214,13 @@ class LocalNode:
         cni_dir = state / "cni" / "net.d"
         cni_dir.mkdir(parents=True, exist_ok=True)
         (cni_dir / "10-agentrun.conflist").write_text(json.dumps(cni_conflist(self.network)))
+        registry_dir = self.confdir / "registries"
+        (registry_dir / "_default").mkdir(parents=True, exist_ok=True)
+        (registry_dir / "_default" / "hosts.toml").write_text(registry_hosts())
         (self.confdir / "containerd.toml").write_text(containerd_toml(
             root=state / "containerd", state=nodehost.RUN_DIR / "containerd", socket=SOCKET,
-            runc=RUNC, cni_bin=CNI_BIN, cni_conf=cni_dir, sandbox_image=sandbox_image))
+            runc=RUNC, cni_bin=CNI_BIN, cni_conf=cni_dir, sandbox_image=sandbox_image,
+            registry_dir=registry_dir))
         pki = self.cluster.pki
         (self.confdir / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(
             network=self.network, pki=pki, socket=SOCKET, root=state / "kubelet",

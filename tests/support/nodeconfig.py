@@ -13,9 +13,18 @@ from typing import Any
 
 from nodehost import BRIDGE, SERVICE_RANGE, Network
 
+# Where every registry resolves to: a loopback port nothing serves. Nothing can be pulled
+# here, and trying must not send a packet (not even a DNS query) off the machine.
+NO_REGISTRY = "https://127.0.0.1:9"
+
+
+def registry_hosts() -> str:
+    """``_default/hosts.toml``: every registry host replaced by :data:`NO_REGISTRY`."""
+    return f'server = "{NO_REGISTRY}"\n'
+
 
 def containerd_toml(*, root: Path, state: Path, socket: Path, runc: Path, cni_bin: Path,
-                    cni_conf: Path, sandbox_image: str) -> str:
+                    cni_conf: Path, sandbox_image: str, registry_dir: Path) -> str:
     """containerd v2 (config version 3) with roots of its own and only a unix socket."""
     runtime = "plugins.'io.containerd.cri.v1.runtime'"
     return f"""version = 3
@@ -53,6 +62,8 @@ state = "{state}"
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{sandbox_image}"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "{registry_dir}"
 
 [plugins.'io.containerd.grpc.v1.cri']
   disable_tcp_service = true

@@ -13,10 +13,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import kubernetes
 import pytest
 from audit import writes
 from clusters import Cluster
 from localcluster import NODE_NAME
+from nodeconfig import NO_REGISTRY
 from nodehost import SERVICE_RANGE
 from waiting import wait_for
 
@@ -107,3 +109,23 @@ def test_pod_reaches_the_api_server_with_in_cluster_config(
     assert answer["user"] == f"system:serviceaccount:{namespace}:default"
     assert answer["extra"]["authentication.kubernetes.io/pod-name"] == ["whoami"]
     assert answer["host"] == "10.96.0.1"
+
+
+def test_a_pull_goes_to_loopback_only(cluster: Cluster, namespace: str,
+                                      worker_image: str) -> None:
+    """Nothing can be pulled here; an attempt must not leave the machine (no DNS either)."""
+    core = kubernetes.client.CoreV1Api(cluster.client())
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "pull"},
+        "spec": {"restartPolicy": "Never", "containers": [
+            {"name": "main", "image": "registry.invalid/agentrun/absent:1",
+             "imagePullPolicy": "IfNotPresent"}]}})
+
+    def pull_failure() -> str | None:
+        events = core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=pull,reason=Failed")
+        messages = [e.message for e in events.items if "pull" in (e.message or "").lower()]
+        return messages[0] if messages else None
+
+    message = wait_for(pull_failure, timeout=60, message="the pull's Failed event")
+    assert NO_REGISTRY.removeprefix("https://") in message, message
