@@ -115,11 +115,11 @@ def test_a_pull_goes_to_loopback_only(cluster: Cluster, namespace: str,
                                       worker_image: str) -> None:
     """Nothing can be pulled here; an attempt must not leave the machine (no DNS either)."""
     core = kubernetes.client.CoreV1Api(cluster.client())
-    core.create_namespaced_pod(namespace, {
-        "metadata": {"name": "pull"},
-        "spec": {"restartPolicy": "Never", "containers": [
-            {"name": "main", "image": "registry.invalid/agentrun/absent:1",
-             "imagePullPolicy": "IfNotPresent"}]}})
+    body: Any = {"metadata": {"name": "pull"},
+                 "spec": {"restartPolicy": "Never", "containers": [
+                     {"name": "main", "image": "registry.invalid/agentrun/absent:1",
+                      "imagePullPolicy": "IfNotPresent"}]}}
+    core.create_namespaced_pod(namespace, body)
 
     def pull_failure() -> str | None:
         events = core.list_namespaced_event(
