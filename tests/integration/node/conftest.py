@@ -31,7 +31,8 @@ def worker_image(node: LocalNode) -> str:
     """The project's image, loaded into the node; its reference for a pod's ``image``."""
     archive = project_image()
     node.load_image(archive.path)
-    return archive.ref
+    ref: str = archive.ref
+    return ref
 
 
 @pytest.fixture
