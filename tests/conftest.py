@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import kubernetes
@@ -89,7 +89,22 @@ def _require_kubelet(request: pytest.FixtureRequest) -> None:
                f"{cluster.no_kubelet_reason}")
     if NO_KUBELET:
         pytest.skip(message)
+    request.node.stash[_NO_NODE] = True
     pytest.fail(message + " (AGENTRUN_TEST_NO_KUBELET=1 opts out)", pytrace=False)
+
+
+_NO_NODE = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None],
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A ``kubelet`` test refused for want of a node is reported FAILED, not as an error."""
+    report: pytest.TestReport = yield
+    if report.when == "setup" and report.failed and item.stash.get(_NO_NODE, False):
+        report.when = "call"
+    return report
 
 
 @pytest.fixture(scope="session")
