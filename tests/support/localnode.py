@@ -201,9 +201,10 @@ class LocalNode:
         while time.monotonic() < deadline:
             for process in self.processes:
                 if process.poll() is not None:
-                    raise RuntimeError(f"{Path(str(process.args[0])).name} "  # type: ignore[index]
-                                       f"exited with {process.returncode} waiting for {what}; "
-                                       f"see {self.cluster.workdir}/*.log")
+                    args = [Path(str(a)).name for a in process.args[:2]]  # type: ignore[index]
+                    program = args[1] if args[0] == self.cluster.binary.name else args[0]
+                    raise RuntimeError(f"{program} exited with {process.returncode} waiting "
+                                       f"for {what}; see {self.cluster.workdir}/{program}.log")
             if check():
                 return
             time.sleep(0.25)  # poll interval of a wait-for-condition
