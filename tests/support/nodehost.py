@@ -144,7 +144,7 @@ def record_host_state() -> None:
     if HOST_STATE.exists():
         return
     STATE_DIR.mkdir(parents=True, exist_ok=True)
-    state = {"sysctls": {name: _read_sysctl(name) for name in SYSCTLS},
+    state = {"sysctls": {name: read_sysctl(name) for name in SYSCTLS},
              "absent": [str(p) for p in FIXED_PATHS if not p.exists()]}
     HOST_STATE.write_text(json.dumps(state))
 
@@ -216,7 +216,7 @@ def cleanup(*, binaries: list[Path]) -> list[str]:
     if HOST_STATE.exists():
         state = json.loads(HOST_STATE.read_text())
         for name, value in state["sysctls"].items():
-            if value is not None and _read_sysctl(name) != value:
+            if value is not None and read_sysctl(name) != value:
                 Path("/proc/sys", name).write_text(value)
                 undone.append(f"sysctl {name}={value}")
         for path in map(Path, state["absent"]):
@@ -351,7 +351,7 @@ def _remove_kube_chains(family: str, table: str) -> list[str]:
     return undone
 
 
-def _read_sysctl(name: str) -> str | None:
+def read_sysctl(name: str) -> str | None:
     try:
         return Path("/proc/sys", name).read_text().strip()
     except OSError:

@@ -72,8 +72,10 @@ def test_nothing_is_left_after_stop_and_after_sigkill(cluster: Cluster,
     assert cluster.shutdown is not None and cluster.node is not None
     binaries = cluster.node.binaries()
     ours = [p.pid for p in cluster.local.processes] if cluster.local else []
+    originals = json.loads(nodehost.HOST_STATE.read_text())["sysctls"]
     cluster.shutdown()
     assert nodehost.leftovers(binaries=binaries) == []
+    assert {name: nodehost.read_sysctl(name) for name in originals} == originals
     assert [pid for pid in ours if Path(f"/proc/{pid}").exists()] == []
 
     first = Launcher(tmp_path / "first")
