@@ -29,7 +29,7 @@ import kubernetes
 import pytest
 from clusters import Cluster, docker_and_kind_available
 from localnode import running
-from nodehost import NodeBusy
+from nodehost import NodeUnavailable
 
 TENANT_LABEL = "agentrun.dev/tenant"
 
@@ -69,8 +69,8 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         reason = "AGENTRUN_TEST_NO_KUBELET=1" if NO_KUBELET else ""
         try:
             local, node = stack.enter_context(running(workdir, node=not NO_KUBELET))
-        except NodeBusy as busy:  # another session's node: the rest of the suite still runs
-            reason = str(busy)
+        except NodeUnavailable as why:  # e.g. another session's node: the rest still runs
+            reason = str(why)
             local, node = stack.enter_context(running(workdir, node=False))
         yield Cluster(kubeconfig=local.kubeconfig, kind="local", has_kubelet=node is not None,
                       local=local, node=node, no_kubelet_reason=reason,

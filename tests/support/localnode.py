@@ -91,7 +91,7 @@ def build_containerd(*, log: bool = True) -> Path:
 def check_host_packages() -> None:
     missing = sorted({pkg for path, pkg in NEEDS.items() if not path.exists()})
     if missing:
-        raise RuntimeError(f"the node needs Debian packages {', '.join(missing)}: run "
+        raise nodehost.NodeUnavailable(f"the node needs Debian packages {', '.join(missing)}: run "
                            f"`make nodedeps` (or apt-get install -y {' '.join(missing)})")
 
 

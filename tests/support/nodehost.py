@@ -47,7 +47,11 @@ SYSCTLS = ["vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops",
 NODE_PROGRAMS = {"kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2"}
 
 
-class NodeBusy(RuntimeError):
+class NodeUnavailable(RuntimeError):
+    """No node can start here; the message says why and what to do."""
+
+
+class NodeBusy(NodeUnavailable):
     """Another local node holds the machine-wide lock."""
 
 
