@@ -6,12 +6,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CLUSTER_DIR := .cluster
 KUBECONFIG_LOCAL := $(CLUSTER_DIR)/kubeconfig
+# NODE=0: `make cluster` starts the control plane without its node (no kubelet).
+NODE ?= 1
+WITH_NODE := $(filter 1,$(NODE))
 
 .PHONY: help venv godeps controlplane cluster test lint crds manifests install operator mutate \
-	imagetools image
+	imagetools image nodedeps
 
 help:
-	@echo "make cluster   start a local Kubernetes control plane (foreground; Ctrl-C stops it)"
+	@echo "make cluster   start a local Kubernetes control plane and its node (foreground; Ctrl-C stops it; NODE=0: no node)"
 	@echo "make operator  run the operator in the foreground against \$$KUBECONFIG (default .cluster/kubeconfig)"
 	@echo "make install   apply CRDs, operator RBAC and admission policies to that cluster"
 	@echo "make test      install everything and run the whole suite (what CI runs)"
@@ -44,8 +47,16 @@ imagetools:
 image: venv godeps imagetools
 	$(PY) tests/support/images.py build all
 
-cluster: controlplane
-	$(PY) tests/support/localcluster.py up --dir $(CLUSTER_DIR)
+# The node's runtime: runc, the CNI plugins and iptables from Debian, installed only
+# when missing; containerd from its Go module, built once into ~/.cache/agentrun/containerd.
+nodedeps: venv imagetools
+	test -x /usr/sbin/runc && test -x /usr/lib/cni/bridge && command -v iptables >/dev/null || \
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+			runc containernetworking-plugins iptables; }
+	$(PY) tests/support/localnode.py build
+
+cluster: controlplane $(if $(WITH_NODE),nodedeps,)
+	$(PY) tests/support/localnode.py up --dir $(CLUSTER_DIR) $(if $(WITH_NODE),,--no-node)
 
 lint: venv
 	$(VENV)/bin/ruff check operator tests
@@ -54,7 +65,7 @@ lint: venv
 	$(PY) -m agentrun.api.crds --out crds --check
 	$(PY) -m agentrun.manifests --out manifests --check
 
-test: controlplane imagetools lint
+test: controlplane imagetools nodedeps lint
 	$(VENV)/bin/pytest -q -ra
 
 crds: venv

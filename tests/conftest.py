@@ -5,26 +5,31 @@ Which cluster, in this order:
    other users are reached through impersonation, so the tests run on any cluster.
 2. ``--kind`` given and a Docker engine and kind available: a kind cluster through
    pytest-kind (the only choice with a kubelet, so tests marked ``kubelet`` run).
-3. Otherwise: the local control plane of ``tests/support/localcluster.py``, built from
-   source, started once per session and stopped at its end.
+3. Otherwise: the local control plane of ``tests/support/localcluster.py`` and its
+   node (``tests/support/localnode.py``: kubelet, containerd, kube-proxy), built from
+   source, started once per session and stopped at its end; with
+   ``AGENTRUN_TEST_NO_KUBELET=1``, the control plane alone.
 
-Tests marked ``kubelet`` need real pods and skip with the reason on 1 (unless
-``AGENTRUN_TEST_KUBELET=1``) and 3.
+Tests marked ``kubelet`` need real pods: without a Ready node they FAIL, with the
+reason, unless ``AGENTRUN_TEST_NO_KUBELET=1`` opts out (then they skip). CI never sets
+it. On 1, ``AGENTRUN_TEST_KUBELET=1`` says the cluster has nodes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import kubernetes
 import pytest
 from clusters import Cluster, docker_and_kind_available
-from localcluster import LocalCluster, build
+from localnode import running
+from nodehost import NodeUnavailable
 
 TENANT_LABEL = "agentrun.dev/tenant"
 
@@ -38,6 +43,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/integration" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.integration)
+    # A module that stops the session's cluster (to check what stopping leaves) runs last.
+    items.sort(key=lambda item: getattr(getattr(item, "module", None),
+                                        "STOPS_THE_SESSION_CLUSTER", False))
+
+
+NO_KUBELET = os.environ.get("AGENTRUN_TEST_NO_KUBELET") == "1"
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +56,8 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     existing = os.environ.get("AGENTRUN_TEST_KUBECONFIG")
     if existing:
         yield Cluster(kubeconfig=Path(existing), kind="existing",
-                      has_kubelet=os.environ.get("AGENTRUN_TEST_KUBELET") == "1")
+                      has_kubelet=os.environ.get("AGENTRUN_TEST_KUBELET") == "1",
+                      no_kubelet_reason="AGENTRUN_TEST_KUBELET=1 is not set")
         return
     if request.config.getoption("--kind") and docker_and_kind_available():
         kind_cluster = request.getfixturevalue("kind_cluster")
@@ -53,23 +65,46 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
                       has_kubelet=True)
         return
     workdir = Path(tempfile.mkdtemp(prefix="agentrun-cluster-"))
-    local = LocalCluster(workdir=workdir, binary=build())
-    local.start()
-    try:
-        yield Cluster(kubeconfig=local.kubeconfig, kind="local", has_kubelet=False, local=local)
-    finally:
-        local.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with contextlib.ExitStack() as stack:
+        reason = "AGENTRUN_TEST_NO_KUBELET=1" if NO_KUBELET else ""
+        try:
+            local, node = stack.enter_context(running(workdir, node=not NO_KUBELET))
+        except NodeUnavailable as why:  # e.g. another session's node: the rest still runs
+            reason = str(why)
+            local, node = stack.enter_context(running(workdir, node=False))
+        yield Cluster(kubeconfig=local.kubeconfig, kind="local", has_kubelet=node is not None,
+                      local=local, node=node, no_kubelet_reason=reason,
+                      shutdown=stack.close)
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
-def _skip_without_kubelet(request: pytest.FixtureRequest) -> None:
+def _require_kubelet(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("kubelet") is None:
         return
     cluster: Cluster = request.getfixturevalue("cluster")
-    if not cluster.has_kubelet:
-        pytest.skip(f"needs real pods (a kubelet); this {cluster.kind} cluster has none: "
-                    "run with --kind where Docker and kind exist")
+    if cluster.has_kubelet:
+        return
+    message = (f"needs real pods (a Ready node); this {cluster.kind} cluster has none: "
+               f"{cluster.no_kubelet_reason}")
+    if NO_KUBELET:
+        pytest.skip(message)
+    request.node.stash[_NO_NODE] = True
+    pytest.fail(message + " (AGENTRUN_TEST_NO_KUBELET=1 opts out)", pytrace=False)
+
+
+_NO_NODE = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None],
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A ``kubelet`` test refused for want of a node is reported FAILED, not as an error."""
+    report: pytest.TestReport = yield
+    if report.when == "setup" and report.failed and item.stash.get(_NO_NODE, False):
+        report.when = "call"
+    return report
 
 
 @pytest.fixture(scope="session")

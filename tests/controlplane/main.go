@@ -1,10 +1,10 @@
 // Command agentrun-controlplane is a multi-call binary holding a real Kubernetes
-// control plane for agentrun-operator's tests: kube-apiserver (with etcd embedded
-// in the same process), kube-controller-manager, kubectl, and a helper that writes
-// the PKI the three need.
+// control plane and node for agentrun-operator's tests: kube-apiserver (with etcd
+// embedded in the same process), kube-controller-manager, kube-scheduler, kubelet,
+// kube-proxy, kubectl, and a helper that writes the PKI they need.
 //
-// Why one binary: the three programs share almost all of their dependencies, so
-// one build and one link on a 2-core machine costs a fraction of three. The
+// Why one binary: these programs share almost all of their dependencies, so
+// one build and one link on a 2-core machine costs a fraction of six. The
 // program to run is chosen by the name it was invoked as (a symlink named kubectl
 // runs kubectl) or by the first argument.
 //
@@ -39,7 +39,10 @@ func main() {
 var programs = map[string]func(args []string) int{
 	"kube-apiserver":          runAPIServer,
 	"kube-controller-manager": runControllerManager,
+	"kube-proxy":              runProxy,
+	"kube-scheduler":          runScheduler,
 	"kubectl":                 runKubectl,
+	"kubelet":                 runKubelet,
 	"pki":                     runPKI,
 }
 

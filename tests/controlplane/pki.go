@@ -13,36 +13,59 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
-// runPKI writes a fresh CA, an API-server serving certificate signed by it
-// (127.0.0.1 and localhost in its SANs, so no client needs tls-server-name) and a
-// service-account signing key pair into --dir.
+// runPKI writes a fresh CA and, signed by it: the API server's serving certificate
+// (127.0.0.1, localhost, the Service IP and any --ip in its SANs, so no client needs
+// tls-server-name), the API server's client certificate for kubelets, a
+// service-account signing key pair and, with --node-name, the node's kubelet
+// client certificate (CN=system:node:<name>, O=system:nodes: Node authorization and
+// NodeRestriction) and serving certificate (the node name and --ip in its SANs).
 func runPKI(args []string) int {
 	fs := flag.NewFlagSet("pki", flag.ContinueOnError)
 	dir := fs.String("dir", "", "folder to write ca.crt, apiserver.{crt,key}, sa.{key,pub} into")
+	nodeName := fs.String("node-name", "", "also write kubelet-client.{crt,key} and kubelet-serving.{crt,key} for this node")
+	ips := fs.String("ip", "", "comma-separated extra IPs for the API server's and kubelet's SANs")
 	if err := fs.Parse(args); err != nil || *dir == "" {
-		fmt.Fprintln(os.Stderr, "usage: agentrun-controlplane pki --dir DIR")
+		fmt.Fprintln(os.Stderr, "usage: agentrun-controlplane pki --dir DIR [--node-name NAME] [--ip IP,...]")
 		return 2
 	}
-	if err := writePKI(*dir); err != nil {
+	var extraIPs []net.IP
+	for _, text := range strings.Split(*ips, ",") {
+		if text == "" {
+			continue
+		}
+		ip := net.ParseIP(text)
+		if ip == nil {
+			fmt.Fprintf(os.Stderr, "pki: --ip %q is not an IP address\n", text)
+			return 2
+		}
+		extraIPs = append(extraIPs, ip)
+	}
+	if err := writePKI(*dir, *nodeName, extraIPs); err != nil {
 		fmt.Fprintln(os.Stderr, "pki:", err)
 		return 1
 	}
 	return 0
 }
 
-func writePKI(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// authority signs leaf certificates with the cluster CA.
+type authority struct {
+	cert   *x509.Certificate
+	key    *ecdsa.PrivateKey
+	serial int64
+	now    time.Time
+	files  map[string][]byte
+}
+
+func newAuthority(now time.Time) (*authority, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	caTemplate := &x509.Certificate{
+	template := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "agentrun-test-ca"},
 		NotBefore:             now.Add(-time.Hour),
@@ -51,52 +74,101 @@ func writePKI(dir string) error {
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	ca := &authority{cert: cert, key: key, serial: 1, now: now, files: map[string][]byte{}}
+	ca.files["ca.crt"] = pemBlock("CERTIFICATE", der)
+	if err := ca.addKey("ca.key", key); err != nil {
+		return nil, err
+	}
+	return ca, nil
+}
+
+// issue writes <name>.crt and <name>.key for a fresh key with this subject and usage.
+func (ca *authority) issue(name string, subject pkix.Name, usage x509.ExtKeyUsage, dns []string, ips []net.IP) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
 	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return err
-	}
-	serverKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	serverTemplate := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
+	ca.serial++
+	template := &x509.Certificate{
+		SerialNumber: big.NewInt(ca.serial),
+		Subject:      subject,
+		NotBefore:    ca.now.Add(-time.Hour),
+		NotAfter:     ca.now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP("10.96.0.1")},
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		DNSNames:     dns,
+		IPAddresses:  ips,
 	}
-	serverDER, err := x509.CreateCertificate(rand.Reader, serverTemplate, caCert, &serverKey.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, template, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		return err
+	}
+	ca.files[name+".crt"] = pemBlock("CERTIFICATE", der)
+	return ca.addKey(name+".key", key)
+}
+
+func (ca *authority) addKey(name string, key *ecdsa.PrivateKey) error {
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	ca.files[name] = pemBlock("EC PRIVATE KEY", der)
+	return nil
+}
+
+func writePKI(dir, nodeName string, extraIPs []net.IP) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	ca, err := newAuthority(time.Now())
+	if err != nil {
+		return err
+	}
+	serverIPs := append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP("10.96.0.1")}, extraIPs...)
+	serverDNS := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+		"kubernetes.default.svc.cluster.local"}
+	if err := ca.issue("apiserver", pkix.Name{CommonName: "kube-apiserver"},
+		x509.ExtKeyUsageServerAuth, serverDNS, serverIPs); err != nil {
+		return err
+	}
+	// The API server's identity towards kubelets (logs, exec); RBAC binds it to
+	// system:kubelet-api-admin, so kubelets need no anonymous access.
+	if err := ca.issue("apiserver-kubelet-client", pkix.Name{CommonName: "kube-apiserver-kubelet-client"},
+		x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
+		return err
+	}
+	if nodeName != "" {
+		if err := ca.issue("kubelet-client",
+			pkix.Name{CommonName: "system:node:" + nodeName, Organization: []string{"system:nodes"}},
+			x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
+			return err
+		}
+		if err := ca.issue("kubelet-serving", pkix.Name{CommonName: nodeName},
+			x509.ExtKeyUsageServerAuth, []string{nodeName}, extraIPs); err != nil {
+			return err
+		}
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
 	}
-	files := map[string][]byte{}
-	files["ca.crt"] = pemBlock("CERTIFICATE", caDER)
-	files["apiserver.crt"] = pemBlock("CERTIFICATE", serverDER)
-	for name, key := range map[string]*ecdsa.PrivateKey{"ca.key": caKey, "apiserver.key": serverKey, "sa.key": saKey} {
-		der, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			return err
-		}
-		files[name] = pemBlock("EC PRIVATE KEY", der)
+	if err := ca.addKey("sa.key", saKey); err != nil {
+		return err
 	}
 	saPub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
 	if err != nil {
 		return err
 	}
-	files["sa.pub"] = pemBlock("PUBLIC KEY", saPub)
-	for name, data := range files {
+	ca.files["sa.pub"] = pemBlock("PUBLIC KEY", saPub)
+	for name, data := range ca.files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import kubernetes
 import pytest
 from clusters import Cluster
 from kubernetes.client.rest import ApiException
+from scenarios import HAND_PLAYED
 from waiting import wait_for, wait_for_default_service_account
 
 
@@ -26,7 +27,8 @@ def core(cluster: Cluster, user: str = "admin") -> kubernetes.client.CoreV1Api:
 def pod_body(name: str, **spec: object) -> dict[str, object]:
     return {
         "metadata": {"name": name},
-        "spec": {"restartPolicy": "Never",
+        # Never bound (see scenarios.HAND_PLAYED): these tests write pod status by hand.
+        "spec": {"restartPolicy": "Never", "schedulerName": HAND_PLAYED,
                  "containers": [{"name": "main", "image": "busybox:1.36"}], **spec},
     }
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import kubernetes
 from localcluster import LocalCluster
+from localnode import LocalNode
 
 
 def docker_and_kind_available() -> bool:
@@ -21,7 +23,9 @@ def docker_and_kind_available() -> bool:
 class Cluster:
     """A cluster the tests may use, however it was obtained.
 
-    ``users`` maps a user name to a kubeconfig context of its own (local control plane),
+    ``node`` is set when the local control plane runs with the node of
+    ``tests/support/localnode.py`` (the default). ``users`` maps a user name to a
+    kubeconfig context of its own (local control plane),
     or is empty, in which case :meth:`client` impersonates the user from the admin
     context. ``audit_log`` is set only where this suite started the API server.
     """
@@ -30,6 +34,10 @@ class Cluster:
     kind: str  # "existing", "kind" or "local"
     has_kubelet: bool
     local: LocalCluster | None = None
+    node: LocalNode | None = None  # the local node, when this session started one
+    no_kubelet_reason: str = ""  # why has_kubelet is False, for the failing test to say
+    # Stops what this session started, early: only the suite's last test calls it.
+    shutdown: Callable[[], None] | None = None
 
     @property
     def audit_log(self) -> Path | None:

@@ -7,10 +7,10 @@ only our own assumptions. This module builds ``tests/controlplane`` (kube-apiser
 with embedded etcd, kube-controller-manager and kubectl from ``k8s.io/kubernetes``)
 once into a cache outside the clone, and runs it:
 
-- ``python tests/support/localcluster.py up [--dir .cluster]``: foreground, until Ctrl-C
-  (this is ``make cluster``);
 - ``python tests/support/localcluster.py build``: build only, print the binary's path;
-- :class:`LocalCluster`: the same from Python, for the pytest session fixture.
+- :class:`LocalCluster`: the control plane from Python; with ``node_ip`` set it serves
+  that address too and is ready for the node of :mod:`localnode` (whose command line,
+  ``localnode.py up``, is ``make cluster``).
 
 Terms: *users* are the static-token identities of the cluster (``admin`` in
 ``system:masters``; ``alice`` and ``bob``, tenant users with no rights by default;
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
+import ctypes
 import fcntl
 import hashlib
 import json
@@ -38,12 +38,12 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+PR_SET_PDEATHSIG = 1
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "tests" / "controlplane"
 BINARY_NAME = "agentrun-controlplane"
@@ -65,6 +65,16 @@ CONTROLLERS = [
     "clusterrole-aggregation-controller",
     "resourcequota-controller",
 ]
+# What a node needs: the not-ready taint cleared, Service endpoints, eviction of pods
+# from a lost node, pods of deleted nodes collected, and the node's podCIDR.
+NODE_CONTROLLERS = [
+    "node-lifecycle-controller",
+    "endpointslice-controller",
+    "taint-eviction-controller",
+    "pod-garbage-collector-controller",
+    "node-ipam-controller",
+]
+NODE_NAME = "agentrun-node"
 ADMISSION_PLUGINS = [
     "NamespaceLifecycle",
     "LimitRanger",
@@ -152,6 +162,17 @@ def build(*, log: bool = True) -> Path:
     return binary
 
 
+def die_with_parent() -> None:
+    """In a child before exec: SIGKILL it when its launcher dies, even by SIGKILL.
+
+    Why: a killed ``make cluster`` or test session must not leave an API server or a
+    kubelet behind; what re-parents itself (containerd shims) is cleaned at next start.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -173,6 +194,8 @@ class LocalCluster:
     tokens: dict[str, str] = field(default_factory=dict)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     etcd_dir: Path | None = None
+    node_ip: str | None = None  # set: serve (only) there, for a node's pods and kubelet
+    node_subnet: str | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -184,12 +207,17 @@ class LocalCluster:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.node_ip or '127.0.0.1'}:{self.port}"
+
+    @property
+    def pki(self) -> Path:
+        return self.workdir / "pki"
 
     def start(self, *, timeout: float = 180.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        pki = self.workdir / "pki"
-        subprocess.run([str(self.binary), "pki", "--dir", str(pki)], check=True)
+        pki = self.pki
+        node = ["--node-name", NODE_NAME, "--ip", self.node_ip] if self.node_ip else []
+        subprocess.run([str(self.binary), "pki", "--dir", str(pki), *node], check=True)
         self._write_tokens()
         (self.workdir / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
         self.etcd_dir = Path(tempfile.mkdtemp(prefix="agentrun-etcd-"))
@@ -228,8 +256,9 @@ class LocalCluster:
 
     def _write_tokens(self) -> None:
         lines = []
-        for index, (user, groups) in enumerate([*USERS.items(),
-                                                ("system:kube-controller-manager", [])]):
+        components = [("system:kube-controller-manager", []), ("system:kube-scheduler", []),
+                      ("system:kube-proxy", [])]
+        for index, (user, groups) in enumerate([*USERS.items(), *components]):
             token = secrets.token_hex(24)
             self.tokens[user] = token
             lines.append(f'{token},{user},uid-{index},"{",".join(groups)}"')
@@ -238,12 +267,21 @@ class LocalCluster:
 
     def _apiserver_args(self, pki: Path) -> list[str]:
         assert self.etcd_dir is not None
+        address = self.node_ip or "127.0.0.1"
+        node = [
+            # The `kubernetes` Service's endpoint is this address, kept by a lease.
+            "--endpoint-reconciler-type=lease",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+        ] if self.node_ip else ["--endpoint-reconciler-type=none"]
         return [
             f"--etcd-dir={self.etcd_dir}",
             f"--etcd-client-url=http://127.0.0.1:{free_port()}",
             f"--etcd-peer-url=http://127.0.0.1:{free_port()}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={address}",
+            f"--advertise-address={address}",
             f"--secure-port={self.port}",
             f"--cert-dir={pki}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -263,17 +301,27 @@ class LocalCluster:
             "--allow-privileged=true",
             "--profiling=false",
             "--enable-priority-and-fairness=false",
-            "--endpoint-reconciler-type=none",
+            *node,
             "--v=0",
         ]
 
     def _controller_manager_args(self, pki: Path) -> list[str]:
+        controllers = CONTROLLERS + (NODE_CONTROLLERS if self.node_ip else [])
+        # One node, one /24: the node's podCIDR is the whole cluster CIDR, the subnet
+        # the CNI configuration hands out (localnode.py).
+        node = [
+            "--allocate-node-cidrs=true",
+            f"--cluster-cidr={self.node_subnet}",
+            "--node-cidr-mask-size=24",
+            "--service-cluster-ip-range=10.96.0.0/16",
+        ] if self.node_ip else []
         return [
             f"--kubeconfig={self.workdir / 'controller-manager.kubeconfig'}",
             "--leader-elect=false",
             "--secure-port=0",
             "--use-service-account-credentials=true",
-            f"--controllers={','.join(CONTROLLERS)}",
+            f"--controllers={','.join(controllers)}",
+            *node,
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
             "--concurrent-gc-syncs=5",
@@ -285,6 +333,7 @@ class LocalCluster:
         process = subprocess.Popen(
             [str(self.binary), program, *args],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         log.close()
         self.processes.append(process)
@@ -332,9 +381,11 @@ class LocalCluster:
 
         self.kubeconfig.write_text(config(list(USERS), "admin"))
         self.kubeconfig.chmod(0o600)
-        kcm = self.workdir / "controller-manager.kubeconfig"
-        kcm.write_text(config(["system:kube-controller-manager"], "system:kube-controller-manager"))
-        kcm.chmod(0o600)
+        for component in ("controller-manager", "scheduler", "proxy"):
+            user = f"system:kube-{component}"
+            path = self.workdir / f"{component}.kubeconfig"
+            path.write_text(config([user], user))
+            path.chmod(0o600)
 
     def version(self) -> dict[str, str]:
         with urllib.request.urlopen(f"{self.server}/version", context=self._ssl_context()) as r:
@@ -342,52 +393,12 @@ class LocalCluster:
             return result
 
 
-@contextlib.contextmanager
-def running(workdir: Path) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(workdir=workdir)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("build", help="build the control plane if needed and print its path")
-    up = sub.add_parser("up", help="start the control plane in the foreground until Ctrl-C")
-    up.add_argument("--dir", type=Path, default=REPO / ".cluster")
-    args = parser.parse_args(argv)
-    if args.command == "build":
-        print(build())
-        return 0
-    workdir: Path = args.dir.resolve()
-    stopping = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    started = time.monotonic()
-    with running(workdir) as cluster:
-        print(f"localcluster: kubernetes {cluster.version()['gitVersion']} ready at "
-              f"{cluster.server} in {time.monotonic() - started:.1f}s", flush=True)
-        print(f"  export KUBECONFIG={cluster.kubeconfig}   # contexts: {', '.join(USERS)}")
-        print(f"  {workdir / 'bin' / 'kubectl'} get namespaces")
-        print("  Ctrl-C stops the control plane.", flush=True)
-        try:
-            while not stopping:
-                for process in cluster.processes:
-                    if process.poll() is not None:
-                        print(f"localcluster: {process.args[1]} exited with "
-                              f"{process.returncode}", file=sys.stderr)
-                        return 1
-                time.sleep(0.5)  # supervision loop, not synchronisation
-        except KeyboardInterrupt:
-            pass
-        print("localcluster: stopping", flush=True)
+    parser.parse_args(argv)
+    print(build())
     return 0
 
 

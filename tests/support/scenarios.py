@@ -35,6 +35,11 @@ EDITOR_RULES = [
 ]
 
 
+# No scheduler serves this name: the pods of these scenarios are never bound to the
+# node, so no kubelet takes their status over while a test plays the worker by hand.
+HAND_PLAYED = "agentrun.dev/hand-played"
+
+
 def workflow(*nodes: tuple[str, str, list[str]]) -> str:
     return yaml.safe_dump({"nodes": [{"name": n, "workerClass": c, "dependsOn": d}
                                      for n, c, d in nodes]})
@@ -83,8 +88,10 @@ class Scenario:
                          "priority": priority, "lease": {"durationSeconds": lease_seconds},
                          "startDeadlineSeconds": start_deadline_seconds,
                          "template": {"metadata": {"labels": {"example/spec": name}},
-                                      "spec": {"restartPolicy": "Never", "containers": [
-                                          {"name": "worker", "image": image}]}}}}
+                                      "spec": {"restartPolicy": "Never",
+                                               "schedulerName": HAND_PLAYED,
+                                               "containers": [
+                                                   {"name": "worker", "image": image}]}}}}
         created: Object = self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.namespace, "launchspecs", body)
         return created

@@ -1,0 +1,73 @@
+"""Fixtures for tests on the real node: the node itself and the image its pods run.
+
+Pods here run the project's own image (``tests/support/images.py``), imported into the
+node's containerd once per session; nothing is ever pulled (``imagePullPolicy: Never``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import kubernetes
+import pytest
+from clusters import Cluster
+from images import project_image
+from localnode import LocalNode
+from waiting import wait_for, wait_for_default_service_account
+
+POD_TIMEOUT = 90.0
+
+
+@pytest.fixture(scope="session")
+def node(cluster: Cluster) -> LocalNode:
+    if cluster.node is None:
+        pytest.fail(f"needs the local node: {cluster.no_kubelet_reason}", pytrace=False)
+    return cluster.node
+
+
+@pytest.fixture(scope="session")
+def worker_image(node: LocalNode) -> str:
+    """The project's image, loaded into the node; its reference for a pod's ``image``."""
+    archive = project_image()
+    node.load_image(archive.path)
+    ref: str = archive.ref
+    return ref
+
+
+@pytest.fixture
+def run_pod(cluster: Cluster, namespace: str,
+            worker_image: str) -> Callable[..., dict[str, Any]]:
+    """Create a pod running ``command`` in the worker image; return it once created."""
+    core = kubernetes.client.CoreV1Api(cluster.client())
+    wait_for_default_service_account(cluster.client(), namespace)
+
+    def create(name: str, command: list[str]) -> dict[str, Any]:
+        body: Any = {"metadata": {"name": name},
+                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "main", "image": worker_image,
+                                         "imagePullPolicy": "Never",
+                                         "command": command}]}}
+        created: dict[str, Any] = core.api_client.sanitize_for_serialization(
+            core.create_namespaced_pod(namespace, body))
+        return created
+
+    return create
+
+
+def wait_phase(cluster: Cluster, namespace: str, name: str, phases: set[str], *,
+               timeout: float = POD_TIMEOUT) -> dict[str, Any]:
+    """The pod once its phase is one of ``phases``; it fails early on an unexpected end."""
+    core = kubernetes.client.CoreV1Api(cluster.client())
+
+    def check() -> dict[str, Any] | None:
+        pod: dict[str, Any] = core.api_client.sanitize_for_serialization(
+            core.read_namespaced_pod(name, namespace))
+        phase = pod.get("status", {}).get("phase")
+        if phase in phases:
+            return pod
+        return None
+
+    result: dict[str, Any] = wait_for(check, timeout=timeout,
+                                      message=f"pod {name} in phase {sorted(phases)}")
+    return result
