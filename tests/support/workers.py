@@ -9,6 +9,7 @@ ClusterRole in the test's namespace. The audit log then tells who wrote what.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -20,6 +21,7 @@ from scenarios import GROUP, VERSION, Object, Scenario
 from waiting import wait_for
 
 WORKER_ACCOUNT = "worker"
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 # The CRD's minimums: a 5 s lease (the renewer renews every 1.7 s) and a 5 s start
 # deadline would be too short for a cold container start on a busy machine; 60 s is not.
 LEASE_SECONDS = 5
@@ -86,6 +88,28 @@ def lease_renewers(scenario: Scenario, lease: str) -> list[str]:
     return [w.user for w in writes(audit_log(scenario), namespace=scenario.namespace)
             if w.resource == "leases" and w.name == lease and w.verb == "update"
             and w.code == 200]
+
+
+def token_pods(scenario: Scenario, *, user: str, name: str) -> set[str]:
+    """The pods whose bound tokens ``user``'s writes to object ``name`` came with.
+
+    A pod-bound service-account token carries its pod's name into the request's user
+    (``extra``); the audit log records it, which :func:`audit.writes` leaves out.
+    """
+    found: set[str] = set()
+    for line in audit_log(scenario).read_text(errors="replace").splitlines():
+        if name not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:  # a line being written right now
+            continue
+        who = event.get("user") or {}
+        ref = event.get("objectRef") or {}
+        if (event.get("stage") == "ResponseComplete" and who.get("username") == user
+                and ref.get("namespace") == scenario.namespace and ref.get("name") == name):
+            found.update((who.get("extra") or {}).get(POD_NAME_EXTRA, []))
+    return found
 
 
 def terminated(pod: Object) -> dict[str, Any]:

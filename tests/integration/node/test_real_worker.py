@@ -34,6 +34,7 @@ from workers import (
     real_launch_spec,
     status_writers_of,
     terminated,
+    token_pods,
     wait_pod_phase,
     wait_renewed,
     worker_user,
@@ -102,6 +103,7 @@ def test_worker_reads_its_pinned_configuration_and_renews_its_own_lease(
     worker = worker_user(scenario.namespace)
     assert renewers[-1] == LOCAL_OPERATOR_USER and set(renewers[:-1]) == {worker}, renewers
     assert len(renewers) - 1 >= 3, renewers
+    assert token_pods(scenario, user=worker, name=first) == {first}  # its pod-bound token
     assert status_writers_of(scenario, [first]) == {NODE_USER}
 
 
@@ -188,6 +190,9 @@ def test_seed_trace_with_a_real_worker(scenario: Scenario, served: str,
     operator_writes = writes(scenario.cluster.audit_log or Path(), namespace=scenario.namespace,
                              user=served)
     assert any(w.resource == "slots" and w.subresource == "status" for w in operator_writes)
+    if served == OPERATOR_USER:  # in the cluster: the operator pod's own bound token
+        (pod,) = token_pods(scenario, user=served, name=slot)
+        assert pod.startswith("agentrun-operator-"), pod
 
 
 def test_worker_killed_on_the_node_ends_its_attempt_failed(
