@@ -17,8 +17,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from audit import writes
 from clusters import Cluster
+from images import PROJECT_DEV_REF
 from incluster import OPERATOR_USER, InClusterOperator
 from localcluster import NODE_NAME
 from localnode import LocalNode
@@ -43,6 +45,7 @@ from workers import (
 pytestmark = pytest.mark.kubelet
 NODE_USER = f"system:node:{NODE_NAME}"
 LOCAL_OPERATOR_USER = "operator"
+EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
 ANN = "agentrun.dev/"
 
 # Prints the pinned configuration it finds mounted, then works for a lease duration.
@@ -214,3 +217,34 @@ def test_worker_killed_on_the_node_ends_its_attempt_failed(
     assert condition(waiting, "AwaitingReassignment") == "True"  # maxAttempts 1
     assert scenario.pods() == [first]
     assert status_writers_of(scenario, [first]) == {NODE_USER}
+
+
+def test_the_examples_run_on_the_node(scenario: Scenario, operator: OperatorProcess,
+                                      node: LocalNode) -> None:
+    """``manifests/examples`` as the README applies them (in the test's namespace), with the
+    image ``make cluster`` tags: the research node's worker runs and prints its package."""
+    node.load_project_image()
+    objects = []
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if not document or document["kind"] == "Namespace":
+                continue
+            document["metadata"]["namespace"] = scenario.namespace
+            for subject in document.get("subjects", []):
+                subject["namespace"] = scenario.namespace
+            objects.append(document)
+    applied = scenario.cluster.kubectl("apply", "-f", "-",
+                                       input="\n".join(json.dumps(o) for o in objects))
+    assert applied.returncode == 0, applied.stderr
+    slot = scenario.slot_name_eventually("research-report", "research")
+    first = f"{slot}-1"
+    pod = wait_pod_phase(scenario, first, {"Succeeded", "Failed"})
+    logs = scenario.cluster.kubectl("logs", "-n", scenario.namespace, first)
+    assert pod["status"]["phase"] == "Succeeded", logs.stdout + logs.stderr
+    assert pod["spec"]["containers"][0]["image"] == PROJECT_DEV_REF
+    assert f"attempt 1 of {slot} (research)" in logs.stdout
+    assert "outcome: A two-page report" in logs.stdout
+    assert status_writers_of(scenario, [first]) == {NODE_USER}
+    (account,) = [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"]
+    renewer = f"system:serviceaccount:{scenario.namespace}:{account}"
+    assert renewer in lease_renewers(scenario, first)
