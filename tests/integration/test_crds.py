@@ -19,6 +19,7 @@ import kubernetes
 import pytest
 import yaml
 from clusters import Cluster
+from images import PROJECT_DEV_REF
 from kubernetes.client.rest import ApiException
 
 from agentrun.api import names
@@ -46,6 +47,14 @@ def create(api_client: kubernetes.client.ApiClient, body: dict[str, Any], *, nam
     body["metadata"]["namespace"] = namespace
     if kind == "ConfigMap":
         return kubernetes.client.CoreV1Api(api_client).create_namespaced_config_map(
+            namespace, body, dry_run=dry)
+    if kind == "ServiceAccount":
+        return kubernetes.client.CoreV1Api(api_client).create_namespaced_service_account(
+            namespace, body, dry_run=dry)
+    if kind == "RoleBinding":
+        for subject in body["subjects"]:
+            subject["namespace"] = namespace
+        return kubernetes.client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(
             namespace, body, dry_run=dry)
     return kubernetes.client.CustomObjectsApi(api_client).create_namespaced_custom_object(
         names.GROUP, names.VERSION, namespace, PLURALS[kind], body, dry_run=dry)
@@ -91,7 +100,7 @@ def test_examples_are_stored_with_defaults(
     api_client: kubernetes.client.ApiClient, namespace: str
 ) -> None:
     stored = create(api_client, example("20-launchspec-cpu.yaml"), namespace=namespace)
-    assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox:1.36"
+    assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == PROJECT_DEV_REF
     run = example("30-agentrun.yaml")
     del run["spec"]["claimPolicy"]
     stored = create(api_client, run, namespace=namespace)

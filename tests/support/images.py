@@ -44,6 +44,9 @@ RECIPE = "1"
 PAUSE_REPOSITORY = "localhost/agentrun/pause"
 BASE_REPOSITORY = "localhost/agentrun/python-base"
 PROJECT_REPOSITORY = "localhost/agentrun/agentrun-operator"
+# The moving name ``make cluster`` gives the current project image in the node's
+# containerd, for the examples (never in an archive: test pods run the keyed ref).
+PROJECT_DEV_REF = f"{PROJECT_REPOSITORY}:dev"
 # The stand-in for python:3.11-slim: bookworm's python3 is 3.11; passwd for useradd.
 SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "passwd")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import nodehost
 import yaml
-from images import pause_image
+from images import PROJECT_DEV_REF, pause_image, project_image
 from localcluster import NODE_NAME, USERS, LocalCluster, build, die_with_parent, free_port
 from nodeconfig import (
     cni_conflist,
@@ -172,6 +172,20 @@ class LocalNode:
         result = self.ctr("images", "import", "--local", str(path))
         if result.returncode != 0:
             raise RuntimeError(f"ctr images import {path} failed: {result.stderr.strip()}")
+
+    def load_project_image(self) -> str:
+        """Build (or find) the project image, import it and tag it ``PROJECT_DEV_REF``.
+
+        For ``make cluster``: the examples name that stable ref, so they run whatever the
+        checkout was when the node started (restart it to pick up a change).
+        """
+        archive = project_image()
+        self.load_image(archive.path)
+        tagged = self.ctr("images", "tag", "--force", archive.ref, PROJECT_DEV_REF)
+        if tagged.returncode != 0:
+            raise RuntimeError(f"ctr images tag {archive.ref} failed: {tagged.stderr.strip()}")
+        ref: str = archive.ref
+        return ref
 
     def ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.containerd / "ctr"), "--address", str(SOCKET),
@@ -312,10 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     with running(workdir, node=not args.no_node) as (cluster, node), \
             contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: stop, cleanly
         what = f"node {NODE_NAME} at {node.network.node_ip}" if node else "no node"
+        image = node.load_project_image() if node else None
         print(f"localcluster: kubernetes {cluster.version()['gitVersion']} ready at "
               f"{cluster.server} ({what}) in {time.monotonic() - started:.1f}s", flush=True)
         print(f"  export KUBECONFIG={cluster.kubeconfig}   # contexts: {', '.join(USERS)}")
         print(f"  {workdir / 'bin' / 'kubectl'} get nodes,namespaces")
+        if image:
+            print(f"  worker image {PROJECT_DEV_REF} = {image} (the examples run it)")
         print("  Ctrl-C stops the control plane" + (" and the node." if node else "."),
               flush=True)
         processes = cluster.processes + (node.processes if node else [])

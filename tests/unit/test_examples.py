@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from images import PROJECT_DEV_REF
 
 from agentrun.api import configs, crds, launchspecs, names, runs, schema
 
@@ -45,9 +46,9 @@ def parsed(kind: str) -> Any:
 
 def test_the_expected_files_exist() -> None:
     assert sorted(p.name for p in EXAMPLES.glob("*.yaml")) == [
-        "00-namespace.yaml", "10-config-package.yaml", "11-config-workflow.yaml",
-        "12-config-bindings.yaml", "20-launchspec-cpu.yaml", "21-launchspec-gpu.yaml",
-        "30-agentrun.yaml"]
+        "00-namespace.yaml", "01-worker-account.yaml", "10-config-package.yaml",
+        "11-config-workflow.yaml", "12-config-bindings.yaml", "20-launchspec-cpu.yaml",
+        "21-launchspec-gpu.yaml", "30-agentrun.yaml"]
 
 
 def test_namespace_is_a_labelled_tenant() -> None:
@@ -100,6 +101,25 @@ def test_launchspecs_parse_and_serve_every_worker_class() -> None:
     assert isinstance(workflow, configs.WorkflowDocument)
     assert {n.worker_class for n in workflow.nodes} <= served
     assert {"cpu", "gpu"} <= served
+
+
+def test_workers_run_the_project_image_under_the_renewer_as_a_bound_account() -> None:
+    """What makes the quick start run on the local node: the image ``make cluster`` tags,
+    never pulled, and a service account that may renew leases (``agentrun-worker``)."""
+    (account,) = of_kind("ServiceAccount")
+    (binding,) = of_kind("RoleBinding")
+    worker_role = yaml.safe_load((EXAMPLES.parent / "rbac" / "worker.yaml").read_text())
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                  "kind": "ClusterRole", "name": worker_role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "namespace": NAMESPACE,
+                                    "name": account["metadata"]["name"]}]
+    for spec in of_kind("LaunchSpec"):
+        pod = spec["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == account["metadata"]["name"]
+        for container in pod["containers"]:
+            assert container["image"] == PROJECT_DEV_REF
+            assert container["imagePullPolicy"] == "Never"
+            assert container["command"][:3] == ["agentrun-worker", "run", "--"]
 
 
 @pytest.mark.parametrize("kind", ["AgentRun", "LaunchSpec"])

@@ -16,6 +16,14 @@ from images import project_image
 from localnode import LocalNode
 from waiting import wait_for, wait_for_default_service_account
 
+from integration.operator import conftest as operator_fixtures
+
+# The operator's fixtures (RBAC installed, a Scenario, the operator as a subprocess), for
+# the tests here whose workers are served by it.
+installed = operator_fixtures.installed
+scenario = operator_fixtures.scenario
+operator = operator_fixtures.operator
+
 POD_TIMEOUT = 90.0
 
 

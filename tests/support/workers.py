@@ -1,0 +1,157 @@
+"""Real workers on the local node: LaunchSpecs that run the project's image, and their traces.
+
+Unlike :class:`scenarios.Scenario`'s hand-played LaunchSpecs (an unserved scheduler, a
+test writing the pod's status), these pods are scheduled, run by the kubelet and renew
+their own Lease: the container runs ``agentrun-worker run -- python3 -c <script>`` as the
+LaunchSpec's service account, which is bound to the generated ``agentrun-worker``
+ClusterRole in the test's namespace. The audit log then tells who wrote what.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from audit import Write, writes
+from localnode import LocalNode
+from scenarios import GROUP, VERSION, Object, Scenario
+from waiting import wait_for
+
+WORKER_ACCOUNT = "worker"
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+# The CRD's minimums: a 5 s lease (the renewer renews every 1.7 s) and a 5 s start
+# deadline would be too short for a cold container start on a busy machine; 60 s is not.
+LEASE_SECONDS = 5
+START_DEADLINE_SECONDS = 60
+
+
+def worker_user(namespace: str) -> str:
+    return f"system:serviceaccount:{namespace}:{WORKER_ACCOUNT}"
+
+
+def grant_worker_role(scenario: Scenario) -> None:
+    """The LaunchSpecs' service account, with the ``agentrun-worker`` ClusterRole here."""
+    account: Any = {"metadata": {"name": WORKER_ACCOUNT}}
+    scenario.core.create_namespaced_service_account(scenario.namespace, account)
+    binding: Any = {
+        "metadata": {"name": "agentrun-worker"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "agentrun-worker"},
+        "subjects": [{"kind": "ServiceAccount", "name": WORKER_ACCOUNT,
+                      "namespace": scenario.namespace}]}
+    scenario.rbac.create_namespaced_role_binding(scenario.namespace, binding)
+
+
+def real_launch_spec(scenario: Scenario, name: str, *, classes: list[str], image: str,
+                     script: str, lease_seconds: int = LEASE_SECONDS) -> Object:
+    """A LaunchSpec whose pods run ``script`` under the lease renewer, on the node."""
+    container = {"name": "worker", "image": image, "imagePullPolicy": "Never",
+                 "command": ["agentrun-worker", "run", "--", "python3", "-c", script]}
+    body: Object = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
+            "metadata": {"name": name},
+            "spec": {"claim": {"workerClasses": classes},
+                     "lease": {"durationSeconds": lease_seconds},
+                     "startDeadlineSeconds": START_DEADLINE_SECONDS,
+                     "template": {"metadata": {"labels": {"example/spec": name}},
+                                  "spec": {"restartPolicy": "Never",
+                                           "serviceAccountName": WORKER_ACCOUNT,
+                                           "terminationGracePeriodSeconds": 2,
+                                           "containers": [container]}}}}
+    created: Any = scenario.custom.create_namespaced_custom_object(
+        GROUP, VERSION, scenario.namespace, "launchspecs", body)
+    return dict(created)
+
+
+def audit_log(scenario: Scenario) -> Path:
+    log = scenario.cluster.audit_log
+    assert log is not None, "the local control plane's audit log"
+    return log
+
+
+def pod_status_writes(scenario: Scenario, pod: str) -> list[Write]:
+    return [w for w in writes(audit_log(scenario), namespace=scenario.namespace)
+            if w.resource == "pods" and w.subresource == "status" and w.name == pod]
+
+
+def status_writers_of(scenario: Scenario, pods: list[str]) -> set[str]:
+    """Who wrote ``pods/status`` of any of ``pods``, once every one has such a write."""
+    found = {pod: {w.user for w in pod_status_writes(scenario, pod)} for pod in pods}
+    assert all(found.values()), f"pods/status writes missing: {found}"
+    return set().union(*found.values())
+
+
+def lease_renewers(scenario: Scenario, lease: str) -> list[str]:
+    """The users of every successful ``update`` of ``lease`` (renewals, in order)."""
+    return [w.user for w in writes(audit_log(scenario), namespace=scenario.namespace)
+            if w.resource == "leases" and w.name == lease and w.verb == "update"
+            and w.code == 200]
+
+
+def token_pods(scenario: Scenario, *, user: str, name: str) -> set[str]:
+    """The pods whose bound tokens ``user``'s writes to object ``name`` came with.
+
+    A pod-bound service-account token carries its pod's name into the request's user
+    (``extra``); the audit log records it, which :func:`audit.writes` leaves out.
+    """
+    found: set[str] = set()
+    for line in audit_log(scenario).read_text(errors="replace").splitlines():
+        if name not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:  # a line being written right now
+            continue
+        who = event.get("user") or {}
+        ref = event.get("objectRef") or {}
+        if (event.get("stage") == "ResponseComplete" and who.get("username") == user
+                and ref.get("namespace") == scenario.namespace and ref.get("name") == name):
+            found.update((who.get("extra") or {}).get(POD_NAME_EXTRA, []))
+    return found
+
+
+def terminated(pod: Object) -> dict[str, Any]:
+    """The worker container's ``state.terminated`` (exit code, reason) of a finished pod."""
+    (status,) = pod["status"]["containerStatuses"]
+    found: dict[str, Any] = status["state"]["terminated"]
+    return found
+
+
+def wait_pod_phase(scenario: Scenario, name: str, phases: set[str], *,
+                   timeout: float = 90) -> Object:
+    def check() -> Object | None:
+        pod = scenario.pod(name)
+        return pod if pod and pod.get("status", {}).get("phase") in phases else None
+    found: Object = wait_for(check, timeout=timeout,
+                             message=f"pod {name} in phase {sorted(phases)}")
+    return found
+
+
+def wait_renewed(scenario: Scenario, lease: str, *, times: int, timeout: float = 60) -> None:
+    """Wait until ``lease`` has ``times`` renewals by the worker's service account."""
+    user = worker_user(scenario.namespace)
+    wait_for(lambda: lease_renewers(scenario, lease).count(user) >= times, timeout=timeout,
+             message=f"{times} renewals of lease {lease} by {user} in the audit log")
+
+
+def container_pid(node: LocalNode, pod: Object) -> int:
+    """The host pid of the pod's worker container's main process, from containerd's tasks."""
+    (status,) = pod["status"]["containerStatuses"]
+    container_id = status["containerID"].removeprefix("containerd://")
+    listed = node.ctr("tasks", "ls")
+    assert listed.returncode == 0, listed.stderr
+    for line in listed.stdout.splitlines()[1:]:
+        task, pid, state = line.split()[:3]
+        if task == container_id:
+            assert state == "RUNNING", line
+            return int(pid)
+    raise AssertionError(f"no task {container_id} in `ctr tasks ls`:\n{listed.stdout}")
+
+
+def kill_on_node(pid: int, *, pod_uid: str) -> None:
+    """SIGKILL ``pid`` from the host, after checking it is in that pod's cgroup."""
+    cgroups = Path(f"/proc/{pid}/cgroup").read_text()
+    assert pod_uid in cgroups or pod_uid.replace("-", "_") in cgroups, cgroups
+    os.kill(pid, signal.SIGKILL)
