@@ -38,6 +38,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/integration" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.integration)
+    # Tests marked `last` read what the whole session did (the audit log): after the rest.
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
 
 
 @pytest.fixture(scope="session")
