@@ -214,6 +214,12 @@ def test_guard_predicates_on_a_waiting_slot(scenario: Scenario,
     assert scenario.annotate(slot, user="alice", release_id=release).returncode == 0
     assert scenario.wait_ledger(slot, release)["outcome"] == "Accepted"
     assert condition(scenario.slot(slot)["status"], "Held") == "False"
+    # NotHeld: a second release, the slot no longer held.
+    again_release = request_id()
+    assert scenario.annotate(slot, user="alice", release_id=again_release).returncode == 0
+    assert_rejected(scenario, slot, again_release, before=scenario.slot(slot),
+                    predicate="NotHeld", says=["is not held", "nothing to release"],
+                    pods=pods, kind="Release")
     settled = scenario.slot(slot)
     reassign(scenario, slot, rid=wrong_run)
     scenario.wait_ledger(slot, wrong_run)  # annotations removed
