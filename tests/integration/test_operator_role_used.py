@@ -72,9 +72,11 @@ def whole_suite(session: pytest.Session) -> bool:
 # refusing the template (test_crashes.py `claim-failed`, and the LaunchSpec's Valid dry
 # run), and the stamping params Secret deleted with the operator running (test_stamping.py:
 # the stamping policy denies every command write, the operator's removal of a decided
-# command too, until its keeper mints anew). An RBAC denial is never one of them.
+# command too, until its keeper mints anew), and a create racing the deletion of a test's
+# namespace (NamespaceLifecycle). An RBAC denial is never one of them.
 EXPECTED_403 = ("exceeded quota", 'violates PodSecurity "restricted:latest"',
-                "no params found for policy binding with `Deny` parameterNotFoundAction")
+                "no params found for policy binding with `Deny` parameterNotFoundAction",
+                "because it is being terminated")
 # OwnerReferencesPermissionEnforcement checks `update` on the owner's finalizers when the
 # operator creates a child with blockOwnerDeletion: an authorization check inside the
 # create, never a request of its own. Used when those creates were made (and allowed).
