@@ -4,7 +4,8 @@ Covers the reassignment guard of DESIGN.md section 5 against a real API server, 
 failed predicate at a time: ``NotRetryWait`` (an Active slot, also when its pod failed but
 its lease is still renewed, and when its lease expired but its pod still runs, before the
 operator fences it), ``WrongRun``, ``WrongTenant``, ``UnknownWorkerClass``,
-``NoCompatibleLaunchSpec`` (a different message), ``Held`` (then released and accepted),
+``NoCompatibleLaunchSpec`` (a different message), ``Held`` (then released and accepted,
+and a second release ``NotHeld``),
 a duplicate request id (a no-op), a command written while the actor-stamping admission
 binding is missing (``CommandsRefused``) and a forged actor annotation (admission
 overwrites it; the ledger records the real user).
