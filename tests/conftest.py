@@ -43,9 +43,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/integration" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.integration)
-    # A module that stops the session's cluster (to check what stopping leaves) runs last.
-    items.sort(key=lambda item: getattr(getattr(item, "module", None),
-                                        "STOPS_THE_SESSION_CLUSTER", False))
+    # Tests marked `last` read what the whole session did (the audit log): after the rest;
+    # a module that stops the session's cluster (to check what stopping leaves) after them.
+    items.sort(key=lambda item: (
+        getattr(getattr(item, "module", None), "STOPS_THE_SESSION_CLUSTER", False),
+        item.get_closest_marker("last") is not None))
 
 
 NO_KUBELET = os.environ.get("AGENTRUN_TEST_NO_KUBELET") == "1"

@@ -311,6 +311,31 @@ class Renewing:
         self._thread.join()
 
 
+def exhausted_beside_active(scenario: Scenario) -> tuple[str, str, list[str]]:
+    """Run ``study`` (maxAttempts 1): slot ``research`` failed and awaits reassignment,
+    slot ``elsewhere`` is Active. The two slots and the attempt-1 pods (= leases) there are.
+
+    The ground of the bad-input tests: commands go to the waiting slot, and the Active one
+    shows whether judging goes on meanwhile.
+    """
+    scenario.configs(nodes=(("research", "cpu", []), ("elsewhere", "cpu", [])))
+    scenario.launch_spec("cpu-workers", classes=["cpu"], lease_seconds=5)
+    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
+    scenario.run("study", max_attempts=1)
+    slot = scenario.slot_name_eventually("study", "research")
+    elsewhere = scenario.slot_name_eventually("study", "elsewhere")
+    scenario.wait_state(slot, "Active")
+    scenario.wait_state(elsewhere, "Active")
+    scenario.finish(f"{slot}-1", "Failed", exit_code=1)
+    scenario.wait_slot(slot, lambda s: any(
+        c["type"] == "AwaitingReassignment" and c["status"] == "True"
+        for c in s.get("status", {}).get("conditions", [])), message="exhausted")
+    objects = sorted([f"{slot}-1", f"{elsewhere}-1"])
+    wait_for(lambda: scenario.pods() == objects and scenario.leases() == objects, timeout=10,
+             message="only the attempt-1 pods and leases")
+    return slot, elsewhere, objects
+
+
 def holds_throughout(predicate: Callable[[], bool], *, seconds: float, message: str,
                      interval: float = 0.2) -> None:
     """Assert that ``predicate`` stays true for ``seconds`` (a "nothing happens" check).

@@ -81,6 +81,7 @@ class Predicate(StrEnum):
     STALE_EPOCH = "StaleEpoch"
     MALFORMED = "Malformed"
     ATTEMPT_LIMIT = "AttemptLimitReached"
+    NOT_HELD = "NotHeld"
 
 
 SPEC_IMMUTABLE: JsonDict = {

@@ -314,6 +314,8 @@ def _other_failure(*, command: Command, slot: Slot,
                 "RetryWait slot that was reassigned or whose retry time has come")
     if kind is CommandKind.CLAIM and attempt_limit(status, name=name) is not None:
         return attempt_limit(status, name=name)
+    if kind is CommandKind.RELEASE and not transitions.is_held(status):
+        return (Predicate.NOT_HELD, f"slot {name!r} is not held: there is nothing to release")
     if kind is CommandKind.GIVE_UP and status.state not in transitions.OPEN_STATES:
         return (Predicate.NOT_RETRY_WAIT,
                 f"slot {name!r} has already finished ({status.state}); nothing to give up")

@@ -213,6 +213,8 @@ def _state_check(shape: commands.Shape) -> tuple[str, str] | None:
     if kind == "Claim":
         return ("variables.state in ['Ready', 'RetryWait'] && !variables.held",
                 "a claim needs a Ready or RetryWait slot that is not held")
+    if kind == "Release":
+        return ("variables.held", "only a held slot can be released")
     if kind in ("Hold", "GiveUp"):
         return (f"!(variables.state in {TERMINAL})", "the slot has already finished")
     return None

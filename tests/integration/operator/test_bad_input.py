@@ -26,8 +26,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from operators import OperatorProcess
-from scenarios import Object, Scenario, holds_throughout, unchanged
-from waiting import wait_for, wait_for_default_service_account
+from scenarios import Object, Scenario, exhausted_beside_active, holds_throughout, unchanged
+from waiting import wait_for_default_service_account
 
 from agentrun.api import bounds
 from agentrun.core import commands
@@ -136,18 +136,7 @@ def cases() -> list[Case]:
 
 def test_the_bad_input_matrix_changes_nothing_but_the_ledger(
         scenario: Scenario, operator: OperatorProcess) -> None:
-    launched(scenario, nodes=(("research", "cpu", []), ("elsewhere", "cpu", [])))
-    slot = scenario.slot_name_eventually("study", "research")
-    elsewhere = scenario.slot_name_eventually("study", "elsewhere")
-    scenario.wait_state(slot, "Active")
-    scenario.wait_state(elsewhere, "Active")
-    scenario.finish(f"{slot}-1", "Failed", exit_code=1)
-    scenario.wait_slot(slot, lambda s: any(
-        c["type"] == "AwaitingReassignment" and c["status"] == "True"
-        for c in s.get("status", {}).get("conditions", [])), message="exhausted")
-    objects = sorted([f"{slot}-1", f"{elsewhere}-1"])
-    wait_for(lambda: scenario.pods() == objects and scenario.leases() == objects, timeout=10,
-             message="only the attempt-1 pods and leases")
+    slot, elsewhere, objects = exhausted_beside_active(scenario)
     ended_elsewhere_at: datetime | None = None
     for n, case in enumerate(cases()):
         if n == len(cases()) // 2:

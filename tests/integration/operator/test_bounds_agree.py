@@ -3,7 +3,8 @@
 Both read ``agentrun.api.bounds``: the validating policy with CEL (``size()``,
 ``bytes().size()``, ``matches()``), the operator's parser (``commands.pending``) in
 Python. With the shipped validating policies installed (``serial``), on a RetryWait slot
-that accepts every kind of command from its owner, for each command kind and each bounded
+that accepts every kind of command from its owner (held by her before the release
+commands: only a held slot may be released), for each command kind and each bounded
 annotation: a value at its bound (the longest id, a reason of exactly 1024 bytes in
 two-byte characters, a 63-character class) is accepted by a server-side dry run and not
 malformed to the operator; a value just past it, or off its pattern, is refused by
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import pytest
 from operators import OperatorProcess
-from scenarios import Scenario
+from scenarios import Scenario, request_id
 
 from agentrun.api import bounds
+from agentrun.api.slots import CommandKind
 from agentrun.core import commands
 
 pytestmark = pytest.mark.serial
@@ -65,7 +67,15 @@ def test_a_value_admission_accepts_is_one_the_operator_parses_and_vice_versa(
     slot = scenario.owned_retry_wait(owner="alice")
     tenant = scenario.namespace  # the namespace's tenant label
     checked = 0
-    for shape in commands.SHAPES:
+    hold: str | None = None
+    # A release needs a held slot (and a held slot refuses a reassignment or a claim):
+    # the release shapes come last, after alice holds the slot.
+    for shape in sorted(commands.SHAPES, key=lambda s: s.kind is CommandKind.RELEASE):
+        if shape.kind is CommandKind.RELEASE and hold is None:
+            hold = request_id()
+            assert scenario.annotate(slot, user="alice", hold_id=hold,
+                                     hold_reason="bounds of release").returncode == 0
+            assert scenario.wait_ledger(slot, hold)["outcome"] == "Accepted"
         fields = ["id", *shape.fields]
         good = command(shape, tenant=tenant)
         accepted, error = dry_run(scenario, slot, good)
@@ -90,3 +100,4 @@ def test_a_value_admission_accepts_is_one_the_operator_parses_and_vice_versa(
     assert checked > 60
     written = scenario.slot(slot)["metadata"].get("annotations") or {}
     assert not set(written) & commands.ALL_KEYS  # the dry runs wrote nothing
+    assert [c["requestId"] for c in scenario.slot(slot)["status"]["commands"]][-1] == hold

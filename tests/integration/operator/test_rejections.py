@@ -4,7 +4,8 @@ Covers the reassignment guard of DESIGN.md section 5 against a real API server, 
 failed predicate at a time: ``NotRetryWait`` (an Active slot, also when its pod failed but
 its lease is still renewed, and when its lease expired but its pod still runs, before the
 operator fences it), ``WrongRun``, ``WrongTenant``, ``UnknownWorkerClass``,
-``NoCompatibleLaunchSpec`` (a different message), ``Held`` (then released and accepted),
+``NoCompatibleLaunchSpec`` (a different message), ``Held`` (then released and accepted,
+and a second release ``NotHeld``),
 a duplicate request id (a no-op), a command written while the actor-stamping admission
 binding is missing (``CommandsRefused``) and a forged actor annotation (admission
 overwrites it; the ledger records the real user).
@@ -214,6 +215,12 @@ def test_guard_predicates_on_a_waiting_slot(scenario: Scenario,
     assert scenario.annotate(slot, user="alice", release_id=release).returncode == 0
     assert scenario.wait_ledger(slot, release)["outcome"] == "Accepted"
     assert condition(scenario.slot(slot)["status"], "Held") == "False"
+    # NotHeld: a second release, the slot no longer held.
+    again_release = request_id()
+    assert scenario.annotate(slot, user="alice", release_id=again_release).returncode == 0
+    assert_rejected(scenario, slot, again_release, before=scenario.slot(slot),
+                    predicate="NotHeld", says=["is not held", "nothing to release"],
+                    pods=pods, kind="Release")
     settled = scenario.slot(slot)
     reassign(scenario, slot, rid=wrong_run)
     scenario.wait_ledger(slot, wrong_run)  # annotations removed

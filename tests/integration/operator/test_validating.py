@@ -54,6 +54,8 @@ def test_bad_commands_fail_in_kubectl_and_write_nothing(
                             "at most 1024 bytes"),
         "hold without reason": ([f"{ANN}hold-id={request_id()}"],
                                 f"{ANN}hold-reason is required"),
+        "release not held": ([f"{ANN}release-id={request_id()}"],
+                             "the slot is RetryWait: only a held slot can be released"),
         "missing run": ([p for p in reassign_pairs(request_id()) if "-run=" not in p],
                         f"{ANN}reassign-run is required"),
         "wrong run": (reassign_pairs(request_id(), run="another"), "must name the slot's run"),
@@ -77,8 +79,10 @@ def test_bad_commands_fail_in_kubectl_and_write_nothing(
     assert "the attempt is owned by alice, not bob" in error
     assert "'override'" in error
     after = scenario.slot(slot)
+    # Nothing was written (no resourceVersion moved), nothing decided.
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert after["metadata"].get("annotations") == before["metadata"].get("annotations")
-    assert after["status"] == before["status"]  # nothing was written, nothing decided
+    assert after["status"] == before["status"]
 
     # A state the slot does not accept: a give-up is fine, then nothing more on a Failed slot.
     gave_up = request_id()

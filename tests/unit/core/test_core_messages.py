@@ -198,6 +198,12 @@ def test_hold_release_words() -> None:
     assert (released.accepted, released.predicate) == (True, None)
     assert released.event == guards.Event(type="Normal", reason="Released",
                                           message="released by alice")
+    again = other(released.status, CommandKind.RELEASE, "c3")
+    assert (again.accepted, again.predicate) == (False, Predicate.NOT_HELD)
+    assert again.status.commands[-1].message == (
+        f"slot '{S}' is not held: there is nothing to release")
+    assert [c for c in again.status.conditions if c.type == "Held"] == [
+        c for c in released.status.conditions if c.type == "Held"]
     blank = other(f.retry_wait(), CommandKind.HOLD, reason=" ")
     assert blank.status.commands[-1].message == (
         "the reason must be non-blank and at most 1024 bytes")
