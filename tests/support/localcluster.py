@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import argparse
 import base64
-import ctypes
 import fcntl
 import hashlib
 import json
 import os
 import secrets
 import shutil
-import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -42,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from processes import die_with_parent, end_processes, free_port
 
-PR_SET_PDEATHSIG = 1
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "tests" / "controlplane"
 BINARY_NAME = "agentrun-controlplane"
@@ -165,24 +162,6 @@ def build(*, log: bool = True) -> Path:
     return binary
 
 
-def die_with_parent() -> None:
-    """In a child before exec: SIGKILL it when its launcher dies, even by SIGKILL.
-
-    Why: a killed ``make cluster`` or test session must not leave an API server or a
-    kubelet behind; what re-parents itself (containerd shims) is cleaned at next start.
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class LocalCluster:
     """One running control plane: its folder, processes, and the users' tokens.
@@ -235,16 +214,7 @@ class LocalCluster:
         kubectl.symlink_to(self.binary)
 
     def stop(self) -> None:
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in reversed(self.processes):
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self.processes.clear()
+        end_processes(self.processes, in_turn=False)
         if self.etcd_dir is not None:
             shutil.rmtree(self.etcd_dir, ignore_errors=True)
             self.etcd_dir = None
@@ -259,8 +229,9 @@ class LocalCluster:
 
     def _write_tokens(self) -> None:
         lines = []
-        components = [("system:kube-controller-manager", []), ("system:kube-scheduler", []),
-                      ("system:kube-proxy", [])]
+        components: list[tuple[str, list[str]]] = [
+            ("system:kube-controller-manager", []), ("system:kube-scheduler", []),
+            ("system:kube-proxy", [])]
         for index, (user, groups) in enumerate([*USERS.items(), *components]):
             token = secrets.token_hex(24)
             self.tokens[user] = token

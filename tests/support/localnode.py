@@ -36,7 +36,7 @@ from pathlib import Path
 import nodehost
 import yaml
 from images import PROJECT_DEV_REF, pause_image, project_image
-from localcluster import NODE_NAME, USERS, LocalCluster, build, die_with_parent, free_port
+from localcluster import NODE_NAME, USERS, LocalCluster, build
 from nodeconfig import (
     cni_conflist,
     containerd_toml,
@@ -44,6 +44,7 @@ from nodeconfig import (
     proxy_config,
     registry_hosts,
 )
+from processes import die_with_parent, end_processes, free_port
 
 CONTAINERD_VERSION = "v2.4.2"
 CONTAINERD_PROGRAMS = ("containerd", "containerd-shim-runc-v2", "ctr")
@@ -143,15 +144,7 @@ class LocalNode:
 
     def stop(self) -> None:
         """End the node's programs (kubelet first, so it starts nothing new)."""
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self.processes.clear()
+        end_processes(self.processes, in_turn=True)
 
     def ready(self) -> bool:
         """The Node says Ready, carries no taint, and the `kubernetes` Service has an endpoint."""
