@@ -1,15 +1,24 @@
 """Reading what the decisions need, as plain dicts (camelCase, as the API returns them).
 
-Objects are read through :mod:`agentrun.kube.rest`, as the API returns them.
-Two reads are cached because their answers change rarely and are asked often: a
-namespace's tenant (a few seconds), and the content of an immutable LaunchSpec snapshot
-(forever: it cannot change). Whether actor stamping is in force is never cached: it is
-read afresh, after the command, each time a command is decided (``core.stamping``).
+With :class:`stores.Stores` (the operator), objects are read from memory, fed by the
+watches and by the writer's answers; the API is asked only where the store cannot answer
+(not primed, an object away from it, a ConfigMap it does not hold, a label selector it
+does not index). Without (``stores=None``, the CLI), every read goes to the API.
+:meth:`Reader.fresh` reads from the API (quorum reads) and writes each answer through into
+the same stores: the controller uses it before a step a cache must not decide
+(docs/decisions.md, "What a cache may decide").
+
+Two more reads are cached because their answers change rarely and are asked often: a
+namespace's tenant (a few seconds: see :meth:`Reader.tenant`), and the content of an
+immutable LaunchSpec snapshot (forever: it cannot change). Whether actor stamping is in
+force is never cached: it is read afresh, after the command, each time a command is
+decided (``core.stamping``).
 """
 
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from agentrun.api import names
@@ -17,10 +26,12 @@ from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import PinnedLaunchSpec, Slot
 from agentrun.core import launches, owners, snapshots, stamping
-from agentrun.kube import rest
+from agentrun.kube import rest, stores
 
 Object = dict[str, Any]
 CACHE_SECONDS = 5.0
+KINDS = {plural: kind for kind, plural in stores.PLURALS.items()}
+Stores = stores.Stores  # the parameter of that name hides the module in Reader
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 STAMPING_SECRET_PATH = rest.namespaced(group="", version="v1", plural="secrets",
                                        namespace=names.OPERATOR_NAMESPACE,
@@ -33,23 +44,60 @@ def custom_path(plural: str, namespace: str, name: str | None = None) -> str:
 
 
 class Reader:
-    """Reads for one API client; holds the two small caches described above."""
+    """Reads for one API client, from ``stores`` where they can answer (see above)."""
 
-    def __init__(self, client: rest.Rest) -> None:
+    def __init__(self, client: rest.Rest, *, stores: Stores | None = None) -> None:
         self.rest = client
+        self.stores = stores
+        self._through: Stores | None = None  # fresh(): answers written into these
         self._snapshots: dict[tuple[str, str], LaunchSpecSpec] = {}
         self._tenants: dict[str, tuple[float, str | None]] = {}
 
+    def fresh(self) -> Reader:
+        """A reader that asks the API (reads without a resourceVersion: quorum reads) and
+        writes each answer through into these stores, for a step no cache may decide."""
+        reader = Reader(self.rest)
+        reader._through = self.stores if self.stores is not None else self._through
+        reader._snapshots = self._snapshots  # immutable content: shared
+        return reader
+
+    def blind_time(self, *, since: datetime) -> timedelta:
+        """How long since the monotonic moment ``since`` this process was blind: its API
+        requests failed or timed out (``rest.Health``). Zero when it never was."""
+        return self.rest.health.blind_time(since=since)
+
+    def _get(self, kind: str, namespace: str, name: str) -> Object | None:
+        """One object by name: from the store when it knows, else from the API (and the
+        answer kept: written through, or remembered for an object away from the store)."""
+        if self.stores is not None:
+            found = self.stores.get(kind=kind, namespace=namespace, name=name)
+            if found.known:
+                return found.body
+        answer = self.rest.get(stores.path(kind, namespace, name))
+        held = self.stores if self.stores is not None else self._through
+        if held is not None:
+            if answer is not None:
+                held.observe(kind=kind, event_type=None, body={"kind": kind, **answer})
+            held.remember(kind=kind, namespace=namespace, name=name, body=answer)
+        return answer
+
     def custom_object(self, plural: str, namespace: str, name: str) -> Object | None:
-        return self.rest.get(custom_path(plural, namespace, name))
+        return self._get(KINDS[plural], namespace, name)
 
     def custom_objects(self, plural: str, namespace: str, *,
                        selector: str | None = None) -> list[Object]:
+        if self.stores is not None and selector is None:
+            held = self.stores.listing(kind=KINDS[plural], namespace=namespace)
+            if held is not None:
+                return held
         listed = self.rest.get(custom_path(plural, namespace),
                                query={"labelSelector": selector} if selector else None) or {}
         items: list[Object] = listed.get("items") or []
         for item in items:  # list items omit these; the models expect them
             item.setdefault("apiVersion", names.API_VERSION)
+            if self._through is not None:
+                self._through.observe(kind=KINDS[plural], event_type=None,
+                                      body={"kind": KINDS[plural], **item})
         return items
 
     def slot(self, namespace: str, name: str) -> Slot | None:
@@ -70,6 +118,10 @@ class Reader:
         A person can change a label: a relabelled slot must still count for its run (its
         dependents would otherwise never start). The caller checks the controlling owner.
         """
+        if self.stores is not None:
+            held = self.stores.slots_of(namespace=namespace, run=run)
+            if held is not None:
+                return [Slot.model_validate(o) for o in held]
         return [s for s in self.slots_in(namespace) if s.spec.run == run]
 
     def launch_specs(self, namespace: str) -> list[LaunchSpec]:
@@ -77,10 +129,15 @@ class Reader:
                 for o in self.custom_objects("launchspecs", namespace)]
 
     def tenant(self, namespace: str) -> str | None:
-        """The namespace's tenant label (cached a few seconds: every step asks, an admin
-        changes it rarely)."""
+        """The namespace's tenant label, cached a few seconds: every step asks, an admin
+        changes it rarely. Not watched: one GET per namespace per few seconds does not
+        grow with the number of slots, and a watch of namespaces would need the operator
+        to hold every namespace's labels for this one; what the label guards is also
+        checked at request time by admission (the command's tenant), so a few seconds'
+        staleness decides nothing alone. :meth:`fresh` reads it from the API."""
         cached = self._tenants.get(namespace)
-        if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:
+        if cached is not None and self._through is None and (
+                time.monotonic() - cached[0] < CACHE_SECONDS):
             return cached[1]
         found = self.rest.get(f"/api/v1/namespaces/{namespace}")
         labels = ((found or {}).get("metadata") or {}).get("labels") or {}
@@ -89,22 +146,26 @@ class Reader:
         return tenant
 
     def pod(self, namespace: str, name: str) -> Object | None:
-        return self.rest.get(rest.namespaced(group="", version="v1", plural="pods",
-                                             namespace=namespace, name=name))
+        return self._get("Pod", namespace, name)
 
     def lease(self, namespace: str, name: str) -> Object | None:
-        return self.rest.get(rest.namespaced(group="coordination.k8s.io", version="v1",
-                                             plural="leases", namespace=namespace, name=name))
+        return self._get("Lease", namespace, name)
 
     def configmap(self, namespace: str, name: str) -> Object | None:
-        return self.rest.get(rest.namespaced(group="", version="v1", plural="configmaps",
-                                             namespace=namespace, name=name))
+        return self._get("ConfigMap", namespace, name)
 
     def configmaps(self, namespace: str, *, selector: str) -> list[Object]:
-        listed = self.rest.get(rest.namespaced(group="", version="v1", plural="configmaps",
-                                               namespace=namespace),
+        if self.stores is not None:
+            held = self.stores.configmaps(namespace=namespace, selector=selector)
+            if held is not None:
+                return held
+        listed = self.rest.get(stores.path("ConfigMap", namespace),
                                query={"labelSelector": selector}) or {}
         items: list[Object] = listed.get("items") or []
+        if self._through is not None:
+            for item in items:
+                self._through.observe(kind="ConfigMap", event_type=None,
+                                      body={"kind": "ConfigMap", **item})
         return items
 
     def launch_spec_snapshots(self, namespace: str, slot: str, *,

@@ -10,6 +10,13 @@
 
 A :class:`Conflict` means "re-read and decide again"; :class:`Rejected` is the API server
 refusing the object itself (403, 422, 400), which a claim records as ClaimFailed.
+
+*Write-through*: with :class:`stores.Stores`, every successful answer (the object as the
+server stored it) goes into the stores before the writer returns, and so does the object
+found on AlreadyExists, so the next read of the same step never sees a state older than
+this process's own last write (the stores drop an older state, should the watch deliver
+one late). A DELETE removes the object when the answer says it is gone; a pod answered
+with a grace period is still there (it may still run) and is kept as answered.
 """
 
 from __future__ import annotations
@@ -18,12 +25,9 @@ from typing import Any
 
 from agentrun.api import names
 from agentrun.api.slots import Slot, SlotStatus
-from agentrun.kube import crashpoints, rest
+from agentrun.kube import crashpoints, rest, stores
 
 Object = dict[str, Any]
-PLURALS = {"AgentRun": "agentruns", "Slot": "slots", "LaunchSpec": "launchspecs",
-           "Pod": "pods", "ConfigMap": "configmaps", "Lease": "leases"}
-GROUPS = {"Pod": ("", "v1"), "ConfigMap": ("", "v1"), "Lease": ("coordination.k8s.io", "v1")}
 
 
 class Conflict(Exception):
@@ -48,9 +52,15 @@ class Rejected(Exception):
 
 def path(kind: str, namespace: str, name: str | None = None,
          subresource: str | None = None) -> str:
-    group, version = GROUPS.get(kind, (names.GROUP, names.VERSION))
-    return rest.namespaced(group=group, version=version, plural=PLURALS[kind],
-                           namespace=namespace, name=name, subresource=subresource)
+    return stores.path(kind, namespace, name, subresource)
+
+
+def gone(answer: Object) -> bool:
+    """Does a DELETE's answer say the object no longer exists (a Status, or deleted at
+    once: no grace period left and no finalizer holding it)?"""
+    meta = answer.get("metadata") or {}
+    return answer.get("kind") == "Status" or (
+        meta.get("deletionGracePeriodSeconds") == 0 and not meta.get("finalizers"))
 
 
 def translated(error: rest.ApiError) -> Exception:
@@ -62,17 +72,29 @@ def translated(error: rest.ApiError) -> Exception:
 
 
 class Writer:
-    def __init__(self, client: rest.Rest) -> None:
+    def __init__(self, client: rest.Rest, *, stores: stores.Stores | None = None) -> None:
         self.rest = client
+        self.stores = stores
 
     def _write(self, method: str, where: str, body: Object, *, point: str,
-               content_type: str = rest.JSON) -> Object:
+               content_type: str = rest.JSON, kind: str | None = None) -> Object:
         try:
             result = self.rest.request(method, where, body=body, content_type=content_type)
         except rest.ApiError as error:
             raise translated(error) from error
+        if kind is not None:
+            self._through(kind, result)
         crashpoints.reached(point)
         return result
+
+    def _through(self, kind: str, answer: Object) -> None:
+        if self.stores is not None:
+            self.stores.observe(kind=kind, event_type="MODIFIED", body={"kind": kind, **answer})
+
+    def _gone(self, kind: str, namespace: str, name: str) -> None:
+        if self.stores is not None:
+            self.stores.observe(kind=kind, event_type="DELETED",
+                                body={"metadata": {"namespace": namespace, "name": name}})
 
     def slot_status(self, slot: Slot, status: SlotStatus, *, point: str) -> Object:
         """Replace the slot's status, preconditioned on the resourceVersion read."""
@@ -86,7 +108,7 @@ class Writer:
         """Replace a custom object's status; ``body.metadata.resourceVersion`` is the guard."""
         meta = body["metadata"]
         return self._write("PUT", path(body["kind"], meta["namespace"], meta["name"], "status"),
-                           body, point=point)
+                           body, point=point, kind=body["kind"])
 
     def remove_annotations(self, *, kind: str, namespace: str, name: str,
                            resource_version: str | None, keys: tuple[str, ...],
@@ -98,16 +120,19 @@ class Writer:
             metadata["labels"] = labels
         patch = {"metadata": metadata}
         self._write("PATCH", path(kind, namespace, name), patch, point=point,
-                    content_type=rest.MERGE_PATCH)
+                    content_type=rest.MERGE_PATCH, kind=kind)
 
     def create(self, body: Object, *, point: str) -> Object:
         """Create ``body``; raises :class:`Exists` with the object found under its name."""
-        meta = body["metadata"]
+        meta, kind = body["metadata"], body["kind"]
         try:
-            return self._write("POST", path(body["kind"], meta["namespace"]), body, point=point)
+            return self._write("POST", path(kind, meta["namespace"]), body, point=point,
+                               kind=kind)
         except Conflict:
-            raise Exists(self.rest.get(path(body["kind"], meta["namespace"], meta["name"]))
-                         ) from None
+            found = self.rest.get(path(kind, meta["namespace"], meta["name"]))
+            if found is not None:
+                self._through(kind, found)
+            raise Exists(found) from None
 
     def delete_pod(self, *, namespace: str, name: str, uid: str | None, point: str) -> None:
         """Delete a pod (fencing its attempt); already gone counts as done."""
@@ -115,11 +140,22 @@ class Writer:
         if uid:
             options["preconditions"] = {"uid": uid}
         try:
-            self._write("DELETE", path("Pod", namespace, name), options, point=point)
-        except Conflict:
-            if self.rest.get(path("Pod", namespace, name)) is not None:
-                raise
-            crashpoints.reached(point)
+            answer = self.rest.request("DELETE", path("Pod", namespace, name), body=options)
+        except rest.ApiError as error:
+            failure = translated(error)
+            if not isinstance(failure, Conflict):
+                raise failure from error
+            found = self.rest.get(path("Pod", namespace, name))
+            if found is not None:  # another pod of that name (the uid precondition)
+                self._through("Pod", found)
+                raise failure from error
+            self._gone("Pod", namespace, name)  # already gone counts as done
+        else:
+            if gone(answer):
+                self._gone("Pod", namespace, name)
+            else:
+                self._through("Pod", answer)  # terminating: it may still run
+        crashpoints.reached(point)
 
     def tombstone(self, *, lease: Object, annotations: dict[str, str], point: str) -> None:
         """Clear the holder and record the end; the lease stays as the attempt's record."""
@@ -128,7 +164,8 @@ class Writer:
                 "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}),
                                                      **annotations}},
                 "spec": {**(lease.get("spec") or {}), "holderIdentity": None}}
-        self._write("PUT", path("Lease", meta["namespace"], meta["name"]), body, point=point)
+        self._write("PUT", path("Lease", meta["namespace"], meta["name"]), body, point=point,
+                    kind="Lease")
 
     def stamping_secret(self, body: Object) -> None:
         """Create the stamping epoch Secret, or replace it under the resourceVersion read
