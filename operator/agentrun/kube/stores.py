@@ -35,6 +35,7 @@ every stored object: nothing decides on them and they are often half its size.
 from __future__ import annotations
 
 import copy
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -62,6 +63,7 @@ COLD_LIMIT = 256  # objects read on demand after they left the store
 DELETED_LIMIT = 4096  # versions of deleted objects remembered, against late answers
 PAGE = 500  # items per LIST page while priming
 DROPPED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+INTERNED_CHARS = 64
 
 
 def path(kind: str, namespace: str | None, name: str | None = None,
@@ -103,13 +105,27 @@ def parse_selector(selector: str | None) -> list[tuple[str, str | None]] | None:
     return terms
 
 
+def _compact(value: Any) -> Any:
+    """A copy with keys and short strings interned: every object repeats the same keys and
+    most values ("True", a phase, a label), and a parsed event holds its own copy of each;
+    shared, they take a third of the memory (``test_memory_per_thousand_slots``)."""
+    if isinstance(value, dict):
+        return {sys.intern(k): _compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    if isinstance(value, str) and len(value) <= INTERNED_CHARS:
+        return sys.intern(value)
+    return value
+
+
 def _slim(body: Object) -> Object:
     meta = dict(body.get("metadata") or {})
     meta.pop("managedFields", None)
     annotations = meta.get("annotations")
     if annotations and DROPPED_ANNOTATION in annotations:
         meta["annotations"] = {k: v for k, v in annotations.items() if k != DROPPED_ANNOTATION}
-    return {**body, "metadata": meta}
+    compact: Object = _compact({**body, "metadata": meta})
+    return compact
 
 
 @dataclass(frozen=True)
