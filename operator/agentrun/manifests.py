@@ -46,7 +46,10 @@ OPERATOR_RULES: list[Rule] = [
     rule([names.GROUP], ["agentruns/finalizers", "slots/finalizers"], ["update"]),
     rule([""], ["pods"], ["get", "list", "watch", "create", "delete"]),
     rule([""], ["configmaps"], ["get", "list", "watch", "create"]),
-    rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"]),
+    # list and watch: the attempt Leases' watch (label agentrun.dev/attempt) that feeds the
+    # stores (agentrun.kube.stores); no patch or delete (tombstones are PUTs, the garbage
+    # collector deletes them with their slot).
+    rule(["coordination.k8s.io"], ["leases"], ["get", "list", "watch", "create", "update"]),
     # Kopf lists and watches namespaces to resolve `--namespace` globs to real namespaces.
     rule([""], ["namespaces"], ["get", "list", "watch"]),
     # Kopf posts core/v1 Events (create only; it never patches or uses events.k8s.io).
