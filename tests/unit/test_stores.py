@@ -6,7 +6,7 @@ ConfigMaps by label), what leaves the store (a tombstoned Lease, a finished Pod 
 ended attempt, a stranger's object) and the bounded on-demand path that reads it back,
 priming (paged, deletions meanwhile), the Reader reading memory and not the API, and
 ``Health``'s blind time on a fake monotonic clock. The same behaviours against a real API
-server: tests/integration/test_stores_live.py. Memory: ``test_memory_per_thousand_slots``.
+server: tests/integration/operator/test_stores_live.py. Memory: ``test_memory_per_thousand_slots``.
 """
 
 from __future__ import annotations
