@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from agentrun.api import names
-from agentrun.kube import reads, rest, stores
+from agentrun.kube import reads, rest, stores, writes
 
 NS = "team-a"
 
@@ -374,3 +374,48 @@ def test_memory_per_thousand_slots() -> None:
     print(f"stores: {used / 2**20:.1f} MiB per 1,000 live slots (slot, pod, lease)")
     assert held.sizes()["Slot"] == held.sizes()["Pod"] == held.sizes()["Lease"] == 1000
     assert used < 20 * 2**20
+
+
+class WritingRest(FakeRest):
+    """Answers writes with ``answers[(method, path)]`` (an ApiError is raised)."""
+
+    def request(self, method: str, path: str, *, query: dict[str, str] | None = None,
+                **kwargs: Any) -> dict[str, Any]:
+        if method == "GET":
+            return super().request(method, path, query=query, **kwargs)
+        answer = self.answers[(method, path)]
+        if isinstance(answer, rest.ApiError):
+            raise answer
+        return dict(answer)
+
+
+def test_a_pod_deleted_with_a_grace_period_stays_and_one_gone_leaves() -> None:
+    where = stores.path("Pod", NS, "s1-1")
+    terminating = pod("s1-1", "9")
+    terminating["metadata"].update(deletionTimestamp="2030-01-01T00:00:00Z",
+                                   deletionGracePeriodSeconds=30)
+    client = WritingRest({("DELETE", where): terminating})
+    held = primed()
+    held.observe(kind="Pod", event_type="ADDED", body=pod("s1-1", "5"))
+    writer = writes.Writer(client, stores=held)  # type: ignore[arg-type]
+    writer.delete_pod(namespace=NS, name="s1-1", uid=None, point="test")
+    kept = body(held, "Pod", "s1-1")
+    assert kept is not None and kept["metadata"]["deletionTimestamp"]  # it may still run
+    client.answers[("DELETE", where)] = rest.ApiError(404, '{"reason": "NotFound"}')
+    writer.delete_pod(namespace=NS, name="s1-1", uid=None, point="test")
+    found = held.get(kind="Pod", namespace=NS, name="s1-1")
+    assert found.known and found.body is None
+
+
+def test_a_stranger_found_on_create_is_read_from_the_api_from_then_on() -> None:
+    where = stores.path("Lease", NS)
+    stranger = {"kind": "Lease", "metadata": meta("s1-1", "4"), "spec": {"holderIdentity": "x"}}
+    client = WritingRest({("POST", where): rest.ApiError(409, '{"reason": "AlreadyExists"}'),
+                          stores.path("Lease", NS, "s1-1"): stranger})
+    held = primed()
+    writer = writes.Writer(client, stores=held)  # type: ignore[arg-type]
+    with pytest.raises(writes.Exists) as exists:
+        writer.create(lease("s1-1", None), point="test")
+    assert exists.value.found == stranger
+    reader = reads.Reader(client, stores=held)  # type: ignore[arg-type]
+    assert reader.lease(NS, "s1-1") == stranger  # not "absent": the API was asked
