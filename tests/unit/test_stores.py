@@ -147,6 +147,12 @@ def test_configmaps_are_found_by_label_and_unindexed_selectors_go_to_the_api() -
             or []] == ["s1-lspec"]
     assert held.configmaps(namespace=NS, selector=f"{names.SLOT_LABEL}=s1") is None
     assert held.configmaps(namespace=NS, selector=f"{names.SNAPSHOT_LABEL}!=x") is None
+    held.observe(kind="ConfigMap", event_type="ADDED", body=configmap(
+        "pkg", "3", {names.CONFIG_KIND_LABEL: "package"}))
+    sources = f"{names.CONFIG_KIND_LABEL}=package,!{names.SNAPSHOT_LABEL}"
+    assert [c["metadata"]["name"] for c in held.configmaps(namespace=NS, selector=sources)
+            or []] == ["pkg"]
+    assert held.configmaps(namespace=NS, selector=f"!{names.CONFIG_KIND_LABEL}") is None
     held.observe(kind="ConfigMap", event_type="MODIFIED", body=configmap(  # relabelled
         "s1-lspec", "4", {**snapshot, names.SLOT_LABEL: "other"}))
     assert held.configmaps(namespace=NS, selector=selector) == []

@@ -91,17 +91,20 @@ def tombstoned(lease: Object) -> bool:
             and names.OUTCOME_ANNOTATION in (meta.get("annotations") or {}))
 
 
-def parse_selector(selector: str | None) -> list[tuple[str, str | None]] | None:
-    """``k=v,k2==v2,k3`` as (key, value or None for "exists"); None if it says more."""
-    terms: list[tuple[str, str | None]] = []
+def parse_selector(selector: str | None) -> list[tuple[str, str | None, bool]] | None:
+    """``k=v,k2==v2,k3,!k4`` as (key, value or None for "exists", wanted); None if it
+    says more (``!=``, ``in``, ``notin``: the API answers those)."""
+    terms: list[tuple[str, str | None, bool]] = []
     for term in (selector or "").split(","):
         term = term.strip()
         if not term:
             continue
-        key, equals, value = term.replace("==", "=").partition("=")
-        if any(c in key for c in "!() ") or (equals and any(c in value for c in "!=() ")):
+        wanted = not term.startswith("!")
+        key, equals, value = term.lstrip("!").replace("==", "=").partition("=")
+        if any(c in key for c in "!() ") or (equals and (not wanted or any(
+                c in value for c in "!=() "))):
             return None
-        terms.append((key.strip(), value.strip() if equals else None))
+        terms.append((key.strip(), value.strip() if equals else None, wanted))
     return terms
 
 
@@ -298,20 +301,23 @@ class Stores:
                 self._slots_by_run.get((namespace, run), ())) if n in held])
 
     def configmaps(self, *, namespace: str, selector: str) -> list[Object] | None:
-        """The ConfigMaps matching ``selector`` (equality and existence terms on a label
-        key of :data:`SELECTORS`, through the label index); None when the store cannot
-        tell (not primed, or a selector it does not index)."""
+        """The ConfigMaps matching ``selector`` (equality, existence and absence terms, one
+        of them requiring a label key of :data:`SELECTORS`, through the label index); None
+        when the store cannot tell (not primed, or a selector it does not index)."""
         terms = parse_selector(selector)
         watched = SELECTORS["ConfigMap"]
-        if not terms or not any(key in watched for key, _ in terms):
+        if not terms or not any(key in watched and wanted for key, _, wanted in terms):
             return None  # it could match objects no watch of ours delivers
         with self._lock:
             if not self.primed(kind="ConfigMap", namespace=namespace):
                 return None
             matching: set[str] | None = None
-            for key, value in terms:
+            for key, value, wanted in sorted(terms, key=lambda t: not t[2]):
                 these = self._labels.get((namespace, key, value), set())
-                matching = set(these) if matching is None else matching & these
+                if wanted:
+                    matching = set(these) if matching is None else matching & these
+                elif matching is not None:
+                    matching -= these
             held = self._objects["ConfigMap"].get(namespace, {})
             return copy.deepcopy([held[n] for n in sorted(matching or ()) if n in held])
 
