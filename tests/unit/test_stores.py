@@ -5,16 +5,13 @@ ones by arrival), a deletion not undone by a late answer, the indexes (slots by 
 ConfigMaps by label), what leaves the store (a tombstoned Lease, a finished Pod of an
 ended attempt, a stranger's object) and the bounded on-demand path that reads it back,
 priming (paged, deletions meanwhile), the Reader reading memory and not the API, and
-``Health``'s blind time on a fake monotonic clock. The same behaviours against a real API
-server: tests/integration/operator/test_stores_live.py. Memory: ``test_memory_per_thousand_slots``.
+the writer's write-through of a deletion and of a stranger found on create. The same
+against a real API server: tests/integration/operator/test_stores_live.py; memory:
+test_stores_memory.py; blind time: test_blind_time.py.
 """
 
 from __future__ import annotations
 
-import gc
-import json
-import tracemalloc
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -250,136 +247,6 @@ def test_the_reader_reads_memory_not_the_api() -> None:
     client.answers[stores.path("Slot", NS, "s1")] = slot("s1", "8", state="RetryWait")
     assert fresh.slot(NS, "s1").status.state == "RetryWait"  # type: ignore[union-attr]
     assert reader.slot(NS, "s1").status.state == "RetryWait"  # type: ignore[union-attr]
-
-
-class FakeTicks:
-    def __init__(self) -> None:
-        self.now = datetime(2030, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> datetime:
-        self.now += timedelta(seconds=seconds)
-        return self.now
-
-
-def test_blind_time_counts_from_a_failed_request_to_the_next_answered_one() -> None:
-    ticks = FakeTicks()
-    health = rest.Health(clock=ticks)
-    start = ticks.now
-    health.answered(started=ticks.advance(1))
-    assert health.blind_time(since=start) == timedelta(0)
-    health.failed(started=ticks.advance(1))  # t=2
-    ticks.advance(20)  # t=22: it timed out; still blind, and counting
-    assert health.blind() and health.blind_time(since=start) == timedelta(seconds=20)
-    health.answered(started=start + timedelta(seconds=1.5))  # sent before: proves nothing
-    assert health.blind()
-    health.answered(started=ticks.advance(3))  # t=25
-    ticks.advance(100)
-    assert not health.blind() and health.blind_time(since=start) == timedelta(seconds=23)
-    assert health.blind_time(since=start + timedelta(seconds=12)) == timedelta(seconds=13)
-    assert health.blind_time(since=ticks.now) == timedelta(0)
-
-
-def test_blind_time_memory_is_bounded_and_only_overcounts() -> None:
-    ticks = FakeTicks()
-    health = rest.Health(clock=ticks, limit=4)
-    start = ticks.now
-    for _ in range(10):
-        health.failed(started=ticks.advance(1))
-        health.answered(started=ticks.advance(1))
-    assert len(health._closed) <= 4
-    assert health.blind_time(since=start) >= timedelta(seconds=10)
-
-
-def test_unhealthy_answers_are_the_servers_not_the_requests() -> None:
-    assert rest.unhealthy(503) and rest.unhealthy(429) and rest.unhealthy(500)
-    assert not any(rest.unhealthy(s) for s in (200, 404, 409, 422))
-
-
-def live_slot(i: int) -> tuple[str, str, str]:
-    """A Slot with an Active attempt, its Pod and its Lease, as JSON: each is parsed on its
-    own like a watch event (so no string is shared between objects)."""
-    name, worker = f"run-{i // 20}-node-{i % 20}", f"run-{i // 20}-node-{i % 20}-1"
-    labels = {names.RUN_LABEL: f"run-{i // 20}", names.SLOT_LABEL: name,
-              names.ATTEMPT_LABEL: "1", names.NODE_LABEL: f"node-{i % 20}", names.TENANT_LABEL: NS}
-    owner = [{"apiVersion": names.API_VERSION, "kind": "Slot", "name": name,
-              "uid": f"{i:08d}-1111-2222-3333-444455556666", "controller": True,
-              "blockOwnerDeletion": True}]
-    the_slot = slot(name, str(1000 + i), run=f"run-{i // 20}")
-    the_slot["metadata"].update(uid=f"{i:08d}-aaaa-bbbb-cccc-ddddeeeeffff", labels=labels,
-                                ownerReferences=owner, generation=1,
-                                creationTimestamp="2030-01-01T00:00:00Z")
-    the_slot["status"] = {
-        "state": "Active", "activeWorker": worker, "attempt": 1, "observedGeneration": 1,
-        "workerClass": "cpu", "launchSpec": {"name": "cpu", "uid": "u" * 36, "generation": 1,
-                                             "snapshot": f"run-{i // 20}-lspec-0123456789",
-                                             "sha256": "f" * 64},
-        "attempts": [{"number": 1, "worker": worker, "claimedAt": "2030-01-01T00:00:01Z",
-                      "launchSpec": "cpu"}],
-        "conditions": [{"type": t, "status": "False", "reason": "Claimed", "message": "",
-                        "lastTransitionTime": "2030-01-01T00:00:01Z"}
-                       for t in ("Held", "Reopened", "Succeeded")]}
-    env = [{"name": n, "value": f"{n.lower()}-{i}"} for n in (
-        "AGENTRUN_NAMESPACE", "AGENTRUN_RUN", "AGENTRUN_SLOT", "AGENTRUN_NODE",
-        "AGENTRUN_ATTEMPT", "AGENTRUN_FENCING_TOKEN", "AGENTRUN_LEASE", "AGENTRUN_CONFIG_DIR")]
-    mounts = [{"name": k, "mountPath": f"/etc/agentrun/config/{k}", "readOnly": True}
-              for k in names.CONFIG_KINDS]
-    the_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        **meta(worker, str(2000 + i)), "uid": f"{i:08d}-pod0-bbbb-cccc-ddddeeeeffff",
-        "labels": labels, "ownerReferences": owner, "creationTimestamp": "2030-01-01T00:00:01Z"},
-        "spec": {"restartPolicy": "Never", "serviceAccountName": "agentrun-worker",
-                 "nodeName": "agentrun-node", "containers": [{
-                     "name": "worker", "image": "localhost/agentrun/agentrun-operator:dev",
-                     "command": ["agentrun-worker", "run", "--", "sh", "-c", "work"],
-                     "env": env, "volumeMounts": mounts, "resources": {},
-                     "terminationMessagePath": "/dev/termination-log",
-                     "imagePullPolicy": "IfNotPresent"}],
-                 "volumes": [{"name": k, "configMap": {"name": f"run-{i // 20}-{k}-0123456789"}}
-                             for k in names.CONFIG_KINDS],
-                 "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
-                                  "effect": "NoExecute", "tolerationSeconds": 300}]},
-        "status": {"phase": "Running", "podIP": "10.0.0.1", "hostIP": "10.244.0.1",
-                   "startTime": "2030-01-01T00:00:02Z",
-                   "conditions": [{"type": t, "status": "True",
-                                   "lastTransitionTime": "2030-01-01T00:00:02Z"}
-                                  for t in ("Initialized", "Ready", "ContainersReady",
-                                            "PodScheduled")],
-                   "containerStatuses": [{"name": "worker", "ready": True, "restartCount": 0,
-                                          "image": "localhost/agentrun/agentrun-operator:dev",
-                                          "imageID": "sha256:" + "e" * 64,
-                                          "containerID": "containerd://" + "c" * 64,
-                                          "state": {"running": {
-                                              "startedAt": "2030-01-01T00:00:03Z"}}}]}}
-    the_lease = lease(worker, str(3000 + i))
-    the_lease["metadata"].update(labels=labels, ownerReferences=owner,
-                                 uid=f"{i:08d}-lea0-bbbb-cccc-ddddeeeeffff")
-    the_lease["spec"] = {"holderIdentity": worker, "leaseDurationSeconds": 30,
-                         "acquireTime": "2030-01-01T00:00:01.000000Z",
-                         "renewTime": "2030-01-01T00:00:09.000000Z"}
-    return json.dumps(the_slot), json.dumps(the_pod), json.dumps(the_lease)
-
-
-@pytest.mark.filterwarnings("ignore::ResourceWarning")
-def test_memory_per_thousand_slots() -> None:
-    """The figure for issue 9 ("RSS per 1,000 live slots"): bytes the stores hold for 1,000
-    Active slots with their Pod and Lease. Measured 14.2 MiB (of the 120 MiB RSS per
-    1,000 issue 9 measured, the stores are a small part); bounded so a regression shows."""
-    texts = [live_slot(i) for i in range(1000)]
-    held = primed()
-    gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    for texts_of_one in texts:
-        for kind, text in zip(("Slot", "Pod", "Lease"), texts_of_one, strict=True):
-            held.observe(kind=kind, event_type="ADDED", body=json.loads(text))
-    gc.collect()
-    used = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
-    print(f"stores: {used / 2**20:.1f} MiB per 1,000 live slots (slot, pod, lease)")
-    assert held.sizes()["Slot"] == held.sizes()["Pod"] == held.sizes()["Lease"] == 1000
-    assert used < 20 * 2**20
 
 
 class WritingRest(FakeRest):
