@@ -38,7 +38,7 @@ import copy
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -224,46 +224,49 @@ class Stores:
 
     def prime(self, *, client: rest.Rest, namespaces: Sequence[str]) -> None:
         """LIST every kind (with :data:`SELECTORS`), paged, so a reconcile never decides on
-        an empty store; what the store held from before and the list no longer has (with
-        an older version than the list's) was deleted meanwhile and is removed."""
+        an empty store; what the store held from before and no list has, with a version
+        older than every list's, was deleted meanwhile and is removed."""
         for kind in KINDS:
             scopes: list[str | None] = [*namespaces] or [None]
             for namespace in scopes:
                 seen: set[Key] = set()
-                listed_at: str | None = None
+                versions: list[str | None] = []
                 for selector in SELECTORS.get(kind, (None,)):
-                    for item, at in self._pages(client, kind, namespace, selector):
-                        listed_at = at
+                    items, listed_at = self._list(client, kind, namespace, selector)
+                    versions.append(listed_at)
+                    for item in items:
                         meta = item.get("metadata") or {}
                         seen.add((meta.get("namespace") or "", meta.get("name") or ""))
                         self.observe(kind=kind, event_type=None, body=item)
-                self._forget_unlisted(kind, namespace, seen, listed_at)
+                if all(v is not None and v.isdigit() for v in versions):
+                    self._forget_unlisted(kind, namespace, seen,
+                                          min(int(v or 0) for v in versions))
                 with self._lock:
                     self._primed.add((kind, namespace))
 
     @staticmethod
-    def _pages(client: rest.Rest, kind: str, namespace: str | None,
-               selector: str | None) -> Iterable[tuple[Object, str | None]]:
+    def _list(client: rest.Rest, kind: str, namespace: str | None,
+              selector: str | None) -> tuple[list[Object], str | None]:
+        """Every item of one LIST (all pages: one snapshot), and its resourceVersion."""
         query = {"limit": str(PAGE), **({"labelSelector": selector} if selector else {})}
+        items: list[Object] = []
         while True:
             listed = client.request("GET", path(kind, namespace), query=query)
             meta = listed.get("metadata") or {}
-            for item in listed.get("items") or []:
-                yield {"kind": kind, **item}, meta.get("resourceVersion")
+            items += [{"kind": kind, **item} for item in listed.get("items") or []]
             if not meta.get("continue"):
-                return
+                return items, meta.get("resourceVersion")
             query = {**query, "continue": meta["continue"]}
 
     def _forget_unlisted(self, kind: str, namespace: str | None, seen: set[Key],
-                         listed_at: str | None) -> None:
+                         listed_at: int) -> None:
         with self._lock:
             held = [(ns, name, o) for ns, objects in self._objects[kind].items()
                     if namespace is None or ns == namespace for name, o in objects.items()]
             for ns, name, body in held:
                 version = body["metadata"].get("resourceVersion")
-                if (ns, name) not in seen and listed_at is not None and version is not None \
-                        and version.isdigit() and listed_at.isdigit() \
-                        and int(version) < int(listed_at):
+                if (ns, name) not in seen and version is not None and version.isdigit() \
+                        and int(version) < listed_at:
                     self._remove(kind, ns, name)
 
     # Reading -------------------------------------------------------------------------
