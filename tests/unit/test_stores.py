@@ -292,3 +292,18 @@ def test_a_stranger_found_on_create_is_read_from_the_api_from_then_on() -> None:
     assert exists.value.found == stranger
     reader = reads.Reader(client, stores=held)  # type: ignore[arg-type]
     assert reader.lease(NS, "s1-1") == stranger  # not "absent": the API was asked
+
+
+def test_a_conflict_reads_the_winner_into_the_stores() -> None:
+    """Another operator moved the slot first: the step that reads again must see its state,
+    not the one that lost, though the watch has not delivered it yet."""
+    where = stores.path("Slot", NS, "s1", "status")
+    client = WritingRest({("PUT", where): rest.ApiError(409, '{"reason": "Conflict"}'),
+                          stores.path("Slot", NS, "s1"): slot("s1", "12", state="RetryWait")})
+    held = primed()
+    held.observe(kind="Slot", event_type="ADDED", body=slot("s1", "10", state="Active"))
+    writer = writes.Writer(client, stores=held)  # type: ignore[arg-type]
+    with pytest.raises(writes.Conflict):
+        writer.custom_status({"kind": "Slot", "metadata": meta("s1", "10"),
+                              "status": {"state": "Succeeded"}}, point="test")
+    assert body(held, "Slot", "s1")["status"]["state"] == "RetryWait"  # type: ignore[index]

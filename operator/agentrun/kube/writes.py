@@ -15,8 +15,10 @@ refusing the object itself (403, 422, 400), which a claim records as ClaimFailed
 server stored it) goes into the stores before the writer returns, and so does the object
 found on AlreadyExists, so the next read of the same step never sees a state older than
 this process's own last write (the stores drop an older state, should the watch deliver
-one late). A DELETE removes the object when the answer says it is gone; a pod answered
-with a grace period is still there (it may still run) and is kept as answered.
+one late); after a conflict (409, or 404) the object is read (one quorum GET) into the
+stores, so the step that reads again does not read the state that lost. A DELETE
+removes the object when the answer says it is gone; a pod answered with a grace period
+is still there (it may still run) and is kept as answered.
 """
 
 from __future__ import annotations
@@ -77,15 +79,32 @@ class Writer:
         self.stores = stores
 
     def _write(self, method: str, where: str, body: Object, *, point: str,
-               content_type: str = rest.JSON, kind: str | None = None) -> Object:
+               content_type: str = rest.JSON, kind: str | None = None,
+               target: tuple[str, str] | None = None) -> Object:
+        """One write; ``kind`` writes its answer through, ``target`` (namespace, name) is
+        refreshed after a conflict."""
         try:
             result = self.rest.request(method, where, body=body, content_type=content_type)
         except rest.ApiError as error:
+            if kind is not None and target is not None and error.status in (404, 409):
+                self._refresh(kind, *target)
             raise translated(error) from error
         if kind is not None:
             self._through(kind, result)
         crashpoints.reached(point)
         return result
+
+    def _refresh(self, kind: str, namespace: str, name: str) -> None:
+        """After a conflict, read the object (a quorum GET) into the stores: the caller reads
+        again and decides again, and must not read the state that just lost (another
+        writer's change may not have come through the watch yet). One GET per conflict."""
+        if self.stores is None:
+            return
+        found = self.rest.get(path(kind, namespace, name))
+        if found is None:
+            self._gone(kind, namespace, name)
+        else:
+            self._through(kind, found)
 
     def _through(self, kind: str, answer: Object) -> None:
         if self.stores is not None:
@@ -108,7 +127,8 @@ class Writer:
         """Replace a custom object's status; ``body.metadata.resourceVersion`` is the guard."""
         meta = body["metadata"]
         return self._write("PUT", path(body["kind"], meta["namespace"], meta["name"], "status"),
-                           body, point=point, kind=body["kind"])
+                           body, point=point, kind=body["kind"],
+                           target=(meta["namespace"], meta["name"]))
 
     def remove_annotations(self, *, kind: str, namespace: str, name: str,
                            resource_version: str | None, keys: tuple[str, ...],
@@ -120,7 +140,7 @@ class Writer:
             metadata["labels"] = labels
         patch = {"metadata": metadata}
         self._write("PATCH", path(kind, namespace, name), patch, point=point,
-                    content_type=rest.MERGE_PATCH, kind=kind)
+                    content_type=rest.MERGE_PATCH, kind=kind, target=(namespace, name))
 
     def create(self, body: Object, *, point: str) -> Object:
         """Create ``body``; raises :class:`Exists` with the object found under its name."""
@@ -165,7 +185,7 @@ class Writer:
                                                      **annotations}},
                 "spec": {**(lease.get("spec") or {}), "holderIdentity": None}}
         self._write("PUT", path("Lease", meta["namespace"], meta["name"]), body, point=point,
-                    kind="Lease")
+                    kind="Lease", target=(meta["namespace"], meta["name"]))
 
     def stamping_secret(self, body: Object) -> None:
         """Create the stamping epoch Secret, or replace it under the resourceVersion read
