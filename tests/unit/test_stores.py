@@ -292,6 +292,9 @@ def test_a_stranger_found_on_create_is_read_from_the_api_from_then_on() -> None:
     assert exists.value.found == stranger
     reader = reads.Reader(client, stores=held)  # type: ignore[arg-type]
     assert reader.lease(NS, "s1-1") == stranger  # not "absent": the API was asked
+    del client.answers[stores.path("Lease", NS, "s1-1")]  # a person deleted it: no watch
+    assert reader.lease(NS, "s1-1") is None  # of ours tells; the API is asked every time
+    assert held.get(kind="Lease", namespace=NS, name="s1-1").known  # absent, from then on
 
 
 def test_a_conflict_reads_the_winner_into_the_stores() -> None:

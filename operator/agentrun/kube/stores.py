@@ -20,10 +20,12 @@ Terms:
   Succeeded slots, a dependency reads its sibling's state, a pin reads its snapshot), and
   their number is what people created. A finished object *leaves* the store: only a
   marker (its key and version, about 200 bytes) stays, so that :meth:`Stores.get` says
-  "not known" and the read goes to the API; so does a stranger's object found under one
-  of our names by a create. The answer of that read is kept in a small LRU
-  (:data:`COLD_LIMIT`), kept current by the same events, so the on-demand path costs at
-  most one GET per object while it stays there.
+  "not known" and the read goes to the API. The answer of that read is kept in a small
+  LRU (:data:`COLD_LIMIT`), kept current by the same events, so the on-demand path costs
+  at most one GET per object while it stays there. A stranger's object found under one of
+  our names by a create (without our labels: no watch of ours delivers its changes or its
+  deletion) is marked the same way but never kept: it is asked of the API at each read,
+  until a read finds it gone (a person removes a squatter; the slot looks every 10 s).
 - *Primed*: a kind listed in a namespace (:meth:`Stores.prime`); only there does a miss
   mean "absent". A ConfigMap miss always asks the API (people create the sources, and a
   snapshot may be taken by a stranger's object no watch of ours sees).
@@ -89,6 +91,13 @@ def tombstoned(lease: Object) -> bool:
     meta = lease.get("metadata") or {}
     return (not (lease.get("spec") or {}).get("holderIdentity")
             and names.OUTCOME_ANNOTATION in (meta.get("annotations") or {}))
+
+
+def watched(kind: str, meta: Object) -> bool:
+    """Would our watches deliver this object's changes? Not a stranger's under one of our
+    names without our labels (found by a create): the store must never answer for it,
+    not even from the LRU (its deletion would never reach it)."""
+    return kind not in SELECTORS or bool(set(SELECTORS[kind]) & set(meta.get("labels") or {}))
 
 
 def parse_selector(selector: str | None) -> list[tuple[str, str | None, bool]] | None:
@@ -167,9 +176,7 @@ class Stores:
         if not name:
             return
         version = meta.get("resourceVersion")
-        # Not ours (a stranger under one of our names, found by a create): no watch of
-        # ours delivers its changes, so the store must never answer for it.
-        ours = kind not in SELECTORS or bool(set(SELECTORS[kind]) & set(meta.get("labels") or {}))
+        ours = watched(kind, meta)
         slim = _slim(body)
         slim.setdefault("kind", kind)
         slim.setdefault("apiVersion", names.API_VERSION if kind not in GROUPS
@@ -214,6 +221,8 @@ class Stores:
                 self._away[kind].pop((namespace, name), None)
                 return
             held = self._away[kind].get((namespace, name))
+            if not watched(kind, body.get("metadata") or {}):
+                return  # a stranger's: asked of the API each time (see watched)
             if (namespace, name) not in self._away[kind] or not newer(
                     (body.get("metadata") or {}).get("resourceVersion"), held):
                 return  # not away (the store holds it), or the marker is newer
