@@ -31,7 +31,6 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.posting.level = 20  # logging.INFO: post Normal and Warning events
     settings.watching.label_selectors["v1", "pods"] = names.SLOT_LABEL
     settings.watching.label_selectors["v1", "configmaps"] = names.CONFIG_KIND_LABEL
-    settings.watching.label_selectors["coordination.k8s.io", "leases"] = names.ATTEMPT_LABEL
     settings.watching.server_timeout = 270
     settings.watching.reconnect_backoff = 0.5
     settings.peering.standalone = True

@@ -55,25 +55,10 @@ def login(*, memo: Any, **_: Any) -> kopf.ConnectionInfo:
     return operators.connection_info(context=memo.context)
 
 
-def _observe(memo: Any, kind: str, event: Any) -> None:
-    held = _operator(memo).held
-    assert held is not None
-    held.observe(kind=kind, event_type=event.get("type"), body=dict(event["object"]))
-
-
-@kopf.on.event("coordination.k8s.io", "v1", "leases", labels={names.ATTEMPT_LABEL: kopf.PRESENT})
-async def lease_event(*, event: kopf.RawEvent, labels: kopf.Labels, namespace: str | None,
-                      memo: Any, **_: Any) -> None:
-    _observe(memo, "Lease", event)
-    if names.SLOT_LABEL in labels:
-        await _operator(memo).trigger(("Slot", namespace or "", labels[names.SLOT_LABEL]))
-
-
 @kopf.on.event(*SLOTS)
 async def slot_event(*, event: kopf.RawEvent, name: str, namespace: str | None, memo: Any,
                      **_: Any) -> None:
     namespace = namespace or ""
-    _observe(memo, "Slot", event)
     operator = _operator(memo)
     if event["type"] == "DELETED":
         operator.forget(("Slot", namespace, name))
@@ -89,7 +74,6 @@ async def slot_event(*, event: kopf.RawEvent, name: str, namespace: str | None, 
 async def run_event(*, event: kopf.RawEvent, name: str, namespace: str | None, memo: Any,
                     **_: Any) -> None:
     namespace = namespace or ""
-    _observe(memo, "AgentRun", event)
     operator = _operator(memo)
     if event["type"] == "DELETED":
         operator.forget(("AgentRun", namespace, name))
@@ -98,9 +82,8 @@ async def run_event(*, event: kopf.RawEvent, name: str, namespace: str | None, m
 
 
 @kopf.on.event("v1", "pods", labels={names.SLOT_LABEL: kopf.PRESENT})
-async def pod_event(*, event: kopf.RawEvent, labels: kopf.Labels, namespace: str | None,
-                    memo: Any, **_: Any) -> None:
-    _observe(memo, "Pod", event)
+async def pod_event(*, labels: kopf.Labels, namespace: str | None, memo: Any,
+                    **_: Any) -> None:
     await _operator(memo).trigger(("Slot", namespace or "", labels[names.SLOT_LABEL]))
 
 
@@ -111,7 +94,6 @@ async def launch_spec_event(*, event: kopf.RawEvent, name: str, namespace: str |
     own status (validity, pins) is looked at too."""
     operator = _operator(memo)
     namespace = namespace or ""
-    _observe(memo, "LaunchSpec", event)
     if event["type"] == "DELETED":
         operator.forget(("LaunchSpec", namespace, name))
     else:
@@ -120,10 +102,8 @@ async def launch_spec_event(*, event: kopf.RawEvent, name: str, namespace: str |
 
 
 @kopf.on.event("v1", "configmaps", labels={names.CONFIG_KIND_LABEL: kopf.PRESENT})
-async def config_event(*, event: kopf.RawEvent, namespace: str | None, memo: Any,
-                       **_: Any) -> None:
+async def config_event(*, namespace: str | None, memo: Any, **_: Any) -> None:
     """A new or accepted configuration may let an unpinned run pin."""
-    _observe(memo, "ConfigMap", event)
     operator = _operator(memo)
     unpinned = [key for key in operator.unpinned if key[1] == namespace]
     await asyncio.gather(*(operator.trigger(key) for key in unpinned))

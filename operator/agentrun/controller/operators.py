@@ -23,7 +23,7 @@ from agentrun.api.runs import AgentRun
 from agentrun.api.slots import SlotState
 from agentrun.controller import launchspecs, runs, scheduling, slots, stamping
 from agentrun.core import clocks, guards
-from agentrun.kube import clients, reads, rest, stores, writes
+from agentrun.kube import clients, reads, rest, writes
 
 Key = scheduling.Key
 BUSY = frozenset({SlotState.CLAIMING, SlotState.ACTIVE})
@@ -61,21 +61,17 @@ class Operator:
     timer: asyncio.Task[None] | None = None
     keeper: stamping.Keeper | None = None
     keeping: asyncio.Task[None] | None = None
-    held: stores.Stores | None = None
 
     @classmethod
     def start(cls, *, context: str | None, tick: float, logger: logging.Logger) -> Operator:
         api = clients.configure(context=context)
         client = rest.Rest(api)
-        held = stores.Stores()
-        held.prime(client=client, namespaces=[])
-        reader = reads.Reader(client, stores=held)
-        writer = writes.Writer(client, stores=held)
+        reader, writer = reads.Reader(client), writes.Writer(client)
         operator = cls(slots=slots.SlotReconciler(reader=reader, writer=writer, logger=logger),
                        runs=runs.RunReconciler(reader=reader, writer=writer, logger=logger),
                        launch_specs=launchspecs.LaunchSpecReconciler(
                            reader=reader, writer=writer, logger=logger),
-                       logger=logger, tick=tick, held=held)
+                       logger=logger, tick=tick)
         operator.coalescer = scheduling.Coalescer(operator.reconcile, logger)
         operator.keeper = stamping.Keeper(reader=reader, writer=writer, logger=logger)
         operator.keeping = asyncio.create_task(operator.keep_stamping())
