@@ -27,8 +27,7 @@ Terms:
   deletion) is marked the same way but never kept: it is asked of the API at each read,
   until a read finds it gone (a person removes a squatter; the slot looks every 10 s).
 - *Primed*: a kind listed in a namespace (:meth:`Stores.prime`); only there does a miss
-  mean "absent". A ConfigMap miss always asks the API (people create the sources, and a
-  snapshot may be taken by a stranger's object no watch of ours sees).
+  mean "absent". A ConfigMap miss always asks the API (people create the sources).
 
 ``managedFields`` and ``kubectl.kubernetes.io/last-applied-configuration`` are dropped from
 every stored object: nothing decides on them and they are often half its size.
@@ -94,9 +93,7 @@ def tombstoned(lease: Object) -> bool:
 
 
 def watched(kind: str, meta: Object) -> bool:
-    """Would our watches deliver this object's changes? Not a stranger's under one of our
-    names without our labels (found by a create): the store must never answer for it,
-    not even from the LRU (its deletion would never reach it)."""
+    """Would our watches deliver this object's changes (not a stranger's: see above)?"""
     return kind not in SELECTORS or bool(set(SELECTORS[kind]) & set(meta.get("labels") or {}))
 
 
@@ -118,10 +115,9 @@ def parse_selector(selector: str | None) -> list[tuple[str, str | None, bool]] |
 
 
 def _compact(value: Any) -> Any:
-    """A copy with keys and short strings interned: every object repeats the same keys and
-    most values ("True", a phase, a label), and a parsed event holds its own copy of each;
-    unshared they took 1.8 times the memory (25.8 against 14.2 MiB per 1,000 live slots,
-    tests/unit/test_stores_memory.py)."""
+    """A copy with keys and short strings interned: each parsed event holds its own copy of
+    the same keys and most values; unshared they took 1.8 times the memory (25.8 against
+    14.2 MiB per 1,000 live slots, tests/unit/test_stores_memory.py)."""
     if isinstance(value, dict):
         return {sys.intern(k): _compact(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -364,17 +360,24 @@ class Stores:
                     and key in self._away["Lease"])
         return False
 
+    def _indexes(self, kind: str, namespace: str, body: Object,
+                 ) -> list[tuple[dict[Any, set[str]], Any]]:
+        """Which index entries hold ``body``: slots by (namespace, run); ConfigMaps by
+        (namespace, label, value) and (namespace, label, None) for "has the label"."""
+        if kind == "Slot":
+            run = (body.get("spec") or {}).get("run")
+            return [(self._slots_by_run, (namespace, run))] if run else []
+        if kind == "ConfigMap":
+            labels = (body.get("metadata") or {}).get("labels") or {}
+            return [(self._labels, index) for key, value in labels.items()
+                    for index in ((namespace, key, value), (namespace, key, None))]
+        return []
+
     def _put(self, kind: str, namespace: str, name: str, body: Object) -> None:
         self._unindex(kind, namespace, name)
         self._objects[kind].setdefault(namespace, {})[name] = body
-        if kind == "Slot":
-            run = (body.get("spec") or {}).get("run")
-            if run:
-                self._slots_by_run.setdefault((namespace, run), set()).add(name)
-        elif kind == "ConfigMap":
-            for key, value in ((body.get("metadata") or {}).get("labels") or {}).items():
-                for index in ((namespace, key, value), (namespace, key, None)):
-                    self._labels.setdefault(index, set()).add(name)
+        for index, key in self._indexes(kind, namespace, body):
+            index.setdefault(key, set()).add(name)
 
     def _remove(self, kind: str, namespace: str, name: str) -> None:
         self._unindex(kind, namespace, name)
@@ -386,20 +389,9 @@ class Stores:
 
     def _unindex(self, kind: str, namespace: str, name: str) -> None:
         held = self._objects[kind].get(namespace, {}).get(name)
-        if held is None:
-            return
-        if kind == "Slot":
-            run = (held.get("spec") or {}).get("run")
-            names_of = self._slots_by_run.get((namespace, run or ""))
-            if names_of is not None:
-                names_of.discard(name)
-                if not names_of:
-                    del self._slots_by_run[(namespace, run or "")]
-        elif kind == "ConfigMap":
-            for key, value in ((held.get("metadata") or {}).get("labels") or {}).items():
-                for index in ((namespace, key, value), (namespace, key, None)):
-                    found = self._labels.get(index)
-                    if found is not None:
-                        found.discard(name)
-                        if not found:
-                            del self._labels[index]
+        for index, key in self._indexes(kind, namespace, held) if held is not None else ():
+            found = index.get(key)
+            if found is not None:
+                found.discard(name)
+                if not found:
+                    del index[key]
