@@ -14,6 +14,8 @@ from typing import Any
 
 import kubernetes
 
+from agentrun.kube import throttle as throttles
+
 Object = dict[str, Any]
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -34,8 +36,10 @@ class ApiError(Exception):
 
 
 class Rest:
-    def __init__(self, api: kubernetes.client.ApiClient) -> None:
+    def __init__(self, api: kubernetes.client.ApiClient, *,
+                 throttle: throttles.Bucket | None = None) -> None:
         self.api = api
+        self.throttle = throttle  # shared with Kopf's session: see kube.throttle
 
     def request(self, method: str, path: str, *, body: Object | None = None,
                 query: dict[str, str] | None = None, content_type: str = JSON) -> Object:
@@ -45,6 +49,7 @@ class Rest:
         params = self.api.param_serialize(
             method=method, resource_path=path, query_params=list((query or {}).items()),
             header_params=headers, body=body, auth_settings=["BearerToken"])
+        throttles.take(self.throttle)  # a token first (blocks while the bucket is empty)
         response = self.api.call_api(*params)
         response.read()  # type: ignore[no-untyped-call]
         data = response.data.decode() if isinstance(response.data, bytes) else response.data
