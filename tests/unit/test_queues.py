@@ -10,6 +10,7 @@ requeued with backoff after its timeout without ever running twice at once.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -49,9 +50,11 @@ class Recorder:
         return [round(t, 3) for k, t in self.calls if k == key]
 
 
+BACKOFF = queues.Backoff(base=1, cap=8)
+
+
 def queue_of(work: Recorder, *, workers: int = 2, timeout: float = 60.0,
-             resync: float = 0.0, backoff: queues.Backoff = queues.Backoff(base=1, cap=8),
-             ) -> queues.Queue[Key]:
+             resync: float = 0.0, backoff: queues.Backoff = BACKOFF) -> queues.Queue[Key]:
     return queues.Queue(work=work, workers=workers, timeout=timeout, resync=resync,
                         logger=LOGGER, backoff=backoff)
 
@@ -109,7 +112,7 @@ async def test_errors_back_off_exponentially_capped_and_reset_on_success() -> No
     await asyncio.sleep(100)
     # 5 failures: 1, 2, 4, 4 (capped), 4; then a success; a later retry starts at 1 again.
     first = work.times("a")[:6]
-    assert [b - a for a, b in zip(first, first[1:], strict=False)] == [1, 2, 4, 4, 4]
+    assert [b - a for a, b in itertools.pairwise(first)] == [1, 2, 4, 4, 4]
     queue.add("a")
     await asyncio.sleep(10)
     await queue.stop()
