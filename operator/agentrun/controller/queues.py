@@ -116,14 +116,6 @@ class Queue(Generic[K]):
         self.failures.pop(key, None)
         self._due.pop(key, None)
 
-    def pending(self, key: K) -> float | None:
-        """Seconds until ``key`` is due (None when no time is pending): for tests, logs."""
-        at = self._due.get(key)
-        return None if at is None else at - self._now()
-
-    def busy(self, key: K) -> bool:
-        return key in self._queued or key in self._processing
-
     # -- running --------------------------------------------------------------------
 
     def start(self) -> None:

@@ -124,9 +124,11 @@ def test_a_hung_request_stops_no_other_slot(cluster: Cluster, namespace: str, tm
         operator.stop()
 
 
-def requests_of(log: Path, *, namespace: str, user: str, since: datetime) -> list[datetime]:
-    """When each request of ``user`` in ``namespace`` reached the API server (any verb)."""
-    seen: dict[str, datetime] = {}
+def requests_of(log: Path, *, namespace: str, user: str,
+                since: datetime) -> list[tuple[datetime, str]]:
+    """When each request of ``user`` in ``namespace`` reached the API server (any verb),
+    and its client's user agent (Kopf's session says ``kopf/<version>``)."""
+    seen: dict[str, tuple[datetime, str]] = {}
     with open(log, encoding="utf-8", errors="replace") as lines:
         for line in lines:
             if namespace not in line:
@@ -141,7 +143,7 @@ def requests_of(log: Path, *, namespace: str, user: str, since: datetime) -> lis
                 continue
             at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
             if at >= since:
-                seen.setdefault(event["auditID"], at)
+                seen.setdefault(event["auditID"], (at, str(event.get("userAgent") or "")))
     return sorted(seen.values())
 
 
@@ -166,7 +168,10 @@ def test_qps_bounds_the_request_rate(cluster: Cluster, namespace: str, tmp_path:
             scenario.wait_state(slot, "Active", timeout=120)
     finally:
         operator.stop()
-    times = requests_of(cluster.audit_log, namespace=namespace, user="operator", since=started)
+    found = requests_of(cluster.audit_log, namespace=namespace, user="operator", since=started)
+    # Kopf's lists and watches are among what the bucket held back (its session is ours).
+    assert any(agent.startswith("kopf/") for _, agent in found), {a for _, a in found}
+    times = [at for at, _ in found]
     busiest = max(sum(1 for t in times[i:] if (t - start).total_seconds() < window)
                   for i, start in enumerate(times))
     assert busiest <= qps * window + burst + 1, (busiest, len(times))
