@@ -1,8 +1,13 @@
 """``agentrun-operator``: run the operator in the foreground.
 
-``agentrun-operator run [--context NAME] [--namespace GLOB ...] [--tick SECONDS]`` starts
-Kopf with the handlers of :mod:`agentrun.controller.handlers`, peering off (one replica),
-JSON logs on stderr. Without ``--namespace`` it watches every namespace.
+``agentrun-operator run [--context NAME] [--namespace GLOB ...] [--workers N] [--qps Q]
+[--burst B] [--reconcile-timeout SECONDS]`` starts Kopf with the handlers of
+:mod:`agentrun.controller.handlers`, peering off (one replica), JSON logs on stderr.
+Without ``--namespace`` it watches every namespace. ``--workers``: reconciles at once
+(the work queue's workers); ``--qps``/``--burst``: the client-side rate limit on every
+request the process makes, Kopf's watches and our Events included (``--qps 0``: none);
+``--reconcile-timeout``: after this long a reconcile frees its worker and is retried.
+(``--tick`` is gone: no timer scans the slots; each waits for its own time.)
 
 ``agentrun-operator stamping [--context NAME] [--timeout SECONDS]`` mints the stamping
 epoch when due and waits until actor stamping is in force (exit 0), else prints why not
@@ -14,14 +19,39 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import sys
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import kopf
 
 from agentrun.controller import handlers
 from agentrun.controller import stamping as stamping_keeper
-from agentrun.kube import clients, reads, rest, writes
+from agentrun.kube import clients, reads, rest, throttle, writes
+
+# Bounds of the operator's own flags (see docs/decisions.md, "The work queue").
+WORKERS = (1, 64, 5)  # least, most, default: kube-controller-manager's --concurrent-*-syncs
+QPS = (0.0, 10_000.0, 20.0)  # 0: no limit; default: kube-controller-manager's --kube-api-qps
+BURST = (1, 20_000, 30)  # kube-controller-manager's --kube-api-burst
+RECONCILE_TIMEOUT = (1.0, 3600.0, 60.0)
+
+
+def bounded(kind: Callable[[str], float], least: float, most: float,
+            what: str) -> Callable[[str], float]:
+    """An argparse type: a number within [least, most], else a clear error."""
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            kind_name = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(
+                f"{what} must be {kind_name}, not {text[:40]!r}") from None
+        if not math.isfinite(value) or not least <= value <= most:
+            raise argparse.ArgumentTypeError(
+                f"{what} must be between {least:g} and {most:g}, not {text[:40]}")
+        return value
+    return parse
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -31,8 +61,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--context", help="kubeconfig context (default: current, else in-cluster)")
     run.add_argument("--namespace", "-n", action="append", default=[],
                      help="namespace name or glob to serve (repeatable; default: all)")
-    run.add_argument("--tick", type=float, default=1.0,
-                     help="seconds between timer-loop passes (lease and deadline checks)")
+    run.add_argument("--workers", type=bounded(int, *WORKERS[:2], "--workers"),
+                     default=WORKERS[2],
+                     help=f"reconciles run at once (default {WORKERS[2]}, at most {WORKERS[1]})")
+    run.add_argument("--qps", type=bounded(float, *QPS[:2], "--qps"), default=QPS[2],
+                     help=f"API requests per second, every request of the process counted "
+                          f"(default {QPS[2]:g}; 0: no limit)")
+    run.add_argument("--burst", type=bounded(int, *BURST[:2], "--burst"), default=BURST[2],
+                     help=f"requests allowed at once above --qps (default {BURST[2]})")
+    run.add_argument("--reconcile-timeout", type=bounded(float, *RECONCILE_TIMEOUT[:2],
+                                                         "--reconcile-timeout"),
+                     default=RECONCILE_TIMEOUT[2],
+                     help="seconds after which a reconcile frees its worker and is retried "
+                          f"(default {RECONCILE_TIMEOUT[2]:g})")
     run.add_argument("--verbose", "-v", action="store_true")
     stamp = sub.add_parser("stamping", help="mint the stamping epoch when due; wait until "
                                             "actor stamping is in force")
@@ -73,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(verbose=False)
         return stamping(context=args.context, timeout=args.timeout)
     configure_logging(verbose=args.verbose)
-    memo = SimpleNamespace(context=args.context, tick=args.tick)
+    bucket = (throttle.Bucket(qps=args.qps, burst=int(args.burst)) if args.qps > 0 else None)
+    memo = SimpleNamespace(context=args.context, namespaces=list(args.namespace),
+                           workers=int(args.workers), bucket=bucket,
+                           reconcile_timeout=args.reconcile_timeout)
     asyncio.run(kopf.operator(
         registry=handlers.registry(),
         standalone=True,

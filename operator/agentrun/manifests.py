@@ -52,8 +52,8 @@ OPERATOR_RULES: list[Rule] = [
     rule(["coordination.k8s.io"], ["leases"], ["get", "list", "watch", "create", "update"]),
     # Kopf lists and watches namespaces to resolve `--namespace` globs to real namespaces.
     rule([""], ["namespaces"], ["get", "list", "watch"]),
-    # Kopf posts core/v1 Events (create only; it never patches or uses events.k8s.io).
-    rule([""], ["events"], ["create"]),
+    # core/v1 Events, posted by kube.events: patch folds a repeat into the first one's series.
+    rule([""], ["events"], ["create", "patch"]),
     rule(["apiextensions.k8s.io"], ["customresourcedefinitions"], ["list", "watch"]),
     rule(["admissionregistration.k8s.io"],
          ["mutatingadmissionpolicies", "mutatingadmissionpolicybindings"], ["get"]),

@@ -25,7 +25,7 @@ OPERATOR_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{NAME}"
 SELECTOR = "app.kubernetes.io/name=agentrun-operator"
 
 
-def rendered(*, image: str, namespace: str, tick: float = 0.2) -> list[dict[str, Any]]:
+def rendered(*, image: str, namespace: str) -> list[dict[str, Any]]:
     """The shipped objects, the Deployment patched to run ``image`` for ``namespace``."""
     found = []
     for document in yaml.safe_load_all(DEPLOY.read_text()):
@@ -37,8 +37,7 @@ def rendered(*, image: str, namespace: str, tick: float = 0.2) -> list[dict[str,
             assert container["image"].startswith("ghcr.io/"), container["image"]
             container["image"] = image
             container["imagePullPolicy"] = "Never"
-            container["args"] = [*container["args"], "--namespace", namespace,
-                                 "--tick", str(tick)]
+            container["args"] = [*container["args"], "--namespace", namespace]
         found.append(document)
     return found
 

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from clusters import Cluster
@@ -20,11 +21,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class OperatorProcess:
-    def __init__(self, *, cluster: Cluster, namespace: str, log: Path, tick: float = 0.2) -> None:
+    def __init__(self, *, cluster: Cluster, namespace: str, log: Path,
+                 args: Sequence[str] = ()) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.log = log
-        self.tick = tick
+        self.args = list(args)  # more flags of `agentrun-operator run` (--qps, --workers)
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -35,7 +37,7 @@ class OperatorProcess:
         if crash_at:
             env["AGENTRUN_CRASH_AT"] = crash_at
         args = [sys.executable, "-m", "agentrun.cli", "run", "--namespace", self.namespace,
-                "--tick", str(self.tick)]
+                *self.args]
         if self.cluster.local is not None:
             args += ["--context", "operator"]
         self.starts += 1

@@ -3,9 +3,11 @@
 - Our own finalizer and progress/diff-base prefix, so none of Kopf's default
   annotations is ever written to a user's object (and with event handlers only, nothing
   is written at all: the applier makes every write).
-- Server-side label selectors for Pods and ConfigMaps: only ours cross the wire.
+- Server-side label selectors for Pods, Leases and ConfigMaps: only ours cross the wire
+  (Leases: only attempts' Leases, never a node's or a controller's).
 - Every delay explicit and short: no 60 s default backoff, no 5 s consistency wait.
-- Events named for this operator; JSON logs are set up by the CLI.
+- Kopf posts no Events at all: ours go through our own client (``kube.events``), folded
+  and rate limited; JSON logs are set up by the CLI.
 - Peering off: one replica (Recreate strategy) is the deployment; two at once stay
   correct through preconditions, rather than freezing each other as Kopf peers do.
 """
@@ -26,11 +28,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
         prefix=PREFIX, key="last-handled-configuration")
     settings.persistence.consistency_timeout = 0.0
     settings.execution.default_backoff = 1.0
-    settings.posting.reporting_component = "agentrun-operator"
-    settings.posting.event_name_prefix = "agentrun-"
-    settings.posting.level = 20  # logging.INFO: post Normal and Warning events
+    settings.posting.enabled = False
     settings.watching.label_selectors["v1", "pods"] = names.SLOT_LABEL
     settings.watching.label_selectors["v1", "configmaps"] = names.CONFIG_KIND_LABEL
+    settings.watching.label_selectors["coordination.k8s.io", "v1", "leases"] = names.SLOT_LABEL
     settings.watching.server_timeout = 270
     settings.watching.reconnect_backoff = 0.5
     settings.peering.standalone = True

@@ -1,18 +1,17 @@
-"""Kopf handlers: thin. Each observes an event, names the object to reconcile, and returns.
+"""Kopf handlers: thin. Each observes its event into the stores, adds a key, and returns.
 
 Only event handlers are used (``kopf.on.event``): they keep no progress and write no
 diff-base annotations, so every write to a user's object is the applier's own, under a
 precondition. Reconciling is level-based: a handler never acts on what the event says,
-only triggers a fresh read-decide-apply of the object it concerns.
+only queues a fresh read-decide-apply of the object it concerns (``controller.queues``).
 
-Which objects: AgentRuns, Slots and LaunchSpecs; Pods and ConfigMaps only with our labels,
-filtered by the API server (``settings.watching.label_selectors``); Leases are never
-watched, only read for Active slots by the timer loop.
+Which objects: AgentRuns, Slots and LaunchSpecs; Pods, Leases and ConfigMaps only with our
+labels, filtered by the API server (``settings.watching.label_selectors``). A Lease's
+renewal is an event like any other: no timer looks at Active slots.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -24,6 +23,7 @@ from agentrun.controller import configuration, operators
 RUNS = (names.GROUP, names.VERSION, "agentruns")
 SLOTS = (names.GROUP, names.VERSION, "slots")
 LAUNCHSPECS = (names.GROUP, names.VERSION, "launchspecs")
+LEASES = ("coordination.k8s.io", "v1", "leases")
 
 
 def registry() -> kopf.OperatorRegistry:
@@ -40,8 +40,11 @@ def _operator(memo: Any) -> operators.Operator:
 async def startup(*, settings: kopf.OperatorSettings, memo: Any,
                   logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any) -> None:
     configuration.configure(settings)
-    memo.operator = operators.Operator.start(context=memo.context, tick=memo.tick,
-                                             logger=logging.getLogger("agentrun"))
+    operator = operators.Operator.build(
+        context=memo.context, bucket=memo.bucket, workers=memo.workers,
+        timeout=memo.reconcile_timeout, logger=logging.getLogger("agentrun"))
+    memo.operator = operator
+    await operator.begin(namespaces=memo.namespaces)
     logger.info("agentrun operator started")
 
 
@@ -51,8 +54,8 @@ async def cleanup(*, memo: Any, **_: Any) -> None:
 
 
 @kopf.on.login()
-def login(*, memo: Any, **_: Any) -> kopf.ConnectionInfo:
-    return operators.connection_info(context=memo.context)
+async def login(*, memo: Any, **_: Any) -> kopf.AiohttpSession:
+    return operators.login(context=memo.context, bucket=memo.bucket)
 
 
 @kopf.on.event(*SLOTS)
@@ -60,14 +63,15 @@ async def slot_event(*, event: kopf.RawEvent, name: str, namespace: str | None, 
                      **_: Any) -> None:
     namespace = namespace or ""
     operator = _operator(memo)
+    operator.observe(kind="Slot", event=event)
     if event["type"] == "DELETED":
         operator.forget(("Slot", namespace, name))
         # Its run may be waiting to create a slot of the same name (a recreated run).
         run = (event["object"].get("spec") or {}).get("run")
         if run:
-            await operator.trigger(("AgentRun", namespace, run))
+            operator.queue.add(("AgentRun", namespace, run))
         return
-    await operator.trigger(("Slot", namespace, name))
+    operator.queue.add(("Slot", namespace, name))
 
 
 @kopf.on.event(*RUNS)
@@ -75,16 +79,28 @@ async def run_event(*, event: kopf.RawEvent, name: str, namespace: str | None, m
                     **_: Any) -> None:
     namespace = namespace or ""
     operator = _operator(memo)
+    operator.observe(kind="AgentRun", event=event)
     if event["type"] == "DELETED":
         operator.forget(("AgentRun", namespace, name))
         return
-    await operator.trigger(("AgentRun", namespace, name))
+    operator.queue.add(("AgentRun", namespace, name))
 
 
 @kopf.on.event("v1", "pods", labels={names.SLOT_LABEL: kopf.PRESENT})
-async def pod_event(*, labels: kopf.Labels, namespace: str | None, memo: Any,
-                    **_: Any) -> None:
-    await _operator(memo).trigger(("Slot", namespace or "", labels[names.SLOT_LABEL]))
+async def pod_event(*, event: kopf.RawEvent, labels: kopf.Labels, namespace: str | None,
+                    memo: Any, **_: Any) -> None:
+    operator = _operator(memo)
+    operator.observe(kind="Pod", event=event)
+    operator.queue.add(("Slot", namespace or "", labels[names.SLOT_LABEL]))
+
+
+@kopf.on.event(*LEASES, labels={names.SLOT_LABEL: kopf.PRESENT})
+async def lease_event(*, event: kopf.RawEvent, labels: kopf.Labels, namespace: str | None,
+                      memo: Any, **_: Any) -> None:
+    """A renewal, a release or a tombstone of an attempt's Lease concerns its slot."""
+    operator = _operator(memo)
+    operator.observe(kind="Lease", event=event)
+    operator.queue.add(("Slot", namespace or "", labels[names.SLOT_LABEL]))
 
 
 @kopf.on.event(*LAUNCHSPECS)
@@ -94,16 +110,18 @@ async def launch_spec_event(*, event: kopf.RawEvent, name: str, namespace: str |
     own status (validity, pins) is looked at too."""
     operator = _operator(memo)
     namespace = namespace or ""
+    operator.observe(kind="LaunchSpec", event=event)
     if event["type"] == "DELETED":
         operator.forget(("LaunchSpec", namespace, name))
     else:
-        await operator.trigger(("LaunchSpec", namespace, name))
-    await operator.wake_pending(namespace)
+        operator.queue.add(("LaunchSpec", namespace, name))
+    operator.wake_pending(namespace)
 
 
 @kopf.on.event("v1", "configmaps", labels={names.CONFIG_KIND_LABEL: kopf.PRESENT})
-async def config_event(*, namespace: str | None, memo: Any, **_: Any) -> None:
+async def config_event(*, event: kopf.RawEvent, namespace: str | None, memo: Any,
+                       **_: Any) -> None:
     """A new or accepted configuration may let an unpinned run pin."""
     operator = _operator(memo)
-    unpinned = [key for key in operator.unpinned if key[1] == namespace]
-    await asyncio.gather(*(operator.trigger(key) for key in unpinned))
+    operator.observe(kind="ConfigMap", event=event)
+    operator.wake_unpinned(namespace or "")

@@ -1,170 +1,231 @@
-"""The running operator: its API client, reconcilers, schedule and timer loop, in one place.
+"""The running operator: its client, stores, reconcilers and work queue, in one place.
 
-Kopf handlers reach it through ``memo.operator``. It runs the synchronous reconcilers in
-worker threads, posts the Events they return, and keeps the little it must remember:
-each slot's last state (to wake Pending slots when a LaunchSpec appears, and the run
-when a slot's state changes) and which runs are not pinned yet.
+Kopf handlers reach it through ``memo.operator``: they observe each event into the stores
+and add a key to the queue, nothing more. The queue's workers run the synchronous
+reconcilers in threads of the operator's own pool (two per worker: one spare for a
+reconcile abandoned at its timeout), post the Events they return through our own client,
+and say when to look next (``scheduling.next_look``). What is remembered here: each slot's
+last state (to wake Pending slots when a LaunchSpec appears, and the run when a slot's
+state changes) and which runs are not pinned yet.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar
 
+import aiohttp
 import kopf
 import kubernetes
 
-from agentrun.api import bounds
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import SlotState
-from agentrun.controller import launchspecs, runs, scheduling, slots, stamping
-from agentrun.core import clocks, guards
-from agentrun.kube import clients, reads, rest, writes
+from agentrun.controller import launchspecs, queues, runs, scheduling, slots, stamping
+from agentrun.core import clocks
+from agentrun.kube import clients, events, reads, rest, stores, throttle, writes
 
 Key = scheduling.Key
+T = TypeVar("T")
+SlotResult = slots.Result  # (the class's fields named slots and runs hide the modules)
+RunResult = runs.Result
 BUSY = frozenset({SlotState.CLAIMING, SlotState.ACTIVE})
-RETRY_BACKOFF = timedelta(seconds=5)  # after an unexpected error (a 500, a timeout, a quota)
+RESYNC_SECONDS = 60.0
+PRIME_BACKOFF = queues.Backoff(base=0.5, cap=30.0)
 # Three GETs a pass; commands never wait on it (they read stamping themselves), only a
 # minting does: at most this much after the enforcement delay.
 STAMPING_PERIOD_SECONDS = 2.0
 
 
-def connection_info(*, context: str | None) -> kopf.ConnectionInfo:
-    """Kopf's credentials from the same kubeconfig context the reconcilers use."""
+def views(client: rest.Rest, store: stores.Stores) -> tuple[reads.Reader, writes.Writer]:
+    """The reader and applier over ``store``: reads from memory, writes through into it."""
+    return reads.Reader(client, stores=store), writes.Writer(client, stores=store)
+
+
+def login(*, context: str | None, bucket: throttle.Bucket | None) -> kopf.AiohttpSession:
+    """Kopf's HTTP session, as Kopf builds its own, plus the rate limit's hook.
+
+    Kopf uses the session a login handler returns (``kopf.AiohttpSession``) for all it
+    sends: lists, watches, and anything else. Built from the same kubeconfig context as our
+    client, so both act with one identity, and with ``kube.throttle.trace_config``, so both
+    draw on one bucket. Called from Kopf's (async) login handler: a session belongs to the
+    running event loop.
+    """
     clients.configure(context=context)
     config = kubernetes.client.Configuration.get_default_copy()
     header = (config.get_api_key_with_prefix("BearerToken")
               or config.get_api_key_with_prefix("authorization") or "")
     scheme, _, token = header.partition(" ")
-    return kopf.ConnectionInfo(
+    info = kopf.ConnectionInfo(
         server=config.host, ca_path=config.ssl_ca_cert, insecure=not config.verify_ssl,
         scheme=scheme if token else None, token=token or scheme or None,
         certificate_path=config.cert_file, private_key_path=config.key_file)
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, ssl=info.as_ssl_context()),
+        headers=info.as_http_headers(),
+        trace_configs=[throttle.trace_config(bucket)] if bucket is not None else None)
+    return kopf.AiohttpSession(server=info.server, aiohttp_session=session)
+
+
+def prime_namespaces(patterns: Sequence[str]) -> list[str]:
+    """What to LIST at startup: the names served, or everything (empty) when any is a glob
+    (a LIST takes one namespace or all; the watches then fill in what was left out)."""
+    if any(char in pattern for pattern in patterns for char in "*?[!"):
+        return []
+    return list(patterns)
 
 
 @dataclass
 class Operator:
+    client: rest.Rest
+    stores: stores.Stores
     slots: slots.SlotReconciler
     runs: runs.RunReconciler
     launch_specs: launchspecs.LaunchSpecReconciler
+    keeper: stamping.Keeper
+    poster: events.Poster
     logger: logging.Logger
-    tick: float
-    schedule: scheduling.Schedule = field(default_factory=scheduling.Schedule)
+    workers: int
+    timeout: float
+    executor: concurrent.futures.ThreadPoolExecutor
+    queue: queues.Queue[Key] = field(init=False)
     states: dict[Key, SlotState] = field(default_factory=dict)
     unpinned: set[Key] = field(default_factory=set)
     generations: dict[Key, int | None] = field(default_factory=dict)
-    coalescer: scheduling.Coalescer | None = None
-    timer: asyncio.Task[None] | None = None
-    keeper: stamping.Keeper | None = None
     keeping: asyncio.Task[None] | None = None
 
+    def __post_init__(self) -> None:
+        self.queue = queues.Queue(work=self.work, workers=self.workers, timeout=self.timeout,
+                                  resync=RESYNC_SECONDS, logger=self.logger)
+
     @classmethod
-    def start(cls, *, context: str | None, tick: float, logger: logging.Logger) -> Operator:
-        api = clients.configure(context=context)
-        client = rest.Rest(api)
-        reader, writer = reads.Reader(client), writes.Writer(client)
-        operator = cls(slots=slots.SlotReconciler(reader=reader, writer=writer, logger=logger),
-                       runs=runs.RunReconciler(reader=reader, writer=writer, logger=logger),
-                       launch_specs=launchspecs.LaunchSpecReconciler(
-                           reader=reader, writer=writer, logger=logger),
-                       logger=logger, tick=tick)
-        operator.coalescer = scheduling.Coalescer(operator.reconcile, logger)
-        operator.keeper = stamping.Keeper(reader=reader, writer=writer, logger=logger)
-        operator.keeping = asyncio.create_task(operator.keep_stamping())
-        return operator
+    def build(cls, *, context: str | None, bucket: throttle.Bucket | None, workers: int,
+              timeout: float, logger: logging.Logger) -> Operator:
+        client = rest.Rest(clients.configure(context=context), throttle=bucket)
+        store = stores.Stores()
+        reader, writer = views(client, store)
+        return cls(client=client, stores=store,
+                   slots=slots.SlotReconciler(reader=reader, writer=writer, logger=logger),
+                   runs=runs.RunReconciler(reader=reader, writer=writer, logger=logger),
+                   launch_specs=launchspecs.LaunchSpecReconciler(
+                       reader=reader, writer=writer, logger=logger),
+                   keeper=stamping.Keeper(reader=reader, writer=writer, logger=logger),
+                   poster=events.Poster(client, logger=logger), logger=logger,
+                   workers=workers, timeout=timeout,
+                   executor=concurrent.futures.ThreadPoolExecutor(
+                       max_workers=2 * workers, thread_name_prefix="reconcile"))
+
+    async def begin(self, *, namespaces: Sequence[str]) -> None:
+        """Prime the stores (retrying with backoff), then start the workers and keeper.
+
+        Handlers may add keys before this ends: they wait in the queue, so no reconcile
+        decides from stores that hold nothing yet.
+        """
+        failures = 0
+        while True:
+            try:
+                await self.in_thread(functools.partial(
+                    self.stores.prime, client=self.client,
+                    namespaces=prime_namespaces(namespaces)))
+                break
+            except Exception as error:  # an unreachable or failing API server: wait, retry
+                failures += 1
+                delay = PRIME_BACKOFF.delay(failures)
+                self.logger.warning("priming the caches failed (%s); again in %.1f s",
+                                    error, delay)
+                await asyncio.sleep(delay)
+        self.queue.start()
+        self.keeping = asyncio.create_task(self.keep_stamping())
 
     async def keep_stamping(self) -> None:
         """Check the stamping epoch every few seconds, minting when due."""
-        assert self.keeper is not None
         while True:
             try:
-                await asyncio.to_thread(self.keeper.check)
+                await self.in_thread(self.keeper.check)
             except Exception:  # a 500 or a timeout: the next pass tries again
                 self.logger.exception("stamping: the epoch check failed")
             await asyncio.sleep(STAMPING_PERIOD_SECONDS)  # the check's period
 
-    def start_timer(self) -> None:
-        """Start the timer loop from the first handler that triggers work, not at startup.
-
-        The task inherits the context it is created in, and ``kopf.event`` needs Kopf's
-        event queue, which Kopf puts only in the context of object handlers: a timer
-        started by the startup handler would lose every Event of the reconciles it runs
-        (an attempt ended by lease expiry, a fenced pod, a passed deadline).
-        """
-        if self.timer is None:
-            assert self.coalescer is not None
-            self.timer = asyncio.create_task(scheduling.timer_loop(
-                schedule=self.schedule, coalescer=self.coalescer, tick=self.tick))
-
     async def stop(self) -> None:
-        for task in (self.timer, self.keeping):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await self.queue.stop()
+        if self.keeping is not None:
+            self.keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.keeping
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
-    async def trigger(self, key: Key) -> None:
-        assert self.coalescer is not None
-        self.start_timer()
-        await self.coalescer.trigger(key)
+    async def in_thread(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, call)
+
+    def observe(self, *, kind: str, event: Any) -> None:
+        """Record a watch event in the stores (before any key it concerns is added)."""
+        self.stores.observe(kind=kind, event_type=event.get("type"),
+                            body=dict(event.get("object") or {}))
 
     def forget(self, key: Key) -> None:
-        self.schedule.forget(key)
+        self.queue.forget(key)
         self.states.pop(key, None)
         self.unpinned.discard(key)
         self.generations.pop(key, None)
         if key[0] == "Slot":
             self.slots.forget(namespace=key[1], slot=key[2])
 
-    def retry_at(self) -> datetime:
-        return clocks.system() + RETRY_BACKOFF
+    async def work(self, key: Key) -> queues.Next:
+        """One pass over ``key``, for a worker of the queue."""
+        if key[0] == "AgentRun":
+            return await self.reconcile_run(key)
+        if key[0] == "LaunchSpec":
+            done = await self.in_thread(functools.partial(
+                self.launch_specs.reconcile, key[1], key[2]))
+            return scheduling.next_look(retry=done.retry, until=done.until, now=clocks.system())
+        return await self.reconcile_slot(key)
 
-    async def reconcile(self, key: Key) -> None:
-        kind, namespace, name = key
-        if kind == "AgentRun":
-            await self.reconcile_run(key)
-            return
-        if kind == "LaunchSpec":
-            done = await asyncio.to_thread(self.launch_specs.reconcile, namespace, name)
-            self.schedule.note(key, state=None,
-                               until=self.retry_at() if done.retry else done.until)
-            return
-        result = await asyncio.to_thread(self.slots.reconcile, namespace, name)
+    def slot_pass(self, namespace: str, name: str) -> SlotResult:
+        result = self.slots.reconcile(namespace, name)
         for slot, event in result.events:
-            self.post(slot.model_dump(mode="json", by_alias=True), event)
+            self.poster.post(slot.model_dump(mode="json", by_alias=True), event)
+        return result
+
+    def run_pass(self, namespace: str, name: str) -> tuple[RunResult, AgentRun | None]:
+        result = self.runs.reconcile(namespace, name)
+        for subject, event in result.events:
+            self.poster.post(subject.model_dump(mode="json", by_alias=True), event)
+        return result, self.runs.reader.run(namespace, name)
+
+    async def reconcile_slot(self, key: Key) -> queues.Next:
+        _, namespace, name = key
+        result = await self.in_thread(functools.partial(self.slot_pass, namespace, name))
         if result.state is None and not result.retry:
             self.forget(key)
-            return
+            return queues.Next()
         previous = self.states.get(key)
         if result.state is not None:
             self.states[key] = result.state
-        until = self.retry_at() if result.retry else result.wait.until if result.wait else None
-        self.schedule.note(key, state=result.state, until=until)
         if previous is not result.state and result.launch_spec is not None:
-            await self.trigger(("LaunchSpec", namespace, result.launch_spec))
+            self.queue.add(("LaunchSpec", namespace, result.launch_spec))
         if previous is not result.state and result.run is not None:
-            await self.trigger(("AgentRun", namespace, result.run))
+            # A batch of slot changes costs the run one status write, not one per slot.
+            self.queue.add_after(("AgentRun", namespace, result.run),
+                                 scheduling.RUN_BATCH_SECONDS)
             if previous in BUSY and result.state not in BUSY:
                 await self.wake_slots(namespace, result.run)  # one under maxActive may go
             if result.state in (SlotState.SUCCEEDED, SlotState.FAILED):
-                await self.wake_pending(namespace)
+                self.wake_pending(namespace)
+        until = result.wait.until if result.wait is not None else None
+        return scheduling.next_look(retry=result.retry, until=until, now=clocks.system())
 
-    async def reconcile_run(self, key: Key) -> None:
+    async def reconcile_run(self, key: Key) -> queues.Next:
         _, namespace, name = key
-        result = await asyncio.to_thread(self.runs.reconcile, namespace, name)
-        for subject, event in result.events:
-            self.post(subject.model_dump(mode="json", by_alias=True), event)
-        run: AgentRun | None = await asyncio.to_thread(self.read_run, namespace, name)
+        result, run = await self.in_thread(functools.partial(self.run_pass, namespace, name))
         if run is None or run.status.pinned is not None:
             self.unpinned.discard(key)
         else:
             self.unpinned.add(key)
-        self.schedule.note(key, state=None,
-                           until=self.retry_at() if result.retry else result.until)
         if run is not None:
             # A spec change (suspend lifted, a new deadline) concerns slots that wait on
             # nothing else: wake them. (At startup every slot is reconciled anyway.)
@@ -172,23 +233,20 @@ class Operator:
             self.generations[key] = run.metadata.generation
             if previous != run.metadata.generation:
                 await self.wake_slots(namespace, name)
-
-    def read_run(self, namespace: str, name: str) -> AgentRun | None:
-        return self.runs.reader.run(namespace, name)
+        return scheduling.next_look(retry=result.retry, until=result.until, now=clocks.system())
 
     async def wake_slots(self, namespace: str, run: str) -> None:
-        found = await asyncio.to_thread(self.runs.reader.slots_of, namespace, run)
-        await asyncio.gather(*(self.trigger(("Slot", namespace, slot.metadata.name))
-                               for slot in found))
+        found = await self.in_thread(functools.partial(
+            self.runs.reader.slots_of, namespace, run))
+        for slot in found:
+            self.queue.add(("Slot", namespace, slot.metadata.name))
 
-    async def wake_pending(self, namespace: str) -> None:
-        waiting = [key for key, state in self.states.items()
-                   if key[1] == namespace and state is SlotState.PENDING]
-        await asyncio.gather(*(self.trigger(key) for key in waiting))
+    def wake_pending(self, namespace: str) -> None:
+        for key, state in list(self.states.items()):
+            if key[1] == namespace and state is SlotState.PENDING:
+                self.queue.add(key)
 
-    def post(self, body: dict[str, Any], event: guards.Event) -> None:
-        message = bounds.clip(event.message, limit=bounds.MESSAGE_CHARS)
-        with contextlib.suppress(LookupError):  # outside Kopf's context: log only
-            kopf.event(kopf.Body(cast(kopf.RawBody, body)), type=event.type,
-                       reason=event.reason, message=message)
-        self.logger.info("%s %s: %s", event.type, event.reason, message)
+    def wake_unpinned(self, namespace: str) -> None:
+        for key in list(self.unpinned):
+            if key[1] == namespace:
+                self.queue.add(key)

@@ -25,6 +25,7 @@ import kubernetes
 import urllib3
 
 from agentrun.core import clocks
+from agentrun.kube import throttle as throttles
 
 Object = dict[str, Any]
 JSON = "application/json"
@@ -134,8 +135,10 @@ class Health:
 class Rest:
     def __init__(self, api: kubernetes.client.ApiClient, *,
                  health: Health | None = None,
-                 timeout: Timeout = DEFAULT_TIMEOUT) -> None:
+                 timeout: Timeout = DEFAULT_TIMEOUT,
+                 throttle: throttles.Bucket | None = None) -> None:
         self.api = api
+        self.throttle = throttle  # shared with Kopf's session: see kube.throttle
         self.health = health if health is not None else Health()
         self.timeout = timeout
         # urllib3 retries an idempotent request on a read timeout (three times by default),
@@ -153,6 +156,7 @@ class Rest:
         params = self.api.param_serialize(
             method=method, resource_path=path, query_params=list((query or {}).items()),
             header_params=headers, body=body, auth_settings=["BearerToken"])
+        throttles.take(self.throttle)  # a token first (blocks while the bucket is empty)
         started = self.health.clock()
         try:
             response = self.api.call_api(*params, _request_timeout=tuple(self.timeout))

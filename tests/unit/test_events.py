@@ -1,0 +1,90 @@
+"""Folding Events (the bookkeeping; the API's answer is in test_queue_runtime.py): a repeat
+within the window is a PATCH, after it a new Event; a folded Event that expired on the
+server (404) is posted anew; an Event that cannot be posted is dropped, not raised."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from agentrun.core import guards
+from agentrun.kube import events, rest
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+SUBJECT = {"apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",
+           "metadata": {"name": "s", "namespace": "ns", "uid": "u1"}}
+EVENT = guards.Event(type="Warning", reason="ClaimFailed", message="no")
+
+
+class Recording:
+    """Stands in for the REST client: records requests, answers with ``fail`` if set."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, Any]] = []
+        self.fail: rest.ApiError | None = None
+
+    def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> dict[str, Any]:
+        self.requests.append((method, path, body))
+        if self.fail is not None:
+            error, self.fail = self.fail, None
+            raise error
+        return {}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def poster() -> tuple[events.Poster, Recording, Clock]:
+    client, clock = Recording(), Clock()
+    made = events.Poster(client, logger=logging.getLogger("test"),  # type: ignore[arg-type]
+                         clock=clock)
+    return made, client, clock
+
+
+def test_a_repeat_within_the_window_patches_the_count() -> None:
+    made, client, clock = poster()
+    made.post(SUBJECT, EVENT)
+    clock.now += timedelta(minutes=5)
+    made.post(SUBJECT, EVENT)
+    (_, _, first), (method, path, patch) = client.requests
+    assert first["count"] == 1 and first["involvedObject"]["uid"] == "u1"
+    assert method == "PATCH" and path.endswith(first["metadata"]["name"])
+    assert patch["count"] == 2 and patch["series"]["count"] == 2
+
+
+def test_after_the_window_a_repeat_is_a_new_event() -> None:
+    made, client, clock = poster()
+    made.post(SUBJECT, EVENT)
+    clock.now += events.WINDOW + timedelta(seconds=1)
+    made.post(SUBJECT, EVENT)
+    assert [m for m, _, _ in client.requests] == ["POST", "POST"]
+
+
+def test_a_folded_event_gone_from_the_server_is_posted_anew() -> None:
+    made, client, _ = poster()
+    made.post(SUBJECT, EVENT)
+    client.fail = rest.ApiError(404, '{"reason": "NotFound"}')
+    made.post(SUBJECT, EVENT)
+    assert [m for m, _, _ in client.requests] == ["POST", "PATCH", "POST"]
+    assert client.requests[-1][2]["count"] == 1
+
+
+def test_an_event_that_cannot_be_posted_is_dropped() -> None:
+    made, client, _ = poster()
+    client.fail = rest.ApiError(403, '{"message": "forbidden"}')
+    made.post(SUBJECT, EVENT)  # no exception: an Event is a notice, not state
+    made.post(SUBJECT, EVENT)
+    assert [m for m, _, _ in client.requests] == ["POST", "POST"]
+
+
+def test_the_memory_is_bounded() -> None:
+    made, _, _ = poster()
+    for index in range(events.REMEMBERED + 10):
+        made.post(SUBJECT, guards.Event(type="Normal", reason="Ready", message=str(index)))
+    assert len(made._posted) == events.REMEMBERED
