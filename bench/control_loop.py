@@ -170,6 +170,11 @@ def checks(rows: list[Row], steadies: list[Steady]) -> list[str]:
             elif job is not None:
                 said.append(f"  - pods/s ratio to the Job controller: "
                             f"{row.pods_per_second / job.pods_per_second:.2f}")
+    for row in rows:
+        other = {k: n for k, n in row.writes.items() if k not in OPERATOR_COLUMNS}
+        if other:
+            said.append(f"- {row.units:,} units, {row.who}, other writes: " + ", ".join(
+                f"{k} {n}" for k, n in sorted(other.items())))
     if len(steadies) >= 2:
         low, high = steadies[0], steadies[-1]
         said.append(f"- API reads/s at steady state: {low.operator_reads_per_second:.2f} "
