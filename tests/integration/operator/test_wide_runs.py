@@ -2,15 +2,16 @@
 
 The operator runs as a process against the real API server; once it has served a
 one-node run (so it is up), the test creates a run of ``MAX_NODES`` independent nodes and
-waits for its ``Ready`` condition (every slot
-exists). Checked: every slot exists once, the operator's CPU time (user + system, from
-``/proc/<pid>/stat``) over the whole lay-out stays well under a second, no ERROR line
-is logged, and the run's status was written twice (pinned, then laid out: never once per
+waits for its ``Ready`` condition (every slot exists). Checked: every slot exists,
+created once (no retry), from a few lists of the slots (not one per slot); the operator's
+CPU time (user + system, from ``/proc/<pid>/stat``) over the lay-out is bounded; no ERROR
+line is logged; and the run's status was written twice (pinned, then laid out: never once per
 slot, never a write that changes nothing), counted in the audit log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -23,10 +24,15 @@ from waiting import wait_for
 
 from agentrun.api.configs import MAX_NODES
 
-# Under a second for the whole process while the run is laid out: the run's own share
-# (pinning, 256 creates, one status write) is about 0.35 s; the rest is Kopf taking the
-# 256 slots' events and the slots' first looks (0.7-0.8 s in all on 2 shared cores).
-CPU_BUDGET_SECONDS = 1.0
+# The whole process while the run is laid out. The run's own share (pinning, one list,
+# 256 creates, one status write) is about 0.35 s; the rest is Kopf taking the slots'
+# events and the slots' first looks, which read the API until the watch-fed caches land:
+# 0.7-1.1 s in all on 2 shared cores, so the bound leaves room for a loaded machine
+# (tighten it once the caches are in).
+CPU_BUDGET_SECONDS = 1.5
+# Lists of the namespace's slots while it is laid out: each is one whole reconcile of a
+# run (the slots' first looks fold into a few); a re-list per slot would be 256 or more.
+SLOT_LISTS = 32
 
 
 def cpu_seconds(pid: int) -> float:
@@ -44,6 +50,21 @@ def errors_logged(log: Path) -> list[str]:
             continue
         if isinstance(record, dict) and record.get("severity") in ("error", "fatal"):
             found.append(line)
+    return found
+
+
+def slot_lists(log: Path, *, namespace: str) -> int:
+    """The operator's lists of ``namespace``'s slots in the audit log (which logs that one
+    user's reads too, at Metadata level)."""
+    found = 0
+    for line in log.read_text(errors="replace").splitlines():
+        if f'"username":"{OPERATOR_USER}"' not in line or namespace not in line:
+            continue
+        with contextlib.suppress(json.JSONDecodeError):
+            event = json.loads(line)
+            ref = event.get("objectRef") or {}
+            found += (event.get("stage") == "ResponseComplete" and event.get("verb") == "list"
+                      and ref.get("resource") == "slots" and ref.get("namespace") == namespace)
     return found
 
 
@@ -73,6 +94,8 @@ def test_a_256_node_run_is_laid_out_in_one_pass(scenario: Scenario, operator: Op
     assert errors_logged(operator.log) == [], operator.tail()
     log = scenario.cluster.audit_log
     if log is not None:
+        lists = slot_lists(log, namespace=scenario.namespace)
+        assert 1 <= lists <= SLOT_LISTS, f"{lists} lists of slots"
         writes = [w for w in audit.writes(log, namespace=scenario.namespace, user=OPERATOR_USER)
                   if w.resource == "agentruns" and w.subresource == "status"
                   and w.name == "wide"]
