@@ -99,3 +99,11 @@ mutate: venv
 	rm -rf mutants
 	$(VENV)/bin/mutmut run
 	$(VENV)/bin/mutmut results
+
+# The control-loop benchmark (bench/control_loop.py): its own control plane without a
+# node, the operator vs an Indexed Job; prints figures and writes docs/benchmarks.md.
+# UNITS=40,100 for a quick look.
+UNITS ?= 200,1000
+.PHONY: bench-loop
+bench-loop: controlplane
+	$(PY) bench/control_loop.py --units $(UNITS)

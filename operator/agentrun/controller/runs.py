@@ -1,10 +1,11 @@
-"""Reconciling one run: pin its configuration once, lay out its slots, derive its status.
+"""Reconciling one run: read its world, take the core's next step, apply it, repeat.
 
-Each pass reads the run and decides from scratch (pure functions in ``core.resolution``,
-``core.launches`` and ``core.runs``): while unpinned, resolve, create the immutable
-snapshots (deterministic names; an AlreadyExists that is ours counts as done), then
-write ``status.pinned`` under the resourceVersion read. Once pinned it never resolves
-again: the workflow is re-read from the run's own snapshot, never from the source.
+The decisions are ``core.runsteps.next_step``'s; this loop only reads what it needs
+(candidate ConfigMaps and the run's snapshots while unpinned, the pinned workflow and
+the slots once pinned) and applies the step through ``writes.Writer``. A batch of
+creates is applied whole: an AlreadyExists is remembered (``RunWorld.taken``) for the
+core to judge on the next look, ours or a squatter's. A status write ends the
+reconcile, so one reconcile writes the run's status at most once.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from datetime import datetime
 
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
-from agentrun.api.runs import AgentRun, AgentRunStatus
+from agentrun.api.runs import AgentRun
 from agentrun.controller import loops
-from agentrun.core import guards, launches, resolution, runs, squats
-from agentrun.kube import writes
+from agentrun.core import guards, launches, resolution, runsteps, worlds
+from agentrun.kube import reads, writes
 
 MAX_STEPS = 16
 
@@ -40,135 +41,74 @@ class RunReconciler(loops.Reconciler):
 
     def reconcile(self, namespace: str, name: str) -> Result:
         result = Result()
+        taken: dict[str, reads.Object] = {}
 
         def step() -> bool:
-            run = self.reader.run(namespace, name)
-            if run is None or run.metadata.deletion_timestamp is not None:
+            world = self.read_world(namespace, name, taken=taken)
+            if world is None:
                 return True
-            return self.step(run, result)
+            decided = runsteps.next_step(world)
+            if isinstance(decided, worlds.Wait):
+                result.until = decided.until
+                return True
+            if isinstance(decided, runsteps.Creates):
+                self.create(decided, taken=taken)
+                return False
+            self.write(world.run, decided, result)
+            return True
 
         result.retry = not loops.settle(step, what=f"run {namespace}/{name}",
                                         logger=self.logger, max_steps=MAX_STEPS)
         return result
 
-    def step(self, run: AgentRun, result: Result) -> bool:
-        """Take one step; True when the run is settled for now."""
-        namespace = run.metadata.namespace or ""
-        now = self.clock()
-        tenant = self.reader.tenant(namespace)
+    def read_world(self, namespace: str, name: str, *,
+                   taken: dict[str, reads.Object]) -> runsteps.RunWorld | None:
+        reader = self.reader
+        run = reader.run(namespace, name)
+        if run is None or run.metadata.deletion_timestamp is not None:
+            return None
+        tenant = reader.tenant(namespace)
         if launches.needs_pinning(run):
-            return self.pin(run, tenant=tenant, now=now, result=result)
-        workflow = self.workflow(run)
-        if isinstance(workflow, resolution.Problem):
-            self.write(run, runs.derive(run=run, nodes=[], slots=[], now=now, problem=workflow),
-                       result, event=guards.Event(type="Warning", reason=workflow.reason,
-                                                  message=workflow.message))
-            return True
-        slots = self.reader.slots_of(namespace, run.metadata.name)
-        own = runs.own_slots(run=run, slots=slots)
-        for body in launches.slot_bodies(run=run, workflow=workflow, tenant=tenant):
-            if body["spec"]["node"] in own:
-                continue
-            try:
-                self.writer.create(body, point="slots")
-            except writes.Exists as exists:
-                node = body["spec"]["node"]
-                if exists.found is not None and not launches.matches_slot(
-                        exists.found, run_uid=run.metadata.uid or "", node=node):
-                    status = runs.derive(run=run, nodes=[n.name for n in workflow.nodes],
-                                         slots=slots, now=now)
-                    return self.squatted(run, status, result, now=now, kind="Slot",
-                                         name=body["metadata"]["name"],
-                                         what=f"node {node} of run {run.metadata.name}")
-            return False
-        nodes = [node.name for node in workflow.nodes]
-        status = squats.run_cleared(runs.derive(run=run, nodes=nodes, slots=slots, now=now))
-        self.write(run, status, result)
-        result.until = runs.deadline(run) if not runs.is_finished(status) else None
-        return True
-
-    def pin(self, run: AgentRun, *, tenant: str | None, now: datetime,
-            result: Result) -> bool:
-        namespace = run.metadata.namespace or ""
-        candidates = {} if tenant is None else {kind: self.reader.configmaps(
-            namespace, selector=f"{names.CONFIG_KIND_LABEL}={kind},!{names.SNAPSHOT_LABEL}")
-            for kind in names.CONFIG_KINDS}
-        resolved = (resolution.tenancy(run=run, tenant=tenant)
-                    or resolution.resolve(run=run, config_maps=candidates))
-        if isinstance(resolved, resolution.Problem):
-            status = runs.derive(run=run, nodes=[], slots=[], now=now, problem=resolved)
-            self.write(run, status, result, event=guards.Event(
-                type="Warning", reason=resolved.reason, message=resolved.message))
-            return True
-        for chosen in resolved.all():
-            body = launches.snapshot_body(run=run, resolved=chosen, tenant=tenant)
-            try:
-                self.writer.create(body, point="pin-snapshots")
-            except writes.Exists as exists:
-                if exists.found is None:
-                    raise writes.Conflict("created and deleted meanwhile") from None
-                if not launches.matches_snapshot(
-                        exists.found, run_uid=run.metadata.uid or "", sha256=chosen.sha256):
-                    name = body["metadata"]["name"]
-                    what = f"run {run.metadata.name}'s pinned {chosen.kind} snapshot"
-                    text = squats.message(kind="ConfigMap", name=name, namespace=namespace,
-                                          what=what)
-                    status = runs.derive(run=run, nodes=[], slots=[], now=now,
-                                         problem=resolution.Problem(reason="NameSquatted",
-                                                                    message=text))
-                    return self.squatted(run, status, result, now=now, kind="ConfigMap",
-                                         name=name, what=what)
-        pins = launches.pins(run=run, resolution=resolved)
-        status = runs.record_pins(run=run, pins=pins, now=now)
-        summary = "; ".join(f"{kind} revision {pin.revision} as {pin.snapshot}"
-                            for kind, pin in (("package", pins.package),
-                                              ("workflow", pins.workflow),
-                                              ("bindings", pins.bindings)))
-        self.write(run, status, result, event=guards.Event(
-            type="Normal", reason="Pinned", message=f"pinned {summary}"), point="pinned")
-        return False
-
-    def squatted(self, run: AgentRun, status: AgentRunStatus, result: Result, *,
-                 now: datetime, kind: str, name: str, what: str) -> bool:
-        """Say on the run that a name it needs is taken; look again soon. Settled."""
-        text = squats.message(kind=kind, name=name, namespace=run.metadata.namespace,
-                              what=what)
-        new = squats.on_run(status, message=text, now=now)
-        event = None if new == run.status else guards.Event(
-            type="Warning", reason="NameSquatted", message=text)
-        self.write(run, new, result, event=event)
-        result.until = now + squats.SQUAT_WAIT
-        return True
+            candidates = {} if tenant is None else {kind: reader.configmaps(
+                namespace, selector=f"{names.CONFIG_KIND_LABEL}={kind},!{names.SNAPSHOT_LABEL}")
+                for kind in names.CONFIG_KINDS}
+            found = [] if tenant is None else reader.configmaps(
+                namespace, selector=f"{names.RUN_LABEL}={name},{names.SNAPSHOT_LABEL}")
+            return runsteps.RunWorld(
+                run=run, tenant=tenant, now=self.clock(), config_maps=candidates,
+                snapshots={cm["metadata"]["name"]: cm for cm in found}, taken=taken)
+        return runsteps.RunWorld(run=run, tenant=tenant, now=self.clock(),
+                                 workflow=self.workflow(run),
+                                 slots=reader.slots_of(namespace, name), taken=taken)
 
     def workflow(self, run: AgentRun) -> WorkflowDocument | resolution.Problem:
         """The pinned workflow, read from the run's own snapshot (immutable, so cached)."""
         pins = run.status.pinned
         assert pins is not None
-        namespace = run.metadata.namespace or ""
-        key = (namespace, pins.workflow.snapshot)
+        key = (run.metadata.namespace or "", pins.workflow.snapshot)
         if key in self._workflows:
             return self._workflows[key]
-        found = self.reader.configmap(namespace, pins.workflow.snapshot)
-        text = ((found or {}).get("data") or {}).get(names.CONFIG_DATA_KEYS["workflow"])
-        if text is None or resolution.sha256_of(text) != pins.workflow.sha256:
-            return resolution.Problem(reason="SnapshotMissing", message=(
-                f"the pinned workflow snapshot {pins.workflow.snapshot} is missing or altered;"
-                " the run cannot lay out its slots (recreate the run)"))
-        document = resolution.parse(kind="workflow", text=text, origin=pins.workflow.snapshot)
-        if isinstance(document, WorkflowDocument):
-            self._workflows[key] = document
-            return document
-        assert isinstance(document, resolution.Problem)
-        return document
+        found = runsteps.pinned_workflow(run=run, snapshot=self.reader.configmap(*key))
+        if isinstance(found, WorkflowDocument):
+            self._workflows[key] = found
+        return found
 
-    def write(self, run: AgentRun, status: AgentRunStatus, result: Result, *,
-              event: guards.Event | None = None, point: str = "run-status") -> None:
-        if status == run.status:
-            return
+    def create(self, step: runsteps.Creates, *, taken: dict[str, reads.Object]) -> None:
+        """Create every object of the batch; remember what was found under a taken name."""
+        for create in step.creates:
+            try:
+                self.writer.create(create.body, point=create.point)
+            except writes.Exists as exists:
+                if exists.found is None:
+                    raise writes.Conflict("created and deleted meanwhile") from None
+                taken[create.body["metadata"]["name"]] = exists.found
+
+    def write(self, run: AgentRun, step: runsteps.WriteRun, result: Result) -> None:
         self.writer.custom_status({
             "apiVersion": names.API_VERSION, "kind": "AgentRun",
             "metadata": {"name": run.metadata.name, "namespace": run.metadata.namespace,
                          "resourceVersion": run.metadata.resource_version},
-            "status": status.wire()}, point=point)
-        if event is not None:
-            result.events.append((run, event))
+            "status": step.status.wire()}, point=step.point)
+        if step.event is not None:
+            result.events.append((run, step.event))
+        result.until = step.until

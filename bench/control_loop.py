@@ -1,0 +1,248 @@
+"""Benchmark: the control loop at scale, against an Indexed Job of the same size.
+
+On one local control plane without a node (``make cluster NODE=0``'s way: pods are created
+and never run), in one run, as a new user would use agentrun (Automatic claims, one
+LaunchSpec, runs of ``--nodes`` nodes), for each size in ``--units``:
+
+- an Indexed Job of that many pods (parallelism = completions), made by the Job controller
+  at its QPS (kube-controller-manager's ``--kube-api-qps``: 20 unless set);
+- the operator at the Job controller's QPS (its ``--qps``/``--burst`` flags, where this
+  operator has them; said when missing) and unthrottled.
+
+Measured: time from the first create to the last pod's create (on the audit log's clock),
+pods/s, API writes per pod from the audit log (by the operator's user, split by resource;
+by the Job controller's own user),
+the operator's RSS idle and per 1,000 live slots, and API reads per second at steady state
+with every slot idle and Active (``apiserver_request_total`` for GET/LIST/WATCH from the
+API server's /metrics, delta over ``--window`` seconds), which must not grow with the
+number of slots. A benchmark prints figures, it is never a test:
+
+    make bench-loop                                   # --units 200,1000
+    .venv/bin/python bench/control_loop.py --units 40,100 --out /tmp/benchmarks.md
+
+It prints a markdown table and writes it to ``--out`` (default docs/benchmarks.md) with
+the machine, the commit and the date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from loopsupport import (  # noqa: E402
+    JOB_CONTROLLER_QPS,
+    Bench,
+    job_body,
+    launch_spec_body,
+    run_body,
+    workflow_configs,
+)
+
+
+@dataclass
+class Row:
+    """One maker of pods at one size: what it took and what it wrote."""
+
+    units: int
+    who: str
+    qps: str
+    seconds: float
+    writes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def per_pod(self) -> float:
+        return sum(self.writes.values()) / self.units
+
+    @property
+    def pods_per_second(self) -> float:
+        return self.units / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class Steady:
+    units: int
+    rss_idle_mib: float
+    rss_live_mib: float
+    reads_per_second: float
+    operator_reads_per_second: float
+    audited_reads_per_second: float
+
+
+OPERATOR_COLUMNS = ("slots", "slots/status", "agentruns/status", "events", "configmaps",
+                    "leases", "pods")
+
+
+def time_job(bench: Bench, *, units: int) -> Row:
+    namespace = bench.namespace(f"job-{units}")
+    since = datetime.now(UTC)
+    bench.batch.create_namespaced_job(namespace, job_body(units=units))
+    bench.wait_pods(namespace, units, timeout=max(120.0, units * 0.5))
+    seconds = bench.last_pod_created(namespace, since=since)
+    bench.settle()
+    writes = bench.writes_by(namespace, user_prefix=bench.job_controller_user, since=since)
+    bench.drop(namespace)
+    return Row(units=units, who="Indexed Job (Job controller)",
+               qps=f"{JOB_CONTROLLER_QPS:g}", seconds=seconds, writes=writes)
+
+
+def time_operator(bench: Bench, *, units: int, nodes: int, qps: float | None,
+                  steady: Callable[[Steady], None] | None) -> Row:
+    namespace = bench.namespace(f"op-{units}-{'q' if qps else 'u'}")
+    for body in workflow_configs(nodes=nodes):
+        bench.core.create_namespaced_config_map(namespace, body)
+    bench.custom.create_namespaced_custom_object("agentrun.dev", "v1alpha1", namespace,
+                                                 "launchspecs", launch_spec_body())
+    process = bench.operator(namespace, qps=qps)
+    try:
+        bench.wait_operator_up(process, namespace)
+        rss_idle = bench.rss_mib(process.pid)
+        since = datetime.now(UTC)
+        for index in range(units // nodes):
+            bench.custom.create_namespaced_custom_object(
+                "agentrun.dev", "v1alpha1", namespace, "agentruns", run_body(index))
+        bench.wait_pods(namespace, units, timeout=max(180.0, units * 1.0))
+        seconds = bench.last_pod_created(namespace, since=since)
+        bench.wait_active(namespace, units, timeout=max(120.0, units * 0.5))
+        bench.settle()
+        writes = bench.writes_by(namespace, user_prefix="operator", since=since)
+        if steady is not None:
+            rss_live = bench.rss_mib(process.pid)
+            total, own, audited = bench.reads_per_second()
+            steady(Steady(units=units, rss_idle_mib=rss_idle, rss_live_mib=rss_live,
+                          reads_per_second=total, operator_reads_per_second=own,
+                          audited_reads_per_second=audited))
+    finally:
+        bench.stop(process)
+    bench.drop(namespace)
+    label = "agentrun operator" + (" (throttled)" if qps else " (unthrottled)")
+    return Row(units=units, who=label, qps=f"{qps:g}" if qps else "none", seconds=seconds,
+               writes=writes)
+
+
+def table(rows: list[Row], steadies: list[Steady], *, notes: list[str]) -> str:
+    lines = ["| units | who | QPS | time to all pods | pods/s | API writes per pod | "
+             + " | ".join(OPERATOR_COLUMNS) + " | other |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | " + " | ".join(
+                 "---:" for _ in OPERATOR_COLUMNS) + " | ---: |"]
+    for row in rows:
+        known = [row.writes.get(c, 0) for c in OPERATOR_COLUMNS]
+        other = sum(row.writes.values()) - sum(known)
+        lines.append(f"| {row.units:,} | {row.who} | {row.qps} | {row.seconds:.1f} s | "
+                     f"{row.pods_per_second:.1f} | {row.per_pod:.2f} | "
+                     + " | ".join(f"{n / row.units:.2f}" for n in known)
+                     + f" | {other / row.units:.2f} |")
+    lines += ["", "Per pod, by resource: writes of that resource divided by the units.", "",
+              "| live slots | operator RSS idle | RSS with the slots | RSS per 1,000 slots | "
+              "API reads/s (all users) | reads/s of the operator's resources | "
+              "the operator user's reads/s (audit log) |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for s in steadies:
+        per = (s.rss_live_mib - s.rss_idle_mib) / s.units * 1000
+        lines.append(f"| {s.units:,} | {s.rss_idle_mib:.0f} MiB | {s.rss_live_mib:.0f} MiB | "
+                     f"{per:.0f} MiB | {s.reads_per_second:.2f} | "
+                     f"{s.operator_reads_per_second:.2f} | {s.audited_reads_per_second:.2f} |")
+    lines += ["", *notes]
+    return "\n".join(lines)
+
+
+def checks(rows: list[Row], steadies: list[Steady]) -> list[str]:
+    """The issue's "Must show" figures, said as they came out (a benchmark judges nothing)."""
+    said = []
+    for units in sorted({r.units for r in rows}):
+        job = next((r for r in rows if r.units == units and r.who.startswith("Indexed")), None)
+        for row in (r for r in rows if r.units == units and r.who.startswith("agentrun")):
+            claim = sum(row.writes.get(k, 0) for k in ("slots/status", "leases", "pods"))
+            said.append(f"- {units:,} units, {row.who}: {claim / units:.2f} writes per pod "
+                        f"on the first claim (slot status + Lease + Pod; target <= 3)")
+            if row.qps != "none":
+                expected = float(row.qps) / row.per_pod
+                said.append(f"  - pods/s {row.pods_per_second:.1f} vs QPS / writes per pod "
+                            f"= {expected:.1f} ({row.pods_per_second / expected:.0%})")
+            elif job is not None:
+                said.append(f"  - pods/s ratio to the Job controller: "
+                            f"{row.pods_per_second / job.pods_per_second:.2f}")
+    for row in rows:
+        other = {k: n for k, n in row.writes.items() if k not in OPERATOR_COLUMNS}
+        if other:
+            said.append(f"- {row.units:,} units, {row.who}, other writes: " + ", ".join(
+                f"{k} {n}" for k, n in sorted(other.items())))
+    if len(steadies) >= 2:
+        low, high = steadies[0], steadies[-1]
+        said.append(f"- API reads/s at steady state (the operator's resources, /metrics): "
+                    f"{low.operator_reads_per_second:.2f} with {low.units:,} idle Active "
+                    f"slots, {high.operator_reads_per_second:.2f} with {high.units:,}; the "
+                    f"operator user's (audit log): {low.audited_reads_per_second:.2f} and "
+                    f"{high.audited_reads_per_second:.2f}")
+    return said
+
+
+def header() -> str:
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, check=False).stdout.strip()
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"# Benchmarks: the control loop\n\nMachine: {platform.machine()}, "
+            f"{os.cpu_count()} cores, {memory:.0f} GiB, {platform.system()} "
+            f"{platform.release()}, Python {platform.python_version()}. Commit {commit or '?'}"
+            f". Date {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Made by `bench/control_loop.py`"
+            " (`make bench-loop`) on one local control plane without a node.\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--units", default="200,1000",
+                        help="comma-separated pod counts (multiples of --nodes)")
+    parser.add_argument("--nodes", type=int, default=20, help="nodes per run")
+    parser.add_argument("--window", type=float, default=20.0,
+                        help="seconds over which steady-state reads are counted")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    args = parser.parse_args(argv)
+    sizes = [int(u) for u in args.units.split(",")]
+    if any(u % args.nodes for u in sizes):
+        parser.error(f"every --units value must be a multiple of --nodes ({args.nodes})")
+    rows: list[Row] = []
+    steadies: list[Steady] = []
+    with tempfile.TemporaryDirectory(prefix="agentrun-bench-") as workdir:
+        bench = Bench(workdir=Path(workdir), window=args.window)
+        notes = []
+        try:
+            bench.start()
+            qps = JOB_CONTROLLER_QPS if bench.operator_has_qps() else None
+            if qps is None:
+                notes.append("The operator has no --qps/--burst flags on this commit (the "
+                             "QUEUE branch adds them): no throttled row.")
+            for units in sizes:
+                rows.append(time_job(bench, units=units))
+                if qps is not None:
+                    rows.append(time_operator(bench, units=units, nodes=args.nodes, qps=qps,
+                                              steady=None))
+                rows.append(time_operator(bench, units=units, nodes=args.nodes, qps=None,
+                                          steady=steadies.append))
+                print(table(rows, steadies, notes=[]), flush=True)
+        finally:
+            bench.stop_cluster()
+    notes += [f"The Job controller's QPS is kube-controller-manager's --kube-api-qps "
+              f"({JOB_CONTROLLER_QPS:g}, its default; burst 30). Reads: every GET/LIST/WATCH "
+              f"request the API server counted over {args.window:g} s with every slot idle "
+              "and Active, divided by the window; the operator's resources are AgentRuns, "
+              "Slots, LaunchSpecs, Pods, ConfigMaps, Leases, Namespaces and Secrets.",
+              "", *checks(rows, steadies)]
+    text = header() + "\n" + table(rows, steadies, notes=notes) + "\n"
+    print(text)
+    args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""A run's next step, decided purely from what the operator read for it (its *world*).
+
+The run side of :mod:`agentrun.core.steps`: a :class:`RunWorld` is everything one
+decision about a run needs, read at ``now``; :func:`next_step` maps it to one step:
+
+- :class:`Creates`: create a batch of objects (the run's configuration snapshots, or
+  every missing Slot at once, whatever the workflow's width), each a ``worlds.Create``;
+  an AlreadyExists is judged per object on the next look, from ``RunWorld.taken``;
+- :class:`WriteRun`: replace the run's status (with its Event), then look again at
+  ``until``; never returned when the status would not change;
+- ``worlds.Wait``: nothing to write now; look again at ``until`` (None: on a change).
+
+The sequence (DESIGN.md section 7): while unpinned, resolve, create the immutable
+snapshots (deterministic names), then write ``status.pinned``; once pinned, never resolve
+again: lay out the slots from the pinned workflow, then derive the status from them.
+A status write ends a reconcile (the caller stops there), so one reconcile writes the
+run's status at most once, and slot changes arriving meanwhile fold into the next one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agentrun.api import names
+from agentrun.api.configs import WorkflowDocument
+from agentrun.api.runs import AgentRun, AgentRunStatus
+from agentrun.api.slots import Slot
+from agentrun.core import guards, launches, resolution, runs, squats, worlds
+
+Object = Mapping[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunWorld:
+    """What the operator read for one live run (not being deleted), at ``now``.
+
+    ``config_maps``: per configuration kind, the namespace's source ConfigMaps (read only
+    while unpinned). ``snapshots``: the run's configuration snapshots found, by name (read
+    only while unpinned; labels prove nothing, so each is still judged). ``workflow``: the
+    pinned workflow read back from its snapshot, or why it cannot be (None: not pinned).
+    ``slots``: the slots whose ``spec.run`` is the run (the run's own are picked by uid).
+    ``taken``: objects found under a name the last batch tried to create (AlreadyExists),
+    by name: ours counts as created, anything else is a squatter.
+    """
+
+    run: AgentRun
+    tenant: str | None
+    now: datetime
+    config_maps: Mapping[str, Sequence[Object]] = field(default_factory=dict)
+    snapshots: Mapping[str, Object] = field(default_factory=dict)
+    workflow: WorkflowDocument | resolution.Problem | None = None
+    slots: Sequence[Slot] = ()
+    taken: Mapping[str, Object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Creates:
+    """Create every object of ``creates`` in one pass (none depends on another)."""
+
+    creates: tuple[worlds.Create, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteRun:
+    """Replace the run's status under the resourceVersion read; then look at ``until``."""
+
+    status: AgentRunStatus
+    event: guards.Event | None = None
+    point: str = "run-status"
+    until: datetime | None = None
+
+
+RunStep = Creates | WriteRun | worlds.Wait
+
+
+def next_step(world: RunWorld) -> RunStep:
+    """The one step to take for a live run (the caller drops runs gone or being deleted)."""
+    if launches.needs_pinning(world.run):
+        return _pin(world)
+    return _lay_out(world)
+
+
+def _write(world: RunWorld, status: AgentRunStatus, *, event: guards.Event | None = None,
+           point: str = "run-status", until: datetime | None = None,
+           waiting: str = "the run's status is up to date") -> RunStep:
+    """Write ``status`` unless it is the run's own already (then wait: nothing changes).
+
+    The Event goes with the write only: an unchanged status is a repeat, not news.
+    """
+    if status == world.run.status:
+        return worlds.Wait(message=waiting, until=until)
+    return WriteRun(status=status, event=event, point=point, until=until)
+
+
+def _problem(world: RunWorld, problem: resolution.Problem, *,
+             nodes: Sequence[str] = ()) -> RunStep:
+    status = runs.derive(run=world.run, nodes=nodes, slots=[], now=world.now,
+                         problem=problem)
+    return _write(world, status, event=guards.Event(
+        type="Warning", reason=problem.reason, message=problem.message),
+        waiting=problem.message)
+
+
+def _squatted(world: RunWorld, status: AgentRunStatus, *, kind: str, name: str,
+              what: str) -> RunStep:
+    """Say on the run that a name it needs is taken (once); look again soon."""
+    text = squats.message(kind=kind, name=name, namespace=world.run.metadata.namespace,
+                          what=what)
+    new = squats.on_run(status, message=text, now=world.now)
+    return _write(world, new, event=guards.Event(
+        type="Warning", reason="NameSquatted", message=text),
+        until=world.now + squats.SQUAT_WAIT, waiting=text)
+
+
+def _pin(world: RunWorld) -> RunStep:
+    run = world.run
+    resolved = (resolution.tenancy(run=run, tenant=world.tenant)
+                or resolution.resolve(run=run, config_maps=world.config_maps))
+    if isinstance(resolved, resolution.Problem):
+        return _problem(world, resolved)
+    missing: list[worlds.Create] = []
+    uid = run.metadata.uid or ""
+    for chosen in resolved.all():
+        body = launches.snapshot_body(run=run, resolved=chosen, tenant=world.tenant)
+        name = body["metadata"]["name"]
+        found = world.snapshots.get(name) or world.taken.get(name)
+        if found is None:
+            missing.append(worlds.Create(body=body, point="pin-snapshots"))
+        elif not launches.matches_snapshot(found, run_uid=uid, sha256=chosen.sha256):
+            what = f"run {run.metadata.name}'s pinned {chosen.kind} snapshot"
+            text = squats.message(kind="ConfigMap", name=name,
+                                  namespace=run.metadata.namespace, what=what)
+            status = runs.derive(run=run, nodes=[], slots=[], now=world.now,
+                                 problem=resolution.Problem(reason="NameSquatted",
+                                                            message=text))
+            return _squatted(world, status, kind="ConfigMap", name=name, what=what)
+    if missing:
+        return Creates(creates=tuple(missing))
+    pins = launches.pins(run=run, resolution=resolved)
+    summary = "; ".join(f"{kind} revision {pin.revision} as {pin.snapshot}"
+                        for kind, pin in (("package", pins.package),
+                                          ("workflow", pins.workflow),
+                                          ("bindings", pins.bindings)))
+    return WriteRun(status=runs.record_pins(run=run, pins=pins, now=world.now),
+                    event=guards.Event(type="Normal", reason="Pinned",
+                                       message=f"pinned {summary}"),
+                    point="pinned", until=world.now)  # then lay out the slots at once
+
+
+def _lay_out(world: RunWorld) -> RunStep:
+    run, workflow = world.run, world.workflow
+    if workflow is None:
+        return worlds.Wait(message="the run is not pinned yet")
+    if isinstance(workflow, resolution.Problem):
+        return _problem(world, workflow)
+    nodes = [node.name for node in workflow.nodes]
+    own = runs.own_slots(run=run, slots=world.slots)
+    uid = run.metadata.uid or ""
+    missing: list[worlds.Create] = []
+    squatter: tuple[str, str] | None = None
+    for body in launches.slot_bodies(run=run, workflow=workflow, tenant=world.tenant):
+        node, name = body["spec"]["node"], body["metadata"]["name"]
+        if node in own:
+            continue
+        found = world.taken.get(name)
+        if found is None:
+            missing.append(worlds.Create(body=body, point="slots"))
+        elif not launches.matches_slot(found, run_uid=uid, node=node):
+            squatter = squatter or (name, node)
+    if missing:
+        return Creates(creates=tuple(missing))
+    if squatter is not None:
+        status = runs.derive(run=run, nodes=nodes, slots=world.slots, now=world.now)
+        return _squatted(world, status, kind="Slot", name=squatter[0],
+                         what=f"node {squatter[1]} of run {run.metadata.name}")
+    status = squats.run_cleared(runs.derive(run=run, nodes=nodes, slots=world.slots,
+                                            now=world.now))
+    until = None if runs.is_finished(status) else runs.deadline(run)
+    return _write(world, status, until=until)
+
+
+def pinned_workflow(*, run: AgentRun,
+                    snapshot: Object | None) -> WorkflowDocument | resolution.Problem:
+    """The pinned workflow from the run's own snapshot, checked against its pin.
+
+    Immutable once checked, so the caller may keep the answer per snapshot name.
+    """
+    pins = run.status.pinned
+    assert pins is not None
+    text = ((snapshot or {}).get("data") or {}).get(names.CONFIG_DATA_KEYS["workflow"])
+    if not isinstance(text, str) or resolution.sha256_of(text) != pins.workflow.sha256:
+        return resolution.Problem(reason="SnapshotMissing", message=(
+            f"the pinned workflow snapshot {pins.workflow.snapshot} is missing or altered;"
+            " the run cannot lay out its slots (recreate the run)"))
+    document = resolution.parse(kind="workflow", text=text, origin=pins.workflow.snapshot)
+    if isinstance(document, WorkflowDocument):
+        return document
+    assert isinstance(document, resolution.Problem)
+    return document
