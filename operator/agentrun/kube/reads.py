@@ -10,6 +10,7 @@ read afresh, after the command, each time a command is decided (``core.stamping`
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from agentrun.api import names
@@ -109,15 +110,24 @@ class Reader:
 
     def launch_spec_snapshots(self, namespace: str, slot: str, *,
                               slot_uid: str) -> frozenset[str]:
-        """The LaunchSpec snapshots this very slot controls (labels alone prove nothing)."""
-        selector = f"{names.SLOT_LABEL}={slot},{names.SNAPSHOT_LABEL}=launchspec"
+        """The LaunchSpec snapshots of run ``slot`` that the object of uid ``slot_uid``
+        controls (labels alone prove nothing).
+
+        Since one snapshot per (run, spec digest) is the rule (issue 9), the caller passes
+        the run's name and uid here (the parameter names are the shared interface's).
+        """
+        selector = f"{names.RUN_LABEL}={slot},{names.SNAPSHOT_LABEL}=launchspec"
         return frozenset(cm["metadata"]["name"]
                          for cm in self.configmaps(namespace, selector=selector)
                          if owners.controlled_by(cm["metadata"], slot_uid))
 
     def pinned_launch_spec(self, namespace: str, pinned: PinnedLaunchSpec, *,
                            slot_uid: str) -> tuple[LaunchSpecSpec | None, str | None]:
-        """The pinned spec from its snapshot, or why it cannot be had."""
+        """The pinned spec from its snapshot, or why it cannot be had.
+
+        ``slot_uid``: the uid that must control the snapshot: its run's for a per-run
+        copy, the slot's own for one pinned before (``core.snapshots.owner_uid``).
+        """
         key = (namespace, pinned.snapshot)
         if key in self._snapshots:
             return self._snapshots[key], None
@@ -125,8 +135,8 @@ class Reader:
         if found is None:
             return None, f"the LaunchSpec snapshot {pinned.snapshot} is missing"
         if not owners.controlled_by(found.get("metadata") or {}, slot_uid):
-            return None, (f"the LaunchSpec snapshot {pinned.snapshot} is not the slot's own "
-                          "copy (another controller); delete it and reassign the slot")
+            return None, (f"the LaunchSpec snapshot {pinned.snapshot} is not the pinned copy "
+                          "(another controller); delete it and reassign the slot")
         try:
             spec = snapshots.read(found, pinned=pinned)
         except ValueError as error:
@@ -165,3 +175,14 @@ class Reader:
                         "run's pinned copy; workers would not read what was pinned (recreate "
                         "the run to pin again)")
         return None
+
+    # Stand-ins for CACHES' versions (interface 2), for this branch's tests: this reader
+    # always reads the API, so it is its own fresh reader and is never blind.
+    def fresh(self) -> Reader:
+        """A reader that reads from the API: this one already does."""
+        return self
+
+    def blind_time(self, *, since: datetime) -> timedelta:
+        """How long the operator was blind since ``since``: never, without caches."""
+        del since
+        return timedelta(0)
