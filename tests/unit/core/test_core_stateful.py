@@ -101,8 +101,10 @@ class SlotLife(RuleBasedStateMachine):
         assert decision.status.attempt_count == before.attempt_count
         assert [a.number for a in decision.status.attempts] == [a.number for a in before.attempts]
         self.status = decision.status
-        if decision.fence is not None:
-            fenced = self.number(decision.fence)
+        # An accepted give-up makes the live attempt the prior one; it is fenced next.
+        live = before.active_worker or before.pending_worker
+        if decision.accepted and kind is CommandKind.GIVE_UP and live is not None:
+            fenced = self.number(live)
             assert fenced is not None
             if self.pods.get(fenced) in (PodPhase.PENDING, PodPhase.RUNNING):
                 self.pods[fenced] = PodPhase.TERMINATING
