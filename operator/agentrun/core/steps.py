@@ -83,17 +83,17 @@ def _next_step(world: worlds.World) -> worlds.Step:
         judged = attemptsteps.active_step(world)
         if not isinstance(judged, worlds.Wait):
             return judged
-    # A claim under way (its Lease exists) is finished before any command, like an end.
-    claiming = under_way(world)
-    if claiming is not None:
-        return claiming if not isinstance(claiming, worlds.World) else (
-            attemptsteps.claiming_step(claiming))
     # The slot's first status is written with the next status write, or on its own
     # when the slot is to wait (its state is visible from creation on).
     seen = world
     if status.observed_generation != world.slot.metadata.generation:
         world = worlds.with_status(world, status.model_copy(update={
             "observed_generation": world.slot.metadata.generation}))
+    # A claim under way (its Lease exists) is finished before any command, like an end.
+    claiming = under_way(world)
+    if claiming is not None:
+        return claiming if not isinstance(claiming, worlds.World) else (
+            attemptsteps.claiming_step(claiming))
     step = _decide(world)
     if isinstance(step, worlds.Wait) and world.slot.status != seen.slot.status:
         return worlds.WriteStatus(status=world.slot.status, point="observed")
