@@ -18,7 +18,7 @@ from corefakes import expect
 
 from agentrun.api import names
 from agentrun.api.meta import ObjectMeta, OwnerReference
-from agentrun.api.slots import CommandKind, Outcome, SlotState
+from agentrun.api.slots import CommandKind, Outcome, SlotState, SlotStatus
 from agentrun.core import attemptsteps, guards, steps, transitions, worlds
 from agentrun.core.worlds import Create, RemoveCommand, Wait, WriteStatus
 
@@ -34,7 +34,7 @@ def own_lease(number: int, *, owner: str | None = None, request_id: str | None =
     return lease
 
 
-def after_lease(status: Any = None, **kw: Any) -> worlds.World:
+def after_lease(status: SlotStatus | None = None, **kw: Any) -> worlds.World:
     """A Ready slot (or ``status``) whose Lease of the next attempt exists, no Pod yet."""
     status = status or f.ready()
     number = status.attempt_count + 1
@@ -259,6 +259,7 @@ def test_what_is_read_is_a_function_of_the_slot() -> None:
 
 def test_the_run_served_is_the_slots_controlling_owner() -> None:
     run = f.agent_run()
+    assert run is not None
     slot = f.slot(f.ready())
     assert worlds.serving_run(slot=slot, run=run) is None  # no controller reference
     owned = slot.model_copy(update={"metadata": slot.metadata.model_copy(update={
