@@ -43,7 +43,10 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
     seen = guards.seen(status, command.request_id)
     if seen is not None:
         if seen.kind is command.kind:
-            return worlds.RemoveCommand(keys=pending.keys, labels=pinned_label(world))
+            # The LaunchSpec label rides on an accepted command's removal (no write of its
+            # own); a rejected command's removal changes nothing else on the slot.
+            return worlds.RemoveCommand(keys=pending.keys, labels=pinned_label(world)
+                                        if seen.outcome == "Accepted" else None)
         return worlds.RemoveCommand(keys=pending.keys, event=guards.Event(
             type="Warning", reason="CommandRejected",
             message=(f"{command.kind} {command.request_id} not processed: the request id was "
