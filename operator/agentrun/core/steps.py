@@ -160,11 +160,14 @@ def wind_down(world: worlds.World) -> worlds.Step:
     if status.state is SlotState.CLAIMING:
         return attemptsteps.claim_failed(world, message=why)
     objects = world.next_attempt
-    if status.state in (SlotState.READY, SlotState.RETRY_WAIT) and objects is not None and (
-            claims.under_way(objects.lease, slot_uid=world.slot.metadata.uid or "",
-                             attempt=status.attempt_count + 1)):
-        return attemptsteps.claim_failed(
-            attemptsteps.claiming_world(world, lease=objects.lease), message=why)
+    if objects is not None and claims.under_way(
+            objects.lease, slot_uid=world.slot.metadata.uid or "",
+            attempt=status.attempt_count + 1):
+        # A Pending slot's claim started from its Ready status decided in memory.
+        opened = ready_world(world) if status.state is SlotState.PENDING else world
+        if isinstance(opened, worlds.World):
+            return attemptsteps.claim_failed(
+                attemptsteps.claiming_world(opened, lease=objects.lease), message=why)
     return attemptsteps.fence_step(world) or worlds.Wait(message=f"{why}: nothing to start")
 
 
@@ -233,7 +236,8 @@ def ready_world(world: worlds.World) -> worlds.World | worlds.Step:
         return worlds.WriteStatus(status=new, event=guards.Event(
             type="Warning", reason=str(chosen.predicate), message=chosen.message))
     pinned = guards.pin(run=spec.run, choice=chosen)
-    if pinned.snapshot not in world.snapshots:
+    if pinned.snapshot not in world.snapshots and world.run is not None:
+        # (Without a run, in wind-down, the pin is only recorded: nothing more is made.)
         return snapshots.create(world, pinned=pinned, spec=chosen.spec.spec)
     ready = transitions.deps_met(status, worker_class=worker_class, launch_spec=pinned,
                                  now=world.now)

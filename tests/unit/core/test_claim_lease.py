@@ -213,6 +213,16 @@ def test_wind_down_with_a_claim_under_way_records_it_and_starts_no_pod(pod: str 
     assert type(nxt).__name__ == ("Tombstone" if pod is None else "DeletePod")
 
 
+def test_wind_down_of_a_pending_slots_claim_under_way_records_it_too() -> None:
+    """The claim started from a Ready status decided in memory (a crash after its Lease):
+    the run is gone, so the attempt is recorded ClaimFailed with the re-chosen pin."""
+    world = f.world(run=None, next_attempt=f.objects(1, lease=own_lease(1)))
+    step = expect(steps.next_step(world), WriteStatus)
+    assert step.point == "claim-failed"
+    assert (step.status.prior_worker, step.status.attempt_count) == (f.worker(1), 1)
+    assert step.status.launch_spec is not None
+
+
 def test_a_deleted_slot_with_nothing_under_way_starts_nothing() -> None:
     slot = f.slot(f.ready())
     deleting = slot.model_copy(update={"metadata": slot.metadata.model_copy(
