@@ -12,18 +12,16 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from agentrun.api.slots import CommandKind, Slot, SlotState
+from agentrun.api.slots import Slot, SlotState
 from agentrun.controller import loops
 from agentrun.core import (
     attemptsteps,
-    commands,
     guards,
     observations,
     runs,
     snapshots,
-    squats,
     steps,
     worlds,
 )
@@ -77,11 +75,17 @@ class SlotReconciler(loops.Reconciler):
         def decide(world: worlds.World | None) -> bool:
             if world is None:
                 return True
+            decided = steps.next_step(world)
+            if steps.needs_fresh(world, decided):
+                # A cache must not decide this one: read from the API and decide again.
+                world = self.read_world(namespace, name, reader=self.reader.fresh())
+                if world is None:
+                    return True
+                decided = steps.next_step(world)
             result.state = world.slot.status.state
             result.run = world.slot.spec.run
             pinned = world.slot.status.launch_spec
             result.launch_spec = pinned.name if pinned is not None else None
-            decided = steps.next_step(world)
             if isinstance(decided, worlds.Wait):
                 result.wait = decided
                 return True
@@ -99,65 +103,73 @@ class SlotReconciler(loops.Reconciler):
     def _run_locks(self) -> dict[tuple[str, str], threading.Lock]:
         return {}
 
-    def read_world(self, namespace: str, name: str) -> worlds.World | None:
-        reader = self.reader
+    def read_world(self, namespace: str, name: str, *,
+                   reader: reads.Reader | None = None) -> worlds.World | None:
+        """Make the reads ``worlds.reads_for`` names (the core decides what is read)."""
+        reader = reader or self.reader
         slot = reader.slot(namespace, name)
         if slot is None:
             return None
         now, ticks = self.clock(), self.ticks()
         status = slot.status
-        run = reader.run(namespace, slot.spec.run)
-        if run is not None and (run.metadata.deletion_timestamp is not None or not any(
-                ref.controller and ref.uid == run.metadata.uid
-                for ref in slot.metadata.owner_references)):
-            run = None  # being deleted, or a later run of the same name: not this slot's
-        pending = commands.pending(slot.metadata.annotations)
-        reassigning = pending is not None and pending.command.kind is CommandKind.REASSIGN
-        selecting = status.state is SlotState.PENDING or reassigning
+        run = worlds.serving_run(slot=slot, run=reader.run(namespace, slot.spec.run))
+        needs = worlds.reads_for(slot, max_active=run is not None
+                                 and run.spec.max_active is not None)
         dependencies: dict[str, SlotState] = {}
         active_in_run = 0
-        if run is not None and status.state is SlotState.PENDING and slot.spec.depends_on:
-            siblings = reader.slots_of(namespace, slot.spec.run)
-            dependencies = {node: s.status.state
-                            for node, s in runs.own_slots(run=run, slots=siblings).items()}
-        elif run is not None and run.spec.max_active is not None and status.state in (
-                SlotState.READY, SlotState.RETRY_WAIT):
-            siblings = reader.slots_of(namespace, slot.spec.run)
-            active_in_run = sum(
-                1 for s in runs.own_slots(run=run, slots=siblings).values()
-                if s.metadata.name != name
-                and s.status.state in (SlotState.CLAIMING, SlotState.ACTIVE))
-        uid = slot.metadata.uid or ""
-        launch_spec, error = (reader.pinned_launch_spec(namespace, status.launch_spec,
-                                                        slot_uid=uid)
-                              if status.launch_spec is not None else (None, None))
-        worker = steps.needs_attempt_objects(status)
-        attempt = None
-        observation = None
-        first_seen = None
-        if worker is not None:
+        if run is not None and needs.siblings:
+            siblings = runs.own_slots(run=run, slots=reader.slots_of(namespace, slot.spec.run))
+            dependencies = {node: s.status.state for node, s in siblings.items()}
+            if run.spec.max_active is not None:
+                active_in_run = sum(1 for s in siblings.values() if s.metadata.name != name
+                                    and worlds.busy(s, next_lease=self._next_lease(reader, s)))
+        launch_spec, error = (reader.pinned_launch_spec(
+            namespace, status.launch_spec,
+            slot_uid=snapshots.owner_uid(slot=slot, pinned=status.launch_spec))
+            if status.launch_spec is not None else (None, None))
+        attempt = observation = first_seen = None
+        blind = timedelta(0)
+        if needs.worker is not None:
+            worker = needs.worker
             lease = reader.lease(namespace, worker)
             attempt = worlds.AttemptObjects(name=worker, pod=reader.pod(namespace, worker),
-                                           lease=lease)
+                                            lease=lease)
             observation = self.observe(namespace, worker, lease, ticks)
+            if observation is not None:
+                blind = reader.blind_time(since=observation.observed_at)
             if lease is not None:
                 first_seen = self.first_seen.get(
                     (namespace, worker, lease["metadata"].get("uid", "")))
+        next_attempt = None
+        if needs.next_worker is not None:
+            next_lease = reader.lease(namespace, needs.next_worker)
+            next_attempt = worlds.AttemptObjects(
+                name=needs.next_worker, lease=next_lease,
+                pod=reader.pod(namespace, needs.next_worker) if next_lease is not None else None)
         pins_problem = None
-        if run is not None and status.state is SlotState.CLAIMING and (
-                attempt is not None and attempt.pod is None):
+        creating = (attempt if status.state is SlotState.CLAIMING else next_attempt)
+        if run is not None and creating is not None and creating.pod is None and (
+                creating.lease is not None):
+            # Read only when the next write may be the Pod (its Lease exists, no Pod yet).
             pins_problem = reader.config_snapshots_problem(run)
-        # Read after the slot: see core.stamping for why the order matters.
-        stamping = reader.stamping() if pending is not None else None
         return worlds.World(
             slot=slot, run=run, tenant=reader.tenant(namespace), now=now,
             dependencies=dependencies,
-            launch_specs=reader.launch_specs(namespace) if selecting else (),
-            snapshots=(reader.launch_spec_snapshots(namespace, name, slot_uid=uid)
-                       if selecting else frozenset()),
+            launch_specs=reader.launch_specs(namespace) if needs.selecting else (),
+            snapshots=(reader.launch_spec_snapshots(namespace, slot.spec.run,
+                                                    slot_uid=run.metadata.uid or "")
+                       if needs.selecting and run is not None else frozenset()),
             launch_spec=launch_spec, launch_spec_error=error, attempt=attempt,
+            next_attempt=next_attempt, blind=blind,
             observation=observation, ticks=ticks, first_seen=first_seen,
-            active_in_run=active_in_run, pins_problem=pins_problem, stamping=stamping)
+            active_in_run=active_in_run, pins_problem=pins_problem,
+            # Read after the slot: see core.stamping for why the order matters.
+            stamping=reader.stamping() if needs.stamping else None)
+
+    @staticmethod
+    def _next_lease(reader: reads.Reader, slot: Slot) -> reads.Object | None:
+        worker = worlds.next_worker(slot)
+        return None if worker is None else reader.lease(slot.metadata.namespace or "", worker)
 
     def forget(self, *, namespace: str, slot: str) -> None:
         """Drop what is remembered of a deleted slot's leases."""
@@ -180,9 +192,14 @@ class SlotReconciler(loops.Reconciler):
         return observed
 
     def apply(self, world: worlds.World, step: worlds.Step, result: Result) -> bool:
-        """Apply one step; True when it ended in a Wait (a create refused by a quota)."""
+        """Perform one step; True when it ended in a Wait (a create refused by a quota).
+
+        What follows a create that failed is the core's decision (``steps.on_exists``,
+        ``attemptsteps.on_rejected``); this only performs it.
+        """
         slot = world.slot
         namespace = slot.metadata.namespace or ""
+        then: worlds.Step | None = None
         if isinstance(step, worlds.WriteStatus):
             self.writer.slot_status(slot, step.status, point=step.point)
             if step.event is not None:
@@ -196,32 +213,18 @@ class SlotReconciler(loops.Reconciler):
                                  step.body["metadata"]["name"])
                 if exists.found is None:
                     raise writes.Conflict("created and deleted meanwhile") from None
-                if not step.claim and not snapshots.is_own(
-                        exists.found, body=step.body, slot_uid=slot.metadata.uid or ""):
-                    then = squats.slot_step(world, kind=step.body["kind"],
-                                            name=step.body["metadata"]["name"],
-                                            what=f"slot {slot.metadata.name}'s LaunchSpec "
-                                                 "snapshot")
-                    if isinstance(then, worlds.Wait):
-                        result.wait = then
-                        return True
-                    return self.apply(world, then, result)
+                then = steps.on_exists(world, create=step, found=exists.found)
             except writes.Rejected as rejected:
-                if not step.claim:
-                    result.events.append((slot, guards.Event(
-                        type="Warning", reason="CreateFailed",
-                        message=f"could not create {step.body['kind']} "
-                                f"{step.body['metadata']['name']}: {rejected}")))
+                decided = attemptsteps.on_rejected(world, create=step, status=rejected.status,
+                                                   message=str(rejected))
+                if isinstance(decided, guards.Event):
+                    result.events.append((slot, decided))
                     raise
-                if attemptsteps.is_quota_refusal(status=rejected.status,
-                                                 message=str(rejected)):
-                    then = attemptsteps.quota_refused(world, kind=step.body["kind"],
-                                                      message=str(rejected))
-                else:
-                    then = attemptsteps.claim_failed(world, message=str(rejected))
-                if isinstance(then, worlds.Wait):
-                    result.wait = then
-                    return True
+                then = decided
+            if isinstance(then, worlds.Wait):
+                result.wait = then
+                return True
+            if then is not None:
                 return self.apply(world, then, result)
         elif isinstance(step, worlds.DeletePod):
             self.writer.delete_pod(namespace=namespace, name=step.name, uid=step.uid,

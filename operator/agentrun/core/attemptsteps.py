@@ -3,10 +3,19 @@
 Split from :mod:`agentrun.core.steps` (which decides *which* concern comes first) by
 what they hold: each function here maps a :class:`~agentrun.core.worlds.World` whose
 slot has an attempt in hand (Claiming, Active, or an ended prior) to the next write.
+
+The claim (DESIGN.md section 6, as changed by issue 9): 1. create the Lease
+``<slot>-<n+1>`` (the commit point), 2. create the Pod, 3. one status write (Active and
+the attempt record, and a claim command's ledger entry). No ``Claiming`` status is
+written first: the slot's own untombstoned Lease of attempt n+1 *is* the claim under way,
+and :func:`claiming_world` gives the core the slot as if Claiming (in memory), so every
+decision about a claim (create the next object, fail it, wait on a quota) is the one it
+always was. A slot left ``Claiming`` by an older operator goes through the same steps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -67,8 +76,51 @@ def fence_step(world: worlds.World) -> worlds.Step | None:
     return None
 
 
-def claiming_step(world: worlds.World) -> worlds.Step:
-    """Claiming: create the Lease, then the Pod, then record the attempt as Active."""
+def claiming_world(world: worlds.World, *,
+                   lease: Mapping[str, Any] | None) -> worlds.World:
+    """The world with attempt n+1 consumed in memory: the slot as if ``Claiming``.
+
+    ``lease``: the claim's Lease when it exists (a claim under way): its owner actor is
+    the attempt's, and a claim command's request id on it puts the command's ledger entry
+    back (it is written with the claim's one status write). Without it, a claim about to
+    start: the status as decided (for a claim command, with its ledger entry already).
+    The attempt objects are the ones read for attempt n+1.
+    """
+    status = world.slot.status
+    if lease is not None:
+        owner = claims.annotation(lease, names.OWNER_ACTOR_ANNOTATION)
+        request_id = claims.annotation(lease, names.CLAIM_ID)
+        if request_id is not None and guards.seen(status, request_id) is None:
+            status = guards.claim_accepted(status, request_id=request_id, actor=owner,
+                                           now=world.now)
+        status = status.model_copy(update={"next_owner_actor": owner})
+    status = transitions.start_claim(status, slot=world.slot.metadata.name, now=world.now)
+    objects = world.next_attempt or worlds.AttemptObjects(
+        name=status.pending_worker or "", pod=None, lease=None)
+    return dataclasses.replace(worlds.with_status(world, status), attempt=objects)
+
+
+def under_way(world: worlds.World) -> worlds.World | None:
+    """The claiming world when a claim is under way (:func:`claims.under_way`), else None."""
+    status = world.slot.status
+    objects = world.next_attempt
+    if (objects is None or status.state not in worlds.CLAIM_OPEN
+            or status.launch_spec is None or not claims.under_way(
+                objects.lease, slot_uid=world.slot.metadata.uid or "",
+                attempt=status.attempt_count + 1)):
+        return None
+    return claiming_world(world, lease=objects.lease)
+
+
+def claiming_step(world: worlds.World, *, request_id: str | None = None) -> worlds.Step:
+    """Claiming: create the Lease, then the Pod, then record the attempt as Active.
+
+    ``request_id``: the claim command being served (it goes on the Lease). A Lease of
+    this attempt found tombstoned while its Pod does not exist never leads to a Pod: the
+    attempt ended (an operator that fell behind, or a person, closed it), so its number
+    is spent as ClaimFailed and the next claim takes a new one. Likewise a Lease naming
+    another LaunchSpec than the one pinned now (the pin was re-chosen after a crash).
+    """
     status = world.slot.status
     slot = world.slot
     objects = world.attempt
@@ -80,6 +132,18 @@ def claiming_step(world: worlds.World) -> worlds.Step:
                             or "no launch spec is pinned to build the pod from")
     number = status.attempt_count
     uid = slot.metadata.uid or ""
+    own_lease = objects.lease is not None and claims.matches_attempt(
+        objects.lease, slot_uid=uid, attempt=number)
+    if own_lease and objects.pod is None:
+        assert objects.lease is not None
+        if lease_view(objects.lease).tombstoned:
+            return claim_failed(world, message=f"its Lease {worker} was found ended before "
+                                               "its pod was created; no pod is started")
+        recorded = claims.annotation(objects.lease, names.LAUNCH_SPEC_ANNOTATION)
+        if recorded not in (None, transitions.launch_spec_ref(pinned)):
+            return claim_failed(world, message=f"its Lease records LaunchSpec {recorded}, "
+                                               f"not {transitions.launch_spec_ref(pinned)} "
+                                               "pinned now; no pod is started")
     for found, kind in ((objects.lease, "Lease"), (objects.pod, "Pod")):
         if found is None or (
                 claims.matches_attempt(found, slot_uid=uid, attempt=number)
@@ -96,24 +160,29 @@ def claiming_step(world: worlds.World) -> worlds.Step:
         return squats.slot_step(world, kind=kind, name=worker,
                                 what=f"attempt {number} of slot {slot.metadata.name}")
     if objects.lease is None:
-        return worlds.Create(claim=True, point="claim-lease", body=claims.lease_body(
+        return worlds.Create(claim=True, point="claim-lease", within=world,
+                             body=claims.lease_body(
             slot=slot, attempt=number, owner_actor=status.next_owner_actor, tenant=world.tenant,
-            launch_spec=pinned, lease_duration_seconds=world.launch_spec.lease.duration_seconds))
+            launch_spec=pinned, lease_duration_seconds=world.launch_spec.lease.duration_seconds,
+            request_id=request_id))
     if objects.pod is None and world.pins_problem is not None:
         return claim_failed(world, message=world.pins_problem)
     if objects.pod is None:
         assert world.run is not None and world.run.status.pinned is not None
-        return worlds.Create(claim=True, point="claim-pod", body=claims.pod_body(
+        return worlds.Create(claim=True, point="claim-pod", within=world, body=claims.pod_body(
             slot=slot, pins=world.run.status.pinned, launch_spec=world.launch_spec,
             pinned=pinned, attempt=number, owner_actor=status.next_owner_actor,
             tenant=world.tenant))
     owner = status.next_owner_actor
-    message = (f"attempt {number} claimed: pod and lease {worker} from LaunchSpec "
-               f"{pinned.name}@{pinned.generation}"
-               + (f", owner {owner}" if owner else " (automatic claim)"))
+    # One Event at most per pod on a first claim: only a claim a person asked for (a claim
+    # command, or the claim after a reassignment) says so; an automatic one is in status.
+    event = None if owner is None else guards.Event(
+        type="Normal", reason="Claimed",
+        message=f"attempt {number} claimed: pod and lease {worker} from LaunchSpec "
+                f"{pinned.name}@{pinned.generation}, owner {owner}")
     return worlds.WriteStatus(status=transitions.finish_claim(
         status, now=world.now, pod_uid=(objects.pod.get("metadata") or {}).get("uid")),
-        event=guards.Event(type="Normal", reason="Claimed", message=message), point="active")
+        event=event, point="active")
 
 
 QUOTA_WAIT = timedelta(seconds=10)  # how soon to try a create refused by a quota again
@@ -143,6 +212,26 @@ def quota_refused(world: worlds.World, *, kind: str, message: str) -> worlds.Ste
     return worlds.Wait(message=text, until=world.now + QUOTA_WAIT)
 
 
+def on_rejected(world: worlds.World, *, create: worlds.Create, status: int,
+                message: str) -> worlds.Step | guards.Event:
+    """A create the API server refused: what next (the applier only performs it).
+
+    A claim's Lease or Pod: a quota refusal waits (no attempt spent), anything else ends
+    the attempt as ClaimFailed, decided in the claiming world the create came from. Any
+    other object (the run's LaunchSpec snapshot): the Warning Event to post; the error
+    stands (the reconcile is retried with a backoff).
+    """
+    kind = create.body["kind"]
+    if not create.claim:
+        return guards.Event(type="Warning", reason="CreateFailed",
+                            message=f"could not create {kind} "
+                                    f"{create.body['metadata']['name']}: {message}")
+    within = create.within or world
+    if is_quota_refusal(status=status, message=message):
+        return quota_refused(within, kind=kind, message=message)
+    return claim_failed(within, message=message)
+
+
 def claim_failed(world: worlds.World, *, message: str) -> worlds.WriteStatus:
     """The attempt's objects cannot be created: it ends as ClaimFailed, its number spent."""
     status = world.slot.status
@@ -165,7 +254,8 @@ def active_step(world: worlds.World) -> worlds.Step:
     duration = lease_duration(world, lease)
     judged = lease_status(observation=world.observation, lease=lease, now=world.now,
                           claimed_at=started, start_deadline_seconds=deadline,
-                          lease_duration_seconds=duration, ticks=world.ticks)
+                          lease_duration_seconds=duration, ticks=world.ticks,
+                          blind=world.blind)
     verdict = attempts.judge(pod=pod, lease=judged, renewed=world.observation is not None)
     if verdict.delete_pod:
         return worlds.DeletePod(name=objects.name, uid=pod.uid, message=verdict.message)
@@ -176,7 +266,7 @@ def active_step(world: worlds.World) -> worlds.Step:
             until = started + timedelta(seconds=deadline)
         else:  # the expiry on the monotonic clock, said as a wall time for the scheduler
             left = (world.observation.observed_at + timedelta(seconds=duration)
-                    - (world.ticks or world.now))
+                    + world.blind - (world.ticks or world.now))
             until = world.now + left
         return worlds.Wait(message=verdict.message, until=until)
     assert verdict.outcome is not None

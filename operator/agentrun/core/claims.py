@@ -1,6 +1,8 @@
 """Builders for an attempt's objects: its Lease and its Pod, both named ``<slot>-<n>``.
 
-A claim creates the Lease first (holder = the pod's name), then the Pod. Both carry an
+A claim creates the Lease first (holder = the pod's name): the claim's commit point,
+carrying the attempt number (label), the owner actor and, for a claim command, its
+request id; then the Pod. Both carry an
 owner reference to the Slot (``controller``, ``blockOwnerDeletion``) and the labels
 ``agentrun.dev/run``, ``slot``, ``attempt``, ``tenant`` and ``node``, so that an
 ``AlreadyExists`` after a crash can be told apart: it is this attempt's object (success)
@@ -48,18 +50,25 @@ def labels(*, slot: Slot, attempt: int, tenant: str | None) -> dict[str, str]:
     return naming.with_tenant(found, tenant=tenant)
 
 
-def _annotations(*, owner_actor: str | None, launch_spec: PinnedLaunchSpec) -> dict[str, str]:
+def _annotations(*, owner_actor: str | None, launch_spec: PinnedLaunchSpec,
+                 request_id: str | None = None) -> dict[str, str]:
     found = {names.LAUNCH_SPEC_ANNOTATION: transitions.launch_spec_ref(launch_spec)}
     if owner_actor is not None:
         found[names.OWNER_ACTOR_ANNOTATION] = owner_actor
+    if request_id is not None:
+        found[names.CLAIM_ID] = request_id
     return found
 
 
 def lease_body(
     *, slot: Slot, attempt: int, owner_actor: str | None, tenant: str | None,
-    launch_spec: PinnedLaunchSpec, lease_duration_seconds: int,
+    launch_spec: PinnedLaunchSpec, lease_duration_seconds: int, request_id: str | None = None,
 ) -> dict[str, Any]:
-    """The attempt's Lease: its durable record, held by the attempt's pod."""
+    """The attempt's Lease: its durable record, held by the attempt's pod.
+
+    ``request_id``: the claim command this attempt serves (a Manual claim), so that the
+    command's ledger entry can be rebuilt from the Lease after a crash.
+    """
     name = naming.attempt_name(slot=slot.metadata.name, number=attempt)
     return {
         "apiVersion": COORDINATION_API_VERSION,
@@ -68,7 +77,8 @@ def lease_body(
             "name": name,
             "namespace": slot.metadata.namespace,
             "labels": labels(slot=slot, attempt=attempt, tenant=tenant),
-            "annotations": _annotations(owner_actor=owner_actor, launch_spec=launch_spec),
+            "annotations": _annotations(owner_actor=owner_actor, launch_spec=launch_spec,
+                                        request_id=request_id),
             "ownerReferences": [owner_reference(slot)],
         },
         "spec": {"holderIdentity": name, "leaseDurationSeconds": lease_duration_seconds},
@@ -171,3 +181,21 @@ def same_content(existing: Mapping[str, Any], *, kind: str, worker: str,
              for c in (existing.get("spec") or {}).get("containers") or []]
     wanted = [(c.get("name"), c.get("image")) for c in launch_spec.template.spec.containers]
     return found == wanted
+
+
+def annotation(found: Mapping[str, Any], key: str) -> str | None:
+    """One annotation of an object as the API returns it (None: absent)."""
+    value = ((found.get("metadata") or {}).get("annotations") or {}).get(key)
+    return value if isinstance(value, str) else None
+
+
+def under_way(lease: Mapping[str, Any] | None, *, slot_uid: str, attempt: int) -> bool:
+    """Does ``lease`` (read under ``<slot>-<attempt>``) say a claim of it is under way?
+
+    The slot's own Lease of that attempt, not tombstoned: created by a claim that has not
+    yet written its status (the Lease is the claim's commit point).
+    """
+    if lease is None or not matches_attempt(lease, slot_uid=slot_uid, attempt=attempt):
+        return False
+    holder = (lease.get("spec") or {}).get("holderIdentity")
+    return bool(holder) and annotation(lease, names.OUTCOME_ANNOTATION) is None

@@ -88,8 +88,9 @@ class Decision:
     ``status``: the exact new SlotStatus to write (with a resourceVersion precondition);
     for a duplicate, the unchanged status (write nothing). ``event``: the Event to emit
     (none for a duplicate). ``choice``: for an accepted reassignment, the LaunchSpec whose
-    spec must be copied into the snapshot ``status.launchSpec.snapshot``. ``fence``: for
-    an accepted give-up, the live attempt whose pod to delete and lease to tombstone.
+    spec must be copied into the snapshot ``status.launchSpec.snapshot``. An accepted
+    give-up makes the live attempt the prior worker; the fencing that follows is decided
+    from the new status (``attemptsteps.fence_step``), not carried here.
     """
 
     accepted: bool
@@ -98,7 +99,6 @@ class Decision:
     status: SlotStatus
     event: Event | None = None
     choice: selection.Choice | None = None
-    fence: str | None = None
 
 
 def digest(spec: LaunchSpecSpec) -> str:
@@ -107,11 +107,11 @@ def digest(spec: LaunchSpecSpec) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def pin(*, slot: str, choice: selection.Choice) -> PinnedLaunchSpec:
-    """The ``status.launchSpec`` for a chosen spec: identity, digest and snapshot name."""
+def pin(*, run: str, choice: selection.Choice) -> PinnedLaunchSpec:
+    """The ``status.launchSpec`` for a chosen spec: identity, digest and the run's snapshot."""
     d = digest(choice.spec.spec)
     meta = choice.spec.metadata
-    snapshot = naming.launch_spec_snapshot_name(slot=slot, digest=d)
+    snapshot = naming.launch_spec_snapshot_name(run=run, digest=d)
     return PinnedLaunchSpec(name=meta.name, uid=meta.uid or "", generation=meta.generation or 0,
                             digest=d, snapshot=snapshot, reason=choice.reason)
 
@@ -247,11 +247,11 @@ def reassign(
     *, command: Command, slot: Slot, tenant: str | None, prior: Prior | None,
     launch_specs: Iterable[LaunchSpec], now: datetime,
 ) -> Decision:
-    """Decide a reassignment. ``prior`` may be None only when the slot has no prior worker."""
+    """Decide a reassignment (called by :func:`decide`, which answers duplicates first).
+
+    ``prior`` may be None only when the slot has no prior worker.
+    """
     status = slot.status
-    if seen(status, command.request_id) is not None:
-        return Decision(accepted=False, duplicate=True, predicate=Predicate.DUPLICATE,
-                        status=status)
     failed = _reassign_failure(command=command, slot=slot, tenant=tenant, prior=prior)
     if failed:
         return reject(command=command, status=status, predicate=failed[0], message=failed[1],
@@ -262,7 +262,7 @@ def reassign(
     if isinstance(chosen, selection.NoChoice):
         return reject(command=command, status=status, predicate=chosen.predicate,
                       message=chosen.message, now=now)
-    pinned = pin(slot=slot.metadata.name, choice=chosen)
+    pinned = pin(run=slot.spec.run, choice=chosen)
     message = (f"reassigned by {command.actor} to worker class {worker_class!r} "
                f"({chosen.reason}); reason: {command.reason}; the next claim creates "
                f"attempt {status.attempt_count + 1}")
@@ -281,18 +281,18 @@ def decide(
     """Decide any command by its kind (reassign, claim, hold, release, give up).
 
     Claim: accepted when the slot is claimable on request (``NotClaimable`` otherwise);
-    the caller then starts the claim in the same status write, and the actor becomes the
+    the caller then starts the claim (its Lease first), and the actor becomes the
     attempt's owner. Hold needs a reason. Give up is owner-checked like a reassignment
-    and accepted in any open state; a live attempt is named in ``fence``. A claim command is
-    judged as the manual request it is, whatever the run's policy: the request is there.
+    and accepted in any open state (its live attempt becomes the prior, fenced next). A
+    claim command is judged as the manual request it is, whatever the run's policy.
     """
-    if command.kind is CommandKind.REASSIGN:
-        return reassign(command=command, slot=slot, tenant=tenant, prior=prior,
-                        launch_specs=launch_specs, now=now)
     status = slot.status
     if seen(status, command.request_id) is not None:
         return Decision(accepted=False, duplicate=True, predicate=Predicate.DUPLICATE,
                         status=status)
+    if command.kind is CommandKind.REASSIGN:
+        return reassign(command=command, slot=slot, tenant=tenant, prior=prior,
+                        launch_specs=launch_specs, now=now)
     failed = _tenancy(command, slot=slot, tenant=tenant)
     if failed is None:
         failed = _other_failure(command=command, slot=slot, now=now)
@@ -335,11 +335,9 @@ def _apply_other(*, command: Command, slot: Slot, now: datetime) -> Decision:
     status = slot.status
     actor = command.actor
     if command.kind is CommandKind.CLAIM:
-        message = f"claim requested by {actor}: attempt {status.attempt_count + 1} is next"
-        new, event = _accept(command=command, status=status, message=message,
-                             reason="Claimed", now=now)
-        return Decision(accepted=True, status=new.model_copy(
-            update={"next_owner_actor": actor}), event=event)
+        new = claim_accepted(status, request_id=command.request_id, actor=actor, now=now)
+        return Decision(accepted=True, status=new, event=Event(
+            type="Normal", reason="Claimed", message=new.commands[-1].message))
     if command.kind is CommandKind.HOLD:
         message = f"held by {actor}: {command.reason}"
         new, event = _accept(command=command, status=status, message=message,
@@ -352,11 +350,25 @@ def _apply_other(*, command: Command, slot: Slot, now: datetime) -> Decision:
                              reason="Released", now=now)
         return Decision(accepted=True, status=transitions.release(new, message=message, now=now),
                         event=event)
-    live = status.active_worker or status.pending_worker
     message = f"given up by {actor}: {command.reason}"
     new, event = _accept(command=command, status=status, message=message, reason="GaveUp",
                          now=now)
     new = _overridden(new, command=command, owner=_give_up_owner(status))
     return Decision(accepted=True, status=transitions.fail(new, reason="GaveUp",
                                                            message=message, now=now),
-                    event=event, fence=live)
+                    event=event)
+
+
+def claim_accepted(status: SlotStatus, *, request_id: str, actor: str | None,
+                   now: datetime) -> SlotStatus:
+    """The ledger entry of an accepted claim command, its actor the next attempt's owner.
+
+    Written in the claim's one status write (with Active, or with ClaimFailed); until then
+    the claim's Lease carries the request id and the actor, so the entry is rebuilt from
+    the Lease after a crash (``attemptsteps.claiming_world``).
+    """
+    command = Command(kind=CommandKind.CLAIM, request_id=request_id, actor=actor)
+    message = f"claim requested by {actor}: attempt {status.attempt_count + 1} is next"
+    new = _ledger(status, _record(command, outcome="Accepted", predicate=None,
+                                  message=message, now=now))
+    return new.model_copy(update={"next_owner_actor": actor})

@@ -41,12 +41,15 @@ def config_snapshot_name(*, run: str, kind: str, sha256: str) -> str:
     return f"{run}-{kind}-{sha256[:10]}"
 
 
-def launch_spec_snapshot_name(*, slot: str, digest: str) -> str:
-    """``<slot>-lspec-<digest prefix 10>``: the pinned LaunchSpec copy owned by the slot.
+def launch_spec_snapshot_name(*, run: str, digest: str) -> str:
+    """``<run>-lspec-<digest prefix 10>``: the pinned LaunchSpec copy owned by the run.
 
-    At most 58 + 7 + 10 = 75 characters: a ConfigMap name is a DNS subdomain (253).
+    One per (run, spec digest), shared by every slot of the run that pins that spec (a
+    run of 1,000 slots on one spec makes one copy, not 1,000). Slots pinned before this
+    rule name their own copy, ``<slot>-lspec-<digest prefix 10>``, and keep reading it.
+    At most 49 + 7 + 10 = 66 characters: a ConfigMap name is a DNS subdomain (253).
     """
-    return f"{slot}-lspec-{digest[:10]}"
+    return f"{run}-lspec-{digest[:10]}"
 
 
 def with_tenant(labels: dict[str, str], *, tenant: str | None) -> dict[str, str]:

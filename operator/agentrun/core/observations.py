@@ -148,6 +148,7 @@ def lease_status(
     start_deadline_seconds: int,
     lease_duration_seconds: int,
     ticks: datetime | None = None,
+    blind: timedelta = timedelta(0),
 ) -> LeaseStatus:
     """Judge a lease: ``Missing``, ``Released``, ``Held`` or ``Expired``.
 
@@ -156,7 +157,10 @@ def lease_status(
     Before the first renewal a lease is held until ``claimed_at + start_deadline_seconds``
     (wall clock: the claim time is a wall time) and expired after; once renewed, held
     until ``lease_duration_seconds`` (the pinned duration) after the operator saw the
-    last change. ``renewTime`` and ``leaseDurationSeconds`` of the Lease are never used.
+    last change, plus ``blind``: how long since that change the operator itself was
+    blind (its API requests failing, its watch silent). A renewal it could not have seen
+    then is not the worker's fault, so that time never counts toward the expiry.
+    ``renewTime`` and ``leaseDurationSeconds`` of the Lease are never used.
     """
     if not lease.exists:
         return LeaseStatus.MISSING
@@ -165,5 +169,5 @@ def lease_status(
     if observation is None:
         return (LeaseStatus.HELD if now < claimed_at + timedelta(seconds=start_deadline_seconds)
                 else LeaseStatus.EXPIRED)
-    expiry = observation.observed_at + timedelta(seconds=lease_duration_seconds)
+    expiry = observation.observed_at + timedelta(seconds=lease_duration_seconds) + blind
     return LeaseStatus.HELD if (ticks or now) < expiry else LeaseStatus.EXPIRED

@@ -31,3 +31,8 @@ def controlled_by(metadata: Mapping[str, Any], uid: str) -> bool:
     """Does an object (its raw ``metadata``) name ``uid`` as its controller?"""
     return any(ref.get("uid") == uid and ref.get("controller") is True
                for ref in metadata.get("ownerReferences") or [])
+
+
+def controller_uid(metadata: ObjectMeta) -> str | None:
+    """The uid of the object's controlling owner (a slot's run), if it has one."""
+    return next((ref.uid for ref in metadata.owner_references if ref.controller), None)

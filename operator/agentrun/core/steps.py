@@ -26,30 +26,30 @@ Order of concerns, first match wins:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
-from agentrun.api import conditions, names
+from agentrun.api import conditions
 from agentrun.api.slots import (
     TERMINAL_STATES,
-    CommandKind,
-    Predicate,
     SlotState,
-    SlotStatus,
 )
 from agentrun.core import (
     attempts,
     attemptsteps,
+    claims,
     commands,
+    commandsteps,
     guards,
     selection,
     snapshots,
-    stamping,
+    squats,
     transitions,
     worlds,
 )
-from agentrun.core.observations import lease_status, lease_view, pod_view
+from agentrun.core.observations import LeaseStatus, pod_view
 
-COMMANDS_REFUSED = "CommandsRefused"
 LAUNCH_SPEC_SELECTED = "LaunchSpecSelected"
 ENDED_STATES = frozenset({SlotState.RETRY_WAIT, SlotState.SUCCEEDED, SlotState.FAILED})
 
@@ -57,26 +57,15 @@ ENDED_STATES = frozenset({SlotState.RETRY_WAIT, SlotState.SUCCEEDED, SlotState.F
 def next_step(world: worlds.World) -> worlds.Step:
     """The one next write for this slot; when it is to wait, first its LaunchSpec label."""
     step = _next_step(world)
-    labels = pinned_label(world)
-    if isinstance(step, worlds.Wait) and labels is not None:
+    if isinstance(step, worlds.WriteStatus) and step.status == world.slot.status:
+        return worlds.Wait(message="nothing to write: the status is as decided")
+    labels = commandsteps.pinned_label(world)
+    if (isinstance(step, worlds.Wait) and labels is not None
+            and world.slot.status.state is SlotState.READY):
+        # Only a slot that waits Ready (not claimed at once) gets it on its own; otherwise
+        # it rides on a command's annotation removal (no write of its own).
         return worlds.RemoveCommand(keys=(), labels=labels, point="label")
     return step
-
-
-def pinned_label(world: worlds.World) -> dict[str, str] | None:
-    """The label naming the slot's pinned LaunchSpec, when it must change (else None).
-
-    ``kubectl get slots -l agentrun.dev/launch-spec=<name>`` lists the slots that pin a
-    spec. It rides on the annotation removal after a reassignment (no write of its own
-    there) and otherwise is written only when the slot has nothing else to do. A name
-    longer than a label value allows (63) is not labelled.
-    """
-    pinned = world.slot.status.launch_spec
-    if pinned is None or len(pinned.name) > names.MAX_NAME:
-        return None
-    if world.slot.metadata.labels.get(names.LAUNCH_SPEC_LABEL) == pinned.name:
-        return None
-    return {names.LAUNCH_SPEC_LABEL: pinned.name}
 
 
 def _next_step(world: worlds.World) -> worlds.Step:
@@ -94,13 +83,29 @@ def _next_step(world: worlds.World) -> worlds.Step:
         judged = attemptsteps.active_step(world)
         if not isinstance(judged, worlds.Wait):
             return judged
+    # The slot's first status is written with the next status write, or on its own
+    # when the slot is to wait (its state is visible from creation on).
+    seen = world
+    if status.observed_generation != world.slot.metadata.generation:
+        world = worlds.with_status(world, status.model_copy(update={
+            "observed_generation": world.slot.metadata.generation}))
+    # A claim under way (its Lease exists) is finished before any command, like an end.
+    claiming = under_way(world)
+    if claiming is not None:
+        return claiming if not isinstance(claiming, worlds.World) else (
+            attemptsteps.claiming_step(claiming))
+    step = _decide(world)
+    if isinstance(step, worlds.Wait) and world.slot.status != seen.slot.status:
+        return worlds.WriteStatus(status=world.slot.status, point="observed")
+    return step
+
+
+def _decide(world: worlds.World) -> worlds.Step:
+    status = world.slot.status
+    assert world.run is not None
     pending = commands.pending(world.slot.metadata.annotations)
     if pending is not None:
-        return command_step(world, pending)
-    if status.observed_generation != world.slot.metadata.generation:
-        # The first status a slot gets: its state is visible from creation on.
-        return worlds.WriteStatus(status=status.model_copy(update={
-            "observed_generation": world.slot.metadata.generation}), point="observed")
+        return commandsteps.command_step(world, pending)
     if status.state in TERMINAL_STATES:
         return worlds.Wait(message=f"the slot has {status.state}")
     if deadline_passed(world):
@@ -119,11 +124,33 @@ def _next_step(world: worlds.World) -> worlds.Step:
     return attemptsteps.active_step(world)
 
 
+def under_way(world: worlds.World) -> worlds.World | worlds.Step | None:
+    """The claiming world when a claim of attempt n+1 is under way, else None.
+
+    A Pending slot's claim started from its Ready status decided in memory: it is
+    decided again (the same pin, unless the LaunchSpecs changed meanwhile: then the
+    selection's step, or a ClaimFailed when the Lease names another spec).
+    """
+    objects = world.next_attempt
+    status = world.slot.status
+    if objects is None or not claims.under_way(objects.lease,
+                                               slot_uid=world.slot.metadata.uid or "",
+                                               attempt=status.attempt_count + 1):
+        return None
+    if status.state is SlotState.PENDING:
+        opened = ready_world(world)
+        if not isinstance(opened, worlds.World):
+            return opened
+        world = opened
+    return attemptsteps.under_way(world)
+
+
 def wind_down(world: worlds.World) -> worlds.Step:
     """No run to serve, or the slot is being deleted: no claim and no command, only fencing.
 
     An Active attempt is followed to its end (the table of DESIGN.md section 4) so that its
-    lease is tombstoned with a true outcome; a claim under way fails (its run is gone).
+    lease is tombstoned with a true outcome; a claim under way fails (its run is gone): no
+    Pod, the attempt is recorded as ClaimFailed, and its Lease is then tombstoned.
     """
     status = world.slot.status
     why = ("the slot is being deleted" if world.slot.metadata.deletion_timestamp is not None
@@ -132,6 +159,15 @@ def wind_down(world: worlds.World) -> worlds.Step:
         return attemptsteps.active_step(world)
     if status.state is SlotState.CLAIMING:
         return attemptsteps.claim_failed(world, message=why)
+    objects = world.next_attempt
+    if objects is not None and claims.under_way(
+            objects.lease, slot_uid=world.slot.metadata.uid or "",
+            attempt=status.attempt_count + 1):
+        # A Pending slot's claim started from its Ready status decided in memory.
+        opened = ready_world(world) if status.state is SlotState.PENDING else world
+        if isinstance(opened, worlds.World):
+            return attemptsteps.claim_failed(
+                attemptsteps.claiming_world(opened, lease=objects.lease), message=why)
     return attemptsteps.fence_step(world) or worlds.Wait(message=f"{why}: nothing to start")
 
 
@@ -156,91 +192,24 @@ def by_deadline(world: worlds.World, step: worlds.Step) -> worlds.Step:
     return dataclasses.replace(step, until=limit)
 
 
-def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
-    """Decide a pending command into the ledger; once it is there, remove its annotations."""
-    status = world.slot.status
-    command = pending.command
-    seen = guards.seen(status, command.request_id)
-    if seen is not None:
-        if seen.kind is command.kind:
-            return worlds.RemoveCommand(keys=pending.keys, labels=pinned_label(world))
-        return worlds.RemoveCommand(keys=pending.keys, event=guards.Event(
-            type="Warning", reason="CommandRejected",
-            message=(f"{command.kind} {command.request_id} not processed: the request id was "
-                     f"already used by a {seen.kind} command; use a new request id")))
-    refused = stamping.refusal(pending, world.stamping)
-    if refused is not None:
-        decision = guards.reject(command=command, status=status, predicate=refused.predicate,
-                                 message=refused.message, now=world.now)
-        new = decision.status
-        if refused.not_in_force:
-            new = _set(new, COMMANDS_REFUSED, "True", refused.reason, refused.message,
-                       world.now)
-        return worlds.WriteStatus(status=new, event=decision.event, point="command-ledger")
-    if conditions.is_true(status.conditions, COMMANDS_REFUSED):
-        status = _set(status, COMMANDS_REFUSED, "False", "StampingInForce",
-                      "the actor-stamping admission policy is in force", world.now)
-    if pending.malformed is not None:
-        # After the stamping check: an out-of-bounds command is rejected into the ledger
-        # only once its actor can be believed (else it is refused as unstamped/stale).
-        decision = guards.reject(command=command, status=status, predicate=pending.predicate,
-                                 message=f"{pending.malformed}; fix the command and re-issue "
-                                         "it with a new request id", now=world.now)
-        return worlds.WriteStatus(status=decision.status, event=decision.event,
-                                  point="command-ledger")
-    slot = world.slot.model_copy(update={"status": status})
-    assert world.run is not None
-    limit = world.run.spec.max_active
-    busy = limit is not None and world.active_in_run >= limit
-    if command.kind is CommandKind.CLAIM and (world.run.spec.suspend or busy):
-        why = ("the run is suspended (spec.suspend); resume it first" if world.run.spec.suspend
-               else f"the run already has {world.active_in_run} attempts Claiming or Active, "
-                    f"its spec.maxActive ({limit}); claim again when one has ended")
-        decision = guards.reject(command=command, status=status,
-                                 predicate=Predicate.NOT_CLAIMABLE, message=why, now=world.now)
-        return worlds.WriteStatus(status=decision.status, event=decision.event,
-                                  point="command-ledger")
-    try:
-        decision = guards.decide(
-            command=command,
-            slot=slot, tenant=world.tenant, prior=prior(world),
-            launch_specs=world.launch_specs, now=world.now)
-    except ValueError as error:  # includes a model's ValidationError, IllegalTransition
-        # A command that cannot be decided is rejected into the ledger, never retried forever.
-        decision = guards.reject(command=command, status=status, predicate=Predicate.MALFORMED,
-                                 message=f"the command could not be decided ({error})",
-                                 now=world.now)
-    new = decision.status
-    if decision.accepted and decision.choice is not None:
-        pinned = new.launch_spec
-        assert pinned is not None
-        if pinned.snapshot not in world.snapshots:
-            return worlds.Create(body=snapshots.body(slot=world.slot, pinned=pinned,
-                                              spec=decision.choice.spec.spec,
-                                              tenant=world.tenant),
-                          point="launch-spec-snapshot")
-    if decision.accepted and command.kind is CommandKind.CLAIM:
-        new = transitions.start_claim(new, slot=world.slot.metadata.name, now=world.now)
-    return worlds.WriteStatus(status=new, event=decision.event, point="command-ledger")
-
-
-def prior(world: worlds.World) -> guards.Prior | None:
-    """The prior attempt's pod phase and lease status, for the reassignment guard."""
-    status = world.slot.status
-    objects = world.attempt
-    if status.prior_worker is None or objects is None or objects.name != status.prior_worker:
-        return None
-    pod = pod_view(objects.pod)
-    lease = lease_view(objects.lease)
-    return guards.Prior(pod=pod.phase, lease=lease_status(
-        observation=world.observation, lease=lease, now=world.now,
-        claimed_at=attemptsteps.started_at(world, objects.name),
-        start_deadline_seconds=attemptsteps.start_deadline(world),
-        lease_duration_seconds=attemptsteps.lease_duration(world, lease), ticks=world.ticks))
-
-
 def pending_step(world: worlds.World) -> worlds.Step:
-    """Pending → Ready once every dependency succeeded and a launch spec is pinned."""
+    """Pending: once every dependency succeeded and a launch spec is pinned, claim.
+
+    The Ready status (pin, worker class) is decided in memory and written with the
+    claim's one status write; it is written on its own only when the slot is to wait
+    (not claimable now: Manual policy, suspended, maxActive reached).
+    """
+    opened = ready_world(world)
+    if not isinstance(opened, worlds.World):
+        return opened
+    step = claim_step(opened)
+    if isinstance(step, worlds.Wait):
+        return worlds.WriteStatus(status=opened.slot.status)
+    return step
+
+
+def ready_world(world: worlds.World) -> worlds.World | worlds.Step:
+    """The world with the Pending slot made Ready in memory, or the step before that."""
     status = world.slot.status
     spec = world.slot.spec
     failed = [node for node in spec.depends_on
@@ -260,22 +229,22 @@ def pending_step(world: worlds.World) -> worlds.Step:
                               namespace=world.slot.metadata.namespace or "",
                               run=spec.run, node=spec.node, worker_class=worker_class)
     if isinstance(chosen, selection.NoChoice):
-        new = _set(status, LAUNCH_SPEC_SELECTED, "False", str(chosen.predicate),
-                   chosen.message, world.now)
+        new = commandsteps.set_condition(status, LAUNCH_SPEC_SELECTED, "False",
+                                         str(chosen.predicate), chosen.message, world.now)
         if new == status:
             return worlds.Wait(message=chosen.message)
         return worlds.WriteStatus(status=new, event=guards.Event(
             type="Warning", reason=str(chosen.predicate), message=chosen.message))
-    pinned = guards.pin(slot=world.slot.metadata.name, choice=chosen)
-    if pinned.snapshot not in world.snapshots:
-        return worlds.Create(body=snapshots.body(slot=world.slot, pinned=pinned,
-                                                 spec=chosen.spec.spec, tenant=world.tenant),
-                             point="launch-spec-snapshot")
+    pinned = guards.pin(run=spec.run, choice=chosen)
+    if pinned.snapshot not in world.snapshots and world.run is not None:
+        # (Without a run, in wind-down, the pin is only recorded: nothing more is made.)
+        return snapshots.create(world, pinned=pinned, spec=chosen.spec.spec)
     ready = transitions.deps_met(status, worker_class=worker_class, launch_spec=pinned,
                                  now=world.now)
-    ready = _set(ready, LAUNCH_SPEC_SELECTED, "True", "Selected", chosen.reason, world.now)
-    return worlds.WriteStatus(status=ready, event=guards.Event(
-        type="Normal", reason="Ready", message=f"ready to claim: {chosen.reason}"))
+    ready = commandsteps.set_condition(ready, LAUNCH_SPEC_SELECTED, "True", "Selected",
+                                       chosen.reason, world.now)
+    return dataclasses.replace(worlds.with_status(world, ready), launch_spec=chosen.spec.spec,
+                               launch_spec_error=None)
 
 
 def claim_step(world: worlds.World) -> worlds.Step:
@@ -297,8 +266,7 @@ def claim_step(world: worlds.World) -> worlds.Step:
                                    f"Active, its spec.maxActive ({limit}): waiting for one "
                                    "to end")
     if transitions.is_claimable(status, now=world.now, claim_policy=world.run.spec.claim_policy):
-        return worlds.WriteStatus(status=transitions.start_claim(
-            status, slot=world.slot.metadata.name, now=world.now), point="claiming")
+        return attemptsteps.claiming_step(attemptsteps.claiming_world(world, lease=None))
     if conditions.is_true(status.conditions, transitions.AWAITING_REASSIGNMENT):
         return worlds.Wait(message="attempts exhausted: awaiting reassignment or give-up")
     if status.retry_at is not None and status.retry_at > world.now:
@@ -312,14 +280,42 @@ def claim_step(world: worlds.World) -> worlds.Step:
     return worlds.Wait(message="not claimable: no launch spec is pinned")
 
 
-def needs_attempt_objects(status: SlotStatus) -> str | None:
-    """Which attempt's pod and lease the world must include: pending, active, else prior."""
-    return status.pending_worker or status.active_worker or status.prior_worker
+def on_exists(world: worlds.World, *, create: worlds.Create,
+              found: Mapping[str, Any]) -> worlds.Step | None:
+    """A create met AlreadyExists with ``found`` under the name: what next (None: it is
+    ours, read again and go on).
+
+    A claim's Lease or Pod: the claim is decided again in its claiming world with the
+    object found in it, so a tombstoned or foreign Lease never leads to a Pod (the same
+    rules as when the world had it). The run's LaunchSpec snapshot: ours when the run
+    controls it with the same content, else squatted.
+    """
+    kind = create.body["kind"]
+    name = create.body["metadata"]["name"]
+    if create.claim:
+        return attemptsteps.claiming_step(worlds.with_found(create.within or world, kind=kind,
+                                                            found=found))
+    run_uid = (world.run.metadata.uid or "") if world.run is not None else ""
+    if snapshots.is_own(found, body=create.body, owner_uid=run_uid):
+        return None
+    return squats.slot_step(world, kind=kind, name=name,
+                            what=f"run {world.slot.spec.run}'s LaunchSpec snapshot")
 
 
-def _set(status: SlotStatus, type_: str, value: conditions.ConditionStatus, reason: str,
-         message: str, now: datetime) -> SlotStatus:
-    return status.model_copy(update={"conditions": conditions.set_condition(
-        status.conditions, type_=type_, status=value, reason=reason, message=message, now=now)})
+FRESH_POINTS = frozenset({"attempt-ended", "delete-pod"})
 
 
+def needs_fresh(world: worlds.World, step: worlds.Step) -> bool:
+    """Must ``step`` be decided again from a fresh read (the API, not a cache) first?
+
+    A cache that stopped receiving events must never end an attempt, delete its pod, or
+    let a command be accepted on a lease judged expired: those steps are decided again
+    from quorum reads (``Reader.fresh``) before they are taken.
+    """
+    if isinstance(step, worlds.DeletePod) or (
+            isinstance(step, worlds.WriteStatus) and step.point in FRESH_POINTS):
+        return True
+    if not isinstance(step, worlds.WriteStatus) or step.point != "command-ledger":
+        return False
+    judged = commandsteps.prior(world)
+    return judged is not None and judged.lease is LeaseStatus.EXPIRED

@@ -2,9 +2,11 @@
 
 States (DESIGN.md section 4): ``Pending`` (waiting for dependencies), ``Ready`` (a launch
 spec pinned, no attempt yet), ``Claiming`` (``pendingWorker`` set: the next attempt's
-objects are being created), ``Active`` (``activeWorker`` set), ``RetryWait`` (the last
-attempt ended; ``priorWorker`` set), ``Succeeded``, ``Failed``. *Hold* is a condition, not
-a state: it blocks claims and reassignment, and never interrupts an Active attempt.
+objects are being created; since issue 9 mostly a state decided in memory, its Lease
+being the claim's commit point, and written only while a claim waits), ``Active``
+(``activeWorker`` set), ``RetryWait`` (the last attempt ended; ``priorWorker`` set),
+``Succeeded``, ``Failed``. *Hold* is a condition, not a state: it blocks claims and
+reassignment, and never interrupts an Active attempt.
 
 Each function checks the state it starts from and raises :class:`IllegalTransition`
 otherwise, so a bug or a stale read can never move a slot sideways. Only

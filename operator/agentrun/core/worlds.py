@@ -8,15 +8,16 @@ step, each with its precondition, is ``agentrun.kube.writes``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
-from agentrun.api.slots import Slot, SlotState, SlotStatus
-from agentrun.core import guards
+from agentrun.api.slots import CommandKind, Slot, SlotState, SlotStatus
+from agentrun.core import claims, commands, guards, naming, owners
 from agentrun.core.observations import LeaseObservation
 from agentrun.core.stamping import Stamping
 
@@ -35,7 +36,12 @@ class World:
     """What the operator read for one slot, at ``now`` on its own clock.
 
     ``attempt``: the objects of the pending worker when Claiming, the active one when
-    Active, else the prior one. ``dependencies``: state of each slot this one depends on,
+    Active, else the prior one. ``next_attempt``: the objects named for attempt n+1
+    (n = ``attemptCount``) of an open slot not Claiming or Active: their Lease, when it is
+    the slot's own and not tombstoned, says a claim is under way (the claim's commit
+    point). ``blind``: how long the operator was blind (API failing, watch silent) since
+    it last saw the attempt's lease renewed; it never counts toward the lease's expiry.
+    ``dependencies``: state of each slot this one depends on,
     by node (absent: not created yet). ``snapshots``: names of the LaunchSpec snapshots
     the slot owns. ``launch_spec``: the pinned spec read back from its snapshot, or the
     reason it could not be. ``stamping``: whether stamping is in force now and under which
@@ -47,7 +53,8 @@ class World:
     the same as ``now``, as in tests that move one clock). ``active_in_run``: how many
     other slots of the run have an attempt Claiming or Active (read only under maxActive).
     ``run`` is None when the slot has no live run to serve: gone, being deleted, or not
-    the run that controls this slot (a same-name run created later).
+    the run that controls this slot (a same-name run created later): see
+    :func:`serving_run`. What is read at all is :func:`reads_for` of the slot.
     """
 
     slot: Slot
@@ -60,6 +67,8 @@ class World:
     launch_spec: LaunchSpecSpec | None = None
     launch_spec_error: str | None = None
     attempt: AttemptObjects | None = None
+    next_attempt: AttemptObjects | None = None
+    blind: timedelta = timedelta(0)
     observation: LeaseObservation | None = None
     stamping: Stamping | None = None
     pins_problem: str | None = None
@@ -82,6 +91,8 @@ class Create:
     body: dict[str, Any]
     point: str
     claim: bool = False  # a failure ends the attempt as ClaimFailed
+    # A claim's: the claiming world it was decided in (what a failure is decided in).
+    within: World | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,3 +131,83 @@ class Wait:
 
 
 Step = WriteStatus | Create | DeletePod | Tombstone | RemoveCommand | Wait
+
+CLAIM_OPEN = frozenset({SlotState.PENDING, SlotState.READY, SlotState.RETRY_WAIT})
+
+
+def with_status(world: World, status: SlotStatus) -> World:
+    """The same world with the slot's status replaced (a status decided, not yet written)."""
+    return dataclasses.replace(world, slot=world.slot.model_copy(update={"status": status}))
+
+
+def with_found(world: World, *, kind: str, found: Mapping[str, Any]) -> World:
+    """The world with ``found`` (an attempt's Lease or Pod met on AlreadyExists) in it."""
+    name = (found.get("metadata") or {}).get("name")
+    key = "lease" if kind == "Lease" else "pod"
+    update: dict[str, Any] = {}
+    for where in ("attempt", "next_attempt"):
+        objects = getattr(world, where)
+        if objects is not None and objects.name == name:
+            update[where] = dataclasses.replace(objects, **{key: found})
+    return dataclasses.replace(world, **update)
+
+
+def serving_run(*, slot: Slot, run: AgentRun | None) -> AgentRun | None:
+    """The run a slot serves: None when gone, being deleted, or a later run of the same
+    name (not the slot's controlling owner)."""
+    if run is None or run.metadata.deletion_timestamp is not None:
+        return None
+    if owners.controller_uid(slot.metadata) != run.metadata.uid:
+        return None
+    return run
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reads:
+    """What a step about one slot needs read besides the slot, its run and its tenant.
+
+    ``siblings``: the run's other slots (for dependencies, or to count busy ones under
+    maxActive); ``selecting``: the namespace's LaunchSpecs and the run's snapshots (a
+    pin may be chosen); ``worker``: the attempt whose Pod and Lease to read (pending,
+    active, else prior); ``next_worker``: the attempt n+1 whose Pod and Lease say
+    whether a claim is under way; ``stamping``: a command is pending.
+    """
+
+    siblings: bool
+    selecting: bool
+    worker: str | None
+    next_worker: str | None
+    stamping: bool
+
+
+def next_worker(slot: Slot) -> str | None:
+    """``<slot>-<n+1>`` for an open slot that may claim (None when Claiming or Active)."""
+    status = slot.status
+    if status.state not in CLAIM_OPEN or status.pending_worker or status.active_worker:
+        return None
+    return naming.attempt_name(slot=slot.metadata.name, number=status.attempt_count + 1)
+
+
+def reads_for(slot: Slot, *, max_active: bool) -> Reads:
+    """A pure function of the slot (and whether its run limits maxActive): see :class:`Reads`."""
+    status = slot.status
+    pending = commands.pending(slot.metadata.annotations)
+    reassigning = pending is not None and pending.command.kind is CommandKind.REASSIGN
+    pending_state = status.state is SlotState.PENDING
+    return Reads(
+        siblings=(pending_state and bool(slot.spec.depends_on)) or (
+            max_active and status.state in CLAIM_OPEN),
+        selecting=pending_state or reassigning,
+        worker=status.pending_worker or status.active_worker or status.prior_worker,
+        next_worker=next_worker(slot),
+        stamping=pending is not None)
+
+
+
+def busy(slot: Slot, *, next_lease: Mapping[str, Any] | None) -> bool:
+    """Does ``slot`` hold one of its run's maxActive places: an attempt Claiming or
+    Active, or a claim under way (its Lease of attempt n+1, read as ``next_lease``)?"""
+    if slot.status.state in (SlotState.CLAIMING, SlotState.ACTIVE):
+        return True
+    return next_worker(slot) is not None and claims.under_way(
+        next_lease, slot_uid=slot.metadata.uid or "", attempt=slot.status.attempt_count + 1)

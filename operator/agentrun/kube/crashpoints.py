@@ -1,7 +1,7 @@
 """Named crash points: the process kills itself with SIGKILL at a chosen one.
 
 ``AGENTRUN_CRASH_AT=<point>[,<point>...]`` makes the operator die right *after* the
-write named ``<point>`` succeeded (``claiming``, ``claim-lease``, ``claim-pod``,
+write named ``<point>`` succeeded (``claim-lease``, ``claim-pod``,
 ``active``, ``command-ledger``, ``remove-command``, ``attempt-ended``, ``tombstone``,
 ``launch-spec-snapshot``, ``pin-snapshots``, ``pinned``, ``slots``). Tests use it to prove
 that a restart converges: no attempt claimed twice, no command applied twice. SIGKILL,

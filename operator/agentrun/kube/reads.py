@@ -170,15 +170,24 @@ class Reader:
 
     def launch_spec_snapshots(self, namespace: str, slot: str, *,
                               slot_uid: str) -> frozenset[str]:
-        """The LaunchSpec snapshots this very slot controls (labels alone prove nothing)."""
-        selector = f"{names.SLOT_LABEL}={slot},{names.SNAPSHOT_LABEL}=launchspec"
+        """The LaunchSpec snapshots of run ``slot`` that the object of uid ``slot_uid``
+        controls (labels alone prove nothing).
+
+        Since one snapshot per (run, spec digest) is the rule (issue 9), the caller passes
+        the run's name and uid here (the parameter names are the shared interface's).
+        """
+        selector = f"{names.RUN_LABEL}={slot},{names.SNAPSHOT_LABEL}=launchspec"
         return frozenset(cm["metadata"]["name"]
                          for cm in self.configmaps(namespace, selector=selector)
                          if owners.controlled_by(cm["metadata"], slot_uid))
 
     def pinned_launch_spec(self, namespace: str, pinned: PinnedLaunchSpec, *,
                            slot_uid: str) -> tuple[LaunchSpecSpec | None, str | None]:
-        """The pinned spec from its snapshot, or why it cannot be had."""
+        """The pinned spec from its snapshot, or why it cannot be had.
+
+        ``slot_uid``: the uid that must control the snapshot: its run's for a per-run
+        copy, the slot's own for one pinned before (``core.snapshots.owner_uid``).
+        """
         key = (namespace, pinned.snapshot)
         if key in self._snapshots:
             return self._snapshots[key], None
@@ -186,8 +195,8 @@ class Reader:
         if found is None:
             return None, f"the LaunchSpec snapshot {pinned.snapshot} is missing"
         if not owners.controlled_by(found.get("metadata") or {}, slot_uid):
-            return None, (f"the LaunchSpec snapshot {pinned.snapshot} is not the slot's own "
-                          "copy (another controller); delete it and reassign the slot")
+            return None, (f"the LaunchSpec snapshot {pinned.snapshot} is not the pinned copy "
+                          "(another controller); delete it and reassign the slot")
         try:
             spec = snapshots.read(found, pinned=pinned)
         except ValueError as error:

@@ -1,7 +1,11 @@
 """A crash right after a claim was found refused by a ResourceQuota (``quota-exceeded``).
 
-The restarted operator keeps the claim waiting (same attempt number, no pod) and, once
-the quota allows a pod, makes that same attempt Active: nothing was spent on the quota.
+The claim's Lease exists (its commit point) when the quota refuses the Pod. The slot then
+says so in a status write of its own (QuotaExceeded), and since that write must carry the
+claim under way it shows it as ``Claiming`` (attempt n+1 pending, not spent): the state an
+older operator wrote first, finished by the same steps. The restarted operator keeps the
+claim waiting (same attempt number, no pod) and, once the quota allows a pod, makes that
+same attempt Active: nothing was spent on the quota.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ def test_crash_after_quota_exceeded(scenario: Scenario, cluster: Cluster,
     first = f"{slot}-1"
     assert (st["state"], st["pendingWorker"], st["attemptCount"]) == ("Claiming", first, 1), st
     assert condition(scenario.slot(slot), "QuotaExceeded") == "True"
-    assert scenario.pod(first) is None
+    assert st.get("attempts", []) == [], st  # nothing spent
+    assert scenario.lease(first) is not None and scenario.pod(first) is None
 
     process.start()
     scenario.core.patch_namespaced_resource_quota("no-pods", scenario.namespace,

@@ -4,7 +4,10 @@ Covers, against a real API server: a template the API server accepts is ``Valid`
 (a server-side dry run; no pod is created); one it refuses (a container name that is not
 a DNS label) is ``Valid`` False ``InvalidTemplate`` with the server's words; once a run's
 slot pins the valid spec, ``pinnedBy`` is 1 and ``generations`` says which generation,
-and ``kubectl get slots -l agentrun.dev/launch-spec=<name>`` lists that slot; a crash
+and ``kubectl get slots -l agentrun.dev/launch-spec=<name>`` lists that slot (the label
+is written on its own only by a slot that waits Ready, here under claimPolicy Manual;
+an automatically claimed slot gets it on a command's annotation removal, never as a
+write of its own: issue 9's 3 writes per pod); a crash
 right after the status write (``launch-spec-status``) or after a slot's first label patch
 (``label``) is harmless: the restart converges.
 """
@@ -49,9 +52,9 @@ def test_validity_and_pins_are_shown(scenario: Scenario, operator: OperatorProce
         scenario.namespace).items == []
 
     scenario.configs()
-    scenario.run("study")
+    scenario.run("study", claim_policy="Manual")
     slot = scenario.slot_name_eventually("study", "research")
-    scenario.wait_state(slot, "Active")
+    scenario.wait_state(slot, "Ready")
     pinned = wait_for(lambda: (lambda s: s if s.get("pinnedBy") == 1 else None)(
         spec_status(scenario, "cpu-workers")), timeout=30, message="pinnedBy 1")
     assert pinned["generations"] == [{"generation": 1, "slots": 1}]
@@ -84,10 +87,16 @@ def test_a_crash_after_the_label_patch_converges(scenario: Scenario,
     scenario.launch_spec("cpu-workers", classes=["cpu"])
     scenario.configs()
     process.start(crash_at="label")
-    scenario.run("study")
+    scenario.run("study", claim_policy="Manual")  # a slot that waits Ready is labelled
     slot = scenario.slot_name_eventually("study", "research")
     crashed(process)
     labels = scenario.slot(slot)["metadata"].get("labels") or {}
     assert labels.get("agentrun.dev/launch-spec") == "cpu-workers"
     process.start()
-    scenario.wait_state(slot, "Active")
+    scenario.wait_state(slot, "Ready")
+    listed = wait_for(lambda: [s["metadata"]["name"] for s in
+                               scenario.custom.list_namespaced_custom_object(
+                                   GROUP, VERSION, scenario.namespace, "slots",
+                                   label_selector="agentrun.dev/launch-spec=cpu-workers")
+                               ["items"]], timeout=30, message="the slot labelled")
+    assert listed == [slot]

@@ -141,7 +141,7 @@ def test_dependencies_success_columns_and_garbage_collection(
         "snapshots": snapshots(scenario),
     }
     assert len(owned["slots"]) == 2 and len(owned["pods"]) == 2 and len(owned["leases"]) == 2
-    assert len(owned["snapshots"]) == 3 + 2  # the run's three pins, one LaunchSpec per slot
+    assert len(owned["snapshots"]) == 3 + 1  # the run's three pins, one LaunchSpec per run
     kubectl_ok(scenario, "delete", "agentrun", "study", "--wait=false")
 
     def everything_gone() -> bool:

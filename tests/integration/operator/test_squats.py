@@ -74,9 +74,9 @@ def test_a_squatted_launch_spec_snapshot_keeps_the_slot_pending(
         GROUP, VERSION, scenario.namespace, "launchspecs", "cpu-workers")
     digest = guards.digest(LaunchSpec.model_validate(stored).spec)
     slot = naming.slot_name(run="study", node="research")
-    name = naming.launch_spec_snapshot_name(slot=slot, digest=digest)
+    name = naming.launch_spec_snapshot_name(run="study", digest=digest)  # the run's copy
     scenario.core.create_namespaced_config_map(scenario.namespace, {
-        "metadata": {"name": name, "labels": {names.SLOT_LABEL: slot,
+        "metadata": {"name": name, "labels": {names.RUN_LABEL: "study",
                                               names.SNAPSHOT_LABEL: "launchspec"}},
         "data": {"launchspec.json": "{}"}})
     scenario.run("study")

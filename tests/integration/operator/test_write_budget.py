@@ -1,11 +1,13 @@
 """The write budget of one recovery cycle, counted in the API server's audit log.
 
-DESIGN.md section 6: a failure → retry-wait → reassignment → claim cycle costs 8 operator
-writes (slot to RetryWait, lease tombstone, ledger+reopen, annotation removal, Claiming,
-Lease, Pod, Active) plus Events, none of them Kopf bookkeeping. A reassignment to a class
-whose LaunchSpec snapshot does not exist yet costs one more (the snapshot ConfigMap).
-Under ``claimPolicy: Manual`` the claim is a command: its ledger entry and ``Claiming``
-are one status write, then its annotations are removed (one write more than Automatic).
+Issue 9: a failure → retry-wait → reassignment → claim cycle costs 7 operator writes
+(slot to RetryWait, lease tombstone, ledger+reopen, annotation removal, Lease, Pod,
+Active): the design's 8 less the ``Claiming`` write (the Lease is the claim's commit
+point), plus Events, none of them Kopf bookkeeping. A reassignment to a class whose
+LaunchSpec snapshot the run does not have yet costs one more (the run's snapshot). Under
+``claimPolicy: Manual`` the claim is a command: its ledger entry rides on the Active
+write, then its annotations are removed (one write more than Automatic). A first claim
+costs at most 3 writes per pod beyond the slot's creation: Lease, Pod, one status.
 
 The cycle: attempt 1 Active, its pod fails and its lease expires (maxAttempts 1, so the
 slot awaits reassignment), the owner reassigns, the operator claims attempt 2. Counted:
@@ -76,18 +78,14 @@ def expected_cycle(slot: str, *, snapshot: str | None, manual: bool) -> Expected
         (("update", "slots", "status", slot), "ledger + reopen (reassignment)"),
         (("patch", "slots", "", slot), "reassignment annotations removed"),
     ]
-    if manual:
-        rows += [
-            (("update", "slots", "status", slot), "ledger + Claiming (claim command)"),
-            (("patch", "slots", "", slot), "claim annotations removed"),
-        ]
-    else:
-        rows.append((("update", "slots", "status", slot), "Claiming"))
     rows += [
-        (("create", "leases", "", f"{slot}-2"), "Lease of attempt 2"),
+        (("create", "leases", "", f"{slot}-2"), "Lease of attempt 2 (the commit point)"),
         (("create", "pods", "", f"{slot}-2"), "Pod of attempt 2"),
-        (("update", "slots", "status", slot), "Active"),
+        (("update", "slots", "status", slot),
+         "Active + ledger (claim command)" if manual else "Active"),
     ]
+    if manual:
+        rows.append((("patch", "slots", "", slot), "claim annotations removed"))
     return rows
 
 
@@ -96,21 +94,19 @@ def of_slot(write: audit.Write, slot: str) -> bool:
         return write.name == slot
     if write.resource in ("leases", "pods"):
         return write.name.rpartition("-")[0] == slot
-    if write.resource == "configmaps":
-        return write.name.startswith(f"{slot}-lspec-")
+    if write.resource == "configmaps":  # the run's LaunchSpec snapshots (one per digest)
+        return "-lspec-" in write.name
     return False
 
 
 def fail_attempt(scenario: Scenario, slot: str) -> tuple[str, datetime]:
     """Attempt 1's pod fails (exit 3) after one renewal; its lease is left to expire.
 
-    From a settled Active slot: its one-time LaunchSpec label (written once the slot has
-    nothing else to do) is in place first, so it is not counted in the cycle.
+    From a settled Active slot (an automatic claim writes no label of its own: the slot's
+    LaunchSpec label rides on a command's annotation removal).
     """
-    worker = scenario.wait_slot(slot, lambda s: s.get("status", {}).get("state") == "Active"
-                                and "agentrun.dev/launch-spec" in (
-                                    s["metadata"].get("labels") or {}),
-                                message="Active and labelled")["status"]["activeWorker"]
+    worker = scenario.wait_slot(slot, lambda s: s.get("status", {}).get("state") == "Active",
+                                message="Active")["status"]["activeWorker"]
     scenario.renew(worker)
     since = datetime.now(UTC)
     scenario.finish(worker, "Failed", exit_code=3)
@@ -145,9 +141,15 @@ def check_budget(*, title: str, log: Path, scenario: Scenario, since: datetime,
 
     ``siblings``: other slots of the run, whose own cycles are checked on their own.
     """
+    # The run's snapshots are shared: one counts for the slot whose cycle made it.
+    made = {key[3] for key, _ in expected if key[1] == "configmaps"}
+
+    def ours(write: audit.Write) -> bool:
+        return of_slot(write, slot) and (write.resource != "configmaps" or write.name in made)
+
     def slot_writes() -> int:
         return sum(1 for w in audit.writes(log, namespace=scenario.namespace,
-                                           user=OPERATOR_USER, since=since) if of_slot(w, slot))
+                                           user=OPERATOR_USER, since=since) if ours(w))
 
     # The cycle is over at Active: its count of writes holds through a settling window
     # (a write the cycle still made after Active would break the hold, and the table).
@@ -156,7 +158,7 @@ def check_budget(*, title: str, log: Path, scenario: Scenario, since: datetime,
                      message=f"no further operator write on slot {slot} after Active")
     everything = audit.writes(log, namespace=scenario.namespace, user=OPERATOR_USER,
                               since=since)
-    mine = [w for w in everything if of_slot(w, slot)]
+    mine = [w for w in everything if ours(w)]
     events = [w for w in everything if w.resource == "events"]
     others = [w for w in everything if w not in mine and w not in events
               and not any(of_slot(w, sibling) for sibling in siblings)]
@@ -182,8 +184,13 @@ def check_budget(*, title: str, log: Path, scenario: Scenario, since: datetime,
                         *objects(scenario, "pods").values())
 
 
+def run_snapshots(scenario: Scenario) -> set[str]:
+    return set(objects(scenario, "configmaps", selector="agentrun.dev/snapshot-of=launchspec"))
+
+
 def new_snapshot(scenario: Scenario, slot: str, before: set[str]) -> str:
-    added = set(objects(scenario, "configmaps", selector=f"agentrun.dev/slot={slot}")) - before
+    del slot  # the snapshot is the run's, shared by its slots
+    added = run_snapshots(scenario) - before
     assert len(added) == 1, added
     return added.pop()
 
@@ -197,8 +204,7 @@ def test_write_budget_automatic(scenario: Scenario, audit_log: Path,
     started = [fail_attempt(scenario, slot) for slot in slots]
     for slot, (worker, _) in zip(slots, started, strict=True):
         awaiting(scenario, slot, worker)
-    before = {slot: set(objects(scenario, "configmaps", selector=f"agentrun.dev/slot={slot}"))
-              for slot in slots}
+    before = {slot: run_snapshots(scenario) for slot in slots}
     for slot, worker_class in zip(slots, ("cpu", "gpu"), strict=True):
         reassign(scenario, slot, worker_class=worker_class)
     for slot in slots:
@@ -227,7 +233,7 @@ def test_write_budget_manual(scenario: Scenario, audit_log: Path,
     scenario.wait_ledger(slot, first_claim)
     worker, since = fail_attempt(scenario, slot)
     awaiting(scenario, slot, worker)
-    before = set(objects(scenario, "configmaps", selector=f"agentrun.dev/slot={slot}"))
+    before = run_snapshots(scenario)
     reopen = reassign(scenario, slot, worker_class="gpu")
     scenario.wait_ledger(slot, reopen)
     claim = request_id()
@@ -238,3 +244,38 @@ def test_write_budget_manual(scenario: Scenario, audit_log: Path,
                  log=audit_log, scenario=scenario, since=since, slot=slot,
                  expected=expected_cycle(slot, snapshot=new_snapshot(scenario, slot, before),
                                          manual=True))
+
+
+def test_write_budget_first_claim(scenario: Scenario, audit_log: Path,
+                                  operator_process: OperatorProcess) -> None:
+    """A first Automatic claim of slots with nothing to wait for: at most 3 operator writes
+    per pod beyond the slot's creation (Lease, Pod, one status: the first status and the
+    pin ride on it), the run's one LaunchSpec snapshot aside, and no Event per pod."""
+    publish(scenario, nodes=4)
+    since = datetime.now(UTC)
+    scenario.run("study", max_attempts=1)
+    names = [scenario.slot_name_eventually("study", f"n{i}") for i in range(4)]
+    for name in names:
+        scenario.wait_state(name, "Active", timeout=60)
+
+    def writes() -> list[audit.Write]:
+        return [w for w in audit.writes(audit_log, namespace=scenario.namespace,
+                                        user=OPERATOR_USER, since=since)
+                if any(of_slot(w, name) for name in names) or w.resource == "events"]
+
+    settled = len(writes())
+    holds_throughout(lambda: len(writes()) == settled, seconds=SETTLE_SECONDS,
+                     message="no further operator write after Active")
+    found = writes()
+    for name in names:
+        mine = [w.key for w in found if w.resource != "configmaps" and of_slot(w, name)
+                and not (w.resource == "slots" and w.verb == "create")]
+        print(f"\n=== first claim of {name}: {len(mine)} writes ===")
+        for key in mine:
+            print(f"    {key}")
+        assert mine == [("create", "leases", "", f"{name}-1"), ("create", "pods", "", f"{name}-1"),
+                        ("update", "slots", "status", name)], mine
+    snapshots = [w for w in found if w.resource == "configmaps"]
+    assert [w.verb for w in snapshots] == ["create"], [w.row() for w in snapshots]
+    events = [w for w in found if w.resource == "events"]
+    assert len(events) <= len(names), [w.row() for w in events]

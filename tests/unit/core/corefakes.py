@@ -120,6 +120,14 @@ CPU_SPEC = launch_spec("cpu-spec", classes=["cpu"], lease_seconds=LEASE_SECONDS,
                        start_deadline_seconds=START_DEADLINE)
 
 
+def _run_snapshot() -> str:
+    from agentrun.core import guards
+    return naming.launch_spec_snapshot_name(run=RUN, digest=guards.digest(CPU_SPEC.spec))
+
+
+PINNED_RUN_SNAPSHOT = _run_snapshot()  # the run's snapshot of CPU_SPEC
+
+
 def worker(number: int) -> str:
     """``<slot>-<n>``: attempt ``number``'s Pod and Lease."""
     return naming.attempt_name(slot=SLOT, number=number)

@@ -139,7 +139,7 @@ def test_reassignment_guard_over_every_combination() -> None:
     for values in itertools.product(*DIMENSIONS.values()):
         case = Case(*values)
         slot = slots[(case.state, case.held, case.owner, case.request)]
-        decision = guards.reassign(
+        decision = guards.decide(
             command=command_for(case._replace(state="", held=False, pod="", lease="")),
             slot=slot, tenant=f.TENANT,
             prior=guards.Prior(pod=PodPhase(case.pod), lease=LeaseStatus(case.lease)),

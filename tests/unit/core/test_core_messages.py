@@ -117,7 +117,7 @@ def test_rejection_messages(change: dict[str, object], predicate: Predicate,
     rejected = next(c for c in decision.status.conditions if c.type == "CommandRejected")
     assert (rejected.status, rejected.reason, rejected.message) == (
         "True", str(predicate), f"Reassign r1: {message}")
-    assert (decision.choice, decision.fence) == (None, None)
+    assert decision.choice is None
 
 
 def test_acceptance_record_and_event() -> None:
@@ -141,7 +141,7 @@ def test_reassignment_without_a_class_keeps_the_current_one() -> None:
     status = f.retry_wait().model_copy(update={"worker_class": "gpu"})
     command = guards.Command(kind=CommandKind.REASSIGN, request_id="r1", actor="alice",
                              reason="again", run=f.RUN)
-    decision = guards.reassign(command=command, slot=f.slot(status), tenant=f.TENANT,
+    decision = guards.decide(command=command, slot=f.slot(status), tenant=f.TENANT,
                                prior=TERMINAL, launch_specs=[GPU], now=f.T0)
     assert decision.accepted and decision.status.worker_class == "gpu"
 
@@ -151,14 +151,14 @@ def test_digest_and_pin() -> None:
     assert guards.digest(GPU.spec) == hashlib.sha256(canonical.encode()).hexdigest()
     assert canonical.startswith('{"claim":{"workerClasses":["gpu"]},"lease":')
     from agentrun.core import selection
-    pinned = guards.pin(slot=S, choice=selection.Choice(spec=GPU, reason="why"))
+    pinned = guards.pin(run=f.RUN, choice=selection.Choice(spec=GPU, reason="why"))
     assert (pinned.name, pinned.uid, pinned.generation, pinned.reason) == (
         "gpu-spec", "uid-gpu-spec", 1, "why")
     bare = GPU.model_copy(update={"metadata": GPU.metadata.model_copy(
         update={"uid": None, "generation": None})})
-    pinned = guards.pin(slot=S, choice=selection.Choice(spec=bare, reason="why"))
+    pinned = guards.pin(run=f.RUN, choice=selection.Choice(spec=bare, reason="why"))
     assert (pinned.uid, pinned.generation) == ("", 0)
-    assert pinned.snapshot == f"{S}-lspec-{pinned.digest[:10]}"
+    assert pinned.snapshot == f"{f.RUN}-lspec-{pinned.digest[:10]}"  # the run's, one per digest
 
 
 def other(status: SlotStatus, kind: CommandKind, rid: str = "c1",
@@ -172,7 +172,7 @@ def other(status: SlotStatus, kind: CommandKind, rid: str = "c1",
 def test_claim_command_words() -> None:
     waiting = f.retry_wait(retry_at=f.T0 + f.seconds(100))
     decision = other(waiting, CommandKind.CLAIM, actor="carol", tenant=f.TENANT)
-    assert (decision.accepted, decision.predicate, decision.fence) == (True, None, None)
+    assert (decision.accepted, decision.predicate) == (True, None)
     assert decision.event == guards.Event(type="Normal", reason="Claimed",
                                           message="claim requested by carol: attempt 2 is next")
     assert decision.status.next_owner_actor == "carol"
@@ -213,7 +213,7 @@ def test_give_up_words() -> None:
     decision = other(f.retry_wait(), CommandKind.GIVE_UP, reason="stop")
     assert decision.event == guards.Event(type="Normal", reason="GaveUp",
                                           message="given up by alice: stop")
-    assert (decision.accepted, decision.predicate, decision.fence) == (True, None, None)
+    assert (decision.accepted, decision.predicate) == (True, None)
     failed = next(c for c in decision.status.conditions if c.type == "Succeeded")
     assert (failed.status, failed.reason) == ("False", "GaveUp")
     again = other(decision.status, CommandKind.GIVE_UP, "c2", reason="stop")

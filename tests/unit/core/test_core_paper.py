@@ -21,7 +21,7 @@ def reassign(status: SlotStatus, *, actor: str = "alice", reason: str = "pod evi
     command = guards.Command(kind=CommandKind.REASSIGN, request_id=request_id, actor=actor,
                              reason=reason, worker_class=worker_class, run=run, tenant=tenant,
                              override=override)
-    return guards.reassign(command=command, slot=f.slot(status), tenant=f.TENANT, prior=prior,
+    return guards.decide(command=command, slot=f.slot(status), tenant=f.TENANT, prior=prior,
                            launch_specs=[GPU] if specs is None else specs, now=f.T0)
 
 
@@ -56,7 +56,7 @@ def test_reassignment_clears_workers_and_retry_time() -> None:
     after = reassign(f.retry_wait(retry_at=f.T0 + f.seconds(60))).status
     assert after.retry_at is None
     assert after.launch_spec is not None and after.launch_spec.name == "gpu-spec"
-    assert after.launch_spec.snapshot == f"{f.SLOT}-lspec-{after.launch_spec.digest[:10]}"
+    assert after.launch_spec.snapshot == f"{f.RUN}-lspec-{after.launch_spec.digest[:10]}"
     assert after.worker_class == "gpu"
 
 

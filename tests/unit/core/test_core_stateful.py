@@ -5,6 +5,9 @@ observations can be lost at any step (a restart). Invariants checked after every
 at most one live attempt; attempt numbers strictly increase and none is lost; identity
 never changes; reassignment never creates an attempt; a claim creates exactly one; every
 request id appears once in the ledger.
+
+``test_core_stateful_applier.py`` drives the same decisions end to end through the real
+applier over an in-memory API server, with conflicts and crashes between writes.
 """
 
 from __future__ import annotations
@@ -101,8 +104,10 @@ class SlotLife(RuleBasedStateMachine):
         assert decision.status.attempt_count == before.attempt_count
         assert [a.number for a in decision.status.attempts] == [a.number for a in before.attempts]
         self.status = decision.status
-        if decision.fence is not None:
-            fenced = self.number(decision.fence)
+        # An accepted give-up makes the live attempt the prior one; it is fenced next.
+        live = before.active_worker or before.pending_worker
+        if decision.accepted and kind is CommandKind.GIVE_UP and live is not None:
+            fenced = self.number(live)
             assert fenced is not None
             if self.pods.get(fenced) in (PodPhase.PENDING, PodPhase.RUNNING):
                 self.pods[fenced] = PodPhase.TERMINATING

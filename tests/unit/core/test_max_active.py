@@ -13,7 +13,7 @@ from corefakes import expect
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Predicate, SlotState
 from agentrun.core import steps
-from agentrun.core.worlds import Wait, WriteStatus
+from agentrun.core.worlds import Create, Wait, WriteStatus
 
 
 def limited(max_active: int | None) -> AgentRun:
@@ -30,15 +30,14 @@ def test_a_ready_slot_waits_while_the_run_is_at_max_active() -> None:
 
 
 def test_it_claims_once_one_fewer_is_active() -> None:
-    world = f.world(f.ready(), run=limited(2), active_in_run=1)
-    step = expect(steps.next_step(world), WriteStatus)
-    assert step.status.state is SlotState.CLAIMING
-    assert step.status.attempt_count == 1
+    world = f.world(f.ready(), run=limited(2), active_in_run=1, next_attempt=f.objects(1))
+    step = expect(steps.next_step(world), Create)
+    assert (step.point, step.body["metadata"]["name"]) == ("claim-lease", f.worker(1))
 
 
 def test_without_max_active_the_count_does_not_matter() -> None:
-    world = f.world(f.ready(), run=limited(None), active_in_run=500)
-    assert expect(steps.next_step(world), WriteStatus).status.state is SlotState.CLAIMING
+    world = f.world(f.ready(), run=limited(None), active_in_run=500, next_attempt=f.objects(1))
+    assert expect(steps.next_step(world), Create).point == "claim-lease"
 
 
 def test_a_slot_not_yet_claimable_is_not_told_about_max_active() -> None:

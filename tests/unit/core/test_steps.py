@@ -43,18 +43,27 @@ def test_a_slot_whose_run_is_gone_waits_even_with_a_pending_command() -> None:
     assert step.until is None
 
 
-def test_the_first_status_write_records_the_observed_generation() -> None:
-    step = expect(steps.next_step(f.world(generation=3)), WriteStatus)
+def test_a_slot_that_waits_gets_its_first_status_with_the_observed_generation() -> None:
+    step = expect(steps.next_step(f.world(generation=3, depends_on=["other"])), WriteStatus)
     assert step.point == "observed"
     assert step.event is None
     assert step.status == SlotStatus(observed_generation=3)
 
 
-def test_a_pending_command_is_decided_before_the_observed_generation_is_written() -> None:
+def test_a_slot_with_work_to_do_writes_no_status_of_its_own_first() -> None:
+    """The observed generation rides on the next status write (here: the claim's)."""
+    world = f.world(generation=3, snapshots=frozenset({f.PINNED_RUN_SNAPSHOT}),
+                    next_attempt=f.objects(1))
+    claim = expect(steps.next_step(world), Create)
+    assert claim.point == "claim-lease" and claim.within is not None
+    assert claim.within.slot.status.observed_generation == 3
+
+
+def test_a_pending_command_carries_the_observed_generation_in_its_ledger_write() -> None:
     world = f.world(f.ready(), generation=3, annotations=f.command("hold", "  "))
     step = expect(steps.next_step(world), WriteStatus)
     assert step.point == "command-ledger"
-    assert step.status.observed_generation is None
+    assert step.status.observed_generation == 3
 
 
 # --- a finished slot: fence, tombstone, then nothing --------------------------------------
@@ -229,15 +238,28 @@ def test_a_serving_launch_spec_is_snapshotted_then_the_slot_is_ready() -> None:
     world = f.world(launch_specs=(f.launch_spec("gpu-spec", classes=["gpu"]), spec))
     create = expect(steps.next_step(world), Create)
     digest = guards.digest(spec.spec)
-    snapshot = f"{f.SLOT}-lspec-{digest[:10]}"
+    snapshot = f"{f.RUN}-lspec-{digest[:10]}"
     assert (create.point, create.claim) == ("launch-spec-snapshot", False)
     assert (create.body["kind"], create.body["metadata"]["name"]) == ("ConfigMap", snapshot)
-    assert create.body["metadata"]["ownerReferences"][0]["uid"] == f.SLOT_UID
-    pinned = guards.pin(slot=f.SLOT, choice=selection.Choice(spec=spec, reason=""))
+    # One snapshot per (run, digest), owned by the run (not by each slot).
+    assert create.body["metadata"]["ownerReferences"][0]["uid"] == f.RUN_UID
+    pinned = guards.pin(run=f.RUN, choice=selection.Choice(spec=spec, reason=""))
     assert snapshots.read(create.body, pinned=pinned) == spec.spec
 
+    # Claimable at once (Automatic): no Ready write; the claim's Lease is the next write
+    # and the Ready status (the pin) rides in its claiming world to the one status write.
+    claim = expect(steps.next_step(f.world(launch_specs=world.launch_specs,
+                                           next_attempt=f.objects(1),
+                                           snapshots=frozenset({snapshot}))), Create)
+    assert claim.point == "claim-lease" and claim.within is not None
+    claiming = claim.within.slot.status
+    assert claiming.launch_spec is not None and claiming.launch_spec.snapshot == snapshot
+    assert claim.within.launch_spec == spec.spec
+
+    # A slot that must wait (Manual: no claim command yet) gets its Ready status written.
     ready = expect(steps.next_step(
-        f.world(launch_specs=world.launch_specs, snapshots=frozenset({snapshot}))), WriteStatus)
+        f.world(launch_specs=world.launch_specs, snapshots=frozenset({snapshot}),
+                run=f.agent_run(claim_policy="Manual"))), WriteStatus)
     assert ready.point == "status"
     assert ready.status.state is SlotState.READY
     assert ready.status.worker_class == "cpu"
@@ -245,8 +267,7 @@ def test_a_serving_launch_spec_is_snapshotted_then_the_slot_is_ready() -> None:
     assert (ready.status.launch_spec.name, ready.status.launch_spec.digest,
             ready.status.launch_spec.snapshot) == ("cpu-spec", digest, snapshot)
     assert f.condition(ready.status, steps.LAUNCH_SPEC_SELECTED).status == "True"
-    assert ready.event is not None
-    assert (ready.event.type, ready.event.reason) == ("Normal", "Ready")
+    assert ready.event is None  # Events only where a person needs them
     assert ready.status.attempt_count == 0
 
 
@@ -254,7 +275,8 @@ def test_a_worker_class_in_the_status_overrides_the_nodes() -> None:
     gpu = f.launch_spec("gpu-spec", classes=["gpu"])
     digest = guards.digest(gpu.spec)
     world = f.world(SlotStatus(worker_class="gpu"), launch_specs=(f.CPU_SPEC, gpu),
-                    snapshots=frozenset({f"{f.SLOT}-lspec-{digest[:10]}"}))
+                    snapshots=frozenset({f"{f.RUN}-lspec-{digest[:10]}"}),
+                    run=f.agent_run(claim_policy="Manual"))
     ready = expect(steps.next_step(world), WriteStatus)
     assert ready.status.worker_class == "gpu"
     assert ready.status.launch_spec is not None and ready.status.launch_spec.name == "gpu-spec"
@@ -262,8 +284,9 @@ def test_a_worker_class_in_the_status_overrides_the_nodes() -> None:
 
 def test_a_spec_that_appears_later_flips_launch_spec_selected_true() -> None:
     missing = expect(steps.next_step(f.world(launch_specs=())), WriteStatus).status
-    snapshot = naming.launch_spec_snapshot_name(slot=f.SLOT, digest=guards.digest(f.CPU_SPEC.spec))
-    ready = expect(steps.next_step(f.world(missing, snapshots=frozenset({snapshot}))),
+    snapshot = naming.launch_spec_snapshot_name(run=f.RUN, digest=guards.digest(f.CPU_SPEC.spec))
+    ready = expect(steps.next_step(f.world(missing, snapshots=frozenset({snapshot}),
+                                           run=f.agent_run(claim_policy="Manual"))),
                    WriteStatus)
     assert ready.status.state is SlotState.READY
     assert f.condition(ready.status, steps.LAUNCH_SPEC_SELECTED).reason == "Selected"
@@ -275,20 +298,22 @@ TOMBSTONED_PRIOR = f.objects(1, pod=f.pod(1, "Failed"), lease=f.lease(1, outcome
 
 
 def test_a_ready_slot_is_claimed_automatically() -> None:
-    step = expect(steps.next_step(f.world(f.ready())), WriteStatus)
-    assert (step.point, step.event) == ("claiming", None)
-    assert step.status.state is SlotState.CLAIMING
-    assert (step.status.pending_worker, step.status.attempt_count) == (f.worker(1), 1)
+    """The claim's first write is the Lease of attempt 1 (no Claiming status first)."""
+    step = expect(steps.next_step(f.world(f.ready(), next_attempt=f.objects(1))), Create)
+    assert (step.point, step.claim, step.body["kind"]) == ("claim-lease", True, "Lease")
+    assert step.body["metadata"]["name"] == f.worker(1)
+    assert step.within is not None and step.within.slot.status.attempt_count == 1
 
 
 def test_a_retry_wait_slot_is_claimed_once_retry_at_has_passed() -> None:
     world = f.world(f.retry_wait(retry_at=f.T0 + f.seconds(10)), now=f.T0 + f.seconds(10),
-                    attempt=TOMBSTONED_PRIOR)
-    step = expect(steps.next_step(world), WriteStatus)
-    assert step.point == "claiming"
-    assert (step.status.state, step.status.pending_worker) == (SlotState.CLAIMING, f.worker(2))
-    assert (step.status.attempt_count, step.status.retry_at) == (2, None)
-    assert step.status.prior_worker == f.worker(1)
+                    attempt=TOMBSTONED_PRIOR, next_attempt=f.objects(2))
+    step = expect(steps.next_step(world), Create)
+    assert (step.point, step.body["metadata"]["name"]) == ("claim-lease", f.worker(2))
+    assert step.within is not None
+    claiming = step.within.slot.status
+    assert (claiming.attempt_count, claiming.retry_at, claiming.prior_worker) == (
+        2, None, f.worker(1))
 
 
 def test_a_retry_wait_slot_waits_until_retry_at() -> None:

@@ -27,7 +27,15 @@ from corefakes import expect
 
 from agentrun.api import conditions, names
 from agentrun.api.slots import CommandKind, CommandRecord, Outcome, Predicate, SlotState, SlotStatus
-from agentrun.core import attemptsteps, commands, guards, snapshots, steps, transitions
+from agentrun.core import (
+    attemptsteps,
+    commands,
+    commandsteps,
+    guards,
+    snapshots,
+    steps,
+    transitions,
+)
 from agentrun.core.stamping import Stamping
 from agentrun.core.worlds import (
     Create,
@@ -41,7 +49,7 @@ from agentrun.core.worlds import (
 
 NOT_IN_FORCE = Stamping(epoch=None, problem="actors cannot be verified: the policy is missing")
 GPU_SPEC = f.launch_spec("gpu-spec", classes=["gpu"], runs=[f.RUN])
-GPU_SNAPSHOT = f"{f.SLOT}-lspec-{guards.digest(GPU_SPEC.spec)[:10]}"
+GPU_SNAPSHOT = f"{f.RUN}-lspec-{guards.digest(GPU_SPEC.spec)[:10]}"
 TERMINAL_PRIOR = f.objects(1, pod=f.pod(1, "Failed"), lease=f.lease(1, outcome="Failed"))
 
 
@@ -136,7 +144,7 @@ def test_a_command_while_stamping_is_not_in_force_is_refused_in_the_ledger() -> 
     assert (entry.request_id, entry.outcome, entry.predicate, entry.message) == (
         "req-1", "Rejected", Predicate.COMMANDS_REFUSED, message)
     assert entry.actor == "alice"  # recorded as written, never believed
-    refused_condition = f.condition(step.status, steps.COMMANDS_REFUSED)
+    refused_condition = f.condition(step.status, commandsteps.COMMANDS_REFUSED)
     assert (refused_condition.status, refused_condition.reason) == ("True",
                                                                     "StampingNotInForce")
     assert step.status.state is SlotState.READY  # nothing else changed
@@ -163,7 +171,7 @@ def test_a_command_not_stamped_under_the_current_epoch_is_refused(
     assert (entry.outcome, entry.predicate) == ("Rejected", predicate)
     assert says in entry.message
     assert f.condition(step.status, transitions.COMMAND_REJECTED).reason == str(predicate)
-    assert conditions.find(step.status.conditions, steps.COMMANDS_REFUSED) is None
+    assert conditions.find(step.status.conditions, commandsteps.COMMANDS_REFUSED) is None
     assert step.status.state is SlotState.READY and step.status.pending_worker is None
 
 
@@ -175,7 +183,7 @@ def test_once_the_policy_is_back_commands_refused_flips_false_on_the_next_comman
                     now=f.T0 + f.seconds(5))
     step = expect(steps.next_step(world), WriteStatus)
     assert ledger_entry(step).outcome == "Accepted"
-    flipped = f.condition(step.status, steps.COMMANDS_REFUSED)
+    flipped = f.condition(step.status, commandsteps.COMMANDS_REFUSED)
     assert (flipped.status, flipped.reason) == ("False", "StampingInForce")
     assert flipped.last_transition_time == f.T0 + f.seconds(5)
     assert f.condition(step.status, transitions.HELD).status == "True"
@@ -208,20 +216,27 @@ def test_a_claim_of_a_slot_that_is_not_claimable_is_rejected() -> None:
     (f.ready(), f.worker(1)),
     (f.retry_wait(retry_at=f.T0), f.worker(2)),
 ], ids=["ready", "retry-wait"])
-def test_an_accepted_claim_is_one_write_of_the_ledger_and_claiming(status: SlotStatus,
-                                                                   worker: str) -> None:
+def test_an_accepted_claim_starts_with_its_lease_carrying_the_request(status: SlotStatus,
+                                                                     worker: str) -> None:
+    """The claim command's first write is the Lease (request id and owner on it); its
+    ledger entry is in the claiming world, written with the claim's one status write."""
+    number = status.attempt_count + 1
     world = f.world(status, annotations=f.command("claim", actor="bob"),
                     run=f.agent_run(claim_policy="Manual"), now=f.T0 + f.seconds(1),
-                    attempt=TERMINAL_PRIOR if status.prior_worker else None)
-    step = expect(steps.next_step(world), WriteStatus)
-    entry = ledger_entry(step)
+                    attempt=TERMINAL_PRIOR if status.prior_worker else None,
+                    next_attempt=f.objects(number))
+    step = expect(steps.next_step(world), Create)
+    assert (step.point, step.body["kind"], step.body["metadata"]["name"]) == (
+        "claim-lease", "Lease", worker)
+    annotations = step.body["metadata"]["annotations"]
+    assert (annotations["agentrun.dev/claim-id"], annotations["agentrun.dev/owner-actor"]) == (
+        "req-1", "bob")
+    assert step.within is not None
+    new = step.within.slot.status
+    entry = new.commands[-1]
     assert (entry.kind, entry.outcome, entry.actor) == (CommandKind.CLAIM, "Accepted", "bob")
-    new = step.status
-    assert (new.state, new.pending_worker) == (SlotState.CLAIMING, worker)
-    assert new.attempt_count == status.attempt_count + 1
-    assert new.next_owner_actor == "bob"
-    assert step.event is not None
-    assert (step.event.type, step.event.reason) == ("Normal", "Claimed")
+    assert (new.pending_worker, new.attempt_count, new.next_owner_actor) == (
+        worker, number, "bob")
 
 
 # --- reassignment ---------------------------------------------------------------------------------
@@ -257,7 +272,7 @@ def test_with_its_snapshot_an_accepted_reassignment_reopens_the_slot() -> None:
     assert step.event is not None
     assert (step.event.type, step.event.reason) == ("Normal", "Reassigned")
     # The snapshot holds the chosen spec, as the pin says.
-    body = snapshots.body(slot=world.slot, pinned=new.launch_spec, spec=GPU_SPEC.spec,
+    body = snapshots.body(run=f.agent_run(), pinned=new.launch_spec, spec=GPU_SPEC.spec,
                           tenant=f.TENANT)
     assert snapshots.read(body, pinned=new.launch_spec) == GPU_SPEC.spec
 

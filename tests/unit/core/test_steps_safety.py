@@ -15,7 +15,7 @@ import corefakes as f
 
 from agentrun.api.slots import CommandKind, Outcome, Predicate, SlotState
 from agentrun.core import guards, steps
-from agentrun.core.worlds import DeletePod, RemoveCommand, Tombstone, Wait, WriteStatus
+from agentrun.core.worlds import Create, DeletePod, RemoveCommand, Tombstone, Wait, WriteStatus
 
 expect = f.expect
 
@@ -64,9 +64,9 @@ def test_no_claim_while_the_prior_pod_is_still_terminating() -> None:
 
 def test_a_claim_starts_once_the_prior_pod_is_gone() -> None:
     prior = f.objects(1, pod=None, lease=f.lease(1, holder=False, outcome="Failed"))
-    step = expect(steps.next_step(f.world(f.retry_wait(retry_at=f.T0), attempt=prior)),
-                  WriteStatus)
-    assert step.status.state is SlotState.CLAIMING
+    step = expect(steps.next_step(f.world(f.retry_wait(retry_at=f.T0), attempt=prior,
+                                          next_attempt=f.objects(2))), Create)
+    assert (step.point, step.body["metadata"]["name"]) == ("claim-lease", f.worker(2))
 
 
 # --- leftovers of an earlier slot of the same name ------------------------------------------

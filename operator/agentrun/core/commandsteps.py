@@ -1,0 +1,131 @@
+"""The steps of a pending command (annotations): refused, rejected, or decided into the ledger.
+
+Split from :mod:`agentrun.core.steps` (which decides *when* a command is looked at): a
+command is refused unless its stamping can be believed, rejected when malformed (out of
+its bounds) or when a claim is not possible now, else decided by :mod:`agentrun.core.guards`
+into the ledger; once it is there its annotations are removed (with the slot's LaunchSpec
+label riding on that patch). An accepted claim command starts the claim itself: its first
+write is the claim's Lease (``attemptsteps.claiming_step``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from agentrun.api import conditions, names
+from agentrun.api.slots import CommandKind, Predicate, SlotStatus
+from agentrun.core import attemptsteps, commands, guards, snapshots, stamping, worlds
+from agentrun.core.observations import lease_status, lease_view, pod_view
+
+COMMANDS_REFUSED = "CommandsRefused"
+
+
+def pinned_label(world: worlds.World) -> dict[str, str] | None:
+    """The label naming the slot's pinned LaunchSpec, when it must change (else None).
+
+    ``kubectl get slots -l agentrun.dev/launch-spec=<name>`` lists the slots that pin a
+    spec. It rides on the annotation removal after a reassignment (no write of its own
+    there) and otherwise is written only when the slot has nothing else to do. A name
+    longer than a label value allows (63) is not labelled.
+    """
+    pinned = world.slot.status.launch_spec
+    if pinned is None or len(pinned.name) > names.MAX_NAME:
+        return None
+    if world.slot.metadata.labels.get(names.LAUNCH_SPEC_LABEL) == pinned.name:
+        return None
+    return {names.LAUNCH_SPEC_LABEL: pinned.name}
+
+
+def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
+    """Decide a pending command into the ledger; once it is there, remove its annotations."""
+    status = world.slot.status
+    command = pending.command
+    seen = guards.seen(status, command.request_id)
+    if seen is not None:
+        if seen.kind is command.kind:
+            # The LaunchSpec label rides on an accepted command's removal (no write of its
+            # own); a rejected command's removal changes nothing else on the slot.
+            return worlds.RemoveCommand(keys=pending.keys, labels=pinned_label(world)
+                                        if seen.outcome == "Accepted" else None)
+        return worlds.RemoveCommand(keys=pending.keys, event=guards.Event(
+            type="Warning", reason="CommandRejected",
+            message=(f"{command.kind} {command.request_id} not processed: the request id was "
+                     f"already used by a {seen.kind} command; use a new request id")))
+    refused = stamping.refusal(pending, world.stamping)
+    if refused is not None:
+        decision = guards.reject(command=command, status=status, predicate=refused.predicate,
+                                 message=refused.message, now=world.now)
+        new = decision.status
+        if refused.not_in_force:
+            new = set_condition(new, COMMANDS_REFUSED, "True", refused.reason, refused.message,
+                       world.now)
+        return worlds.WriteStatus(status=new, event=decision.event, point="command-ledger")
+    if conditions.is_true(status.conditions, COMMANDS_REFUSED):
+        status = set_condition(status, COMMANDS_REFUSED, "False", "StampingInForce",
+                      "the actor-stamping admission policy is in force", world.now)
+    if pending.malformed is not None:
+        # After the stamping check: an out-of-bounds command is rejected into the ledger
+        # only once its actor can be believed (else it is refused as unstamped/stale).
+        decision = guards.reject(command=command, status=status, predicate=pending.predicate,
+                                 message=f"{pending.malformed}; fix the command and re-issue "
+                                         "it with a new request id", now=world.now)
+        return worlds.WriteStatus(status=decision.status, event=decision.event,
+                                  point="command-ledger")
+    slot = world.slot.model_copy(update={"status": status})
+    assert world.run is not None
+    limit = world.run.spec.max_active
+    busy = limit is not None and world.active_in_run >= limit
+    if command.kind is CommandKind.CLAIM and (world.run.spec.suspend or busy):
+        why = ("the run is suspended (spec.suspend); resume it first" if world.run.spec.suspend
+               else f"the run already has {world.active_in_run} attempts Claiming or Active, "
+                    f"its spec.maxActive ({limit}); claim again when one has ended")
+        decision = guards.reject(command=command, status=status,
+                                 predicate=Predicate.NOT_CLAIMABLE, message=why, now=world.now)
+        return worlds.WriteStatus(status=decision.status, event=decision.event,
+                                  point="command-ledger")
+    try:
+        decision = guards.decide(
+            command=command,
+            slot=slot, tenant=world.tenant, prior=prior(world),
+            launch_specs=world.launch_specs, now=world.now)
+    except ValueError as error:  # includes a model's ValidationError, IllegalTransition
+        # A command that cannot be decided is rejected into the ledger, never retried forever.
+        decision = guards.reject(command=command, status=status, predicate=Predicate.MALFORMED,
+                                 message=f"the command could not be decided ({error})",
+                                 now=world.now)
+    new = decision.status
+    if decision.accepted and decision.choice is not None:
+        pinned = new.launch_spec
+        assert pinned is not None
+        if pinned.snapshot not in world.snapshots:
+            return snapshots.create(world, pinned=pinned, spec=decision.choice.spec.spec)
+    if decision.accepted and command.kind is CommandKind.CLAIM:
+        # The claim's first write is its Lease (carrying the request id); the ledger
+        # entry goes with the claim's one status write (Active, or ClaimFailed).
+        return attemptsteps.claiming_step(attemptsteps.claiming_world(
+            worlds.with_status(world, new), lease=None), request_id=command.request_id)
+    return worlds.WriteStatus(status=new, event=decision.event, point="command-ledger")
+
+
+def prior(world: worlds.World) -> guards.Prior | None:
+    """The prior attempt's pod phase and lease status, for the reassignment guard."""
+    status = world.slot.status
+    objects = world.attempt
+    if status.prior_worker is None or objects is None or objects.name != status.prior_worker:
+        return None
+    pod = pod_view(objects.pod)
+    lease = lease_view(objects.lease)
+    return guards.Prior(pod=pod.phase, lease=lease_status(
+        observation=world.observation, lease=lease, now=world.now,
+        claimed_at=attemptsteps.started_at(world, objects.name),
+        start_deadline_seconds=attemptsteps.start_deadline(world),
+        lease_duration_seconds=attemptsteps.lease_duration(world, lease), ticks=world.ticks,
+        blind=world.blind))
+
+
+def set_condition(status: SlotStatus, type_: str, value: conditions.ConditionStatus, reason: str,
+         message: str, now: datetime) -> SlotStatus:
+    return status.model_copy(update={"conditions": conditions.set_condition(
+        status.conditions, type_=type_, status=value, reason=reason, message=message, now=now)})
+
+
