@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 
 from agentrun.api import names
-from agentrun.controller import configuration, operators
+from agentrun.controller import configuration, runtime
 
 RUNS = (names.GROUP, names.VERSION, "agentruns")
 SLOTS = (names.GROUP, names.VERSION, "slots")
@@ -31,8 +31,8 @@ def registry() -> kopf.OperatorRegistry:
     return kopf.get_default_registry()
 
 
-def _operator(memo: Any) -> operators.Operator:
-    found: operators.Operator = memo.operator
+def _operator(memo: Any) -> runtime.Operator:
+    found: runtime.Operator = memo.operator
     return found
 
 
@@ -40,7 +40,7 @@ def _operator(memo: Any) -> operators.Operator:
 async def startup(*, settings: kopf.OperatorSettings, memo: Any,
                   logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any) -> None:
     configuration.configure(settings)
-    operator = operators.Operator.build(
+    operator = runtime.Operator.build(
         context=memo.context, bucket=memo.bucket, workers=memo.workers,
         timeout=memo.reconcile_timeout, logger=logging.getLogger("agentrun"))
     memo.operator = operator
@@ -55,7 +55,7 @@ async def cleanup(*, memo: Any, **_: Any) -> None:
 
 @kopf.on.login()
 async def login(*, memo: Any, **_: Any) -> kopf.AiohttpSession:
-    return operators.login(context=memo.context, bucket=memo.bucket)
+    return runtime.login(context=memo.context, bucket=memo.bucket)
 
 
 @kopf.on.event(*SLOTS)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec
-from agentrun.controller import loops
+from agentrun.controller import reconcilers
 from agentrun.core import launchspecstatus
 from agentrun.kube import rest
 
@@ -27,7 +27,7 @@ class Result:
     retry: bool = False
 
 
-class LaunchSpecReconciler(loops.Reconciler):
+class LaunchSpecReconciler(reconcilers.Reconciler):
     logger_name = "agentrun.launchspecs"
 
     @functools.cached_property
@@ -45,7 +45,7 @@ class LaunchSpecReconciler(loops.Reconciler):
         def step() -> bool:
             return self.step(namespace, name, result)
 
-        result.retry = not loops.settle(step, what=f"launchspec {namespace}/{name}",
+        result.retry = not reconcilers.settle(step, what=f"launchspec {namespace}/{name}",
                                         logger=self.logger, max_steps=4)
         return result
 

@@ -17,8 +17,8 @@ from datetime import datetime
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun
-from agentrun.controller import loops
-from agentrun.core import guards, launches, resolution, runsteps, worlds
+from agentrun.controller import reconcilers
+from agentrun.core import actions, guards, resolution, runobjects, runsteps
 from agentrun.kube import reads, writes
 
 MAX_STEPS = 16
@@ -31,7 +31,7 @@ class Result:
     retry: bool = False  # it stopped on an error: look again after a backoff
 
 
-class RunReconciler(loops.Reconciler):
+class RunReconciler(reconcilers.Reconciler):
     logger_name = "agentrun.runs"
 
     @functools.cached_property
@@ -48,7 +48,7 @@ class RunReconciler(loops.Reconciler):
             if world is None:
                 return True
             decided = runsteps.next_step(world)
-            if isinstance(decided, worlds.Wait):
+            if isinstance(decided, actions.Wait):
                 result.until = decided.until
                 return True
             if isinstance(decided, runsteps.Creates):
@@ -57,7 +57,7 @@ class RunReconciler(loops.Reconciler):
             self.write(world.run, decided, result)
             return True
 
-        result.retry = not loops.settle(step, what=f"run {namespace}/{name}",
+        result.retry = not reconcilers.settle(step, what=f"run {namespace}/{name}",
                                         logger=self.logger, max_steps=MAX_STEPS)
         return result
 
@@ -68,7 +68,7 @@ class RunReconciler(loops.Reconciler):
         if run is None or run.metadata.deletion_timestamp is not None:
             return None
         tenant = reader.tenant(namespace)
-        if launches.needs_pinning(run):
+        if runobjects.needs_pinning(run):
             candidates = {} if tenant is None else {kind: reader.configmaps(
                 namespace, selector=f"{names.CONFIG_KIND_LABEL}={kind},!{names.SNAPSHOT_LABEL}")
                 for kind in names.CONFIG_KINDS}

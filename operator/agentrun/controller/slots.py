@@ -15,15 +15,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from agentrun.api.slots import Slot, SlotState
-from agentrun.controller import loops
+from agentrun.controller import reconcilers
 from agentrun.core import (
-    attemptsteps,
+    actions,
+    attemptlife,
     guards,
+    inputs,
     observations,
     runs,
-    snapshots,
+    specsnapshots,
     steps,
-    worlds,
 )
 from agentrun.kube import reads, writes
 
@@ -37,14 +38,14 @@ class Result:
     """What one reconciliation did: the Events to post and when to look again."""
 
     events: list[tuple[Slot, guards.Event]] = field(default_factory=list)
-    wait: worlds.Wait | None = None
+    wait: actions.Wait | None = None
     state: SlotState | None = None
     run: str | None = None
     launch_spec: str | None = None  # the pinned LaunchSpec's name, when pinned
     retry: bool = False  # it stopped on an error: look again after a backoff
 
 
-class SlotReconciler(loops.Reconciler):
+class SlotReconciler(reconcilers.Reconciler):
     logger_name = "agentrun.slots"
 
     @functools.cached_property
@@ -72,7 +73,7 @@ class SlotReconciler(loops.Reconciler):
                     return decide(self.read_world(namespace, name))
             return decide(world)
 
-        def decide(world: worlds.World | None) -> bool:
+        def decide(world: inputs.World | None) -> bool:
             if world is None:
                 return True
             decided = steps.next_step(world)
@@ -86,12 +87,12 @@ class SlotReconciler(loops.Reconciler):
             result.run = world.slot.spec.run
             pinned = world.slot.status.launch_spec
             result.launch_spec = pinned.name if pinned is not None else None
-            if isinstance(decided, worlds.Wait):
+            if isinstance(decided, actions.Wait):
                 result.wait = decided
                 return True
             return self.apply(world, decided, result)
 
-        result.retry = not loops.settle(step, what=f"slot {namespace}/{name}",
+        result.retry = not reconcilers.settle(step, what=f"slot {namespace}/{name}",
                                         logger=self.logger, max_steps=MAX_STEPS)
         return result
 
@@ -104,16 +105,16 @@ class SlotReconciler(loops.Reconciler):
         return {}
 
     def read_world(self, namespace: str, name: str, *,
-                   reader: reads.Reader | None = None) -> worlds.World | None:
-        """Make the reads ``worlds.reads_for`` names (the core decides what is read)."""
+                   reader: reads.Reader | None = None) -> inputs.World | None:
+        """Make the reads ``inputs.reads_for`` names (the core decides what is read)."""
         reader = reader or self.reader
         slot = reader.slot(namespace, name)
         if slot is None:
             return None
         now, ticks = self.clock(), self.ticks()
         status = slot.status
-        run = worlds.serving_run(slot=slot, run=reader.run(namespace, slot.spec.run))
-        needs = worlds.reads_for(slot, max_active=run is not None
+        run = inputs.serving_run(slot=slot, run=reader.run(namespace, slot.spec.run))
+        needs = inputs.reads_for(slot, max_active=run is not None
                                  and run.spec.max_active is not None)
         dependencies: dict[str, SlotState] = {}
         active_in_run = 0
@@ -122,17 +123,17 @@ class SlotReconciler(loops.Reconciler):
             dependencies = {node: s.status.state for node, s in siblings.items()}
             if run.spec.max_active is not None:
                 active_in_run = sum(1 for s in siblings.values() if s.metadata.name != name
-                                    and worlds.busy(s, next_lease=self._next_lease(reader, s)))
+                                    and inputs.busy(s, next_lease=self._next_lease(reader, s)))
         launch_spec, error = (reader.pinned_launch_spec(
             namespace, status.launch_spec,
-            slot_uid=snapshots.owner_uid(slot=slot, pinned=status.launch_spec))
+            slot_uid=specsnapshots.owner_uid(slot=slot, pinned=status.launch_spec))
             if status.launch_spec is not None else (None, None))
         attempt = observation = first_seen = None
         blind = timedelta(0)
         if needs.worker is not None:
             worker = needs.worker
             lease = reader.lease(namespace, worker)
-            attempt = worlds.AttemptObjects(name=worker, pod=reader.pod(namespace, worker),
+            attempt = inputs.AttemptObjects(name=worker, pod=reader.pod(namespace, worker),
                                             lease=lease)
             observation = self.observe(namespace, worker, lease, ticks)
             if observation is not None:
@@ -143,7 +144,7 @@ class SlotReconciler(loops.Reconciler):
         next_attempt = None
         if needs.next_worker is not None:
             next_lease = reader.lease(namespace, needs.next_worker)
-            next_attempt = worlds.AttemptObjects(
+            next_attempt = inputs.AttemptObjects(
                 name=needs.next_worker, lease=next_lease,
                 pod=reader.pod(namespace, needs.next_worker) if next_lease is not None else None)
         pins_problem = None
@@ -152,7 +153,7 @@ class SlotReconciler(loops.Reconciler):
                 creating.lease is not None):
             # Read only when the next write may be the Pod (its Lease exists, no Pod yet).
             pins_problem = reader.config_snapshots_problem(run)
-        return worlds.World(
+        return inputs.World(
             slot=slot, run=run, tenant=reader.tenant(namespace), now=now,
             dependencies=dependencies,
             launch_specs=reader.launch_specs(namespace) if needs.selecting else (),
@@ -168,7 +169,7 @@ class SlotReconciler(loops.Reconciler):
 
     @staticmethod
     def _next_lease(reader: reads.Reader, slot: Slot) -> reads.Object | None:
-        worker = worlds.next_worker(slot)
+        worker = inputs.next_worker(slot)
         return None if worker is None else reader.lease(slot.metadata.namespace or "", worker)
 
     def forget(self, *, namespace: str, slot: str) -> None:
@@ -191,20 +192,20 @@ class SlotReconciler(loops.Reconciler):
             self.renewals[key] = observed
         return observed
 
-    def apply(self, world: worlds.World, step: worlds.Step, result: Result) -> bool:
+    def apply(self, world: inputs.World, step: actions.Step, result: Result) -> bool:
         """Perform one step; True when it ended in a Wait (a create refused by a quota).
 
         What follows a create that failed is the core's decision (``steps.on_exists``,
-        ``attemptsteps.on_rejected``); this only performs it.
+        ``attemptlife.on_rejected``); this only performs it.
         """
         slot = world.slot
         namespace = slot.metadata.namespace or ""
-        then: worlds.Step | None = None
-        if isinstance(step, worlds.WriteStatus):
+        then: actions.Step | None = None
+        if isinstance(step, actions.WriteStatus):
             self.writer.slot_status(slot, step.status, point=step.point)
             if step.event is not None:
                 result.events.append((slot, step.event))
-        elif isinstance(step, worlds.Create):
+        elif isinstance(step, actions.Create):
             try:
                 self.writer.create(step.body, point=step.point)
             except writes.Exists as exists:
@@ -215,27 +216,27 @@ class SlotReconciler(loops.Reconciler):
                     raise writes.Conflict("created and deleted meanwhile") from None
                 then = steps.on_exists(world, create=step, found=exists.found)
             except writes.Rejected as rejected:
-                decided = attemptsteps.on_rejected(world, create=step, status=rejected.status,
+                decided = attemptlife.on_rejected(world, create=step, status=rejected.status,
                                                    message=str(rejected))
                 if isinstance(decided, guards.Event):
                     result.events.append((slot, decided))
                     raise
                 then = decided
-            if isinstance(then, worlds.Wait):
+            if isinstance(then, actions.Wait):
                 result.wait = then
                 return True
             if then is not None:
                 return self.apply(world, then, result)
-        elif isinstance(step, worlds.DeletePod):
+        elif isinstance(step, actions.DeletePod):
             self.writer.delete_pod(namespace=namespace, name=step.name, uid=step.uid,
                                    point=step.point)
             result.events.append((slot, guards.Event(type="Normal", reason="PodDeleted",
                                                      message=step.message)))
-        elif isinstance(step, worlds.Tombstone):
+        elif isinstance(step, actions.Tombstone):
             assert world.attempt is not None and world.attempt.lease is not None
             self.writer.tombstone(lease=dict(world.attempt.lease),
                                   annotations=step.annotations, point=step.point)
-        elif isinstance(step, worlds.RemoveCommand):
+        elif isinstance(step, actions.RemoveCommand):
             self.writer.remove_annotations(
                 kind="Slot", namespace=namespace, name=slot.metadata.name,
                 resource_version=slot.metadata.resource_version, keys=step.keys,

@@ -5,7 +5,7 @@ command is refused unless its stamping can be believed, rejected when malformed 
 its bounds) or when a claim is not possible now, else decided by :mod:`agentrun.core.guards`
 into the ledger; once it is there its annotations are removed (with the slot's LaunchSpec
 label riding on that patch). An accepted claim command starts the claim itself: its first
-write is the claim's Lease (``attemptsteps.claiming_step``).
+write is the claim's Lease (``attemptlife.claiming_step``).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from datetime import datetime
 
 from agentrun.api import conditions, names
 from agentrun.api.slots import CommandKind, Predicate, SlotStatus
-from agentrun.core import attemptsteps, commands, guards, snapshots, stamping, worlds
+from agentrun.core import actions, attemptlife, commands, guards, inputs, specsnapshots, stamping
 from agentrun.core.observations import lease_status, lease_view, pod_view
 
 COMMANDS_REFUSED = "CommandsRefused"
 
 
-def pinned_label(world: worlds.World) -> dict[str, str] | None:
+def pinned_label(world: inputs.World) -> dict[str, str] | None:
     """The label naming the slot's pinned LaunchSpec, when it must change (else None).
 
     ``kubectl get slots -l agentrun.dev/launch-spec=<name>`` lists the slots that pin a
@@ -36,7 +36,7 @@ def pinned_label(world: worlds.World) -> dict[str, str] | None:
     return {names.LAUNCH_SPEC_LABEL: pinned.name}
 
 
-def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
+def command_step(world: inputs.World, pending: commands.Pending) -> actions.Step:
     """Decide a pending command into the ledger; once it is there, remove its annotations."""
     status = world.slot.status
     command = pending.command
@@ -45,9 +45,9 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
         if seen.kind is command.kind:
             # The LaunchSpec label rides on an accepted command's removal (no write of its
             # own); a rejected command's removal changes nothing else on the slot.
-            return worlds.RemoveCommand(keys=pending.keys, labels=pinned_label(world)
+            return actions.RemoveCommand(keys=pending.keys, labels=pinned_label(world)
                                         if seen.outcome == "Accepted" else None)
-        return worlds.RemoveCommand(keys=pending.keys, event=guards.Event(
+        return actions.RemoveCommand(keys=pending.keys, event=guards.Event(
             type="Warning", reason="CommandRejected",
             message=(f"{command.kind} {command.request_id} not processed: the request id was "
                      f"already used by a {seen.kind} command; use a new request id")))
@@ -59,7 +59,7 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
         if refused.not_in_force:
             new = set_condition(new, COMMANDS_REFUSED, "True", refused.reason, refused.message,
                        world.now)
-        return worlds.WriteStatus(status=new, event=decision.event, point="command-ledger")
+        return actions.WriteStatus(status=new, event=decision.event, point="command-ledger")
     if conditions.is_true(status.conditions, COMMANDS_REFUSED):
         status = set_condition(status, COMMANDS_REFUSED, "False", "StampingInForce",
                       "the actor-stamping admission policy is in force", world.now)
@@ -69,7 +69,7 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
         decision = guards.reject(command=command, status=status, predicate=pending.predicate,
                                  message=f"{pending.malformed}; fix the command and re-issue "
                                          "it with a new request id", now=world.now)
-        return worlds.WriteStatus(status=decision.status, event=decision.event,
+        return actions.WriteStatus(status=decision.status, event=decision.event,
                                   point="command-ledger")
     slot = world.slot.model_copy(update={"status": status})
     assert world.run is not None
@@ -81,7 +81,7 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
                     f"its spec.maxActive ({limit}); claim again when one has ended")
         decision = guards.reject(command=command, status=status,
                                  predicate=Predicate.NOT_CLAIMABLE, message=why, now=world.now)
-        return worlds.WriteStatus(status=decision.status, event=decision.event,
+        return actions.WriteStatus(status=decision.status, event=decision.event,
                                   point="command-ledger")
     try:
         decision = guards.decide(
@@ -98,16 +98,16 @@ def command_step(world: worlds.World, pending: commands.Pending) -> worlds.Step:
         pinned = new.launch_spec
         assert pinned is not None
         if pinned.snapshot not in world.snapshots:
-            return snapshots.create(world, pinned=pinned, spec=decision.choice.spec.spec)
+            return specsnapshots.create(world, pinned=pinned, spec=decision.choice.spec.spec)
     if decision.accepted and command.kind is CommandKind.CLAIM:
         # The claim's first write is its Lease (carrying the request id); the ledger
         # entry goes with the claim's one status write (Active, or ClaimFailed).
-        return attemptsteps.claiming_step(attemptsteps.claiming_world(
-            worlds.with_status(world, new), lease=None), request_id=command.request_id)
-    return worlds.WriteStatus(status=new, event=decision.event, point="command-ledger")
+        return attemptlife.claiming_step(attemptlife.claiming_world(
+            inputs.with_status(world, new), lease=None), request_id=command.request_id)
+    return actions.WriteStatus(status=new, event=decision.event, point="command-ledger")
 
 
-def prior(world: worlds.World) -> guards.Prior | None:
+def prior(world: inputs.World) -> guards.Prior | None:
     """The prior attempt's pod phase and lease status, for the reassignment guard."""
     status = world.slot.status
     objects = world.attempt
@@ -117,9 +117,9 @@ def prior(world: worlds.World) -> guards.Prior | None:
     lease = lease_view(objects.lease)
     return guards.Prior(pod=pod.phase, lease=lease_status(
         observation=world.observation, lease=lease, now=world.now,
-        claimed_at=attemptsteps.started_at(world, objects.name),
-        start_deadline_seconds=attemptsteps.start_deadline(world),
-        lease_duration_seconds=attemptsteps.lease_duration(world, lease), ticks=world.ticks,
+        claimed_at=attemptlife.started_at(world, objects.name),
+        start_deadline_seconds=attemptlife.start_deadline(world),
+        lease_duration_seconds=attemptlife.lease_duration(world, lease), ticks=world.ticks,
         blind=world.blind))
 
 

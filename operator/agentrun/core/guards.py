@@ -90,7 +90,7 @@ class Decision:
     (none for a duplicate). ``choice``: for an accepted reassignment, the LaunchSpec whose
     spec must be copied into the snapshot ``status.launchSpec.snapshot``. An accepted
     give-up makes the live attempt the prior worker; the fencing that follows is decided
-    from the new status (``attemptsteps.fence_step``), not carried here.
+    from the new status (``attemptlife.fence_step``), not carried here.
     """
 
     accepted: bool
@@ -365,7 +365,7 @@ def claim_accepted(status: SlotStatus, *, request_id: str, actor: str | None,
 
     Written in the claim's one status write (with Active, or with ClaimFailed); until then
     the claim's Lease carries the request id and the actor, so the entry is rebuilt from
-    the Lease after a crash (``attemptsteps.claiming_world``).
+    the Lease after a crash (``attemptlife.claiming_world``).
     """
     command = Command(kind=CommandKind.CLAIM, request_id=request_id, actor=actor)
     message = f"claim requested by {actor}: attempt {status.attempt_count + 1} is next"

@@ -10,7 +10,7 @@ is a DAG; the bindings bind every node exactly once).
 Errors are values (:class:`Problem`), not exceptions: a missing or not yet accepted
 revision can appear later (GitOps may apply the run before its configuration), so the
 caller shows the problem on the ``Pinned`` condition and tries again. Resolution runs
-only while ``launches.needs_pinning`` says so; pinned runs never resolve again.
+only while ``runobjects.needs_pinning`` says so; pinned runs never resolve again.
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ The run side of :mod:`agentrun.core.steps`: a :class:`RunWorld` is everything on
 decision about a run needs, read at ``now``; :func:`next_step` maps it to one step:
 
 - :class:`Creates`: create a batch of objects (the run's configuration snapshots, or
-  every missing Slot at once, whatever the workflow's width), each a ``worlds.Create``;
+  every missing Slot at once, whatever the workflow's width), each a ``actions.Create``;
   an AlreadyExists is judged per object on the next look, from ``RunWorld.taken``;
 - :class:`WriteRun`: replace the run's status (with its Event), then look again at
   ``until``; never returned when the status would not change;
-- ``worlds.Wait``: nothing to write now; look again at ``until`` (None: on a change).
+- ``actions.Wait``: nothing to write now; look again at ``until`` (None: on a change).
 
 The sequence (DESIGN.md section 7): while unpinned, resolve, create the immutable
 snapshots (deterministic names), then write ``status.pinned``; once pinned, never resolve
@@ -28,7 +28,7 @@ from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, AgentRunStatus
 from agentrun.api.slots import Slot
-from agentrun.core import guards, launches, resolution, runs, squats, worlds
+from agentrun.core import actions, guards, resolution, runobjects, runs, squats
 
 Object = Mapping[str, Any]
 
@@ -60,7 +60,7 @@ class RunWorld:
 class Creates:
     """Create every object of ``creates`` in one pass (none depends on another)."""
 
-    creates: tuple[worlds.Create, ...]
+    creates: tuple[actions.Create, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,12 +73,12 @@ class WriteRun:
     until: datetime | None = None
 
 
-RunStep = Creates | WriteRun | worlds.Wait
+RunStep = Creates | WriteRun | actions.Wait
 
 
 def next_step(world: RunWorld) -> RunStep:
     """The one step to take for a live run (the caller drops runs gone or being deleted)."""
-    if launches.needs_pinning(world.run):
+    if runobjects.needs_pinning(world.run):
         return _pin(world)
     return _lay_out(world)
 
@@ -91,7 +91,7 @@ def _write(world: RunWorld, status: AgentRunStatus, *, event: guards.Event | Non
     The Event goes with the write only: an unchanged status is a repeat, not news.
     """
     if status == world.run.status:
-        return worlds.Wait(message=waiting, until=until)
+        return actions.Wait(message=waiting, until=until)
     return WriteRun(status=status, event=event, point=point, until=until)
 
 
@@ -121,15 +121,15 @@ def _pin(world: RunWorld) -> RunStep:
                 or resolution.resolve(run=run, config_maps=world.config_maps))
     if isinstance(resolved, resolution.Problem):
         return _problem(world, resolved)
-    missing: list[worlds.Create] = []
+    missing: list[actions.Create] = []
     uid = run.metadata.uid or ""
     for chosen in resolved.all():
-        body = launches.snapshot_body(run=run, resolved=chosen, tenant=world.tenant)
+        body = runobjects.snapshot_body(run=run, resolved=chosen, tenant=world.tenant)
         name = body["metadata"]["name"]
         found = world.snapshots.get(name) or world.taken.get(name)
         if found is None:
-            missing.append(worlds.Create(body=body, point="pin-snapshots"))
-        elif not launches.matches_snapshot(found, run_uid=uid, sha256=chosen.sha256):
+            missing.append(actions.Create(body=body, point="pin-snapshots"))
+        elif not runobjects.matches_snapshot(found, run_uid=uid, sha256=chosen.sha256):
             what = f"run {run.metadata.name}'s pinned {chosen.kind} snapshot"
             text = squats.message(kind="ConfigMap", name=name,
                                   namespace=run.metadata.namespace, what=what)
@@ -139,7 +139,7 @@ def _pin(world: RunWorld) -> RunStep:
             return _squatted(world, status, kind="ConfigMap", name=name, what=what)
     if missing:
         return Creates(creates=tuple(missing))
-    pins = launches.pins(run=run, resolution=resolved)
+    pins = runobjects.pins(run=run, resolution=resolved)
     summary = "; ".join(f"{kind} revision {pin.revision} as {pin.snapshot}"
                         for kind, pin in (("package", pins.package),
                                           ("workflow", pins.workflow),
@@ -153,22 +153,22 @@ def _pin(world: RunWorld) -> RunStep:
 def _lay_out(world: RunWorld) -> RunStep:
     run, workflow = world.run, world.workflow
     if workflow is None:
-        return worlds.Wait(message="the run is not pinned yet")
+        return actions.Wait(message="the run is not pinned yet")
     if isinstance(workflow, resolution.Problem):
         return _problem(world, workflow)
     nodes = [node.name for node in workflow.nodes]
     own = runs.own_slots(run=run, slots=world.slots)
     uid = run.metadata.uid or ""
-    missing: list[worlds.Create] = []
+    missing: list[actions.Create] = []
     squatter: tuple[str, str] | None = None
-    for body in launches.slot_bodies(run=run, workflow=workflow, tenant=world.tenant):
+    for body in runobjects.slot_bodies(run=run, workflow=workflow, tenant=world.tenant):
         node, name = body["spec"]["node"], body["metadata"]["name"]
         if node in own:
             continue
         found = world.taken.get(name)
         if found is None:
-            missing.append(worlds.Create(body=body, point="slots"))
-        elif not launches.matches_slot(found, run_uid=uid, node=node):
+            missing.append(actions.Create(body=body, point="slots"))
+        elif not runobjects.matches_slot(found, run_uid=uid, node=node):
             squatter = squatter or (name, node)
     if missing:
         return Creates(creates=tuple(missing))

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from agentrun.api import conditions
 from agentrun.api.runs import AgentRunStatus
 from agentrun.api.slots import SlotStatus
-from agentrun.core import guards, transitions, worlds
+from agentrun.core import actions, guards, inputs, transitions
 
 NAME_SQUATTED = transitions.NAME_SQUATTED
 SQUAT_WAIT = timedelta(seconds=10)  # how soon to look again for the squatter to be gone
@@ -27,7 +27,7 @@ def message(*, kind: str, name: str, namespace: str | None, what: str) -> str:
             f"{kind.lower()} {name})")
 
 
-def slot_step(world: worlds.World, *, kind: str, name: str, what: str) -> worlds.Step:
+def slot_step(world: inputs.World, *, kind: str, name: str, what: str) -> actions.Step:
     """Say on the slot that ``name`` is squatted (once), then wait for it to be deleted."""
     status = world.slot.status
     text = message(kind=kind, name=name, namespace=world.slot.metadata.namespace, what=what)
@@ -35,9 +35,9 @@ def slot_step(world: worlds.World, *, kind: str, name: str, what: str) -> worlds
         status.conditions, type_=NAME_SQUATTED, status="True", reason="NameSquatted",
         message=text, now=world.now)})
     if new != status:
-        return worlds.WriteStatus(status=new, event=guards.Event(
+        return actions.WriteStatus(status=new, event=guards.Event(
             type="Warning", reason="NameSquatted", message=text))
-    return worlds.Wait(message=text, until=world.now + SQUAT_WAIT)
+    return actions.Wait(message=text, until=world.now + SQUAT_WAIT)
 
 
 def cleared(status: SlotStatus) -> SlotStatus:

@@ -6,7 +6,7 @@ it returns, every write with a precondition. It stops at a :class:`Wait`. Becaus
 step is decided afresh from what is in the API server, a crash between any two writes
 is harmless: the restarted operator reads where the last one stopped and takes the next
 step. Names are deterministic, so a repeated create finds its own object. The steps of
-an attempt in hand (claiming, judging, fencing) are in :mod:`agentrun.core.attemptsteps`.
+an attempt in hand (claiming, judging, fencing) are in :mod:`agentrun.core.attemptlife`.
 
 Order of concerns, first match wins:
 1. no live run to serve (gone, being deleted, not this slot's), or the slot being
@@ -36,17 +36,18 @@ from agentrun.api.slots import (
     SlotState,
 )
 from agentrun.core import (
+    actions,
+    attemptlife,
+    attemptobjects,
     attempts,
-    attemptsteps,
-    claims,
     commands,
     commandsteps,
     guards,
+    inputs,
     selection,
-    snapshots,
+    specsnapshots,
     squats,
     transitions,
-    worlds,
 )
 from agentrun.core.observations import LeaseStatus, pod_view
 
@@ -54,64 +55,64 @@ LAUNCH_SPEC_SELECTED = "LaunchSpecSelected"
 ENDED_STATES = frozenset({SlotState.RETRY_WAIT, SlotState.SUCCEEDED, SlotState.FAILED})
 
 
-def next_step(world: worlds.World) -> worlds.Step:
+def next_step(world: inputs.World) -> actions.Step:
     """The one next write for this slot; when it is to wait, first its LaunchSpec label."""
     step = _next_step(world)
-    if isinstance(step, worlds.WriteStatus) and step.status == world.slot.status:
-        return worlds.Wait(message="nothing to write: the status is as decided")
+    if isinstance(step, actions.WriteStatus) and step.status == world.slot.status:
+        return actions.Wait(message="nothing to write: the status is as decided")
     labels = commandsteps.pinned_label(world)
-    if (isinstance(step, worlds.Wait) and labels is not None
+    if (isinstance(step, actions.Wait) and labels is not None
             and world.slot.status.state is SlotState.READY):
         # Only a slot that waits Ready (not claimed at once) gets it on its own; otherwise
         # it rides on a command's annotation removal (no write of its own).
-        return worlds.RemoveCommand(keys=(), labels=labels, point="label")
+        return actions.RemoveCommand(keys=(), labels=labels, point="label")
     return step
 
 
-def _next_step(world: worlds.World) -> worlds.Step:
+def _next_step(world: inputs.World) -> actions.Step:
     """The one next write for this slot (see the module docstring for the order)."""
     status = world.slot.status
     if world.run is None or world.slot.metadata.deletion_timestamp is not None:
         return wind_down(world)
     if status.state in ENDED_STATES:
-        fence = attemptsteps.fence_step(world)
+        fence = attemptlife.fence_step(world)
         if fence is not None:
             return fence
     if status.state is SlotState.ACTIVE:
         # Judging the attempt comes before any command: no command, however bad, may
         # delay the end of an attempt whose pod has finished or whose lease expired.
-        judged = attemptsteps.active_step(world)
-        if not isinstance(judged, worlds.Wait):
+        judged = attemptlife.active_step(world)
+        if not isinstance(judged, actions.Wait):
             return judged
     # The slot's first status is written with the next status write, or on its own
     # when the slot is to wait (its state is visible from creation on).
     seen = world
     if status.observed_generation != world.slot.metadata.generation:
-        world = worlds.with_status(world, status.model_copy(update={
+        world = inputs.with_status(world, status.model_copy(update={
             "observed_generation": world.slot.metadata.generation}))
     # A claim under way (its Lease exists) is finished before any command, like an end.
     claiming = under_way(world)
     if claiming is not None:
-        return claiming if not isinstance(claiming, worlds.World) else (
-            attemptsteps.claiming_step(claiming))
+        return claiming if not isinstance(claiming, inputs.World) else (
+            attemptlife.claiming_step(claiming))
     step = _decide(world)
-    if isinstance(step, worlds.Wait) and world.slot.status != seen.slot.status:
-        return worlds.WriteStatus(status=world.slot.status, point="observed")
+    if isinstance(step, actions.Wait) and world.slot.status != seen.slot.status:
+        return actions.WriteStatus(status=world.slot.status, point="observed")
     return step
 
 
-def _decide(world: worlds.World) -> worlds.Step:
+def _decide(world: inputs.World) -> actions.Step:
     status = world.slot.status
     assert world.run is not None
     pending = commands.pending(world.slot.metadata.annotations)
     if pending is not None:
         return commandsteps.command_step(world, pending)
     if status.state in TERMINAL_STATES:
-        return worlds.Wait(message=f"the slot has {status.state}")
+        return actions.Wait(message=f"the slot has {status.state}")
     if deadline_passed(world):
         message = (f"the run's activeDeadlineSeconds ({world.run.spec.active_deadline_seconds})"
                    " has passed")
-        return worlds.WriteStatus(
+        return actions.WriteStatus(
             status=transitions.fail(status, reason="DeadlineExceeded", message=message,
                                     now=world.now),
             event=guards.Event(type="Warning", reason="DeadlineExceeded", message=message))
@@ -120,11 +121,11 @@ def _decide(world: worlds.World) -> worlds.Step:
     if status.state in (SlotState.READY, SlotState.RETRY_WAIT):
         return by_deadline(world, claim_step(world))
     if status.state is SlotState.CLAIMING:
-        return attemptsteps.claiming_step(world)
-    return attemptsteps.active_step(world)
+        return attemptlife.claiming_step(world)
+    return attemptlife.active_step(world)
 
 
-def under_way(world: worlds.World) -> worlds.World | worlds.Step | None:
+def under_way(world: inputs.World) -> inputs.World | actions.Step | None:
     """The claiming world when a claim of attempt n+1 is under way, else None.
 
     A Pending slot's claim started from its Ready status decided in memory: it is
@@ -133,19 +134,19 @@ def under_way(world: worlds.World) -> worlds.World | worlds.Step | None:
     """
     objects = world.next_attempt
     status = world.slot.status
-    if objects is None or not claims.under_way(objects.lease,
+    if objects is None or not attemptobjects.under_way(objects.lease,
                                                slot_uid=world.slot.metadata.uid or "",
                                                attempt=status.attempt_count + 1):
         return None
     if status.state is SlotState.PENDING:
         opened = ready_world(world)
-        if not isinstance(opened, worlds.World):
+        if not isinstance(opened, inputs.World):
             return opened
         world = opened
-    return attemptsteps.under_way(world)
+    return attemptlife.under_way(world)
 
 
-def wind_down(world: worlds.World) -> worlds.Step:
+def wind_down(world: inputs.World) -> actions.Step:
     """No run to serve, or the slot is being deleted: no claim and no command, only fencing.
 
     An Active attempt is followed to its end (the table of DESIGN.md section 4) so that its
@@ -156,43 +157,43 @@ def wind_down(world: worlds.World) -> worlds.Step:
     why = ("the slot is being deleted" if world.slot.metadata.deletion_timestamp is not None
            else "the slot's run is gone, being deleted, or not the run that owns this slot")
     if status.state is SlotState.ACTIVE:
-        return attemptsteps.active_step(world)
+        return attemptlife.active_step(world)
     if status.state is SlotState.CLAIMING:
-        return attemptsteps.claim_failed(world, message=why)
+        return attemptlife.claim_failed(world, message=why)
     objects = world.next_attempt
-    if objects is not None and claims.under_way(
+    if objects is not None and attemptobjects.under_way(
             objects.lease, slot_uid=world.slot.metadata.uid or "",
             attempt=status.attempt_count + 1):
         # A Pending slot's claim started from its Ready status decided in memory.
         opened = ready_world(world) if status.state is SlotState.PENDING else world
-        if isinstance(opened, worlds.World):
-            return attemptsteps.claim_failed(
-                attemptsteps.claiming_world(opened, lease=objects.lease), message=why)
-    return attemptsteps.fence_step(world) or worlds.Wait(message=f"{why}: nothing to start")
+        if isinstance(opened, inputs.World):
+            return attemptlife.claim_failed(
+                attemptlife.claiming_world(opened, lease=objects.lease), message=why)
+    return attemptlife.fence_step(world) or actions.Wait(message=f"{why}: nothing to start")
 
 
-def deadline(world: worlds.World) -> datetime | None:
+def deadline(world: inputs.World) -> datetime | None:
     run = world.run
     if run is None or run.spec.active_deadline_seconds is None or run.status.start_time is None:
         return None
     return run.status.start_time + timedelta(seconds=run.spec.active_deadline_seconds)
 
 
-def deadline_passed(world: worlds.World) -> bool:
+def deadline_passed(world: inputs.World) -> bool:
     limit = deadline(world)
     return limit is not None and world.now >= limit
 
 
-def by_deadline(world: worlds.World, step: worlds.Step) -> worlds.Step:
+def by_deadline(world: inputs.World, step: actions.Step) -> actions.Step:
     """A waiting open slot looks again at the run's deadline at the latest, to fail then."""
     limit = deadline(world)
-    if not isinstance(step, worlds.Wait) or limit is None or (
+    if not isinstance(step, actions.Wait) or limit is None or (
             step.until is not None and step.until <= limit):
         return step
     return dataclasses.replace(step, until=limit)
 
 
-def pending_step(world: worlds.World) -> worlds.Step:
+def pending_step(world: inputs.World) -> actions.Step:
     """Pending: once every dependency succeeded and a launch spec is pinned, claim.
 
     The Ready status (pin, worker class) is decided in memory and written with the
@@ -200,15 +201,15 @@ def pending_step(world: worlds.World) -> worlds.Step:
     (not claimable now: Manual policy, suspended, maxActive reached).
     """
     opened = ready_world(world)
-    if not isinstance(opened, worlds.World):
+    if not isinstance(opened, inputs.World):
         return opened
     step = claim_step(opened)
-    if isinstance(step, worlds.Wait):
-        return worlds.WriteStatus(status=opened.slot.status)
+    if isinstance(step, actions.Wait):
+        return actions.WriteStatus(status=opened.slot.status)
     return step
 
 
-def ready_world(world: worlds.World) -> worlds.World | worlds.Step:
+def ready_world(world: inputs.World) -> inputs.World | actions.Step:
     """The world with the Pending slot made Ready in memory, or the step before that."""
     status = world.slot.status
     spec = world.slot.spec
@@ -216,14 +217,14 @@ def ready_world(world: worlds.World) -> worlds.World | worlds.Step:
               if world.dependencies.get(node) is SlotState.FAILED]
     if failed:
         message = f"dependency {', '.join(failed)} failed; this slot cannot run"
-        return worlds.WriteStatus(
+        return actions.WriteStatus(
             status=transitions.fail(status, reason="DependencyFailed", message=message,
                                     now=world.now),
             event=guards.Event(type="Warning", reason="DependencyFailed", message=message))
     waiting = [node for node in spec.depends_on
                if world.dependencies.get(node) is not SlotState.SUCCEEDED]
     if waiting:
-        return worlds.Wait(message=f"waiting for {', '.join(waiting)} to succeed")
+        return actions.Wait(message=f"waiting for {', '.join(waiting)} to succeed")
     worker_class = status.worker_class or spec.worker_class
     chosen = selection.select(specs=world.launch_specs,
                               namespace=world.slot.metadata.namespace or "",
@@ -232,56 +233,56 @@ def ready_world(world: worlds.World) -> worlds.World | worlds.Step:
         new = commandsteps.set_condition(status, LAUNCH_SPEC_SELECTED, "False",
                                          str(chosen.predicate), chosen.message, world.now)
         if new == status:
-            return worlds.Wait(message=chosen.message)
-        return worlds.WriteStatus(status=new, event=guards.Event(
+            return actions.Wait(message=chosen.message)
+        return actions.WriteStatus(status=new, event=guards.Event(
             type="Warning", reason=str(chosen.predicate), message=chosen.message))
     pinned = guards.pin(run=spec.run, choice=chosen)
     if pinned.snapshot not in world.snapshots and world.run is not None:
         # (Without a run, in wind-down, the pin is only recorded: nothing more is made.)
-        return snapshots.create(world, pinned=pinned, spec=chosen.spec.spec)
+        return specsnapshots.create(world, pinned=pinned, spec=chosen.spec.spec)
     ready = transitions.deps_met(status, worker_class=worker_class, launch_spec=pinned,
                                  now=world.now)
     ready = commandsteps.set_condition(ready, LAUNCH_SPEC_SELECTED, "True", "Selected",
                                        chosen.reason, world.now)
-    return dataclasses.replace(worlds.with_status(world, ready), launch_spec=chosen.spec.spec,
+    return dataclasses.replace(inputs.with_status(world, ready), launch_spec=chosen.spec.spec,
                                launch_spec_error=None)
 
 
-def claim_step(world: worlds.World) -> worlds.Step:
+def claim_step(world: inputs.World) -> actions.Step:
     """Ready or RetryWait: start a claim when claimable, else wait (for retryAt)."""
     status = world.slot.status
     assert world.run is not None
     if world.run.spec.suspend:
-        return worlds.Wait(message="the run is suspended")
+        return actions.Wait(message="the run is suspended")
     if status.prior_worker is not None and world.attempt is not None and (
             pod_view(world.attempt.pod).phase not in attempts.FINISHED):
         # A replacement only once the predecessor's pod is gone or finished (its lease is
         # tombstoned by then): a pod still Terminating on a lost node may still act.
-        return worlds.Wait(message=f"waiting until the pod of {status.prior_worker} is gone "
+        return actions.Wait(message=f"waiting until the pod of {status.prior_worker} is gone "
                                    f"(it is {pod_view(world.attempt.pod).phase})")
     limit = world.run.spec.max_active
     if limit is not None and world.active_in_run >= limit and transitions.may_be_claimed(
             status, now=world.now):
-        return worlds.Wait(message=f"the run has {world.active_in_run} attempts Claiming or "
+        return actions.Wait(message=f"the run has {world.active_in_run} attempts Claiming or "
                                    f"Active, its spec.maxActive ({limit}): waiting for one "
                                    "to end")
     if transitions.is_claimable(status, now=world.now, claim_policy=world.run.spec.claim_policy):
-        return attemptsteps.claiming_step(attemptsteps.claiming_world(world, lease=None))
+        return attemptlife.claiming_step(attemptlife.claiming_world(world, lease=None))
     if conditions.is_true(status.conditions, transitions.AWAITING_REASSIGNMENT):
-        return worlds.Wait(message="attempts exhausted: awaiting reassignment or give-up")
+        return actions.Wait(message="attempts exhausted: awaiting reassignment or give-up")
     if status.retry_at is not None and status.retry_at > world.now:
-        return worlds.Wait(message="waiting to retry", until=status.retry_at)
+        return actions.Wait(message="waiting to retry", until=status.retry_at)
     # Not claimable although no retry time is ahead: waiting for a person, never for a past
     # time (a past ``until`` is due again on every tick of the scheduler).
     if transitions.is_held(status):
-        return worlds.Wait(message="the slot is held; release it (agentrun.dev/release-id)")
+        return actions.Wait(message="the slot is held; release it (agentrun.dev/release-id)")
     if world.run.spec.claim_policy == "Manual":
-        return worlds.Wait(message="waiting for a claim command (claimPolicy Manual)")
-    return worlds.Wait(message="not claimable: no launch spec is pinned")
+        return actions.Wait(message="waiting for a claim command (claimPolicy Manual)")
+    return actions.Wait(message="not claimable: no launch spec is pinned")
 
 
-def on_exists(world: worlds.World, *, create: worlds.Create,
-              found: Mapping[str, Any]) -> worlds.Step | None:
+def on_exists(world: inputs.World, *, create: actions.Create,
+              found: Mapping[str, Any]) -> actions.Step | None:
     """A create met AlreadyExists with ``found`` under the name: what next (None: it is
     ours, read again and go on).
 
@@ -293,10 +294,10 @@ def on_exists(world: worlds.World, *, create: worlds.Create,
     kind = create.body["kind"]
     name = create.body["metadata"]["name"]
     if create.claim:
-        return attemptsteps.claiming_step(worlds.with_found(create.within or world, kind=kind,
+        return attemptlife.claiming_step(inputs.with_found(create.within or world, kind=kind,
                                                             found=found))
     run_uid = (world.run.metadata.uid or "") if world.run is not None else ""
-    if snapshots.is_own(found, body=create.body, owner_uid=run_uid):
+    if specsnapshots.is_own(found, body=create.body, owner_uid=run_uid):
         return None
     return squats.slot_step(world, kind=kind, name=name,
                             what=f"run {world.slot.spec.run}'s LaunchSpec snapshot")
@@ -305,17 +306,17 @@ def on_exists(world: worlds.World, *, create: worlds.Create,
 FRESH_POINTS = frozenset({"attempt-ended", "delete-pod"})
 
 
-def needs_fresh(world: worlds.World, step: worlds.Step) -> bool:
+def needs_fresh(world: inputs.World, step: actions.Step) -> bool:
     """Must ``step`` be decided again from a fresh read (the API, not a cache) first?
 
     A cache that stopped receiving events must never end an attempt, delete its pod, or
     let a command be accepted on a lease judged expired: those steps are decided again
     from quorum reads (``Reader.fresh``) before they are taken.
     """
-    if isinstance(step, worlds.DeletePod) or (
-            isinstance(step, worlds.WriteStatus) and step.point in FRESH_POINTS):
+    if isinstance(step, actions.DeletePod) or (
+            isinstance(step, actions.WriteStatus) and step.point in FRESH_POINTS):
         return True
-    if not isinstance(step, worlds.WriteStatus) or step.point != "command-ledger":
+    if not isinstance(step, actions.WriteStatus) or step.point != "command-ledger":
         return False
     judged = commandsteps.prior(world)
     return judged is not None and judged.lease is LeaseStatus.EXPIRED

@@ -25,7 +25,7 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import launches, owners, snapshots, stamping
+from agentrun.core import owners, runobjects, specsnapshots, stamping
 from agentrun.kube import rest, stores
 
 Object = dict[str, Any]
@@ -186,7 +186,7 @@ class Reader:
         """The pinned spec from its snapshot, or why it cannot be had.
 
         ``slot_uid``: the uid that must control the snapshot: its run's for a per-run
-        copy, the slot's own for one pinned before (``core.snapshots.owner_uid``).
+        copy, the slot's own for one pinned before (``core.specsnapshots.owner_uid``).
         """
         key = (namespace, pinned.snapshot)
         if key in self._snapshots:
@@ -198,7 +198,7 @@ class Reader:
             return None, (f"the LaunchSpec snapshot {pinned.snapshot} is not the pinned copy "
                           "(another controller); delete it and reassign the slot")
         try:
-            spec = snapshots.read(found, pinned=pinned)
+            spec = specsnapshots.read(found, pinned=pinned)
         except ValueError as error:
             return None, str(error)
         self._snapshots[key] = spec
@@ -229,7 +229,7 @@ class Reader:
         for kind, pin in (("package", pins.package), ("workflow", pins.workflow),
                           ("bindings", pins.bindings)):
             found = self.configmap(namespace, pin.snapshot)
-            if found is None or not launches.matches_snapshot(
+            if found is None or not runobjects.matches_snapshot(
                     found, run_uid=run.metadata.uid or "", sha256=pin.sha256):
                 return (f"the pinned {kind} snapshot {pin.snapshot} is missing or is not the "
                         "run's pinned copy; workers would not read what was pinned (recreate "

@@ -1,6 +1,6 @@
 """Cheap builders of API objects for the core's unit tests (no cluster, no I/O).
 
-The last section builds :class:`agentrun.core.worlds.World` values for ``steps.next_step``:
+The last section builds :class:`agentrun.core.inputs.World` values for ``steps.next_step``:
 slot statuses by state, an attempt's Pod and Lease as the API returns them, an AgentRun,
 and command annotations.
 """
@@ -24,7 +24,7 @@ from agentrun.api.slots import (
     SlotState,
     SlotStatus,
 )
-from agentrun.core import naming, stamping, worlds
+from agentrun.core import inputs, naming, stamping
 from agentrun.core.observations import LeaseObservation
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -213,8 +213,8 @@ def lease(number: int, *, renew_time: str | None = None, duration: int = LEASE_S
 
 
 def objects(number: int, *, pod: Mapping[str, Any] | None = None,
-            lease: Mapping[str, Any] | None = None) -> worlds.AttemptObjects:
-    return worlds.AttemptObjects(name=worker(number), pod=pod, lease=lease)
+            lease: Mapping[str, Any] | None = None) -> inputs.AttemptObjects:
+    return inputs.AttemptObjects(name=worker(number), pod=pod, lease=lease)
 
 
 def observed(at: datetime, renew_time: str = "2030-01-01T12:00:00.000000Z") -> LeaseObservation:
@@ -248,7 +248,7 @@ def finished(state: SlotState, *, record: bool = True, owner: str | None = "alic
 
 def world(status: SlotStatus | None = None, *, annotations: dict[str, str] | None = None,
           generation: int | None = None, run: AgentRun | Literal["default"] | None = "default",
-          depends_on: list[str] | None = None, **kwargs: Any) -> worlds.World:
+          depends_on: list[str] | None = None, **kwargs: Any) -> inputs.World:
     """A world for ``next_step``: the slot with ``status``, its run, CPU_SPEC everywhere.
 
     ``kwargs`` are the other World fields (``now``, ``attempt``, ``snapshots``, ...).
@@ -263,7 +263,7 @@ def world(status: SlotStatus | None = None, *, annotations: dict[str, str] | Non
     defaults: dict[str, Any] = {"tenant": TENANT, "now": T0, "launch_specs": (CPU_SPEC,),
                                 "launch_spec": CPU_SPEC.spec, "stamping": IN_FORCE}
     defaults.update(kwargs)
-    return worlds.World(slot=the_slot, run=agent_run() if isinstance(run, str) else run,
+    return inputs.World(slot=the_slot, run=agent_run() if isinstance(run, str) else run,
                         **defaults)
 
 

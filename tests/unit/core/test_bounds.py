@@ -43,7 +43,8 @@ from agentrun.api.slots import (
     SlotStatus,
 )
 from agentrun.core import commands, guards, observations, retries, steps
-from agentrun.core.worlds import RemoveCommand, World, WriteStatus
+from agentrun.core.actions import RemoveCommand, WriteStatus
+from agentrun.core.inputs import World
 
 API_OBJECT_LIMIT = 1536 * 1024  # etcd's default request limit, what an object must stay under
 ANNOTATIONS_LIMIT = 256 * 1024

@@ -4,7 +4,7 @@ A claim under way is not a status: it is the slot's own untombstoned Lease of at
 n+1 (n = attemptCount), found in the world. These cases drive ``steps.next_step`` over
 worlds as the operator would read them after each write (and after a crash at any point),
 and the core's answers to a create that failed (``steps.on_exists``,
-``attemptsteps.on_rejected``).
+``attemptlife.on_rejected``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from corefakes import expect
 from agentrun.api import names
 from agentrun.api.meta import ObjectMeta, OwnerReference
 from agentrun.api.slots import CommandKind, Outcome, SlotState, SlotStatus
-from agentrun.core import attemptsteps, guards, steps, transitions, worlds
-from agentrun.core.worlds import Create, RemoveCommand, Wait, WriteStatus
+from agentrun.core import attemptlife, guards, inputs, steps, transitions
+from agentrun.core.actions import Create, RemoveCommand, Wait, WriteStatus
 
 
 def own_lease(number: int, *, owner: str | None = None, request_id: str | None = None,
@@ -34,7 +34,7 @@ def own_lease(number: int, *, owner: str | None = None, request_id: str | None =
     return lease
 
 
-def after_lease(status: SlotStatus | None = None, **kw: Any) -> worlds.World:
+def after_lease(status: SlotStatus | None = None, **kw: Any) -> inputs.World:
     """A Ready slot (or ``status``) whose Lease of the next attempt exists, no Pod yet."""
     status = status or f.ready()
     number = status.attempt_count + 1
@@ -75,10 +75,10 @@ def test_a_claim_under_way_is_finished_before_any_command() -> None:
     assert expect(steps.next_step(world), Create).point == "claim-pod"
 
 
-def dataclass_replace(world: worlds.World, *, annotations: dict[str, str]) -> worlds.World:
+def dataclass_replace(world: inputs.World, *, annotations: dict[str, str]) -> inputs.World:
     slot = world.slot.model_copy(update={"metadata": world.slot.metadata.model_copy(
         update={"annotations": annotations})})
-    return worlds.World(**{**world.__dict__, "slot": slot})
+    return inputs.World(**{**world.__dict__, "slot": slot})
 
 
 def test_a_claim_under_way_finishes_even_once_held_or_suspended() -> None:
@@ -168,7 +168,7 @@ def test_a_lease_naming_another_launch_spec_than_the_pin_never_leads_to_a_pod() 
 def test_a_quota_refusing_the_pod_waits_and_spends_no_attempt() -> None:
     world = after_lease()
     create = expect(steps.next_step(world), Create)
-    then = expect(attemptsteps.on_rejected(world, create=create, status=403,
+    then = expect(attemptlife.on_rejected(world, create=create, status=403,
                                            message="pods is forbidden: exceeded quota"),
                   WriteStatus)
     assert then.point == "quota-exceeded"
@@ -180,7 +180,7 @@ def test_a_quota_refusing_the_pod_waits_and_spends_no_attempt() -> None:
 def test_a_refused_pod_ends_the_attempt_as_claim_failed() -> None:
     world = after_lease()
     create = expect(steps.next_step(world), Create)
-    then = expect(attemptsteps.on_rejected(world, create=create, status=422,
+    then = expect(attemptlife.on_rejected(world, create=create, status=422,
                                            message="invalid"), WriteStatus)
     assert then.point == "claim-failed"
     assert (then.status.state, then.status.prior_worker) == (SlotState.RETRY_WAIT,
@@ -191,7 +191,7 @@ def test_a_refused_snapshot_is_an_event_and_the_error_stands() -> None:
     world = f.world(launch_specs=(f.CPU_SPEC,))
     create = expect(steps.next_step(world), Create)
     assert create.point == "launch-spec-snapshot"
-    event = attemptsteps.on_rejected(world, create=create, status=403, message="no")
+    event = attemptlife.on_rejected(world, create=create, status=403, message="no")
     assert isinstance(event, guards.Event) and event.reason == "CreateFailed"
 
 
@@ -227,7 +227,7 @@ def test_a_deleted_slot_with_nothing_under_way_starts_nothing() -> None:
     slot = f.slot(f.ready())
     deleting = slot.model_copy(update={"metadata": slot.metadata.model_copy(
         update={"deletion_timestamp": f.T0})})
-    world = worlds.World(**{**f.world(f.ready()).__dict__, "slot": deleting})
+    world = inputs.World(**{**f.world(f.ready()).__dict__, "slot": deleting})
     assert isinstance(steps.next_step(world), Wait)
 
 
@@ -249,21 +249,21 @@ def test_a_slot_left_claiming_by_an_older_operator_still_converges() -> None:
 
 def test_a_sibling_with_a_claim_under_way_is_busy() -> None:
     ready = f.slot(f.ready())
-    assert not worlds.busy(ready, next_lease=None)
-    assert worlds.busy(ready, next_lease=own_lease(1))
-    assert not worlds.busy(ready, next_lease=own_lease(1, holder=False, outcome="Failed"))
-    assert worlds.busy(f.slot(f.claiming(1)), next_lease=None)
-    assert worlds.busy(f.slot(f.active(1)), next_lease=None)
+    assert not inputs.busy(ready, next_lease=None)
+    assert inputs.busy(ready, next_lease=own_lease(1))
+    assert not inputs.busy(ready, next_lease=own_lease(1, holder=False, outcome="Failed"))
+    assert inputs.busy(f.slot(f.claiming(1)), next_lease=None)
+    assert inputs.busy(f.slot(f.active(1)), next_lease=None)
 
 
 def test_what_is_read_is_a_function_of_the_slot() -> None:
-    reads = worlds.reads_for(f.slot(f.ready()), max_active=True)
+    reads = inputs.reads_for(f.slot(f.ready()), max_active=True)
     assert (reads.siblings, reads.selecting, reads.worker, reads.next_worker,
             reads.stamping) == (True, False, None, f.worker(1), False)
-    pending = worlds.reads_for(f.slot(), max_active=False)
+    pending = inputs.reads_for(f.slot(), max_active=False)
     assert (pending.siblings, pending.selecting, pending.next_worker) == (False, True,
                                                                           f.worker(1))
-    active = worlds.reads_for(f.slot(f.active(2)), max_active=True)
+    active = inputs.reads_for(f.slot(f.active(2)), max_active=True)
     assert (active.siblings, active.worker, active.next_worker) == (False, f.worker(2), None)
 
 
@@ -271,15 +271,15 @@ def test_the_run_served_is_the_slots_controlling_owner() -> None:
     run = f.agent_run()
     assert run is not None
     slot = f.slot(f.ready())
-    assert worlds.serving_run(slot=slot, run=run) is None  # no controller reference
+    assert inputs.serving_run(slot=slot, run=run) is None  # no controller reference
     owned = slot.model_copy(update={"metadata": slot.metadata.model_copy(update={
         "owner_references": [OwnerReference(api_version=names.API_VERSION, kind="AgentRun",
                                             name=f.RUN, uid=f.RUN_UID, controller=True)]})})
-    assert worlds.serving_run(slot=owned, run=run) is run
+    assert inputs.serving_run(slot=owned, run=run) is run
     later = run.model_copy(update={"metadata": ObjectMeta(name=f.RUN, namespace=f.NS,
                                                           uid="uid-later")})
-    assert worlds.serving_run(slot=owned, run=later) is None
-    assert worlds.serving_run(slot=owned, run=None) is None
+    assert inputs.serving_run(slot=owned, run=later) is None
+    assert inputs.serving_run(slot=owned, run=None) is None
 
 
 # --- writes that change nothing, and the label ----------------------------------------------
@@ -295,7 +295,7 @@ def test_a_status_write_that_changes_nothing_is_a_wait() -> None:
 def test_an_active_slot_gets_no_label_write_of_its_own() -> None:
     slot = f.slot(f.active(1))
     bare = slot.model_copy(update={"metadata": slot.metadata.model_copy(update={"labels": {}})})
-    world = worlds.World(**{**f.world(f.active(1), attempt=f.objects(
+    world = inputs.World(**{**f.world(f.active(1), attempt=f.objects(
         1, pod=f.pod(1), lease=f.lease(1)), observation=f.observed(f.T0)).__dict__,
         "slot": bare})
     assert isinstance(steps.next_step(world), Wait)
@@ -305,7 +305,7 @@ def test_a_ready_slot_that_waits_gets_its_label() -> None:
     slot = f.slot(f.ready())
     bare = slot.model_copy(update={"metadata": slot.metadata.model_copy(update={"labels": {}})})
     base = f.world(f.ready(), run=f.agent_run(claim_policy="Manual"))
-    world = worlds.World(**{**base.__dict__, "slot": bare})
+    world = inputs.World(**{**base.__dict__, "slot": bare})
     step = expect(steps.next_step(world), RemoveCommand)
     assert (step.point, step.labels) == ("label", {names.LAUNCH_SPEC_LABEL: "cpu-spec"})
 

@@ -10,7 +10,7 @@ import pytest
 from agentrun.api import names
 from agentrun.api.policies import Backoff, RetryPolicy
 from agentrun.api.slots import COMMANDS_KEPT, CommandKind, Outcome, Predicate, SlotState, SlotStatus
-from agentrun.core import claims, guards, naming, retries, selection, transitions
+from agentrun.core import attemptobjects, guards, naming, retries, selection, transitions
 
 # --- selection ---------------------------------------------------------------------------
 
@@ -133,7 +133,7 @@ PIN = f.PINNED.model_copy(update={"generation": 4})
 
 
 def test_lease_body() -> None:
-    body = claims.lease_body(slot=f.slot(), attempt=3, owner_actor="alice", tenant=f.TENANT,
+    body = attemptobjects.lease_body(slot=f.slot(), attempt=3, owner_actor="alice", tenant=f.TENANT,
                              launch_spec=PIN, lease_duration_seconds=30)
     meta = body["metadata"]
     assert body["apiVersion"] == "coordination.k8s.io/v1" and meta["name"] == f"{f.SLOT}-3"
@@ -146,11 +146,11 @@ def test_lease_body() -> None:
     assert meta["ownerReferences"] == [{
         "apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot", "name": f.SLOT,
         "uid": f.SLOT_UID, "controller": True, "blockOwnerDeletion": True}]
-    assert claims.matches_attempt(body, slot_uid=f.SLOT_UID, attempt=3)
+    assert attemptobjects.matches_attempt(body, slot_uid=f.SLOT_UID, attempt=3)
 
 
 def test_pod_body() -> None:
-    body = claims.pod_body(slot=f.slot(), pins=f.pins(), launch_spec=SPEC.spec, pinned=PIN,
+    body = attemptobjects.pod_body(slot=f.slot(), pins=f.pins(), launch_spec=SPEC.spec, pinned=PIN,
                            attempt=2, owner_actor=None, tenant=None)
     spec = body["spec"]
     assert spec["restartPolicy"] == "Never"
@@ -177,15 +177,15 @@ def test_pod_body() -> None:
 
 
 def test_already_exists_matches_only_own_attempt() -> None:
-    body = claims.pod_body(slot=f.slot(), pins=f.pins(), launch_spec=SPEC.spec, pinned=PIN,
+    body = attemptobjects.pod_body(slot=f.slot(), pins=f.pins(), launch_spec=SPEC.spec, pinned=PIN,
                            attempt=2, owner_actor=None, tenant=None)
-    assert claims.matches_attempt(body, slot_uid=f.SLOT_UID, attempt=2)
-    assert not claims.matches_attempt(body, slot_uid=f.SLOT_UID, attempt=3)
-    assert not claims.matches_attempt(body, slot_uid="uid-recreated-slot", attempt=2)
+    assert attemptobjects.matches_attempt(body, slot_uid=f.SLOT_UID, attempt=2)
+    assert not attemptobjects.matches_attempt(body, slot_uid=f.SLOT_UID, attempt=3)
+    assert not attemptobjects.matches_attempt(body, slot_uid="uid-recreated-slot", attempt=2)
     loose = {"metadata": {"labels": body["metadata"]["labels"], "ownerReferences": [
         {**body["metadata"]["ownerReferences"][0], "controller": False}]}}
-    assert not claims.matches_attempt(loose, slot_uid=f.SLOT_UID, attempt=2)
-    assert not claims.matches_attempt({}, slot_uid=f.SLOT_UID, attempt=2)
+    assert not attemptobjects.matches_attempt(loose, slot_uid=f.SLOT_UID, attempt=2)
+    assert not attemptobjects.matches_attempt({}, slot_uid=f.SLOT_UID, attempt=2)
 
 
 # --- other commands ----------------------------------------------------------------------

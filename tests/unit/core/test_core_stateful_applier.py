@@ -25,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from agentrun.api import names
 from agentrun.api.runs import Pin, Pins
 from agentrun.controller.slots import SlotReconciler
-from agentrun.core import launches, naming
+from agentrun.core import naming, runobjects
 from agentrun.kube import reads, rest, writes
 
 APPLIED = {"examples": 0, "reconciles": 0, "crashes": 0, "conflicts": 0, "active": 0}
@@ -53,7 +53,7 @@ class AppliedLife(RuleBasedStateMachine):
         pins = {}
         for kind in names.CONFIG_KINDS:
             text = f"{kind}: 1"
-            digest = launches.sha256_of(text)
+            digest = runobjects.sha256_of(text)
             snapshot = naming.config_snapshot_name(run=f.RUN, kind=kind, sha256=digest)
             api.put_object(_path("configmaps", snapshot), {
                 "metadata": {"name": snapshot, "labels": {names.CONFIG_KIND_LABEL: kind},

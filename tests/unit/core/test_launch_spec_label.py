@@ -13,7 +13,8 @@ from corefakes import expect
 from agentrun.api import names
 from agentrun.api.slots import CommandKind, CommandRecord
 from agentrun.core import steps
-from agentrun.core.worlds import RemoveCommand, Wait, World
+from agentrun.core.actions import RemoveCommand, Wait
+from agentrun.core.inputs import World
 
 
 def unlabelled(world: World) -> World:

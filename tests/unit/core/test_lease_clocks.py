@@ -22,7 +22,8 @@ from corefakes import expect
 from agentrun.api import bounds
 from agentrun.controller import slots
 from agentrun.core import steps
-from agentrun.core.worlds import DeletePod, Wait, World
+from agentrun.core.actions import DeletePod, Wait
+from agentrun.core.inputs import World
 from agentrun.kube import reads, writes
 
 PINNED_SECONDS = 5

@@ -13,7 +13,7 @@ from corefakes import expect
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Predicate, SlotState
 from agentrun.core import steps
-from agentrun.core.worlds import Create, Wait, WriteStatus
+from agentrun.core.actions import Create, Wait, WriteStatus
 
 
 def limited(max_active: int | None) -> AgentRun:

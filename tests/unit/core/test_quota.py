@@ -13,22 +13,22 @@ from corefakes import expect
 
 from agentrun.api import conditions
 from agentrun.api.slots import SlotState
-from agentrun.core import attemptsteps, steps, transitions
-from agentrun.core.worlds import Wait, WriteStatus
+from agentrun.core import attemptlife, steps, transitions
+from agentrun.core.actions import Wait, WriteStatus
 
 REFUSED = ('pods "x-1" is forbidden: exceeded quota: compute, requested: pods=1, '
            "used: pods=0, limited: pods=0")
 
 
 def test_only_an_exceeded_quota_is_a_quota_refusal() -> None:
-    assert attemptsteps.is_quota_refusal(status=403, message=REFUSED)
-    assert not attemptsteps.is_quota_refusal(status=403, message="violates PodSecurity")
-    assert not attemptsteps.is_quota_refusal(status=422, message=REFUSED)
+    assert attemptlife.is_quota_refusal(status=403, message=REFUSED)
+    assert not attemptlife.is_quota_refusal(status=403, message="violates PodSecurity")
+    assert not attemptlife.is_quota_refusal(status=422, message=REFUSED)
 
 
 def test_a_quota_refusal_waits_without_spending_an_attempt() -> None:
     world = f.world(f.claiming(2), attempt=f.objects(2, pod=None, lease=f.lease(2)))
-    first = expect(attemptsteps.quota_refused(world, kind="Pod", message=REFUSED), WriteStatus)
+    first = expect(attemptlife.quota_refused(world, kind="Pod", message=REFUSED), WriteStatus)
     assert first.status.state is SlotState.CLAIMING
     assert (first.status.attempt_count, first.status.pending_worker) == (2, f.worker(2))
     quota = f.condition(first.status, transitions.QUOTA_EXCEEDED)
@@ -36,8 +36,8 @@ def test_a_quota_refusal_waits_without_spending_an_attempt() -> None:
     assert "ResourceQuota" in quota.message and "exceeded quota" in quota.message
     assert first.event is not None and first.event.reason == "QuotaExceeded"
     again = f.world(first.status, attempt=world.attempt)
-    waited = expect(attemptsteps.quota_refused(again, kind="Pod", message=REFUSED), Wait)
-    assert waited.until == f.T0 + attemptsteps.QUOTA_WAIT
+    waited = expect(attemptlife.quota_refused(again, kind="Pod", message=REFUSED), Wait)
+    assert waited.until == f.T0 + attemptlife.QUOTA_WAIT
 
 
 def test_the_claim_that_succeeds_clears_the_condition() -> None:

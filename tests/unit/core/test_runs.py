@@ -10,7 +10,7 @@ import pytest
 from agentrun.api import conditions
 from agentrun.api.runs import AgentRun, AgentRunStatus, SlotCounts
 from agentrun.api.slots import Slot, SlotState
-from agentrun.core import launches, resolution, runs
+from agentrun.core import resolution, runobjects, runs
 from agentrun.core.resolution import Problem, Resolution
 
 S = SlotState
@@ -22,7 +22,7 @@ def pinned_run(*, deadline: int | None = None, generation: int = 3,
     base = lf.run(deadline=deadline, generation=generation)
     found = resolution.resolve(run=base, config_maps=lf.config_maps())
     assert isinstance(found, Resolution)
-    pinned = runs.record_pins(run=base, pins=launches.pins(run=base, resolution=found), now=lf.T0)
+    pinned = runs.record_pins(run=base, pins=runobjects.pins(run=base, resolution=found), now=lf.T0)
     return base.model_copy(update={"status": status or pinned})
 
 

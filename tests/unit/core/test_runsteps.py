@@ -20,7 +20,7 @@ from agentrun.api import conditions, names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Slot, SlotState
-from agentrun.core import launches, resolution, runs, runsteps, squats, worlds
+from agentrun.core import actions, resolution, runobjects, runs, runsteps, squats
 from agentrun.core.resolution import Resolution
 
 NOW = lf.T0 + timedelta(seconds=5)
@@ -34,10 +34,10 @@ def resolved(run: AgentRun) -> Resolution:
 
 def snapshots(run: AgentRun) -> dict[str, dict[str, Any]]:
     """The run's three snapshots as the API would return them (controlled by the run)."""
-    bodies = [launches.snapshot_body(run=run, resolved=r, tenant=lf.TENANT)
+    bodies = [runobjects.snapshot_body(run=run, resolved=r, tenant=lf.TENANT)
               for r in resolved(run).all()]
     return {b["metadata"]["name"]: {**b, "metadata": {
-        **b["metadata"], "ownerReferences": [{**launches.owner_reference(run)}]}}
+        **b["metadata"], "ownerReferences": [{**runobjects.owner_reference(run)}]}}
         for b in bodies}
 
 
@@ -50,7 +50,7 @@ def unpinned_world(run: AgentRun | None = None, **changes: Any) -> runsteps.RunW
 
 def pinned(run: AgentRun | None = None) -> AgentRun:
     base = run or lf.run()
-    status = runs.record_pins(run=base, pins=launches.pins(run=base, resolution=resolved(base)),
+    status = runs.record_pins(run=base, pins=runobjects.pins(run=base, resolution=resolved(base)),
                               now=lf.T0)
     return base.model_copy(update={"status": status})
 
@@ -95,7 +95,7 @@ def test_a_namespace_without_a_tenant_is_said_once_then_waited_on() -> None:
     assert cond(step.status, runs.PINNED) == ("False", resolution.NOT_A_TENANT)
     assert step.event is not None and step.event.reason == resolution.NOT_A_TENANT
     again = runsteps.next_step(unpinned_world(written(world.run, step), tenant=None))
-    assert isinstance(again, worlds.Wait) and again.until is None
+    assert isinstance(again, actions.Wait) and again.until is None
 
 
 def test_a_missing_configuration_is_shown_with_its_reason() -> None:
@@ -128,7 +128,7 @@ def test_snapshots_found_ours_lead_to_the_pinned_write(where: str) -> None:
     run = lf.run()
     step = runsteps.next_step(unpinned_world(run, **{where: snapshots(run)}))
     assert isinstance(step, runsteps.WriteRun) and step.point == "pinned"
-    assert step.status.pinned == launches.pins(run=run, resolution=resolved(run))
+    assert step.status.pinned == runobjects.pins(run=run, resolution=resolved(run))
     assert step.event is not None and step.event.reason == "Pinned"
     assert step.until == NOW  # the slots are laid out at once, in the next reconcile
 
@@ -147,7 +147,7 @@ def test_a_squatted_snapshot_is_said_once_and_never_used() -> None:
     assert step.event is not None and name in step.event.message
     assert step.until == NOW + squats.SQUAT_WAIT
     again = runsteps.next_step(unpinned_world(written(run, step), taken={name: stranger}))
-    assert isinstance(again, worlds.Wait) and again.until == NOW + squats.SQUAT_WAIT
+    assert isinstance(again, actions.Wait) and again.until == NOW + squats.SQUAT_WAIT
 
 
 # --- the pinned workflow ------------------------------------------------------------------
@@ -193,7 +193,7 @@ def test_an_unparseable_pinned_workflow_is_a_problem() -> None:
 
 def test_a_pinned_world_without_its_workflow_waits() -> None:
     world = runsteps.RunWorld(run=pinned(), tenant=lf.TENANT, now=NOW)
-    assert isinstance(runsteps.next_step(world), worlds.Wait)
+    assert isinstance(runsteps.next_step(world), actions.Wait)
 
 
 # --- laying out the slots -----------------------------------------------------------------
@@ -216,7 +216,7 @@ def test_only_the_missing_slots_are_created() -> None:
 
 def test_a_slot_found_ours_on_create_is_not_created_again() -> None:
     run = pinned()
-    report = launches.slot_body(run=run, node=workflow().nodes[1], tenant=lf.TENANT)
+    report = runobjects.slot_body(run=run, node=workflow().nodes[1], tenant=lf.TENANT)
     step = runsteps.next_step(laid_out_world(
         run, slots=[lf.slot("research")], taken={report["metadata"]["name"]: report}))
     assert isinstance(step, runsteps.WriteRun)  # the status, the slot not yet listed
@@ -225,7 +225,7 @@ def test_a_slot_found_ours_on_create_is_not_created_again() -> None:
 
 def test_a_squatted_slot_is_said_after_the_others_are_created() -> None:
     run = pinned()
-    report = launches.slot_body(run=run, node=workflow().nodes[1], tenant=lf.TENANT)
+    report = runobjects.slot_body(run=run, node=workflow().nodes[1], tenant=lf.TENANT)
     name = report["metadata"]["name"]
     stranger = {**report, "metadata": {**report["metadata"], "ownerReferences": []}}
     first = runsteps.next_step(laid_out_world(run, taken={name: stranger}))
@@ -257,7 +257,7 @@ def test_the_status_is_written_once_then_never_while_nothing_changes() -> None:
     assert isinstance(step, runsteps.WriteRun) and step.event is None
     assert step.status.slots.pending == 2 and step.until is None
     again = runsteps.next_step(laid_out_world(written(run, step), slots=slots))
-    assert isinstance(again, worlds.Wait) and again.until is None
+    assert isinstance(again, actions.Wait) and again.until is None
 
 
 def test_the_deadline_is_the_next_look_with_or_without_a_write() -> None:
@@ -267,7 +267,7 @@ def test_the_deadline_is_the_next_look_with_or_without_a_write() -> None:
     assert isinstance(step, runsteps.WriteRun)
     assert step.until == lf.T0 + timedelta(seconds=600)
     again = runsteps.next_step(laid_out_world(written(run, step), slots=slots))
-    assert isinstance(again, worlds.Wait) and again.until == lf.T0 + timedelta(seconds=600)
+    assert isinstance(again, actions.Wait) and again.until == lf.T0 + timedelta(seconds=600)
 
 
 def test_a_finished_run_has_no_next_look() -> None:

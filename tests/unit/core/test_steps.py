@@ -30,8 +30,8 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
-from agentrun.core import guards, naming, selection, snapshots, steps, transitions
-from agentrun.core.worlds import Create, DeletePod, Tombstone, Wait, WriteStatus
+from agentrun.core import guards, naming, selection, specsnapshots, steps, transitions
+from agentrun.core.actions import Create, DeletePod, Tombstone, Wait, WriteStatus
 
 # --- run gone, observed generation -------------------------------------------------------
 
@@ -244,7 +244,7 @@ def test_a_serving_launch_spec_is_snapshotted_then_the_slot_is_ready() -> None:
     # One snapshot per (run, digest), owned by the run (not by each slot).
     assert create.body["metadata"]["ownerReferences"][0]["uid"] == f.RUN_UID
     pinned = guards.pin(run=f.RUN, choice=selection.Choice(spec=spec, reason=""))
-    assert snapshots.read(create.body, pinned=pinned) == spec.spec
+    assert specsnapshots.read(create.body, pinned=pinned) == spec.spec
 
     # Claimable at once (Automatic): no Ready write; the claim's Lease is the next write
     # and the Ready status (the pin) rides in its claiming world to the one status write.

@@ -29,9 +29,18 @@ from hypothesis import strategies as st
 
 from agentrun.api import names
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
-from agentrun.core import attemptsteps, claims, guards, squats, steps, transitions, worlds
+from agentrun.core import (
+    attemptlife,
+    attemptobjects,
+    guards,
+    inputs,
+    squats,
+    steps,
+    transitions,
+)
+from agentrun.core.actions import Create, DeletePod, Wait, WriteStatus
+from agentrun.core.inputs import World
 from agentrun.core.stamping import Stamping
-from agentrun.core.worlds import Create, DeletePod, Wait, World, WriteStatus
 
 # --- Claiming ----------------------------------------------------------------------------------
 
@@ -45,7 +54,7 @@ def test_claiming_without_a_lease_creates_the_lease() -> None:
     assert body["spec"] == {"holderIdentity": f.worker(2), "leaseDurationSeconds": f.LEASE_SECONDS}
     assert body["metadata"]["labels"][names.ATTEMPT_LABEL] == "2"
     assert body["metadata"]["annotations"][names.OWNER_ACTOR_ANNOTATION] == "alice"
-    assert claims.matches_attempt(body, slot_uid=f.SLOT_UID, attempt=2)
+    assert attemptobjects.matches_attempt(body, slot_uid=f.SLOT_UID, attempt=2)
 
 
 def test_claiming_with_a_lease_and_no_pod_creates_the_pod_with_the_runs_snapshots() -> None:
@@ -128,7 +137,7 @@ def test_a_leftover_of_an_earlier_same_name_slot_is_waited_out_not_counted(
         objects: object) -> None:
     """A run deleted and recreated: its old slot's objects are still being collected."""
     step = expect(steps.next_step(f.world(f.claiming(1), attempt=objects)), Wait)
-    assert step.until == f.T0 + attemptsteps.GONE_WAIT
+    assert step.until == f.T0 + attemptlife.GONE_WAIT
     assert "garbage-collected" in step.message
 
 
@@ -263,7 +272,7 @@ def test_the_runs_retry_policy_decides_exhaustion() -> None:
 
 def test_the_world_reads_the_pending_else_the_active_else_the_prior_attempt() -> None:
     def reads(status: SlotStatus) -> tuple[str | None, str | None]:
-        found = worlds.reads_for(f.slot(status), max_active=False)
+        found = inputs.reads_for(f.slot(status), max_active=False)
         return found.worker, found.next_worker
     assert reads(f.claiming(2)) == (f.worker(2), None)
     assert reads(f.active(3)) == (f.worker(3), None)
@@ -293,7 +302,7 @@ def any_world(draw: st.DrawFn) -> World:
     }[state]
     if draw(st.booleans()):
         status = transitions.hold(status, reason="held", now=f.T0)
-    worker = worlds.reads_for(f.slot(status), max_active=False).worker
+    worker = inputs.reads_for(f.slot(status), max_active=False).worker
     attempt = None
     if worker is not None:
         number = int(worker.removeprefix(f"{f.SLOT}-"))

@@ -28,24 +28,17 @@ from corefakes import expect
 from agentrun.api import conditions, names
 from agentrun.api.slots import CommandKind, CommandRecord, Outcome, Predicate, SlotState, SlotStatus
 from agentrun.core import (
-    attemptsteps,
+    attemptlife,
     commands,
     commandsteps,
     guards,
-    snapshots,
+    specsnapshots,
     steps,
     transitions,
 )
+from agentrun.core.actions import Create, DeletePod, RemoveCommand, Tombstone, Wait, WriteStatus
+from agentrun.core.inputs import World
 from agentrun.core.stamping import Stamping
-from agentrun.core.worlds import (
-    Create,
-    DeletePod,
-    RemoveCommand,
-    Tombstone,
-    Wait,
-    World,
-    WriteStatus,
-)
 
 NOT_IN_FORCE = Stamping(epoch=None, problem="actors cannot be verified: the policy is missing")
 GPU_SPEC = f.launch_spec("gpu-spec", classes=["gpu"], runs=[f.RUN])
@@ -252,7 +245,7 @@ def test_an_accepted_reassignment_creates_its_launch_spec_snapshot_first() -> No
 def test_with_its_snapshot_an_accepted_reassignment_reopens_the_slot() -> None:
     before = transitions.end_attempt(
         f.active(3, owner="alice"), outcome=Outcome.FAILED, message="x", exit_code=1,
-        policy=attemptsteps.policy(f.world()), now=f.T0)
+        policy=attemptlife.policy(f.world()), now=f.T0)
     assert f.condition(before, transitions.AWAITING_REASSIGNMENT).status == "True"
     world = reassign_world(before, snapshots=frozenset({GPU_SNAPSHOT}),
                            attempt=f.objects(3, pod=None, lease=f.lease(3, outcome="Failed")))
@@ -272,9 +265,9 @@ def test_with_its_snapshot_an_accepted_reassignment_reopens_the_slot() -> None:
     assert step.event is not None
     assert (step.event.type, step.event.reason) == ("Normal", "Reassigned")
     # The snapshot holds the chosen spec, as the pin says.
-    body = snapshots.body(run=f.agent_run(), pinned=new.launch_spec, spec=GPU_SPEC.spec,
+    body = specsnapshots.body(run=f.agent_run(), pinned=new.launch_spec, spec=GPU_SPEC.spec,
                           tenant=f.TENANT)
-    assert snapshots.read(body, pinned=new.launch_spec) == GPU_SPEC.spec
+    assert specsnapshots.read(body, pinned=new.launch_spec) == GPU_SPEC.spec
 
 
 @pytest.mark.parametrize(("kwargs", "predicate"), [

@@ -15,7 +15,7 @@ import corefakes as f
 
 from agentrun.api.slots import CommandKind, Outcome, Predicate, SlotState
 from agentrun.core import guards, steps
-from agentrun.core.worlds import Create, DeletePod, RemoveCommand, Tombstone, Wait, WriteStatus
+from agentrun.core.actions import Create, DeletePod, RemoveCommand, Tombstone, Wait, WriteStatus
 
 expect = f.expect
 

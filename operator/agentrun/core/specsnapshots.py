@@ -20,7 +20,7 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import guards, naming, owners, worlds
+from agentrun.core import actions, guards, inputs, naming, owners
 
 DATA_KEY = "launchspec.json"
 
@@ -81,9 +81,9 @@ def owner_uid(*, slot: Slot, pinned: PinnedLaunchSpec) -> str:
     return slot.metadata.uid or ""
 
 
-def create(world: worlds.World, *, pinned: PinnedLaunchSpec,
-           spec: LaunchSpecSpec) -> worlds.Create:
+def create(world: inputs.World, *, pinned: PinnedLaunchSpec,
+           spec: LaunchSpecSpec) -> actions.Create:
     """The step creating the run's snapshot of ``pinned`` (one per run and digest)."""
     assert world.run is not None
-    return worlds.Create(body=body(run=world.run, pinned=pinned, spec=spec,
+    return actions.Create(body=body(run=world.run, pinned=pinned, spec=spec,
                                    tenant=world.tenant), point="launch-spec-snapshot")

@@ -1,7 +1,7 @@
 """The steps of an attempt's life: claiming its objects, judging it, fencing it after.
 
 Split from :mod:`agentrun.core.steps` (which decides *which* concern comes first) by
-what they hold: each function here maps a :class:`~agentrun.core.worlds.World` whose
+what they hold: each function here maps a :class:`~agentrun.core.inputs.World` whose
 slot has an attempt in hand (Claiming, Active, or an ended prior) to the next write.
 
 The claim (DESIGN.md section 6, as changed by issue 9): 1. create the Lease
@@ -22,7 +22,17 @@ from typing import Any
 
 from agentrun.api import bounds, conditions, names
 from agentrun.api.slots import Outcome
-from agentrun.core import attempts, claims, guards, owners, retries, squats, transitions, worlds
+from agentrun.core import (
+    actions,
+    attemptobjects,
+    attempts,
+    guards,
+    inputs,
+    owners,
+    retries,
+    squats,
+    transitions,
+)
 from agentrun.core.observations import (
     LeaseStatus,
     LeaseView,
@@ -34,12 +44,12 @@ from agentrun.core.observations import (
 GONE_WAIT = timedelta(seconds=2)  # how soon to look again for a leftover being collected
 
 
-def policy(world: worlds.World) -> retries.Effective:
+def policy(world: inputs.World) -> retries.Effective:
     run_retry = world.run.spec.retry if world.run else None
     return retries.effective(node=world.slot.spec.retry, run=run_retry)
 
 
-def fence_step(world: worlds.World) -> worlds.Step | None:
+def fence_step(world: inputs.World) -> actions.Step | None:
     """After an attempt ended (or was given up): kill a live pod, tombstone the lease."""
     status = world.slot.status
     objects = world.attempt
@@ -51,13 +61,13 @@ def fence_step(world: worlds.World) -> worlds.Step | None:
 
     def ours(found: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         """Only this slot's own attempt objects are fenced (not a same-name leftover)."""
-        if found is None or not claims.matches_attempt(found, slot_uid=uid, attempt=number):
+        if found is None or not attemptobjects.matches_attempt(found, slot_uid=uid, attempt=number):
             return None
         return found
 
     pod = pod_view(ours(objects.pod))
     if pod.phase in attempts.LIVE:
-        return worlds.DeletePod(name=objects.name, uid=pod.uid,
+        return actions.DeletePod(name=objects.name, uid=pod.uid,
                                 message=f"fencing attempt {objects.name}: the slot has moved on")
     lease = ours(objects.lease)
     if lease is not None and names.OUTCOME_ANNOTATION not in (
@@ -72,12 +82,12 @@ def fence_step(world: worlds.World) -> worlds.Step | None:
             annotations[names.OWNER_ACTOR_ANNOTATION] = record.owner_actor
         if record is not None:
             annotations[names.LAUNCH_SPEC_ANNOTATION] = record.launch_spec
-        return worlds.Tombstone(name=objects.name, annotations=annotations)
+        return actions.Tombstone(name=objects.name, annotations=annotations)
     return None
 
 
-def claiming_world(world: worlds.World, *,
-                   lease: Mapping[str, Any] | None) -> worlds.World:
+def claiming_world(world: inputs.World, *,
+                   lease: Mapping[str, Any] | None) -> inputs.World:
     """The world with attempt n+1 consumed in memory: the slot as if ``Claiming``.
 
     ``lease``: the claim's Lease when it exists (a claim under way): its owner actor is
@@ -88,31 +98,32 @@ def claiming_world(world: worlds.World, *,
     """
     status = world.slot.status
     if lease is not None:
-        owner = claims.annotation(lease, names.OWNER_ACTOR_ANNOTATION)
-        request_id = claims.annotation(lease, names.CLAIM_ID)
+        owner = attemptobjects.annotation(lease, names.OWNER_ACTOR_ANNOTATION)
+        request_id = attemptobjects.annotation(lease, names.CLAIM_ID)
         if request_id is not None and guards.seen(status, request_id) is None:
             status = guards.claim_accepted(status, request_id=request_id, actor=owner,
                                            now=world.now)
         status = status.model_copy(update={"next_owner_actor": owner})
     status = transitions.start_claim(status, slot=world.slot.metadata.name, now=world.now)
-    objects = world.next_attempt or worlds.AttemptObjects(
+    objects = world.next_attempt or inputs.AttemptObjects(
         name=status.pending_worker or "", pod=None, lease=None)
-    return dataclasses.replace(worlds.with_status(world, status), attempt=objects)
+    return dataclasses.replace(inputs.with_status(world, status), attempt=objects)
 
 
-def under_way(world: worlds.World) -> worlds.World | None:
-    """The claiming world when a claim is under way (:func:`claims.under_way`), else None."""
+def under_way(world: inputs.World) -> inputs.World | None:
+    """The claiming world when a claim is under way (``attemptobjects.under_way``), else
+    None."""
     status = world.slot.status
     objects = world.next_attempt
-    if (objects is None or status.state not in worlds.CLAIM_OPEN
-            or status.launch_spec is None or not claims.under_way(
+    if (objects is None or status.state not in inputs.CLAIM_OPEN
+            or status.launch_spec is None or not attemptobjects.under_way(
                 objects.lease, slot_uid=world.slot.metadata.uid or "",
                 attempt=status.attempt_count + 1)):
         return None
     return claiming_world(world, lease=objects.lease)
 
 
-def claiming_step(world: worlds.World, *, request_id: str | None = None) -> worlds.Step:
+def claiming_step(world: inputs.World, *, request_id: str | None = None) -> actions.Step:
     """Claiming: create the Lease, then the Pod, then record the attempt as Active.
 
     ``request_id``: the claim command being served (it goes on the Lease). A Lease of
@@ -132,36 +143,36 @@ def claiming_step(world: worlds.World, *, request_id: str | None = None) -> worl
                             or "no launch spec is pinned to build the pod from")
     number = status.attempt_count
     uid = slot.metadata.uid or ""
-    own_lease = objects.lease is not None and claims.matches_attempt(
+    own_lease = objects.lease is not None and attemptobjects.matches_attempt(
         objects.lease, slot_uid=uid, attempt=number)
     if own_lease and objects.pod is None:
         assert objects.lease is not None
         if lease_view(objects.lease).tombstoned:
             return claim_failed(world, message=f"its Lease {worker} was found ended before "
                                                "its pod was created; no pod is started")
-        recorded = claims.annotation(objects.lease, names.LAUNCH_SPEC_ANNOTATION)
+        recorded = attemptobjects.annotation(objects.lease, names.LAUNCH_SPEC_ANNOTATION)
         if recorded not in (None, transitions.launch_spec_ref(pinned)):
             return claim_failed(world, message=f"its Lease records LaunchSpec {recorded}, "
                                                f"not {transitions.launch_spec_ref(pinned)} "
                                                "pinned now; no pod is started")
     for found, kind in ((objects.lease, "Lease"), (objects.pod, "Pod")):
         if found is None or (
-                claims.matches_attempt(found, slot_uid=uid, attempt=number)
-                and claims.same_content(found, kind=kind, worker=worker,
+                attemptobjects.matches_attempt(found, slot_uid=uid, attempt=number)
+                and attemptobjects.same_content(found, kind=kind, worker=worker,
                                         launch_spec=world.launch_spec)):
             continue
         metadata = found.get("metadata") or {}
         if metadata.get("ownerReferences") and not owners.controlled_by(metadata, uid) and (
                 any(ref.get("controller") for ref in metadata["ownerReferences"])):
             # Left by an earlier slot of the same name: the garbage collector removes it.
-            return worlds.Wait(message=f"a {kind} {worker} of an earlier slot of this name "
+            return actions.Wait(message=f"a {kind} {worker} of an earlier slot of this name "
                                        "is still being garbage-collected",
                                until=world.now + GONE_WAIT)
         return squats.slot_step(world, kind=kind, name=worker,
                                 what=f"attempt {number} of slot {slot.metadata.name}")
     if objects.lease is None:
-        return worlds.Create(claim=True, point="claim-lease", within=world,
-                             body=claims.lease_body(
+        return actions.Create(claim=True, point="claim-lease", within=world,
+                             body=attemptobjects.lease_body(
             slot=slot, attempt=number, owner_actor=status.next_owner_actor, tenant=world.tenant,
             launch_spec=pinned, lease_duration_seconds=world.launch_spec.lease.duration_seconds,
             request_id=request_id))
@@ -169,10 +180,11 @@ def claiming_step(world: worlds.World, *, request_id: str | None = None) -> worl
         return claim_failed(world, message=world.pins_problem)
     if objects.pod is None:
         assert world.run is not None and world.run.status.pinned is not None
-        return worlds.Create(claim=True, point="claim-pod", within=world, body=claims.pod_body(
-            slot=slot, pins=world.run.status.pinned, launch_spec=world.launch_spec,
-            pinned=pinned, attempt=number, owner_actor=status.next_owner_actor,
-            tenant=world.tenant))
+        return actions.Create(
+            claim=True, point="claim-pod", within=world, body=attemptobjects.pod_body(
+                slot=slot, pins=world.run.status.pinned, launch_spec=world.launch_spec,
+                pinned=pinned, attempt=number, owner_actor=status.next_owner_actor,
+                tenant=world.tenant))
     owner = status.next_owner_actor
     # One Event at most per pod on a first claim: only a claim a person asked for (a claim
     # command, or the claim after a reassignment) says so; an automatic one is in status.
@@ -180,7 +192,7 @@ def claiming_step(world: worlds.World, *, request_id: str | None = None) -> worl
         type="Normal", reason="Claimed",
         message=f"attempt {number} claimed: pod and lease {worker} from LaunchSpec "
                 f"{pinned.name}@{pinned.generation}, owner {owner}")
-    return worlds.WriteStatus(status=transitions.finish_claim(
+    return actions.WriteStatus(status=transitions.finish_claim(
         status, now=world.now, pod_uid=(objects.pod.get("metadata") or {}).get("uid")),
         event=event, point="active")
 
@@ -193,7 +205,7 @@ def is_quota_refusal(*, status: int, message: str) -> bool:
     return status == 403 and "exceeded quota" in message
 
 
-def quota_refused(world: worlds.World, *, kind: str, message: str) -> worlds.Step:
+def quota_refused(world: inputs.World, *, kind: str, message: str) -> actions.Step:
     """A claim's create refused by a quota: wait under ``QuotaExceeded``, spend no attempt.
 
     The attempt number stays pending (Claiming) and the create is tried again; a quota is
@@ -207,13 +219,13 @@ def quota_refused(world: worlds.World, *, kind: str, message: str) -> worlds.Ste
         status.conditions, type_=transitions.QUOTA_EXCEEDED, status="True",
         reason="QuotaExceeded", message=text, now=world.now)})
     if new != status:
-        return worlds.WriteStatus(status=new, point="quota-exceeded", event=guards.Event(
+        return actions.WriteStatus(status=new, point="quota-exceeded", event=guards.Event(
             type="Warning", reason="QuotaExceeded", message=text))
-    return worlds.Wait(message=text, until=world.now + QUOTA_WAIT)
+    return actions.Wait(message=text, until=world.now + QUOTA_WAIT)
 
 
-def on_rejected(world: worlds.World, *, create: worlds.Create, status: int,
-                message: str) -> worlds.Step | guards.Event:
+def on_rejected(world: inputs.World, *, create: actions.Create, status: int,
+                message: str) -> actions.Step | guards.Event:
     """A create the API server refused: what next (the applier only performs it).
 
     A claim's Lease or Pod: a quota refusal waits (no attempt spent), anything else ends
@@ -232,17 +244,17 @@ def on_rejected(world: worlds.World, *, create: worlds.Create, status: int,
     return claim_failed(within, message=message)
 
 
-def claim_failed(world: worlds.World, *, message: str) -> worlds.WriteStatus:
+def claim_failed(world: inputs.World, *, message: str) -> actions.WriteStatus:
     """The attempt's objects cannot be created: it ends as ClaimFailed, its number spent."""
     status = world.slot.status
     full = f"attempt {status.pending_worker} could not be created: {message}"
-    return worlds.WriteStatus(
+    return actions.WriteStatus(
         status=transitions.fail_claim(status, message=full, policy=policy(world), now=world.now),
         event=guards.Event(type="Warning", reason="ClaimFailed", message=full),
         point="claim-failed")
 
 
-def active_step(world: worlds.World) -> worlds.Step:
+def active_step(world: inputs.World) -> actions.Step:
     """Active: the ended-attempt table of DESIGN.md section 4."""
     status = world.slot.status
     objects = world.attempt
@@ -258,20 +270,20 @@ def active_step(world: worlds.World) -> worlds.Step:
                           blind=world.blind)
     verdict = attempts.judge(pod=pod, lease=judged, renewed=world.observation is not None)
     if verdict.delete_pod:
-        return worlds.DeletePod(name=objects.name, uid=pod.uid, message=verdict.message)
+        return actions.DeletePod(name=objects.name, uid=pod.uid, message=verdict.message)
     if not verdict.ended:
         if judged is not LeaseStatus.HELD:
-            return worlds.Wait(message=verdict.message)
+            return actions.Wait(message=verdict.message)
         if world.observation is None:
             until = started + timedelta(seconds=deadline)
         else:  # the expiry on the monotonic clock, said as a wall time for the scheduler
             left = (world.observation.observed_at + timedelta(seconds=duration)
                     + world.blind - (world.ticks or world.now))
             until = world.now + left
-        return worlds.Wait(message=verdict.message, until=until)
+        return actions.Wait(message=verdict.message, until=until)
     assert verdict.outcome is not None
     message = f"attempt {objects.name} ended {verdict.outcome}: {verdict.message}"
-    return worlds.WriteStatus(
+    return actions.WriteStatus(
         status=transitions.end_attempt(status, outcome=verdict.outcome, message=verdict.message,
                                        exit_code=verdict.exit_code, policy=policy(world),
                                        now=world.now),
@@ -280,7 +292,7 @@ def active_step(world: worlds.World) -> worlds.Step:
         point="attempt-ended")
 
 
-def lease_duration(world: worlds.World, lease: LeaseView) -> int:
+def lease_duration(world: inputs.World, lease: LeaseView) -> int:
     """The pinned lease duration; the Lease's own field only if no pinned spec is readable.
 
     The holder can write ``leaseDurationSeconds``; even then it is held to the bounds a
@@ -292,11 +304,11 @@ def lease_duration(world: worlds.World, lease: LeaseView) -> int:
     return min(max(own, bounds.MIN_LEASE_SECONDS), bounds.MAX_LEASE_SECONDS)
 
 
-def start_deadline(world: worlds.World) -> int:
+def start_deadline(world: inputs.World) -> int:
     return world.launch_spec.start_deadline_seconds if world.launch_spec else 300
 
 
-def started_at(world: worlds.World, worker: str) -> datetime:
+def started_at(world: inputs.World, worker: str) -> datetime:
     """When the start deadline counts from: the claim, or later if this process saw it later.
 
     The claim time was written by whichever operator claimed, on its clock; after a

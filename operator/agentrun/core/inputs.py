@@ -1,9 +1,10 @@
-"""What the operator read for one slot (the *world*) and the writes it may make (*steps*).
+"""What the operator read for one slot: the *world* a decision is made in.
 
 A :class:`World` is a snapshot of everything a decision about one slot needs, read at
-``now`` on the operator's clock; a *step* is one write (or :class:`Wait`). The decisions
-that map one to the other are in :mod:`agentrun.core.steps`; the applier that performs a
-step, each with its precondition, is ``agentrun.kube.writes``.
+``now`` on the operator's clock. The writes a decision may ask for are in
+:mod:`agentrun.core.actions`; the decisions that map one to the other are in
+:mod:`agentrun.core.steps`; the applier that performs an action, each with its
+precondition, is ``agentrun.controller.slots`` over ``agentrun.kube.writes``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import CommandKind, Slot, SlotState, SlotStatus
-from agentrun.core import claims, commands, guards, naming, owners
+from agentrun.core import attemptobjects, commands, naming, owners
 from agentrun.core.observations import LeaseObservation
 from agentrun.core.stamping import Stamping
 
@@ -76,61 +77,6 @@ class World:
     ticks: datetime | None = None
     active_in_run: int = 0
 
-
-@dataclass(frozen=True, kw_only=True)
-class WriteStatus:
-    status: SlotStatus
-    event: guards.Event | None = None
-    point: str = "status"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Create:
-    """Create an object; AlreadyExists is success only if ``matches`` says it is ours."""
-
-    body: dict[str, Any]
-    point: str
-    claim: bool = False  # a failure ends the attempt as ClaimFailed
-    # A claim's: the claiming world it was decided in (what a failure is decided in).
-    within: World | None = field(default=None, repr=False, compare=False)
-
-
-@dataclass(frozen=True, kw_only=True)
-class DeletePod:
-    name: str
-    uid: str | None
-    message: str
-    point: str = "delete-pod"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Tombstone:
-    """Clear the lease's holder and record the attempt's end in its annotations."""
-
-    name: str
-    annotations: dict[str, str]
-    point: str = "tombstone"
-
-
-@dataclass(frozen=True, kw_only=True)
-class RemoveCommand:
-    """A metadata patch of the slot: remove command annotations, and set ``labels``."""
-
-    keys: tuple[str, ...]
-    event: guards.Event | None = None
-    point: str = "remove-command"
-    labels: dict[str, str] | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Wait:
-    """Nothing to do now; look again at ``until`` (or on the next change)."""
-
-    message: str
-    until: datetime | None = None
-
-
-Step = WriteStatus | Create | DeletePod | Tombstone | RemoveCommand | Wait
 
 CLAIM_OPEN = frozenset({SlotState.PENDING, SlotState.READY, SlotState.RETRY_WAIT})
 
@@ -209,5 +155,5 @@ def busy(slot: Slot, *, next_lease: Mapping[str, Any] | None) -> bool:
     Active, or a claim under way (its Lease of attempt n+1, read as ``next_lease``)?"""
     if slot.status.state in (SlotState.CLAIMING, SlotState.ACTIVE):
         return True
-    return next_worker(slot) is not None and claims.under_way(
+    return next_worker(slot) is not None and attemptobjects.under_way(
         next_lease, slot_uid=slot.metadata.uid or "", attempt=slot.status.attempt_count + 1)
