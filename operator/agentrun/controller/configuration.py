@@ -8,6 +8,10 @@
 - Every delay explicit and short: no 60 s default backoff, no 5 s consistency wait.
 - Kopf posts no Events at all: ours go through our own client (``kube.events``), folded
   and rate limited; JSON logs are set up by the CLI.
+- A timeout on every request Kopf makes too (it has none by default but a 300 s total):
+  5 s to connect, 30 s for a list or a patch, and a watch's stream cut by the server at
+  270 s and by us at 300 s, or after 70 s without a byte (Kopf's inactivity timeout), so
+  a half-open connection is noticed and the watch re-established.
 - Peering off: one replica (Recreate strategy) is the deployment; two at once stay
   correct through preconditions, rather than freezing each other as Kopf peers do.
 """
@@ -32,7 +36,11 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.watching.label_selectors["v1", "pods"] = names.SLOT_LABEL
     settings.watching.label_selectors["v1", "configmaps"] = names.CONFIG_KIND_LABEL
     settings.watching.label_selectors["coordination.k8s.io", "v1", "leases"] = names.SLOT_LABEL
+    settings.networking.connect_timeout = 5.0
+    settings.networking.request_timeout = 30.0
+    settings.watching.connect_timeout = 5.0
     settings.watching.server_timeout = 270
+    settings.watching.client_timeout = 300
     settings.watching.reconnect_backoff = 0.5
     settings.peering.standalone = True
     settings.scanning.disabled = False
