@@ -46,7 +46,7 @@ class LaunchSpecReconciler(reconcilers.Reconciler):
             return self.step(namespace, name, result)
 
         result.retry = not reconcilers.settle(step, what=f"launchspec {namespace}/{name}",
-                                        logger=self.logger, max_steps=4)
+                                              logger=self.logger, max_steps=4)
         return result
 
     def step(self, namespace: str, name: str, result: Result) -> bool:

@@ -58,7 +58,7 @@ class RunReconciler(reconcilers.Reconciler):
             return True
 
         result.retry = not reconcilers.settle(step, what=f"run {namespace}/{name}",
-                                        logger=self.logger, max_steps=MAX_STEPS)
+                                              logger=self.logger, max_steps=MAX_STEPS)
         return result
 
     def read_world(self, namespace: str, name: str, *,

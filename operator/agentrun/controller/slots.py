@@ -93,7 +93,7 @@ class SlotReconciler(reconcilers.Reconciler):
             return self.apply(world, decided, result)
 
         result.retry = not reconcilers.settle(step, what=f"slot {namespace}/{name}",
-                                        logger=self.logger, max_steps=MAX_STEPS)
+                                              logger=self.logger, max_steps=MAX_STEPS)
         return result
 
     def run_lock(self, namespace: str, run: str) -> threading.Lock:
