@@ -16,6 +16,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -186,13 +187,21 @@ class Operator:
         return await self.reconcile_slot(key)
 
     def slot_pass(self, namespace: str, name: str) -> SlotResult:
+        started = time.thread_time()
         result = self.slots.reconcile(namespace, name)
+        self.logger.debug("slot %s/%s: a pass of %.3f s CPU", namespace, name,
+                          time.thread_time() - started)
         for slot, event in result.events:
             self.poster.post(slot.model_dump(mode="json", by_alias=True), event)
         return result
 
     def run_pass(self, namespace: str, name: str) -> tuple[RunResult, AgentRun | None]:
+        """One pass over a run; its CPU time is logged (a run's pass is what grows with its
+        width: the lay-out of every slot in one step)."""
+        started = time.thread_time()
         result = self.runs.reconcile(namespace, name)
+        self.logger.info("run %s/%s: a pass of %.3f s CPU", namespace, name,
+                         time.thread_time() - started)
         for subject, event in result.events:
             self.poster.post(subject.model_dump(mode="json", by_alias=True), event)
         return result, self.runs.reader.run(namespace, name)
