@@ -45,6 +45,11 @@ class Result:
     retry: bool = False  # it stopped on an error: look again after a backoff
 
 
+def shared_create(step: actions.Step) -> bool:
+    """Is ``step`` the create of an object the run's slots share (its LaunchSpec snapshot)?"""
+    return isinstance(step, actions.Create) and step.point == "launch-spec-snapshot"
+
+
 class SlotReconciler(reconcilers.Reconciler):
     logger_name = "agentrun.slots"
 
@@ -70,13 +75,18 @@ class SlotReconciler(reconcilers.Reconciler):
                 # Slots of a run under maxActive decide one at a time in this process, so
                 # the count each reads includes the claims the others just made.
                 with self.run_lock(namespace, world.slot.spec.run):
-                    return decide(self.read_world(namespace, name))
+                    return decide(self.read_world(namespace, name), locked=True)
             return decide(world)
 
-        def decide(world: inputs.World | None) -> bool:
+        def decide(world: inputs.World | None, *, locked: bool = False) -> bool:
             if world is None:
                 return True
             decided = steps.next_step(world)
+            if not locked and shared_create(decided):
+                # The run's LaunchSpec snapshot is shared by its slots: those deciding at
+                # once in this process create it once (the others read it, written through).
+                with self.run_lock(namespace, world.slot.spec.run):
+                    return decide(self.read_world(namespace, name), locked=True)
             if steps.needs_fresh(world, decided):
                 # A cache must not decide this one: read from the API and decide again.
                 world = self.read_world(namespace, name, reader=self.reader.fresh())
@@ -96,12 +106,12 @@ class SlotReconciler(reconcilers.Reconciler):
                                               logger=self.logger, max_steps=MAX_STEPS)
         return result
 
-    def run_lock(self, namespace: str, run: str) -> threading.Lock:
+    def run_lock(self, namespace: str, run: str) -> threading.RLock:
         with _LOCKS:  # the first access of _run_locks is under it too
-            return self._run_locks.setdefault((namespace, run), threading.Lock())
+            return self._run_locks.setdefault((namespace, run), threading.RLock())
 
     @functools.cached_property
-    def _run_locks(self) -> dict[tuple[str, str], threading.Lock]:
+    def _run_locks(self) -> dict[tuple[str, str], threading.RLock]:
         return {}
 
     def read_world(self, namespace: str, name: str, *,

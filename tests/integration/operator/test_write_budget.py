@@ -151,8 +151,12 @@ def check_budget(*, title: str, log: Path, scenario: Scenario, since: datetime,
         return sum(1 for w in audit.writes(log, namespace=scenario.namespace,
                                            user=OPERATOR_USER, since=since) if ours(w))
 
-    # The cycle is over at Active: its count of writes holds through a settling window
-    # (a write the cycle still made after Active would break the hold, and the table).
+    # The cycle's writes may still be landing when Active is seen (a claim command's
+    # annotations are removed after it, and every request waits for the rate limit's
+    # token): wait for as many as designed, then the count must hold through a settling
+    # window (a write beyond the design would break the hold, and the table).
+    wait_for(lambda: slot_writes() >= len(expected), timeout=30,
+             message=f"the {len(expected)} designed writes of slot {slot}'s cycle")
     settled = slot_writes()
     holds_throughout(lambda: slot_writes() == settled, seconds=SETTLE_SECONDS,
                      message=f"no further operator write on slot {slot} after Active")
