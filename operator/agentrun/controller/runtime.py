@@ -41,6 +41,7 @@ PRIME_BACKOFF = queues.Backoff(base=0.5, cap=30.0)
 # Three GETs a pass; commands never wait on it (they read stamping themselves), only a
 # minting does: at most this much after the enforcement delay.
 STAMPING_PERIOD_SECONDS = 2.0
+SLOW_PASS_SECONDS = 0.05  # a run's pass that takes this much CPU is logged at INFO
 
 
 def views(client: rest.Rest, store: stores.Stores) -> tuple[reads.Reader, writes.Writer]:
@@ -196,12 +197,13 @@ class Operator:
         return result
 
     def run_pass(self, namespace: str, name: str) -> tuple[RunResult, AgentRun | None]:
-        """One pass over a run; its CPU time is logged (a run's pass is what grows with its
-        width: the lay-out of every slot in one step)."""
+        """One pass over a run; its CPU time is logged, at INFO from ``SLOW_PASS_SECONDS``
+        (a run's pass is what grows with its width: every slot laid out in one step)."""
         started = time.thread_time()
         result = self.runs.reconcile(namespace, name)
-        self.logger.info("run %s/%s: a pass of %.3f s CPU", namespace, name,
-                         time.thread_time() - started)
+        used = time.thread_time() - started
+        self.logger.log(logging.INFO if used >= SLOW_PASS_SECONDS else logging.DEBUG,
+                        "run %s/%s: a pass of %.3f s CPU", namespace, name, used)
         for subject, event in result.events:
             self.poster.post(subject.model_dump(mode="json", by_alias=True), event)
         return result, self.runs.reader.run(namespace, name)

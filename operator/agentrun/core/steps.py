@@ -120,9 +120,11 @@ def _decide(world: inputs.World) -> actions.Step:
         return by_deadline(world, pending_step(world))
     if status.state in (SlotState.READY, SlotState.RETRY_WAIT):
         return by_deadline(world, claim_step(world))
+    # Every open slot that waits looks again at the run's deadline at the latest: nothing
+    # else would wake an Active one whose lease is renewed until then.
     if status.state is SlotState.CLAIMING:
-        return attemptlife.claiming_step(world)
-    return attemptlife.active_step(world)
+        return by_deadline(world, attemptlife.claiming_step(world))
+    return by_deadline(world, attemptlife.active_step(world))
 
 
 def under_way(world: inputs.World) -> inputs.World | actions.Step | None:

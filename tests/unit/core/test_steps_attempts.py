@@ -194,10 +194,14 @@ def test_a_restarted_operator_counts_the_start_deadline_from_its_first_sight_at_
     assert isinstance(steps.next_step(early), DeletePod)
 
 
-def test_an_active_wait_is_not_capped_by_the_deadline_but_ends_at_the_lease_expiry() -> None:
+@pytest.mark.parametrize(("deadline", "until_s"), [(110, 110), (200, 90 + f.LEASE_SECONDS)])
+def test_an_active_wait_ends_at_the_lease_expiry_or_the_runs_deadline_if_sooner(
+        deadline: int, until_s: int) -> None:
+    """Nothing else wakes an Active slot whose lease is renewed: its wait must end at the
+    run's deadline (to fail it then) when that comes first."""
     world = active_world(pod=f.pod(1), lease=f.lease(1, renew_time="r"), now_s=100,
-                         observed_s=90, run=f.agent_run(deadline=110))
-    assert expect(steps.next_step(world), Wait).until == f.T0 + f.seconds(135)
+                         observed_s=90, run=f.agent_run(deadline=deadline))  # started at T0
+    assert expect(steps.next_step(world), Wait).until == f.T0 + f.seconds(until_s)
 
 
 @pytest.mark.parametrize(("pod", "lease", "observed_s"), [
