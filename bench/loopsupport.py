@@ -27,6 +27,7 @@ from localcluster import LocalCluster, build
 from waiting import wait_for, wait_for_default_service_account
 
 REPO = Path(__file__).resolve().parents[1]
+UNTHROTTLED_QPS = 10_000.0  # the controller-manager's --kube-api-qps when "unthrottled"
 JOB_CONTROLLER_QPS = 20.0  # kube-controller-manager's --kube-api-qps default (burst 30)
 JOB_CONTROLLER_BURST = 30
 IMAGE = "busybox:1.36"  # never pulled: there is no node
@@ -80,10 +81,13 @@ def resource_key(write: audit.Write) -> str:
 
 
 class Bench:
-    def __init__(self, *, workdir: Path, window: float) -> None:
+    def __init__(self, *, workdir: Path, window: float,
+                 job_controller_qps: float | None = None) -> None:
         self.workdir = workdir
         self.window = window
-        self.cluster = LocalCluster(workdir=workdir / "cluster", binary=build())
+        self.job_controller_qps = job_controller_qps  # None: kube-controller-manager's 20
+        self.cluster = LocalCluster(workdir=workdir / "cluster", binary=build(),
+                                    controller_manager_qps=job_controller_qps)
         self.job_controller_user = "system:serviceaccount:kube-system:job-controller"
         self.names = 0
 
@@ -151,6 +155,8 @@ class Bench:
                 "--context", "operator"]
         if qps is not None:
             args += ["--qps", f"{qps:g}", "--burst", str(JOB_CONTROLLER_BURST)]
+        elif self.operator_has_qps():
+            args += ["--qps", "0"]  # unthrottled: its own default would be 20
         log = open(self.workdir / f"operator-{namespace}.log", "wb")  # noqa: SIM115
         try:
             return subprocess.Popen(args, env=self.env(), stdout=log,

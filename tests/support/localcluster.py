@@ -178,6 +178,9 @@ class LocalCluster:
     etcd_dir: Path | None = None
     node_ip: str | None = None  # set: serve (only) there, for a node's pods and kubelet
     node_subnet: str | None = None
+    # The controller-manager's client rate limit (--kube-api-qps; burst 1.5 times it);
+    # None: its default (20, burst 30). Benchmarks set it to compare unthrottled.
+    controller_manager_qps: float | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -299,6 +302,9 @@ class LocalCluster:
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
             "--concurrent-gc-syncs=5",
+            *([f"--kube-api-qps={self.controller_manager_qps:g}",
+               f"--kube-api-burst={int(self.controller_manager_qps * 1.5)}"]
+              if self.controller_manager_qps is not None else []),
             "--v=0",
         ]
 
