@@ -6,8 +6,8 @@ waits for its ``Ready`` condition (every slot exists). Checked: every slot exist
 created once (no retry), from a few lists of the slots (not one per slot); the run's own
 passes (pinning and the lay-out: each over 50 ms logs its CPU time) take well under a
 second; the whole process's CPU time (user + system, from ``/proc/<pid>/stat``) over the
-lay-out, which also covers every slot's first look (its first status and Event: no LaunchSpec serves them) and
-Kopf taking their events, is bounded per slot; no ERROR line is logged; and the run's
+lay-out, which also covers every slot's first look (its first status and Event: no
+LaunchSpec serves them) and Kopf taking their events, is bounded per slot; no ERROR line is logged; and the run's
 status was written twice (pinned, then laid out: never once per slot, never a write that
 changes nothing), counted in the audit log.
 """
