@@ -1,15 +1,15 @@
 """A run as wide as a workflow may be (256 nodes) is laid out in one pass, cheaply.
 
-The operator runs as a process against the real API server; once it has served a
-one-node run (so it is up), the test creates a run of ``MAX_NODES`` independent nodes and
-waits for its ``Ready`` condition (every slot exists). Checked: every slot exists,
-created once (no retry), from a few lists of the slots (not one per slot); the run's own
-passes (pinning and the lay-out: each over 50 ms logs its CPU time) take well under a
-second; the whole process's CPU time (user + system, from ``/proc/<pid>/stat``) over the
-lay-out, which also covers every slot's first look (its first status and Event: no
-LaunchSpec serves them) and Kopf taking their events, is bounded per slot; no ERROR line is logged; and the run's
-status was written twice (pinned, then laid out: never once per slot, never a write that
-changes nothing), counted in the audit log.
+The operator runs as a process against the real API server; once it has served a one-node
+run (so it is up), the test creates a run of ``MAX_NODES`` independent nodes and waits for
+its ``Ready`` condition (every slot exists). Checked: every slot exists, created once (no
+retry), from a few lists of the slots (not one per slot); the run's own passes (pinning and
+the lay-out: each over 50 ms logs its CPU time) take well under a second; the whole
+process's CPU time (user + system, from ``/proc/<pid>/stat``) over the lay-out, which also
+covers every slot's first look (its first status and Event: no LaunchSpec serves them) and
+Kopf taking their events, is bounded per slot; no ERROR line is logged; and the run's status
+was written twice (pinned, then laid out: never once per slot, never a write that changes
+nothing), counted in the audit log.
 """
 
 from __future__ import annotations
