@@ -114,8 +114,9 @@ class Keeper:
 
     def renew(self) -> float | None:
         """One renewal; the seconds until the next one, or None once the lease is lost."""
-        if self._stop.is_set():
-            return None
+        with self._lock:
+            if self._lost is not None:  # lost (or stopped) is final: never write again
+                return None
         decision = self.renewer.renew_once()
         call: tuple[Callback | None, str] | None = None
         with self._lock:
