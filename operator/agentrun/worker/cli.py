@@ -25,28 +25,19 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
-import kubernetes
-
 from agentrun.api import names
-from agentrun.kube import clients, rest
-from agentrun.worker import keeper, renewals, renewer
+from agentrun.worker import keeper, renewals, renewer, sdk
+from agentrun.worker.context import DNS_LABEL, DNS_SUBDOMAIN
 
 EXIT_NOT_OURS = 3  # the lease is not this pod's: the command never ran
 EXIT_NO_FIRST_RENEWAL = 4  # the lease could not be renewed before --start-timeout
-DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 MAX_START_TIMEOUT = 86400.0
-# Every connection and read of the API client times out after this (urllib3 uses the
-# socket default; its own retries are off): a hung request must not keep the renewer
-# from noticing it is overdue.
-REQUEST_TIMEOUT_SECONDS = 5.0
 
 logger = logging.getLogger("agentrun.worker")
 
@@ -138,12 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s agentrun-worker %(levelname)s %(message)s")
-    socket.setdefaulttimeout(REQUEST_TIMEOUT_SECONDS)
-    configuration = clients.configure().configuration
-    configuration.retries = False  # the renewer retries on its own schedule, not urllib3's
-    api = rest.Rest(kubernetes.client.ApiClient(configuration))
     worker = keeper.Keeper(renewer=renewer.Renewer(
-        api=api, namespace=args.namespace, lease=args.lease, identity=args.identity))
+        api=sdk.pod_api(), namespace=args.namespace, lease=args.lease, identity=args.identity))
     decision = worker.first_renewal(timeout=args.start_timeout)
     if decision.verdict is renewals.Verdict.STOP:
         logger.error("refusing to run: %s", decision.reason)
