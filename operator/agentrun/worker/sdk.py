@@ -12,7 +12,6 @@ successor may be running. A :class:`keeper.LeaseLapsed` means wait
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -24,19 +23,18 @@ from agentrun.worker import keeper, renewer
 from agentrun.worker.context import Context
 from agentrun.worker.renewals import Verdict
 
-# Every connection and read of the API client times out after this (urllib3 uses the
-# socket default; its own retries are off): a hung request must not keep the keeper
-# from renewing again.
+# Every connection and read of the keeper's requests times out after this (urllib3's own
+# retries are off): a hung request must not keep the keeper from renewing again for long.
 REQUEST_TIMEOUT_SECONDS = 5.0
 START_TIMEOUT_SECONDS = 60.0
 
 
 def pod_api() -> rest.Rest:
     """The API as this pod: ``$KUBECONFIG`` if set, else its service account (in-cluster)."""
-    socket.setdefaulttimeout(REQUEST_TIMEOUT_SECONDS)
     configuration = clients.configure().configuration
     configuration.retries = False  # the keeper retries on its own schedule, not urllib3's
-    return rest.Rest(kubernetes.client.ApiClient(configuration))
+    return rest.Rest(kubernetes.client.ApiClient(configuration), timeout=rest.Timeout(
+        connect=REQUEST_TIMEOUT_SECONDS, read=REQUEST_TIMEOUT_SECONDS))
 
 
 @dataclass(kw_only=True)
