@@ -144,11 +144,15 @@ def test_the_lapse_point_counts_from_the_send_time_minus_the_margin(clock: Clock
         pytest.fail("the guarded effect must not start")
 
 
-@pytest.mark.parametrize("failure", [
-    error(500), error(503), error(401), error(429), OSError("timed out"),
-    urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out"),  # type: ignore[arg-type]
+@pytest.mark.parametrize(("failure", "failure_reason"), [
+    (error(500), "renewal failed (status 500)"), (error(503), "renewal failed (status 503)"),
+    (error(401), "renewal failed (status 401)"), (error(429), "renewal failed (status 429)"),
+    (OSError("timed out"), "renewal failed (no answer)"),
+    (urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out"),  # type: ignore[arg-type]
+     "renewal failed (no answer)"),
 ])
-def test_failures_pause_then_a_renewal_resumes(clock: Clock, failure: Exception) -> None:
+def test_failures_pause_then_a_renewal_resumes(clock: Clock, failure: Exception,
+                                               failure_reason: str) -> None:
     told = Told()
     api = ScriptedApi(clock)
     kept = started(clock, api, told)
@@ -159,7 +163,8 @@ def test_failures_pause_then_a_renewal_resumes(clock: Clock, failure: Exception)
         assert kept.renew() == pytest.approx(DURATION / 3)
         kept.poll()
     assert kept.standing() is Standing.LAPSED
-    assert told.calls == [("lapse", "no successful renewal before the lapse point")]
+    assert told.calls == [("lapse", "no successful renewal for 10.0s (lease duration 10s); "
+                                    f"last failure: {failure_reason}")]
     with pytest.raises(LeaseLapsed) as raised:
         kept.ensure_live()
     assert not isinstance(raised.value, LeaseLost)
@@ -170,7 +175,9 @@ def test_failures_pause_then_a_renewal_resumes(clock: Clock, failure: Exception)
     assert told.calls[1:] == [("resume", "a renewal succeeded again")]
     clock.now += 8
     kept.poll()
-    assert told.calls[2:] == [("lapse", "no successful renewal before the lapse point")]
+    assert told.calls[2:] == [("lapse", "no successful renewal for 8.0s (lease duration 10s); "
+                                        "last failure: none yet (a request is still waiting "
+                                        "for its answer)")]
 
 
 def test_a_failed_write_keeps_the_last_lapse_point(clock: Clock) -> None:

@@ -58,6 +58,7 @@ class Keeper:
         self._lock = threading.Condition()
         self._lapse: float | None = None  # on renewer.monotonic
         self._lost: str | None = None
+        self._failure: str | None = None  # the last failed renewal's reason, since a success
         self._told_lapse = False
         self._generation = 0  # counts changes, so the alarm misses none
         self._stop = threading.Event()
@@ -125,7 +126,10 @@ class Keeper:
             if decision.verdict is Verdict.STOP:
                 self._lost = decision.reason
                 call = (self._on_lost, decision.reason)
+            elif decision.verdict is Verdict.RETRY:
+                self._failure = decision.reason
             elif decision.verdict is Verdict.RENEW:
+                self._failure = None
                 self._renewed()
                 if self._told_lapse:
                     self._told_lapse = False
@@ -149,7 +153,12 @@ class Keeper:
                 return left
             self._told_lapse = True
             self._changed()
-        self._tell(self._on_lapse, "no successful renewal before the lapse point")
+            sent = self.renewer.renewed_at
+            reason = renewals.lapse_reason(
+                since_renewal_seconds=self.renewer.monotonic() - (sent or 0.0),
+                duration_seconds=self.renewer.duration_seconds, last_failure=self._failure)
+        logger.warning("lease %s: %s; effects wait", self._name(), reason)
+        self._tell(self._on_lapse, reason)
         return None
 
     def _renewed(self) -> None:

@@ -119,6 +119,14 @@ def lapse_at(*, sent_at: float, duration_seconds: int | None) -> float:
     return sent_at + _duration(duration_seconds) - margin(duration_seconds=duration_seconds)
 
 
+def lapse_reason(*, since_renewal_seconds: float, duration_seconds: int | None,
+                 last_failure: str | None) -> str:
+    """Why the keeper calls its lease lapsed, for the worker's log and its callback."""
+    return (f"no successful renewal for {since_renewal_seconds:.1f}s (lease duration "
+            f"{_duration(duration_seconds)}s); last failure: "
+            f"{last_failure or 'none yet (a request is still waiting for its answer)'}")
+
+
 class Standing(StrEnum):
     """The keeper's view of its lease at a moment.
 
