@@ -10,7 +10,8 @@ before the first renewal and past the lapse point ``ensure_live`` raises ``Lease
 and the lapse is told once; 5xx, 401, 409 and timeouts retry and never lose the lease,
 even through an outage of many lease durations; a later renewal resumes; a tombstone,
 another holder, 404 and 403 lose it for good (``LeaseLost``, told once, no more writes);
-stop is final; a failing callback does not stop the keeper. One test runs the threads.
+stop is final, also from a callback; a failing callback does not stop the keeper; the
+SDK's ``Worker`` does not start on a lease it cannot renew. Two tests run the threads.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ import copy
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 import urllib3
 
 from agentrun.kube import rest
-from agentrun.worker import keeper, renewer
+from agentrun.worker import keeper, renewer, sdk
+from agentrun.worker.context import Context
 from agentrun.worker.keeper import LeaseLapsed, LeaseLost
 from agentrun.worker.renewals import Standing
 
@@ -287,3 +290,51 @@ def test_the_threads_tell_a_lapse_on_time_and_a_resume() -> None:
         kept.stop()
     with pytest.raises(LeaseLost):
         kept.ensure_live()
+
+
+def test_stop_from_a_callback_does_not_deadlock() -> None:
+    """``on_lost`` calling ``stop()`` (as a worker exiting would) on the keeper's thread."""
+    api = ScriptedApi(Clock(), reading=lease(leaseDurationSeconds=2))
+    kept = keeper.Keeper(renewer=renewer.Renewer(
+        api=api, namespace="ns", lease=POD, identity=POD))  # type: ignore[arg-type]
+    assert kept.first_renewal(timeout=5).verdict == "Renew"
+    done = threading.Event()
+
+    def lost(_reason: str) -> None:
+        kept.stop()
+        done.set()
+
+    api.reading = lease(holderIdentity=None)
+    kept.start(on_lost=lost)
+    assert done.wait(timeout=10)
+    with pytest.raises(LeaseLost, match="tombstoned"):
+        kept.ensure_live()
+    kept.stop()
+
+
+def context() -> Context:
+    return Context(namespace="ns", run="r", slot="slot-a", node="n", attempt=1,
+                   fencing_token=1, lease=POD, config_dir=Path("/etc/agentrun/config"),
+                   pinned={})
+
+
+@pytest.mark.parametrize(("reading", "raised", "says"), [
+    (lease(holderIdentity="slot-a-2"), LeaseLost, "held by 'slot-a-2'"),
+    (error(503), LeaseLapsed, r"no renewal within 0s: renewal failed \(status 503\)"),
+])
+def test_the_sdk_worker_does_not_start_on_a_lease_it_cannot_renew(
+        clock: Clock, reading: Answer, raised: type[Exception], says: str) -> None:
+    api = ScriptedApi(clock, reading=reading, takes=0.3)
+    worker = sdk.Worker(context=context(), keeper=make(clock, api))
+    with pytest.raises(raised, match=says):
+        worker.start(timeout=0.2)
+    assert not worker.keeper._threads  # nothing runs in the background
+
+
+def test_the_sdk_worker_keeps_the_lease_while_in_use(clock: Clock) -> None:
+    api = ScriptedApi(clock)
+    with sdk.Worker(context=context(), keeper=make(clock, api)) as worker:
+        worker.keeper.ensure_live()
+        assert [m for m, _, _ in api.sent] == ["GET", "PUT"]
+    with pytest.raises(LeaseLost, match="stopped"):
+        worker.keeper.ensure_live()

@@ -226,7 +226,8 @@ class Keeper:
                 self._lost = "the keeper was stopped"
             self._changed()
         for thread in self._threads:
-            thread.join(timeout=timeout)
+            if thread is not threading.current_thread():  # stop() from a callback
+                thread.join(timeout=timeout)
 
     def _renewing(self) -> None:
         delay: float | None = renewals.interval(duration_seconds=self.renewer.duration_seconds)
