@@ -2,9 +2,9 @@
 
 Covers: the lease, namespace and identity come from the worker environment the operator
 sets (or options), are required and must be Kubernetes names; a command is required; the
-start timeout is bounded. Supervision (with a renewer stand-in, a real child process):
-the child's exit code is the renewer's, a signal N becomes 128 + N, and a lost lease
-terminates the child. The renewal itself is tested against the API server in
+start timeout is bounded. Supervision (with a keeper stand-in, a real child process):
+the child's exit code is the renewer's, a signal N becomes 128 + N, and a lost or lapsed
+lease terminates the child. The renewal itself is tested against the API server in
 ``tests/integration/test_worker_renewer.py``.
 """
 
@@ -94,18 +94,21 @@ def test_the_start_timeout_is_bounded(value: str) -> None:
 
 
 @dataclass
-class RenewerStandIn:
-    """Stands in for the renewer's background loop: renews nothing; may report a loss."""
+class KeeperStandIn:
+    """Stands in for the lease keeper: renews nothing; may report a lapse or a loss."""
 
-    lose_after: threading.Event | None = None
+    report: str | None = None  # "lapse" or "lost", at start
     stopped: bool = False
 
-    def keep_renewing(self, *, stop: threading.Event, on_lost: Callable[[str], None]) -> None:
-        if self.lose_after is not None:
-            self.lose_after.wait(timeout=30)
-            on_lost("tombstoned")
-        stop.wait(timeout=30)
-        self.stopped = stop.is_set()
+    def start(self, *, on_lapse: Callable[[str], None] | None = None,
+              on_resume: Callable[[str], None] | None = None,
+              on_lost: Callable[[str], None] | None = None) -> None:
+        told = {"lapse": on_lapse, "lost": on_lost}.get(self.report or "")
+        if told is not None:
+            threading.Thread(target=told, args=(self.report,)).start()
+
+    def stop(self, *, timeout: float = 5.0) -> None:
+        self.stopped = True
 
 
 def python(code: str) -> list[str]:
@@ -113,22 +116,23 @@ def python(code: str) -> list[str]:
 
 
 def test_the_exit_code_is_the_commands() -> None:
-    stand_in = RenewerStandIn()
+    stand_in = KeeperStandIn()
     code = cli.supervise(stand_in, python("import sys; sys.exit(7)"))
     assert code == 7
     assert stand_in.stopped  # renewal ends with the command
 
 
 def test_a_signal_becomes_128_plus_its_number() -> None:
-    code = cli.supervise(RenewerStandIn(),
+    code = cli.supervise(KeeperStandIn(),
                          python("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"))
     assert code == 128 + 9
 
 
-def test_a_lost_lease_terminates_the_command() -> None:
-    lost = threading.Event()
-    lost.set()
-    # The child would run for ten minutes; only the SIGTERM of the loss ends it.
-    code = cli.supervise(RenewerStandIn(lose_after=lost),
-                         python("import time; time.sleep(600)"))
+@pytest.mark.parametrize("report", ["lost", "lapse"])
+def test_a_lost_or_lapsed_lease_terminates_the_command(report: str) -> None:
+    """A plain command cannot be paused: a lapse ends it as a loss does."""
+    stand_in = KeeperStandIn(report=report)
+    # The child would run for ten minutes; only the SIGTERM of the report ends it.
+    code = cli.supervise(stand_in, python("import time; time.sleep(600)"))
     assert code == 128 + 15
+    assert stand_in.stopped

@@ -3,8 +3,8 @@
 Covers: the interval is a third of the lease duration within [1 s, 10 s]; a lease is
 renewed only while it exists, is not tombstoned and is held by this pod; 404 and 403 stop
 renewal, 409 re-reads soon, anything else retries at the interval; a renewal changes
-``spec.renewTime`` alone and keeps the resourceVersion it read; failures stop renewal
-once a whole lease duration passed since the last success, never later.
+``spec.renewTime`` alone and keeps the resourceVersion it read; the keeper's margin and
+lapse point (the send time plus the duration minus the margin) and its standing.
 """
 
 from __future__ import annotations
@@ -115,29 +115,33 @@ def test_a_renewal_changes_renew_time_alone(extra: dict[str, str], now: datetime
         {k: v for k, v in before.items() if k != "spec"}
 
 
-RETRY = renewals.judge_error(status=500, duration_seconds=30)
-
-
-@pytest.mark.parametrize(("since", "verdict", "delay"), [
-    (0.0, Verdict.RETRY, 10.0), (25.0, Verdict.RETRY, 5.0), (29.5, Verdict.RETRY, 0.5),
-    (30.0, Verdict.STOP, 0.0), (300.0, Verdict.STOP, 0.0),
+@pytest.mark.parametrize(("duration", "expected"), [
+    (30, 6.0), (5, 1.0), (2, 1.0), (1, 0.5), (3600, 720.0), (None, 6.0), (0, 6.0),
 ])
-def test_a_failing_renewer_stops_once_a_lease_duration_passed_without_renewal(
-        since: float, verdict: Verdict, delay: float) -> None:
-    decision = renewals.after_failure(decision=RETRY, since_renewal_seconds=since,
-                                      duration_seconds=30)
-    assert decision.verdict is verdict
-    assert decision.delay_seconds == pytest.approx(delay)  # never retries past the moment
-    if verdict is Verdict.STOP:
-        assert "no successful renewal for" in decision.reason and "status 500" in decision.reason
+def test_the_margin_is_a_fifth_of_the_lease_at_least_a_second_at_most_half(
+        duration: int | None, expected: float) -> None:
+    assert renewals.margin(duration_seconds=duration) == pytest.approx(expected)
 
 
-@given(st.floats(min_value=0, max_value=10_000), st.integers(min_value=5, max_value=3600))
-def test_no_retry_is_scheduled_after_the_lease_would_expire(since: float, duration: int) -> None:
-    decision = renewals.after_failure(
-        decision=renewals.judge_error(status=None, duration_seconds=duration),
-        since_renewal_seconds=since, duration_seconds=duration)
-    if decision.verdict is Verdict.RETRY:
-        assert since + decision.delay_seconds <= duration
-    else:
-        assert since >= duration
+@given(st.floats(min_value=0, max_value=1e6), st.integers(min_value=1, max_value=3600))
+def test_the_lapse_point_is_before_the_operator_could_see_an_expiry(
+        sent: float, duration: int) -> None:
+    """The operator counts from when it saw the renewal, never before its send time."""
+    lapse = renewals.lapse_at(sent_at=sent, duration_seconds=duration)
+    assert sent + duration / 2 <= lapse <= sent + duration - min(1.0, duration / 2)
+    # two renewals may fail and a third still comes before the lapse point
+    assert sent + 2 * renewals.interval(duration_seconds=duration) < lapse or duration < 5
+
+
+@pytest.mark.parametrize(("now", "lapse", "lost", "expected"), [
+    (0.0, None, False, renewals.Standing.STARTING),
+    (5.0, 24.0, False, renewals.Standing.LIVE),
+    (23.999, 24.0, False, renewals.Standing.LIVE),
+    (24.0, 24.0, False, renewals.Standing.LAPSED),
+    (100.0, 24.0, False, renewals.Standing.LAPSED),
+    (5.0, 24.0, True, renewals.Standing.LOST),
+    (0.0, None, True, renewals.Standing.LOST),
+])
+def test_standing(now: float, lapse: float | None, lost: bool,
+                  expected: renewals.Standing) -> None:
+    assert renewals.standing(now=now, lapse=lapse, lost=lost) is expected

@@ -15,7 +15,8 @@ The Pod comes from the pinned LaunchSpec's template with ``restartPolicy: Never`
 is one attempt; retries are new attempts), the three pinned configuration snapshots
 mounted read-only by exact name at ``/etc/agentrun/config/{package,workflow,bindings}/``
 in every container and init container, and the worker environment (the attempt number
-is the fencing token). Bodies are plain dicts, as the API takes them.
+is the fencing token; each snapshot's pinned sha256 is there too). Bodies are plain
+dicts, as the API takes them.
 """
 
 from __future__ import annotations
@@ -85,10 +86,18 @@ def lease_body(
     }
 
 
-def environment(*, slot: Slot, attempt: int) -> list[dict[str, Any]]:
+# The pinned digest of each configuration snapshot, so that the worker can verify what is
+# mounted without reading the run (its ServiceAccount may read only its Lease).
+ENV_PINNED_SHA256: dict[str, str] = {kind: f"AGENTRUN_{kind.upper()}_SHA256"
+                                     for kind in names.CONFIG_KINDS}
+
+
+def environment(*, slot: Slot, attempt: int, pins: Pins) -> list[dict[str, Any]]:
     """The worker environment; the namespace comes from the downward API."""
     lease = naming.attempt_name(slot=slot.metadata.name, number=attempt)
-    return [
+    digests = {"package": pins.package.sha256, "workflow": pins.workflow.sha256,
+               "bindings": pins.bindings.sha256}
+    found: list[dict[str, Any]] = [
         {"name": names.ENV_NAMESPACE,
          "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": names.ENV_RUN, "value": slot.spec.run},
@@ -99,6 +108,8 @@ def environment(*, slot: Slot, attempt: int) -> list[dict[str, Any]]:
         {"name": names.ENV_LEASE, "value": lease},
         {"name": names.ENV_CONFIG_DIR, "value": names.CONFIG_MOUNT_ROOT},
     ]
+    return found + [{"name": ENV_PINNED_SHA256[kind], "value": digests[kind]}
+                    for kind in names.CONFIG_KINDS]
 
 
 def _with_agentrun(container: Mapping[str, Any], *, env: list[dict[str, Any]],
@@ -131,7 +142,7 @@ def pod_body(
     mounts = [{"name": f"{CONFIG_VOLUME_PREFIX}{kind}",
                "mountPath": f"{names.CONFIG_MOUNT_ROOT}/{kind}/", "readOnly": True}
               for kind in names.CONFIG_KINDS]
-    env = environment(slot=slot, attempt=attempt)
+    env = environment(slot=slot, attempt=attempt, pins=pins)
     ours = {v["name"] for v in volumes}
     spec["volumes"] = [v for v in spec.get("volumes") or [] if v.get("name") not in ours] + volumes
     for key in ("containers", "initContainers"):

@@ -1,7 +1,10 @@
-"""What runs inside a worker pod, until the worker SDK exists: a minimal lease renewer.
+"""What runs inside a worker pod: the worker SDK (issue 10), so far its context and lease keeper.
 
-``agentrun-worker run -- <command...>`` keeps the attempt's Lease renewed with the pod's
-own service-account credentials while ``command`` runs, and exits with its exit code.
-:mod:`renewals` holds the pure decisions (how often, whether to go on), :mod:`renewer`
-the reads and writes, :mod:`cli` the process around the child.
+:mod:`context` reads the attempt (run, slot, node, attempt, fencing token, lease) from the
+environment the operator sets and the pinned configuration from the mounted snapshots,
+verified against their digests. :mod:`keeper` renews the attempt's Lease in the
+background and guards new effects (``ensure_live``); :mod:`renewals` holds its pure
+decisions, :mod:`renewer` one renewal's reads and writes. :mod:`sdk` puts them together
+as ``Worker.from_env()``. ``agentrun-worker run -- <command...>`` (:mod:`cli`) keeps the
+lease while a command that does not use the SDK runs.
 """

@@ -1,15 +1,18 @@
-"""``agentrun-worker run -- <command...>``: run a worker command while renewing its lease.
+"""``agentrun-worker run -- <command...>``: run a worker command while keeping its lease.
 
 In a worker pod the operator sets ``AGENTRUN_NAMESPACE`` and ``AGENTRUN_LEASE``; the
-pod's name (``HOSTNAME``) is the lease's holder. The renewer first renews once (which
-tells the operator the worker started) and refuses to run the command if the lease is
-not this pod's. Then it runs the command, renews in the background, forwards SIGTERM
-and SIGINT to it, and exits with its exit code (128 + N if a signal N ended it). If the
-lease stops being ours (tombstoned, another holder, deleted, renewal forbidden), the
-attempt is over for the operator: the renewer stops writing and sends the command
-SIGTERM, since a successor attempt may already be running. The same happens when no
-renewal has succeeded for a whole lease duration (the API server unreachable, the pod's
-token no longer valid): the operator may then have ended the attempt.
+pod's name (``HOSTNAME``) is the lease's holder. The :class:`keeper.Keeper` first renews
+once (which tells the operator the worker started) and the command does not run if the
+lease is not this pod's. Then it runs the command, renews in the background, forwards
+SIGTERM and SIGINT to it, and exits with its exit code (128 + N if a signal N ended it).
+
+If the lease is *lost* (tombstoned, another holder, deleted, renewal forbidden), the
+attempt is over for the operator: the keeper stops writing and the command gets SIGTERM,
+since a successor attempt may already be running. If it *lapses* (no successful renewal
+by the lapse point: the API server unreachable, the pod's token refused), an SDK worker
+would pause its effects and wait; a plain command cannot be paused, and nothing tells
+what it is doing, so it gets SIGTERM too: the operator may end the attempt soon after,
+and two workers of one slot must not run at once.
 
 Credentials: ``$KUBECONFIG`` if set, else the pod's service account (in-cluster
 configuration through the ``kubernetes`` Service's environment variables).
@@ -22,30 +25,19 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
-import kubernetes
-
 from agentrun.api import names
-from agentrun.kube import clients, rest
-from agentrun.worker import renewals, renewer
+from agentrun.worker import keeper, renewals, renewer, sdk
+from agentrun.worker.context import DNS_LABEL, DNS_SUBDOMAIN
 
 EXIT_NOT_OURS = 3  # the lease is not this pod's: the command never ran
 EXIT_NO_FIRST_RENEWAL = 4  # the lease could not be renewed before --start-timeout
-DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 MAX_START_TIMEOUT = 86400.0
-# Every connection and read of the API client times out after this (urllib3 uses the
-# socket default; its own retries are off): a hung request must not keep the renewer
-# from noticing it is overdue.
-REQUEST_TIMEOUT_SECONDS = 5.0
 
 logger = logging.getLogger("agentrun.worker")
 
@@ -98,52 +90,38 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def first_renewal(worker: renewer.Renewer, *, timeout: float) -> renewals.Decision:
-    """Renew once, retrying what may pass, until ``timeout``: Renew or Stop (or last Retry)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        decision = worker.renew_once()
-        remaining = deadline - time.monotonic()
-        if decision.verdict is not renewals.Verdict.RETRY or remaining <= 0:
-            return decision
-        logger.warning("first renewal: %s", decision.reason)
-        time.sleep(min(decision.delay_seconds, remaining))  # a retry's back-off
+class Keeping(Protocol):
+    """What :func:`supervise` needs of a :class:`keeper.Keeper`."""
+
+    def start(self, *, on_lapse: Callable[[str], None] | None = None,
+              on_resume: Callable[[str], None] | None = None,
+              on_lost: Callable[[str], None] | None = None) -> None: ...
+
+    def stop(self, *, timeout: float = 5.0) -> None: ...
 
 
-class Renewing(Protocol):
-    def keep_renewing(self, *, stop: threading.Event,
-                      on_lost: Callable[[str], None]) -> None: ...
-
-
-def supervise(worker: Renewing, command: list[str]) -> int:
-    """Run ``command`` while ``worker`` renews; its exit code (128 + N for signal N)."""
+def supervise(worker: Keeping, command: list[str]) -> int:
+    """Run ``command`` while ``worker`` keeps the lease; its exit code (128 + N for signal N)."""
     child = subprocess.Popen(command)
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         child.send_signal(signum)
 
+    def end(what: str) -> Callable[[str], None]:
+        def terminate(reason: str) -> None:
+            logger.warning("the lease %s (%s): terminating %s", what, reason, command[0])
+            child.terminate()
+        return terminate
+
     previous = {signum: signal.signal(signum, forward)
                 for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return _wait(worker, child, command=command)
+        worker.start(on_lapse=end("may have lapsed"), on_lost=end("is lost"))
+        code = child.wait()
     finally:
+        worker.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-def _wait(worker: Renewing, child: subprocess.Popen[bytes], *, command: list[str]) -> int:
-    def lost(reason: str) -> None:
-        logger.warning("the attempt is no longer this worker's (%s): terminating %s",
-                       reason, command[0])
-        child.terminate()
-
-    stop = threading.Event()
-    renewing = threading.Thread(target=worker.keep_renewing, name="lease-renewer",
-                                kwargs={"stop": stop, "on_lost": lost}, daemon=True)
-    renewing.start()
-    code = child.wait()
-    stop.set()
-    renewing.join(timeout=5.0)
     return code if code >= 0 else 128 - code
 
 
@@ -151,13 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s agentrun-worker %(levelname)s %(message)s")
-    socket.setdefaulttimeout(REQUEST_TIMEOUT_SECONDS)
-    configuration = clients.configure().configuration
-    configuration.retries = False  # the renewer retries on its own schedule, not urllib3's
-    api = rest.Rest(kubernetes.client.ApiClient(configuration))
-    worker = renewer.Renewer(api=api, namespace=args.namespace, lease=args.lease,
-                             identity=args.identity)
-    decision = first_renewal(worker, timeout=args.start_timeout)
+    worker = keeper.Keeper(renewer=renewer.Renewer(
+        api=sdk.pod_api(), namespace=args.namespace, lease=args.lease, identity=args.identity))
+    decision = worker.first_renewal(timeout=args.start_timeout)
     if decision.verdict is renewals.Verdict.STOP:
         logger.error("refusing to run: %s", decision.reason)
         return EXIT_NOT_OURS

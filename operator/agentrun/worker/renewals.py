@@ -6,8 +6,9 @@ Terms:
   clears the holder when it tombstones the attempt.
 - *verdict*: ``Renew`` (the lease is ours: write ``renewTime``), ``Retry`` (could not
   tell, or the write lost a race: ask again after ``delay_seconds``) or ``Stop`` (no
-  longer ours, or not renewed for a whole lease duration: never write again; the
-  attempt is over, or may be, for the operator too).
+  longer ours: never write again; the attempt is over for the operator too).
+- *lapse point*: when the last successful renewal stops vouching for the lease, on the
+  worker's own monotonic clock (:func:`lapse_at`); past it, the keeper starts no effect.
 
 A renewal changes ``spec.renewTime`` only, under the resourceVersion it read: a
 concurrent tombstone makes the write a 409 and the next reading sees the tombstone.
@@ -32,6 +33,10 @@ DEFAULT_DURATION_SECONDS = 30
 MIN_INTERVAL_SECONDS = 1.0
 # Renewing more often than this gains nothing, and a tombstone is seen within it.
 MAX_INTERVAL_SECONDS = 10.0
+# The keeper calls the lease lapsed this fraction of its duration before the operator
+# could (see :func:`margin`).
+MARGIN_FRACTION = 0.2
+MIN_MARGIN_SECONDS = 1.0
 
 
 class Verdict(StrEnum):
@@ -50,8 +55,7 @@ class Decision:
 def interval(*, duration_seconds: int | None) -> float:
     """Seconds between renewals: a third of the lease, so two renewals in a row may fail
     (a slow API server, a token being rotated) before the operator sees it expire."""
-    duration = duration_seconds if duration_seconds and duration_seconds > 0 \
-        else DEFAULT_DURATION_SECONDS
+    duration = _duration(duration_seconds)
     return min(max(duration / 3, MIN_INTERVAL_SECONDS), MAX_INTERVAL_SECONDS)
 
 
@@ -92,24 +96,67 @@ def judge_error(*, status: int | None, duration_seconds: int | None) -> Decision
                     delay_seconds=interval(duration_seconds=duration_seconds))
 
 
-def after_failure(*, decision: Decision, since_renewal_seconds: float,
-                  duration_seconds: int | None) -> Decision:
-    """A failed renewal (``decision`` is a Retry), judged against the last one that worked.
+def margin(*, duration_seconds: int | None) -> float:
+    """How long before the operator could see the lease expire the keeper calls it lapsed.
 
-    Once that is a whole lease duration old (this process's monotonic clock), stop: the
-    operator, which counts from when it *saw* that renewal, may now end the attempt and
-    start another, and two workers must not run at once. Until then the retry comes no
-    later than that moment.
+    A fifth of the lease, at least :data:`MIN_MARGIN_SECONDS` and at most half of it. It
+    covers what happens after :meth:`ensure_live` said yes and before an effect reaches its
+    owner (the gap between check and send), and any difference in the two machines'
+    monotonic clock rates; the operator counts from when it *saw* the renewal, which is
+    never before its send, so nothing else needs covering.
     """
-    duration = duration_seconds if duration_seconds and duration_seconds > 0 \
+    duration = _duration(duration_seconds)
+    return min(max(duration * MARGIN_FRACTION, MIN_MARGIN_SECONDS), duration / 2)
+
+
+def lapse_at(*, sent_at: float, duration_seconds: int | None) -> float:
+    """The moment (on the keeper's monotonic clock) a renewal *sent* at ``sent_at`` stops
+    vouching for the lease: its duration later, minus the :func:`margin`.
+
+    The send time, not the answer's: the API server may have written ``renewTime`` (and the
+    operator seen it) any time after the request left, and an answer can come late.
+    """
+    return sent_at + _duration(duration_seconds) - margin(duration_seconds=duration_seconds)
+
+
+def lapse_reason(*, since_renewal_seconds: float, duration_seconds: int | None,
+                 last_failure: str | None) -> str:
+    """Why the keeper calls its lease lapsed, for the worker's log and its callback."""
+    return (f"no successful renewal for {since_renewal_seconds:.1f}s (lease duration "
+            f"{_duration(duration_seconds)}s); last failure: "
+            f"{last_failure or 'none yet (a request is still waiting for its answer)'}")
+
+
+class Standing(StrEnum):
+    """The keeper's view of its lease at a moment.
+
+    ``Starting``: no renewal has succeeded yet. ``Live``: the last successful renewal's
+    lapse point is ahead; effects may start. ``Lapsed``: it has passed (renewals failing:
+    the API server unreachable, slow, refusing the token); effects wait, renewal goes on,
+    and a later successful renewal makes it ``Live`` again. ``Lost``: the lease is no
+    longer this worker's (tombstoned, another holder, deleted, renewal forbidden) or the
+    keeper was stopped; final.
+    """
+
+    STARTING = "Starting"
+    LIVE = "Live"
+    LAPSED = "Lapsed"
+    LOST = "Lost"
+
+
+def standing(*, now: float, lapse: float | None, lost: bool) -> Standing:
+    """The lease's :class:`Standing` at ``now``, given the current lapse point (None: no
+    renewal yet) and whether it was lost."""
+    if lost:
+        return Standing.LOST
+    if lapse is None:
+        return Standing.STARTING
+    return Standing.LIVE if now < lapse else Standing.LAPSED
+
+
+def _duration(duration_seconds: int | None) -> int:
+    return duration_seconds if duration_seconds and duration_seconds > 0 \
         else DEFAULT_DURATION_SECONDS
-    left = duration - since_renewal_seconds
-    if left <= 0:
-        return Decision(verdict=Verdict.STOP, delay_seconds=0.0,
-                        reason=f"no successful renewal for {since_renewal_seconds:.0f}s "
-                               f"(lease duration {duration}s); last failure: {decision.reason}")
-    return Decision(verdict=decision.verdict, reason=decision.reason,
-                    delay_seconds=min(decision.delay_seconds, left))
 
 
 def micro_time(moment: datetime) -> str:

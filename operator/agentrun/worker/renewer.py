@@ -8,7 +8,6 @@ The only API calls a worker makes here are ``get`` and ``update`` on its own Lea
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,24 +66,3 @@ class Renewer:
             return self._failed(error)
         self.renewed_at = started  # the write may have landed any time after this
         return decision
-
-    def keep_renewing(self, *, stop: threading.Event,
-                      on_lost: Callable[[str], None]) -> None:
-        """After a first :meth:`renew_once`, renew until ``stop`` is set; call ``on_lost``
-        once if the lease stops being ours. The first write waits one interval."""
-        delay = renewals.interval(duration_seconds=self.duration_seconds)
-        while not stop.wait(delay):
-            decision = self.renew_once()
-            if decision.verdict is renewals.Verdict.RETRY and self.renewed_at is not None:
-                decision = renewals.after_failure(
-                    decision=decision, since_renewal_seconds=self.monotonic() - self.renewed_at,
-                    duration_seconds=self.duration_seconds)
-            if decision.verdict is renewals.Verdict.STOP:
-                logger.warning("stopped renewing %s/%s: %s",
-                               self.namespace, self.lease, decision.reason)
-                on_lost(decision.reason)
-                return
-            if decision.verdict is renewals.Verdict.RETRY:
-                logger.warning("lease %s/%s: %s; retrying in %.1fs", self.namespace,
-                               self.lease, decision.reason, decision.delay_seconds)
-            delay = decision.delay_seconds

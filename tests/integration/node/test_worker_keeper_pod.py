@@ -1,0 +1,92 @@
+"""One real worker pod using the SDK: its context as the operator made it, and its keeper.
+
+The pod runs ``python3 -c <script>`` (no ``agentrun-worker run``: the SDK's keeper is the
+only renewer), which calls ``Worker.from_env()``: the environment and mounted snapshots
+of a pod the operator built, digests verified; then renews through the pod's own
+in-cluster configuration, and prints what it read. Covers: the context's values are the
+slot's and attempt's; the texts are the run's pinned snapshots byte for byte, with their
+pinned digests; the keeper's renewals are the pod's service account's, with its bound
+token, until the operator's tombstone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from localcluster import NODE_NAME
+from operators import OperatorProcess
+from scenarios import GROUP, VERSION, Scenario
+from waiting import wait_for
+from workers import (
+    LEASE_SECONDS,
+    START_DEADLINE_SECONDS,
+    WORKER_ACCOUNT,
+    grant_worker_role,
+    lease_renewers,
+    token_pods,
+    wait_pod_phase,
+    worker_user,
+)
+
+pytestmark = pytest.mark.kubelet
+LOCAL_OPERATOR_USER = "operator"
+# The SDK worker: reads its context, keeps its lease for a few renewals, prints, exits 0.
+SDK_WORKER = """
+import json, time
+from agentrun.worker.sdk import Worker
+with Worker.from_env() as worker:
+    c = worker.context
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:  # the worker's work, effects guarded
+        worker.keeper.ensure_live()
+        time.sleep(0.5)
+    print(json.dumps({"run": c.run, "slot": c.slot, "node": c.node, "attempt": c.attempt,
+                      "token": c.fencing_token, "lease": c.lease,
+                      "config": {k: p.text for k, p in c.pinned.items()},
+                      "sha256": {k: p.sha256 for k, p in c.pinned.items()}}), flush=True)
+"""
+
+
+def test_an_sdk_worker_reads_its_context_and_keeps_its_lease(
+        scenario: Scenario, operator: OperatorProcess, worker_image: str) -> None:
+    grant_worker_role(scenario)
+    scenario.configs()
+    container = {"name": "worker", "image": worker_image, "imagePullPolicy": "Never",
+                 "command": ["python3", "-c", SDK_WORKER]}
+    body: Any = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
+                 "metadata": {"name": "sdk-workers"},
+                 "spec": {"claim": {"workerClasses": ["cpu"]},
+                          "lease": {"durationSeconds": LEASE_SECONDS},
+                          "startDeadlineSeconds": START_DEADLINE_SECONDS,
+                          "template": {"spec": {"restartPolicy": "Never",
+                                                "serviceAccountName": WORKER_ACCOUNT,
+                                                "terminationGracePeriodSeconds": 2,
+                                                "containers": [container]}}}}
+    scenario.custom.create_namespaced_custom_object(
+        GROUP, VERSION, scenario.namespace, "launchspecs", body)
+    scenario.run("study", max_attempts=1)
+    slot = scenario.slot_name_eventually("study", "research")
+    first = f"{slot}-1"
+    pod = wait_pod_phase(scenario, first, {"Succeeded", "Failed"})
+    logs = scenario.cluster.kubectl("logs", "-n", scenario.namespace, first)
+    assert pod["status"]["phase"] == "Succeeded", logs.stdout + logs.stderr
+    assert pod["spec"]["nodeName"] == NODE_NAME
+    printed = json.loads(next(line for line in logs.stdout.splitlines() if line.startswith("{")))
+    pins = scenario.agentrun("study")["status"]["pinned"]
+    snapshots = {kind: (scenario.core.read_namespaced_config_map(
+        pin["snapshot"], scenario.namespace).data or {})[f"{kind}.yaml"]
+        for kind, pin in pins.items()}
+    assert printed == {"run": "study", "slot": slot, "node": "research", "attempt": 1,
+                       "token": 1, "lease": first, "config": snapshots,
+                       "sha256": {kind: pin["sha256"] for kind, pin in pins.items()}}
+
+    scenario.wait_state(slot, "Succeeded", timeout=60)
+    wait_for(lambda: LOCAL_OPERATOR_USER in lease_renewers(scenario, first), timeout=30,
+             message=f"lease {first} tombstoned")
+    renewers = lease_renewers(scenario, first)
+    worker = worker_user(scenario.namespace)
+    assert renewers[-1] == LOCAL_OPERATOR_USER and set(renewers[:-1]) == {worker}, renewers
+    assert len(renewers) - 1 >= 3, renewers  # 6 s of work, a renewal every 1.7 s
+    assert token_pods(scenario, user=worker, name=first) == {first}
