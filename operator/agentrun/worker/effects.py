@@ -3,8 +3,8 @@
 An *effect* is a call to a service outside the run (its *owner*) that changes something
 there: publishing a report, charging a card. Terms:
 
-- *idempotency key*: :func:`idempotency_key`, the sha256 of the run's uid, the slot and the
-  effect's key; the same in every attempt, so the owner can deduplicate a re-send.
+- *idempotency key*: :func:`idempotency_key`, the sha256 of the JSON list [the run's uid,
+  the slot, the effect's key]; the same in every attempt, so the owner can deduplicate a re-send.
 - *fencing token*: the attempt number; owners reject tokens lower than the highest seen,
   so a stale attempt cannot slip an effect in after its successor spoke.
 - *intent* / *outcome*: records ``<key>.intent`` (committed BEFORE the call) and
@@ -102,7 +102,7 @@ def idempotency_key(*, run_uid: str, slot: str, key: str) -> str:
     """The stable key the owner deduplicates by (same in every attempt of the slot)."""
     if not run_uid:
         raise ValueError("an idempotency key needs the run's uid (metadata.uid)")
-    return hashlib.sha256(f"{run_uid}\0{slot}\0{key}".encode()).hexdigest()
+    return hashlib.sha256(records.canonical([run_uid, slot, key])).hexdigest()  # unambiguous
 
 
 def decide(*, intent: bool, outcome: bool, unresolved: bool, can_reconcile: bool,
