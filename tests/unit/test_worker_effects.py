@@ -233,7 +233,7 @@ def test_unknown_stops_and_is_recorded_for_the_operator() -> None:
 def test_a_key_too_long_for_its_records_is_refused_before_anything() -> None:
     owner = Owner()
     found, _, _ = ledger(attempt=1, owner=owner)
-    with pytest.raises(records.RecordError, match="record key"):
+    with pytest.raises(records.RecordError, match="step key"):
         found.effect("publish", key="x" * 60, call=owner.call)
     assert owner.log == []
 

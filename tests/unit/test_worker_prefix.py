@@ -113,11 +113,12 @@ def test_step_skips_if_committed_else_does_and_commits(state: str, tmp_path: Pat
     assert steps.done == ["gather"]
 
 
-def test_a_step_with_a_bad_key_does_nothing() -> None:
+@pytest.mark.parametrize("key", ["Bad", "a.intent", "a_b", "-a", "x" * 49, ""])
+def test_a_step_with_a_bad_key_does_nothing(key: str) -> None:
     memory = Memory()
     steps = prefix.Steps(prefix=prefix.Prefix(attempt=1), ledger=memory)
-    with pytest.raises(records.RecordError, match="record key"):
-        steps.step("Bad Key", do=lambda: pytest.fail("not called"))
+    with pytest.raises(records.RecordError, match="step key"):
+        steps.step(key, do=lambda: pytest.fail("not called"))
     assert memory.committed == []
 
 

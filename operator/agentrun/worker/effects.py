@@ -180,7 +180,7 @@ class Ledger:
         (idempotency_key)`` asks the owner what became of it. Raises
         :class:`EffectStopped` when the attempt must stop (see the module docstring).
         """
-        records.check_key(f"{records.check_key(key)}.{UNRESOLVED}")
+        records.check_step_key(key)
         idem = idempotency_key(run_uid=self.run_uid, slot=self.slot, key=key)
         found = self.steps.prefix
         has = {suffix: found.get(f"{key}.{suffix}") is not None

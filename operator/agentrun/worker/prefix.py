@@ -116,7 +116,7 @@ class Steps:
         A step is repeated when its record is missing or unreadable; ``do`` must then be
         safe to run again (an external effect is not a step: use the effect ledger).
         """
-        records.check_key(key)
+        records.check_step_key(key)
         done, result = self.committed(key)
         if done:
             self.done.append(key)

@@ -100,6 +100,16 @@ def check_key(key: str) -> str:
     return key
 
 
+def check_step_key(key: str) -> str:
+    """``key`` if a worker may name a step or an effect by it: no '.', which the SDK's own
+    suffixes (``<key>.intent``) use, so a step never collides with an effect's record."""
+    if len(key) > bounds.STEP_KEY_CHARS or not re.fullmatch(bounds.STEP_KEY_PATTERN, key):
+        raise RecordError(f"step key {key[:80]!r} must be at most {bounds.STEP_KEY_CHARS} "
+                          "characters: lower-case letters, digits and '-', starting and "
+                          "ending with a letter or digit")
+    return key
+
+
 class PayloadStore(Protocol):
     """Where payloads too large to be inline go, content-addressed by sha256."""
 
