@@ -7,7 +7,8 @@ stale worker of attempt 1 can renew neither its tombstoned Lease nor attempt 2's
 holder cannot change anything but ``spec.renewTime``, nor delete or create an attempt
 Lease; the holder adds a record (``record.agentrun.dev/<key>``) but cannot change or
 delete it, the stale worker cannot add one to the successor's Lease nor (a late write,
-its pod still there) to its own tombstoned one, each refusal naming the policy; a person with ``update`` on leases cannot renew one; other Leases are not matched;
+its pod still there) to its own tombstoned one, each refusal naming the policy; a person
+with ``update`` on leases cannot renew one; other Leases are not matched;
 the namespace controller still empties a deleted namespace.
 """
 
