@@ -42,7 +42,8 @@ def _attempt(side: str) -> str:
 
 
 ANNOTATIONS = [
-    {"name": "new", "expression": "object.metadata.?annotations.orValue({})"},
+    {"name": "new", "expression": "object == null ? {} : "
+                                  "object.metadata.?annotations.orValue({})"},
     {"name": "old", "expression": "oldObject == null ? {} : "
                                   "oldObject.metadata.?annotations.orValue({})"},
     {"name": "added", "expression": f"variables.new.filter(k, k.startsWith('{PREFIX}') && "
