@@ -83,11 +83,15 @@ def test_a_large_payload_goes_by_reference_and_is_verified(tmp_path: Path) -> No
         records.payload(decoded, store=store)
 
 
-def test_the_same_payload_is_stored_once(tmp_path: Path) -> None:
+def test_the_same_payload_is_stored_once_and_a_damaged_one_again(tmp_path: Path) -> None:
     store = records.FsspecStore(f"file://{tmp_path}")
-    first = store.put(sha256="a" * 64, data=b"1")
-    assert store.put(sha256="a" * 64, data=b"1") == first
-    assert store.get(first) == b"1"
+    sha = records.digest(b"1")
+    first = store.put(sha256=sha, data=b"1")
+    written = (tmp_path / "sha256" / sha).stat().st_mtime_ns
+    assert store.put(sha256=sha, data=b"1") == first
+    assert (tmp_path / "sha256" / sha).stat().st_mtime_ns == written  # not rewritten
+    (tmp_path / "sha256" / sha).write_bytes(b"")  # a write cut short
+    assert store.put(sha256=sha, data=b"1") == first and store.get(first) == b"1"
 
 
 def test_an_inline_payload_over_the_bound_is_refused_by_the_model() -> None:

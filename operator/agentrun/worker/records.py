@@ -124,7 +124,8 @@ class FsspecStore:
     """A payload store under ``base`` (any fsspec URL; ``file:///mnt/records`` built in,
     object stores through fsspec's backends installed beside it). Each payload is the file
     ``<base>/sha256/<digest>``: the same content always has the same name, so a payload
-    written twice (two attempts) is the same file and never needs overwriting."""
+    written twice (two attempts) is the same file; one found damaged (a write cut short
+    by a kill) is written again."""
 
     def __init__(self, base: str) -> None:
         self.base = base.rstrip("/")
@@ -134,10 +135,11 @@ class FsspecStore:
 
         uri = f"{self.base}/sha256/{sha256}"
         fs, path = fsspec.core.url_to_fs(uri)
-        if not fs.exists(path):
-            fs.makedirs(fs._parent(path), exist_ok=True)
-            with fs.open(path, "wb") as out:
-                out.write(data)
+        if fs.exists(path) and digest(fs.cat_file(path)) == sha256:
+            return uri  # already there, intact (a write cut short is written again)
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        with fs.open(path, "wb") as out:
+            out.write(data)
         return uri
 
     def get(self, uri: str) -> bytes:
