@@ -200,9 +200,13 @@ def stamp_policy() -> list[dict[str, Any]]:
 
 
 WORKER_ROLE = "agentrun-worker"
-# Exactly what the lease renewer (agentrun.worker.renewer) calls: it reads its Lease and
-# writes renewTime back with an update (PUT) under the resourceVersion it read.
-WORKER_RULES: list[Rule] = [rule(["coordination.k8s.io"], ["leases"], ["get", "update"])]
+# Exactly what the worker calls: the lease renewer (agentrun.worker.renewer) reads its
+# Lease and writes renewTime back with an update (PUT) under the resourceVersion it read;
+# records (agentrun.worker.records) are added by a merge patch carrying that
+# resourceVersion, and a successor lists its slot's attempt Leases (agentrun.worker.prefix,
+# by the slot label). Admission (core.leasepolicy) limits every write to the holder's own.
+WORKER_RULES: list[Rule] = [rule(["coordination.k8s.io"], ["leases"],
+                                 ["get", "list", "update", "patch"])]
 
 
 def worker_rbac() -> list[dict[str, Any]]:

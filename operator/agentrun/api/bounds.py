@@ -46,6 +46,23 @@ MIN_LEASE_SECONDS: Final = 5  # LaunchSpec lease.durationSeconds
 MAX_LEASE_SECONDS: Final = 3600
 MAX_ATTEMPT_NUMBER: Final = 1000  # attempt numbers (and so Lease records) per slot
 
+# Durable records (issue 10, item 3): annotations ``record.agentrun.dev/<key>`` on the
+# attempt's own Lease, each a small JSON document (agentrun.worker.records). Admission
+# (core.leasepolicy) enforces the count and the size; the key's shape is the API server's
+# own (an annotation name is at most 63 characters). Worst case: 64 x (2 KiB + key) is
+# about 134 KiB, well under the API server's 256 KiB for all of a Lease's annotations, and
+# small enough that the operator's Lease watch (every renewal delivers the whole object)
+# stays cheap; a larger payload is stored by reference (URI + sha256).
+RECORD_ANNOTATION_PREFIX: Final = "record.agentrun.dev/"
+MAX_RECORDS: Final = 64  # record annotations on one attempt's Lease
+RECORD_BYTES: Final = 2048  # one record annotation's value, UTF-8 bytes
+INLINE_PAYLOAD_BYTES: Final = 1024  # a payload larger than this goes to the store
+RECORD_KEY_CHARS: Final = 63  # the annotation name after the prefix
+RECORD_KEY_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+STEP_KEY_CHARS: Final = 48  # a key a worker names (a step, an effect): room for suffixes
+STEP_KEY_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # no '.': the SDK's suffixes
+PAYLOAD_URI_CHARS: Final = 1024
+
 # The worst-case JSON size of a Slot's status (checked by tests/unit/core/test_bounds.py).
 SLOT_STATUS_BYTES: Final = 1024 * 1024
 

@@ -3,8 +3,17 @@
 An attempt's Lease (labelled ``agentrun.dev/attempt``; no other Lease is matched) is the
 operator's record. Its worker, authenticated by a token bound to its Pod (the API server
 puts the pod's name in ``request.userInfo.extra['authentication.kubernetes.io/pod-name']``),
-may change ``spec.renewTime`` and nothing else, and only while the Lease names that pod as
-its holder and is not tombstoned (holder cleared, or an outcome recorded). Everything else
+may change ``spec.renewTime`` and add durable records (issue 10, item 3), and only while
+the Lease names that pod as its holder and is not tombstoned (holder cleared, or an
+outcome recorded). A *record* is an annotation under ``record.agentrun.dev/``
+(:data:`agentrun.api.bounds.RECORD_ANNOTATION_PREFIX`): write-once (once present it never
+changes or goes), at most :data:`~agentrun.api.bounds.MAX_RECORDS` of them, each at most
+:data:`~agentrun.api.bounds.RECORD_BYTES` bytes, whose JSON document starts with the
+Lease's own attempt number and names its own key (the encoding is canonical:
+``agentrun.worker.records``), so no record can claim another attempt. CEL cannot parse
+JSON; the rest of a record's shape is checked where it is read. The tombstone seals the
+records with no write of its own: a predecessor's late record is refused by the tombstone
+check, from ``oldObject`` alone. Everything else
 (creating one, changing any other field, deleting one, touching a tombstone) is the
 controller's alone: the operator, the garbage collector, a cluster admin; and a Lease in a
 namespace being deleted may be deleted by anyone (the namespace controller empties it
@@ -13,20 +22,58 @@ without the controller's rights; nothing of the namespace will outlive it).
 
 from __future__ import annotations
 
-from agentrun.api import names
+from agentrun.api import bounds, names
 from agentrun.core import validating
 
 Object = validating.Object
+validation = validating.validation
 ATTEMPT_LEASES = "agentrun-attempt-leases"
 POD_NAME = "authentication.kubernetes.io/pod-name"
 KEPT_SPEC = ("holderIdentity", "leaseDurationSeconds", "acquireTime", "leaseTransitions",
              "strategy", "preferredHolder")
-KEPT_METADATA = ("labels", "annotations", "ownerReferences", "finalizers")
+KEPT_METADATA = ("labels", "ownerReferences", "finalizers")
+PREFIX = bounds.RECORD_ANNOTATION_PREFIX
+RECORDS_CHANGED = "changing or removing a committed record"
 
 
 def _attempt(side: str) -> str:
     return (f"({side} != null && {side}.metadata.?labels.orValue({{}})"
             f".exists(k, k == '{names.ATTEMPT_LABEL}'))")
+
+
+ANNOTATIONS = [
+    {"name": "new", "expression": "object == null ? {} : "
+                                  "object.metadata.?annotations.orValue({})"},
+    {"name": "old", "expression": "oldObject == null ? {} : "
+                                  "oldObject.metadata.?annotations.orValue({})"},
+    {"name": "added", "expression": f"variables.new.filter(k, k.startsWith('{PREFIX}') && "
+                                    "!(k in variables.old))"},
+]
+
+
+def record_checks() -> list[Object]:
+    """What a holder's added records must be (see the module docstring)."""
+    new, old = "variables.new", "variables.old"
+    kept = (f"{new}.filter(k, !k.startsWith('{PREFIX}')).all(k, k in {old} && "
+            f"{old}[k] == {new}[k]) && {old}.all(k, k in {new} && ({new}[k] == {old}[k]))")
+    attempt = f"oldObject.metadata.?labels.orValue({{}})[?'{names.ATTEMPT_LABEL}'].orValue('')"
+    shaped = (f"variables.added.all(k, bytes({new}[k]).size() <= {bounds.RECORD_BYTES} && "
+              f"{new}[k].startsWith('{{\"attempt\":' + {attempt} + ',') && "
+              f"{new}[k].contains('\"key\":\"' + k.substring({len(PREFIX)}) + '\"'))")
+    return [
+        validation(f"request.operation != 'UPDATE' || ({kept})",
+                   f"a worker may add records ({PREFIX}<key>) to its attempt's Lease but "
+                   f"not change other annotations; {RECORDS_CHANGED} is refused: records "
+                   "are write-once"),
+        validation(f"request.operation != 'UPDATE' || {new}.filter(k, k.startsWith("
+                   f"'{PREFIX}')).size() <= {bounds.MAX_RECORDS}",
+                   f"an attempt's Lease holds at most {bounds.MAX_RECORDS} records; store "
+                   "fewer, larger ones by reference"),
+        validation(f"request.operation != 'UPDATE' || {shaped}",
+                   f"a record ({PREFIX}<key>) is at most {bounds.RECORD_BYTES} bytes of "
+                   "canonical JSON that starts with the Lease's attempt number and names "
+                   "its own key (write it with agentrun.worker.records)"),
+    ]
 
 
 def attempt_leases() -> list[Object]:
@@ -47,7 +94,7 @@ def attempt_leases() -> list[Object]:
                      "expression": f"!{validating.controller()}"}],
         rules=[validating.match_rule("coordination.k8s.io", "v1", ["leases"],
                                      ["CREATE", "UPDATE", "DELETE"])],
-        variables=[{"name": "pod", "expression": pod}],
+        variables=[{"name": "pod", "expression": pod}, *ANNOTATIONS],
         validations=[
             validating.validation(
                 "request.operation == 'UPDATE' || (request.operation == 'DELETE' && "
@@ -68,5 +115,7 @@ def attempt_leases() -> list[Object]:
                 "(kubectl create token --bound-object-kind Pod)'"),
             validating.validation(
                 f"request.operation != 'UPDATE' || ({only_renewal})",
-                f"a worker may change only spec.renewTime of its attempt's Lease; {renew}"),
+                f"a worker may change only spec.renewTime of its attempt's Lease (and add "
+                f"records); {renew}"),
+            *record_checks(),
         ])

@@ -5,7 +5,10 @@ attempt pods (``kubectl create token --bound-object-kind Pod``; no node needed).
 fails and is tombstoned, attempt 2 runs. Covers: the holder's token renews its Lease; the
 stale worker of attempt 1 can renew neither its tombstoned Lease nor attempt 2's; the
 holder cannot change anything but ``spec.renewTime``, nor delete or create an attempt
-Lease; a person with ``update`` on leases cannot renew one; other Leases are not matched;
+Lease; the holder adds a record (``record.agentrun.dev/<key>``) but cannot change or
+delete it, the stale worker cannot add one to the successor's Lease nor (a late write,
+its pod still there) to its own tombstoned one, each refusal naming the policy; a person
+with ``update`` on leases cannot renew one; other Leases are not matched;
 the namespace controller still empties a deleted namespace.
 """
 
@@ -20,7 +23,10 @@ from operators import OperatorProcess
 from scenarios import Scenario
 from waiting import wait_for, wait_for_default_service_account
 
+from agentrun.worker import records
+
 pytestmark = pytest.mark.serial
+POLICY = "agentrun-attempt-leases"
 LEASE_RIGHTS = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                  "verbs": ["get", "create", "update", "patch", "delete"]}]
 
@@ -49,6 +55,20 @@ def renew(scenario: Scenario, lease: str, *, token: str | None = None, user: str
     result = scenario.cluster.kubectl(*auth, "-n", scenario.namespace, "patch", "lease",
                                       lease, "--type=merge", "-p", patch, user=user)
     return result.returncode, result.stderr
+
+
+def annotate(scenario: Scenario, lease: str, annotations: dict[str, str | None], *,
+             token: str) -> tuple[int, str]:
+    patch = json.dumps({"metadata": {"annotations": annotations}})
+    result = scenario.cluster.kubectl("--token", token, "-n", scenario.namespace, "patch",
+                                      "lease", lease, "--type=merge", "-p", patch)
+    return result.returncode, result.stderr
+
+
+def record(key: str, attempt: int, payload: object) -> dict[str, str | None]:
+    made = records.make(key=key, kind=records.Kind.STEP_RESULT, attempt=attempt,
+                        payload=payload)
+    return {made.annotation: records.encode(made)}
 
 
 def test_only_the_holders_pod_renews_and_never_a_tombstone(
@@ -82,6 +102,15 @@ def test_only_the_holders_pod_renews_and_never_a_tombstone(
 
     holder = token_for(scenario, second)
     assert renew(scenario, second, token=holder)[0] == 0
+    gather = record("gather", 2, [1])
+    assert annotate(scenario, second, gather, token=holder) == (0, "")
+    for change in (record("gather", 2, [2]), dict.fromkeys(gather)):
+        code, error = annotate(scenario, second, change, token=holder)
+        assert code != 0 and POLICY in error and "records are write-once" in error, error
+    code, error = annotate(scenario, second, record("notes", 2, "x"), token=stale)
+    assert code != 0 and POLICY in error and f"held by pod {second}" in error, error
+    code, error = annotate(scenario, first, record("late", 1, "x"), token=stale)
+    assert code != 0 and POLICY in error and f"Lease {first} is tombstoned" in error, error
     code, error = renew(scenario, second, token=holder, spec={"leaseDurationSeconds": 86400})
     assert code != 0 and "only spec.renewTime" in error, error
     deleted = scenario.cluster.kubectl("--token", holder, "-n", scenario.namespace, "delete",
@@ -99,6 +128,8 @@ def test_only_the_holders_pod_renews_and_never_a_tombstone(
     assert scenario.lease(first) == tombstone  # nothing got through
     lease = scenario.lease(second) or {}
     assert lease["spec"]["leaseDurationSeconds"] == 30
+    assert {k: v for k, v in lease["metadata"]["annotations"].items()
+            if k.startswith("record.")} == gather
     # A Lease of the worker's own, without the attempt label, is not the policy's business.
     own = scenario.cluster.kubectl("--token", holder, "-n", scenario.namespace, "create",
                                    "-f", "-", input=json.dumps({

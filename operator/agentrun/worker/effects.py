@@ -1,0 +1,233 @@
+"""The effect ledger: intent before the external call, outcome after (issue 10, item 5).
+
+An *effect* is a call to a service outside the run (its *owner*) that changes something
+there: publishing a report, charging a card. Terms:
+
+- *idempotency key*: :func:`idempotency_key`, the sha256 of the JSON list [the run's uid,
+  the slot, the effect's key]; the same in every attempt, so the owner can deduplicate a re-send.
+- *fencing token*: the attempt number; owners reject tokens lower than the highest seen,
+  so a stale attempt cannot slip an effect in after its successor spoke.
+- *intent* / *outcome*: records ``<key>.intent`` (committed BEFORE the call) and
+  ``<key>.outcome`` (after it) on the attempt's Lease; ``<key>.unresolved`` says the
+  attempt stopped on an effect nobody could answer for (what the operator will show as
+  the slot condition ``EffectUnresolved``, a later part of issue 10).
+- *ambiguous*: an intent without an outcome. The call may or may not have reached the
+  owner; only the owner knows. The successor must ask it (``reconcile(key)``) before
+  anything else touches the effect: *applied* (with the result: recorded, never re-sent),
+  *not applied* (re-sent with the same key, under this attempt's own intent), *in
+  progress* (asked again, within a stated limit, never re-sent) or *unknown* (the attempt
+  stops). No reconcile means stop too: the ledger never assumes and never re-sends on
+  its own. This is at-least-once made visible, not exactly-once: the owner's deduplication
+  by key is what keeps a re-send harmless.
+
+Before committing an intent and again before the call, the keeper's ``ensure_live()``
+(it raises ``LeaseLapsed`` once the lease may have lapsed) keeps a worker whose lease may
+be gone from starting an effect. :func:`decide` is the pure state machine; :class:`Ledger`
+performs it.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentrun.api import bounds
+from agentrun.worker import prefix, records
+
+JSON = records.JSON
+INTENT, OUTCOME, UNRESOLVED = "intent", "outcome", "unresolved"
+DEFAULT_WAIT_SECONDS = 300.0  # how long "in progress" is waited out before stopping
+DEFAULT_POLL_SECONDS = 5.0
+
+
+class Live(Protocol):
+    """The lease keeper's side the ledger needs (``agentrun.worker.keeper``)."""
+
+    def ensure_live(self) -> None:
+        """Return while effects may start; raise (``LeaseLapsed``) once they may not."""
+
+
+class Answer(enum.StrEnum):
+    APPLIED = "applied"
+    NOT_APPLIED = "not-applied"
+    IN_PROGRESS = "in-progress"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reconciled:
+    """The owner's answer about one idempotency key (``result`` when applied)."""
+
+    answer: Answer
+    result: JSON = None
+
+
+class EffectStopped(Exception):
+    """The attempt must stop: this effect cannot be settled by the worker alone."""
+
+    def __init__(self, message: str, *, key: str, idempotency_key: str) -> None:
+        super().__init__(message)
+        self.key, self.idempotency_key = key, idempotency_key
+
+
+class AmbiguousEffect(EffectStopped):
+    """An intent without an outcome and no ``reconcile`` to ask the owner, or its answer
+    was "unknown": recorded as ``<key>.unresolved`` for the operator and a person."""
+
+
+class EffectStillInProgress(EffectStopped):
+    """The owner kept answering "in progress" past the wait limit; nothing was re-sent.
+    Not recorded as unresolved: a later attempt asks again."""
+
+
+class Step(enum.Enum):
+    """What the ledger does next for one effect (see :func:`decide`)."""
+
+    RETURN_OUTCOME = "return the committed outcome; never call"
+    STOP_UNRESOLVED = "stop: an earlier attempt recorded it unresolved"
+    CALL = "commit an intent, then call the owner"
+    STOP_AMBIGUOUS = "stop: an intent without an outcome and nobody to ask"
+    RECONCILE = "ask the owner (reconcile) before anything else"
+    RECORD_APPLIED = "commit the owner's result as the outcome; never re-send"
+    RESEND = "commit this attempt's intent, then re-send with the same key"
+    WAIT = "wait, then ask the owner again; never re-send"
+    STOP_IN_PROGRESS = "stop: still in progress past the wait limit"
+
+
+def idempotency_key(*, run_uid: str, slot: str, key: str) -> str:
+    """The stable key the owner deduplicates by (same in every attempt of the slot)."""
+    if not run_uid:
+        raise ValueError("an idempotency key needs the run's uid (metadata.uid)")
+    return hashlib.sha256(records.canonical([run_uid, slot, key])).hexdigest()  # unambiguous
+
+
+def decide(*, intent: bool, outcome: bool, unresolved: bool, can_reconcile: bool,
+           answer: Answer | None = None, waited_seconds: float = 0.0,
+           wait_seconds: float = DEFAULT_WAIT_SECONDS) -> Step:
+    """The next step for one effect, from what the trusted prefix holds and, once asked,
+    the owner's ``answer`` (``waited_seconds`` since the first "in progress")."""
+    if outcome:
+        return Step.RETURN_OUTCOME
+    if unresolved:
+        return Step.STOP_UNRESOLVED
+    if not intent:
+        return Step.CALL
+    if not can_reconcile:
+        return Step.STOP_AMBIGUOUS
+    if answer is None:
+        return Step.RECONCILE
+    if answer is Answer.APPLIED:
+        return Step.RECORD_APPLIED
+    if answer is Answer.NOT_APPLIED:
+        return Step.RESEND
+    if answer is Answer.IN_PROGRESS:
+        return Step.WAIT if waited_seconds < wait_seconds else Step.STOP_IN_PROGRESS
+    return Step.STOP_AMBIGUOUS
+
+
+Call = Callable[[str, int], JSON]  # (idempotency key, fencing token) -> the owner's result
+Reconcile = Callable[[str], Reconciled]  # idempotency key -> the owner's answer
+
+
+@dataclass(kw_only=True)
+class Ledger:
+    """The effects of one attempt: ``steps`` holds its prefix and commits its records."""
+
+    steps: prefix.Steps
+    keeper: Live
+    run_uid: str
+    slot: str
+    wait_seconds: float = DEFAULT_WAIT_SECONDS
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
+
+    @property
+    def token(self) -> int:
+        return self.steps.prefix.attempt
+
+    def _commit(self, key: str, suffix: str, kind: records.Kind, payload: JSON) -> None:
+        self.steps.ledger.commit(records.make(
+            key=f"{key}.{suffix}", kind=kind, attempt=self.token, payload=payload,
+            store=self.steps.store))
+
+    def _call(self, *, key: str, name: str, idem: str, call: Call) -> JSON:
+        self.keeper.ensure_live()
+        self._commit(key, INTENT, records.Kind.EFFECT_INTENT,
+                     {"effect": name, "idempotencyKey": idem, "fencingToken": self.token})
+        self.keeper.ensure_live()
+        result = call(idem, self.token)
+        self._commit(key, OUTCOME, records.Kind.EFFECT_OUTCOME,
+                     {"answer": str(Answer.APPLIED), "result": result, "via": "call"})
+        return result
+
+    def _stop(self, *, key: str, name: str, idem: str, why: str) -> AmbiguousEffect:
+        self._commit(key, UNRESOLVED, records.Kind.DECISION,
+                     {"effect": name, "idempotencyKey": idem,
+                      "reason": bounds.clip(why, limit=bounds.RECORD_MESSAGE_CHARS)})
+        return AmbiguousEffect(f"effect {name} ({key}, idempotency key {idem}): {why}",
+                               key=key, idempotency_key=idem)
+
+    def effect(self, name: str, *, key: str, call: Call,
+               reconcile: Reconcile | None = None) -> JSON:
+        """Perform the effect ``name`` once per slot, or return its recorded result.
+
+        ``call(idempotency_key, fencing_token)`` sends it to the owner; ``reconcile
+        (idempotency_key)`` asks the owner what became of it. Raises
+        :class:`EffectStopped` when the attempt must stop (see the module docstring).
+        """
+        records.check_step_key(key)
+        idem = idempotency_key(run_uid=self.run_uid, slot=self.slot, key=key)
+        found = self.steps.prefix
+        has = {suffix: found.get(f"{key}.{suffix}") is not None
+               for suffix in (INTENT, OUTCOME, UNRESOLVED)}
+        answer: Answer | None = None
+        reconciled: Reconciled | None = None
+        first_wait: float | None = None
+        while True:
+            waited = 0.0 if first_wait is None else self.monotonic() - first_wait
+            step = decide(intent=has[INTENT], outcome=has[OUTCOME],
+                          unresolved=has[UNRESOLVED], can_reconcile=reconcile is not None,
+                          answer=answer, waited_seconds=waited,
+                          wait_seconds=self.wait_seconds)
+            if step is Step.RETURN_OUTCOME:
+                done, outcome = self.steps.committed(f"{key}.{OUTCOME}")
+                if not done or not isinstance(outcome, dict):
+                    raise AmbiguousEffect(f"effect {name} ({key}): its outcome record "
+                                          "cannot be read intact", key=key,
+                                          idempotency_key=idem)
+                return outcome.get("result")
+            if step is Step.STOP_UNRESOLVED:
+                raise AmbiguousEffect(f"effect {name} ({key}, idempotency key {idem}) is "
+                                      "recorded unresolved by an earlier attempt; it waits "
+                                      "for the owner's answer (resolve-effect)", key=key,
+                                      idempotency_key=idem)
+            if step in (Step.CALL, Step.RESEND):
+                return self._call(key=key, name=name, idem=idem, call=call)
+            if step is Step.STOP_AMBIGUOUS:
+                why = ("the owner answered unknown" if answer is Answer.UNKNOWN else
+                       "an intent without an outcome, and no reconcile to ask the owner")
+                raise self._stop(key=key, name=name, idem=idem, why=why)
+            if step is Step.RECORD_APPLIED:
+                assert reconciled is not None
+                self._commit(key, OUTCOME, records.Kind.EFFECT_OUTCOME,
+                             {"answer": str(Answer.APPLIED), "result": reconciled.result,
+                              "via": "reconcile"})
+                return reconciled.result
+            if step is Step.STOP_IN_PROGRESS:
+                raise EffectStillInProgress(
+                    f"effect {name} ({key}, idempotency key {idem}): the owner still "
+                    f"answers in progress after {self.wait_seconds:.0f}s; nothing re-sent",
+                    key=key, idempotency_key=idem)
+            if step is Step.WAIT:
+                first_wait = self.monotonic() if first_wait is None else first_wait
+                self.sleep(self.poll_seconds)
+            assert reconcile is not None
+            reconciled = reconcile(idem)
+            answer = reconciled.answer
+            if answer is Answer.IN_PROGRESS and first_wait is None:
+                first_wait = self.monotonic()

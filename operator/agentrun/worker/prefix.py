@@ -1,0 +1,135 @@
+"""The recoverable prefix: what earlier attempts of this slot committed (issue 10, item 4).
+
+A successor lists the slot's attempt Leases (label ``agentrun.dev/slot``) and learns, per
+key, whether a step is *done* (a record committed, its payload available and matching its
+digest) or must be *repeated* (nothing was externalized, or what was cannot be had
+intact). Only records it can trust count: those on an earlier attempt's *sealed* Lease
+(tombstoned: holder cleared or an outcome recorded, so nothing more can be added there)
+and those on its own. An earlier Lease not yet sealed (the operator has not fenced it
+yet) is reported in :attr:`Prefix.unsealed` and its records are not used.
+
+The same key committed by two trusted attempts (a successor that repeated a step whose
+record it could not read): the latest attempt's record wins, since the steps after it
+were built on that one; the clash is reported in :attr:`Prefix.problems` (except for an
+effect's intent: each attempt that sends an effect commits its own, with its own fencing
+token, so they differ by design).
+
+:func:`prefix` is pure; :class:`Steps` makes "skip if committed, else do and commit" one
+call; :func:`list_leases` is the one read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agentrun.api import names
+from agentrun.core import observations
+from agentrun.kube import rest
+from agentrun.worker import records
+
+Record = records.Record
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prefix:
+    """What this attempt (``attempt``) may trust, by record key."""
+
+    attempt: int
+    committed: Mapping[str, Record] = field(default_factory=dict)
+    unsealed: tuple[int, ...] = ()  # earlier attempts whose Lease is not yet tombstoned
+    problems: tuple[str, ...] = ()  # records that could not be read, or clashed
+
+    def get(self, key: str) -> Record | None:
+        return self.committed.get(key)
+
+
+def _number(lease: Mapping[str, Any]) -> int | None:
+    label = ((lease.get("metadata") or {}).get("labels") or {}).get(names.ATTEMPT_LABEL)
+    return int(label) if isinstance(label, str) and label.isdigit() else None
+
+
+def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int) -> Prefix:
+    """The prefix attempt ``attempt`` may trust from its slot's attempt ``leases``."""
+    committed: dict[str, Record] = {}
+    origin: dict[str, int] = {}
+    unsealed: list[int] = []
+    problems: list[str] = []
+    numbered = sorted((n, lease) for lease in leases
+                      if (n := _number(lease)) is not None and n <= attempt)
+    for number, lease in numbered:
+        if number < attempt and not observations.lease_view(lease).tombstoned:
+            unsealed.append(number)
+            continue
+        found, unreadable = records.on_lease(lease)
+        problems.extend(unreadable)
+        for key, record in sorted(found.items()):
+            if (key in committed and committed[key].digest != record.digest
+                    and record.kind is not records.Kind.EFFECT_INTENT):
+                problems.append(f"record {key}: attempt {number} committed other content "
+                                f"than attempt {origin[key]}; attempt {number}'s is used")
+            committed[key], origin[key] = record, number
+    return Prefix(attempt=attempt, committed=committed, unsealed=tuple(unsealed),
+                  problems=tuple(problems))
+
+
+def list_leases(*, api: rest.Rest, namespace: str, slot: str,
+                run: str) -> list[Mapping[str, Any]]:
+    """The slot's attempt Leases (this run's: a same-named slot of another run is not)."""
+    path = rest.namespaced(group="coordination.k8s.io", version="v1", plural="leases",
+                           namespace=namespace)
+    selector = f"{names.SLOT_LABEL}={slot},{names.RUN_LABEL}={run},{names.ATTEMPT_LABEL}"
+    listed = api.request("GET", path, query={"labelSelector": selector})
+    return list(listed.get("items") or [])
+
+
+class Committer(Protocol):
+    def commit(self, record: Record) -> Record: ...
+
+
+@dataclass(kw_only=True)
+class Steps:
+    """Steps of one attempt over its ``prefix``: each committed once, its result reused.
+
+    ``done`` and ``repeated`` say, per key, what this attempt found (for the worker's own
+    report of its recovery: which steps it skipped and which it ran again).
+    """
+
+    prefix: Prefix
+    ledger: Committer
+    store: records.PayloadStore | None = None
+    done: list[str] = field(default_factory=list)
+    repeated: list[str] = field(default_factory=list)
+
+    def committed(self, key: str) -> tuple[bool, records.JSON]:
+        """(True, the result) if ``key`` is committed and its result available intact."""
+        found = self.prefix.get(key)
+        if found is None:
+            return False, None
+        try:
+            return True, records.payload(found, store=self.store)
+        except records.RecordError:
+            return False, None
+
+    def step(self, key: str, *, do: Callable[[], records.JSON],
+             kind: records.Kind = records.Kind.STEP_RESULT) -> records.JSON:
+        """Skip if committed, else do and commit: ``do()``'s result, once, durably.
+
+        A step is repeated when its record is missing or unreadable; ``do`` must then be
+        safe to run again (an external effect is not a step: use the effect ledger).
+        """
+        records.check_step_key(key)
+        done, result = self.committed(key)
+        if done:
+            self.done.append(key)
+            return result
+        if self.prefix.get(key) is not None:
+            self.repeated.append(key)
+        result = do()
+        record = self.ledger.commit(records.make(
+            key=key, kind=kind, attempt=self.prefix.attempt, payload=result, store=self.store))
+        self.prefix = Prefix(attempt=self.prefix.attempt,
+                             committed={**self.prefix.committed, key: record},
+                             unsealed=self.prefix.unsealed, problems=self.prefix.problems)
+        return result

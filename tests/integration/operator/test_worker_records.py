@@ -1,0 +1,187 @@
+"""Records over real attempt Leases, written by the SDK with pod-bound tokens (issue 10, 3-4).
+
+With the shipped validating policies in force (``serial``), no operator and no node: the
+admin plays the operator (creates the attempt Leases, tombstones one), each attempt's Pod
+exists unscheduled, and its service account (bound to the generated ``agentrun-worker``
+ClusterRole only, so that role is shown to be enough) gets a token bound to that Pod.
+Covers: the holder commits records (``LeaseRecords``: merge patch under the version read),
+a repeat is a no-op and other content a conflict; a raw client cannot change, delete,
+forge (another attempt's number, another key), oversize or overfill records, nor touch
+other annotations, each refusal naming the policy; a renewal by merge patch of
+``spec.renewTime`` alone still passes; after the tombstone the stale attempt, its Pod still
+there and its token still authenticating, cannot add a record to its own Lease nor to
+the successor's; the successor lists the slot's Leases and its prefix holds the
+predecessor's records, so ``Steps.step`` skips what was committed and commits the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+from clusters import Cluster
+from waiting import wait_for_default_service_account
+
+from agentrun import manifests
+from agentrun.api import bounds, names
+from agentrun.kube import rest
+from agentrun.worker import prefix, records
+
+pytestmark = pytest.mark.serial
+SLOT, RUN, ACCOUNT = "s", "r", "worker"
+POLICY = "agentrun-attempt-leases"
+Kind = records.Kind
+
+
+class Attempt:
+    """Attempt ``number``'s Pod and Lease (``s-<n>``) and a client with its pod's token."""
+
+    def __init__(self, cluster: Cluster, namespace: str, number: int) -> None:
+        admin = cluster.client("admin")
+        self.core = kubernetes.client.CoreV1Api(admin)
+        self.leases = kubernetes.client.CoordinationV1Api(admin)
+        self.namespace, self.number, self.name = namespace, number, f"{SLOT}-{number}"
+        pod = self.core.create_namespaced_pod(namespace, {
+            "metadata": {"name": self.name},
+            "spec": {"serviceAccountName": ACCOUNT, "restartPolicy": "Never",
+                     "schedulerName": "agentrun-test-unserved",
+                     "containers": [{"name": "w", "image": "localhost/agentrun/unused:0"}]}})
+        self.leases.create_namespaced_lease(namespace, {"metadata": {
+            "name": self.name, "labels": {names.ATTEMPT_LABEL: str(number),
+                                          names.SLOT_LABEL: SLOT, names.RUN_LABEL: RUN}},
+            "spec": {"holderIdentity": self.name, "leaseDurationSeconds": 30}})
+        self.token = self.core.create_namespaced_service_account_token(ACCOUNT, namespace, {
+            "spec": {"expirationSeconds": 600, "boundObjectRef": {
+                "apiVersion": "v1", "kind": "Pod", "name": self.name,
+                "uid": pod.metadata.uid}}}).status.token
+        configuration = kubernetes.client.Configuration()
+        configuration.host = admin.configuration.host
+        configuration.ssl_ca_cert = admin.configuration.ssl_ca_cert
+        configuration.verify_ssl = admin.configuration.verify_ssl
+        configuration.api_key = {"authorization": f"Bearer {self.token}"}
+        self.api = rest.Rest(kubernetes.client.ApiClient(configuration))
+
+    def records(self, lease: Attempt | None = None) -> records.LeaseRecords:
+        """This attempt's worker writing to ``lease``'s Lease (its own by default)."""
+        target = lease or self
+        return records.LeaseRecords(api=self.api, namespace=self.namespace, lease=target.name,
+                                    attempt=self.number)
+
+    def lease(self) -> dict[str, Any]:
+        found: dict[str, Any] = self.leases.api_client.sanitize_for_serialization(
+            self.leases.read_namespaced_lease(self.name, self.namespace))
+        return found
+
+    def raw_patch(self, body: dict[str, Any], lease: Attempt | None = None) -> str:
+        """A merge patch with this pod's token; the refusal's message ('' if accepted)."""
+        try:
+            self.api.request("PATCH", (lease or self).records().path, body=body,
+                             content_type=rest.MERGE_PATCH)
+        except rest.ApiError as error:
+            return error.message
+        return ""
+
+    def tombstone(self) -> None:
+        lease = self.lease()
+        lease["metadata"]["annotations"] = {**(lease["metadata"].get("annotations") or {}),
+                                            names.OUTCOME_ANNOTATION: "Failed"}
+        lease["spec"]["holderIdentity"] = None
+        self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
+
+
+@pytest.fixture
+def attempts(cluster: Cluster, namespace: str, installed: None,
+             validating: None) -> Callable[[int], Attempt]:
+    api = cluster.client("admin")
+    wait_for_default_service_account(api, namespace)
+    kubernetes.client.CoreV1Api(api).create_namespaced_service_account(
+        namespace, {"metadata": {"name": ACCOUNT}})
+    kubernetes.client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(namespace, {
+        "metadata": {"name": manifests.WORKER_ROLE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": manifests.WORKER_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": namespace}]})
+    return lambda number: Attempt(cluster, namespace, number)
+
+
+def record(attempt: int, key: str, payload: Any) -> records.Record:
+    return records.make(key=key, kind=Kind.STEP_RESULT, attempt=attempt, payload=payload)
+
+
+def annotation(key: str, value: str | None) -> dict[str, Any]:
+    return {"metadata": {"annotations": {bounds.RECORD_ANNOTATION_PREFIX + key: value}}}
+
+
+def test_records_are_write_once_bounded_and_sealed_by_the_tombstone(
+        attempts: Callable[[int], Attempt], tmp_path: Path) -> None:
+    first = attempts(1)
+    ledger = first.records()
+    gather = record(1, "gather", {"sources": ["a", "b"]})
+    assert ledger.commit(gather) == gather
+    assert ledger.commit(gather) == gather  # the retry after a lost answer: a no-op
+    assert ledger.read() == {"gather": gather}
+    with pytest.raises(records.RecordConflict, match="write-once"):
+        ledger.commit(record(1, "gather", {"sources": ["c"]}))
+
+    committed = first.lease()["metadata"]["annotations"]
+    changed = record(1, "gather", "other")
+    for body in (annotation("gather", records.encode(changed)), annotation("gather", None)):
+        refused = first.raw_patch(body)
+        assert POLICY in refused and "records are write-once" in refused, refused
+    forged = records.encode(record(2, "decide", "x"))
+    assert "starts with the Lease's attempt number" in first.raw_patch(
+        annotation("decide", forged))
+    assert "names its own key" in first.raw_patch(
+        annotation("decide", records.encode(record(1, "other", "x"))))
+    oversize = '{"attempt":1,"key":"big","pad":"' + "x" * bounds.RECORD_BYTES + '"}'
+    assert f"at most {bounds.RECORD_BYTES} bytes" in first.raw_patch(
+        annotation("big", oversize))
+    assert "not change other annotations" in first.raw_patch(
+        {"metadata": {"annotations": {"agentrun.dev/outcome": "Succeeded"}}})
+    assert first.lease()["metadata"]["annotations"] == committed  # nothing got through
+
+    # The keeper's cheap renewal: a merge patch of renewTime alone, under the version read.
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    version = first.lease()["metadata"]["resourceVersion"]
+    assert first.raw_patch({"metadata": {"resourceVersion": version},
+                            "spec": {"renewTime": now}}) == ""
+
+    for n in range(bounds.MAX_RECORDS - 1):
+        ledger.commit(record(1, f"note-{n}", n))
+    with pytest.raises(records.RecordRefused, match=f"at most {bounds.MAX_RECORDS} records"):
+        ledger.commit(record(1, "one-too-many", 0))
+
+    first.tombstone()
+    review = first.api.request(  # the stale token still authenticates (its Pod is there)
+        "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    assert review["status"]["userInfo"]["extra"][
+        "authentication.kubernetes.io/pod-name"] == [first.name]
+    second = attempts(2)
+    late = records.make(key="late", kind=Kind.DECISION, attempt=1, payload="stale")
+    with pytest.raises(records.RecordRefused, match=f"{POLICY}.*tombstoned"):
+        ledger.commit(late)
+    refused = first.raw_patch(annotation("late", records.encode(
+        record(2, "late", "stale"))), lease=second)
+    assert POLICY in refused and f"held by pod {second.name}" in refused, refused
+
+    leases = prefix.list_leases(api=second.api, namespace=second.namespace, slot=SLOT,
+                                run=RUN)
+    assert sorted(lease["metadata"]["name"] for lease in leases) == ["s-1", "s-2"]
+    found = prefix.prefix(leases=leases, attempt=2)
+    assert found.unsealed == () and found.problems == ()
+    assert found.get("gather") == gather and found.get("late") is None
+    store = records.FsspecStore(f"file://{tmp_path}/payloads")
+    steps = prefix.Steps(prefix=found, ledger=second.records(), store=store)
+    assert steps.step("gather", do=lambda: pytest.fail("committed: skipped")) == {
+        "sources": ["a", "b"]}
+    report = {"text": "r" * (2 * bounds.INLINE_PAYLOAD_BYTES)}
+    assert steps.step("write", do=lambda: report) == report
+    assert steps.done == ["gather"]
+    stored = second.records().read()["write"]
+    assert stored.attempt == 2 and stored.ref is not None
+    assert records.payload(stored, store=store) == report

@@ -1,0 +1,61 @@
+"""The attempt-Lease policy as generated: the record checks carry the bounds of
+``api.bounds``, agree with the worker's canonical encoding, guard UPDATEs only (create and
+delete stay the operator's), and the worker's role has exactly the verbs the SDK uses.
+What the API server makes of them: tests/integration/operator/test_lease_policy.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrun import manifests
+from agentrun.api import bounds
+from agentrun.core import leasepolicy
+from agentrun.worker import records
+
+
+def policy() -> dict[str, Any]:
+    found = leasepolicy.attempt_leases()
+    assert [d["kind"] for d in found] == ["ValidatingAdmissionPolicy",
+                                          "ValidatingAdmissionPolicyBinding"]
+    return found[0]["spec"]
+
+
+def record_checks() -> list[dict[str, Any]]:
+    checks = leasepolicy.record_checks()
+    assert policy()["validations"][-len(checks):] == checks  # in force, after the others
+    return checks
+
+
+def test_records_are_checked_with_the_documented_bounds() -> None:
+    checks = record_checks()
+    assert len(checks) == 3
+    text = " ".join(c["expression"] for c in checks)
+    assert f"<= {bounds.MAX_RECORDS}" in text and f"<= {bounds.RECORD_BYTES}" in text
+    assert all(c["expression"].startswith("request.operation != 'UPDATE' || ")
+               for c in checks)
+    assert "write-once" in checks[0]["message"]
+
+
+def test_the_checked_prefix_is_what_the_worker_writes() -> None:
+    shaped = record_checks()[2]["expression"]
+    assert "startsWith('{\"attempt\":' + " in shaped
+    assert f"k.substring({len(bounds.RECORD_ANNOTATION_PREFIX)})" in shaped
+    record = records.make(key="gather", kind=records.Kind.STEP_RESULT, attempt=12,
+                          payload={"key": "other"})
+    text = records.encode(record)
+    assert text.startswith('{"attempt":12,') and '"key":"gather"' in text
+
+
+def test_annotations_are_no_longer_compared_whole_but_labels_are() -> None:
+    renewal = next(v for v in policy()["validations"]
+                   if "only spec.renewTime" in v.get("message", ""))
+    assert "object.metadata.?annotations" not in renewal["expression"]
+    assert "object.metadata.?labels == oldObject.metadata.?labels" in renewal["expression"]
+    names = [v["name"] for v in policy()["variables"]]
+    assert names == ["pod", "new", "old", "added"]
+
+
+def test_the_worker_role_has_the_verbs_the_sdk_uses() -> None:
+    assert manifests.WORKER_RULES == [{"apiGroups": ["coordination.k8s.io"],
+                                       "resources": ["leases"],
+                                       "verbs": ["get", "list", "update", "patch"]}]
