@@ -349,5 +349,6 @@ def test_the_project_image_renews_as_a_worker_pod_would(
 
 def test_the_worker_role_is_exactly_what_the_renewer_calls() -> None:
     (role,) = manifests.worker_rbac()
+    # get and update: the renewer; list and patch: the SDK's prefix and records.
     assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                              "verbs": ["get", "update"]}]
+                              "verbs": ["get", "list", "update", "patch"]}]
