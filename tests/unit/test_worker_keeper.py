@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import pytest
 import urllib3
 
@@ -338,3 +339,13 @@ def test_the_sdk_worker_keeps_the_lease_while_in_use(clock: Clock) -> None:
         assert [m for m, _, _ in api.sent] == ["GET", "PUT"]
     with pytest.raises(LeaseLost, match="stopped"):
         worker.keeper.ensure_live()
+
+
+def test_the_clients_own_ssl_failure_is_a_retry(clock: Clock) -> None:
+    """kubernetes' REST client raises its ApiException (status 0) for an SSL error: a
+    connection cut during the handshake, as the integration test's proxy does."""
+    api = ScriptedApi(clock)
+    kept = started(clock, api)
+    api.reading = kubernetes.client.ApiException(status=0, reason="SSLError")
+    assert kept.renew() == pytest.approx(DURATION / 3)
+    kept.ensure_live()

@@ -232,7 +232,11 @@ class Keeper:
     def _renewing(self) -> None:
         delay: float | None = renewals.interval(duration_seconds=self.renewer.duration_seconds)
         while delay is not None and not self._stop.wait(delay):
-            delay = self.renew()
+            try:
+                delay = self.renew()
+            except Exception:  # a bug must not end renewal silently: log, try again
+                logger.exception("lease %s: renewal raised", self._name())
+                delay = renewals.interval(duration_seconds=self.renewer.duration_seconds)
 
     def _alarm(self) -> None:
         while True:

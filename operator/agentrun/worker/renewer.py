@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import kubernetes
 import urllib3
 
 from agentrun.core import observations
@@ -20,6 +21,8 @@ from agentrun.kube import rest
 from agentrun.worker import renewals
 
 logger = logging.getLogger("agentrun.worker")
+FAILURES = (rest.ApiError, urllib3.exceptions.HTTPError, OSError,
+            kubernetes.client.ApiException)
 
 
 def _utc_now() -> datetime:
@@ -45,6 +48,8 @@ class Renewer:
                                namespace=self.namespace, name=self.lease)
 
     def _failed(self, error: Exception) -> renewals.Decision:
+        # The client turns an SSL error (a connection cut mid-handshake) into its own
+        # ApiException with status 0: no answer, like the OSError it stands for.
         status = error.status if isinstance(error, rest.ApiError) else None
         return renewals.judge_error(status=status, duration_seconds=self.duration_seconds)
 
@@ -52,7 +57,7 @@ class Renewer:
         """One reading and, if the lease is still ours, one conditional write."""
         try:
             lease = self.api.request("GET", self.path)
-        except (rest.ApiError, urllib3.exceptions.HTTPError, OSError) as error:
+        except FAILURES as error:
             return self._failed(error)
         view = observations.lease_view(lease)
         self.duration_seconds = view.duration_seconds
@@ -62,7 +67,7 @@ class Renewer:
         started = self.monotonic()
         try:
             self.api.request("PUT", self.path, body=renewals.renewed(lease, now=self.clock()))
-        except (rest.ApiError, urllib3.exceptions.HTTPError, OSError) as error:
+        except FAILURES as error:
             return self._failed(error)
         self.renewed_at = started  # the write may have landed any time after this
         return decision
