@@ -47,7 +47,9 @@ TIMEOUT = 30.0
 
 @dataclass
 class Proxy:
-    """127.0.0.1:<port> → ``upstream``, byte for byte (TLS passes through), until stopped."""
+    """<upstream host>:<port> → ``upstream``, byte for byte (TLS passes through), until
+    stopped. It listens on the API server's own address (127.0.0.1, or the node bridge's
+    10.244.0.1 when the node runs), which the server's certificate names."""
 
     upstream: tuple[str, int]
     forwarding: bool = True
@@ -57,7 +59,7 @@ class Proxy:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server((self.upstream[0], 0))
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
