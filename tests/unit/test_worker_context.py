@@ -18,7 +18,7 @@ import pytest
 
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpecSpec
-from agentrun.api.meta import ObjectMeta
+from agentrun.api.meta import ObjectMeta, OwnerReference
 from agentrun.api.runs import Pin, Pins
 from agentrun.api.slots import PinnedLaunchSpec, Slot, SlotSpec
 from agentrun.core import attemptobjects, naming
@@ -28,6 +28,9 @@ from agentrun.worker.context import Context, WorkerContextError
 RUN = "research-1"
 TEXTS = {"package": "name: research\nsteps: [gather, decide]\n",
          "workflow": "nodes: [review-sources]\n", "bindings": "model: stand-in  # é\n"}
+
+
+RUN_UID = "0b6a4c1e-5d2f-4e9a-8c3b-7f1a2b3c4d5e"
 
 
 def pins() -> Pins:
@@ -40,7 +43,10 @@ def pins() -> Pins:
 
 def slot() -> Slot:
     return Slot(metadata=ObjectMeta(name=naming.slot_name(run=RUN, node="review-sources"),
-                                    namespace="team-a", uid="uid-slot"),
+                                    namespace="team-a", uid="uid-slot",
+                                    owner_references=[OwnerReference(
+                                        api_version="agentrun.dev/v1alpha1", kind="AgentRun",
+                                        name=RUN, uid=RUN_UID, controller=True)]),
                 spec=SlotSpec(run=RUN, node="review-sources", worker_class="cpu"))
 
 
@@ -71,6 +77,7 @@ def test_the_pod_the_operator_makes_has_a_valid_context(
     assert (found.namespace, found.run, found.node) == ("team-a", RUN, "review-sources")
     assert found.slot == slot().metadata.name
     assert (found.attempt, found.fencing_token) == (2, 2)
+    assert found.run_uid == RUN_UID
     assert found.lease == found.identity == f"{found.slot}-2"
     assert {k: p.text for k, p in found.pinned.items()} == TEXTS
     assert {k: p.sha256 for k, p in found.pinned.items()} == {
@@ -95,14 +102,15 @@ def test_outside_a_pod_one_error_lists_everything_missing(tmp_path: Path) -> Non
         Context.from_env({names.ENV_CONFIG_DIR: str(tmp_path)}, token=tmp_path / "none")
     message = str(raised.value)
     assert message.startswith("not running in a claimed agentrun worker pod")
-    for key in (names.ENV_NAMESPACE, names.ENV_RUN, names.ENV_SLOT, names.ENV_NODE,
+    for key in (names.ENV_NAMESPACE, names.ENV_RUN, names.ENV_RUN_UID, names.ENV_SLOT,
+                names.ENV_NODE,
                 names.ENV_ATTEMPT, names.ENV_FENCING_TOKEN, names.ENV_LEASE,
                 *attemptobjects.ENV_PINNED_SHA256.values()):
         assert f"${key} is not set" in message
     for kind in names.CONFIG_KINDS:
         assert f"the pinned {kind} snapshot is not mounted at {tmp_path / kind}" in message
     assert "no credentials" in message
-    assert len(raised.value.problems) == 14
+    assert len(raised.value.problems) == 15
 
 
 @pytest.mark.parametrize(("key", "value", "says"), [

@@ -314,7 +314,7 @@ def test_stop_from_a_callback_does_not_deadlock() -> None:
 
 
 def context() -> Context:
-    return Context(namespace="ns", run="r", slot="slot-a", node="n", attempt=1,
+    return Context(namespace="ns", run="r", run_uid="uid-r", slot="slot-a", node="n", attempt=1,
                    fencing_token=1, lease=POD, config_dir=Path("/etc/agentrun/config"),
                    pinned={})
 
@@ -326,7 +326,7 @@ def context() -> Context:
 def test_the_sdk_worker_does_not_start_on_a_lease_it_cannot_renew(
         clock: Clock, reading: Answer, raised: type[Exception], says: str) -> None:
     api = ScriptedApi(clock, reading=reading, takes=0.3)
-    worker = sdk.Worker(context=context(), keeper=make(clock, api))
+    worker = sdk.Worker(context=context(), api=api, keeper=make(clock, api))  # type: ignore[arg-type]
     with pytest.raises(raised, match=says):
         worker.start(timeout=0.2)
     assert not worker.keeper._threads  # nothing runs in the background
@@ -334,7 +334,8 @@ def test_the_sdk_worker_does_not_start_on_a_lease_it_cannot_renew(
 
 def test_the_sdk_worker_keeps_the_lease_while_in_use(clock: Clock) -> None:
     api = ScriptedApi(clock)
-    with sdk.Worker(context=context(), keeper=make(clock, api)) as worker:
+    worker = sdk.Worker(context=context(), api=api, keeper=make(clock, api))  # type: ignore[arg-type]
+    with worker:
         worker.keeper.ensure_live()
         assert [m for m, _, _ in api.sent] == ["GET", "PUT"]
     with pytest.raises(LeaseLost, match="stopped"):

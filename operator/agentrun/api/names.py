@@ -72,6 +72,7 @@ LAUNCH_SPEC_ANNOTATION: Final = "agentrun.dev/launch-spec"
 # Worker environment and configuration mount.
 ENV_NAMESPACE: Final = "AGENTRUN_NAMESPACE"
 ENV_RUN: Final = "AGENTRUN_RUN"
+ENV_RUN_UID: Final = "AGENTRUN_RUN_UID"  # the run's metadata.uid: effects' idempotency keys
 ENV_SLOT: Final = "AGENTRUN_SLOT"
 ENV_NODE: Final = "AGENTRUN_NODE"
 ENV_ATTEMPT: Final = "AGENTRUN_ATTEMPT"

@@ -101,6 +101,7 @@ def environment(*, slot: Slot, attempt: int, pins: Pins) -> list[dict[str, Any]]
         {"name": names.ENV_NAMESPACE,
          "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": names.ENV_RUN, "value": slot.spec.run},
+        {"name": names.ENV_RUN_UID, "value": owners.controller_uid(slot.metadata) or ""},
         {"name": names.ENV_SLOT, "value": slot.metadata.name},
         {"name": names.ENV_NODE, "value": slot.spec.node},
         {"name": names.ENV_ATTEMPT, "value": str(attempt)},

@@ -2,6 +2,8 @@
 
 The operator builds every worker pod (:mod:`agentrun.core.attemptobjects`) with:
 - the environment: ``AGENTRUN_NAMESPACE`` (downward API), ``AGENTRUN_RUN``,
+  ``AGENTRUN_RUN_UID`` (the run's ``metadata.uid``: a recreated run of the same name is
+  another run, so effects' idempotency keys are derived from it),
   ``AGENTRUN_SLOT``, ``AGENTRUN_NODE``, ``AGENTRUN_ATTEMPT``, ``AGENTRUN_FENCING_TOKEN``
   (the attempt number: higher in every later attempt of the slot), ``AGENTRUN_LEASE``
   (the attempt's Lease, named like its pod: the lease's holder), ``AGENTRUN_CONFIG_DIR``,
@@ -34,6 +36,7 @@ from agentrun.core.attemptobjects import ENV_PINNED_SHA256
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+UID = re.compile(r"[0-9a-fA-F-]{1,64}")
 # A ConfigMap holds at most 1 MiB: a longer file is not a snapshot the operator made.
 MAX_CONFIG_BYTES = 1024 * 1024
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -70,6 +73,7 @@ class Context:
 
     namespace: str
     run: str
+    run_uid: str
     slot: str
     node: str
     attempt: int
@@ -98,6 +102,11 @@ class Context:
                 problems.append(f"${key}={value[:80]!r} is not a Kubernetes name")
             else:
                 found[key] = value
+        run_uid = env.get(names.ENV_RUN_UID, "")
+        if not run_uid:
+            problems.append(f"${names.ENV_RUN_UID} is not set")
+        elif not UID.fullmatch(run_uid):
+            problems.append(f"${names.ENV_RUN_UID}={run_uid[:80]!r} is not a uid")
         numbers: dict[str, int] = {}
         for key in _NUMBERS:
             value = env.get(key, "")
@@ -119,6 +128,7 @@ class Context:
         if problems:
             raise WorkerContextError(problems)
         return cls(namespace=found[names.ENV_NAMESPACE], run=found[names.ENV_RUN],
+                   run_uid=run_uid,
                    slot=found[names.ENV_SLOT], node=found[names.ENV_NODE],
                    attempt=numbers[names.ENV_ATTEMPT],
                    fencing_token=numbers[names.ENV_FENCING_TOKEN],

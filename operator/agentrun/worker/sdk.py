@@ -1,8 +1,16 @@
-"""``Worker``: the SDK's entry point in a worker pod: its context and its lease keeper.
+"""``Worker``: the SDK's entry point in a worker pod: context, lease keeper, steps, effects.
 
     with Worker.from_env() as worker:      # reads and verifies; renews once; keeps renewing
-        worker.keeper.ensure_live()        # before starting an effect (the ledger does it)
         package = worker.context.pinned["package"].text
+        notes = worker.step("gather", do=gather)            # skipped if committed before
+        worker.effect("publish", key="publish", call=send, reconcile=ask)
+
+:meth:`Worker.step` is "skip if committed, else do and commit" over the slot's
+recoverable prefix (:mod:`agentrun.worker.prefix`), read once, on first use, from the
+sealed Leases of earlier attempts and this attempt's own. :meth:`Worker.effect` is the
+effect ledger (:mod:`agentrun.worker.effects`): intent, call, outcome; an ambiguous one is
+asked about, never assumed. Records go on the attempt's own Lease
+(:mod:`agentrun.worker.records`); payloads over the inline bound go to ``store``.
 
 Leaving the ``with`` block (or :meth:`Worker.stop`) stops renewing; the operator then sees
 the attempt end by the pod's exit. A :class:`keeper.LeaseLost` means exit now: a
@@ -13,13 +21,13 @@ successor may be running. A :class:`keeper.LeaseLapsed` means wait
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 
 import kubernetes
 
 from agentrun.kube import clients, rest
-from agentrun.worker import keeper, renewer
+from agentrun.worker import effects, keeper, prefix, records, renewer
 from agentrun.worker.context import Context
 from agentrun.worker.renewals import Verdict
 
@@ -39,17 +47,53 @@ def pod_api() -> rest.Rest:
 
 @dataclass(kw_only=True)
 class Worker:
+    """One attempt's worker. ``api`` is the pod's own client (every read and write here is
+    the pod's service account's, which admission checks against the Lease's holder)."""
+
     context: Context
     keeper: keeper.Keeper
+    api: rest.Rest
+    store: records.PayloadStore | None = None
+    _steps: prefix.Steps | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def from_env(cls, *, api: rest.Rest | None = None) -> Worker:
+    def from_env(cls, *, api: rest.Rest | None = None,
+                 store: records.PayloadStore | None = None) -> Worker:
         """The worker of this pod (raises :class:`context.WorkerContextError` outside one).
-        Nothing is written until :meth:`start`."""
+        Nothing is written until :meth:`start`. ``store`` keeps payloads too large to go
+        inline (for example ``records.FsspecStore("file:///mnt/records")``)."""
         context = Context.from_env()
-        return cls(context=context, keeper=keeper.Keeper(renewer=renewer.Renewer(
-            api=api or pod_api(), namespace=context.namespace, lease=context.lease,
-            identity=context.identity)))
+        api = api or pod_api()
+        return cls(context=context, api=api, store=store, keeper=keeper.Keeper(
+            renewer=renewer.Renewer(api=api, namespace=context.namespace,
+                                    lease=context.lease, identity=context.identity)))
+
+    @property
+    def steps(self) -> prefix.Steps:
+        """The recoverable prefix and this attempt's steps over it (read on first use)."""
+        if self._steps is None:
+            c = self.context
+            leases = prefix.list_leases(api=self.api, namespace=c.namespace, slot=c.slot,
+                                        run=c.run)
+            self._steps = prefix.Steps(
+                prefix=prefix.prefix(leases=leases, attempt=c.attempt), store=self.store,
+                ledger=records.LeaseRecords(api=self.api, namespace=c.namespace,
+                                            lease=c.lease, attempt=c.attempt))
+        return self._steps
+
+    def step(self, key: str, *, do: Callable[[], records.JSON],
+             kind: records.Kind = records.Kind.STEP_RESULT) -> records.JSON:
+        """Skip if committed (its result returned), else ``do()`` and commit its result."""
+        return self.steps.step(key, do=do, kind=kind)
+
+    def effect(self, name: str, *, key: str, call: effects.Call,
+               reconcile: effects.Reconcile | None = None) -> records.JSON:
+        """Perform the external effect ``name`` under the ledger (see
+        :meth:`effects.Ledger.effect`); raises :class:`effects.EffectStopped` when the
+        attempt must stop, and ``LeaseLapsed`` when the lease may have lapsed."""
+        ledger = effects.Ledger(steps=self.steps, keeper=self.keeper,
+                                run_uid=self.context.run_uid, slot=self.context.slot)
+        return ledger.effect(name, key=key, call=call, reconcile=reconcile)
 
     def start(self, *, timeout: float = START_TIMEOUT_SECONDS,
               on_lapse: Callable[[str], None] | None = None,
