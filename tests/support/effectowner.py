@@ -22,6 +22,7 @@ request in order: what the assertions read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from dataclasses import dataclass, field
@@ -124,13 +125,13 @@ class EffectOwner:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 prefix = "/effects/"
                 if not self.path.startswith(prefix):
                     return self._send(404, {"error": "not found"})
                 self._send(200, owner.answer(self.path[len(prefix):]))
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 try:
                     size = min(int(self.headers.get("Content-Length") or 0), 1 << 20)
                     body = json.loads(self.rfile.read(size))
@@ -139,12 +140,10 @@ class EffectOwner:
                     return self._send(400, {"error": f"bad request: {error}"})
                 status, answer = owner.effect(key=key, token=token, fence=fence,
                                               payload=body.get("payload"))
-                try:
-                    self._send(status, answer)
-                except OSError:
-                    pass  # the worker is gone (killed mid-request); the apply stands
+                with contextlib.suppress(OSError):  # the worker is gone (killed mid-
+                    self._send(status, answer)        # request); the apply stands
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self._server = ThreadingHTTPServer((self.host, 0), Handler)
