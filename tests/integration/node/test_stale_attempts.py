@@ -49,8 +49,10 @@ from agentrun.core.leasepolicy import ATTEMPT_LEASES
 from agentrun.kube import rest
 from agentrun.worker import effects, records, renewals
 from integration.node import stale
+from integration.operator import conftest as operator_fixtures
 
 pytestmark = pytest.mark.kubelet
+validating = operator_fixtures.validating  # the shipped policies (cluster-wide: serial)
 TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 # Attempt 1 commits a step, prints its token (test-only) and gives up (exit 3). Attempt 2
@@ -133,8 +135,9 @@ def record_annotations(scenario: Scenario, lease: str) -> set[str]:
             if k.startswith(records.PREFIX)}
 
 
+@pytest.mark.serial
 def test_a_stale_attempt_with_its_pod_present_cannot_write_or_slip_an_effect_in(
-        scenario: Scenario, operator: OperatorProcess, worker_image: str,
+        scenario: Scenario, validating: None, operator: OperatorProcess, worker_image: str,
         owner: stale.TimedOwner) -> None:
     slot, first, second = two_attempts(scenario, image=worker_image, script=STALE,
                                        owner=owner)
