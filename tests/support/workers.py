@@ -51,10 +51,14 @@ def grant_worker_role(scenario: Scenario) -> None:
 
 
 def real_launch_spec(scenario: Scenario, name: str, *, classes: list[str], image: str,
-                     script: str, lease_seconds: int = LEASE_SECONDS) -> Object:
-    """A LaunchSpec whose pods run ``script`` under the lease renewer, on the node."""
+                     script: str, lease_seconds: int = LEASE_SECONDS,
+                     renewer: bool = True, env: dict[str, str] | None = None) -> Object:
+    """A LaunchSpec whose pods run ``script`` under the lease renewer (or, ``renewer``
+    False, as ``python3 -c script`` alone: an SDK worker renews itself), on the node."""
+    command = ["python3", "-c", script]
     container = {"name": "worker", "image": image, "imagePullPolicy": "Never",
-                 "command": ["agentrun-worker", "run", "--", "python3", "-c", script]}
+                 "command": ["agentrun-worker", "run", "--", *command] if renewer else command,
+                 "env": [{"name": k, "value": v} for k, v in sorted((env or {}).items())]}
     body: Object = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
             "metadata": {"name": name},
             "spec": {"claim": {"workerClasses": classes},
@@ -165,28 +169,6 @@ def kill_on_node(pid: int, *, pod_uid: str) -> None:
 # --- SDK workers beside a test's effect owner (tests/integration/node/test_stale_*.py) ---
 
 OWNER_ENV = "EFFECT_OWNER"  # the owner's URL, in an SDK worker's environment
-
-
-def sdk_launch_spec(scenario: Scenario, name: str, *, image: str, script: str,
-                    env: dict[str, str], classes: list[str] | None = None,
-                    lease_seconds: int = LEASE_SECONDS) -> Object:
-    """A LaunchSpec whose pods run ``python3 -c script`` (the SDK's keeper the only renewer)
-    with ``env`` added, as :data:`WORKER_ACCOUNT`, on the node."""
-    container = {"name": "worker", "image": image, "imagePullPolicy": "Never",
-                 "command": ["python3", "-c", script],
-                 "env": [{"name": k, "value": v} for k, v in sorted(env.items())]}
-    body: Object = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
-                    "metadata": {"name": name},
-                    "spec": {"claim": {"workerClasses": classes or ["cpu"]},
-                             "lease": {"durationSeconds": lease_seconds},
-                             "startDeadlineSeconds": START_DEADLINE_SECONDS,
-                             "template": {"spec": {"restartPolicy": "Never",
-                                                   "serviceAccountName": WORKER_ACCOUNT,
-                                                   "terminationGracePeriodSeconds": 2,
-                                                   "containers": [container]}}}}
-    created: Any = scenario.custom.create_namespaced_custom_object(
-        GROUP, VERSION, scenario.namespace, "launchspecs", body)
-    return dict(created)
 
 
 def node_address(scenario: Scenario) -> str:

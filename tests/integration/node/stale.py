@@ -13,10 +13,14 @@ what it did by printing one JSON object a line (``say``; read with ``workers.pri
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from effectowner import EffectOwner
+from scenarios import Scenario
+from workers import OWNER_ENV, grant_worker_role, node_address, real_launch_spec
 
 PRELUDE = """
 import json, os, sys, time, urllib.request
@@ -75,3 +79,24 @@ class TimedOwner(EffectOwner):
     def worker_posts(self) -> list[Any]:
         """The POSTs workers sent (the release keys left out), in order."""
         return [r for r in self.posts() if r.fence != RELEASE_FENCE]
+
+
+@pytest.fixture
+def owner(scenario: Scenario) -> Iterator[TimedOwner]:
+    """The effect owner on the node bridge's address; it applies at once unless a test
+    gives it a ``hold``."""
+    found = TimedOwner(host=node_address(scenario))
+    found.start()
+    yield found
+    found.stop()
+
+
+def sdk_run(scenario: Scenario, *, image: str, script: str, owner: TimedOwner,
+            max_attempts: int) -> str:
+    """A run of one node, Automatic, whose attempts run ``PRELUDE + script``: its slot."""
+    grant_worker_role(scenario)
+    scenario.configs()
+    real_launch_spec(scenario, "sdk-workers", classes=["cpu"], image=image,
+                     script=PRELUDE + script, renewer=False, env={OWNER_ENV: owner.url})
+    scenario.run("study", max_attempts=max_attempts)
+    return scenario.slot_name_eventually("study", "research")

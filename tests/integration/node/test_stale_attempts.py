@@ -20,7 +20,6 @@ bullets). Workers are SDK scripts (``stale.PRELUDE``) beside the test's effect o
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,13 +29,9 @@ from operators import OperatorProcess
 from scenarios import Scenario
 from waiting import wait_for
 from workers import (
-    OWNER_ENV,
     container_pid,
-    grant_worker_role,
     kill_on_node,
-    node_address,
     printed,
-    sdk_launch_spec,
     terminated,
     token_client,
     token_pods,
@@ -53,11 +48,12 @@ from integration.operator import conftest as operator_fixtures
 
 pytestmark = pytest.mark.kubelet
 validating = operator_fixtures.validating  # the shipped policies (cluster-wide: serial)
+owner = stale.owner
 TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 # Attempt 1 commits a step, prints its token (test-only) and gives up (exit 3). Attempt 2
 # skips that step, publishes, waits for the test's checks, then prints its fresh prefix.
-STALE = stale.PRELUDE + f"""
+STALE = f"""
 with Worker.from_env() as worker:
     c = worker.context
     notes = worker.step("gather", do=lambda: {{"notes": "by attempt " + str(c.attempt)}})
@@ -73,7 +69,7 @@ with Worker.from_env() as worker:
         problems=list(fresh.problems))
 """
 # Every attempt publishes; attempt 1 is killed while the owner holds the apply.
-LONG = stale.PRELUDE + """
+LONG = """
 with Worker.from_env() as worker:
     say(attempt=worker.context.attempt, started=True)
     published = worker.effect("publish", key="publish", call=sender(worker), reconcile=ask)
@@ -81,7 +77,7 @@ with Worker.from_env() as worker:
 """
 # Each attempt prints its pinned configuration (verified by from_env); attempt 1 then
 # waits for the test to change the configuration, and exits 3.
-PINNED = stale.PRELUDE + """
+PINNED = """
 with Worker.from_env() as worker:
     c = worker.context
     say(attempt=c.attempt, config={k: p.text for k, p in c.pinned.items()},
@@ -92,23 +88,10 @@ with Worker.from_env() as worker:
 """
 
 
-@pytest.fixture
-def owner(scenario: Scenario) -> Iterator[stale.TimedOwner]:
-    found = stale.TimedOwner(host=node_address(scenario))  # applies at once
-    found.start()
-    yield found
-    found.stop()
-
-
 def two_attempts(scenario: Scenario, *, image: str, script: str,
                  owner: stale.TimedOwner) -> tuple[str, str, str]:
-    """A run of one node, Automatic, two attempts running ``script``: slot, both pods."""
-    grant_worker_role(scenario)
-    scenario.configs()
-    sdk_launch_spec(scenario, "sdk-workers", image=image, script=script,
-                    env={OWNER_ENV: owner.url})
-    scenario.run("study", max_attempts=2)
-    slot = scenario.slot_name_eventually("study", "research")
+    """A run of one node whose two attempts run ``script``: its slot and both pods."""
+    slot = stale.sdk_run(scenario, image=image, script=script, owner=owner, max_attempts=2)
     return slot, f"{slot}-1", f"{slot}-2"
 
 
@@ -223,8 +206,9 @@ def test_a_long_running_effect_is_waited_for_never_re_sent(
     owner.hold.set()
     done = wait_printed(scenario, second, "published", timeout=60)
     answers = [p["reconciled"] for p in printed(scenario, second) if "reconciled" in p]
-    assert answers[:asked_while_held] == ["in-progress"] * asked_while_held, answers
-    assert answers[-1] == "applied" and len(answers) == asked_while_held + 1, answers
+    # In progress while held (a GET may race the release: also in progress), then applied.
+    assert answers == ["in-progress"] * (len(answers) - 1) + ["applied"], answers
+    assert len(answers) - 1 >= asked_while_held >= 2, answers
 
     assert [(r.key, r.token) for r in owner.posts()] == [(idem, 1)]  # never re-sent
     assert owner.applied == {idem: 1}
