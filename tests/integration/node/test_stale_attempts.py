@@ -20,6 +20,7 @@ bullets). Workers are SDK scripts (``stale.PRELUDE``) beside the test's effect o
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -148,6 +149,11 @@ def test_a_stale_attempt_with_its_pod_present_cannot_write_or_slip_an_effect_in(
     renewal = renewals.renewed(before, now=datetime.now(UTC))
     renewed = refusal(lambda: stale_api.request("PUT", lease_path, body=renewal))
     assert ATTEMPT_LEASES in renewed and "tombstoned" in renewed, renewed
+    patched = refusal(lambda: stale_api.request(  # the keeper's other way: renewTime alone
+        "PATCH", lease_path, content_type=rest.MERGE_PATCH,
+        body={"metadata": {"resourceVersion": before["metadata"]["resourceVersion"]},
+              "spec": {"renewTime": renewal["spec"]["renewTime"]}}))
+    assert ATTEMPT_LEASES in patched and "tombstoned" in patched, patched
     own = records.LeaseRecords(api=stale_api, namespace=scenario.namespace, lease=first,
                                attempt=1)
     late = records.make(key="late-notes", kind=records.Kind.SOURCE_NOTES, attempt=1,
@@ -183,6 +189,8 @@ def test_a_stale_attempt_with_its_pod_present_cannot_write_or_slip_an_effect_in(
     assert [a["outcome"] for a in final["attempts"]] == ["Failed", "Succeeded"]
     assert owner.applied == {idem: 1, "checked": 1}
     assert token_pods(scenario, user=worker_user(scenario.namespace), name=first) == {first}
+    print(f"owner: {[(r.token, r.status) for r in owner.worker_posts()]} (token, status); "
+          f"refusals: renewal PUT and PATCH, record on lease 1 and on lease 2")
 
 
 def test_a_long_running_effect_is_waited_for_never_re_sent(
@@ -203,6 +211,7 @@ def test_a_long_running_effect_is_waited_for_never_re_sent(
     wait_for(lambda: len(gets()) >= 2, timeout=120,
              message="attempt 2 asked the owner twice (in progress)")
     asked_while_held = len(gets())
+    held_at = time.monotonic()
     owner.hold.set()
     done = wait_printed(scenario, second, "published", timeout=60)
     answers = [p["reconciled"] for p in printed(scenario, second) if "reconciled" in p]
@@ -224,6 +233,9 @@ def test_a_long_running_effect_is_waited_for_never_re_sent(
                               "via": "reconcile"}
     assert record_annotations(scenario, second) == {"publish.outcome"}
     scenario.wait_state(slot, "Succeeded", timeout=60)
+    print(f"owner: {len(owner.posts())} POST (attempt 1's), applied {owner.applied[idem]}x; "
+          f"attempt 2 asked {len(answers)}x ({len(answers) - 1} in progress), recorded "
+          f"{time.monotonic() - held_at:.1f}s after the release")
 
 
 def test_the_successor_reads_the_pinned_bytes_after_a_new_revision_and_deletion(
