@@ -8,6 +8,8 @@ per), ``ask`` (the effect's ``reconcile``: GET) and ``wait_released(worker, name
 waits, renewing, until the test says go (:func:`release`: the owner applies the key
 ``name`` in the fence ``test``, so a worker's GET of it answers "applied"). A worker says
 what it did by printing one JSON object a line (``say``; read with ``workers.printed``).
+:func:`sdk_run` makes the run and its LaunchSpec; the ``owner`` fixture serves the owner
+on the node bridge's address (test modules take it with ``owner = stale.owner``).
 """
 
 from __future__ import annotations
