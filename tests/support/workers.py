@@ -9,16 +9,21 @@ ClusterRole in the test's namespace. The audit log then tells who wrote what.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 from audit import Write, writes
 from localnode import LocalNode
 from scenarios import GROUP, VERSION, Object, Scenario
 from waiting import wait_for
+
+from agentrun.kube import rest
 
 WORKER_ACCOUNT = "worker"
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
@@ -46,10 +51,14 @@ def grant_worker_role(scenario: Scenario) -> None:
 
 
 def real_launch_spec(scenario: Scenario, name: str, *, classes: list[str], image: str,
-                     script: str, lease_seconds: int = LEASE_SECONDS) -> Object:
-    """A LaunchSpec whose pods run ``script`` under the lease renewer, on the node."""
+                     script: str, lease_seconds: int = LEASE_SECONDS,
+                     renewer: bool = True, env: dict[str, str] | None = None) -> Object:
+    """A LaunchSpec whose pods run ``script`` under the lease renewer (or, ``renewer``
+    False, as ``python3 -c script`` alone: an SDK worker renews itself), on the node."""
+    command = ["python3", "-c", script]
     container = {"name": "worker", "image": image, "imagePullPolicy": "Never",
-                 "command": ["agentrun-worker", "run", "--", "python3", "-c", script]}
+                 "command": ["agentrun-worker", "run", "--", *command] if renewer else command,
+                 "env": [{"name": k, "value": v} for k, v in sorted((env or {}).items())]}
     body: Object = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
             "metadata": {"name": name},
             "spec": {"claim": {"workerClasses": classes},
@@ -155,3 +164,62 @@ def kill_on_node(pid: int, *, pod_uid: str) -> None:
     cgroups = Path(f"/proc/{pid}/cgroup").read_text()
     assert pod_uid in cgroups or pod_uid.replace("-", "_") in cgroups, cgroups
     os.kill(pid, signal.SIGKILL)
+
+
+# --- SDK workers beside a test's effect owner (tests/integration/node/test_stale_*.py) ---
+
+OWNER_ENV = "EFFECT_OWNER"  # the owner's URL, in an SDK worker's environment
+
+
+def node_address(scenario: Scenario) -> str:
+    """The node bridge's address on this machine: pods reach a test's server there."""
+    local = scenario.cluster.local
+    assert local is not None and local.node_ip, "needs the local node's bridge"
+    return local.node_ip
+
+
+def printed(scenario: Scenario, pod: str) -> list[dict[str, Any]]:
+    """The JSON objects a worker printed, one a line, in order (other lines skipped)."""
+    return json_lines(scenario.cluster.kubectl("logs", "-n", scenario.namespace, pod).stdout)
+
+
+def wait_printed(scenario: Scenario, pod: str, field: str, *,
+                 timeout: float = 90) -> dict[str, Any]:
+    """The first JSON object with ``field`` that ``pod`` printed, once it has."""
+    def check() -> dict[str, Any] | None:
+        return next((p for p in printed(scenario, pod) if field in p), None)
+    found: dict[str, Any] = wait_for(check, timeout=timeout,
+                                     message=f"pod {pod} printed {field!r}")
+    return found
+
+
+def token_client(scenario: Scenario, token: str) -> rest.Rest:
+    """A raw client of the API server authenticated by ``token`` alone (no client cert)."""
+    admin = scenario.cluster.client().configuration
+    configuration = kubernetes.client.Configuration()
+    configuration.host = admin.host
+    configuration.ssl_ca_cert = admin.ssl_ca_cert
+    configuration.api_key = {"BearerToken": f"Bearer {token}"}
+    return rest.Rest(kubernetes.client.ApiClient(configuration))
+
+
+def follow_logs(scenario: Scenario, pod: str, path: Path) -> subprocess.Popen[bytes]:
+    """``kubectl logs -f pod`` into ``path`` from now on: what a pod printed stays readable
+    after the operator deletes it (fencing). Stop it with ``.terminate()``."""
+    local = scenario.cluster.local
+    assert local is not None, "the local control plane's kubectl"
+    with open(path, "wb") as out:
+        return subprocess.Popen(
+            [str(local.workdir / "bin" / "kubectl"), "--kubeconfig",
+             str(scenario.cluster.kubeconfig), "--context", "admin", "logs", "-f",
+             "-n", scenario.namespace, pod], stdout=out, stderr=subprocess.STDOUT)
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON objects in ``text``, one a line (other lines skipped)."""
+    found: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):
+                found.append(json.loads(line))
+    return found

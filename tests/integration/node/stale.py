@@ -1,0 +1,104 @@
+"""What the stale-attempt tests on the node share: an SDK worker's prelude and the owner.
+
+A worker here is ``python3 -c PRELUDE + script`` in the project's image (the SDK's keeper
+the only renewer, as in ``test_worker_keeper_pod.py``). The prelude gives the script the
+effect owner's client: ``sender(worker)`` (the effect's ``call``: POST with the idempotency
+key, the fencing token and the *fence*, the run's uid and the slot, that the owner fences
+per), ``ask`` (the effect's ``reconcile``: GET) and ``wait_released(worker, name)``, which
+waits, renewing, until the test says go (:func:`release`: the owner applies the key
+``name`` in the fence ``test``, so a worker's GET of it answers "applied"). A worker says
+what it did by printing one JSON object a line (``say``; read with ``workers.printed``).
+:func:`sdk_run` makes the run and its LaunchSpec; the ``owner`` fixture serves the owner
+on the node bridge's address (test modules take it with ``owner = stale.owner``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from effectowner import EffectOwner
+from scenarios import Scenario
+from workers import OWNER_ENV, grant_worker_role, node_address, real_launch_spec
+
+PRELUDE = """
+import json, os, sys, time, urllib.request
+from agentrun.worker import effects, keeper, prefix
+from agentrun.worker.sdk import Worker
+OWNER = os.environ["EFFECT_OWNER"]
+def say(**fields):
+    print(json.dumps(fields), flush=True)
+def sender(worker):
+    fence = worker.context.run_uid + "/" + worker.context.slot
+    def post(key, token):
+        body = json.dumps({"key": key, "token": token, "fence": fence}).encode()
+        request = urllib.request.Request(OWNER + "/effects", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=150) as answer:
+            return json.load(answer)["result"]
+    return post
+def get(key):
+    with urllib.request.urlopen(OWNER + "/effects/" + key, timeout=10) as answer:
+        return json.load(answer)
+def ask(key):
+    found = get(key)
+    say(reconciled=found["answer"], key=key, at=time.time())
+    return effects.Reconciled(answer=effects.Answer(found["answer"]),
+                              result=found.get("result"))
+def wait_released(worker, name, timeout=120):
+    deadline = time.monotonic() + timeout
+    while get(name)["answer"] != "applied":
+        if time.monotonic() > deadline:
+            raise SystemExit("the test never released " + name)
+        worker.keeper.ensure_live()
+        time.sleep(0.3)
+"""
+RELEASE_FENCE = "test"
+
+
+def release(owner: EffectOwner, name: str) -> None:
+    """Let a worker waiting in ``wait_released(worker, name)`` go on."""
+    status, _ = owner.effect(key=name, token=0, fence=RELEASE_FENCE, payload=None)
+    assert status == 200, status
+
+
+@dataclass(kw_only=True)
+class TimedOwner(EffectOwner):
+    """The test's effect owner, also noting each POST's arrival (this machine's clock,
+    which the API server's audit log also uses): (time, key, token)."""
+
+    arrivals: list[tuple[float, str, int]] = field(default_factory=list)
+
+    def effect(self, *, key: str, token: int, fence: str,
+               payload: Any) -> tuple[int, dict[str, Any]]:
+        if fence != RELEASE_FENCE:
+            self.arrivals.append((time.time(), key, token))
+        return super().effect(key=key, token=token, fence=fence, payload=payload)
+
+    def worker_posts(self) -> list[Any]:
+        """The POSTs workers sent (the release keys left out), in order."""
+        return [r for r in self.posts() if r.fence != RELEASE_FENCE]
+
+
+@pytest.fixture
+def owner(scenario: Scenario) -> Iterator[TimedOwner]:
+    """The effect owner on the node bridge's address; it applies at once unless a test
+    gives it a ``hold``."""
+    found = TimedOwner(host=node_address(scenario))
+    found.start()
+    yield found
+    found.stop()
+
+
+def sdk_run(scenario: Scenario, *, image: str, script: str, owner: TimedOwner,
+            max_attempts: int) -> str:
+    """A run of one node, Automatic, whose attempts run ``PRELUDE + script``: its slot."""
+    grant_worker_role(scenario)
+    scenario.configs()
+    real_launch_spec(scenario, "sdk-workers", classes=["cpu"], image=image,
+                     script=PRELUDE + script, renewer=False, env={OWNER_ENV: owner.url})
+    scenario.run("study", max_attempts=max_attempts)
+    return scenario.slot_name_eventually("study", "research")
