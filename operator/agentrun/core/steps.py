@@ -42,6 +42,7 @@ from agentrun.core import (
     attempts,
     commands,
     commandsteps,
+    effectsteps,
     guards,
     inputs,
     selection,
@@ -84,6 +85,11 @@ def _next_step(world: inputs.World) -> actions.Step:
         judged = attemptlife.active_step(world)
         if not isinstance(judged, actions.Wait):
             return judged
+    # An effect the worker left unresolved is shown before anything else is decided, so
+    # that neither a command nor a claim is decided without it (see core.effectsteps).
+    observed = effectsteps.observe_step(world)
+    if observed is not None:
+        return observed
     # The slot's first status is written with the next status write, or on its own
     # when the slot is to wait (its state is visible from creation on).
     seen = world
@@ -119,7 +125,7 @@ def _decide(world: inputs.World) -> actions.Step:
     if status.state is SlotState.PENDING:
         return by_deadline(world, pending_step(world))
     if status.state in (SlotState.READY, SlotState.RETRY_WAIT):
-        return by_deadline(world, claim_step(world))
+        return by_deadline(world, effectsteps.gate(world) or claim_step(world))
     # Every open slot that waits looks again at the run's deadline at the latest: nothing
     # else would wake an Active one whose lease is renewed until then.
     if status.state is SlotState.CLAIMING:
