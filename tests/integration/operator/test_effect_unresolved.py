@@ -25,6 +25,8 @@ from typing import Any
 
 import kubernetes
 import pytest
+from clusters import Cluster
+from convergence import assert_converged, assert_nothing_stray, crashed
 from operators import OperatorProcess
 from scenarios import Scenario, condition_of, holds_throughout, request_id
 from waiting import wait_for
@@ -113,8 +115,8 @@ def resolve(scenario: Scenario, slot: str, *, user: str, key: str, outcome: str,
     return rid
 
 
-def test_an_unknown_effect_waits_for_the_owners_answer_and_the_successor_uses_it(
-        scenario: Scenario, operator: OperatorProcess) -> None:
+def publish(scenario: Scenario) -> None:
+    """Configuration, a LaunchSpec, editors, and the worker role for the pods' account."""
     scenario.grant_editor("alice", "bob")
     scenario.configs()
     scenario.launch_spec("cpu-workers", classes=["cpu"])
@@ -126,6 +128,23 @@ def test_an_unknown_effect_waits_for_the_owners_answer_and_the_successor_uses_it
                         "name": manifests.WORKER_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": "default",
                           "namespace": scenario.namespace}]})
+
+
+def stop_on_unknown(scenario: Scenario, *, slot: str, run_uid: str, key: str,
+                    owner: Owner) -> None:
+    """Attempt 1's worker: the intent, killed before the answer; then "unknown"."""
+    with pytest.raises(Died):
+        ledger(scenario, slot=slot, attempt=1, run_uid=run_uid).effect(
+            f"{key}-report", key=key, call=dies, owner="publisher")
+    # The worker, its prefix read again, finds its intent without an outcome.
+    with pytest.raises(effects.AmbiguousEffect, match="answered unknown"):
+        ledger(scenario, slot=slot, attempt=1, run_uid=run_uid).effect(
+            f"{key}-report", key=key, call=dies, reconcile=owner.unknown, owner="publisher")
+
+
+def test_an_unknown_effect_waits_for_the_owners_answer_and_the_successor_uses_it(
+        scenario: Scenario, operator: OperatorProcess) -> None:
+    publish(scenario)
     scenario.run(RUN, user="alice", claim_policy="Manual", max_attempts=5)
     slot = scenario.slot_name_eventually(RUN, "research")
     scenario.wait_state(slot, "Ready")
@@ -135,14 +154,7 @@ def test_an_unknown_effect_waits_for_the_owners_answer_and_the_successor_uses_it
 
     owner = Owner()
     for key in ("publish", "notify"):
-        with pytest.raises(Died):
-            ledger(scenario, slot=slot, attempt=1, run_uid=run_uid).effect(
-                f"{key}-report", key=key, call=dies, owner="publisher")
-        # The worker, its prefix read again, finds its intent without an outcome.
-        with pytest.raises(effects.AmbiguousEffect, match="answered unknown"):
-            ledger(scenario, slot=slot, attempt=1, run_uid=run_uid).effect(
-                f"{key}-report", key=key, call=dies, reconcile=owner.unknown,
-                owner="publisher")
+        stop_on_unknown(scenario, slot=slot, run_uid=run_uid, key=key, owner=owner)
     assert [r for r in owner.requests if r[0] == "call"] == []
     scenario.finish(f"{slot}-1", "Failed", exit_code=1)
 
@@ -236,6 +248,42 @@ def test_an_unknown_effect_waits_for_the_owners_answer_and_the_successor_uses_it
     assert committed["notify.intent"].inline["fencingToken"] == 2
 
 
+def test_crash_after_the_effect_is_shown(scenario: Scenario, cluster: Cluster,
+                                        process: OperatorProcess) -> None:
+    """``effect-unresolved``: SIGKILL right after the write; while the operator is down
+    the attempt fails; the restart shows the effect once and claims nothing until an
+    answer is recorded, then attempt 2 carries it."""
+    publish(scenario)
+    process.start(crash_at="effect-unresolved")
+    scenario.run(RUN, max_attempts=3)  # Automatic, backoff 0
+    slot = scenario.slot_name_eventually(RUN, "research")
+    scenario.wait_state(slot, "Active")
+    run_uid = scenario.agentrun(RUN)["metadata"]["uid"]
+    stop_on_unknown(scenario, slot=slot, run_uid=run_uid, key="publish", owner=Owner())
+    crashed(process)
+    written = scenario.slot(slot)["status"]
+    assert [e["key"] for e in written["effects"]] == ["publish"]
+    assert condition_of(written, CONDITION)["status"] == "True"
+    scenario.finish(f"{slot}-1", "Failed", exit_code=1)
+
+    process.start()
+    scenario.wait_state(slot, "RetryWait")
+    holds_throughout(lambda: scenario.lease(f"{slot}-2") is None, seconds=3,
+                     message="no attempt 2 while the effect is open")
+    after = scenario.slot(slot)["status"]
+    assert [e["key"] for e in after["effects"]] == ["publish"]  # observed once
+    assert_converged(scenario, cluster, slot, count=1, state="RetryWait")
+    done = resolve(scenario, slot, user="admin", key="publish", outcome="not-applied",
+                   reason="not in the owner's log")
+    assert scenario.wait_ledger(slot, done)["outcome"] == "Accepted"
+    lease = wait_for(lambda: scenario.lease(f"{slot}-2"), timeout=60,
+                     message="attempt 2 claimed once the answer is recorded")
+    assert records.on_lease(lease)[0]["publish.resolved"].inline["answer"] == "not-applied"
+    scenario.wait_state(slot, "Active")
+    assert_converged(scenario, cluster, slot, count=2, state="Active")
+    assert_nothing_stray(scenario)
+
+
 @pytest.mark.serial
 def test_a_worker_cannot_write_the_owners_answer_itself(
         attempts: Callable[[int], Attempt]) -> None:  # noqa: F811 (the fixture)
@@ -243,7 +291,20 @@ def test_a_worker_cannot_write_the_owners_answer_itself(
     forged = records.encode(records.make(
         key="publish.resolved", kind=records.Kind.DECISION, attempt=1,
         payload={"answer": "applied", "result": "x", "unresolvedAttempt": 1}))
-    refused = holder.raw_patch(annotation("publish.resolved", forged))
+    body = annotation("publish.resolved", forged)
+
+    def dry_run_refusal() -> str:
+        """The refusal of the forged record in a dry run ('' while the policy is not yet
+        in force on this API server: the probe of the fixture is another policy's)."""
+        try:
+            holder.api.request("PATCH", holder.records().path, body=body,
+                               content_type=rest.MERGE_PATCH, query={"dryRun": "All"})
+        except rest.ApiError as error:
+            return error.message
+        return ""
+
+    wait_for(dry_run_refusal, timeout=30, message="the Lease policy in force")
+    refused = holder.raw_patch(body)
     assert "agentrun-attempt-leases" in refused and "cannot write one" in refused, refused
     stopped = records.make(key="publish.unresolved", kind=records.Kind.DECISION, attempt=1,
                            payload={"effect": "publish", "reason": "unknown"})
