@@ -159,7 +159,7 @@ FIELD_CHECKS: dict[str, tuple[bool, str, str]] = {
     "outcome": (True, f"{matches('{value}', bounds.RESOLVE_OUTCOME_PATTERN)}",
                 "{key} is required: applied or not-applied (the effect owner's answer)"),
     "result": (False, f"bytes({{value}}).size() <= {bounds.RESOLVE_RESULT_BYTES}",
-               f"{{key}} is at most {bounds.RESOLVE_RESULT_BYTES} bytes (JSON, or text)"),
+               f"{{key}} must be at most {bounds.RESOLVE_RESULT_BYTES} bytes (JSON, or text)"),
 }
 
 
