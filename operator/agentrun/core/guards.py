@@ -23,6 +23,10 @@ order, is the one reported (the ledger's ``predicate``):
 9. ``UnknownWorkerClass`` / ``NoCompatibleLaunchSpec``: no LaunchSpec can serve the
    requested worker class for this run and node.
 
+A resolve-effect (issue 10, item 5) is checked like a give-up (open slot, a reason, the
+owner or ``override``), then by :mod:`agentrun.core.effectrecords` (the key names an open
+unresolved effect); a claim command is rejected ``EffectUnresolved`` while one is open.
+
 The decision is data: the exact new status, one Event, and (when accepted) the chosen
 LaunchSpec to snapshot. A decision never creates an attempt.
 """
@@ -377,17 +381,14 @@ def _apply_other(*, command: Command, slot: Slot, now: datetime) -> Decision:
 def _resolve_effect(*, command: Command, slot: Slot, now: datetime) -> Decision:
     """The owner's answer recorded: the effect's entry resolved, the condition updated."""
     assert command.effect_key is not None and command.outcome is not None
-    status = slot.status
-    name = slot.metadata.name
     message = (f"effect key {command.effect_key} resolved {command.outcome} by "
                f"{command.actor}: {command.reason}")
-    new, event = _accept(command=command, status=status, message=message,
+    new, event = _accept(command=command, status=slot.status, message=message,
                          reason=names.EFFECT_RESOLVED_EVENT, now=now)
-    new = _overridden(new, command=command, owner=_give_up_owner(status))
-    new = effectrecords.resolve(new, key=command.effect_key, outcome=command.outcome,
-                                reason=command.reason or "", actor=command.actor,
-                                result=command.result, slot=name, now=now)
-    return Decision(accepted=True, status=new, event=event)
+    new = _overridden(new, command=command, owner=_give_up_owner(slot.status))
+    return Decision(accepted=True, event=event, status=effectrecords.resolve(
+        new, key=command.effect_key, outcome=command.outcome, reason=command.reason or "",
+        actor=command.actor, result=command.result, slot=slot.metadata.name, now=now))
 
 
 def claim_accepted(status: SlotStatus, *, request_id: str, actor: str | None,

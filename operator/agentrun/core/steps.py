@@ -13,14 +13,16 @@ Order of concerns, first match wins:
    deleted: wind down (follow an Active attempt to its end, fence it), never claim;
 2. an ended attempt not yet fenced: kill its live pod, tombstone its lease, so that a
    command is judged against the attempt's final record; an Active attempt whose end
-   (pod finished, lease expired) is due is judged before any command;
+   (pod finished, lease expired) is due is judged before any command; then an effect
+   the latest attempt recorded unresolved is shown (``core.effectsteps``), so no
+   command or claim is decided without it;
 3. a pending command (annotations): refused unless its stamping can be believed, then
    rejected when malformed (out of its bounds), else decided into the ledger; then removed;
 4. the slot's first status (``observedGeneration``);
 5. a finished slot: nothing more; the run's deadline: fail the slot;
-6. by state: Pending (dependencies, launch spec), Ready/RetryWait (claim when claimable
-   and the prior attempt is over), Claiming (Lease, Pod, then Active), Active (the
-   attempt table).
+6. by state: Pending (dependencies, launch spec), Ready/RetryWait (claim when claimable,
+   the prior attempt is over and no effect is unresolved), Claiming (Lease, Pod, then
+   Active), Active (the attempt table).
 """
 
 from __future__ import annotations
