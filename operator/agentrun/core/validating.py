@@ -96,6 +96,10 @@ STATUS = [
     {"name": "held", "expression": "oldObject != null && oldObject.?status.?conditions"
                                    ".orValue([]).exists(c, c.type == 'Held' && "
                                    "c.status == 'True')"},
+    {"name": "unresolved", "expression": "oldObject != null && oldObject.?status.?conditions"
+                                         ".orValue([]).exists(c, c.type == "
+                                         f"'{names.EFFECT_UNRESOLVED_CONDITION}' && "
+                                         "c.status == 'True')"},
     {"name": "attempts", "expression": "oldObject == null ? [] : "
                                        "oldObject.?status.?attempts.orValue([])"},
     {"name": "priorOwner", "expression": "variables.attempts.filter(a, a.pod == "
@@ -201,6 +205,13 @@ def command_checks(shape: commands.Shape) -> list[Object]:
         checks.append(dynamic_validation(f"{when}oldObject == null || ({state[0]})",
                                f"'{shape.id}: the slot is ' + variables.state + "
                                f"(variables.held ? ' and held' : '') + ': {state[1]}'"))
+    if str(shape.kind) == "Claim":
+        checks.append(validation(
+            f"{when}oldObject == null || !variables.unresolved",
+            f"{shape.id}: an effect of this slot is unresolved (condition "
+            f"{names.EFFECT_UNRESOLVED_CONDITION}, status.effects): no attempt may start "
+            f"until its owner's answer is recorded ({names.RESOLVE_EFFECT_ID} and -key, "
+            "-outcome, -reason) or the slot is given up"))
     owners = {"Reassign": "variables.priorOwner", "GiveUp": "variables.liveOwner",
               "ResolveEffect": "variables.liveOwner"}.get(
         str(shape.kind))

@@ -285,6 +285,48 @@ def test_crash_after_the_effect_is_shown(scenario: Scenario, cluster: Cluster,
 
 
 @pytest.mark.serial
+def test_admission_refuses_at_once_what_the_operator_would(
+        scenario: Scenario, operator: OperatorProcess, validating: None) -> None:
+    """With the validating policies in force: the worker's records pass the Lease policy;
+    while the effect is open a claim is refused at once, and so is bob's resolve-effect
+    (not the owner) and one with a bad outcome; alice's answer is admitted and decided,
+    after which a claim is admitted again (a dry run)."""
+    publish(scenario)
+    scenario.run(RUN, user="alice", claim_policy="Manual", max_attempts=3)
+    slot = scenario.slot_name_eventually(RUN, "research")
+    scenario.wait_state(slot, "Ready")
+    assert scenario.annotate(slot, user="alice", claim_id=request_id()).returncode == 0
+    scenario.wait_state(slot, "Active")
+    run_uid = scenario.agentrun(RUN)["metadata"]["uid"]
+    stop_on_unknown(scenario, slot=slot, run_uid=run_uid, key="publish", owner=Owner())
+    scenario.finish(f"{slot}-1", "Failed", exit_code=1)
+    scenario.wait_slot(slot, lambda s: s["status"]["state"] == "RetryWait" and (
+        condition_of(s["status"], CONDITION) or {}).get("status") == "True",
+        message="RetryWait with EffectUnresolved True")
+
+    claim = scenario.annotate(slot, user="alice", claim_id=request_id())
+    assert claim.returncode != 0 and "agentrun-slot-commands" in claim.stderr, claim.stderr
+    assert "an effect of this slot is unresolved" in claim.stderr
+    bob = scenario.annotate(slot, user="bob", resolve_effect_id=request_id(),
+                            resolve_effect_key="publish", resolve_effect_outcome="applied",
+                            resolve_effect_reason="I think so")
+    assert bob.returncode != 0 and "owned by alice, not bob" in bob.stderr, bob.stderr
+    bad = scenario.annotate(slot, user="alice", resolve_effect_id=request_id(),
+                            resolve_effect_key="publish", resolve_effect_outcome="maybe",
+                            resolve_effect_reason="unsure")
+    assert bad.returncode != 0 and "resolve-effect-outcome is required" in bad.stderr
+    done = resolve(scenario, slot, user="alice", key="publish", outcome="not-applied",
+                   reason="no trace at the owner")
+    assert scenario.wait_ledger(slot, done)["outcome"] == "Accepted"
+    scenario.wait_slot(slot, lambda s: condition_of(s["status"], CONDITION)["status"]
+                       == "False", message="EffectUnresolved False")
+    again = scenario.cluster.kubectl(
+        "-n", scenario.namespace, "annotate", "--dry-run=server", f"slots.agentrun.dev/{slot}",
+        f"agentrun.dev/claim-id={request_id()}", user="alice")
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.serial
 def test_a_worker_cannot_write_the_owners_answer_itself(
         attempts: Callable[[int], Attempt]) -> None:  # noqa: F811 (the fixture)
     holder = attempts(1)
