@@ -28,7 +28,7 @@ def record_checks() -> list[dict[str, Any]]:
 
 def test_records_are_checked_with_the_documented_bounds() -> None:
     checks = record_checks()
-    assert len(checks) == 3
+    assert len(checks) == 4
     text = " ".join(c["expression"] for c in checks)
     assert f"<= {bounds.MAX_RECORDS}" in text and f"<= {bounds.RECORD_BYTES}" in text
     assert all(c["expression"].startswith("request.operation != 'UPDATE' || ")

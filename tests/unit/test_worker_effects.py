@@ -114,7 +114,7 @@ def test_a_fresh_effect_commits_intent_then_calls_then_commits_outcome() -> None
                          ("commit", "publish.outcome", 1)]
     assert keeper.checks == 2
     assert memory.committed[0].inline == {"effect": "publish", "idempotencyKey": IDEM,
-                                          "fencingToken": 1}
+                                          "fencingToken": 1, "owner": "publish"}
     assert memory.committed[1].inline == {"answer": "applied", "result": {"published": 1},
                                           "via": "call"}
 

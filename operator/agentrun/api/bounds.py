@@ -63,6 +63,16 @@ STEP_KEY_CHARS: Final = 48  # a key a worker names (a step, an effect): room for
 STEP_KEY_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # no '.': the SDK's suffixes
 PAYLOAD_URI_CHARS: Final = 1024
 
+# resolve-effect (issue 10, item 5): the effect's key is a step key (above); its result,
+# as written in the annotation, is at most this many UTF-8 bytes (JSON, else plain text),
+# so the `.resolved` record the operator writes for the successor stays inline.
+RESOLVE_RESULT_BYTES: Final = 512
+RESOLVE_OUTCOME_PATTERN: Final = r"^(applied|not-applied)$"
+RESOLVE_OUTCOME_CHARS: Final = 11
+EFFECTS_KEPT: Final = 8  # a slot's status.effects entries (the worst-case status bound)
+EFFECT_NAME_CHARS: Final = 63  # an effect's name and its owner's, as the worker gives them
+IDEMPOTENCY_KEY_CHARS: Final = 64  # sha256, hex
+
 # The worst-case JSON size of a Slot's status (checked by tests/unit/core/test_bounds.py).
 SLOT_STATUS_BYTES: Final = 1024 * 1024
 

@@ -113,6 +113,9 @@ SLOT = Kind(
                description="the last attempt that ended (<slot>-<n>)"),
         column(name="Run", json_path=".spec.run", priority=1, description="the owning AgentRun"),
         column(name="Node", json_path=".spec.node", priority=1, description="the workflow node"),
+        column(name="Unresolved", json_path=condition_status(condition="EffectUnresolved"),
+               priority=1, description="True: an effect waits for the owner's answer "
+               "(resolve-effect; see status.effects)"),
     ),
 )
 

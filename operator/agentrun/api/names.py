@@ -55,6 +55,16 @@ HOLD_EPOCH: Final = "agentrun.dev/hold-epoch"
 RELEASE_EPOCH: Final = "agentrun.dev/release-epoch"
 GIVE_UP_EPOCH: Final = "agentrun.dev/give-up-epoch"
 GIVE_UP_OVERRIDE: Final = "agentrun.dev/give-up-override"
+# resolve-effect (issue 10, item 5): a person records the owner's answer about an effect
+# the worker could not settle (the slot condition EffectUnresolved).
+RESOLVE_EFFECT_ID: Final = "agentrun.dev/resolve-effect-id"
+RESOLVE_EFFECT_KEY: Final = "agentrun.dev/resolve-effect-key"
+RESOLVE_EFFECT_OUTCOME: Final = "agentrun.dev/resolve-effect-outcome"
+RESOLVE_EFFECT_REASON: Final = "agentrun.dev/resolve-effect-reason"
+RESOLVE_EFFECT_RESULT: Final = "agentrun.dev/resolve-effect-result"
+RESOLVE_EFFECT_ACTOR: Final = "agentrun.dev/resolve-effect-actor"
+RESOLVE_EFFECT_EPOCH: Final = "agentrun.dev/resolve-effect-epoch"
+RESOLVE_EFFECT_OVERRIDE: Final = "agentrun.dev/resolve-effect-override"
 OVERRIDE_VERB: Final = "override"
 
 # Actor stamping: the MutatingAdmissionPolicy (and its binding, same name) and the Secret
@@ -68,6 +78,16 @@ OUTCOME_ANNOTATION: Final = "agentrun.dev/outcome"
 ENDED_AT_ANNOTATION: Final = "agentrun.dev/ended-at"
 OWNER_ACTOR_ANNOTATION: Final = "agentrun.dev/owner-actor"
 LAUNCH_SPEC_ANNOTATION: Final = "agentrun.dev/launch-spec"
+
+# Effects (issue 10, item 5): the slot condition and its reasons, the Event reasons, and
+# the record suffixes on attempt Leases (record.agentrun.dev/<key>.<suffix>).
+EFFECT_UNRESOLVED_CONDITION: Final = "EffectUnresolved"
+EFFECT_OWNER_ANSWER_UNKNOWN: Final = "OwnerAnswerUnknown"  # reconcile answered "unknown"
+EFFECT_NO_RECONCILE: Final = "NoReconcile"  # the worker had no reconcile to ask the owner
+EFFECT_RESOLVED: Final = "Resolved"  # the condition's reason once none is open
+EFFECT_RESOLVED_EVENT: Final = "EffectResolved"
+UNRESOLVED_SUFFIX: Final = ".unresolved"  # written by the worker that stopped
+RESOLVED_SUFFIX: Final = ".resolved"  # written by the operator on a successor's Lease
 
 # Worker environment and configuration mount.
 ENV_NAMESPACE: Final = "AGENTRUN_NAMESPACE"

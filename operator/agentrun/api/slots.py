@@ -60,6 +60,7 @@ class CommandKind(StrEnum):
     HOLD = "Hold"
     RELEASE = "Release"
     GIVE_UP = "GiveUp"
+    RESOLVE_EFFECT = "ResolveEffect"
 
 
 class Predicate(StrEnum):
@@ -82,6 +83,8 @@ class Predicate(StrEnum):
     MALFORMED = "Malformed"
     ATTEMPT_LIMIT = "AttemptLimitReached"
     NOT_HELD = "NotHeld"
+    EFFECT_UNRESOLVED = "EffectUnresolved"  # a claim while an effect waits for an answer
+    NO_UNRESOLVED_EFFECT = "NoUnresolvedEffect"  # resolve-effect of a key that is not open
 
 
 SPEC_IMMUTABLE: JsonDict = {
@@ -151,6 +154,37 @@ class CommandRecord(Model):
     time: datetime
 
 
+class EffectState(StrEnum):
+    UNRESOLVED = "Unresolved"
+    RESOLVED = "Resolved"
+
+
+class EffectEntry(Model):
+    """An effect a worker could not settle (its ``<key>.unresolved`` record), and once a
+    person recorded the owner's answer (resolve-effect), that answer.
+
+    ``attempt``: the attempt whose Lease holds the record; ``key``: the effect's step key
+    (its records are ``<key>.intent``/``.outcome``/``.unresolved``); ``outcome``,
+    ``result``, ``resolution`` and ``actor``: the resolve-effect command's.
+    """
+
+    key: str = Field(max_length=bounds.STEP_KEY_CHARS)
+    attempt: int = Field(ge=1, le=bounds.MAX_ATTEMPT_NUMBER)
+    effect: bounds.ShortText = ""
+    idempotency_key: str | None = Field(default=None, max_length=bounds.IDEMPOTENCY_KEY_CHARS)
+    owner: bounds.ShortText = ""
+    reason: bounds.RecordMessage = ""
+    cause: bounds.ShortText = Field(default="", description="the worker's: owner-answered-"
+                                    "unknown or no-reconcile")
+    state: EffectState = EffectState.UNRESOLVED
+    observed_at: datetime
+    outcome: Literal["applied", "not-applied"] | None = None
+    result: str | None = Field(default=None, max_length=bounds.RESOLVE_RESULT_BYTES)
+    resolution: bounds.Reason | None = None
+    actor: bounds.Actor | None = None
+    resolved_at: datetime | None = None
+
+
 class SlotStatus(Model):
     state: SlotState = SlotState.PENDING
     worker_class: bounds.ShortText | None = None
@@ -165,6 +199,7 @@ class SlotStatus(Model):
         default=None, description="the actor of the accepted command the next claim serves")
     commands: list[CommandRecord] = Field(default_factory=list, max_length=COMMANDS_KEPT)
     conditions: Conditions = Field(default_factory=list)
+    effects: list[EffectEntry] = Field(default_factory=list, max_length=bounds.EFFECTS_KEPT)
     observed_generation: int | None = None
 
 

@@ -29,7 +29,7 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.runs import Pins
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import naming, owners, transitions
+from agentrun.core import effectrecords, naming, owners, transitions
 
 COORDINATION_API_VERSION = "coordination.k8s.io/v1"
 CONFIG_VOLUME_PREFIX = "agentrun-config-"
@@ -68,7 +68,9 @@ def lease_body(
     """The attempt's Lease: its durable record, held by the attempt's pod.
 
     ``request_id``: the claim command this attempt serves (a Manual claim), so that the
-    command's ledger entry can be rebuilt from the Lease after a crash.
+    command's ledger entry can be rebuilt from the Lease after a crash. The owner's
+    answers to the slot's resolved effects ride along as ``<key>.resolved`` records of
+    this attempt (``core.effectrecords``): the successor's ledger reads them.
     """
     name = naming.attempt_name(slot=slot.metadata.name, number=attempt)
     return {
@@ -78,8 +80,10 @@ def lease_body(
             "name": name,
             "namespace": slot.metadata.namespace,
             "labels": labels(slot=slot, attempt=attempt, tenant=tenant),
-            "annotations": _annotations(owner_actor=owner_actor, launch_spec=launch_spec,
-                                        request_id=request_id),
+            "annotations": {
+                **_annotations(owner_actor=owner_actor, launch_spec=launch_spec,
+                               request_id=request_id),
+                **effectrecords.resolved_annotations(slot.status, attempt=attempt)},
             "ownerReferences": [owner_reference(slot)],
         },
         "spec": {"holderIdentity": name, "leaseDurationSeconds": lease_duration_seconds},

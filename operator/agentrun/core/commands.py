@@ -55,6 +55,13 @@ SHAPES = (
           epoch=names.REASSIGN_EPOCH, override=names.REASSIGN_OVERRIDE,
           fields={"reason": names.REASSIGN_REASON, "worker_class": names.REASSIGN_WORKER_CLASS,
                   "run": names.REASSIGN_RUN, "tenant": names.REASSIGN_TENANT}),
+    Shape(kind=CommandKind.RESOLVE_EFFECT, id=names.RESOLVE_EFFECT_ID,
+          actor=names.RESOLVE_EFFECT_ACTOR, epoch=names.RESOLVE_EFFECT_EPOCH,
+          override=names.RESOLVE_EFFECT_OVERRIDE,
+          fields={"effect_key": names.RESOLVE_EFFECT_KEY,
+                  "outcome": names.RESOLVE_EFFECT_OUTCOME,
+                  "reason": names.RESOLVE_EFFECT_REASON,
+                  "result": names.RESOLVE_EFFECT_RESULT}),
     Shape(kind=CommandKind.CLAIM, id=names.CLAIM_ID, actor=names.CLAIM_ACTOR,
           epoch=names.CLAIM_EPOCH, fields={}),
     Shape(kind=CommandKind.HOLD, id=names.HOLD_ID, actor=names.HOLD_ACTOR,
@@ -96,6 +103,9 @@ BOUNDS: Mapping[str, Bound] = {
     "run": Bound(chars=bounds.RUN_CHARS, pattern=bounds.RUN_PATTERN),
     "tenant": Bound(chars=bounds.TENANT_CHARS, pattern=bounds.TENANT_PATTERN),
     "actor": Bound(chars=bounds.ACTOR_CHARS),
+    "effect_key": Bound(chars=bounds.STEP_KEY_CHARS, pattern=bounds.STEP_KEY_PATTERN),
+    "outcome": Bound(chars=bounds.RESOLVE_OUTCOME_CHARS, pattern=bounds.RESOLVE_OUTCOME_PATTERN),
+    "result": Bound(chars=bounds.RESOLVE_RESULT_BYTES, in_bytes=True),
 }
 
 
@@ -156,7 +166,8 @@ def pending(annotations: Mapping[str, str]) -> Pending | None:
         command = guards.Command(
             kind=shape.kind, request_id=request_id, actor=_clipped(actor, BOUNDS["actor"]),
             reason=clip.get("reason"), worker_class=clip.get("worker_class"),
-            run=clip.get("run"), tenant=clip.get("tenant"),
+            run=clip.get("run"), tenant=clip.get("tenant"), effect_key=clip.get("effect_key"),
+            outcome=clip.get("outcome"), result=clip.get("result"),
             override=shape.override is not None and annotations.get(shape.override) == "true")
         keys = tuple(k for k in shape.keys if k in annotations)
         epoch = annotations.get(shape.epoch) or None

@@ -23,6 +23,10 @@ order, is the one reported (the ledger's ``predicate``):
 9. ``UnknownWorkerClass`` / ``NoCompatibleLaunchSpec``: no LaunchSpec can serve the
    requested worker class for this run and node.
 
+A resolve-effect (issue 10, item 5) is checked like a give-up (open slot, a reason, the
+owner or ``override``), then by :mod:`agentrun.core.effectrecords` (the key names an open
+unresolved effect); a claim command is rejected ``EffectUnresolved`` while one is open.
+
 The decision is data: the exact new status, one Event, and (when accepted) the chosen
 LaunchSpec to snapshot. A decision never creates an attempt.
 """
@@ -48,7 +52,7 @@ from agentrun.api.slots import (
     SlotState,
     SlotStatus,
 )
-from agentrun.core import attempts, naming, selection, transitions
+from agentrun.core import attempts, effectrecords, naming, selection, transitions
 from agentrun.core.observations import LeaseStatus, PodPhase
 
 
@@ -64,6 +68,9 @@ class Command:
     worker_class: str | None = None
     run: str | None = None
     tenant: str | None = None
+    effect_key: str | None = None  # resolve-effect: the effect's key, outcome and result
+    outcome: str | None = None
+    result: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,6 +314,8 @@ def _other_failure(*, command: Command, slot: Slot,
     status = slot.status
     name = slot.metadata.name
     kind = command.kind
+    if kind is CommandKind.CLAIM and effectrecords.blocking(status, slot=name):
+        return (Predicate.EFFECT_UNRESOLVED, effectrecords.blocking(status, slot=name) or "")
     if kind is CommandKind.CLAIM and not transitions.may_be_claimed(status, now=now):
         held = " and held" if transitions.is_held(status) else ""
         return (Predicate.NOT_CLAIMABLE,
@@ -316,19 +325,27 @@ def _other_failure(*, command: Command, slot: Slot,
         return attempt_limit(status, name=name)
     if kind is CommandKind.RELEASE and not transitions.is_held(status):
         return (Predicate.NOT_HELD, f"slot {name!r} is not held: there is nothing to release")
-    if kind is CommandKind.GIVE_UP and status.state not in transitions.OPEN_STATES:
+    if kind in ENDING and status.state not in transitions.OPEN_STATES:
         return (Predicate.NOT_RETRY_WAIT,
                 f"slot {name!r} has already finished ({status.state}); nothing to give up")
-    if kind in (CommandKind.HOLD, CommandKind.GIVE_UP) and is_blank(command.reason):
+    if kind in (CommandKind.HOLD, *ENDING) and is_blank(command.reason):
         return (Predicate.BLANK_REASON,
                 f"the reason must be non-blank and at most {names.MAX_REASON_BYTES} bytes")
-    if kind is CommandKind.GIVE_UP:
+    if kind in ENDING:
         owner = _give_up_owner(status)
         if owner is not None and command.actor != owner and not command.override:
+            what = "give up" if kind is CommandKind.GIVE_UP else "resolve its effects"
             return (Predicate.NOT_OWNER,
                     f"the attempt is owned by {owner!r}, not {command.actor!r}; only the "
-                    "owner, or an admin with the 'override' verb on slots, may give up")
+                    f"owner, or an admin with the 'override' verb on slots, may {what}")
+    if kind is CommandKind.RESOLVE_EFFECT:
+        return effectrecords.failure(key=command.effect_key, outcome=command.outcome,
+                                     result=command.result, status=status, slot=name)
     return None
+
+
+# The commands checked like a give-up: open slot, a reason, the owner (or override).
+ENDING = (CommandKind.GIVE_UP, CommandKind.RESOLVE_EFFECT)
 
 
 def _apply_other(*, command: Command, slot: Slot, now: datetime) -> Decision:
@@ -350,6 +367,8 @@ def _apply_other(*, command: Command, slot: Slot, now: datetime) -> Decision:
                              reason="Released", now=now)
         return Decision(accepted=True, status=transitions.release(new, message=message, now=now),
                         event=event)
+    if command.kind is CommandKind.RESOLVE_EFFECT:
+        return _resolve_effect(command=command, slot=slot, now=now)
     message = f"given up by {actor}: {command.reason}"
     new, event = _accept(command=command, status=status, message=message, reason="GaveUp",
                          now=now)
@@ -357,6 +376,19 @@ def _apply_other(*, command: Command, slot: Slot, now: datetime) -> Decision:
     return Decision(accepted=True, status=transitions.fail(new, reason="GaveUp",
                                                            message=message, now=now),
                     event=event)
+
+
+def _resolve_effect(*, command: Command, slot: Slot, now: datetime) -> Decision:
+    """The owner's answer recorded: the effect's entry resolved, the condition updated."""
+    assert command.effect_key is not None and command.outcome is not None
+    message = (f"effect key {command.effect_key} resolved {command.outcome} by "
+               f"{command.actor}: {command.reason}")
+    new, event = _accept(command=command, status=slot.status, message=message,
+                         reason=names.EFFECT_RESOLVED_EVENT, now=now)
+    new = _overridden(new, command=command, owner=_give_up_owner(slot.status))
+    return Decision(accepted=True, event=event, status=effectrecords.resolve(
+        new, key=command.effect_key, outcome=command.outcome, reason=command.reason or "",
+        actor=command.actor, result=command.result, slot=slot.metadata.name, now=now))
 
 
 def claim_accepted(status: SlotStatus, *, request_id: str, actor: str | None,

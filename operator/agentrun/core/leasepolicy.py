@@ -11,7 +11,9 @@ changes or goes), at most :data:`~agentrun.api.bounds.MAX_RECORDS` of them, each
 :data:`~agentrun.api.bounds.RECORD_BYTES` bytes, whose JSON document starts with the
 Lease's own attempt number and names its own key (the encoding is canonical:
 ``agentrun.worker.records``), so no record can claim another attempt. CEL cannot parse
-JSON; the rest of a record's shape is checked where it is read. The tombstone seals the
+JSON; the rest of a record's shape is checked where it is read. A record whose key ends
+in ``.resolved`` is the operator's alone (the owner's answer a person recorded for an
+unresolved effect, issue 10 item 5): a holder cannot add one. The tombstone seals the
 records with no write of its own: a predecessor's late record is refused by the tombstone
 check, from ``oldObject`` alone. Everything else
 (creating one, changing any other field, deleting one, touching a tombstone) is the
@@ -73,6 +75,11 @@ def record_checks() -> list[Object]:
                    f"a record ({PREFIX}<key>) is at most {bounds.RECORD_BYTES} bytes of "
                    "canonical JSON that starts with the Lease's attempt number and names "
                    "its own key (write it with agentrun.worker.records)"),
+        validation(f"request.operation != 'UPDATE' || variables.added.all(k, "
+                   f"!k.endsWith('{names.RESOLVED_SUFFIX}'))",
+                   f"a record <key>{names.RESOLVED_SUFFIX} is the owner's answer to an "
+                   "unresolved effect, written by the operator from a person's resolve-effect "
+                   "command: a worker cannot write one"),
     ]
 
 

@@ -13,14 +13,16 @@ Order of concerns, first match wins:
    deleted: wind down (follow an Active attempt to its end, fence it), never claim;
 2. an ended attempt not yet fenced: kill its live pod, tombstone its lease, so that a
    command is judged against the attempt's final record; an Active attempt whose end
-   (pod finished, lease expired) is due is judged before any command;
+   (pod finished, lease expired) is due is judged before any command; then an effect
+   the latest attempt recorded unresolved is shown (``core.effectsteps``), so no
+   command or claim is decided without it;
 3. a pending command (annotations): refused unless its stamping can be believed, then
    rejected when malformed (out of its bounds), else decided into the ledger; then removed;
 4. the slot's first status (``observedGeneration``);
 5. a finished slot: nothing more; the run's deadline: fail the slot;
-6. by state: Pending (dependencies, launch spec), Ready/RetryWait (claim when claimable
-   and the prior attempt is over), Claiming (Lease, Pod, then Active), Active (the
-   attempt table).
+6. by state: Pending (dependencies, launch spec), Ready/RetryWait (claim when claimable,
+   the prior attempt is over and no effect is unresolved), Claiming (Lease, Pod, then
+   Active), Active (the attempt table).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from agentrun.core import (
     attempts,
     commands,
     commandsteps,
+    effectsteps,
     guards,
     inputs,
     selection,
@@ -84,6 +87,11 @@ def _next_step(world: inputs.World) -> actions.Step:
         judged = attemptlife.active_step(world)
         if not isinstance(judged, actions.Wait):
             return judged
+    # An effect the worker left unresolved is shown before anything else is decided, so
+    # that neither a command nor a claim is decided without it (see core.effectsteps).
+    observed = effectsteps.observe_step(world)
+    if observed is not None:
+        return observed
     # The slot's first status is written with the next status write, or on its own
     # when the slot is to wait (its state is visible from creation on).
     seen = world
@@ -119,7 +127,7 @@ def _decide(world: inputs.World) -> actions.Step:
     if status.state is SlotState.PENDING:
         return by_deadline(world, pending_step(world))
     if status.state in (SlotState.READY, SlotState.RETRY_WAIT):
-        return by_deadline(world, claim_step(world))
+        return by_deadline(world, effectsteps.gate(world) or claim_step(world))
     # Every open slot that waits looks again at the run's deadline at the latest: nothing
     # else would wake an Active one whose lease is renewed until then.
     if status.state is SlotState.CLAIMING:

@@ -96,6 +96,10 @@ STATUS = [
     {"name": "held", "expression": "oldObject != null && oldObject.?status.?conditions"
                                    ".orValue([]).exists(c, c.type == 'Held' && "
                                    "c.status == 'True')"},
+    {"name": "unresolved", "expression": "oldObject != null && oldObject.?status.?conditions"
+                                         ".orValue([]).exists(c, c.type == "
+                                         f"'{names.EFFECT_UNRESOLVED_CONDITION}' && "
+                                         "c.status == 'True')"},
     {"name": "attempts", "expression": "oldObject == null ? [] : "
                                        "oldObject.?status.?attempts.orValue([])"},
     {"name": "priorOwner", "expression": "variables.attempts.filter(a, a.pod == "
@@ -152,6 +156,14 @@ FIELD_CHECKS: dict[str, tuple[bool, str, str]] = {
                             f"{matches('{value}', bounds.WORKER_CLASS_PATTERN)}",
                      "{key} must be a worker class name (lower-case letters, digits, '-' and "
                      f"'.', at most {bounds.WORKER_CLASS_CHARS} characters)"),
+    "effect_key": (True, f"{{value}}.size() <= {bounds.STEP_KEY_CHARS} && "
+                         f"{matches('{value}', bounds.STEP_KEY_PATTERN)}",
+                   "{key} is required: the effect's record key as status.effects shows it "
+                   f"(lower-case letters, digits and '-', at most {bounds.STEP_KEY_CHARS})"),
+    "outcome": (True, f"{matches('{value}', bounds.RESOLVE_OUTCOME_PATTERN)}",
+                "{key} is required: applied or not-applied (the effect owner's answer)"),
+    "result": (False, f"bytes({{value}}).size() <= {bounds.RESOLVE_RESULT_BYTES}",
+               f"{{key}} must be at most {bounds.RESOLVE_RESULT_BYTES} bytes (JSON, or text)"),
 }
 
 
@@ -193,7 +205,15 @@ def command_checks(shape: commands.Shape) -> list[Object]:
         checks.append(dynamic_validation(f"{when}oldObject == null || ({state[0]})",
                                f"'{shape.id}: the slot is ' + variables.state + "
                                f"(variables.held ? ' and held' : '') + ': {state[1]}'"))
-    owners = {"Reassign": "variables.priorOwner", "GiveUp": "variables.liveOwner"}.get(
+    if str(shape.kind) == "Claim":
+        checks.append(validation(
+            f"{when}oldObject == null || !variables.unresolved",
+            f"{shape.id}: an effect of this slot is unresolved (condition "
+            f"{names.EFFECT_UNRESOLVED_CONDITION}, status.effects): no attempt may start "
+            f"until its owner's answer is recorded ({names.RESOLVE_EFFECT_ID} and -key, "
+            "-outcome, -reason) or the slot is given up"))
+    owners = {"Reassign": "variables.priorOwner", "GiveUp": "variables.liveOwner",
+              "ResolveEffect": "variables.liveOwner"}.get(
         str(shape.kind))
     if owners:
         checks.append(dynamic_validation(
@@ -215,7 +235,7 @@ def _state_check(shape: commands.Shape) -> tuple[str, str] | None:
                 "a claim needs a Ready or RetryWait slot that is not held")
     if kind == "Release":
         return ("variables.held", "only a held slot can be released")
-    if kind in ("Hold", "GiveUp"):
+    if kind in ("Hold", "GiveUp", "ResolveEffect"):
         return (f"!(variables.state in {TERMINAL})", "the slot has already finished")
     return None
 

@@ -7,10 +7,18 @@ there: publishing a report, charging a card. Terms:
   the slot, the effect's key]; the same in every attempt, so the owner can deduplicate a re-send.
 - *fencing token*: the attempt number; owners reject tokens lower than the highest seen,
   so a stale attempt cannot slip an effect in after its successor spoke.
+- *owner*: a short name of the service that owns the effect (default: the effect's name),
+  recorded in the intent and the unresolved record so a person knows whom to ask.
 - *intent* / *outcome*: records ``<key>.intent`` (committed BEFORE the call) and
   ``<key>.outcome`` (after it) on the attempt's Lease; ``<key>.unresolved`` says the
-  attempt stopped on an effect nobody could answer for (what the operator will show as
-  the slot condition ``EffectUnresolved``, a later part of issue 10).
+  attempt stopped on an effect nobody could answer for (the operator shows it as the
+  slot condition ``EffectUnresolved`` and starts no attempt until a person records the
+  owner's answer with the resolve-effect command); ``<key>.resolved``, written by the
+  operator on a later attempt's Lease, is that answer: *applied* (its result is committed
+  as the outcome, never called) or *not applied* (re-sent with the same key under this
+  attempt's own intent). Without it, ``.unresolved`` still stops the attempt. An answer
+  counts only for the unresolved record it names, and only while no later intent was
+  committed (a successor that re-sent and stopped again needs a new answer).
 - *ambiguous*: an intent without an outcome. The call may or may not have reached the
   owner; only the owner knows. The successor must ask it (``reconcile(key)``) before
   anything else touches the effect: *applied* (with the result: recorded, never re-sent),
@@ -35,13 +43,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentrun.api import bounds
+from agentrun.api import bounds, names
 from agentrun.worker import prefix, records
 
 JSON = records.JSON
 INTENT, OUTCOME, UNRESOLVED = "intent", "outcome", "unresolved"
 DEFAULT_WAIT_SECONDS = 300.0  # how long "in progress" is waited out before stopping
 DEFAULT_POLL_SECONDS = 5.0
+RESOLVED = names.RESOLVED_SUFFIX.lstrip(".")
+OWNER_ANSWERED_UNKNOWN, NO_RECONCILE = "owner-answered-unknown", "no-reconcile"  # causes
 
 
 class Live(Protocol):
@@ -107,12 +117,18 @@ def idempotency_key(*, run_uid: str, slot: str, key: str) -> str:
 
 def decide(*, intent: bool, outcome: bool, unresolved: bool, can_reconcile: bool,
            answer: Answer | None = None, waited_seconds: float = 0.0,
-           wait_seconds: float = DEFAULT_WAIT_SECONDS) -> Step:
+           wait_seconds: float = DEFAULT_WAIT_SECONDS, resolved: Answer | None = None) -> Step:
     """The next step for one effect, from what the trusted prefix holds and, once asked,
-    the owner's ``answer`` (``waited_seconds`` since the first "in progress")."""
+    the owner's ``answer`` (``waited_seconds`` since the first "in progress");
+    ``resolved``: the answer a person recorded for its unresolved record (resolve-effect),
+    applied or not applied; any other value is no answer."""
     if outcome:
         return Step.RETURN_OUTCOME
     if unresolved:
+        if resolved is Answer.APPLIED:
+            return Step.RECORD_APPLIED
+        if resolved is Answer.NOT_APPLIED:
+            return Step.RESEND
         return Step.STOP_UNRESOLVED
     if not intent:
         return Step.CALL
@@ -155,45 +171,74 @@ class Ledger:
             key=f"{key}.{suffix}", kind=kind, attempt=self.token, payload=payload,
             store=self.steps.store))
 
-    def _call(self, *, key: str, name: str, idem: str, call: Call) -> JSON:
+    def _call(self, *, key: str, name: str, idem: str, call: Call, owner: str) -> JSON:
         self.keeper.ensure_live()
         self._commit(key, INTENT, records.Kind.EFFECT_INTENT,
-                     {"effect": name, "idempotencyKey": idem, "fencingToken": self.token})
+                     {"effect": name, "idempotencyKey": idem, "fencingToken": self.token,
+                      "owner": owner})
         self.keeper.ensure_live()
         result = call(idem, self.token)
         self._commit(key, OUTCOME, records.Kind.EFFECT_OUTCOME,
                      {"answer": str(Answer.APPLIED), "result": result, "via": "call"})
         return result
 
-    def _stop(self, *, key: str, name: str, idem: str, why: str) -> AmbiguousEffect:
+    def _stop(self, *, key: str, name: str, idem: str, why: str, cause: str,
+              owner: str) -> AmbiguousEffect:
         self._commit(key, UNRESOLVED, records.Kind.DECISION,
-                     {"effect": name, "idempotencyKey": idem,
+                     {"effect": name, "idempotencyKey": idem, "owner": owner, "cause": cause,
                       "reason": bounds.clip(why, limit=bounds.RECORD_MESSAGE_CHARS)})
         return AmbiguousEffect(f"effect {name} ({key}, idempotency key {idem}): {why}",
                                key=key, idempotency_key=idem)
 
+    def resolution(self, key: str) -> tuple[bool, Reconciled | None]:
+        """(whether ``key`` is unresolved for this attempt, the person's answer if any).
+
+        Unresolved: a ``.unresolved`` record and no intent committed after it. The answer
+        is the ``.resolved`` record naming that very unresolved record's attempt.
+        """
+        found = self.steps.prefix
+        stopped, intent = found.get(f"{key}.{UNRESOLVED}"), found.get(f"{key}.{INTENT}")
+        if stopped is None or (intent is not None and intent.attempt > stopped.attempt):
+            return False, None
+        done, payload = self.steps.committed(f"{key}.{RESOLVED}")
+        if not done or not isinstance(payload, dict) or payload.get(
+                "unresolvedAttempt") != stopped.attempt:
+            return True, None
+        answer = payload.get("answer")
+        if answer not in (Answer.APPLIED, Answer.NOT_APPLIED):
+            return True, None
+        return True, Reconciled(answer=Answer(answer), result=payload.get("result"))
+
     def effect(self, name: str, *, key: str, call: Call,
-               reconcile: Reconcile | None = None) -> JSON:
+               reconcile: Reconcile | None = None, owner: str | None = None) -> JSON:
         """Perform the effect ``name`` once per slot, or return its recorded result.
 
         ``call(idempotency_key, fencing_token)`` sends it to the owner; ``reconcile
-        (idempotency_key)`` asks the owner what became of it. Raises
-        :class:`EffectStopped` when the attempt must stop (see the module docstring).
+        (idempotency_key)`` asks the owner what became of it; ``owner`` names the service
+        that owns the effect (at most 63 characters; default ``name``), for the person
+        who may have to ask it. Raises :class:`EffectStopped` when the attempt must stop
+        (see the module docstring).
         """
         records.check_step_key(key)
+        owner = name if owner is None else owner
+        if not owner.strip() or len(owner) > bounds.EFFECT_NAME_CHARS:
+            raise ValueError(f"effect {name}: owner {owner[:80]!r} must be a non-blank name "
+                             f"of at most {bounds.EFFECT_NAME_CHARS} characters")
         idem = idempotency_key(run_uid=self.run_uid, slot=self.slot, key=key)
         found = self.steps.prefix
-        has = {suffix: found.get(f"{key}.{suffix}") is not None
-               for suffix in (INTENT, OUTCOME, UNRESOLVED)}
+        unresolved, reconciled = self.resolution(key)
+        has = {INTENT: found.get(f"{key}.{INTENT}") is not None,
+               OUTCOME: found.get(f"{key}.{OUTCOME}") is not None, UNRESOLVED: unresolved}
+        resolved = None if reconciled is None else reconciled.answer
+        via = "resolve-effect" if reconciled is not None else "reconcile"
         answer: Answer | None = None
-        reconciled: Reconciled | None = None
         first_wait: float | None = None
         while True:
             waited = 0.0 if first_wait is None else self.monotonic() - first_wait
             step = decide(intent=has[INTENT], outcome=has[OUTCOME],
                           unresolved=has[UNRESOLVED], can_reconcile=reconcile is not None,
                           answer=answer, waited_seconds=waited,
-                          wait_seconds=self.wait_seconds)
+                          wait_seconds=self.wait_seconds, resolved=resolved)
             if step is Step.RETURN_OUTCOME:
                 done, outcome = self.steps.committed(f"{key}.{OUTCOME}")
                 if not done or not isinstance(outcome, dict):
@@ -207,16 +252,18 @@ class Ledger:
                                       "for the owner's answer (resolve-effect)", key=key,
                                       idempotency_key=idem)
             if step in (Step.CALL, Step.RESEND):
-                return self._call(key=key, name=name, idem=idem, call=call)
+                return self._call(key=key, name=name, idem=idem, call=call, owner=owner)
             if step is Step.STOP_AMBIGUOUS:
-                why = ("the owner answered unknown" if answer is Answer.UNKNOWN else
+                unknown = answer is Answer.UNKNOWN
+                why = ("the owner answered unknown" if unknown else
                        "an intent without an outcome, and no reconcile to ask the owner")
-                raise self._stop(key=key, name=name, idem=idem, why=why)
+                raise self._stop(key=key, name=name, idem=idem, why=why, owner=owner,
+                                 cause=OWNER_ANSWERED_UNKNOWN if unknown else NO_RECONCILE)
             if step is Step.RECORD_APPLIED:
                 assert reconciled is not None
                 self._commit(key, OUTCOME, records.Kind.EFFECT_OUTCOME,
                              {"answer": str(Answer.APPLIED), "result": reconciled.result,
-                              "via": "reconcile"})
+                              "via": via})
                 return reconciled.result
             if step is Step.STOP_IN_PROGRESS:
                 raise EffectStillInProgress(

@@ -23,11 +23,15 @@ from agentrun.core import commands
 
 pytestmark = pytest.mark.serial
 
-GOOD = {"reason": "the worker died", "worker_class": "cpu", "run": "study"}
+GOOD = {"reason": "the worker died", "worker_class": "cpu", "run": "study",
+        "effect_key": "publish", "outcome": "applied", "result": '{"url": "r/1"}'}
 AT_BOUND = {
     "id": ["r" * bounds.REQUEST_ID_CHARS, "a.b_c:d@e/f+g=h-1", "7"],
     "reason": ["x" * bounds.REASON_BYTES, "é" * (bounds.REASON_BYTES // 2)],
     "worker_class": ["c" * bounds.WORKER_CLASS_CHARS, "gpu.large-2"],
+    "effect_key": ["k" * bounds.STEP_KEY_CHARS, "a-1"],
+    "outcome": ["not-applied"],
+    "result": ["r" * bounds.RESOLVE_RESULT_BYTES, "é" * (bounds.RESOLVE_RESULT_BYTES // 2)],
 }
 PAST_BOUND = {
     "id": ["r" * (bounds.REQUEST_ID_CHARS + 1), "no spaces!", "-leading", "trailing.", "  "],
@@ -35,6 +39,10 @@ PAST_BOUND = {
     "worker_class": ["c" * (bounds.WORKER_CLASS_CHARS + 1), "GPU!", "cpu-", "a_b"],
     "run": ["r" * (bounds.RUN_CHARS + 1), "Study", "study.", ""],
     "tenant": ["t" * (bounds.TENANT_CHARS + 1), "a tenant", "-x"],
+    "effect_key": ["k" * (bounds.STEP_KEY_CHARS + 1), "Publish", "a.b", "-x", ""],
+    "outcome": ["maybe", "Applied", ""],
+    "result": ["r" * (bounds.RESOLVE_RESULT_BYTES + 1),
+               "é" * (bounds.RESOLVE_RESULT_BYTES // 2 + 1)],
 }
 
 

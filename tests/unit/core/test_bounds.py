@@ -35,6 +35,8 @@ from agentrun.api.slots import (
     AttemptRecord,
     CommandKind,
     CommandRecord,
+    EffectEntry,
+    EffectState,
     Outcome,
     PinnedLaunchSpec,
     Predicate,
@@ -89,6 +91,14 @@ def worst_case_status() -> SlotStatus:
         commands=[command] * COMMANDS_KEPT,
         conditions=[condition.model_copy(update={"type": f"{i:03d}" + "t" * 313})
                     for i in range(MAX_CONDITIONS)],
+        effects=[EffectEntry(key="k" * bounds.STEP_KEY_CHARS, attempt=bounds.MAX_ATTEMPT_NUMBER,
+                             effect=short, idempotency_key="0" * 64, owner=short,
+                             reason=text(bounds.RECORD_MESSAGE_CHARS), cause=short,
+                             state=EffectState.RESOLVED, observed_at=moment,
+                             outcome="not-applied", result=text(bounds.RESOLVE_RESULT_BYTES),
+                             resolution=text(bounds.REASON_BYTES),
+                             actor=text(bounds.ACTOR_CHARS), resolved_at=moment)]
+        * bounds.EFFECTS_KEPT,
         observed_generation=2**63 - 1)
 
 
@@ -116,6 +126,7 @@ GARBAGE = {
     "reassign": {"reason": HUGE, "worker_class": HUGE, "run": HUGE, "tenant": HUGE},
     "hold": {"reason": text(200_000)},
     "give-up": {"reason": HUGE},
+    "resolve-effect": {"key": HUGE, "outcome": HUGE, "reason": HUGE, "result": HUGE},
     "claim": {},
     "release": {},
 }
@@ -165,7 +176,8 @@ def test_a_stream_of_worst_case_commands_keeps_the_slot_under_its_bound(variant:
         assert len((entry.reason or "").encode()) <= bounds.REASON_BYTES
         assert len(entry.actor or "") <= bounds.ACTOR_CHARS
         assert len(entry.message) <= bounds.RECORD_MESSAGE_CHARS
-        if entry.kind in (CommandKind.REASSIGN, CommandKind.HOLD, CommandKind.GIVE_UP):
+        if entry.kind in (CommandKind.REASSIGN, CommandKind.HOLD, CommandKind.GIVE_UP,
+                          CommandKind.RESOLVE_EFFECT):
             assert entry.outcome == "Rejected"  # every one of them carries garbage
     for condition in world.slot.status.conditions:
         assert len(condition.message) <= bounds.MESSAGE_CHARS

@@ -1,0 +1,155 @@
+"""The durable records' encoding and decoding: one codec for the SDK and the operator.
+
+A *record* is one small JSON document stored as the annotation
+``record.agentrun.dev/<key>`` of an attempt's Lease (``agentrun.worker.records`` writes
+them; the operator reads an effect's ``<key>.unresolved`` and writes ``<key>.resolved``
+on a successor's Lease, issue 10 item 5). Pure: no I/O, so ``agentrun.core`` may use it
+and the worker's module re-exports it (one decoder).
+
+Canonical encoding: JSON with sorted keys and no spaces, so the document starts with
+``{"attempt":<n>,`` (the field admission checks) and equal records are equal strings.
+:func:`decode` checks everything admission cannot (the shape, the key matching the
+annotation, the attempt matching the Lease's label, the inline payload's digest).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentrun.api import bounds, names
+
+JSON = Any  # a JSON value: what json.loads returns
+PREFIX = bounds.RECORD_ANNOTATION_PREFIX
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+
+class Kind(enum.StrEnum):
+    CHECKPOINT = "checkpoint"
+    DECISION = "decision"
+    SOURCE_NOTES = "source-notes"
+    STEP_RESULT = "step-result"
+    EFFECT_INTENT = "effect-intent"
+    EFFECT_OUTCOME = "effect-outcome"
+
+
+class RecordError(ValueError):
+    """A record that cannot be made, read or trusted; the message says which and why."""
+
+
+class Record(BaseModel):
+    """One record as stored. ``inline`` xor ``ref`` holds the payload; ``size`` is the
+    byte length of its canonical JSON and ``digest`` that text's sha256 (hex)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    attempt: int = Field(ge=1, le=bounds.MAX_ATTEMPT_NUMBER)
+    digest: str = Field(pattern=SHA256_PATTERN)
+    inline: JSON = None
+    key: str = Field(max_length=bounds.RECORD_KEY_CHARS, pattern=bounds.RECORD_KEY_PATTERN)
+    kind: Kind
+    ref: str | None = Field(default=None, max_length=bounds.PAYLOAD_URI_CHARS)
+    size: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> Record:
+        if self.ref is not None and self.inline is not None:
+            raise ValueError("a record holds its payload inline or by reference, not both")
+        if self.ref is None and self.size > bounds.INLINE_PAYLOAD_BYTES:
+            raise ValueError(f"an inline payload is at most {bounds.INLINE_PAYLOAD_BYTES} "
+                             "bytes; store a larger one by reference")
+        return self
+
+    @property
+    def annotation(self) -> str:
+        return PREFIX + self.key
+
+
+def canonical(value: JSON) -> bytes:
+    """The one byte form of a JSON value: sorted keys, no spaces, UTF-8."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError) as error:
+        raise RecordError(f"a record's payload must be plain JSON: {error}") from None
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_key(key: str) -> str:
+    """``key`` if it can name a record (an annotation name after the prefix), else why not."""
+    if len(key) > bounds.RECORD_KEY_CHARS or not re.fullmatch(bounds.RECORD_KEY_PATTERN, key):
+        raise RecordError(f"record key {key[:80]!r} must be at most {bounds.RECORD_KEY_CHARS} "
+                          "characters: lower-case letters, digits, '-' and '.', starting and "
+                          "ending with a letter or digit")
+    return key
+
+
+def check_step_key(key: str) -> str:
+    """``key`` if a worker may name a step or an effect by it: no '.', which the SDK's own
+    suffixes (``<key>.intent``) use, so a step never collides with an effect's record."""
+    if len(key) > bounds.STEP_KEY_CHARS or not re.fullmatch(bounds.STEP_KEY_PATTERN, key):
+        raise RecordError(f"step key {key[:80]!r} must be at most {bounds.STEP_KEY_CHARS} "
+                          "characters: lower-case letters, digits and '-', starting and "
+                          "ending with a letter or digit")
+    return key
+
+
+def encode(record: Record) -> str:
+    """The annotation value: canonical JSON, at most :data:`bounds.RECORD_BYTES` bytes."""
+    text = canonical(record.model_dump(mode="json", exclude_none=True)).decode()
+    assert text.startswith('{"attempt":'), text[:20]  # what admission checks first
+    if len(text.encode()) > bounds.RECORD_BYTES:
+        raise RecordError(f"record {record.key} encodes to {len(text.encode())} bytes; at "
+                          f"most {bounds.RECORD_BYTES} fit an annotation (a shorter URI?)")
+    return text
+
+
+def decode(*, annotation: str, value: str, attempt: int) -> Record:
+    """The record stored as ``annotation``: ``value`` on the Lease of attempt ``attempt``.
+
+    Raises :class:`RecordError` unless it is a well-formed record of that very key and
+    attempt whose inline payload matches its digest (a reference is verified on load).
+    """
+    key = annotation.removeprefix(PREFIX)
+    try:
+        record = Record.model_validate_json(value)
+    except ValidationError as error:
+        raise RecordError(f"record {key} of attempt {attempt} is malformed: "
+                          f"{bounds.clip(str(error), limit=bounds.MESSAGE_CHARS)}") from None
+    if record.key != key or record.attempt != attempt:
+        raise RecordError(f"record {key} of attempt {attempt} names key {record.key} of "
+                          f"attempt {record.attempt}: it is not this Lease's record")
+    if record.ref is None and (
+            digest(canonical(record.inline)) != record.digest or record.size != len(
+                canonical(record.inline))):
+        raise RecordError(f"record {key} of attempt {attempt}: its inline payload does not "
+                          "match its digest")
+    return record
+
+
+def on_lease(lease: Mapping[str, Any]) -> tuple[dict[str, Record], list[str]]:
+    """The records of one attempt Lease (by key), and why any found could not be read."""
+    metadata = lease.get("metadata") or {}
+    label = (metadata.get("labels") or {}).get(names.ATTEMPT_LABEL, "")
+    attempt = int(label) if str(label).isdigit() else 0
+    found: dict[str, Record] = {}
+    problems: list[str] = []
+    for annotation, value in sorted((metadata.get("annotations") or {}).items()):
+        if not annotation.startswith(PREFIX):
+            continue
+        try:
+            record = decode(annotation=annotation, value=value, attempt=attempt)
+        except RecordError as error:
+            problems.append(str(error))
+            continue
+        found[record.key] = record
+    return found, problems

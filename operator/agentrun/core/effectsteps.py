@@ -1,0 +1,42 @@
+"""The slot steps of unresolved effects (issue 10, item 5): observe them, and hold claims.
+
+:func:`observe_step` writes an effect the slot's latest attempt recorded as unresolved
+(``<key>.unresolved`` on its Lease) into ``status.effects`` with the condition
+``EffectUnresolved`` and a Warning Event, once. :func:`gate` keeps a Ready or RetryWait
+slot from claiming while one is open. The decisions are :mod:`agentrun.core.effectrecords`'s.
+
+Why nothing is missed before a claim: a claim of a slot whose attempt ended starts only
+after that attempt's Lease was tombstoned (``attemptlife.fence_step``), under a
+``resourceVersion`` precondition on the Lease read; records are write-once and the
+tombstone seals them, so the Lease the claim is decided on holds every record the worker
+committed, and this step, ahead of the claim in :func:`agentrun.core.steps.next_step`,
+has seen them.
+"""
+
+from __future__ import annotations
+
+from agentrun.api import names
+from agentrun.api.slots import TERMINAL_STATES
+from agentrun.core import actions, effectrecords, guards, inputs
+
+
+def observe_step(world: inputs.World) -> actions.WriteStatus | None:
+    """Record the latest attempt's newly seen unresolved effects, or None."""
+    status = world.slot.status
+    objects = world.attempt
+    if status.state in TERMINAL_STATES or objects is None or objects.name not in (
+            status.active_worker, status.prior_worker):
+        return None
+    name = world.slot.metadata.name
+    new, found = effectrecords.observed(status, lease=objects.lease, slot=name, now=world.now)
+    if not found:
+        return None
+    message = "; ".join(effectrecords.describe(entry, slot=name) for entry in found)
+    return actions.WriteStatus(status=new, point="effect-unresolved", event=guards.Event(
+        type="Warning", reason=names.EFFECT_UNRESOLVED_CONDITION, message=message))
+
+
+def gate(world: inputs.World) -> actions.Wait | None:
+    """A Wait while an effect is open (no automatic claim), else None."""
+    why = effectrecords.blocking(world.slot.status, slot=world.slot.metadata.name)
+    return None if why is None else actions.Wait(message=why)
