@@ -155,3 +155,75 @@ def kill_on_node(pid: int, *, pod_uid: str) -> None:
     cgroups = Path(f"/proc/{pid}/cgroup").read_text()
     assert pod_uid in cgroups or pod_uid.replace("-", "_") in cgroups, cgroups
     os.kill(pid, signal.SIGKILL)
+
+
+# -- the example agent on the node (tests/integration/node/test_interruptions.py) ------
+
+AGENT_COMMAND = ["python3", "-m", "agentrun.examples.research_report"]
+
+
+def agent_configs(scenario: Scenario, *, owner_url: str, name: str = "study") -> None:
+    """Package, a one-node workflow (``research``, class cpu) and bindings whose
+    ``publish.url`` is the test's effect owner, as revision 1 of ``name``."""
+    import yaml
+    from scenarios import workflow
+
+    scenario.config(kind="package", name=name, revision=1, text=yaml.safe_dump(
+        {"outcome": "A sourced report on recovery", "sources": ["leases", "records", "effects"]}))
+    scenario.config(kind="workflow", name=name, revision=1,
+                    text=workflow(("research", "cpu", [])))
+    scenario.config(kind="bindings", name=name, revision=1, text=yaml.safe_dump({
+        "nodes": [{"node": "research", "agent": {"name": "researcher", "revision": "1"}}],
+        "publish": {"url": owner_url}}))
+
+
+def agent_launch_spec(scenario: Scenario, name: str, *, classes: list[str], image: str,
+                      pause: str = "", lease_seconds: int = LEASE_SECONDS) -> Object:
+    """A LaunchSpec whose pods run the example agent (its SDK the only renewer), with the
+    fault hook ``AGENTRUN_EXAMPLE_PAUSE=pause`` (see ``agentrun.examples.faults``)."""
+    container = {"name": "worker", "image": image, "imagePullPolicy": "Never",
+                 "command": AGENT_COMMAND,
+                 "env": [{"name": "AGENTRUN_EXAMPLE_PAUSE", "value": pause}]}
+    body: Object = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
+            "metadata": {"name": name},
+            "spec": {"claim": {"workerClasses": classes},
+                     "lease": {"durationSeconds": lease_seconds},
+                     "startDeadlineSeconds": START_DEADLINE_SECONDS,
+                     "template": {"metadata": {"labels": {"example/spec": name}},
+                                  "spec": {"restartPolicy": "Never",
+                                           "serviceAccountName": WORKER_ACCOUNT,
+                                           "terminationGracePeriodSeconds": 2,
+                                           "containers": [container]}}}}
+    created: Any = scenario.custom.create_namespaced_custom_object(
+        GROUP, VERSION, scenario.namespace, "launchspecs", body)
+    return dict(created)
+
+
+def printed(scenario: Scenario, pod: str) -> list[dict[str, Any]]:
+    """The JSON event lines the pod's container printed so far (others left out)."""
+    logs = scenario.cluster.kubectl("logs", "-n", scenario.namespace, pod)
+    found = []
+    for line in logs.stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and "event" in event:
+            found.append(event)
+    return found
+
+
+def kill_when_paused(scenario: Scenario, node: LocalNode, pod: str, *, point: str,
+                     timeout: float = 90) -> Object:
+    """Wait until ``pod`` prints that it is paused at ``point``, SIGKILL its container on
+    the node, and return the pod once Failed (exit 137)."""
+    wait_pod_phase(scenario, pod, {"Running"}, timeout=timeout)
+    wait_for(lambda: {"event": "paused", "point": point}.items() <= (
+        printed(scenario, pod) or [{}])[-1].items(), timeout=timeout,
+        message=f"pod {pod} paused at {point}")
+    running = scenario.pod(pod)
+    assert running is not None
+    kill_on_node(container_pid(node, running), pod_uid=running["metadata"]["uid"])
+    ended = wait_pod_phase(scenario, pod, {"Succeeded", "Failed"}, timeout=timeout)
+    assert ended["status"]["phase"] == "Failed" and terminated(ended)["exitCode"] == 137
+    return ended
