@@ -203,11 +203,15 @@ def test_the_operator_killed_during_retry_wait_loses_no_attempt(
     published(owner, events)
 
 
+@pytest.mark.parametrize("order", ["one-write", "claim-decided-first"])
 def test_a_reassignment_racing_a_claim_makes_one_successor(
         scenario: Scenario, operator: OperatorProcess, worker_image: str, node: LocalNode,
-        owner: EffectOwner) -> None:
-    """A claim and a reassignment (to gpu) in one write to a RetryWait slot: whichever the
-    operator takes first, one attempt 2 (one pod, one lease), and the ledger has both."""
+        owner: EffectOwner, order: str) -> None:
+    """A claim and a reassignment (to gpu) for a RetryWait slot: one attempt 2 (one pod,
+    one lease) whichever the operator decides first, and the ledger has both. In one
+    write the operator decides the reassignment first (commands.ORDER), so the claim makes
+    attempt 2 from the gpu spec; with the claim decided first, the reassignment finds the
+    slot no longer RetryWait and its ledger entry says so."""
     scenario.grant_editor("alice")
     agent_launch_spec(scenario, "gpu-workers", classes=["gpu"], image=worker_image)
     slot = launched(scenario, owner, image=worker_image, pause="start@1", user="alice",
@@ -221,9 +225,15 @@ def test_a_reassignment_racing_a_claim_makes_one_successor(
     scenario.wait_state(slot, "RetryWait", timeout=60)
 
     claim2, reassign = request_id(), request_id()
-    assert scenario.annotate(slot, user="alice", claim_id=claim2, reassign_id=reassign,
-                             reassign_run="study", reassign_worker_class="gpu",
-                             reassign_reason="racing the claim").returncode == 0
+    reassignment = {"reassign_id": reassign, "reassign_run": "study",
+                    "reassign_worker_class": "gpu", "reassign_reason": "racing the claim"}
+    if order == "one-write":
+        assert scenario.annotate(slot, user="alice", claim_id=claim2,
+                                 **reassignment).returncode == 0
+    else:
+        assert scenario.annotate(slot, user="alice", claim_id=claim2).returncode == 0
+        scenario.wait_ledger(slot, claim2)
+        assert scenario.annotate(slot, user="alice", **reassignment).returncode == 0
     claimed = scenario.wait_ledger(slot, claim2)
     reassigned = scenario.wait_ledger(slot, reassign)
     events = succeeded(scenario, second)
@@ -231,6 +241,7 @@ def test_a_reassignment_racing_a_claim_makes_one_successor(
     pod = scenario.pod(second)
     assert pod is not None
     spec = pod["metadata"]["labels"]["example/spec"]
+    assert reassigned["outcome"] == ("Accepted" if order == "one-write" else "Rejected")
     if reassigned["outcome"] == "Rejected":  # the claim came first: nothing to reopen
         assert reassigned["predicate"] == "NotRetryWait", reassigned
         assert "not RetryWait" in reassigned["message"], reassigned
