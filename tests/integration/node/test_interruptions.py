@@ -83,6 +83,16 @@ def lease_records(scenario: Scenario, lease: str) -> dict[str, records.Record]:
     return committed
 
 
+def row(point: str, owner: EffectOwner, events: list[dict[str, Any]]) -> None:
+    """One row of the interruption table (printed; the closing note quotes them)."""
+    steps = statuses(events)
+    requests = " ".join(f"{r.method}" + (f"(token {r.token})" if r.token else "")
+                        for r in owner.requests)
+    print(f"ROW {point} | successor ran {sum(v == 'ran' for v in steps.values())}, skipped "
+          f"{sum(v == 'skipped' for v in steps.values())} of {len(steps)} steps | owner: "
+          f"{requests} | applied {sorted(owner.applied.values())}")
+
+
 def published(owner: EffectOwner, events: list[dict[str, Any]]) -> str:
     """The one idempotency key the owner applied, once; the events' effect says so too."""
     (key,) = owner.applied
@@ -106,6 +116,7 @@ def test_killed_at_start_the_successor_does_every_step(
     assert [(r.method, r.token) for r in owner.requests] == [("POST", 2)]
     assert key == effects.idempotency_key(run_uid=scenario.agentrun("study")["metadata"]["uid"],
                                           slot=slot, key="publish")
+    row("start", owner, events)
     attempts = scenario.wait_state(slot, "Succeeded")["status"]["attempts"]
     assert [(a["outcome"], a.get("exitCode")) for a in attempts] == [
         ("Failed", 137), ("Succeeded", 0)]
@@ -130,6 +141,7 @@ def test_a_committed_tool_result_is_skipped_and_an_uncommitted_one_repeated(
     assert mine["source-2"].kind is records.Kind.SOURCE_NOTES
     published(owner, events)
     assert [(r.method, r.token) for r in owner.requests] == [("POST", 2)]
+    row("before-commit:source-2", owner, events)
 
 
 def test_killed_after_the_intent_the_successor_reconciles_then_resends_the_same_key(
@@ -152,6 +164,7 @@ def test_killed_after_the_intent_the_successor_reconciles_then_resends_the_same_
     assert published(owner, events) == intent["idempotencyKey"]
     outcome = records.payload(lease_records(scenario, second)["publish.outcome"], store=None)
     assert isinstance(outcome, dict) and outcome["via"] == "call"
+    row("after-intent:publish", owner, events)
 
 
 def test_killed_after_the_call_the_successor_reconciles_and_never_resends(
@@ -174,6 +187,7 @@ def test_killed_after_the_call_the_successor_reconciles_and_never_resends(
     assert published(owner, events) == sent.key
     outcome = records.payload(lease_records(scenario, second)["publish.outcome"], store=None)
     assert isinstance(outcome, dict) and outcome["via"] == "reconcile"
+    row("after-call:publish", owner, events)
 
 
 def test_the_operator_killed_during_retry_wait_loses_no_attempt(
@@ -201,6 +215,7 @@ def test_the_operator_killed_during_retry_wait_loses_no_attempt(
     assert scenario.pods() == [first, second] and scenario.leases() == [first, second]
     assert statuses(events) == dict.fromkeys(STEPS, "ran")
     published(owner, events)
+    row("retry wait: operator SIGKILLed", owner, events)
 
 
 @pytest.mark.parametrize("order", ["one-write", "claim-decided-first"])
@@ -254,4 +269,5 @@ def test_a_reassignment_racing_a_claim_makes_one_successor(
     assert final["attemptCount"] == 2
     assert scenario.pods() == [first, second] and scenario.leases() == [first, second]
     published(owner, events)
+    row(f"retry wait: reassignment racing a claim ({order})", owner, events)
 
