@@ -50,6 +50,13 @@ def real_launch_spec(scenario: Scenario, name: str, *, classes: list[str], image
     """A LaunchSpec whose pods run ``script`` under the lease renewer, on the node."""
     container = {"name": "worker", "image": image, "imagePullPolicy": "Never",
                  "command": ["agentrun-worker", "run", "--", "python3", "-c", script]}
+    return node_launch_spec(scenario, name, classes=classes, container=container,
+                            lease_seconds=lease_seconds)
+
+
+def node_launch_spec(scenario: Scenario, name: str, *, classes: list[str],
+                     container: Object, lease_seconds: int = LEASE_SECONDS) -> Object:
+    """A LaunchSpec whose pods run ``container`` on the node as the worker account."""
     body: Object = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
             "metadata": {"name": name},
             "spec": {"claim": {"workerClasses": classes},
@@ -184,19 +191,8 @@ def agent_launch_spec(scenario: Scenario, name: str, *, classes: list[str], imag
     container = {"name": "worker", "image": image, "imagePullPolicy": "Never",
                  "command": AGENT_COMMAND,
                  "env": [{"name": "AGENTRUN_EXAMPLE_PAUSE", "value": pause}]}
-    body: Object = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
-            "metadata": {"name": name},
-            "spec": {"claim": {"workerClasses": classes},
-                     "lease": {"durationSeconds": lease_seconds},
-                     "startDeadlineSeconds": START_DEADLINE_SECONDS,
-                     "template": {"metadata": {"labels": {"example/spec": name}},
-                                  "spec": {"restartPolicy": "Never",
-                                           "serviceAccountName": WORKER_ACCOUNT,
-                                           "terminationGracePeriodSeconds": 2,
-                                           "containers": [container]}}}}
-    created: Any = scenario.custom.create_namespaced_custom_object(
-        GROUP, VERSION, scenario.namespace, "launchspecs", body)
-    return dict(created)
+    return node_launch_spec(scenario, name, classes=classes, container=container,
+                            lease_seconds=lease_seconds)
 
 
 def printed(scenario: Scenario, pod: str) -> list[dict[str, Any]]:

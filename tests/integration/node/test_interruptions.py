@@ -62,6 +62,14 @@ def launched(scenario: Scenario, owner: EffectOwner, *, image: str, pause: str,
     return scenario.slot_name_eventually("study", "research")
 
 
+def interrupted(scenario: Scenario, owner: EffectOwner, node: LocalNode, *, image: str,
+                point: str, **run: Any) -> tuple[str, str, str]:
+    """A run whose attempt 1 was SIGKILLed at ``point``: its slot, attempts 1 and 2."""
+    slot = launched(scenario, owner, image=image, pause=f"{point}@1", **run)
+    kill_when_paused(scenario, node, f"{slot}-1", point=point)
+    return slot, f"{slot}-1", f"{slot}-2"
+
+
 def succeeded(scenario: Scenario, pod: str) -> list[dict[str, Any]]:
     """The events of ``pod``, once it has succeeded."""
     ended = wait_pod_phase(scenario, pod, {"Succeeded", "Failed"}, timeout=150)
@@ -101,12 +109,22 @@ def published(owner: EffectOwner, events: list[dict[str, Any]]) -> str:
     return key
 
 
+def settled(scenario: Scenario, owner: EffectOwner, events: list[dict[str, Any]], *,
+            lease: str, key: str, answer: str, via: str) -> None:
+    """The successor asked the owner once (``answer``), settled the effect by ``via``,
+    recorded that as the outcome on its ``lease``, and ``key`` was applied once."""
+    assert [e.get("answer") for e in events if e["event"] == "effect-reconciled"] == [answer]
+    assert [e["via"] for e in events if e["event"] == "effect"] == [via]
+    assert published(owner, events) == key
+    outcome = records.payload(lease_records(scenario, lease)["publish.outcome"], store=None)
+    assert isinstance(outcome, dict) and outcome["via"] == via
+
+
 def test_killed_at_start_the_successor_does_every_step(
         scenario: Scenario, operator: OperatorProcess, worker_image: str, node: LocalNode,
         owner: EffectOwner) -> None:
-    slot = launched(scenario, owner, image=worker_image, pause="start@1")
-    first, second = f"{slot}-1", f"{slot}-2"
-    kill_when_paused(scenario, node, first, point="start")
+    slot, first, second = interrupted(scenario, owner, node, image=worker_image,
+                                      point="start")
     assert [e["event"] for e in printed(scenario, first)] == ["started", "paused"]
 
     events = succeeded(scenario, second)
@@ -125,9 +143,8 @@ def test_killed_at_start_the_successor_does_every_step(
 def test_a_committed_tool_result_is_skipped_and_an_uncommitted_one_repeated(
         scenario: Scenario, operator: OperatorProcess, worker_image: str, node: LocalNode,
         owner: EffectOwner) -> None:
-    slot = launched(scenario, owner, image=worker_image, pause="before-commit:source-2@1")
-    first, second = f"{slot}-1", f"{slot}-2"
-    kill_when_paused(scenario, node, first, point="before-commit:source-2")
+    _, first, second = interrupted(scenario, owner, node, image=worker_image,
+                                   point="before-commit:source-2")
     assert statuses(printed(scenario, first)) == {"source-1": "ran"}  # source-2 obtained
 
     events = succeeded(scenario, second)
@@ -147,9 +164,8 @@ def test_a_committed_tool_result_is_skipped_and_an_uncommitted_one_repeated(
 def test_killed_after_the_intent_the_successor_reconciles_then_resends_the_same_key(
         scenario: Scenario, operator: OperatorProcess, worker_image: str, node: LocalNode,
         owner: EffectOwner) -> None:
-    slot = launched(scenario, owner, image=worker_image, pause="after-intent:publish@1")
-    first, second = f"{slot}-1", f"{slot}-2"
-    kill_when_paused(scenario, node, first, point="after-intent:publish")
+    _, first, second = interrupted(scenario, owner, node, image=worker_image,
+                                   point="after-intent:publish")
     assert owner.requests == []  # the call never left attempt 1
     intent = records.payload(lease_records(scenario, first)["publish.intent"], store=None)
     assert isinstance(intent, dict) and intent["fencingToken"] == 1
@@ -158,21 +174,16 @@ def test_killed_after_the_intent_the_successor_reconciles_then_resends_the_same_
     assert set(statuses(events).values()) == {"skipped"}
     assert [(r.method, r.key, r.token) for r in owner.requests] == [
         ("GET", intent["idempotencyKey"], None), ("POST", intent["idempotencyKey"], 2)]
-    assert [e.get("answer") for e in events if e["event"] == "effect-reconciled"] == [
-        "not-applied"]
-    assert [e["via"] for e in events if e["event"] == "effect"] == ["call"]
-    assert published(owner, events) == intent["idempotencyKey"]
-    outcome = records.payload(lease_records(scenario, second)["publish.outcome"], store=None)
-    assert isinstance(outcome, dict) and outcome["via"] == "call"
+    settled(scenario, owner, events, lease=second, key=intent["idempotencyKey"],
+            answer="not-applied", via="call")
     row("after-intent:publish", owner, events)
 
 
 def test_killed_after_the_call_the_successor_reconciles_and_never_resends(
         scenario: Scenario, operator: OperatorProcess, worker_image: str, node: LocalNode,
         owner: EffectOwner) -> None:
-    slot = launched(scenario, owner, image=worker_image, pause="after-call:publish@1")
-    first, second = f"{slot}-1", f"{slot}-2"
-    kill_when_paused(scenario, node, first, point="after-call:publish")
+    _, first, second = interrupted(scenario, owner, node, image=worker_image,
+                                   point="after-call:publish")
     (sent,) = owner.requests
     assert (sent.method, sent.token, sent.status) == ("POST", 1, 200)
     assert "publish.outcome" not in lease_records(scenario, first)
@@ -180,13 +191,9 @@ def test_killed_after_the_call_the_successor_reconciles_and_never_resends(
     events = succeeded(scenario, second)
     assert [(r.method, r.key) for r in owner.requests] == [("POST", sent.key),
                                                            ("GET", sent.key)]
-    assert [e.get("answer") for e in events if e["event"] == "effect-reconciled"] == [
-        "applied"]
-    assert [e["via"] for e in events if e["event"] == "effect"] == ["reconcile"]
     assert not [e for e in events if e["event"] == "effect-sent"]
-    assert published(owner, events) == sent.key
-    outcome = records.payload(lease_records(scenario, second)["publish.outcome"], store=None)
-    assert isinstance(outcome, dict) and outcome["via"] == "reconcile"
+    settled(scenario, owner, events, lease=second, key=sent.key, answer="applied",
+            via="reconcile")
     row("after-call:publish", owner, events)
 
 
@@ -195,9 +202,8 @@ def test_the_operator_killed_during_retry_wait_loses_no_attempt(
         owner: EffectOwner) -> None:
     """SIGKILL of the operator while the slot waits out its backoff, then a restart: one
     successor (pod and lease ``-2``), attempt 1's record kept, one publication."""
-    slot = launched(scenario, owner, image=worker_image, pause="start@1", initial_backoff=20)
-    first, second = f"{slot}-1", f"{slot}-2"
-    kill_when_paused(scenario, node, first, point="start")
+    slot, first, second = interrupted(scenario, owner, node, image=worker_image,
+                                      point="start", initial_backoff=20)
     waiting = scenario.wait_state(slot, "RetryWait", timeout=60)["status"]
     assert waiting.get("retryAt"), waiting
     assert operator.process is not None
