@@ -59,6 +59,13 @@ def real_launch_spec(scenario: Scenario, name: str, *, classes: list[str], image
     container = {"name": "worker", "image": image, "imagePullPolicy": "Never",
                  "command": ["agentrun-worker", "run", "--", *command] if renewer else command,
                  "env": [{"name": k, "value": v} for k, v in sorted((env or {}).items())]}
+    return node_launch_spec(scenario, name, classes=classes, container=container,
+                            lease_seconds=lease_seconds)
+
+
+def node_launch_spec(scenario: Scenario, name: str, *, classes: list[str],
+                     container: Object, lease_seconds: int = LEASE_SECONDS) -> Object:
+    """A LaunchSpec whose pods run ``container`` on the node as the worker account."""
     body: Object = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
             "metadata": {"name": name},
             "spec": {"claim": {"workerClasses": classes},
@@ -223,3 +230,64 @@ def json_lines(text: str) -> list[dict[str, Any]]:
             with contextlib.suppress(json.JSONDecodeError):
                 found.append(json.loads(line))
     return found
+
+
+# -- the example agent on the node (tests/integration/node/test_interruptions.py) ------
+
+AGENT_COMMAND = ["python3", "-m", "agentrun.examples.research_report"]
+
+
+def agent_configs(scenario: Scenario, *, owner_url: str, name: str = "study") -> None:
+    """Package, a one-node workflow (``research``, class cpu) and bindings whose
+    ``publish.url`` is the test's effect owner, as revision 1 of ``name``."""
+    import yaml
+    from scenarios import workflow
+
+    scenario.config(kind="package", name=name, revision=1, text=yaml.safe_dump(
+        {"outcome": "A sourced report on recovery", "sources": ["leases", "records", "effects"]}))
+    scenario.config(kind="workflow", name=name, revision=1,
+                    text=workflow(("research", "cpu", [])))
+    scenario.config(kind="bindings", name=name, revision=1, text=yaml.safe_dump({
+        "nodes": [{"node": "research", "agent": {"name": "researcher", "revision": "1"}}],
+        "publish": {"url": owner_url}}))
+
+
+def agent_launch_spec(scenario: Scenario, name: str, *, classes: list[str], image: str,
+                      pause: str = "", lease_seconds: int = LEASE_SECONDS) -> Object:
+    """A LaunchSpec whose pods run the example agent (its SDK the only renewer), with the
+    fault hook ``AGENTRUN_EXAMPLE_PAUSE=pause`` (see ``agentrun.examples.faults``)."""
+    container = {"name": "worker", "image": image, "imagePullPolicy": "Never",
+                 "command": AGENT_COMMAND,
+                 "env": [{"name": "AGENTRUN_EXAMPLE_PAUSE", "value": pause}]}
+    return node_launch_spec(scenario, name, classes=classes, container=container,
+                            lease_seconds=lease_seconds)
+
+
+def agent_events(scenario: Scenario, pod: str) -> list[dict[str, Any]]:
+    """The JSON event lines the example agent's pod printed so far (others left out)."""
+    logs = scenario.cluster.kubectl("logs", "-n", scenario.namespace, pod)
+    found = []
+    for line in logs.stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and "event" in event:
+            found.append(event)
+    return found
+
+
+def kill_when_paused(scenario: Scenario, node: LocalNode, pod: str, *, point: str,
+                     timeout: float = 90) -> Object:
+    """Wait until ``pod`` prints that it is paused at ``point``, SIGKILL its container on
+    the node, and return the pod once Failed (exit 137)."""
+    wait_pod_phase(scenario, pod, {"Running"}, timeout=timeout)
+    wait_for(lambda: {"event": "paused", "point": point}.items() <= (
+        agent_events(scenario, pod) or [{}])[-1].items(), timeout=timeout,
+        message=f"pod {pod} paused at {point}")
+    running = scenario.pod(pod)
+    assert running is not None
+    kill_on_node(container_pid(node, running), pod_uid=running["metadata"]["uid"])
+    ended = wait_pod_phase(scenario, pod, {"Succeeded", "Failed"}, timeout=timeout)
+    assert ended["status"]["phase"] == "Failed" and terminated(ended)["exitCode"] == 137
+    return ended

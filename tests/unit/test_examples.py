@@ -10,6 +10,7 @@ API server.
 
 from __future__ import annotations
 
+import importlib
 import pathlib
 from typing import Any
 
@@ -21,6 +22,7 @@ from agentrun.api import configs, crds, launchspecs, names, runs, schema
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "manifests" / "examples"
 NAMESPACE = "agentrun-demo"
+AGENT_MODULE = "agentrun.examples.research_report"
 
 
 def documents() -> list[dict[str, Any]]:
@@ -78,6 +80,19 @@ def test_workflow_nodes_and_bindings_cover_them() -> None:
     bindings = parsed("bindings")
     assert isinstance(bindings, configs.BindingsDocument)
     bindings.check_covers(workflow)
+    assert bindings.publish is not None and bindings.publish.url.startswith("http://")
+
+
+def test_the_agent_module_exists_and_reads_the_example_configuration() -> None:
+    """The module the LaunchSpecs run is importable, and the example's pinned texts give
+    it what it needs (the publish URL, the package's outcome)."""
+    research_report = importlib.import_module(AGENT_MODULE)
+    texts = {kind: configuration(kind)[0]["data"][names.CONFIG_DATA_KEYS[kind]]
+             for kind in names.CONFIG_KINDS}
+    brief = research_report.Brief.from_texts(texts)
+    assert brief.publish_url == parsed("bindings").publish.url
+    assert brief.outcome == parsed("package").outcome
+    assert len(brief.topics) >= 2
 
 
 def test_agentrun_parses_and_names_existing_configuration() -> None:
@@ -103,9 +118,10 @@ def test_launchspecs_parse_and_serve_every_worker_class() -> None:
     assert {"cpu", "gpu"} <= served
 
 
-def test_workers_run_the_project_image_under_the_renewer_as_a_bound_account() -> None:
+def test_workers_run_the_example_agent_in_the_project_image_as_a_bound_account() -> None:
     """What makes the quick start run on the local node: the image ``make cluster`` tags,
-    never pulled, and a service account that may renew leases (``agentrun-worker``)."""
+    never pulled, running the example agent (its SDK renews the lease), and a service
+    account that may renew leases (``agentrun-worker``)."""
     (account,) = of_kind("ServiceAccount")
     (binding,) = of_kind("RoleBinding")
     worker_role = yaml.safe_load((EXAMPLES.parent / "rbac" / "worker.yaml").read_text())
@@ -119,7 +135,7 @@ def test_workers_run_the_project_image_under_the_renewer_as_a_bound_account() ->
         for container in pod["containers"]:
             assert container["image"] == PROJECT_DEV_REF
             assert container["imagePullPolicy"] == "Never"
-            assert container["command"][:3] == ["agentrun-worker", "run", "--"]
+            assert container["command"] == ["python3", "-m", AGENT_MODULE]
 
 
 @pytest.mark.parametrize("kind", ["AgentRun", "LaunchSpec"])

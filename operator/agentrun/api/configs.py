@@ -103,8 +103,19 @@ class NodeBinding(Model):
     attachments: Attachments = Field(default_factory=Attachments)
 
 
+MAX_URL_CHARS = 2048
+
+
+class EffectTarget(Model):
+    """The service an effect goes to (its *owner*): the example agent's ``publish``."""
+
+    url: str = Field(min_length=1, max_length=MAX_URL_CHARS, pattern=r"^https?://[^\s]+$")
+
+
 class BindingsDocument(Model):
     nodes: list[NodeBinding] = Field(min_length=1)
+    # Where the example research-report agent publishes (agentrun.examples); optional.
+    publish: EffectTarget | None = None
 
     def check_covers(self, workflow: WorkflowDocument) -> None:
         """Every workflow node has exactly one binding, and no binding names a stranger."""

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from audit import writes
 from clusters import Cluster
+from effectowner import EffectOwner
 from images import PROJECT_DEV_REF
 from incluster import OPERATOR_USER, InClusterOperator
 from localcluster import NODE_NAME
@@ -29,6 +30,7 @@ from scenarios import Scenario, condition, request_id
 from waiting import wait_for
 from workers import (
     LEASE_SECONDS,
+    agent_events,
     container_pid,
     grant_worker_role,
     kill_on_node,
@@ -41,6 +43,8 @@ from workers import (
     wait_renewed,
     worker_user,
 )
+
+from agentrun.worker import effects
 
 pytestmark = pytest.mark.kubelet
 NODE_USER = f"system:node:{NODE_NAME}"
@@ -221,9 +225,14 @@ def test_worker_killed_on_the_node_ends_its_attempt_failed(
 
 def test_the_examples_run_on_the_node(scenario: Scenario, operator: OperatorProcess,
                                       node: LocalNode) -> None:
-    """``manifests/examples`` as the README applies them (in the test's namespace), with the
-    image ``make cluster`` tags: the research node's worker runs and prints its package."""
+    """``manifests/examples`` as the README applies them (in the test's namespace, the
+    bindings' placeholder publish URL pointed at a test's effect owner), with the image
+    ``make cluster`` tags: the research node's worker runs the example agent, which
+    publishes its report once."""
     node.load_project_image()
+    local = scenario.cluster.local
+    assert local is not None and local.node_ip
+    owner = EffectOwner(host=local.node_ip).start()
     objects = []
     for path in sorted(EXAMPLES.glob("*.yaml")):
         for document in yaml.safe_load_all(path.read_text()):
@@ -232,18 +241,29 @@ def test_the_examples_run_on_the_node(scenario: Scenario, operator: OperatorProc
             document["metadata"]["namespace"] = scenario.namespace
             for subject in document.get("subjects", []):
                 subject["namespace"] = scenario.namespace
+            if "bindings.yaml" in document.get("data", {}):
+                bindings = yaml.safe_load(document["data"]["bindings.yaml"])
+                bindings["publish"]["url"] = owner.url
+                document["data"]["bindings.yaml"] = yaml.safe_dump(bindings)
             objects.append(document)
-    applied = scenario.cluster.kubectl("apply", "-f", "-",
-                                       input="\n".join(json.dumps(o) for o in objects))
-    assert applied.returncode == 0, applied.stderr
-    slot = scenario.slot_name_eventually("research-report", "research")
-    first = f"{slot}-1"
-    pod = wait_pod_phase(scenario, first, {"Succeeded", "Failed"})
-    logs = scenario.cluster.kubectl("logs", "-n", scenario.namespace, first)
-    assert pod["status"]["phase"] == "Succeeded", logs.stdout + logs.stderr
-    assert pod["spec"]["containers"][0]["image"] == PROJECT_DEV_REF
-    assert f"attempt 1 of {slot} (research)" in logs.stdout
-    assert "outcome: A two-page report" in logs.stdout
+    try:
+        applied = scenario.cluster.kubectl("apply", "-f", "-",
+                                           input="\n".join(json.dumps(o) for o in objects))
+        assert applied.returncode == 0, applied.stderr
+        slot = scenario.slot_name_eventually("research-report", "research")
+        first = f"{slot}-1"
+        pod = wait_pod_phase(scenario, first, {"Succeeded", "Failed"})
+        events = agent_events(scenario, first)
+        assert pod["status"]["phase"] == "Succeeded", events
+        assert pod["spec"]["containers"][0]["image"] == PROJECT_DEV_REF
+        assert (events[0]["event"], events[0]["slot"], events[0]["node"]) == (
+            "started", slot, "research")
+        assert events[-1]["event"] == "finished"
+        uid = scenario.agentrun("research-report")["metadata"]["uid"]
+        key = effects.idempotency_key(run_uid=uid, slot=slot, key="publish")
+        assert owner.applied.get(key) == 1
+    finally:
+        owner.stop()
     assert status_writers_of(scenario, [first]) == {NODE_USER}
     (account,) = [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"]
     renewer = f"system:serviceaccount:{scenario.namespace}:{account}"

@@ -1,0 +1,255 @@
+"""The example research-report agent: gather sources → decide → write → publish.
+
+Run as the worker pod's command (``python3 -m agentrun.examples.research_report``; the
+SDK's keeper is its only lease renewer). Every stage is a step of the worker SDK
+(:meth:`agentrun.worker.sdk.Worker.step`), so a successor attempt skips what an earlier
+attempt committed and repeats only what was never externalized:
+
+1. *gather*: one tool call per source topic, each its own step ``source-<n>`` (kind
+   ``source-notes``). Topics: the pinned package's ``sources`` list (at most its
+   ``constraints.maxSources``, and :data:`MAX_SOURCES`), else :data:`DEFAULT_TOPICS`.
+2. *decide*: step ``decision`` (kind ``decision``) from :func:`stand_in_model`, a
+   stand-in for a model whose output varies between attempts (operating-system
+   randomness, seeded by nothing stable): the seed's point that a re-run is not a replay,
+   so what was decided must be committed to be kept.
+3. *write*: step ``report``, the report's text (kept under the inline record bound).
+4. *publish*: the external effect ``publish`` (:meth:`Worker.effect`) at the owner whose
+   URL the pinned bindings name (``publish: {url: ...}``), through
+   :class:`publisher.Publisher`; fenced per ``<run uid>/<slot>``.
+
+It prints one JSON line per event on stdout, for tests and the demo to read:
+``started``; ``step`` (``status``: ``ran`` = done and committed now, ``skipped`` = an
+earlier attempt's record reused, ``repeated`` = a record was found but could not be read
+intact, so it ran again); ``effect-reconciled`` (the owner's answer), ``effect-sent`` (a
+POST the owner answered); ``effect`` (``via``: ``call``, ``reconcile`` or ``recorded`` =
+an earlier attempt's outcome); ``paused`` (the fault hook, :mod:`faults`); ``finished``;
+``stopped`` (exit 3: an effect the worker cannot settle; exit 4: the lease was lost).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import random
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import yaml
+
+from agentrun.api import bounds, configs
+from agentrun.examples import faults
+from agentrun.examples.publisher import Publisher, PublishError
+from agentrun.worker import effects, keeper, prefix, records
+from agentrun.worker.context import Context, PinnedConfig, WorkerContextError
+from agentrun.worker.sdk import Worker
+
+DEFAULT_TOPICS = ("lease fencing for workers", "journaled step results",
+                  "idempotent external effects")
+MAX_SOURCES = 12
+TOPIC_CHARS = 200
+TITLE_CHARS = 80
+# A committed report stays inline on the Lease (no payload store needed in the example).
+REPORT_BYTES = bounds.INLINE_PAYLOAD_BYTES - 64
+ANGLES = ("failure-first", "cost-first", "operator's view", "agent author's view")
+EXIT_CONFIG, EXIT_EFFECT_STOPPED, EXIT_LEASE = 2, 3, 4
+Emit = Callable[[dict[str, Any]], None]
+
+
+class ConfigError(ValueError):
+    """The pinned configuration does not give the agent what it needs (message: what)."""
+
+
+class AgentWorker(Protocol):
+    """What the agent uses of :class:`agentrun.worker.sdk.Worker` (a fake in unit tests)."""
+
+    @property
+    def context(self) -> Context: ...
+
+    @property
+    def steps(self) -> prefix.Steps: ...
+
+    def step(self, key: str, *, do: Callable[[], records.JSON],
+             kind: records.Kind = records.Kind.STEP_RESULT) -> records.JSON: ...
+
+    def effect(self, name: str, *, key: str, call: effects.Call,
+               reconcile: effects.Reconcile | None = None) -> records.JSON: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Brief:
+    """What the pinned configuration asks of this agent."""
+
+    outcome: str
+    topics: tuple[str, ...]
+    publish_url: str
+
+    @classmethod
+    def from_pinned(cls, pinned: Mapping[str, PinnedConfig]) -> Brief:
+        return cls.from_texts({kind: config.text for kind, config in pinned.items()})
+
+    @classmethod
+    def from_texts(cls, texts: Mapping[str, str]) -> Brief:
+        """From the pinned texts by kind (``package``, ``bindings``; others ignored)."""
+        try:
+            package = configs.parse_document("package", yaml.safe_load(texts["package"]))
+            bindings = configs.parse_document("bindings", yaml.safe_load(texts["bindings"]))
+        except (KeyError, ValueError, yaml.YAMLError) as error:
+            raise ConfigError(f"the pinned package and bindings must parse: {error}") from None
+        assert isinstance(package, configs.PackageDocument)
+        assert isinstance(bindings, configs.BindingsDocument)
+        if bindings.publish is None:
+            raise ConfigError("the pinned bindings name no publishing service: add "
+                              "`publish: {url: http://<owner>:<port>}` to bindings.yaml")
+        extra = package.model_extra or {}
+        topics = extra.get("sources") or list(DEFAULT_TOPICS)
+        limit = (extra.get("constraints") or {}).get("maxSources", MAX_SOURCES)
+        if not (isinstance(topics, list) and all(isinstance(t, str) and t for t in topics)
+                and isinstance(limit, int) and limit >= 1):
+            raise ConfigError("the package's `sources` must be a list of topics (text) and "
+                              "`constraints.maxSources` a positive number")
+        if len(topics) > min(limit, MAX_SOURCES):
+            raise ConfigError(f"the package lists {len(topics)} sources; at most "
+                              f"{min(limit, MAX_SOURCES)} (constraints.maxSources, and "
+                              f"{MAX_SOURCES})")
+        return cls(outcome=package.outcome,
+                   topics=tuple(bounds.clip(t, limit=TOPIC_CHARS) for t in topics),
+                   publish_url=bindings.publish.url)
+
+
+def search_tool(topic: str, number: int) -> dict[str, Any]:
+    """The stand-in for a search tool: notes on one source about ``topic``."""
+    return {"source": f"source-{number}", "topic": topic,
+            "note": f"Source {number} on {topic}: what fails, and what a successor needs."}
+
+
+def stand_in_model(notes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The stand-in for a model's decision: an angle and an order of the sources, drawn
+    from the operating system's randomness, so two attempts rarely decide alike."""
+    draw = random.SystemRandom()
+    order = [str(n["source"]) for n in notes]
+    draw.shuffle(order)
+    return {"angle": draw.choice(ANGLES), "order": order, "draw": draw.getrandbits(32)}
+
+
+def write_report(*, outcome: str, decision: Mapping[str, Any],
+                 notes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The report: a title and a text, short enough to stay an inline record."""
+    title = bounds.clip(outcome.strip().splitlines()[0] if outcome.strip() else "Report",
+                        limit=TITLE_CHARS)
+    by_source = {str(n["source"]): n for n in notes}
+    lines = [f"# {title}", "", f"Angle: {decision['angle']}.", ""]
+    lines += [f"- {by_source[s]['note']}" for s in decision["order"] if s in by_source]
+    text = "\n".join(lines)
+    while len(records.canonical({"title": title, "text": text})) > REPORT_BYTES:
+        text = bounds.clip(text, limit=len(text) - 32)
+    return {"title": title, "text": text}
+
+
+@dataclass(kw_only=True)
+class Agent:
+    """One attempt of the agent over ``worker``; ``emit`` prints its event lines."""
+
+    worker: AgentWorker
+    brief: Brief
+    pauses: faults.Pauses
+    emit: Emit
+    tool: Callable[[str, int], dict[str, Any]] = search_tool
+    model: Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]] = stand_in_model
+    via: list[str] = field(default_factory=list)  # what the effect did, in order
+
+    def _step(self, key: str, *, kind: records.Kind, do: Callable[[], Any]) -> Any:
+        def run() -> Any:
+            result = do()
+            self.pauses.at(f"before-commit:{key}")
+            return result
+        result = self.worker.step(key, do=run, kind=kind)
+        steps = self.worker.steps
+        status = ("skipped" if key in steps.done else
+                  "repeated" if key in steps.repeated else "ran")
+        self.emit({"event": "step", "key": key, "kind": str(kind), "status": status})
+        self.pauses.at(f"after-step:{key}")
+        return result
+
+    def run(self) -> dict[str, Any]:
+        """Gather, decide, write, publish; the owner's result of the publication."""
+        notes = [self._step(f"source-{n}", kind=records.Kind.SOURCE_NOTES,
+                            do=functools.partial(self.tool, topic, n))
+                 for n, topic in enumerate(self.brief.topics, start=1)]
+        decision = self._step("decision", kind=records.Kind.DECISION,
+                              do=lambda: self.model(notes))
+        report = self._step("report", kind=records.Kind.STEP_RESULT, do=lambda: write_report(
+            outcome=self.brief.outcome, decision=decision, notes=notes))
+        sha256 = hashlib.sha256(str(report["text"]).encode()).hexdigest()
+        context = self.worker.context
+        owner = Publisher(url=self.brief.publish_url, fence=f"{context.run_uid}/{context.slot}")
+        payload = {"title": report["title"], "sha256": sha256, "chars": len(report["text"])}
+
+        def call(idempotency_key: str, token: int) -> Any:
+            self.pauses.at("after-intent:publish")
+            result = owner.call(idempotency_key, token, payload)
+            self.via.append("call")
+            self.emit({"event": "effect-sent", "effect": "publish",
+                       "idempotencyKey": idempotency_key, "token": token})
+            self.pauses.at("after-call:publish")
+            return result
+
+        def reconcile(idempotency_key: str) -> effects.Reconciled:
+            answer = owner.reconcile(idempotency_key)
+            self.via.append("reconcile")
+            self.emit({"event": "effect-reconciled", "effect": "publish",
+                       "idempotencyKey": idempotency_key, "answer": str(answer.answer)})
+            return answer
+
+        result = self.worker.effect("publish", key="publish", call=call, reconcile=reconcile)
+        self.emit({"event": "effect", "effect": "publish",
+                   "via": self.via[-1] if self.via else "recorded", "result": result})
+        steps = self.worker.steps
+        self.emit({"event": "finished", "report": sha256, "skipped": list(steps.done),
+                   "repeated": list(steps.repeated)})
+        return {"result": result, "report": sha256}
+
+
+def print_event(event: dict[str, Any], *, attempt: int) -> None:
+    print(json.dumps({**event, "attempt": attempt}, sort_keys=True), flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The worker pod's entrypoint (no arguments); the exit code ends the attempt."""
+    if argv:
+        print(f"research_report takes no arguments (got {' '.join(argv)[:80]}); it reads "
+              "its attempt from the environment the operator sets", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        worker = Worker.from_env()
+        attempt = worker.context.attempt
+        emit: Emit = lambda event: print_event(event, attempt=attempt)  # noqa: E731
+        pauses = faults.Pauses.from_spec(
+            faults.environ_spec(), attempt=attempt,
+            announce=lambda point: emit({"event": "paused", "point": point}))
+        brief = Brief.from_pinned(worker.context.pinned)
+    except (WorkerContextError, faults.FaultSpecError, ConfigError) as error:
+        print(f"research_report: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    worker.start()
+    try:
+        c = worker.context
+        emit({"event": "started", "run": c.run, "slot": c.slot, "node": c.node,
+              "token": c.fencing_token})
+        pauses.at("start")
+        Agent(worker=worker, brief=brief, pauses=pauses, emit=emit).run()
+        return 0
+    except effects.EffectStopped as error:
+        emit({"event": "stopped", "why": str(error), "idempotencyKey": error.idempotency_key})
+        return EXIT_EFFECT_STOPPED
+    except (keeper.LeaseLapsed, PublishError) as error:
+        emit({"event": "stopped", "why": f"{type(error).__name__}: {error}"})
+        return EXIT_LEASE if isinstance(error, keeper.LeaseLapsed) else 1
+    finally:
+        worker.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
