@@ -31,7 +31,8 @@ POD_TIMEOUT = 90.0
 @pytest.fixture(scope="session")
 def node(cluster: Cluster) -> LocalNode:
     if cluster.node is None:
-        if os.environ.get("AGENTRUN_TEST_NO_KUBELET") == "1":  # opted out: skip, as the kubelet marker's own check would
+        # opted out: skip, as the kubelet marker's own check would
+        if os.environ.get("AGENTRUN_TEST_NO_KUBELET") == "1":
             pytest.skip(f"needs the local node: {cluster.no_kubelet_reason}")
         pytest.fail(f"needs the local node: {cluster.no_kubelet_reason}", pytrace=False)
     return cluster.node
