@@ -58,15 +58,18 @@ class Worker:
 
     @classmethod
     def from_env(cls, *, api: rest.Rest | None = None,
-                 store: records.PayloadStore | None = None) -> Worker:
+                 store: records.PayloadStore | None = None,
+                 should_renew: keeper.RenewGate | None = None) -> Worker:
         """The worker of this pod (raises :class:`context.WorkerContextError` outside one).
         Nothing is written until :meth:`start`. ``store`` keeps payloads too large to go
-        inline (for example ``records.FsspecStore("file:///mnt/records")``)."""
+        inline (for example ``records.FsspecStore("file:///mnt/records")``);
+        ``should_renew`` is the keeper's renew gate (the sidecar's check-in window)."""
         context = Context.from_env()
         api = api or pod_api()
         return cls(context=context, api=api, store=store, keeper=keeper.Keeper(
             renewer=renewer.Renewer(api=api, namespace=context.namespace,
-                                    lease=context.lease, identity=context.identity)))
+                                    lease=context.lease, identity=context.identity),
+            should_renew=should_renew))
 
     @property
     def steps(self) -> prefix.Steps:
