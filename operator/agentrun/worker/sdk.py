@@ -59,7 +59,7 @@ class Worker:
     @classmethod
     def from_env(cls, *, api: rest.Rest | None = None,
                  store: records.PayloadStore | None = None,
-                 should_renew: keeper.RenewGate | None = None) -> Worker:
+                 should_renew: Callable[[], str | None] | None = None) -> Worker:
         """The worker of this pod (raises :class:`context.WorkerContextError` outside one).
         Nothing is written until :meth:`start`. ``store`` keeps payloads too large to go
         inline (for example ``records.FsspecStore("file:///mnt/records")``);
