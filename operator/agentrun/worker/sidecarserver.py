@@ -25,6 +25,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 
+from agentrun.api import launchspecs
 from agentrun.kube import rest
 from agentrun.worker import keeper, sdk
 from agentrun.worker.context import WorkerContextError
@@ -33,10 +34,11 @@ from agentrun.worker.sidecarsessions import MAX_BODY_BYTES, Reply, error
 
 logger = logging.getLogger("agentrun.worker")
 HOST = "127.0.0.1"
-DEFAULT_PORT = 8686
-MIN_PORT, MAX_PORT = 1024, 65535
-DEFAULT_CHECK_IN_SECONDS = 30
-MIN_CHECK_IN_SECONDS, MAX_CHECK_IN_SECONDS = 5, 600
+DEFAULT_PORT, MIN_PORT, MAX_PORT = (launchspecs.SIDECAR_DEFAULT_PORT,
+                                    launchspecs.SIDECAR_MIN_PORT, launchspecs.SIDECAR_MAX_PORT)
+DEFAULT_CHECK_IN_SECONDS, MIN_CHECK_IN_SECONDS, MAX_CHECK_IN_SECONDS = (
+    launchspecs.SIDECAR_DEFAULT_CHECK_IN, launchspecs.SIDECAR_MIN_CHECK_IN,
+    launchspecs.SIDECAR_MAX_CHECK_IN)
 READ_TIMEOUT_SECONDS = 10.0  # a client that stops sending its body mid-way is dropped
 EXIT_NO_CONTEXT = 2  # not in a worker pod the operator made (the message says what is missing)
 EXIT_NOT_OURS = 3
