@@ -353,3 +353,44 @@ def test_a_lapsed_lease_is_503_and_the_effect_may_be_asked_again() -> None:
     assert worker.memory.committed == {} and sidecar.sessions == {}
     worker.keeper.state = Standing.LIVE
     assert send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"}).body["do"] == "call"
+
+
+# -- the server: bytes on 127.0.0.1 only ------------------------------------------------------
+
+
+def test_the_server_listens_on_localhost_and_moves_json() -> None:
+    import http.client
+    import threading
+
+    from agentrun.worker import sidecarserver
+
+    sidecar, worker = make()
+    server = sidecarserver.Server(port=0, sidecar=sidecar)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        host, port = server.server_address[:2]
+        assert host == "127.0.0.1"
+
+        def ask(method: str, path: str, body: bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, Any]:
+            connection = http.client.HTTPConnection(str(host), int(port), timeout=10)
+            connection.request(method, path, body=body, headers=headers or {})
+            answer = connection.getresponse()
+            data = answer.read()
+            connection.close()
+            return answer.status, json.loads(data) if data else None
+
+        assert ask("POST", "/v1/check-in") == (204, None)
+        assert ask("PUT", "/v1/steps/gather", b'{"n": 1}') == (201, {"result": {"n": 1}})
+        status, body = ask("PUT", "/v1/steps/other", b"1",
+                           {"Content-Length": str(10**9)})  # never read
+        assert status == 400 and "at most 2048" in body["message"]
+        status, body = ask("GET", "/v1/steps/nothing")
+        assert status == 404 and body["error"] == "NotCommitted"
+        assert set(worker.memory.committed) == {"gather"}
+        assert sidecarserver.ready(port=int(port)) == 0
+        worker.keeper.state = Standing.STARTING
+        assert sidecarserver.ready(port=int(port)) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
