@@ -141,8 +141,9 @@ def test_a_hung_main_container_is_not_kept_alive(
     assert stopped.count("renewals stop") == 1
     assert "the main container has not checked in for" in stopped
 
-    ended = scenario.wait_slot(slot, lambda s: bool(s.get("status", {}).get("attempts")),
-                               message="the attempt ended", timeout=60)["status"]
+    ended = scenario.wait_slot(slot, lambda s: "outcome" in (
+        (s.get("status", {}).get("attempts") or [{}])[-1]), message="the attempt ended",
+        timeout=60)["status"]
     assert ended["attempts"][-1]["outcome"] == "Lost", ended
     wait_for(lambda: (p := scenario.pod(first)) is None or bool(
         p["metadata"].get("deletionTimestamp")), timeout=30, message=f"pod {first} deleted")
