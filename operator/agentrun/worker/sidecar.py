@@ -155,7 +155,7 @@ class Sidecar:
                 type(bad), 410)  # refused by admission: the lease is no longer ours
             return error(status, type(bad).__name__, str(bad))
         except records.RecordError as bad:
-            return error(400, "BadRequest", str(bad))
+            return error(400, "RecordError", str(bad))
         except (rest.ApiError, OSError) as failed:
             return error(502, "ApiError", f"the API server failed: {failed}")
 

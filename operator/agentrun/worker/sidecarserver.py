@@ -67,7 +67,11 @@ class Handler(BaseHTTPRequestHandler):
             reply = error(400, "BadRequest", f"the body is at most {MAX_BODY_BYTES} bytes")
         else:
             body = self.rfile.read(int(length)) if length else b""
-            reply = self.server.sidecar.handle(self.command, self.path, body)
+            try:
+                reply = self.server.sidecar.handle(self.command, self.path, body)
+            except Exception as bug:  # a bug answers, rather than dropping the connection
+                logger.exception("sidecar: %s %s failed", self.command, self.path)
+                reply = error(500, "InternalError", f"{type(bug).__name__}: {bug}")
         self._send(reply)
 
     def _send(self, reply: Reply) -> None:
