@@ -394,3 +394,14 @@ def test_the_server_listens_on_localhost_and_moves_json() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_restarted_sidecar_reconciles_its_own_attempts_intent_first() -> None:
+    # The old process committed this attempt's intent and died before the reply: the new
+    # one has no session, so the old reply is a conflict, and the effect is asked about.
+    sidecar, worker = make(FakeWorker(earlier={"publish.intent": intent("publish", ATTEMPT)}))
+    stale = send(sidecar, "POST", "/v1/effects/publish/reply", {"result": 1})
+    assert stale.status == 409
+    first = send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"})
+    assert first.body == {"do": "reconcile", "idempotencyKey": IDEM}
+    assert worker.memory.committed == {}
