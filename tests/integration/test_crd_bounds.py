@@ -37,6 +37,8 @@ def example(kind: str) -> dict[str, Any]:
                 "spec": {"run": "study", "node": "research", "workerClass": "cpu"}}
     file_name = {"AgentRun": "30-agentrun.yaml", "LaunchSpec": "20-launchspec-cpu.yaml"}[kind]
     loaded: dict[str, Any] = yaml.safe_load((ROOT / "manifests/examples" / file_name).read_text())
+    if kind == "LaunchSpec":  # spec.sidecar's numbers are checked beside its required image
+        loaded["spec"]["sidecar"] = {"image": "localhost/agentrun/agentrun-operator:dev"}
     return loaded
 
 

@@ -47,9 +47,10 @@ PROJECT_REPOSITORY = "localhost/agentrun/agentrun-operator"
 # The moving name ``make cluster`` gives the current project image in the node's
 # containerd, for the examples (never in an archive: test pods run the keyed ref).
 PROJECT_DEV_REF = f"{PROJECT_REPOSITORY}:dev"
-# The stand-in for python:3.11-slim: bookworm's python3 is 3.11; passwd for useradd.
+# The stand-in for python:3.11-slim: bookworm's python3 is 3.11; passwd for useradd;
+# curl for the shell-script main containers of the sidecar tests.
 SUITE = "bookworm"
-BASE_PACKAGES = ("python3", "python3-venv", "passwd")
+BASE_PACKAGES = ("python3", "python3-venv", "passwd", "curl")
 BASE_GLIBC_MINOR = 36  # bookworm's glibc 2.36: the newest manylinux tag its wheels may carry
 IMAGE_PYTHON = "3.11"
 

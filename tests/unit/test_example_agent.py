@@ -59,10 +59,11 @@ class FakeWorker:
         return self.steps.step(key, do=do, kind=kind)
 
     def effect(self, name: str, *, key: str, call: effects.Call,
-               reconcile: effects.Reconcile | None = None) -> records.JSON:
+               reconcile: effects.Reconcile | None = None,
+               owner: str | None = None) -> records.JSON:
         ledger = effects.Ledger(steps=self.steps, keeper=AlwaysLive(), run_uid=RUN_UID,
                                 slot=SLOT, poll_seconds=0.0, sleep=lambda _: None)
-        return ledger.effect(name, key=key, call=call, reconcile=reconcile)
+        return ledger.effect(name, key=key, call=call, reconcile=reconcile, owner=owner)
 
 
 @pytest.fixture

@@ -68,6 +68,24 @@ class PodSpecShape(Model):
 
 PodTemplateSpec.model_rebuild()
 
+# The worker sidecar (``spec.sidecar``; docs/worker-sidecar.md). Its bounds are here, where
+# the LaunchSpec is parsed, and ``agentrun-worker sidecar`` checks its options by them.
+SIDECAR_IMAGE_CHARS = 512
+SIDECAR_MIN_PORT, SIDECAR_MAX_PORT, SIDECAR_DEFAULT_PORT = 1024, 65535, 8686
+SIDECAR_MIN_CHECK_IN, SIDECAR_MAX_CHECK_IN, SIDECAR_DEFAULT_CHECK_IN = 5, 600, 30
+
+
+class Sidecar(Model):
+    """The worker sidecar for main containers in any language: ``image`` (the project's
+    worker image) runs ``agentrun-worker sidecar`` as a native sidecar serving the SDK on
+    127.0.0.1:``port``, renewing the lease only while a main container checked in within
+    ``checkInSeconds``."""
+
+    image: str = Field(min_length=1, max_length=SIDECAR_IMAGE_CHARS, pattern=r"^\S+$")
+    port: int = Field(default=SIDECAR_DEFAULT_PORT, ge=SIDECAR_MIN_PORT, le=SIDECAR_MAX_PORT)
+    check_in_seconds: int = Field(default=SIDECAR_DEFAULT_CHECK_IN, ge=SIDECAR_MIN_CHECK_IN,
+                                  le=SIDECAR_MAX_CHECK_IN)
+
 
 class LaunchSpecSpec(Model):
     claim: Claim
@@ -77,6 +95,23 @@ class LaunchSpecSpec(Model):
     start_deadline_seconds: int = Field(default=300, ge=5, le=86400)
     template: PodTemplateSpec = Field(
         json_schema_extra={"x-kubernetes-validations": [RESTART_NEVER_RULE]})
+    sidecar: Sidecar | None = None
+
+    def sidecar_conflict(self) -> str | None:
+        """Why ``sidecar`` cannot be added to ``template`` (None: it can): a container or
+        init container there already has its name, which pods keep unique."""
+        if self.sidecar is None:
+            return None
+        spec = self.template.spec
+        extra = spec.model_extra or {}
+        for field, found in (("containers", spec.containers),
+                             ("initContainers", extra.get("initContainers") or [])):
+            for container in found if isinstance(found, list) else []:
+                if isinstance(container, dict) and container.get("name") == names.SIDECAR_CONTAINER:
+                    return (f"template.spec.{field} has a container named "
+                            f"{names.SIDECAR_CONTAINER!r}, the name spec.sidecar adds; "
+                            "rename it, or remove spec.sidecar")
+        return None
 
 
 GENERATIONS_KEPT = 5

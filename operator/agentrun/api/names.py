@@ -100,6 +100,10 @@ ENV_FENCING_TOKEN: Final = "AGENTRUN_FENCING_TOKEN"
 ENV_LEASE: Final = "AGENTRUN_LEASE"
 ENV_CONFIG_DIR: Final = "AGENTRUN_CONFIG_DIR"
 CONFIG_MOUNT_ROOT: Final = "/etc/agentrun/config"
+# The worker sidecar (LaunchSpec ``spec.sidecar``): its init container's name, and where
+# every main container finds it (``http://127.0.0.1:<port>``).
+SIDECAR_CONTAINER: Final = "agentrun-worker"
+ENV_SIDECAR_URL: Final = "AGENTRUN_SIDECAR_URL"
 
 # Length limits. A slot name plus "-<attempt>" (up to 4 digits) must stay a DNS label.
 MAX_NAME: Final = 63

@@ -150,9 +150,17 @@ def pod_body(
     env = environment(slot=slot, attempt=attempt, pins=pins)
     ours = {v["name"] for v in volumes}
     spec["volumes"] = [v for v in spec.get("volumes") or [] if v.get("name") not in ours] + volumes
+    if launch_spec.sidecar is not None:
+        spec["initContainers"] = [sidecar_container(launch_spec),
+                                  *(spec.get("initContainers") or [])]
     for key in ("containers", "initContainers"):
         if key in spec:
             spec[key] = [_with_agentrun(c, env=env, mounts=mounts) for c in spec[key]]
+    if launch_spec.sidecar is not None:  # where each main container finds the sidecar
+        url = {"name": names.ENV_SIDECAR_URL,
+               "value": f"http://127.0.0.1:{launch_spec.sidecar.port}"}
+        spec["containers"] = [_with_agentrun(c, env=[url], mounts=[])
+                              for c in spec["containers"]]
     spec["restartPolicy"] = "Never"
     return {
         "apiVersion": "v1",
@@ -167,6 +175,30 @@ def pod_body(
             "ownerReferences": [owner_reference(slot)],
         },
         "spec": spec,
+    }
+
+
+def sidecar_container(launch_spec: LaunchSpecSpec) -> dict[str, Any]:
+    """The worker sidecar (``spec.sidecar``) as the pod's first init container.
+
+    ``restartPolicy: Always`` makes it a native sidecar: the kubelet starts it before the
+    main containers and stops it after them. Its startup probe (``agentrun-worker ready``,
+    an exec: the sidecar listens on 127.0.0.1 only, where an HTTP probe cannot reach)
+    holds the main containers back until its first renewal, for at most the start
+    deadline. It is first so that the lease is renewed as early as the pod can.
+    """
+    sidecar = launch_spec.sidecar
+    assert sidecar is not None
+    port = str(sidecar.port)
+    return {
+        "name": names.SIDECAR_CONTAINER,
+        "image": sidecar.image,
+        "restartPolicy": "Always",
+        "command": ["agentrun-worker", "sidecar", "--port", port,
+                    "--check-in-seconds", str(sidecar.check_in_seconds)],
+        "startupProbe": {"exec": {"command": ["agentrun-worker", "ready", "--port", port]},
+                         "periodSeconds": 1, "timeoutSeconds": 5,
+                         "failureThreshold": launch_spec.start_deadline_seconds},
     }
 
 

@@ -4,7 +4,9 @@
 server's own validation and admission, nothing created): condition ``Valid`` True
 (``DryRunSucceeded``), False (``InvalidTemplate``, the server's words) when the server
 says the pod is invalid (400, 422), Unknown (``DryRunRefused``) when it refused for another
-reason (a quota, a policy, a missing ServiceAccount). *Pinned by* counts the slots whose
+reason (a quota, a policy, a missing ServiceAccount); False (``SidecarNameTaken``) before
+any dry run when ``spec.sidecar`` is set and the template already has a container named
+``agentrun-worker`` (every pod would be refused). *Pinned by* counts the slots whose
 ``status.launchSpec`` names this spec's uid, per generation.
 """
 
@@ -55,7 +57,9 @@ def derive(*, spec: LaunchSpec, slots: Sequence[Slot], dry_run: DryRun,
     generations = [PinnedGeneration(generation=g, slots=n)
                    for g, n in sorted(pinned.items(), reverse=True)[:GENERATIONS_KEPT]]
     value: conditions.ConditionStatus
-    if 200 <= dry_run.status < 300:
+    if (conflict := spec.spec.sidecar_conflict()) is not None:  # pods would be refused
+        value, reason, message = "False", "SidecarNameTaken", conflict
+    elif 200 <= dry_run.status < 300:
         value, reason, message = "True", "DryRunSucceeded", (
             "a Pod from the template passes the API server's validation and admission")
     elif dry_run.status in (400, 422):

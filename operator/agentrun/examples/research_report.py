@@ -75,7 +75,8 @@ class AgentWorker(Protocol):
              kind: records.Kind = records.Kind.STEP_RESULT) -> records.JSON: ...
 
     def effect(self, name: str, *, key: str, call: effects.Call,
-               reconcile: effects.Reconcile | None = None) -> records.JSON: ...
+               reconcile: effects.Reconcile | None = None,
+               owner: str | None = None) -> records.JSON: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,7 +204,8 @@ class Agent:
                        "idempotencyKey": idempotency_key, "answer": str(answer.answer)})
             return answer
 
-        result = self.worker.effect("publish", key="publish", call=call, reconcile=reconcile)
+        result = self.worker.effect("publish", key="publish", call=call, reconcile=reconcile,
+                                    owner="publisher")
         self.emit({"event": "effect", "effect": "publish",
                    "via": self.via[-1] if self.via else "recorded", "result": result})
         steps = self.worker.steps

@@ -1,5 +1,8 @@
 """``agentrun-worker run -- <command...>``: run a worker command while keeping its lease.
 
+(``agentrun-worker sidecar`` serves the SDK to a main container in any language, and
+``agentrun-worker ready`` is its startup probe: :mod:`agentrun.worker.sidecarserver`.)
+
 In a worker pod the operator sets ``AGENTRUN_NAMESPACE`` and ``AGENTRUN_LEASE``; the
 pod's name (``HOSTNAME``) is the lease's holder. The :class:`keeper.Keeper` first renews
 once (which tells the operator the worker started) and the command does not run if the
@@ -29,10 +32,10 @@ import subprocess
 import sys
 from collections.abc import Callable
 from types import FrameType
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentrun.api import names
-from agentrun.worker import keeper, renewals, renewer, sdk
+from agentrun.worker import keeper, renewals, renewer, sdk, sidecarserver
 from agentrun.worker.context import DNS_LABEL, DNS_SUBDOMAIN
 
 EXIT_NOT_OURS = 3  # the lease is not this pod's: the command never ran
@@ -60,9 +63,35 @@ def _timeout(text: str) -> float:
     return value
 
 
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.isdigit() or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(f"{text[:20]!r} must be a whole number from "
+                                             f"{low} to {high}")
+        return int(text)
+    return parse
+
+
+def _sidecar_options(sub: Any) -> None:
+    s = sidecarserver
+    port = _bounded(s.MIN_PORT, s.MAX_PORT)
+    sidecar = sub.add_parser("sidecar", help="serve the SDK on 127.0.0.1 to a main container")
+    sidecar.add_argument("--port", type=port, default=s.DEFAULT_PORT,
+                         help=f"the port on 127.0.0.1 (default {s.DEFAULT_PORT})")
+    sidecar.add_argument("--check-in-seconds", type=_bounded(
+        s.MIN_CHECK_IN_SECONDS, s.MAX_CHECK_IN_SECONDS), default=s.DEFAULT_CHECK_IN_SECONDS,
+        help="renew only while the main container checked in within this many seconds "
+             f"(default {s.DEFAULT_CHECK_IN_SECONDS})")
+    sidecar.add_argument("--start-timeout", type=_timeout, default=60.0,
+                         help="seconds to keep trying the first renewal (default 60)")
+    probe = sub.add_parser("ready", help="the sidecar's startup probe: exit 0 once it renewed")
+    probe.add_argument("--port", type=port, default=s.DEFAULT_PORT)
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agentrun-worker", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    _sidecar_options(sub)
     run = sub.add_parser("run", help="renew the lease while a command runs")
     env = os.environ
     run.add_argument("--namespace", type=_name(DNS_LABEL, "namespace"),
@@ -78,6 +107,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                      help="seconds to keep trying the first renewal (default 60)")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- command ...")
     args = parser.parse_args(argv)
+    if args.command != "run":
+        return args
     if args.argv[:1] == ["--"]:
         args.argv = args.argv[1:]
     for option, source in (("namespace", names.ENV_NAMESPACE), ("lease", names.ENV_LEASE),
@@ -127,8 +158,13 @@ def supervise(worker: Keeping, command: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.command == "ready":
+        return sidecarserver.ready(port=args.port)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s agentrun-worker %(levelname)s %(message)s")
+    if args.command == "sidecar":
+        return sidecarserver.serve(port=args.port, check_in_seconds=args.check_in_seconds,
+                                   start_timeout=args.start_timeout)
     worker = keeper.Keeper(renewer=renewer.Renewer(
         api=sdk.pod_api(), namespace=args.namespace, lease=args.lease, identity=args.identity))
     decision = worker.first_renewal(timeout=args.start_timeout)

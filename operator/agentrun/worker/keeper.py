@@ -25,6 +25,13 @@ agent blocks its event loop. One thread renews; the other (the *alarm*) wakes at
 point to call ``on_lapse`` on time even while a renewal request hangs. :meth:`ensure_live`
 needs neither: it compares the clock with the lapse point itself, so it is exact.
 Callbacks run on the keeper's threads, outside its lock; an exception in one is logged.
+
+*Renew gate* (``should_renew``): asked before each background renewal; it returns None to
+renew, or why not (the sidecar's main container has not checked in in time). While it
+says no, the keeper sends nothing and the lapse point stays where the last renewal put
+it, so the lease lapses (effects stop) and then expires for the operator: a worker whose
+work has hung is not kept alive. A later yes renews again, under the same checks as any
+renewal (a tombstoned lease is lost, not revived). Each change is logged once.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from agentrun.worker.renewals import Standing, Verdict
 
 logger = logging.getLogger("agentrun.worker")
 Callback = Callable[[str], None]
+RenewGate = Callable[[], str | None]  # None: renew; else why not
 
 
 class LeaseLapsed(Exception):
@@ -53,8 +61,10 @@ class LeaseLost(LeaseLapsed):
 class Keeper:
     """Keeps ``renewer``'s lease renewed and says whether effects may start."""
 
-    def __init__(self, *, renewer: renewer.Renewer) -> None:
+    def __init__(self, *, renewer: renewer.Renewer, should_renew: RenewGate | None = None) -> None:
         self.renewer = renewer
+        self.should_renew = should_renew
+        self._held_back: str | None = None  # why the gate last said no (None: it says yes)
         self._lock = threading.Condition()
         self._lapse: float | None = None  # on renewer.monotonic
         self._lost: str | None = None
@@ -118,6 +128,8 @@ class Keeper:
         with self._lock:
             if self._lost is not None:  # lost (or stopped) is final: never write again
                 return None
+        if not self._gate_open():
+            return renewals.interval(duration_seconds=self.renewer.duration_seconds)
         decision = self.renewer.renew_once()
         call: tuple[Callback | None, str] | None = None
         with self._lock:
@@ -141,6 +153,18 @@ class Keeper:
         if call is not None:
             self._tell(*call)
         return None if decision.verdict is Verdict.STOP else decision.delay_seconds
+
+    def _gate_open(self) -> bool:
+        """Ask the renew gate; log when its answer changes (so a pause is said once)."""
+        why = self.should_renew() if self.should_renew is not None else None
+        if why is not None and self._held_back is None:
+            logger.warning("lease %s: renewals stop: %s; the lease will lapse and expire "
+                           "unless that changes", self._name(), why)
+        elif why is None and self._held_back is not None:
+            logger.info("lease %s: renewals resume (%s no longer holds)", self._name(),
+                        self._held_back)
+        self._held_back = why
+        return why is None
 
     def poll(self) -> float | None:
         """Tell ``on_lapse`` once the lapse point has passed; the seconds until it (None:

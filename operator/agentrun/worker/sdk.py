@@ -58,15 +58,18 @@ class Worker:
 
     @classmethod
     def from_env(cls, *, api: rest.Rest | None = None,
-                 store: records.PayloadStore | None = None) -> Worker:
+                 store: records.PayloadStore | None = None,
+                 should_renew: Callable[[], str | None] | None = None) -> Worker:
         """The worker of this pod (raises :class:`context.WorkerContextError` outside one).
         Nothing is written until :meth:`start`. ``store`` keeps payloads too large to go
-        inline (for example ``records.FsspecStore("file:///mnt/records")``)."""
+        inline (for example ``records.FsspecStore("file:///mnt/records")``);
+        ``should_renew`` is the keeper's renew gate (the sidecar's check-in window)."""
         context = Context.from_env()
         api = api or pod_api()
         return cls(context=context, api=api, store=store, keeper=keeper.Keeper(
             renewer=renewer.Renewer(api=api, namespace=context.namespace,
-                                    lease=context.lease, identity=context.identity)))
+                                    lease=context.lease, identity=context.identity),
+            should_renew=should_renew))
 
     @property
     def steps(self) -> prefix.Steps:
@@ -87,13 +90,15 @@ class Worker:
         return self.steps.step(key, do=do, kind=kind)
 
     def effect(self, name: str, *, key: str, call: effects.Call,
-               reconcile: effects.Reconcile | None = None) -> records.JSON:
+               reconcile: effects.Reconcile | None = None,
+               owner: str | None = None) -> records.JSON:
         """Perform the external effect ``name`` under the ledger (see
-        :meth:`effects.Ledger.effect`); raises :class:`effects.EffectStopped` when the
-        attempt must stop, and ``LeaseLapsed`` when the lease may have lapsed."""
+        :meth:`effects.Ledger.effect`; ``owner`` names the service that owns it, shown
+        to a person if it is ever unresolved); raises :class:`effects.EffectStopped` when
+        the attempt must stop, and ``LeaseLapsed`` when the lease may have lapsed."""
         ledger = effects.Ledger(steps=self.steps, keeper=self.keeper,
                                 run_uid=self.context.run_uid, slot=self.context.slot)
-        return ledger.effect(name, key=key, call=call, reconcile=reconcile)
+        return ledger.effect(name, key=key, call=call, reconcile=reconcile, owner=owner)
 
     def start(self, *, timeout: float = START_TIMEOUT_SECONDS,
               on_lapse: Callable[[str], None] | None = None,

@@ -1,0 +1,256 @@
+"""The sidecar's protocol: the worker SDK over HTTP for a main container in any language.
+
+``agentrun-worker sidecar`` (:mod:`agentrun.worker.sidecarserver`) runs as a native
+sidecar (an init container with ``restartPolicy: Always``) beside the main container, and
+serves it on 127.0.0.1 only; docs/worker-sidecar.md is the protocol's reference. Terms:
+
+- *check-in*: ``POST /v1/check-in`` from the main container. The sidecar renews the lease
+  only while the last one is at most the *window* old (``--check-in-seconds``; the first
+  window opens when the sidecar starts): :class:`CheckIns` is the keeper's renew gate, so
+  a hung main container is not kept alive (its lease expires, the operator ends the
+  attempt). Only a check-in counts, never another request: a loop that is stuck asking
+  for a step still hangs.
+- *step*: ``GET /v1/steps/<key>`` (200 with the result if committed in the recoverable
+  prefix, else 404) and ``PUT /v1/steps/<key>`` (commit, write-once: the same content
+  again is a no-op, other content a 409): "skip if committed, else do and commit" split
+  over two requests.
+- *effect session*: ``POST /v1/effects/<key>`` runs ``Worker.effect`` (the ledger,
+  unchanged) in a thread whose ``call`` and ``reconcile`` hand an *instruction* to the
+  main container and wait for its *reply* (``POST /v1/effects/<key>/reply``); each
+  answer is the next instruction: ``call``, ``reconcile``, ``done`` or ``stop``. A
+  session ends with ``done`` or ``stop`` and keeps that answer for any later request
+  about its key (so a repeated request never repeats the effect in this attempt); one
+  that ends with the lease lapsed (503) is forgotten, to be asked again once it is live.
+  A ``stop`` means the attempt must end (exit non-zero); a successor reconciles.
+
+Errors are JSON ``{"error": <code>, "message": ...}`` with 400 (bad input, nothing
+changed), 404, 409 (conflict), 503 (the lease may have lapsed: wait, ask again), 410 (the
+lease is lost: exit now), 502 (the API server failed). :class:`Sidecar` is the protocol
+without sockets (unit-tested over a fake worker); the server only moves bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agentrun.api import bounds
+from agentrun.kube import rest
+from agentrun.worker import effects, records
+from agentrun.worker.renewals import Standing
+from agentrun.worker.sidecarsessions import (
+    BadRequest,
+    Conflict,
+    Reply,
+    Session,
+    ended,
+    error,
+    fits,
+    parse_json,
+    parse_reply,
+    string_field,
+)
+
+logger = logging.getLogger("agentrun.worker")
+JSON = records.JSON
+REPLY_TIMEOUT_SECONDS = 300.0  # a call or reconcile the main container never answers: stop
+INSTRUCTION_WAIT_SECONDS = 30.0  # one request waits this long for the next instruction
+MAX_SESSIONS = bounds.MAX_RECORDS // 2  # an effect takes two records (intent, outcome)
+EFFECT_NAME_CHARS = bounds.RECORD_KEY_CHARS
+
+
+class CheckIns:
+    """When the main container last checked in, and whether that is too long ago.
+
+    :meth:`overdue` is the keeper's renew gate: None while the last check-in (or the
+    sidecar's start, before the first) is at most ``window_seconds`` old, else why not.
+    """
+
+    def __init__(self, *, window_seconds: float,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.window_seconds, self.monotonic = window_seconds, monotonic
+        self._lock = threading.Lock()
+        self._last = monotonic()
+        self._ever = False
+
+    def check_in(self) -> None:
+        with self._lock:
+            self._last, self._ever = self.monotonic(), True
+
+    def overdue(self) -> str | None:
+        with self._lock:
+            late = self.monotonic() - self._last
+            if late <= self.window_seconds:
+                return None
+            since = "its last check-in" if self._ever else "the sidecar started"
+        return (f"the main container has not checked in for {late:.0f}s since {since} "
+                f"(the window is {self.window_seconds:.0f}s)")
+
+
+class Guard(Protocol):
+    def standing(self) -> Standing: ...
+
+
+class Committed(Protocol):
+    def committed(self, key: str) -> tuple[bool, JSON]: ...
+
+
+class Backend(Protocol):
+    """What the protocol needs of a :class:`agentrun.worker.sdk.Worker`."""
+
+    @property
+    def keeper(self) -> Guard: ...
+
+    @property
+    def steps(self) -> Committed: ...
+
+    def step(self, key: str, *, do: Callable[[], JSON],
+             kind: records.Kind = records.Kind.STEP_RESULT) -> JSON: ...
+
+    def effect(self, name: str, *, key: str, call: effects.Call,
+               reconcile: effects.Reconcile | None = None,
+               owner: str | None = None) -> JSON: ...
+
+
+@dataclass(kw_only=True)
+class Sidecar:
+    """The protocol over ``worker``: :meth:`handle` answers one request."""
+
+    worker: Backend
+    check_ins: CheckIns
+    reply_timeout: float = REPLY_TIMEOUT_SECONDS
+    instruction_wait: float = INSTRUCTION_WAIT_SECONDS
+    sessions: dict[str, Session] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def handle(self, method: str, path: str, body: bytes = b"") -> Reply:
+        """The answer to ``method`` ``path`` with ``body``; never raises for bad input."""
+        parts = path.split("?", 1)[0].strip("/").split("/")
+        try:
+            if parts[:1] != ["v1"]:
+                return error(404, "NotFound", f"no such path {path[:100]!r}; see "
+                             "docs/worker-sidecar.md")
+            route = parts[1:]
+            if route == ["check-in"]:
+                return self._only(method, "POST") or self.check_in()
+            if route == ["ready"]:
+                return self._only(method, "GET") or self.ready()
+            if len(route) == 2 and route[0] == "steps":
+                if method == "GET":
+                    return self.get_step(records.check_step_key(route[1]))
+                return self._only(method, "PUT") or self.put_step(
+                    records.check_step_key(route[1]), parse_json(body))
+            if len(route) in (2, 3) and route[0] == "effects" and route[2:] in ([], ["reply"]):
+                key = records.check_step_key(route[1])
+                return self._only(method, "POST") or (
+                    self.reply(key, parse_json(body)) if route[2:] else
+                    self.start_effect(key, parse_json(body)))
+            return error(404, "NotFound", f"no such path {path[:100]!r}; see "
+                         "docs/worker-sidecar.md")
+        except (BadRequest, Conflict, records.RecordConflict, records.RecordRefused) as bad:
+            status = {BadRequest: 400, Conflict: 409, records.RecordConflict: 409}.get(
+                type(bad), 410)  # refused by admission: the lease is no longer ours
+            return error(status, type(bad).__name__, str(bad))
+        except records.RecordError as bad:
+            return error(400, "RecordError", str(bad))
+        except (rest.ApiError, OSError) as failed:
+            return error(502, "ApiError", f"the API server failed: {failed}")
+
+    @staticmethod
+    def _only(method: str, allowed: str) -> Reply | None:
+        if method == allowed:
+            return None
+        return error(405, "MethodNotAllowed", f"use {allowed} here, not {method}")
+
+    def _lost(self) -> Reply | None:
+        if self.worker.keeper.standing() is Standing.LOST:
+            return error(410, "LeaseLost", "the lease is no longer this attempt's: exit "
+                         "now (a successor may be running)")
+        return None
+
+    def check_in(self) -> Reply:
+        self.check_ins.check_in()
+        return self._lost() or Reply(status=204)
+
+    def ready(self) -> Reply:
+        """200 once the first renewal succeeded (the startup probe's question)."""
+        standing = self.worker.keeper.standing()
+        if standing is Standing.STARTING:
+            return error(503, "Starting", "the lease has not been renewed yet")
+        return self._lost() or Reply(status=200, body={"standing": str(standing)})
+
+    def get_step(self, key: str) -> Reply:
+        with self._lock:
+            done, result = self.worker.steps.committed(key)
+        if not done:
+            return error(404, "NotCommitted", f"step {key} is not committed in the "
+                         "recoverable prefix: do it, then PUT its result")
+        return Reply(status=200, body={"result": result})
+
+    def put_step(self, key: str, result: JSON) -> Reply:
+        fits(result, via="step")
+        if (lost := self._lost()) is not None:
+            return lost
+        with self._lock:
+            done, existing = self.worker.steps.committed(key)
+            if done:
+                if records.canonical(existing) != records.canonical(result):
+                    raise records.RecordConflict(
+                        f"step {key} is already committed with other content; records are "
+                        "write-once (GET it, or use a new key)")
+                return Reply(status=200, body={"result": existing})
+            committed = self.worker.step(key, do=lambda: result)
+        return Reply(status=201, body={"result": committed})
+
+    def start_effect(self, key: str, request: JSON) -> Reply:
+        if not isinstance(request, dict) or set(request) - {"name", "owner"}:
+            raise BadRequest('an effect request is {"name": ..., "owner": ...}')
+        name = string_field(request, "name", limit=EFFECT_NAME_CHARS, required=True)
+        owner = string_field(request, "owner", limit=bounds.ACTOR_CHARS, required=False)
+        assert name is not None
+        if (lost := self._lost()) is not None:
+            return lost
+        with self._lock:
+            session = self.sessions.get(key)
+            if session is not None and session.name != name:
+                raise Conflict(f"effect {key} is already under way as {session.name!r}, "
+                               f"not {name!r}")
+            if session is None:
+                if len(self.sessions) >= MAX_SESSIONS:
+                    raise BadRequest(f"at most {MAX_SESSIONS} effects per attempt")
+                session = Session(key=key, name=name, owner=owner,
+                                  reply_timeout=self.reply_timeout)
+                self.sessions[key] = session
+                threading.Thread(target=self._run, args=(session,), daemon=True,
+                                 name=f"effect-{key}").start()
+        return session.next(after=0, timeout=self.instruction_wait)
+
+    def _run(self, session: Session) -> None:
+        logger.info("effect %s (%s, owner %s) starts", session.key, session.name,
+                    session.owner)
+        answer, kept = ended(lambda: self.worker.effect(
+            session.name, key=session.key, call=session.call, reconcile=session.reconcile,
+            owner=session.owner))
+        if not kept:
+            with self._lock:
+                self.sessions.pop(session.key, None)
+        session.finish(answer)
+
+    def reply(self, key: str, body: JSON) -> Reply:
+        session = self.sessions.get(key)
+        if session is None:
+            raise Conflict(f"no effect {key} is under way: POST /v1/effects/{key} first")
+        with session.cond:
+            if session.final is not None:
+                return session.final
+            if session.awaiting is None or session.reply is not None:
+                raise Conflict(f"effect {key} is waiting for no reply now (ask for its "
+                               f"instruction: POST /v1/effects/{key})")
+            session.reply = parse_reply(session.awaiting, body)
+            seq = session.seq
+            session.cond.notify_all()
+        return session.next(after=seq, timeout=self.instruction_wait)

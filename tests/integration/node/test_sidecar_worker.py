@@ -1,0 +1,158 @@
+"""A worker in any language: a shell-script main container beside the native sidecar.
+
+The LaunchSpec sets ``spec.sidecar``; the operator's pod then runs ``agentrun-worker
+sidecar`` as its first init container (``restartPolicy: Always``) and the main container
+is ``sh -c <script>`` using curl on ``$AGENTRUN_SIDECAR_URL``. Covers: the script checks
+in, finds its step not committed (404), commits it (201), checks in over more than a
+lease duration and exits 0 → the slot Succeeded; every renewal before the operator's
+tombstone is the pod's service account's (its pod-bound token); the record is on the
+attempt's Lease as ``record.agentrun.dev/<key>`` and decodes with ``worker.records``.
+Then a main container that checks in once and hangs: the sidecar stops renewing after
+the window (it says so, once), the lease expires, the operator deletes the pod to fence
+it and ends the attempt (``Failed`` when the killed pod is seen Failed, ``Lost`` when it
+is gone first): the sidecar did not keep it alive.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from localcluster import NODE_NAME
+from operators import OperatorProcess
+from scenarios import GROUP, VERSION, Object, Scenario
+from waiting import wait_for
+from workers import (
+    LEASE_SECONDS,
+    START_DEADLINE_SECONDS,
+    WORKER_ACCOUNT,
+    grant_worker_role,
+    lease_renewers,
+    token_pods,
+    wait_pod_phase,
+    worker_user,
+)
+
+from agentrun.worker import records
+
+pytestmark = pytest.mark.kubelet
+LOCAL_OPERATOR_USER = "operator"
+CHECK_IN_SECONDS = 5  # the bound's minimum: the hung case ends soon
+NOTES = {"sources": ["a", "b"], "by": "shell"}
+# curl retries a refused connection: the kubelet starts the main container once the
+# sidecar's startup probe passed, so this is only a guard.
+PRELUDE = """
+set -eu
+S="$AGENTRUN_SIDECAR_URL"
+c() { curl -sS --fail-with-body --retry 5 --retry-connrefused --retry-delay 1 "$@"; }
+"""
+WRITES_A_RECORD = PRELUDE + f"""
+c -X POST "$S/v1/check-in"
+before=$(curl -sS -o /dev/null -w '%{{http_code}}' "$S/v1/steps/notes")
+echo "before: $before"
+[ "$before" = 404 ] || exit 10
+echo "put: $(c -X PUT -H 'Content-Type: application/json' \
+    --data '{json.dumps(NOTES)}' "$S/v1/steps/notes")"
+i=0
+while [ $i -lt {3 * LEASE_SECONDS} ]; do c -X POST "$S/v1/check-in"; sleep 1; i=$((i+1)); done
+echo "after: $(c "$S/v1/steps/notes")"
+"""
+HANGS = PRELUDE + """
+c -X POST "$S/v1/check-in"
+echo "checked in; hanging"
+sleep 3600
+"""
+
+
+def sidecar_spec(scenario: Scenario, *, image: str, script: str) -> None:
+    main = {"name": "main", "image": image, "imagePullPolicy": "Never",
+            "command": ["sh", "-c", script]}
+    body: Any = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
+                 "metadata": {"name": "sidecar-workers"},
+                 "spec": {"claim": {"workerClasses": ["cpu"]},
+                          "lease": {"durationSeconds": LEASE_SECONDS},
+                          "startDeadlineSeconds": START_DEADLINE_SECONDS,
+                          "sidecar": {"image": image, "checkInSeconds": CHECK_IN_SECONDS},
+                          "template": {"spec": {"restartPolicy": "Never",
+                                                "serviceAccountName": WORKER_ACCOUNT,
+                                                "terminationGracePeriodSeconds": 2,
+                                                "containers": [main]}}}}
+    scenario.custom.create_namespaced_custom_object(
+        GROUP, VERSION, scenario.namespace, "launchspecs", body)
+
+
+def one_attempt(scenario: Scenario, *, image: str, script: str) -> tuple[str, str]:
+    grant_worker_role(scenario)
+    scenario.configs()
+    sidecar_spec(scenario, image=image, script=script)
+    scenario.run("study", max_attempts=1)
+    slot = scenario.slot_name_eventually("study", "research")
+    return slot, f"{slot}-1"
+
+
+def logs(scenario: Scenario, pod: str, container: str) -> str:
+    found = scenario.cluster.kubectl("logs", "-n", scenario.namespace, pod, "-c", container)
+    return found.stdout + found.stderr
+
+
+def test_a_shell_script_worker_renews_and_commits_a_record(
+        scenario: Scenario, operator: OperatorProcess, worker_image: str) -> None:
+    slot, first = one_attempt(scenario, image=worker_image, script=WRITES_A_RECORD)
+    pod = wait_pod_phase(scenario, first, {"Succeeded", "Failed"}, timeout=120)
+    main = logs(scenario, first, "main")
+    assert pod["status"]["phase"] == "Succeeded", main + logs(scenario, first, "agentrun-worker")
+    assert pod["spec"]["nodeName"] == NODE_NAME
+    (sidecar,) = pod["spec"]["initContainers"]
+    assert (sidecar["name"], sidecar["restartPolicy"]) == ("agentrun-worker", "Always")
+    lines = dict(line.split(": ", 1) for line in main.splitlines() if ": " in line)
+    assert lines["before"] == "404"
+    assert json.loads(lines["put"]) == {"result": NOTES}
+    assert json.loads(lines["after"]) == {"result": NOTES}
+
+    done = scenario.wait_state(slot, "Succeeded", timeout=60)["status"]
+    assert done["attempts"][-1]["outcome"] == "Succeeded"
+    wait_for(lambda: LOCAL_OPERATOR_USER in lease_renewers(scenario, first), timeout=30,
+             message=f"lease {first} tombstoned")
+    renewers = lease_renewers(scenario, first)
+    worker = worker_user(scenario.namespace)
+    assert renewers[-1] == LOCAL_OPERATOR_USER and set(renewers[:-1]) == {worker}, renewers
+    # 3 lease durations of check-ins, a renewal every 1.7 s: well over one lease's worth.
+    assert len(renewers) - 1 >= 2 * LEASE_SECONDS // 1.7, renewers
+    assert token_pods(scenario, user=worker, name=first) == {first}
+
+    lease: Object | None = scenario.lease(first)
+    assert lease is not None
+    annotation = f"{records.PREFIX}notes"
+    value = lease["metadata"]["annotations"][annotation]
+    record = records.decode(annotation=annotation, value=value, attempt=1)
+    assert (record.kind, record.attempt, record.inline) == (records.Kind.STEP_RESULT, 1, NOTES)
+    assert record.digest == records.digest(records.canonical(NOTES))
+
+
+def test_a_hung_main_container_is_not_kept_alive(
+        scenario: Scenario, operator: OperatorProcess, worker_image: str) -> None:
+    slot, first = one_attempt(scenario, image=worker_image, script=HANGS)
+    wait_pod_phase(scenario, first, {"Running"}, timeout=120)
+    wait_for(lambda: "checked in; hanging" in logs(scenario, first, "main"), timeout=60,
+             message="the main container checked in")
+    stopped = wait_for(lambda: "renewals stop" in (text := logs(scenario, first,
+                                                                "agentrun-worker")) and text,
+                       timeout=3 * CHECK_IN_SECONDS, message="the sidecar stops renewing")
+    assert stopped.count("renewals stop") == 1
+    assert "the main container has not checked in for" in stopped
+
+    ended = scenario.wait_slot(slot, lambda s: "outcome" in (
+        (s.get("status", {}).get("attempts") or [{}])[-1]), message="the attempt ended",
+        timeout=60)["status"]
+    # The operator fenced it for its expired lease (DESIGN.md section 4): the pod deleted,
+    # then seen Failed (killed, 137) or gone (Lost), whichever the kubelet reports first.
+    attempt = ended["attempts"][-1]
+    assert attempt["outcome"] in ("Lost", "Failed"), ended
+    scenario.wait_event("PodDeleted", "the lease is expired but the pod is still Running")
+    scenario.wait_event("AttemptEnded", f"attempt {first} ended {attempt['outcome']}")
+    wait_for(lambda: (p := scenario.pod(first)) is None or bool(
+        p["metadata"].get("deletionTimestamp")), timeout=30, message=f"pod {first} deleted")
+    worker = worker_user(scenario.namespace)
+    renewals = [u for u in lease_renewers(scenario, first) if u == worker]
+    assert 1 <= len(renewals) <= 10, renewals  # a window's worth, then none
