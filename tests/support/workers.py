@@ -106,6 +106,24 @@ def lease_renewers(scenario: Scenario, lease: str) -> list[str]:
             and w.code == 200]
 
 
+LOCAL_OPERATOR_USER = "operator"  # the local control plane's user the operator runs as
+
+
+def renewed_by_its_pod_then_tombstoned(scenario: Scenario, lease: str, *,
+                                       at_least: int) -> list[str]:
+    """Wait for the operator's tombstone of ``lease``; assert every earlier update was the
+    worker account's (at least ``at_least`` renewals), made with ``lease``'s own pod's bound
+    token. The renewers, in order."""
+    wait_for(lambda: LOCAL_OPERATOR_USER in lease_renewers(scenario, lease), timeout=30,
+             message=f"lease {lease} tombstoned")
+    renewers = lease_renewers(scenario, lease)
+    worker = worker_user(scenario.namespace)
+    assert renewers[-1] == LOCAL_OPERATOR_USER and set(renewers[:-1]) == {worker}, renewers
+    assert len(renewers) - 1 >= at_least, renewers
+    assert token_pods(scenario, user=worker, name=lease) == {lease}  # its pod-bound token
+    return renewers
+
+
 def token_pods(scenario: Scenario, *, user: str, name: str) -> set[str]:
     """The pods whose bound tokens ``user``'s writes to object ``name`` came with.
 

@@ -7,15 +7,18 @@ node's containerd once per session; nothing is ever pulled (``imagePullPolicy: N
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import kubernetes
 import pytest
 from clusters import Cluster
+from effectowner import EffectOwner
 from images import project_image
 from localnode import LocalNode
+from scenarios import Scenario
 from waiting import wait_for, wait_for_default_service_account
+from workers import node_address
 
 from integration.operator import conftest as operator_fixtures
 
@@ -83,3 +86,13 @@ def wait_phase(cluster: Cluster, namespace: str, name: str, phases: set[str], *,
     result: dict[str, Any] = wait_for(check, timeout=timeout,
                                       message=f"pod {name} in phase {sorted(phases)}")
     return result
+
+
+@pytest.fixture
+def owner(scenario: Scenario) -> Iterator[EffectOwner]:
+    """A test's effect owner (tests/support/effectowner.py) where the node's pods reach the
+    host: the node bridge's address. Its request log is printed at the end."""
+    started = EffectOwner(host=node_address(scenario)).start()
+    yield started
+    started.stop()
+    print(f"owner requests: {started.requests}")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -41,15 +40,6 @@ SOURCES = ["source-1", "source-2", "source-3"]
 STEPS = [*SOURCES, "decision", "report"]
 
 
-@pytest.fixture
-def owner(scenario: Scenario) -> Iterator[EffectOwner]:
-    """The publishing service, where the node's pods reach the host."""
-    local = scenario.cluster.local
-    assert local is not None and local.node_ip, "the local node's bridge address"
-    started = EffectOwner(host=local.node_ip).start()
-    yield started
-    started.stop()
-    print(f"owner requests: {started.requests}")
 
 
 def launched(scenario: Scenario, owner: EffectOwner, *, image: str, pause: str,

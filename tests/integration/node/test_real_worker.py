@@ -30,12 +30,14 @@ from scenarios import Scenario, condition, request_id
 from waiting import wait_for
 from workers import (
     LEASE_SECONDS,
+    LOCAL_OPERATOR_USER,
     agent_events,
     container_pid,
     grant_worker_role,
     kill_on_node,
     lease_renewers,
     real_launch_spec,
+    renewed_by_its_pod_then_tombstoned,
     status_writers_of,
     terminated,
     token_pods,
@@ -48,7 +50,6 @@ from agentrun.worker import effects
 
 pytestmark = pytest.mark.kubelet
 NODE_USER = f"system:node:{NODE_NAME}"
-LOCAL_OPERATOR_USER = "operator"
 EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
 ANN = "agentrun.dev/"
 
@@ -104,13 +105,7 @@ def test_worker_reads_its_pinned_configuration_and_renews_its_own_lease(
     assert done["attempts"][-1]["outcome"] == "Succeeded"
     # Renewals by the pod's own service account (first one before the command, then every
     # 1.7 s), then the operator's tombstone; no one else updates the lease.
-    wait_for(lambda: LOCAL_OPERATOR_USER in lease_renewers(scenario, first), timeout=30,
-             message=f"lease {first} tombstoned")
-    renewers = lease_renewers(scenario, first)
-    worker = worker_user(scenario.namespace)
-    assert renewers[-1] == LOCAL_OPERATOR_USER and set(renewers[:-1]) == {worker}, renewers
-    assert len(renewers) - 1 >= 3, renewers
-    assert token_pods(scenario, user=worker, name=first) == {first}  # its pod-bound token
+    renewed_by_its_pod_then_tombstoned(scenario, first, at_least=3)
     assert status_writers_of(scenario, [first]) == {NODE_USER}
 
 

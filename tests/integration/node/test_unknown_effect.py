@@ -12,8 +12,6 @@ same idempotency key without asking again, and the owner applies the publication
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from effectowner import EffectOwner
 from localnode import LocalNode
@@ -35,14 +33,6 @@ pytestmark = pytest.mark.kubelet
 CONDITION = "EffectUnresolved"
 
 
-@pytest.fixture
-def owner(scenario: Scenario) -> Iterator[EffectOwner]:
-    local = scenario.cluster.local
-    assert local is not None and local.node_ip, "the local node's bridge address"
-    started = EffectOwner(host=local.node_ip).start()
-    yield started
-    started.stop()
-    print(f"owner requests: {started.requests}")
 
 
 def claimed(scenario: Scenario, slot: str, attempt: int) -> str:

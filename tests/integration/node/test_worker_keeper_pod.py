@@ -18,20 +18,16 @@ import pytest
 from localcluster import NODE_NAME
 from operators import OperatorProcess
 from scenarios import GROUP, VERSION, Scenario
-from waiting import wait_for
 from workers import (
     LEASE_SECONDS,
     START_DEADLINE_SECONDS,
     WORKER_ACCOUNT,
     grant_worker_role,
-    lease_renewers,
-    token_pods,
+    renewed_by_its_pod_then_tombstoned,
     wait_pod_phase,
-    worker_user,
 )
 
 pytestmark = pytest.mark.kubelet
-LOCAL_OPERATOR_USER = "operator"
 # The SDK worker: reads its context, keeps its lease for a few renewals, prints, exits 0.
 SDK_WORKER = """
 import json, time
@@ -83,10 +79,4 @@ def test_an_sdk_worker_reads_its_context_and_keeps_its_lease(
                        "sha256": {kind: pin["sha256"] for kind, pin in pins.items()}}
 
     scenario.wait_state(slot, "Succeeded", timeout=60)
-    wait_for(lambda: LOCAL_OPERATOR_USER in lease_renewers(scenario, first), timeout=30,
-             message=f"lease {first} tombstoned")
-    renewers = lease_renewers(scenario, first)
-    worker = worker_user(scenario.namespace)
-    assert renewers[-1] == LOCAL_OPERATOR_USER and set(renewers[:-1]) == {worker}, renewers
-    assert len(renewers) - 1 >= 3, renewers  # 6 s of work, a renewal every 1.7 s
-    assert token_pods(scenario, user=worker, name=first) == {first}
+    renewed_by_its_pod_then_tombstoned(scenario, first, at_least=3)  # 6 s, one every 1.7 s
