@@ -17,6 +17,8 @@ SDK's ``Worker`` does not start on a lease it cannot renew. Two tests run the th
 from __future__ import annotations
 
 import copy
+import os
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -350,3 +352,25 @@ def test_the_clients_own_ssl_failure_is_a_retry(clock: Clock) -> None:
     api.reading = kubernetes.client.ApiException(status=0, reason="SSLError")
     assert kept.renew() == pytest.approx(DURATION / 3)
     kept.ensure_live()
+
+
+def test_sigterm_ends_an_sdk_worker_unless_it_handles_sigterm_itself() -> None:
+    """A worker that is PID 1 ignores a default-action SIGTERM; the SDK's handler exits."""
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        assert sdk.exit_on_sigterm() is True
+        with pytest.raises(SystemExit) as ended:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled before the next bytecode
+        assert ended.value.code == 143
+        own = signal.signal(signal.SIGTERM, lambda *_: None)  # a worker's own handler
+        assert own is not signal.SIG_DFL
+        assert sdk.exit_on_sigterm() is False
+        done: list[bool] = []
+        thread = threading.Thread(target=lambda: done.append(sdk.exit_on_sigterm()))
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        thread.start()
+        thread.join()
+        assert done == [False]  # only the main thread may install it
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -20,9 +20,11 @@ successor may be running. A :class:`keeper.LeaseLapsed` means wait
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
+from types import FrameType, TracebackType
 
 import kubernetes
 
@@ -35,6 +37,26 @@ from agentrun.worker.renewals import Verdict
 # retries are off): a hung request must not keep the keeper from renewing again for long.
 REQUEST_TIMEOUT_SECONDS = 5.0
 START_TIMEOUT_SECONDS = 60.0
+TERMINATED_EXIT = 128 + signal.SIGTERM  # 143, the shell's code for "ended by SIGTERM"
+
+
+def _terminated(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(TERMINATED_EXIT)
+
+
+def exit_on_sigterm() -> bool:
+    """Make SIGTERM end the process (``SystemExit(143)``, so ``with`` blocks unwind and the
+    keeper stops) where nothing else handles it. Why: a worker is often its container's
+    PID 1, for which the kernel ignores a signal left at its default action; the kubelet's
+    SIGTERM (the operator fencing the pod, or the pod deleted) would then be ignored
+    until the grace period's SIGKILL. Only from the main thread, and only over the
+    default action (a worker's own handler stands). True if installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGTERM, _terminated)
+    return True
 
 
 def pod_api() -> rest.Rest:
@@ -104,9 +126,11 @@ class Worker:
               on_lapse: Callable[[str], None] | None = None,
               on_resume: Callable[[str], None] | None = None,
               on_lost: Callable[[str], None] | None = None) -> None:
-        """Renew once (telling the operator the worker started), then in the background.
+        """Renew once (telling the operator the worker started), then in the background;
+        SIGTERM ends the process from now on (:func:`exit_on_sigterm`).
         Raises :class:`keeper.LeaseLost` if the lease is not this pod's, or
         :class:`keeper.LeaseLapsed` if no renewal succeeded within ``timeout`` seconds."""
+        exit_on_sigterm()
         decision = self.keeper.first_renewal(timeout=timeout)
         if decision.verdict is Verdict.STOP:
             raise keeper.LeaseLost(decision.reason)
