@@ -1,0 +1,185 @@
+"""The plugin's command line without a cluster: flags bounded where parsed, exit codes,
+and the one re-send of a command whose stamping could not be proven.
+
+The API calls are replaced by a recorder here (the integration test,
+tests/integration/operator/test_plugin.py, runs them against a real API server).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agentrun.api.slots import CommandKind
+from agentrun.plugin import cli, client, requests
+
+
+def parse(*argv: str) -> Any:
+    return cli.parser().parse_args(list(argv))
+
+
+def test_kubectl_flags_go_before_or_after_the_command() -> None:
+    before = parse("-n", "team-a", "--context", "alice", "--kubeconfig", "/k", "status", "r")
+    after = parse("status", "r", "-n", "team-a", "--context", "alice", "--kubeconfig", "/k")
+    for args in (before, after):
+        assert (args.namespace, args.context, args.kubeconfig) == ("team-a", "alice", "/k")
+    assert parse("-o", "json", "history", "s").output == "json"
+    assert parse("history", "s").output == "text"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["reassign", "s", "--reason", "r", "--class", "GPU"], "--class must match"),
+    (["reassign", "s", "--reason", "x" * 1025], "--reason is 1025 bytes"),
+    (["reassign", "s"], "--reason"),
+    (["hold", "s"], "--reason"),
+    (["resolve-effect", "s", "--key", "k", "--outcome", "maybe", "--reason", "r"], "maybe"),
+    (["resolve-effect", "s", "--key", "K", "--outcome", "applied", "--reason", "r"],
+     "--key must match"),
+    (["resolve-effect", "s", "--key", "k", "--outcome", "applied", "--reason", "r",
+      "--result", "x" * 513], "--result is 513 bytes"),
+    (["claim", "s", "--timeout", "0"], "--timeout must be between 1 and 3600"),
+    (["claim", "s", "--timeout", "nan"], "--timeout must be between"),
+    (["claim", "s", "--timeout", "soon"], "--timeout must be seconds"),
+    (["claim", "Not_A_Name"], "the name must match"),
+    (["status", "r", "-n", "x" * 254], "the name is 254 characters"),
+    (["status"], "RUN"),
+    (["frobnicate", "s"], "invalid choice"),
+])
+def test_bad_input_exits_2_and_says_why(argv: list[str], says: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(argv)
+    assert stopped.value.code == requests.USAGE == 2
+    assert says in capsys.readouterr().err
+
+
+def test_help_has_examples_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--help"], ["reassign", "--help"]):
+        with pytest.raises(SystemExit) as stopped:
+            cli.main(argv)
+        assert stopped.value.code == 0
+        shown = capsys.readouterr().out
+        assert "kubectl agentrun reassign" in shown and "--reason" in shown
+        assert "exit codes: 0 accepted, 1 rejected" in shown
+
+
+def test_fields_fill_the_run_from_the_slot_only_for_reassign() -> None:
+    args = parse("reassign", "s", "--class", "gpu", "--reason", "oom")
+    assert cli.fields(args, run="study") == {"reason": "oom", "worker_class": "gpu",
+                                              "run": "study"}
+    assert cli.fields(parse("claim", "s"), run="study") == {}
+    assert cli.fields(parse("give-up", "s", "--reason", "gone"), run="study") == {
+        "reason": "gone"}
+    resolve = parse("resolve-effect", "s", "--key", "publish", "--outcome", "not-applied",
+                    "--reason", "checked", "--result", '{"id": 1}')
+    assert cli.fields(resolve, run="study") == {
+        "effect_key": "publish", "outcome": "not-applied", "reason": "checked",
+        "result": '{"id": 1}'}
+
+
+class Recorder:
+    """Stands in for the API: the slot, and the ledger entries decided per request id."""
+
+    def __init__(self, decide: list[dict[str, str]]) -> None:
+        self.decide = decide
+        self.sent: list[requests.Request] = []
+
+    def get(self, conn: object, plural: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"run": "study"}}
+
+    def send(self, conn: object, slot: str, request: requests.Request) -> dict[str, Any]:
+        self.sent.append(request)
+        return {}
+
+    def wait_entry(self, conn: object, slot: str, request_id: str, *,
+                   timeout: float) -> dict[str, Any]:
+        return {"requestId": request_id, "kind": "Reassign", **self.decide[len(self.sent) - 1]}
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Any:
+    def install(*decide: dict[str, str]) -> Recorder:
+        fake = Recorder(list(decide))
+        conn = client.Connection(rest=None, namespace="team-a")  # type: ignore[arg-type]
+        monkeypatch.setattr(client, "connect", lambda **_: conn)
+        for name in ("get", "send", "wait_entry"):
+            monkeypatch.setattr(client, name, getattr(fake, name))
+        return fake
+    return install
+
+
+REASSIGN = ["reassign", "study-research-1", "--class", "gpu", "--reason", "oom"]
+
+
+@pytest.mark.parametrize("predicate", ["CommandsRefused", "Unstamped", "StaleEpoch"])
+def test_an_unproven_command_is_resent_once_as_the_same_request(
+        recorder: Any, predicate: str, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = recorder({"outcome": "Rejected", "predicate": predicate, "message": "not yet"},
+                    {"outcome": "Accepted", "actor": "alice"})
+    assert cli.main([*REASSIGN, "-o", "json"]) == 0
+    first, again = fake.sent
+    assert again.request_id == requests.resend_id(first.request_id)
+    assert again.fields == first.fields == {"reason": "oom", "worker_class": "gpu",
+                                            "run": "study"}
+    out = capsys.readouterr()
+    printed = json.loads(out.out)
+    assert printed["entry"]["outcome"] == "Accepted" and printed["exitCode"] == 0
+    assert printed["firstAttempt"]["predicate"] == predicate
+    assert "re-sending once" in out.err
+
+
+def test_a_second_unproven_refusal_is_the_answer(recorder: Any,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    refused = {"outcome": "Rejected", "predicate": "CommandsRefused", "message": "binding gone"}
+    fake = recorder(refused, refused)
+    assert cli.main(REASSIGN) == 1
+    assert len(fake.sent) == 2
+    assert "Rejected (CommandsRefused): binding gone" in capsys.readouterr().out
+
+
+def test_a_rejection_is_not_resent_and_exits_1(recorder: Any,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    fake = recorder({"outcome": "Rejected", "predicate": "BlankReason",
+                     "message": "a reason is required"})
+    assert cli.main(REASSIGN) == 1
+    assert len(fake.sent) == 1
+    assert fake.sent[0].kind is CommandKind.REASSIGN
+    assert "Rejected (BlankReason): a reason is required" in capsys.readouterr().out
+
+
+def test_a_failure_prints_its_message_and_exit_code(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def unreachable(**_: object) -> client.Connection:
+        raise client.Failure("cannot load the kubeconfig: nope", code=requests.USAGE)
+    monkeypatch.setattr(client, "connect", unreachable)
+    assert cli.main(["-o", "json", "claim", "s"]) == 2
+    out = capsys.readouterr()
+    assert json.loads(out.out) == {"error": "cannot load the kubeconfig: nope", "exitCode": 2}
+    assert "error: cannot load the kubeconfig" in out.err
+
+
+def test_a_kubeconfig_that_does_not_exist_is_bad_input(tmp_path: Any) -> None:
+    with pytest.raises(client.Failure) as failed:
+        client.connect(kubeconfig=str(tmp_path / "none"), context=None, namespace=None)
+    assert failed.value.code == requests.USAGE
+
+
+def test_the_namespace_defaults_to_the_contexts(tmp_path: Any) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "a",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "a", "context": {"cluster": "c", "user": "u",
+                                               "namespace": "team-a"}},
+                     {"name": "b", "context": {"cluster": "c", "user": "u"}}]}))
+    assert client.connect(kubeconfig=str(config), context=None, namespace=None).namespace == (
+        "team-a")
+    assert client.connect(kubeconfig=str(config), context="b", namespace=None).namespace == (
+        "default")
+    assert client.connect(kubeconfig=str(config), context="b", namespace="x").namespace == "x"
+    with pytest.raises(client.Failure) as failed:
+        client.connect(kubeconfig=str(config), context="missing", namespace=None)
+    assert failed.value.code == requests.USAGE
