@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from agentrun.api.slots import CommandKind
+from agentrun.kube import rest
 from agentrun.plugin import cli, client, requests
 
 
@@ -183,3 +184,100 @@ def test_the_namespace_defaults_to_the_contexts(tmp_path: Any) -> None:
     with pytest.raises(client.Failure) as failed:
         client.connect(kubeconfig=str(config), context="missing", namespace=None)
     assert failed.value.code == requests.USAGE
+
+
+class FakeRest:
+    """Answers like the API server's REST layer: queued answers or errors per method."""
+
+    def __init__(self, *, gets: list[Any], patches: list[Any] | None = None) -> None:
+        self.gets = gets
+        self.patches = patches or []
+        self.bodies: list[Any] = []
+
+    @staticmethod
+    def _next(queue: list[Any]) -> Any:
+        answer = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def get(self, path: str, *, query: dict[str, str] | None = None) -> Any:
+        return self._next(self.gets)
+
+    def request(self, method: str, path: str, *, body: Any = None, query: Any = None,
+                content_type: str = "") -> Any:
+        assert (method, content_type) == ("PATCH", "application/merge-patch+json")
+        self.bodies.append(body)
+        return self._next(self.patches)
+
+
+def conn(fake: FakeRest) -> client.Connection:
+    return client.Connection(rest=fake, namespace="team-a")  # type: ignore[arg-type]
+
+
+def api_error(status: int, message: str) -> rest.ApiError:
+    return rest.ApiError(status, json.dumps({"reason": "x", "message": message}))
+
+
+SLOT = {"metadata": {"name": "s", "resourceVersion": "7", "annotations": {}},
+        "spec": {"run": "study"}, "status": {"commands": []}}
+HOLD = requests.Request(kind=CommandKind.HOLD, request_id="r1", fields={"reason": "look"})
+
+
+def test_a_conflict_rereads_and_patches_with_the_new_version() -> None:
+    newer = {**SLOT, "metadata": {**SLOT["metadata"], "resourceVersion": "8"}}
+    fake = FakeRest(gets=[SLOT, newer], patches=[api_error(409, "changed"), {}])
+    client.send(conn(fake), "s", HOLD)
+    assert [b["metadata"]["resourceVersion"] for b in fake.bodies] == ["7", "8"]
+    assert fake.bodies[-1]["metadata"]["annotations"] == {
+        "agentrun.dev/hold-id": "r1", "agentrun.dev/hold-reason": "look"}
+
+
+def test_a_slot_that_keeps_changing_is_an_api_error() -> None:
+    fake = FakeRest(gets=[SLOT], patches=[api_error(409, "changed")])
+    with pytest.raises(client.Failure, match="kept changing") as failed:
+        client.send(conn(fake), "s", HOLD)
+    assert failed.value.code == requests.FAILED and len(fake.bodies) == client.CONFLICT_RETRIES
+
+
+def test_a_command_of_the_same_kind_waiting_is_not_overwritten() -> None:
+    waiting = {**SLOT, "metadata": {**SLOT["metadata"],
+                                    "annotations": {"agentrun.dev/hold-id": "earlier"}}}
+    fake = FakeRest(gets=[waiting])
+    with pytest.raises(client.Failure, match="request id earlier") as failed:
+        client.send(conn(fake), "s", HOLD)
+    assert failed.value.code == requests.USAGE and fake.bodies == []
+
+
+@pytest.mark.parametrize(("error", "code", "says"), [
+    (api_error(422, "hold-reason is required"), requests.REJECTED, "admission or RBAC"),
+    (api_error(403, "forbidden: patch slots"), requests.REJECTED, "forbidden"),
+    (api_error(500, "etcd down"), requests.FAILED, "etcd down"),
+    (ConnectionRefusedError("refused"), requests.FAILED, "cannot reach the API server"),
+])
+def test_a_refused_write_is_a_rejection_and_a_failed_one_an_api_error(
+        error: Exception, code: int, says: str) -> None:
+    fake = FakeRest(gets=[SLOT], patches=[error])
+    with pytest.raises(client.Failure, match=says) as failed:
+        client.send(conn(fake), "s", HOLD)
+    assert failed.value.code == code
+
+
+def test_a_missing_slot_is_bad_input() -> None:
+    with pytest.raises(client.Failure, match="slots/s not found in namespace 'team-a'") as failed:
+        client.get(conn(FakeRest(gets=[None])), "slots", "s")
+    assert failed.value.code == requests.USAGE
+
+
+def test_waiting_returns_the_entry_once_decided_and_times_out_otherwise() -> None:
+    decided = {**SLOT, "status": {"commands": [{"requestId": "r1", "outcome": "Accepted"}]}}
+    fake = FakeRest(gets=[SLOT, decided])
+    assert client.wait_entry(conn(fake), "s", "r1", timeout=5)["outcome"] == "Accepted"
+    with pytest.raises(client.Failure, match="no decision on request r1 within 0s") as failed:
+        client.wait_entry(conn(FakeRest(gets=[SLOT])), "s", "r1", timeout=0)
+    assert failed.value.code == requests.FAILED
+
+
+def test_unreadable_leases_are_skipped() -> None:
+    fake = FakeRest(gets=[api_error(403, "no"), {"spec": {}}])
+    assert client.leases(conn(fake), {"a-1", "b-1"}) == {"b-1": {"spec": {}}}
