@@ -219,7 +219,7 @@ def api_error(status: int, message: str) -> rest.ApiError:
     return rest.ApiError(status, json.dumps({"reason": "x", "message": message}))
 
 
-SLOT = {"metadata": {"name": "s", "resourceVersion": "7", "annotations": {}},
+SLOT: dict[str, Any] = {"metadata": {"name": "s", "resourceVersion": "7", "annotations": {}},
         "spec": {"run": "study"}, "status": {"commands": []}}
 HOLD = requests.Request(kind=CommandKind.HOLD, request_id="r1", fields={"reason": "look"})
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -91,8 +92,8 @@ def test_the_resend_id_is_derived_valid_and_new(rid: str) -> None:
     assert requests.resend_id(rid) == again  # deterministic: the same request
 
 
-def slot(*entries: dict[str, object], annotations: dict[str, str] | None = None) -> dict[
-        str, object]:
+def slot(*entries: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[
+        str, Any]:
     return {"metadata": {"name": "s", "annotations": annotations or {}},
             "status": {"commands": list(entries)}}
 
