@@ -94,9 +94,10 @@ class Recorder:
         self.sent.append(request)
         return {}
 
-    def wait_entry(self, conn: object, slot: str, request_id: str, *,
+    def wait_entry(self, conn: object, slot: str, request: requests.Request, *,
                    timeout: float) -> dict[str, Any]:
-        return {"requestId": request_id, "kind": "Reassign", **self.decide[len(self.sent) - 1]}
+        return {"requestId": request.request_id, "kind": "Reassign",
+                **self.decide[len(self.sent) - 1]}
 
 
 @pytest.fixture
@@ -269,12 +270,17 @@ def test_a_missing_slot_is_bad_input() -> None:
     assert failed.value.code == requests.USAGE
 
 
-def test_waiting_returns_the_entry_once_decided_and_times_out_otherwise() -> None:
-    decided = {**SLOT, "status": {"commands": [{"requestId": "r1", "outcome": "Accepted"}]}}
-    fake = FakeRest(gets=[SLOT, decided])
-    assert client.wait_entry(conn(fake), "s", "r1", timeout=5)["outcome"] == "Accepted"
+def test_waiting_returns_the_entry_once_decided_and_removed_and_times_out_otherwise() -> None:
+    ledger = {"commands": [{"requestId": "r1", "outcome": "Accepted"}]}
+    decided = {**SLOT, "metadata": {**SLOT["metadata"],
+                                    "annotations": {"agentrun.dev/hold-id": "r1"}},
+               "status": ledger}
+    removed = {**SLOT, "status": ledger}
+    fake = FakeRest(gets=[SLOT, decided, removed])
+    assert client.wait_entry(conn(fake), "s", HOLD, timeout=5)["outcome"] == "Accepted"
+    assert fake.gets == [removed]  # it read until the annotations were gone
     with pytest.raises(client.Failure, match="no decision on request r1 within 0s") as failed:
-        client.wait_entry(conn(FakeRest(gets=[SLOT])), "s", "r1", timeout=0)
+        client.wait_entry(conn(FakeRest(gets=[decided])), "s", HOLD, timeout=0)
     assert failed.value.code == requests.FAILED
 
 

@@ -183,7 +183,7 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
     except requests.BadInput as error:
         raise client.Failure(str(error), code=requests.USAGE) from None
     client.send(conn, args.name, request)
-    entry = client.wait_entry(conn, args.name, request.request_id, timeout=args.timeout)
+    entry = client.wait_entry(conn, args.name, request, timeout=args.timeout)
     first = None
     if requests.unproven(entry):
         first = entry
@@ -192,7 +192,7 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
         print(f"{requests.describe(entry)}\nre-sending once as {request.request_id}",
               file=sys.stderr)
         client.send(conn, args.name, request)
-        entry = client.wait_entry(conn, args.name, request.request_id, timeout=args.timeout)
+        entry = client.wait_entry(conn, args.name, request, timeout=args.timeout)
     code = requests.exit_code(entry)
     document = {"slot": args.name, "namespace": conn.namespace, "entry": entry,
                 "exitCode": code, **({"firstAttempt": first} if first else {})}

@@ -160,18 +160,23 @@ def send(conn: Connection, slot_name: str, request: requests.Request) -> Object:
                   code=requests.FAILED)
 
 
-def wait_entry(conn: Connection, slot_name: str, request_id: str, *,
+def wait_entry(conn: Connection, slot_name: str, request: requests.Request, *,
                timeout: float) -> Object:
-    """The ledger entry for ``request_id`` once the operator has decided; exit 3 on timeout."""
+    """The ledger entry for ``request`` once the operator is done with it; exit 3 on timeout.
+
+    Done: the entry is in the ledger and the command's annotations are gone from the slot
+    (the operator removes them right after), so a command sent next (the re-send) never
+    finds this one still waiting.
+    """
     deadline = time.monotonic() + timeout
     while True:
         slot = get(conn, "slots", slot_name)
-        found = requests.entry(slot, request_id)
-        if found is not None:
+        found = requests.entry(slot, request.request_id)
+        if found is not None and requests.pending_id(request.kind, slot) != request.request_id:
             return found
         left = deadline - time.monotonic()
         if left <= 0:
-            raise Failure(f"no decision on request {request_id} within {timeout:g}s: is the "
-                          "operator running? (the command stays on the slot; see `history`)",
-                          code=requests.FAILED)
+            raise Failure(f"no decision on request {request.request_id} within {timeout:g}s: "
+                          "is the operator running? (the command stays on the slot; see "
+                          "`history`)", code=requests.FAILED)
         time.sleep(min(POLL_SECONDS, left))
