@@ -1,0 +1,219 @@
+"""kubectl agentrun: see a run's slots and attempts, and send a slot a command.
+
+Every command writes its annotations with one merge patch (a fresh request id; the run
+from the slot; never the actor, which admission stamps), then waits for the operator's
+ledger entry with that id and prints it. Exit codes: 0 accepted, 1 rejected (by the
+operator, or refused by admission or RBAC), 2 usage or bad input, 3 timeout or API error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from agentrun.api import bounds
+from agentrun.api.slots import CommandKind
+from agentrun.plugin import client, requests, views
+from agentrun.plugin.requests import Object
+
+TIMEOUT = (1.0, 3600.0, 60.0)  # --timeout: least, most, default seconds
+NAME_CHARS = 253
+
+EXAMPLES = """\
+examples:
+  kubectl agentrun status study                       # the run's tree: slots, attempts
+  kubectl agentrun history study-research-1a2b3c4d    # attempts and the command ledger
+  kubectl agentrun reassign study-research-1a2b3c4d --class gpu \\
+      --reason "the cpu worker ran out of memory twice"
+  kubectl agentrun claim study-research-1a2b3c4d      # start the next attempt (Manual runs)
+  kubectl agentrun hold study-research-1a2b3c4d --reason "investigating the source"
+  kubectl agentrun release study-research-1a2b3c4d
+  kubectl agentrun give-up study-research-1a2b3c4d --reason "the source is gone"
+  kubectl agentrun resolve-effect study-research-1a2b3c4d --key publish \\
+      --outcome applied --reason "the report is on the site" --result '{"id": 42}'
+  kubectl agentrun -n team-a --context alice status study -o json | jq .slots
+
+exit codes: 0 accepted, 1 rejected (the message says why), 2 usage or bad input,
+3 timeout or API error
+"""
+
+
+def _bounded_text(what: str, *, chars: int | None = None, max_bytes: int | None = None,
+                  pattern: str | None = None) -> Callable[[str], str]:
+    """An argparse type: ``what`` within its bound (api/bounds.py), else a clear error."""
+    def parse(text: str) -> str:
+        why = bounds.problem(key=what, value=text, chars=chars, max_bytes=max_bytes,
+                             pattern=pattern)
+        if why is not None:
+            raise argparse.ArgumentTypeError(why)
+        return text
+    return parse
+
+
+def _timeout(text: str) -> float:
+    least, most, _ = TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--timeout must be seconds, not {text[:40]!r}") from None
+    if not least <= value <= most:  # also refuses nan
+        raise argparse.ArgumentTypeError(
+            f"--timeout must be between {least:g} and {most:g} seconds, not {text[:40]}")
+    return value
+
+
+NAME = _bounded_text("the name", chars=NAME_CHARS, pattern=bounds.RUN_PATTERN)
+REASON = _bounded_text("--reason", max_bytes=bounds.REASON_BYTES)
+CLASS = _bounded_text("--class", chars=bounds.WORKER_CLASS_CHARS,
+                      pattern=bounds.WORKER_CLASS_PATTERN)
+TENANT = _bounded_text("--tenant", chars=bounds.TENANT_CHARS, pattern=bounds.TENANT_PATTERN)
+KEY = _bounded_text("--key", chars=bounds.STEP_KEY_CHARS, pattern=bounds.STEP_KEY_PATTERN)
+RESULT = _bounded_text("--result", max_bytes=bounds.RESOLVE_RESULT_BYTES)
+
+
+def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The flags every command takes, before or after it (``-n x status`` or ``status -n x``).
+
+    On a subcommand their default is "not given", so it never overwrites the top's value.
+    """
+    def default(value: object) -> object:
+        return value if top else argparse.SUPPRESS
+    parser.add_argument("-n", "--namespace", type=NAME, default=default(None),
+                        help="the namespace (default: the context's, else 'default')")
+    parser.add_argument("--context", default=default(None),
+                        help="the kubeconfig context to use")
+    parser.add_argument("--kubeconfig", default=default(None),
+                        help="path to the kubeconfig file")
+    parser.add_argument("-o", "--output", choices=("text", "json"), default=default("text"),
+                        help="text (default) or json, for scripts")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="kubectl agentrun", description=__doc__, epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(top, top=True)
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_: str, *, target: str = "SLOT") -> argparse.ArgumentParser:
+        made = sub.add_parser(name, help=help_, description=help_, epilog=EXAMPLES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        made.add_argument("name", metavar=target, type=NAME)
+        _common(made, top=False)
+        if target == "SLOT" and name != "history":
+            made.add_argument("--timeout", type=_timeout, default=TIMEOUT[2],
+                              help="seconds to wait for the operator's decision (default 60)")
+        return made
+
+    command("status", "a run's tree: slots and attempts (state, class, spec, pod, lease)",
+            target="RUN")
+    command("history", "a slot's attempts and command ledger (who, why, which spec)")
+    reassign = command("reassign", "reopen a RetryWait slot, optionally on another class")
+    reassign.add_argument("--class", dest="worker_class", type=CLASS,
+                          help="the worker class of the next attempt (default: the slot's)")
+    reassign.add_argument("--reason", required=True, type=REASON, help="why (recorded)")
+    reassign.add_argument("--tenant", type=TENANT,
+                          help="assert the slot's tenant (rejected if it is another's)")
+    command("claim", "start the slot's next attempt now (Manual runs, or after reassign)")
+    command("hold", "stop the slot from starting attempts").add_argument(
+        "--reason", required=True, type=REASON, help="why (recorded)")
+    command("release", "let a held slot start attempts again")
+    command("give-up", "end the slot Failed (GaveUp)").add_argument(
+        "--reason", required=True, type=REASON, help="why (recorded)")
+    resolve = command("resolve-effect", "record the effect owner's answer about an "
+                      "unresolved effect (status.effects)")
+    resolve.add_argument("--key", required=True, type=KEY, help="the effect's key")
+    resolve.add_argument("--outcome", required=True, choices=("applied", "not-applied"))
+    resolve.add_argument("--reason", required=True, type=REASON, help="why (recorded)")
+    resolve.add_argument("--result", type=RESULT, help="the owner's result: JSON or text")
+    return top
+
+
+KINDS = {"reassign": CommandKind.REASSIGN, "claim": CommandKind.CLAIM,
+         "hold": CommandKind.HOLD, "release": CommandKind.RELEASE,
+         "give-up": CommandKind.GIVE_UP, "resolve-effect": CommandKind.RESOLVE_EFFECT}
+
+
+def fields(args: argparse.Namespace, *, run: str) -> dict[str, str]:
+    """The command's fields from its flags; the run is the slot's own (``spec.run``)."""
+    found = {"reason": getattr(args, "reason", None),
+             "worker_class": getattr(args, "worker_class", None),
+             "tenant": getattr(args, "tenant", None), "effect_key": getattr(args, "key", None),
+             "outcome": getattr(args, "outcome", None),
+             "result": getattr(args, "result", None)}
+    if args.command == "reassign":
+        found["run"] = run
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def _print(args: argparse.Namespace, document: Object, lines: Sequence[str]) -> None:
+    if args.output == "json":
+        print(json.dumps(document, indent=2, sort_keys=True))
+    else:
+        print("\n".join(lines))
+
+
+def show(args: argparse.Namespace, conn: client.Connection) -> int:
+    now = datetime.now(UTC)
+    if args.command == "history":
+        view = views.history(client.get(conn, "slots", args.name), now=now)
+        _print(args, view, views.render_history(view))
+        return requests.ACCEPTED
+    run = client.get(conn, "agentruns", args.name)
+    slots = client.slots_of(conn, args.name)
+    live = {a.get("lease") for s in slots for a in (s.get("status") or {}).get("attempts") or []
+            if not a.get("outcome")}
+    tree = views.tree(run, slots, now=now, leases=client.leases(conn, live - {None}))
+    _print(args, tree, views.render_tree(tree))
+    return requests.ACCEPTED
+
+
+def send(args: argparse.Namespace, conn: client.Connection) -> int:
+    """Write the command, wait for its ledger entry; re-send once if stamping was unproven."""
+    kind = KINDS[args.command]
+    slot = client.get(conn, "slots", args.name)
+    run = str((slot.get("spec") or {}).get("run") or "")
+    request = requests.Request(kind=kind, request_id=requests.new_request_id(),
+                               fields=fields(args, run=run))
+    try:
+        requests.check(kind, request.fields)
+    except requests.BadInput as error:
+        raise client.Failure(str(error), code=requests.USAGE) from None
+    client.send(conn, args.name, request)
+    entry = client.wait_entry(conn, args.name, request, timeout=args.timeout)
+    first = None
+    if requests.unproven(entry):
+        first = entry
+        request = requests.Request(kind=kind, request_id=requests.resend_id(request.request_id),
+                                   fields=request.fields)
+        print(f"{requests.describe(entry)}\nre-sending once as {request.request_id}",
+              file=sys.stderr)
+        client.send(conn, args.name, request)
+        entry = client.wait_entry(conn, args.name, request, timeout=args.timeout)
+    code = requests.exit_code(entry)
+    document = {"slot": args.name, "namespace": conn.namespace, "entry": entry,
+                "exitCode": code, **({"firstAttempt": first} if first else {})}
+    _print(args, document, [requests.describe(entry)])
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        conn = client.connect(kubeconfig=args.kubeconfig, context=args.context,
+                              namespace=args.namespace)
+        if args.command in ("status", "history"):
+            return show(args, conn)
+        return send(args, conn)
+    except client.Failure as failure:
+        if args.output == "json":
+            print(json.dumps({"error": str(failure), "exitCode": failure.code}))
+        print(f"error: {failure}", file=sys.stderr)
+        return failure.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

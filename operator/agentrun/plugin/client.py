@@ -1,0 +1,182 @@
+"""The plugin's reads and its one write per command, through :mod:`agentrun.kube.rest`.
+
+Connection as kubectl makes it: ``--kubeconfig`` (else $KUBECONFIG, else ~/.kube/config),
+``--context`` (else the current one), ``-n`` (else the context's namespace, else
+``default``). In a pod with no kubeconfig, the service account.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import kubernetes
+import urllib3
+
+from agentrun.api import names
+from agentrun.kube import rest
+from agentrun.plugin import requests
+from agentrun.plugin.requests import Object
+
+POLL_SECONDS = 0.5  # between reads of the slot while waiting for the ledger
+CONFLICT_RETRIES = 3  # re-reads when the slot changed between our read and our patch
+
+
+class Failure(Exception):
+    """Why the plugin could not finish: ``code`` is its exit code, the message says why."""
+
+    def __init__(self, message: str, *, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, kw_only=True)
+class Connection:
+    rest: rest.Rest
+    namespace: str
+
+
+def connect(*, kubeconfig: str | None, context: str | None,
+            namespace: str | None) -> Connection:
+    """Load the client configuration as kubectl does; a bad kubeconfig is exit 2."""
+    configuration = kubernetes.client.Configuration()
+    try:
+        try:
+            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context, client_configuration=configuration)
+            listed = kubernetes.config.list_kube_config_contexts
+            contexts, current = listed(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+            active = current if context is None else next(
+                c for c in contexts if c["name"] == context)
+            default = (active.get("context") or {}).get("namespace") or "default"
+        except kubernetes.config.ConfigException:
+            if kubeconfig is not None or context is not None:
+                raise
+            kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration)
+            default = _service_account_namespace()
+    except (kubernetes.config.ConfigException, OSError, StopIteration) as error:
+        raise Failure(f"cannot load the kubeconfig: {error or 'no such context'}",
+                      code=requests.USAGE) from None
+    api = kubernetes.client.ApiClient(configuration)
+    return Connection(rest=rest.Rest(api), namespace=namespace or default)
+
+
+def _service_account_namespace() -> str:
+    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def _path(plural: str, namespace: str, name: str | None = None) -> str:
+    return rest.namespaced(group=names.GROUP, version=names.VERSION, plural=plural,
+                           namespace=namespace, name=name)
+
+
+def failure(what: str, error: Exception) -> Failure:
+    """The :class:`Failure` for an error answering ``what``: a refusal by admission or RBAC
+    (403, 422) is a rejection (exit 1); anything else is an API error (exit 3)."""
+    if isinstance(error, rest.ApiError):
+        if error.status in (403, 422):
+            return Failure(f"{what} was refused by the API server (admission or RBAC): "
+                           f"{error.message}", code=requests.REJECTED)
+        return Failure(f"{what} failed: {error}", code=requests.FAILED)
+    return Failure(f"{what} failed: cannot reach the API server ({error})",
+                   code=requests.FAILED)
+
+
+ERRORS = (rest.ApiError, OSError, urllib3.exceptions.HTTPError, kubernetes.client.ApiException,
+          ValueError)
+
+
+def _call(what: str, action: Callable[[], Object | None]) -> Object | None:
+    try:
+        return action()
+    except ERRORS as error:
+        raise failure(what, error) from None
+
+
+def get(conn: Connection, plural: str, name: str) -> Object:
+    """The object, or exit 2 when it does not exist (a name mistyped is bad input)."""
+    found = _call(f"reading {plural}/{name}",
+                  lambda: conn.rest.get(_path(plural, conn.namespace, name)))
+    if found is None:
+        raise Failure(f"{plural}/{name} not found in namespace {conn.namespace!r} "
+                      "(check the name and -n)", code=requests.USAGE)
+    return found
+
+
+def slots_of(conn: Connection, run: str) -> list[Object]:
+    listed = _call(f"listing the slots of run {run}", lambda: conn.rest.get(
+        _path("slots", conn.namespace), query={"labelSelector": f"{names.RUN_LABEL}={run}"}))
+    return [item for item in (listed or {}).get("items") or [] if isinstance(item, dict)]
+
+
+def leases(conn: Connection, wanted: set[str]) -> dict[str, Object]:
+    """The attempt Leases named ``wanted`` that the caller may read (others are skipped)."""
+    found: dict[str, Object] = {}
+    for name in sorted(wanted):
+        path = rest.namespaced(group="coordination.k8s.io", version="v1", plural="leases",
+                               namespace=conn.namespace, name=name)
+        try:
+            lease = conn.rest.get(path)
+        except (rest.ApiError, OSError):
+            continue  # a viewer without `get leases` sees the tree without lease notes
+        if lease is not None:
+            found[name] = lease
+    return found
+
+
+def send(conn: Connection, slot_name: str, request: requests.Request) -> Object:
+    """Write ``request`` with one merge patch, preconditioned on the slot as last read.
+
+    A command of the same kind already waiting on the slot is not overwritten (exit 2): it
+    would be lost undecided. A conflict (the slot changed in between) re-reads and retries.
+    """
+    path = _path("slots", conn.namespace, slot_name)
+    for _ in range(CONFLICT_RETRIES):
+        slot = get(conn, "slots", slot_name)
+        waiting = requests.pending_id(request.kind, slot)
+        if waiting is not None and waiting != request.request_id:
+            raise Failure(f"slot {slot_name} already has a {request.kind} command waiting "
+                          f"(request id {waiting}); wait for its outcome (history) and retry",
+                          code=requests.USAGE)
+        body = requests.patch(request, resource_version=(slot.get("metadata") or {}).get(
+            "resourceVersion"))
+        try:
+            answer = conn.rest.request("PATCH", path, body=body, content_type=rest.MERGE_PATCH)
+        except rest.ApiError as error:
+            if error.status == 409:
+                continue
+            raise failure(f"writing the {request.kind} command", error) from None
+        except ERRORS as error:
+            raise failure(f"writing the {request.kind} command", error) from None
+        return answer
+    raise Failure(f"slot {slot_name} kept changing while the command was written; retry",
+                  code=requests.FAILED)
+
+
+def wait_entry(conn: Connection, slot_name: str, request: requests.Request, *,
+               timeout: float) -> Object:
+    """The ledger entry for ``request`` once the operator is done with it; exit 3 on timeout.
+
+    Done: the entry is in the ledger and the command's annotations are gone from the slot
+    (the operator removes them right after), so a command sent next (the re-send) never
+    finds this one still waiting.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        slot = get(conn, "slots", slot_name)
+        found = requests.entry(slot, request.request_id)
+        if found is not None and requests.pending_id(request.kind, slot) != request.request_id:
+            return found
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Failure(f"no decision on request {request.request_id} within {timeout:g}s: "
+                          "is the operator running? (the command stays on the slot; see "
+                          "`history`)", code=requests.FAILED)
+        time.sleep(min(POLL_SECONDS, left))

@@ -1,0 +1,216 @@
+"""What ``status`` and ``history`` show, pure: objects as the API server returns them in,
+plain text (no colour, ASCII only) or JSON-ready dicts out.
+
+Terms:
+- *tree*: a run, its slots, and each slot's attempts (``status.attempts``, the last 10).
+- *age*: time since a thing started, as kubectl prints it (``45s``, ``3m``, ``2h``, ``4d``).
+- *lease note*: for the attempt that holds its slot now (the slot's active or pending
+  worker), whether its Lease was renewed and how long ago; the plugin shows it only when
+  the caller may read Leases (``leases`` maps a Lease's name to the object).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+Object = dict[str, Any]
+NONE = "-"
+
+
+def parse_time(text: object) -> datetime | None:
+    """An RFC 3339 time as the API server writes it, or None when absent or unreadable."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def age(since: object, *, now: datetime) -> str:
+    """kubectl's short age of ``since`` at ``now`` (``-`` when unknown)."""
+    start = parse_time(since) if not isinstance(since, datetime) else since
+    if start is None:
+        return NONE
+    seconds = max(0, int((now - start).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _status(obj: Object) -> Object:
+    found = obj.get("status")
+    return found if isinstance(found, dict) else {}
+
+
+def _name(obj: Object) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "?")
+
+
+def _true_conditions(status: Object) -> list[str]:
+    return [str(c.get("type")) for c in status.get("conditions") or []
+            if isinstance(c, dict) and c.get("status") == "True"]
+
+
+def run_state(run: Object) -> str:
+    """``Succeeded``/``Failed`` once done, else ``Pending`` until pinned, else ``Running``."""
+    status = _status(run)
+    conditions = _true_conditions(status)
+    for done in ("Succeeded", "Failed"):
+        if done in conditions:
+            return done
+    return "Running" if "Pinned" in conditions else "Pending"
+
+
+def lease_note(lease: Object | None, *, now: datetime) -> str | None:
+    """``renewed 3s ago by <holder>``, ``not renewed yet``, or None (no Lease readable)."""
+    if lease is None:
+        return None
+    spec = lease.get("spec") or {}
+    renewed = spec.get("renewTime")
+    if not renewed:
+        return "not renewed yet"
+    holder = spec.get("holderIdentity")
+    return f"renewed {age(renewed, now=now)} ago" + (f" by {holder}" if holder else "")
+
+
+def attempt_row(attempt: Object, *, now: datetime, live: bool,
+                leases: Mapping[str, Object]) -> Object:
+    """One attempt as the tree and ``-o json`` show it."""
+    ended = parse_time(attempt.get("endedAt"))
+    started = parse_time(attempt.get("startedAt"))
+    outcome = attempt.get("outcome") or ("running" if live else NONE)
+    row: Object = {
+        "number": attempt.get("number"), "outcome": outcome,
+        "class": attempt.get("workerClass") or NONE,
+        "launchSpec": attempt.get("launchSpec") or NONE,
+        "pod": attempt.get("pod") or NONE, "lease": attempt.get("lease") or NONE,
+        "owner": attempt.get("ownerActor") or NONE,
+        "age": age(started, now=now),
+        "ran": age(started, now=ended) if started and ended else None,
+        "reason": attempt.get("reason") or None,
+    }
+    if live:
+        row["leaseNote"] = lease_note(leases.get(str(attempt.get("lease"))), now=now)
+    return row
+
+
+def slot_row(slot: Object, *, now: datetime, leases: Mapping[str, Object]) -> Object:
+    status = _status(slot)
+    spec = slot.get("spec") or {}
+    launch = status.get("launchSpec") or {}
+    live = {status.get("activeWorker"), status.get("pendingWorker")} - {None}
+    attempts = [a for a in status.get("attempts") or [] if isinstance(a, dict)]
+    return {
+        "name": _name(slot), "node": spec.get("node") or NONE,
+        "state": status.get("state") or "Pending",
+        "class": status.get("workerClass") or spec.get("workerClass") or NONE,
+        "launchSpec": (f"{launch['name']}@{launch.get('generation', '?')}"
+                       if launch.get("name") else NONE),
+        "conditions": _true_conditions(status),
+        "attempts": [attempt_row(a, now=now, live=a.get("pod") in live and not a.get("outcome"),
+                                 leases=leases) for a in attempts],
+    }
+
+
+def tree(run: Object, slots: Iterable[Object], *, now: datetime,
+         leases: Mapping[str, Object] | None = None) -> Object:
+    """The run, its slots (by node) and their attempts: what ``status -o json`` prints."""
+    status = _status(run)
+    rows = [slot_row(s, now=now, leases=leases or {}) for s in slots]
+    return {
+        "run": _name(run), "namespace": (run.get("metadata") or {}).get("namespace"),
+        "state": run_state(run), "conditions": _true_conditions(status),
+        "claimPolicy": (run.get("spec") or {}).get("claimPolicy") or "Automatic",
+        "age": age((run.get("metadata") or {}).get("creationTimestamp"), now=now),
+        "slots": sorted(rows, key=lambda r: (str(r["node"]), str(r["name"]))),
+    }
+
+
+def _attempt_line(row: Object) -> str:
+    parts = [f"attempt {row['number']}", str(row["outcome"]), f"class {row['class']}",
+             f"spec {row['launchSpec']}", f"pod {row['pod']}", f"lease {row['lease']}"]
+    if row.get("leaseNote"):
+        parts.append(f"({row['leaseNote']})")
+    if row["owner"] != NONE:
+        parts.append(f"owner {row['owner']}")
+    parts.append(f"age {row['age']}" + (f" (ran {row['ran']})" if row.get("ran") else ""))
+    return "  ".join(parts)
+
+
+def render_tree(view: Object) -> list[str]:
+    """The tree as text lines: one per run, slot and attempt, ASCII branches."""
+    conditions = ",".join(view["conditions"]) or NONE
+    lines = [f"AgentRun {view['namespace']}/{view['run']}  {view['state']}  "
+             f"claimPolicy {view['claimPolicy']}  conditions {conditions}  age {view['age']}"]
+    slots: Sequence[Object] = view["slots"]
+    if not slots:
+        lines.append("`- (no slots yet)")
+    for i, slot in enumerate(slots):
+        last_slot = i == len(slots) - 1
+        held = [c for c in slot["conditions"] if c != "LaunchSpecSelected"]
+        lines.append(f"{'`-' if last_slot else '|-'} slot {slot['name']}  node {slot['node']}"
+                     f"  {slot['state']}  class {slot['class']}  spec {slot['launchSpec']}"
+                     + (f"  [{','.join(held)}]" if held else ""))
+        stem = "   " if last_slot else "|  "
+        attempts: Sequence[Object] = slot["attempts"]
+        if not attempts:
+            lines.append(f"{stem}`- (no attempts yet)")
+        for j, attempt in enumerate(attempts):
+            branch = "`-" if j == len(attempts) - 1 else "|-"
+            lines.append(f"{stem}{branch} {_attempt_line(attempt)}")
+            if attempt.get("reason"):
+                pad = "   " if j == len(attempts) - 1 else "|  "
+                lines.append(f"{stem}{pad}   reason: {attempt['reason']}")
+    return lines
+
+
+def history(slot: Object, *, now: datetime) -> Object:
+    """A slot's attempts and command ledger, oldest first: what ``history -o json`` prints."""
+    status = _status(slot)
+    attempts = [{
+        "number": a.get("number"), "outcome": a.get("outcome") or NONE,
+        "class": a.get("workerClass") or NONE, "launchSpec": a.get("launchSpec") or NONE,
+        "owner": a.get("ownerActor") or NONE, "started": a.get("startedAt") or NONE,
+        "ended": a.get("endedAt") or NONE, "reason": a.get("reason") or "",
+    } for a in status.get("attempts") or [] if isinstance(a, dict)]
+    commands = [{
+        "time": c.get("time") or NONE, "kind": c.get("kind") or NONE,
+        "requestId": c.get("requestId") or NONE, "actor": c.get("actor") or NONE,
+        "outcome": c.get("outcome") or NONE, "predicate": c.get("predicate") or NONE,
+        "class": c.get("workerClass") or NONE, "override": bool(c.get("override")),
+        "reason": c.get("reason") or "", "message": c.get("message") or "",
+    } for c in status.get("commands") or [] if isinstance(c, dict)]
+    return {"slot": _name(slot), "state": status.get("state") or "Pending",
+            "run": (slot.get("spec") or {}).get("run"), "age": age(
+                (slot.get("metadata") or {}).get("creationTimestamp"), now=now),
+            "attempts": attempts, "commands": commands}
+
+
+def table(rows: Sequence[Mapping[str, object]], columns: Sequence[tuple[str, str]]) -> list[str]:
+    """Rows as aligned columns (header first), like ``kubectl get``."""
+    cells = [[title for title, _ in columns]]
+    cells += [[str(row.get(key, NONE)) for _, key in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+            .rstrip() for line in cells]
+
+
+ATTEMPT_COLUMNS = (("ATTEMPT", "number"), ("OUTCOME", "outcome"), ("CLASS", "class"),
+                   ("SPEC", "launchSpec"), ("OWNER", "owner"), ("STARTED", "started"),
+                   ("ENDED", "ended"), ("REASON", "reason"))
+COMMAND_COLUMNS = (("TIME", "time"), ("KIND", "kind"), ("REQUEST", "requestId"),
+                   ("ACTOR", "actor"), ("OUTCOME", "outcome"), ("PREDICATE", "predicate"),
+                   ("CLASS", "class"), ("REASON", "reason"), ("MESSAGE", "message"))
+
+
+def render_history(view: Object) -> list[str]:
+    lines = [f"Slot {view['slot']}  run {view['run']}  {view['state']}  age {view['age']}",
+             "", "Attempts:"]
+    lines += table(view["attempts"], ATTEMPT_COLUMNS) if view["attempts"] else ["  (none)"]
+    lines += ["", "Commands:"]
+    lines += table(view["commands"], COMMAND_COLUMNS) if view["commands"] else ["  (none)"]
+    return lines

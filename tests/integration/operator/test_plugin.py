@@ -1,0 +1,93 @@
+"""``kubectl agentrun`` against a real API server and operator, run as a person runs it.
+
+alice owns a Manual run's slot whose attempt 1 failed (RetryWait). Through the plugin
+binary (a subprocess, ``--kubeconfig`` and ``--context`` of the local control plane):
+a reassignment with a blank reason is rejected by the operator (exit 1, the message says
+why), bob's is rejected ``NotOwner``, a class out of its bound is refused before anything is
+written (exit 2, the slot unchanged), alice's is accepted (exit 0) with the actor stamped by
+admission; ``status`` shows the tree with the slot and its attempt and ``history`` the
+ledger, both also as JSON a script can parse.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from clusters import Cluster
+from operators import OperatorProcess
+from scenarios import Scenario, unchanged
+
+PLUGIN = Path(sys.executable).parent / "kubectl-agentrun"
+
+
+def plugin(cluster: Cluster, scenario: Scenario, *args: str,
+           user: str = "alice") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(PLUGIN), "--kubeconfig", str(cluster.kubeconfig), "--context", user,
+         "-n", scenario.namespace, *args],
+        capture_output=True, text=True, check=False, timeout=120)
+
+
+def test_the_plugin_reassigns_shows_and_refuses(cluster: Cluster, scenario: Scenario,
+                                                 operator: OperatorProcess) -> None:
+    if cluster.local is None:
+        pytest.skip("needs the local control plane's per-user contexts (alice, bob)")
+    slot = scenario.owned_retry_wait(owner="alice")
+    before = scenario.slot(slot)
+
+    blank = plugin(cluster, scenario, "reassign", slot, "--reason", "  ", "--timeout", "30")
+    assert blank.returncode == 1, (blank.stdout, blank.stderr)
+    assert "Rejected (BlankReason)" in blank.stdout
+    assert "must be non-blank" in blank.stdout
+    entries = scenario.slot(slot)["status"]["commands"]
+    assert (entries[-1]["actor"], entries[-1]["predicate"]) == ("alice", "BlankReason")
+
+    bob = plugin(cluster, scenario, "reassign", slot, "--reason", "mine now", user="bob")
+    assert bob.returncode == 1, (bob.stdout, bob.stderr)
+    assert "Rejected (NotOwner)" in bob.stdout and "'alice'" in bob.stdout
+
+    ledger = len(scenario.slot(slot)["status"]["commands"])
+    bad = plugin(cluster, scenario, "reassign", slot, "--class", "GPU", "--reason", "r")
+    assert bad.returncode == 2 and "--class must match" in bad.stderr
+    assert len(scenario.slot(slot)["status"]["commands"]) == ledger
+    missing = plugin(cluster, scenario, "claim", "no-such-slot")
+    assert missing.returncode == 2 and "not found" in missing.stderr
+    unchanged(before, scenario.slot(slot))  # rejections changed nothing but the ledger
+
+    accepted = plugin(cluster, scenario, "-o", "json", "reassign", slot, "--class", "cpu",
+                      "--reason", "the worker died mid-step")
+    assert accepted.returncode == 0, (accepted.stdout, accepted.stderr)
+    answer = json.loads(accepted.stdout)
+    assert answer["exitCode"] == 0 and answer["entry"]["outcome"] == "Accepted"
+    assert answer["entry"]["actor"] == "alice"  # stamped by admission, never by the plugin
+    status = scenario.slot(slot)["status"]
+    assert status["commands"][-1]["requestId"] == answer["entry"]["requestId"]
+    assert status["nextOwnerActor"] == "alice"
+    assert not any(key.startswith("agentrun.dev/reassign-")
+                   for key in scenario.slot(slot)["metadata"].get("annotations", {}))
+
+    tree = plugin(cluster, scenario, "status", "study")
+    assert tree.returncode == 0, tree.stderr
+    lines = tree.stdout.splitlines()
+    assert lines[0].startswith(f"AgentRun {scenario.namespace}/study")
+    assert any(f"slot {slot}" in line and "node research" in line for line in lines)
+    assert any("attempt 1  Failed  class cpu" in line and "owner alice" in line
+               for line in lines)
+    as_json = json.loads(plugin(cluster, scenario, "status", "study", "-o", "json").stdout)
+    [shown] = as_json["slots"]
+    assert shown["name"] == slot and shown["attempts"][0]["outcome"] == "Failed"
+
+    history = plugin(cluster, scenario, "history", slot)
+    assert history.returncode == 0, history.stderr
+    assert "BlankReason" in history.stdout and "NotOwner" in history.stdout
+    assert "the worker died mid-step" in history.stdout
+    rows = json.loads(plugin(cluster, scenario, "history", slot, "-o", "json").stdout)
+    assert [(c["actor"], c["outcome"], c["predicate"]) for c in rows["commands"]
+            if c["kind"] == "Reassign"] == [("alice", "Rejected", "BlankReason"),
+                                            ("bob", "Rejected", "NotOwner"),
+                                            ("alice", "Accepted", "-")]
+    assert rows["attempts"][0]["owner"] == "alice"

@@ -1,0 +1,138 @@
+"""The plugin's status tree and history without a cluster."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agentrun.plugin import views
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def ago(seconds: float) -> str:
+    return (NOW - timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (0, "0s"), (59, "59s"), (119, "119s"), (120, "2m"), (7199, "119m"), (7200, "2h"),
+    (2 * 86400 - 1, "47h"), (2 * 86400, "2d"), (-30, "0s")])
+def test_age_is_kubectls(seconds: int, shown: str) -> None:
+    assert views.age(ago(seconds), now=NOW) == shown
+
+
+@pytest.mark.parametrize("bad", [None, "", "yesterday", 5])
+def test_an_unknown_time_has_no_age(bad: object) -> None:
+    assert views.age(bad, now=NOW) == "-"
+
+
+def run(*true: str) -> dict[str, object]:
+    return {"metadata": {"name": "study", "namespace": "team-a", "creationTimestamp": ago(600)},
+            "spec": {"claimPolicy": "Manual"},
+            "status": {"conditions": [{"type": t, "status": "True"} for t in true]
+                       + [{"type": "Ready", "status": "False"}]}}
+
+
+@pytest.mark.parametrize(("true", "state"), [
+    ((), "Pending"), (("Pinned",), "Running"), (("Pinned", "Succeeded"), "Succeeded"),
+    (("Pinned", "Failed"), "Failed")])
+def test_run_state(true: tuple[str, ...], state: str) -> None:
+    assert views.run_state(run(*true)) == state
+
+
+ENDED = {"number": 1, "pod": "study-research-1", "lease": "study-research-1",
+         "workerClass": "cpu", "launchSpec": "cpu-workers@1", "ownerActor": "alice",
+         "startedAt": ago(300), "endedAt": ago(240), "outcome": "Lost",
+         "reason": "the lease expired"}
+LIVE = {"number": 2, "pod": "study-research-2", "lease": "study-research-2",
+        "workerClass": "gpu", "launchSpec": "gpu-workers@3", "startedAt": ago(30)}
+
+
+def slot(name: str, node: str, *attempts: dict[str, object], **status: object) -> dict[
+        str, object]:
+    return {"metadata": {"name": name, "creationTimestamp": ago(500)},
+            "spec": {"run": "study", "node": node, "workerClass": "cpu"},
+            "status": {"attempts": list(attempts), **status}}
+
+
+def test_the_tree_shows_every_slot_and_attempt() -> None:
+    slots = [slot("study-write-1", "write"),
+             slot("study-research-1", "research", ENDED, LIVE, state="Active",
+                  workerClass="gpu", activeWorker="study-research-2",
+                  launchSpec={"name": "gpu-workers", "generation": 3},
+                  conditions=[{"type": "Reopened", "status": "False"},
+                              {"type": "Held", "status": "True"}])]
+    leases = {"study-research-2": {"spec": {"renewTime": ago(3),
+                                            "holderIdentity": "study-research-2"}}}
+    view = views.tree(run("Pinned"), slots, now=NOW, leases=leases)
+    assert [s["node"] for s in view["slots"]] == ["research", "write"]  # by node
+    research = view["slots"][0]
+    assert research["attempts"][0]["outcome"] == "Lost"
+    assert research["attempts"][0]["ran"] == "60s"
+    assert "leaseNote" not in research["attempts"][0]
+    assert research["attempts"][1]["outcome"] == "running"
+    assert research["attempts"][1]["leaseNote"] == "renewed 3s ago by study-research-2"
+    assert research["conditions"] == ["Held"]
+    json.dumps(view)  # -o json prints it as is
+    lines = views.render_tree(view)
+    assert lines == [
+        "AgentRun team-a/study  Running  claimPolicy Manual  conditions Pinned  age 10m",
+        "|- slot study-research-1  node research  Active  class gpu  spec gpu-workers@3"
+        "  [Held]",
+        "|  |- attempt 1  Lost  class cpu  spec cpu-workers@1  pod study-research-1  lease "
+        "study-research-1  owner alice  age 5m (ran 60s)",
+        "|  |     reason: the lease expired",
+        "|  `- attempt 2  running  class gpu  spec gpu-workers@3  pod study-research-2  lease "
+        "study-research-2  (renewed 3s ago by study-research-2)  age 30s",
+        "`- slot study-write-1  node write  Pending  class cpu  spec -",
+        "   `- (no attempts yet)",
+    ]
+    assert all(line.isascii() for line in lines)  # readable without colour or a UTF-8 font
+
+
+def test_a_live_lease_never_renewed_and_one_not_readable() -> None:
+    live = slot("s", "n", LIVE, activeWorker="study-research-2")
+    seen = views.tree(run(), [live], now=NOW,
+                      leases={"study-research-2": {"spec": {}}})["slots"][0]["attempts"][0]
+    assert seen["leaseNote"] == "not renewed yet"
+    hidden = views.tree(run(), [live], now=NOW)["slots"][0]["attempts"][0]
+    assert hidden["leaseNote"] is None
+    assert "renewed" not in views.render_tree(views.tree(run(), [live], now=NOW))[-1]
+
+
+def test_a_run_without_slots_says_so() -> None:
+    assert views.render_tree(views.tree(run(), [], now=NOW))[-1] == "`- (no slots yet)"
+
+
+def test_history_lists_attempts_and_commands_with_who_why_and_predicate() -> None:
+    commands = [
+        {"requestId": "r1", "kind": "Reassign", "actor": "bob", "outcome": "Rejected",
+         "predicate": "NotOwner", "reason": "mine now", "message": "alice owns it",
+         "time": ago(100)},
+        {"requestId": "r2", "kind": "Reassign", "actor": "alice", "outcome": "Accepted",
+         "workerClass": "gpu", "reason": "oom twice", "message": "reassigned",
+         "time": ago(90), "override": False}]
+    view = views.history(slot("study-research-1", "research", ENDED, state="RetryWait",
+                              commands=commands), now=NOW)
+    assert view["attempts"][0]["launchSpec"] == "cpu-workers@1"
+    assert [(c["actor"], c["predicate"], c["class"]) for c in view["commands"]] == [
+        ("bob", "NotOwner", "-"), ("alice", "-", "gpu")]
+    json.dumps(view)
+    lines = views.render_history(view)
+    assert lines[0] == "Slot study-research-1  run study  RetryWait  age 8m"
+    header = lines[lines.index("Commands:") + 1]
+    assert header.split() == ["TIME", "KIND", "REQUEST", "ACTOR", "OUTCOME", "PREDICATE",
+                              "CLASS", "REASON", "MESSAGE"]
+    bob = lines[lines.index("Commands:") + 2]
+    assert "bob" in bob and "NotOwner" in bob and "alice owns it" in bob
+    # Columns line up: every row's OUTCOME starts where the header's does.
+    column = header.index("OUTCOME")
+    assert all(line[column:].startswith(("Rejected", "Accepted"))
+               for line in lines[lines.index("Commands:") + 2:])
+
+
+def test_an_empty_history_says_none() -> None:
+    lines = views.render_history(views.history({"metadata": {"name": "s"}}, now=NOW))
+    assert lines.count("  (none)") == 2 and "Pending" in lines[0]
