@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agentrun.core import tallies
 
+KEY_KINDS = ("AgentRun", "Slot", "LaunchSpec")  # what the work queue's keys name
 # Claim latency: a claim is a few API writes (tens of ms) unless a quota or a person delays it.
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 # Attempts run from seconds (a crash at start) to hours (an agent's long task).
@@ -68,6 +69,8 @@ class Metrics:
             "agentrun_reconcile_errors_total",
             "Reconciles that ended on an error (to be retried after a backoff), by key kind",
             ["kind"], registry=into)
+        for kind in KEY_KINDS:  # shown at 0 from the start: a rate needs the series to exist
+            self.reconcile_errors.labels(kind=kind)
         self.queue_depth = Gauge(
             "agentrun_queue_depth", "Keys waiting in the work queue for a worker",
             registry=into)

@@ -99,5 +99,7 @@ def test_counters_move_by_the_trace(scenario: Scenario,
     # Each claim was a command the operator served at once (no quota, no wait).
     assert 0 <= value(series, "agentrun_claim_latency_seconds_sum") < 30
     assert ("agentrun_queue_depth", frozenset()) in series
+    assert {kind for (name, labels) in series if name == "agentrun_reconcile_errors_total"
+            for _, kind in labels} == {"AgentRun", "Slot", "LaunchSpec"}
     named = {v for _, labels in series for _, v in labels}
     assert not named & {slot, first, f"{slot}-2", "study", scenario.namespace}, named
