@@ -8,6 +8,10 @@ Without ``--namespace`` it watches every namespace. ``--workers``: reconciles at
 request the process makes, Kopf's watches and our Events included (``--qps 0``: none);
 ``--reconcile-timeout``: after this long a reconcile frees its worker and is retried.
 (``--tick`` is gone: no timer scans the slots; each waits for its own time.)
+``--metrics-port``/``--metrics-address``: where Prometheus scrapes ``/metrics``
+(:mod:`agentrun.controller.metrics`; port 0: not served; the address is an IP address,
+127.0.0.1 by default so a local run is not reachable from the network; the chart sets
+0.0.0.0). A port that cannot be bound stops the operator at once, with the reason.
 
 ``agentrun-operator stamping [--context NAME] [--timeout SECONDS]`` mints the stamping
 epoch when due and waits until actor stamping is in force (exit 0), else prints why not
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import math
 import sys
@@ -26,7 +31,7 @@ from types import SimpleNamespace
 
 import kopf
 
-from agentrun.controller import handlers
+from agentrun.controller import handlers, metrics
 from agentrun.controller import stamping as stamping_keeper
 from agentrun.kube import clients, reads, rest, throttle, writes
 
@@ -35,6 +40,21 @@ WORKERS = (1, 64, 5)  # least, most, default: kube-controller-manager's --concur
 QPS = (0.0, 10_000.0, 20.0)  # 0: no limit; default: kube-controller-manager's --kube-api-qps
 BURST = (1, 20_000, 30)  # kube-controller-manager's --kube-api-burst
 RECONCILE_TIMEOUT = (1.0, 3600.0, 60.0)
+METRICS_PORT = (0, 65535, 8080)  # 0: not served; 8080: the usual metrics port of operators
+METRICS_ADDRESS = "127.0.0.1"
+MAX_ADDRESS_CHARS = 64  # an IPv6 address with a zone fits
+
+
+def ip_address(text: str) -> str:
+    """An argparse type: an IPv4 or IPv6 address to bind, else a clear error."""
+    try:
+        if len(text) > MAX_ADDRESS_CHARS:
+            raise ValueError(text)
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--metrics-address must be an IP address such as 127.0.0.1 or 0.0.0.0, "
+            f"not {text[:40]!r}") from None
 
 
 def bounded(kind: Callable[[str], float], least: float, most: float,
@@ -74,6 +94,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                      default=RECONCILE_TIMEOUT[2],
                      help="seconds after which a reconcile frees its worker and is retried "
                           f"(default {RECONCILE_TIMEOUT[2]:g})")
+    run.add_argument("--metrics-port", type=bounded(int, *METRICS_PORT[:2], "--metrics-port"),
+                     default=METRICS_PORT[2],
+                     help=f"port serving /metrics (default {METRICS_PORT[2]}; 0: not served)")
+    run.add_argument("--metrics-address", type=ip_address, default=METRICS_ADDRESS,
+                     help=f"address serving /metrics (default {METRICS_ADDRESS}; "
+                          "0.0.0.0 to be scraped from other pods)")
     run.add_argument("--verbose", "-v", action="store_true")
     stamp = sub.add_parser("stamping", help="mint the stamping epoch when due; wait until "
                                             "actor stamping is in force")
@@ -115,16 +141,32 @@ def main(argv: list[str] | None = None) -> int:
         return stamping(context=args.context, timeout=args.timeout)
     configure_logging(verbose=args.verbose)
     bucket = (throttle.Bucket(qps=args.qps, burst=int(args.burst)) if args.qps > 0 else None)
+    meters = metrics.Metrics()
+    server = None
+    if args.metrics_port:
+        try:
+            server = meters.serve(address=args.metrics_address, port=int(args.metrics_port))
+        except OSError as error:
+            print(f"cannot serve metrics on {args.metrics_address}:{int(args.metrics_port)}: "
+                  f"{error.strerror or error}; choose another --metrics-port (0: none)",
+                  file=sys.stderr)
+            return 1
+        logging.getLogger("agentrun").info("metrics served on http://%s:%d/metrics",
+                                           args.metrics_address, server.port)
     memo = SimpleNamespace(context=args.context, namespaces=list(args.namespace),
                            workers=int(args.workers), bucket=bucket,
-                           reconcile_timeout=args.reconcile_timeout)
-    asyncio.run(kopf.operator(
-        registry=handlers.registry(),
-        standalone=True,
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        memo=kopf.Memo(vars(memo)),
-    ))
+                           reconcile_timeout=args.reconcile_timeout, meters=meters)
+    try:
+        asyncio.run(kopf.operator(
+            registry=handlers.registry(),
+            standalone=True,
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            memo=kopf.Memo(vars(memo)),
+        ))
+    finally:
+        if server is not None:
+            server.close()
     return 0
 
 

@@ -36,8 +36,10 @@ class OperatorProcess:
         env.pop("AGENTRUN_CRASH_AT", None)
         if crash_at:
             env["AGENTRUN_CRASH_AT"] = crash_at
+        # No /metrics unless a test asks (its own --metrics-port comes later and wins):
+        # operators of tests running at once would otherwise all bind the default port.
         args = [sys.executable, "-m", "agentrun.cli", "run", "--namespace", self.namespace,
-                *self.args]
+                "--metrics-port", "0", *self.args]
         if self.cluster.local is not None:
             args += ["--context", "operator"]
         self.starts += 1

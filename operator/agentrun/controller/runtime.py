@@ -27,7 +27,7 @@ import kubernetes
 
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import SlotState
-from agentrun.controller import launchspecs, queues, runs, scheduling, slots, stamping
+from agentrun.controller import launchspecs, metrics, queues, runs, scheduling, slots, stamping
 from agentrun.core import clocks
 from agentrun.kube import clients, events, reads, rest, stores, throttle, writes
 
@@ -95,6 +95,7 @@ class Operator:
     workers: int
     timeout: float
     executor: concurrent.futures.ThreadPoolExecutor
+    meters: metrics.Metrics = field(default_factory=metrics.Metrics)
     queue: queues.Queue[Key] = field(init=False)
     states: dict[Key, SlotState] = field(default_factory=dict)
     unpinned: set[Key] = field(default_factory=set)
@@ -104,10 +105,13 @@ class Operator:
     def __post_init__(self) -> None:
         self.queue = queues.Queue(work=self.work, workers=self.workers, timeout=self.timeout,
                                   resync=RESYNC_SECONDS, logger=self.logger)
+        # The queue has no public depth yet: its ``_order`` is what waits for a worker.
+        self.meters.watch_depth(lambda: len(self.queue._order))
 
     @classmethod
     def build(cls, *, context: str | None, bucket: throttle.Bucket | None, workers: int,
-              timeout: float, logger: logging.Logger) -> Operator:
+              timeout: float, logger: logging.Logger,
+              meters: metrics.Metrics | None = None) -> Operator:
         client = rest.Rest(clients.configure(context=context), throttle=bucket)
         store = stores.Stores()
         reader, writer = views(client, store)
@@ -118,7 +122,7 @@ class Operator:
                        reader=reader, writer=writer, logger=logger),
                    keeper=stamping.Keeper(reader=reader, writer=writer, logger=logger),
                    poster=events.Poster(client, logger=logger), logger=logger,
-                   workers=workers, timeout=timeout,
+                   workers=workers, timeout=timeout, meters=meters or metrics.Metrics(),
                    executor=concurrent.futures.ThreadPoolExecutor(
                        max_workers=2 * workers, thread_name_prefix="reconcile"))
 
@@ -178,7 +182,17 @@ class Operator:
             self.slots.forget(namespace=key[1], slot=key[2])
 
     async def work(self, key: Key) -> queues.Next:
-        """One pass over ``key``, for a worker of the queue."""
+        """One pass over ``key``, for a worker of the queue; an error is counted by kind."""
+        try:
+            following = await self.look(key)
+        except Exception:
+            self.meters.reconcile_error(key[0])
+            raise
+        if following.retry:
+            self.meters.reconcile_error(key[0])
+        return following
+
+    async def look(self, key: Key) -> queues.Next:
         if key[0] == "AgentRun":
             return await self.reconcile_run(key)
         if key[0] == "LaunchSpec":
@@ -192,6 +206,8 @@ class Operator:
         result = self.slots.reconcile(namespace, name)
         self.logger.debug("slot %s/%s: a pass of %.3f s CPU", namespace, name,
                           time.thread_time() - started)
+        for tally in result.tallies:
+            self.meters.count(tally)
         for slot, event in result.events:
             self.poster.post(slot.model_dump(mode="json", by_alias=True), event)
         return result
@@ -205,6 +221,7 @@ class Operator:
         self.logger.log(logging.INFO if used >= SLOW_PASS_SECONDS else logging.DEBUG,
                         "run %s/%s: a pass of %.3f s CPU", namespace, name, used)
         for subject, event in result.events:
+            self.meters.run_event(event.reason)  # an Event is kept only once its write returned
             self.poster.post(subject.model_dump(mode="json", by_alias=True), event)
         return result, self.runs.reader.run(namespace, name)
 

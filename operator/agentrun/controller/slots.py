@@ -25,6 +25,7 @@ from agentrun.core import (
     runs,
     specsnapshots,
     steps,
+    tallies,
 )
 from agentrun.kube import reads, writes
 
@@ -43,6 +44,7 @@ class Result:
     run: str | None = None
     launch_spec: str | None = None  # the pinned LaunchSpec's name, when pinned
     retry: bool = False  # it stopped on an error: look again after a backoff
+    tallies: list[tallies.Tally] = field(default_factory=list)  # of each status written
 
 
 def shared_create(step: actions.Step) -> bool:
@@ -213,6 +215,10 @@ class SlotReconciler(reconcilers.Reconciler):
         then: actions.Step | None = None
         if isinstance(step, actions.WriteStatus):
             self.writer.slot_status(slot, step.status, point=step.point)
+            # Tallied only once written: a retried reconcile reads it back, counts nothing.
+            result.tallies.append(tallies.of_slot_write(
+                old=slot.status, new=step.status, created=slot.metadata.creation_timestamp,
+                has_dependencies=bool(slot.spec.depends_on)))
             if step.event is not None:
                 result.events.append((slot, step.event))
         elif isinstance(step, actions.Create):

@@ -1,0 +1,130 @@
+"""The operator's Prometheus metrics: one registry of our own, served on ``/metrics``.
+
+Names follow Prometheus' conventions (``agentrun_`` prefix, ``_total`` counters,
+``_seconds`` histograms), and no label names an object (no run, slot or pod): every
+label takes one of a fixed set of values (a state, an outcome, a command kind, a
+predicate, a key's kind, an Event reason of the core's), so the series stay few.
+
+Where counting happens: where the operator *applies* a result, after its write
+succeeded. A slot's status write is tallied (``core.tallies``) right after
+``writes.Writer.slot_status`` returned, against the status it replaced; a run's Event is
+counted once its status write returned. A reconcile that is retried reads the written
+status back and finds nothing new, so nothing is counted twice; a crash between the
+write and the count loses that count (an undercount, never a double one).
+
+The registry is not the ``prometheus_client`` global one: tests build their own
+``Metrics`` and read it, and nothing another library registers is served.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIServer
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from agentrun.core import tallies
+
+KEY_KINDS = ("AgentRun", "Slot", "LaunchSpec")  # what the work queue's keys name
+# Claim latency: a claim is a few API writes (tens of ms) unless a quota or a person delays it.
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+# Attempts run from seconds (a crash at start) to hours (an agent's long task).
+DURATION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
+
+
+@dataclass
+class Metrics:
+    """The operator's metrics in their own registry (see the module docstring)."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        into = self.registry
+        self.transitions = Counter(
+            "agentrun_transitions_total",
+            "Transitions applied: kind Slot (outcome: the state entered), Attempt (outcome: "
+            "the attempt's outcome), Run (outcome: the run Event's reason)",
+            ["kind", "outcome"], registry=into)
+        self.commands = Counter(
+            "agentrun_commands_total",
+            "Commands recorded in a slot's ledger, by kind, outcome (Accepted/Rejected) and "
+            "the predicate that rejected it (empty when accepted)",
+            ["kind", "outcome", "predicate"], registry=into)
+        self.claim_latency = Histogram(
+            "agentrun_claim_latency_seconds",
+            "From a slot becoming claimable to its attempt's Pod and Lease existing",
+            buckets=LATENCY_BUCKETS, registry=into)
+        self.attempt_duration = Histogram(
+            "agentrun_attempt_duration_seconds",
+            "From an attempt's start to its end, by outcome", ["outcome"],
+            buckets=DURATION_BUCKETS, registry=into)
+        self.lease_expiries = Counter(
+            "agentrun_lease_expiries_total",
+            "Attempts ended because their lease was not held (outcome Lost or StartTimeout)",
+            registry=into)
+        self.reconcile_errors = Counter(
+            "agentrun_reconcile_errors_total",
+            "Reconciles that ended on an error (to be retried after a backoff), by key kind",
+            ["kind"], registry=into)
+        for kind in KEY_KINDS:  # shown at 0 from the start: a rate needs the series to exist
+            self.reconcile_errors.labels(kind=kind)
+        self.queue_depth = Gauge(
+            "agentrun_queue_depth", "Keys waiting in the work queue for a worker",
+            registry=into)
+        self.effects_unresolved = Counter(
+            "agentrun_effects_unresolved_total",
+            "Effects a worker could not settle, recorded as EffectUnresolved on a slot",
+            registry=into)
+
+    def count(self, tally: tallies.Tally) -> None:
+        """Count one applied slot write."""
+        for kind, outcome in tally.transitions:
+            self.transitions.labels(kind=kind, outcome=outcome).inc()
+        for kind, outcome, predicate in tally.commands:
+            self.commands.labels(kind=kind, outcome=outcome, predicate=predicate).inc()
+        for seconds in tally.claim_latencies:
+            self.claim_latency.observe(seconds)
+        for outcome, seconds in tally.attempt_durations:
+            self.attempt_duration.labels(outcome=outcome).observe(seconds)
+        if tally.lease_expiries:
+            self.lease_expiries.inc(tally.lease_expiries)
+        if tally.effects_unresolved:
+            self.effects_unresolved.inc(tally.effects_unresolved)
+
+    def run_event(self, reason: str) -> None:
+        """Count one applied run status write that carried an Event (its reason)."""
+        self.transitions.labels(kind="Run", outcome=reason).inc()
+
+    def reconcile_error(self, kind: str) -> None:
+        self.reconcile_errors.labels(kind=kind).inc()
+
+    def watch_depth(self, depth: Callable[[], float]) -> None:
+        """Read the queue's depth at each scrape (never stale, nothing to update)."""
+        self.queue_depth.set_function(depth)
+
+    def serve(self, *, address: str, port: int) -> Server:
+        """Serve ``/metrics`` from a daemon thread; the caller stops it with ``close``."""
+        server, thread = prometheus_client.start_http_server(port, addr=address,
+                                                             registry=self.registry)
+        return Server(server=server, thread=thread)
+
+
+@dataclass(frozen=True)
+class Server:
+    """The running endpoint: its server and the thread serving it."""
+
+    server: WSGIServer
+    thread: threading.Thread
+
+    @property
+    def port(self) -> int:
+        """The port bound (the one asked for, or the one the OS chose for port 0)."""
+        return int(self.server.server_port)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)

@@ -1,0 +1,105 @@
+"""The operator's /metrics after a small recovery trace, on a real API server (no node).
+
+The shape of ``test_recovery_trace`` (``claimPolicy: Manual``, so each claim is a
+person's command), smaller: claim → the attempt fails → RetryWait → a reassignment with
+a blank reason (rejected) → a reassignment to ``gpu`` (accepted) → claim → Active. The
+endpoint is scraped until the last claim is counted; then every counter this trace moves
+is checked for its exact amount, and no series names an object.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from clusters import Cluster
+from operators import OperatorProcess
+from processes import free_port
+from prometheus_client.parser import text_string_to_metric_families
+from scenarios import Scenario, request_id
+from waiting import wait_for
+
+Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@pytest.fixture
+def metered(cluster: Cluster, namespace: str, installed: None,
+            tmp_path: Path) -> Iterator[tuple[OperatorProcess, int]]:
+    port = free_port()
+    process = OperatorProcess(cluster=cluster, namespace=namespace,
+                              log=tmp_path / "operator.log",
+                              args=["--metrics-port", str(port)]).start()
+    yield process, port
+    process.stop()
+    print(f"--- operator log (tail) ---\n{process.tail(60)}")
+
+
+def scrape(port: int) -> Series:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {(found.name, frozenset(found.labels.items())): found.value
+            for family in text_string_to_metric_families(text) for found in family.samples}
+
+
+def value(series: Series, name: str, **labels: str) -> float:
+    return series.get((name, frozenset(labels.items())), 0.0)
+
+
+def test_counters_move_by_the_trace(scenario: Scenario,
+                                    metered: tuple[OperatorProcess, int]) -> None:
+    _, port = metered
+    idle = wait_for(lambda: scrape(port), timeout=30, message="/metrics answering")
+    assert value(idle, "agentrun_commands_total", kind="Claim", outcome="Accepted",
+                 predicate="") == 0
+    # alice's Manual run; she claims attempt 1, which fails: RetryWait.
+    slot = scenario.owned_retry_wait(owner="alice", editors=("alice",))
+    first = f"{slot}-1"
+    scenario.launch_spec("gpu-workers", classes=["gpu"], image="busybox:gpu")
+
+    blank = request_id()
+    refused = scenario.annotate(slot, user="alice", reassign_id=blank, reassign_run="study",
+                                reassign_worker_class="gpu", reassign_reason=" ")
+    # No validating policy here (their tests are serial): the operator's ledger decides.
+    assert refused.returncode == 0, refused.stderr
+    entry = scenario.wait_ledger(slot, blank)
+    assert (entry["outcome"], entry["predicate"]) == ("Rejected", "BlankReason")
+    reassign = request_id()
+    assert scenario.annotate(slot, user="alice", reassign_id=reassign, reassign_run="study",
+                             reassign_worker_class="gpu",
+                             reassign_reason="needs a GPU").returncode == 0
+    assert scenario.wait_ledger(slot, reassign)["outcome"] == "Accepted"
+    claim2 = request_id()
+    assert scenario.annotate(slot, user="alice", claim_id=claim2).returncode == 0
+    assert scenario.wait_state(slot, "Active")["status"]["activeWorker"] == f"{slot}-2"
+
+    # Counted just after the write the test saw: wait for the last of them.
+    series = wait_for(lambda: (s := scrape(port)) and value(
+        s, "agentrun_claim_latency_seconds_count") == 2 and s, timeout=30,
+        message="both claims counted")
+    commands = {(kind, outcome, predicate): value(
+        series, "agentrun_commands_total", kind=kind, outcome=outcome, predicate=predicate)
+        for kind, outcome, predicate in [("Claim", "Accepted", ""),
+                                         ("Reassign", "Rejected", "BlankReason"),
+                                         ("Reassign", "Accepted", ""),
+                                         ("Reassign", "Rejected", "NotOwner")]}
+    assert commands == {("Claim", "Accepted", ""): 2, ("Reassign", "Rejected", "BlankReason"): 1,
+                        ("Reassign", "Accepted", ""): 1, ("Reassign", "Rejected", "NotOwner"): 0}
+    moved = {(kind, outcome): value(series, "agentrun_transitions_total", kind=kind,
+                                    outcome=outcome)
+             for kind, outcome in [("Slot", "Ready"), ("Slot", "Active"),
+                                   ("Slot", "RetryWait"), ("Attempt", "Failed"),
+                                   ("Attempt", "Lost"), ("Run", "Pinned")]}
+    assert moved == {("Slot", "Ready"): 1, ("Slot", "Active"): 2, ("Slot", "RetryWait"): 1,
+                     ("Attempt", "Failed"): 1, ("Attempt", "Lost"): 0, ("Run", "Pinned"): 1}
+    assert value(series, "agentrun_attempt_duration_seconds_count", outcome="Failed") == 1
+    assert value(series, "agentrun_lease_expiries_total") == 0
+    assert value(series, "agentrun_effects_unresolved_total") == 0
+    # Each claim was a command the operator served at once (no quota, no wait).
+    assert 0 <= value(series, "agentrun_claim_latency_seconds_sum") < 30
+    assert ("agentrun_queue_depth", frozenset()) in series
+    assert {kind for (name, labels) in series if name == "agentrun_reconcile_errors_total"
+            for _, kind in labels} == {"AgentRun", "Slot", "LaunchSpec"}
+    named = {v for _, labels in series for _, v in labels}
+    assert not named & {slot, first, f"{slot}-2", "study", scenario.namespace}, named
