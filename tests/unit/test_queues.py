@@ -74,6 +74,16 @@ async def test_a_key_queued_twice_runs_once() -> None:
 
 
 @pytest.mark.looptime
+async def test_the_depth_is_what_waits_for_a_worker_not_for_a_timer() -> None:
+    queue = queue_of(Recorder())
+    queue.add("a")
+    queue.add("a")
+    queue.add("b")
+    queue.add_after("c", 30)
+    assert queue.depth == 2  # a once, b; c waits on its timer
+
+
+@pytest.mark.looptime
 async def test_a_key_added_while_running_runs_once_more_after() -> None:
     gate = asyncio.Event()
 

@@ -83,6 +83,11 @@ class Queue(Generic[K]):
         self._timer_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
+    @property
+    def depth(self) -> int:
+        """Keys queued now and waiting for a worker (not those waiting on a timer)."""
+        return len(self._order)
+
     # -- adding ---------------------------------------------------------------------
 
     def add(self, key: K) -> None:

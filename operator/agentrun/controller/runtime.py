@@ -105,8 +105,7 @@ class Operator:
     def __post_init__(self) -> None:
         self.queue = queues.Queue(work=self.work, workers=self.workers, timeout=self.timeout,
                                   resync=RESYNC_SECONDS, logger=self.logger)
-        # The queue has no public depth yet: its ``_order`` is what waits for a worker.
-        self.meters.watch_depth(lambda: len(self.queue._order))
+        self.meters.watch_depth(lambda: self.queue.depth)
 
     @classmethod
     def build(cls, *, context: str | None, bucket: throttle.Bucket | None, workers: int,
