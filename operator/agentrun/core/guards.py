@@ -33,26 +33,23 @@ LaunchSpec to snapshot. A decision never creates an attempt.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from agentrun.api import bounds, conditions, names
-from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
+from agentrun.api.launchspecs import LaunchSpec
 from agentrun.api.slots import (
     COMMANDS_KEPT,
     CommandKind,
     CommandRecord,
-    PinnedLaunchSpec,
     Predicate,
     Slot,
     SlotState,
     SlotStatus,
 )
-from agentrun.core import attempts, effectrecords, naming, selection, transitions
+from agentrun.core import attempts, effectrecords, launchpins, selection, transitions
 from agentrun.core.observations import LeaseStatus, PodPhase
 
 
@@ -106,21 +103,6 @@ class Decision:
     status: SlotStatus
     event: Event | None = None
     choice: selection.Choice | None = None
-
-
-def digest(spec: LaunchSpecSpec) -> str:
-    """sha256 of the canonical JSON (sorted keys, no spaces) of a LaunchSpec's spec."""
-    canonical = json.dumps(spec.wire(), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def pin(*, run: str, choice: selection.Choice) -> PinnedLaunchSpec:
-    """The ``status.launchSpec`` for a chosen spec: identity, digest and the run's snapshot."""
-    d = digest(choice.spec.spec)
-    meta = choice.spec.metadata
-    snapshot = naming.launch_spec_snapshot_name(run=run, digest=d)
-    return PinnedLaunchSpec(name=meta.name, uid=meta.uid or "", generation=meta.generation or 0,
-                            digest=d, snapshot=snapshot, reason=choice.reason)
 
 
 def is_blank(reason: str | None) -> bool:
@@ -269,7 +251,7 @@ def reassign(
     if isinstance(chosen, selection.NoChoice):
         return reject(command=command, status=status, predicate=chosen.predicate,
                       message=chosen.message, now=now)
-    pinned = pin(run=slot.spec.run, choice=chosen)
+    pinned = launchpins.pin(run=slot.spec.run, choice=chosen)
     message = (f"reassigned by {command.actor} to worker class {worker_class!r} "
                f"({chosen.reason}); reason: {command.reason}; the next claim creates "
                f"attempt {status.attempt_count + 1}")

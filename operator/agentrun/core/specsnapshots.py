@@ -20,7 +20,7 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import actions, guards, inputs, naming, owners
+from agentrun.core import actions, inputs, launchpins, naming, owners
 
 DATA_KEY = "launchspec.json"
 
@@ -55,7 +55,7 @@ def read(configmap: Mapping[str, Any], *, pinned: PinnedLaunchSpec) -> LaunchSpe
     if raw is None:
         raise ValueError(f"snapshot {pinned.snapshot!r} has no {DATA_KEY}")
     spec = LaunchSpecSpec.model_validate(json.loads(raw))
-    if guards.digest(spec) != pinned.digest:
+    if launchpins.digest(spec) != pinned.digest:
         raise ValueError(f"snapshot {pinned.snapshot!r} does not hold the pinned spec "
                          f"(digest {pinned.digest[:10]}…)")
     return spec

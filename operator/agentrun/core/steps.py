@@ -47,6 +47,7 @@ from agentrun.core import (
     effectsteps,
     guards,
     inputs,
+    launchpins,
     selection,
     specsnapshots,
     squats,
@@ -246,7 +247,7 @@ def ready_world(world: inputs.World) -> inputs.World | actions.Step:
             return actions.Wait(message=chosen.message)
         return actions.WriteStatus(status=new, event=guards.Event(
             type="Warning", reason=str(chosen.predicate), message=chosen.message))
-    pinned = guards.pin(run=spec.run, choice=chosen)
+    pinned = launchpins.pin(run=spec.run, choice=chosen)
     if pinned.snapshot not in world.snapshots and world.run is not None:
         # (Without a run, in wind-down, the pin is only recorded: nothing more is made.)
         return specsnapshots.create(world, pinned=pinned, spec=chosen.spec.spec)

@@ -21,7 +21,7 @@ from waiting import wait_for, wait_for_default_service_account
 
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec
-from agentrun.core import guards, naming, resolution
+from agentrun.core import launchpins, naming, resolution
 
 pytestmark = pytest.mark.integration
 GROUP, VERSION = "agentrun.dev", "v1alpha1"
@@ -72,7 +72,7 @@ def test_a_squatted_launch_spec_snapshot_keeps_the_slot_pending(
     start(scenario)
     stored = scenario.custom.get_namespaced_custom_object(
         GROUP, VERSION, scenario.namespace, "launchspecs", "cpu-workers")
-    digest = guards.digest(LaunchSpec.model_validate(stored).spec)
+    digest = launchpins.digest(LaunchSpec.model_validate(stored).spec)
     slot = naming.slot_name(run="study", node="research")
     name = naming.launch_spec_snapshot_name(run="study", digest=digest)  # the run's copy
     scenario.core.create_namespaced_config_map(scenario.namespace, {

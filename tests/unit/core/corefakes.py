@@ -24,7 +24,7 @@ from agentrun.api.slots import (
     SlotState,
     SlotStatus,
 )
-from agentrun.core import inputs, naming, stamping
+from agentrun.core import inputs, launchpins, naming, stamping
 from agentrun.core.observations import LeaseObservation
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -121,8 +121,7 @@ CPU_SPEC = launch_spec("cpu-spec", classes=["cpu"], lease_seconds=LEASE_SECONDS,
 
 
 def _run_snapshot() -> str:
-    from agentrun.core import guards
-    return naming.launch_spec_snapshot_name(run=RUN, digest=guards.digest(CPU_SPEC.spec))
+    return naming.launch_spec_snapshot_name(run=RUN, digest=launchpins.digest(CPU_SPEC.spec))
 
 
 PINNED_RUN_SNAPSHOT = _run_snapshot()  # the run's snapshot of CPU_SPEC

@@ -13,7 +13,7 @@ import corefakes as f
 import pytest
 
 from agentrun.api.slots import CommandKind, Outcome, Predicate, SlotState, SlotStatus
-from agentrun.core import attempts, guards, transitions
+from agentrun.core import attempts, guards, launchpins, transitions
 from agentrun.core.observations import LeaseStatus, PodPhase, PodView
 
 S = f.SLOT
@@ -148,15 +148,15 @@ def test_reassignment_without_a_class_keeps_the_current_one() -> None:
 
 def test_digest_and_pin() -> None:
     canonical = json.dumps(GPU.spec.wire(), sort_keys=True, separators=(",", ":"))
-    assert guards.digest(GPU.spec) == hashlib.sha256(canonical.encode()).hexdigest()
+    assert launchpins.digest(GPU.spec) == hashlib.sha256(canonical.encode()).hexdigest()
     assert canonical.startswith('{"claim":{"workerClasses":["gpu"]},"lease":')
     from agentrun.core import selection
-    pinned = guards.pin(run=f.RUN, choice=selection.Choice(spec=GPU, reason="why"))
+    pinned = launchpins.pin(run=f.RUN, choice=selection.Choice(spec=GPU, reason="why"))
     assert (pinned.name, pinned.uid, pinned.generation, pinned.reason) == (
         "gpu-spec", "uid-gpu-spec", 1, "why")
     bare = GPU.model_copy(update={"metadata": GPU.metadata.model_copy(
         update={"uid": None, "generation": None})})
-    pinned = guards.pin(run=f.RUN, choice=selection.Choice(spec=bare, reason="why"))
+    pinned = launchpins.pin(run=f.RUN, choice=selection.Choice(spec=bare, reason="why"))
     assert (pinned.uid, pinned.generation) == ("", 0)
     assert pinned.snapshot == f"{f.RUN}-lspec-{pinned.digest[:10]}"  # the run's, one per digest
 

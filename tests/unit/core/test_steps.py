@@ -30,7 +30,7 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
-from agentrun.core import guards, naming, selection, specsnapshots, steps, transitions
+from agentrun.core import guards, launchpins, naming, selection, specsnapshots, steps, transitions
 from agentrun.core.actions import Create, DeletePod, Tombstone, Wait, WriteStatus
 
 # --- run gone, observed generation -------------------------------------------------------
@@ -237,13 +237,13 @@ def test_a_serving_launch_spec_is_snapshotted_then_the_slot_is_ready() -> None:
     spec = f.launch_spec("cpu-spec", classes=["cpu"], lease_seconds=60)
     world = f.world(launch_specs=(f.launch_spec("gpu-spec", classes=["gpu"]), spec))
     create = expect(steps.next_step(world), Create)
-    digest = guards.digest(spec.spec)
+    digest = launchpins.digest(spec.spec)
     snapshot = f"{f.RUN}-lspec-{digest[:10]}"
     assert (create.point, create.claim) == ("launch-spec-snapshot", False)
     assert (create.body["kind"], create.body["metadata"]["name"]) == ("ConfigMap", snapshot)
     # One snapshot per (run, digest), owned by the run (not by each slot).
     assert create.body["metadata"]["ownerReferences"][0]["uid"] == f.RUN_UID
-    pinned = guards.pin(run=f.RUN, choice=selection.Choice(spec=spec, reason=""))
+    pinned = launchpins.pin(run=f.RUN, choice=selection.Choice(spec=spec, reason=""))
     assert specsnapshots.read(create.body, pinned=pinned) == spec.spec
 
     # Claimable at once (Automatic): no Ready write; the claim's Lease is the next write
@@ -273,7 +273,7 @@ def test_a_serving_launch_spec_is_snapshotted_then_the_slot_is_ready() -> None:
 
 def test_a_worker_class_in_the_status_overrides_the_nodes() -> None:
     gpu = f.launch_spec("gpu-spec", classes=["gpu"])
-    digest = guards.digest(gpu.spec)
+    digest = launchpins.digest(gpu.spec)
     world = f.world(SlotStatus(worker_class="gpu"), launch_specs=(f.CPU_SPEC, gpu),
                     snapshots=frozenset({f"{f.RUN}-lspec-{digest[:10]}"}),
                     run=f.agent_run(claim_policy="Manual"))
@@ -284,7 +284,8 @@ def test_a_worker_class_in_the_status_overrides_the_nodes() -> None:
 
 def test_a_spec_that_appears_later_flips_launch_spec_selected_true() -> None:
     missing = expect(steps.next_step(f.world(launch_specs=())), WriteStatus).status
-    snapshot = naming.launch_spec_snapshot_name(run=f.RUN, digest=guards.digest(f.CPU_SPEC.spec))
+    snapshot = naming.launch_spec_snapshot_name(
+        run=f.RUN, digest=launchpins.digest(f.CPU_SPEC.spec))
     ready = expect(steps.next_step(f.world(missing, snapshots=frozenset({snapshot}),
                                            run=f.agent_run(claim_policy="Manual"))),
                    WriteStatus)

@@ -31,7 +31,7 @@ from agentrun.core import (
     attemptlife,
     commands,
     commandsteps,
-    guards,
+    launchpins,
     specsnapshots,
     steps,
     transitions,
@@ -42,7 +42,7 @@ from agentrun.core.stamping import Stamping
 
 NOT_IN_FORCE = Stamping(epoch=None, problem="actors cannot be verified: the policy is missing")
 GPU_SPEC = f.launch_spec("gpu-spec", classes=["gpu"], runs=[f.RUN])
-GPU_SNAPSHOT = f"{f.RUN}-lspec-{guards.digest(GPU_SPEC.spec)[:10]}"
+GPU_SNAPSHOT = f"{f.RUN}-lspec-{launchpins.digest(GPU_SPEC.spec)[:10]}"
 TERMINAL_PRIOR = f.objects(1, pod=f.pod(1, "Failed"), lease=f.lease(1, outcome="Failed"))
 
 
