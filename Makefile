@@ -18,7 +18,7 @@ help:
 	@echo "make operator  run the operator in the foreground against \$$KUBECONFIG (default .cluster/kubeconfig)"
 	@echo "make install   apply CRDs, operator RBAC and admission policies to that cluster"
 	@echo "make test      install everything and run the whole suite (what CI runs)"
-	@echo "make crds      regenerate crds/ from the models"
+	@echo "make crds      regenerate manifests/crds/ from the models"
 	@echo "make image    build the pause and project images into ~/.cache/agentrun/images (no registry)"
 	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
 
@@ -62,14 +62,14 @@ lint: venv
 	$(VENV)/bin/ruff check operator tests
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(PY) -m agentrun.api.crds --out crds --check
+	$(PY) -m agentrun.api.crds --out manifests/crds --check
 	$(PY) -m agentrun.manifests --out manifests --check
 
 test: controlplane imagetools nodedeps lint
 	$(VENV)/bin/pytest -q -ra
 
 crds: venv
-	$(PY) -m agentrun.api.crds --out crds
+	$(PY) -m agentrun.api.crds --out manifests/crds
 
 manifests: venv
 	$(PY) -m agentrun.manifests --out manifests
@@ -85,8 +85,8 @@ LOCAL_CLUSTER := $(filter $(abspath $(KUBECONFIG_LOCAL)),$(KUBECONFIG))
 OPERATOR_CONTEXT ?= $(if $(LOCAL_CLUSTER),operator,)
 
 install: venv
-	$(KUBECTL) apply --server-side -f crds/
-	$(KUBECTL) wait --for=condition=Established --timeout=60s -f crds/
+	$(KUBECTL) apply --server-side -f manifests/crds/
+	$(KUBECTL) wait --for=condition=Established --timeout=60s -f manifests/crds/
 	$(KUBECTL) apply --server-side -f manifests/rbac/ -f manifests/admission/ \
 		$(if $(LOCAL_CLUSTER),-f manifests/local/,)
 

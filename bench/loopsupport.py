@@ -100,9 +100,9 @@ class Bench:
         self.core = kubernetes.client.CoreV1Api(api)
         self.custom = kubernetes.client.CustomObjectsApi(api)
         self.batch = kubernetes.client.BatchV1Api(api)
-        self.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
+        self.kubectl("apply", "--server-side", "-f", str(REPO / "manifests" / "crds"))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f",
-                     str(REPO / "crds"))
+                     str(REPO / "manifests" / "crds"))
         for path in ("rbac", "local", "admission/stamp-actors.yaml"):
             self.kubectl("apply", "--server-side", "-f", str(REPO / "manifests" / path))
         subprocess.run([sys.executable, "-m", "agentrun.cli", "stamping", "--context",

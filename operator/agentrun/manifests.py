@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from agentrun.api import names
+from agentrun.api import crds, names
 from agentrun.core import admission, leasepolicy, validating
 
 STAMP_POLICY = names.STAMP_POLICY
@@ -159,14 +159,14 @@ IMAGE = "ghcr.io/agentrun/agentrun-operator:0.1.0"
 
 
 def deployment(*, image: str = IMAGE) -> list[dict[str, Any]]:
-    """The operator's namespace, service account and Deployment: one replica, Recreate.
+    """The operator's service account and Deployment (in the namespace that
+    :func:`operator_rbac` makes): one replica, Recreate.
 
     One replica because Kopf peers of equal priority all pause; Recreate so an upgrade
     never runs two on purpose (two at once stay correct, through preconditions).
     """
     labels = {"app.kubernetes.io/name": OPERATOR_ROLE}
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": OPERATOR_ROLE, "namespace": OPERATOR_NAMESPACE}},
         {"apiVersion": "apps/v1", "kind": "Deployment",
@@ -216,12 +216,27 @@ def worker_rbac() -> list[dict[str, Any]]:
              "metadata": {"name": WORKER_ROLE}, "rules": WORKER_RULES}]
 
 
+# The kustomize base (``kubectl apply -k manifests``): everything a cluster needs to run
+# the operator, in the order a plain ``kubectl apply -f`` of the folders would use. Not
+# manifests/local (the local control plane's user binding) nor examples/ (a tenant's).
+BASE_FILES = ["rbac/operator.yaml", "rbac/roles.yaml", "rbac/worker.yaml",
+              "admission/stamp-actors.yaml", "admission/validating.yaml", "deploy/operator.yaml"]
+
+
+def kustomization() -> dict[str, Any]:
+    """The base's kustomization: the CRDs (``manifests/crds``, from the models) and the
+    files above, listed here so a new generated file cannot be left out of it."""
+    return {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [*(f"crds/{name}" for name in crds.rendered()), *BASE_FILES]}
+
+
 def rendered() -> dict[str, str]:
     """Relative path under the manifests folder -> file content."""
     def dump(documents: list[dict[str, Any]]) -> str:
         return HEADER + yaml.safe_dump_all(documents, sort_keys=False, width=100)
 
-    return {"rbac/operator.yaml": dump(operator_rbac()),
+    return {"kustomization.yaml": dump([kustomization()]),
+            "rbac/operator.yaml": dump(operator_rbac()),
             "rbac/roles.yaml": dump(user_roles()),
             "local/operator-user.yaml": dump(local_user_binding()),
             "admission/stamp-actors.yaml": dump(stamp_policy()),

@@ -16,7 +16,7 @@ from waiting import wait_for
 
 from agentrun.api import names
 
-CRD_DIR = pathlib.Path(__file__).resolve().parents[2] / "crds"
+CRD_DIR = pathlib.Path(__file__).resolve().parents[2] / "manifests" / "crds"
 ESTABLISH_TIMEOUT = 60.0
 
 
@@ -47,7 +47,7 @@ def _discovered(api: kubernetes.client.CustomObjectsApi, plural: str) -> bool:
 
 @pytest.fixture(scope="session")
 def crds(api_client: kubernetes.client.ApiClient) -> list[str]:
-    """Apply ``crds/*.yaml`` and wait until each is Established and served; their names."""
+    """Apply ``manifests/crds/*.yaml``; wait until each is Established and served; names."""
     extensions = kubernetes.client.ApiextensionsV1Api(api_client)
     custom = kubernetes.client.CustomObjectsApi(api_client)
     applied: list[tuple[str, str]] = []

@@ -1,4 +1,4 @@
-"""The CRDs in ``crds/`` are what the models give, and are schemas the API server accepts.
+"""The CRDs in ``manifests/crds/`` are what the models give, and are schemas the API server accepts.
 
 Drift: regenerating from the models must reproduce the files byte for byte (``make
 crds`` fixes a failure). Structure: the rules of a *structural* schema that the API
@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from agentrun.api import crds, names, schema
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-CRD_DIR = REPO / "crds"
+CRD_DIR = REPO / "manifests" / "crds"
 FORBIDDEN_KEYS = {"$ref", "$defs", "anyOf", "oneOf", "allOf", "not", "title", "const",
                   "prefixItems", "discriminator", "uniqueItems", "nullable"}
 
@@ -57,7 +57,7 @@ def rules(node: dict[str, Any]) -> dict[str, str]:
 def test_files_on_disk_match_the_models() -> None:
     on_disk = {path.name: path.read_text() for path in CRD_DIR.glob("*.yaml")}
     diff = crds.drift(expected=crds.rendered(), actual=dict(on_disk))
-    assert not diff, "crds/ is stale; run `make crds`:\n" + "".join(diff)
+    assert not diff, "manifests/crds/ is stale; run `make crds`:\n" + "".join(diff)
 
 
 def test_check_exits_1_with_a_diff_on_drift(

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import examples
 import pytest
 import yaml
 from audit import writes
@@ -50,7 +51,6 @@ from agentrun.worker import effects
 
 pytestmark = pytest.mark.kubelet
 NODE_USER = f"system:node:{NODE_NAME}"
-EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
 ANN = "agentrun.dev/"
 
 # Prints the pinned configuration it finds mounted, then works for a lease duration.
@@ -229,18 +229,18 @@ def test_the_examples_run_on_the_node(scenario: Scenario, operator: OperatorProc
     assert local is not None and local.node_ip
     owner = EffectOwner(host=local.node_ip).start()
     objects = []
-    for path in sorted(EXAMPLES.glob("*.yaml")):
-        for document in yaml.safe_load_all(path.read_text()):
-            if not document or document["kind"] == "Namespace":
-                continue
-            document["metadata"]["namespace"] = scenario.namespace
-            for subject in document.get("subjects", []):
+    for document in examples.rendered(scenario.cluster):
+        if document["kind"] == "Namespace":
+            continue
+        document["metadata"]["namespace"] = scenario.namespace
+        for subject in document.get("subjects", []):
+            if subject["kind"] == "ServiceAccount":
                 subject["namespace"] = scenario.namespace
-            if "bindings.yaml" in document.get("data", {}):
-                bindings = yaml.safe_load(document["data"]["bindings.yaml"])
-                bindings["publish"]["url"] = owner.url
-                document["data"]["bindings.yaml"] = yaml.safe_dump(bindings)
-            objects.append(document)
+        if "bindings.yaml" in document.get("data", {}):
+            bindings = yaml.safe_load(document["data"]["bindings.yaml"])
+            bindings["publish"]["url"] = owner.url
+            document["data"]["bindings.yaml"] = yaml.safe_dump(bindings)
+        objects.append(document)
     try:
         applied = scenario.cluster.kubectl("apply", "-f", "-",
                                            input="\n".join(json.dumps(o) for o in objects))
