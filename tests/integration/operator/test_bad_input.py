@@ -4,8 +4,9 @@ Covers, against a real API server with the operator running:
 - a 200 KiB command with an unusable request id on a slot whose Active attempt's pod has
   Failed: the attempt still ends at once, then the command is rejected into the ledger
   (under ``invalid-<hash>``) and removed, and the Slot stays under its size bound;
-- a generated matrix: every command kind x {blank, oversize, malformed} request id, the
-  fields x {missing, blank, oversize, malformed}, and a duplicate request id; each case
+- a generated matrix: every command kind (resolve-effect too) x {blank, oversize,
+  malformed} request id, the fields x {missing, blank, oversize, malformed}, and a
+  duplicate request id (of a hold, sent again as a hold); each case
   ends in exactly one ledger entry with its predicate (a duplicate in none) and its
   annotations removed, the slot's guarded status unchanged, no pod or lease created,
   the Slot's status under ``bounds.SLOT_STATUS_BYTES``, and an Active attempt of another
@@ -37,7 +38,8 @@ pytestmark = pytest.mark.integration
 GROUP, VERSION = "agentrun.dev", "v1alpha1"
 HUGE = "x" * 200_000
 KINDS = {"reassign": ("reason", "worker-class", "run", "tenant"), "hold": ("reason",),
-         "give-up": ("reason",), "claim": (), "release": ()}
+         "give-up": ("reason",), "claim": (), "release": (),
+         "resolve-effect": ("key", "outcome", "reason", "result")}
 
 
 def launched(scenario: Scenario, *, nodes: tuple[tuple[str, str, list[str]], ...] = (
@@ -107,7 +109,9 @@ class Case:
 def cases() -> list[Case]:
     """The matrix: every kind x bad request ids, then every field x its bad values."""
     good = {"reassign": {"reason": "node lost", "worker-class": "cpu", "run": "study"},
-            "hold": {"reason": "look first"}, "give-up": {}, "claim": {}, "release": {}}
+            "hold": {"reason": "look first"}, "give-up": {}, "claim": {}, "release": {},
+            "resolve-effect": {"key": "publish", "outcome": "applied",
+                               "reason": "the owner has it"}}
     found = []
     for kind in KINDS:
         for variant, rid in (("blank", "  "), ("oversize", "r" * 254),
@@ -125,7 +129,14 @@ def cases() -> list[Case]:
             ("hold", "reason", None, "BlankReason"), ("hold", "reason", "", "BlankReason"),
             ("hold", "reason", HUGE, "BlankReason"),
             ("give-up", "reason", None, "BlankReason"), ("give-up", "reason", "\t", "BlankReason"),
-            ("give-up", "reason", HUGE, "BlankReason")):
+            ("give-up", "reason", HUGE, "BlankReason"),
+            ("resolve-effect", "key", "k" * 300, "Malformed"),
+            ("resolve-effect", "key", "no spaces!", "Malformed"),
+            ("resolve-effect", "outcome", "maybe", "Malformed"),
+            ("resolve-effect", "outcome", "a" * 40, "Malformed"),
+            ("resolve-effect", "result", "r" * 600, "Malformed"),
+            ("resolve-effect", "reason", None, "BlankReason"),
+            ("resolve-effect", "reason", HUGE, "BlankReason")):
         fields = {k: v for k, v in good[kind].items() if k != field}
         if value is not None:
             fields[field] = value
@@ -171,7 +182,8 @@ def test_the_bad_input_matrix_changes_nothing_but_the_ledger(
 
     # A duplicate request id: removed, nothing recorded again.
     before = scenario.slot(slot)
-    write(scenario, slot, {"agentrun.dev/hold-id": "m-" + str(len(cases()) - 4),
+    used = [c.request_id for c in cases() if c.kind == "hold" and c.request_id.startswith("m-")]
+    write(scenario, slot, {"agentrun.dev/hold-id": used[-1],
                            "agentrun.dev/hold-reason": "again"})
     after = scenario.wait_slot(slot, lambda s: "agentrun.dev/hold-id" not in (
         s["metadata"].get("annotations") or {}), message="the duplicate removed")
