@@ -9,7 +9,6 @@ is checked for its exact amount, and no series names an object.
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,11 +16,10 @@ import pytest
 from clusters import Cluster
 from operators import OperatorProcess
 from processes import free_port
-from prometheus_client.parser import text_string_to_metric_families
 from scenarios import Scenario, request_id
+from scrapes import Series, value
+from scrapes import scrape as scrape_url
 from waiting import wait_for
-
-Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture
@@ -37,14 +35,7 @@ def metered(cluster: Cluster, namespace: str, installed: None,
 
 
 def scrape(port: int) -> Series:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return {(found.name, frozenset(found.labels.items())): found.value
-            for family in text_string_to_metric_families(text) for found in family.samples}
-
-
-def value(series: Series, name: str, **labels: str) -> float:
-    return series.get((name, frozenset(labels.items())), 0.0)
+    return scrape_url(f"http://127.0.0.1:{port}/metrics")
 
 
 def test_counters_move_by_the_trace(scenario: Scenario,

@@ -1,0 +1,164 @@
+"""The Helm chart installed for real: its operator pod serves the seed's recovery trace.
+
+On the suite's control plane and node, with the project image loaded into the node
+(``pullPolicy: Never``) and ``watchNamespaces`` the test's namespace only: install (the
+operator pod Running and Ready, through its readiness probe), the recovery trace of
+``tests/support/recovery.py`` served by that pod, its counters scraped through the
+chart's metrics Service (its ClusterIP, from a pod on the node: the host is outside the
+node's network, and kube-proxy's rules serve pods), ``helm upgrade`` (a Recreate
+rollout to one new Ready pod that serves), and ``helm uninstall``, after which only the
+documented leftovers remain: the CRDs, the users' runs and the stamping Secret.
+
+The session's ``installed`` fixture applied the RBAC, the local user's binding and the
+stamping policy with kubectl, so the install takes those objects over
+(``--take-ownership``) and, after the uninstall removed them, :class:`helm.Release`
+re-applies them and waits for stamping in force (``operators.install_for_tests``), so the
+tests after this one find the cluster as before. Serial: the chart's admission policies
+are cluster-wide while it is installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+from clusters import Cluster
+from helm import CHART, NAMESPACE, RELEASE, Release
+from operators import install_for_tests
+from recovery import play_recovery_trace
+from scenarios import Scenario
+from scrapes import Series, parse, value
+from waiting import wait_for
+
+from agentrun import manifests
+from agentrun.api import names
+from integration.node.conftest import wait_phase
+
+pytestmark = [pytest.mark.kubelet, pytest.mark.serial]
+GROUP, VERSION = names.GROUP, names.VERSION
+
+
+def container(pod: dict[str, Any]) -> dict[str, Any]:
+    (found,) = pod["spec"]["containers"]
+    return dict(found)
+
+
+def chart_objects(release: Release) -> list[tuple[str, str, str]]:
+    """(kind, namespace, name) of every object the chart renders with its defaults."""
+    result = release.helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE)
+    assert result.returncode == 0, result.stderr
+    return [(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
+            for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def scraper(cluster: Cluster, namespace: str,
+            run_pod: Callable[..., dict[str, Any]]) -> Callable[[str], Series]:
+    """A function reading a ``/metrics`` address from an idle pod of the project's image
+    (``kubectl exec``), once that pod runs."""
+    run_pod("scraper", ["python3", "-c", "import time; time.sleep(600)"])
+    wait_phase(cluster, namespace, "scraper", {"Running"})
+
+    def scrape(url: str) -> Series:
+        fetch = ("import sys, urllib.request; "
+                 f"sys.stdout.write(urllib.request.urlopen({url!r}, timeout=5).read().decode())")
+        result = cluster.kubectl("exec", "-n", namespace, "scraper", "--", "python3", "-c",
+                                 fetch)
+        assert result.returncode == 0, result.stderr
+        return parse(result.stdout)
+    return scrape
+
+
+def existing(api: kubernetes.client.ApiClient, kind: str, namespace: str,
+             name: str) -> bool:
+    """Whether the object exists, through the dynamic client (any kind the chart has)."""
+    dynamic = kubernetes.dynamic.DynamicClient(api)
+    api_version = {"ClusterRole": "rbac.authorization.k8s.io/v1",
+                   "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+                   "Role": "rbac.authorization.k8s.io/v1",
+                   "RoleBinding": "rbac.authorization.k8s.io/v1",
+                   "Deployment": "apps/v1", "ServiceAccount": "v1", "Service": "v1",
+                   "MutatingAdmissionPolicy": "admissionregistration.k8s.io/v1",
+                   "MutatingAdmissionPolicyBinding": "admissionregistration.k8s.io/v1",
+                   "ValidatingAdmissionPolicy": "admissionregistration.k8s.io/v1",
+                   "ValidatingAdmissionPolicyBinding": "admissionregistration.k8s.io/v1"}[kind]
+    resource = dynamic.resources.get(api_version=api_version, kind=kind)
+    try:
+        resource.get(name=name, namespace=namespace or None)
+    except kubernetes.dynamic.exceptions.NotFoundError:
+        return False
+    return True
+
+
+def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
+        cluster: Cluster, namespace: str, scenario: Scenario, worker_image: str,
+        run_pod: Callable[..., dict[str, Any]]) -> None:
+    api = cluster.client()
+    scrape = scraper(cluster, namespace, run_pod)
+    core = kubernetes.client.CoreV1Api(api)
+    release = Release(cluster.kubeconfig, image=worker_image, namespaces=[namespace],
+                      take_ownership=True, restore=lambda: install_for_tests(cluster))
+    with release:
+        pod = release.wait_ready()
+        operator = container(pod)
+        assert pod["spec"]["serviceAccountName"] == manifests.OPERATOR_ROLE
+        assert operator["image"] == worker_image
+        assert operator["args"][-2:] == ["--namespace", namespace]
+        assert operator["securityContext"]["readOnlyRootFilesystem"] is True
+        assert {p["httpGet"]["path"] for p in (operator["livenessProbe"],
+                                               operator["readinessProbe"])} == {
+            "/healthz", "/readyz"}
+
+        service = core.read_namespaced_service(manifests.METRICS_SERVICE, NAMESPACE)
+        assert service.spec.type == "ClusterIP"
+        url = f"http://{service.spec.cluster_ip}:{manifests.METRICS_PORT}/metrics"
+        idle = wait_for(lambda: scrape(url), timeout=60,
+                        message=f"{url} answering through the Service; {release.logs()}")
+        assert value(idle, "agentrun_commands_total", kind="Claim", outcome="Accepted",
+                     predicate="") == 0
+
+        slot = play_recovery_trace(scenario)
+        series = wait_for(lambda: (s := scrape(url)) and value(
+            s, "agentrun_claim_latency_seconds_count") == 2 and s, timeout=30,
+            message="both claims counted")
+        assert value(series, "agentrun_commands_total", kind="Claim", outcome="Accepted",
+                     predicate="") == 2
+        # bob's and the blank reassignments were refused by the chart's validating
+        # policies, before the operator saw them: not in the ledger, not counted.
+        assert value(series, "agentrun_commands_total", kind="Reassign", outcome="Rejected",
+                     predicate="NotOwner") == 0
+        assert value(series, "agentrun_commands_total", kind="Reassign", outcome="Accepted",
+                     predicate="") == 1
+        assert value(series, "agentrun_transitions_total", kind="Slot", outcome="RetryWait") == 1
+
+        # helm upgrade: Recreate gives one new Ready pod, with the new values, that serves.
+        release.upgrade({"logLevel": "debug", "resources.requests.cpu": "60m"})
+        upgraded = release.wait_ready()
+        assert upgraded["metadata"]["uid"] != pod["metadata"]["uid"]
+        assert "--verbose" in container(upgraded)["args"]
+        assert container(upgraded)["resources"]["requests"]["cpu"] == "60m"
+        scenario.run("after-upgrade", user="alice", claim_policy="Manual")
+        scenario.wait_state(scenario.slot_name_eventually("after-upgrade", "research"), "Ready")
+
+        release.uninstall()
+        assert release.pods() == []
+        # Gone: every object of the chart's templates.
+        left = [o for o in chart_objects(release) if existing(api, *o)]
+        assert left == [], left
+        # Kept, as documented: the CRDs, the users' runs, the stamping Secret.
+        extensions = kubernetes.client.ApiextensionsV1Api(api)
+        kept = {c.metadata.name for c in extensions.list_custom_resource_definition().items}
+        assert {f"{plural}.{GROUP}" for plural in ("agentruns", "slots", "launchspecs")} <= kept
+        custom = kubernetes.client.CustomObjectsApi(api)
+        runs = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "agentruns")
+        assert sorted(r["metadata"]["name"] for r in runs["items"]) == ["after-upgrade", "study"]
+        assert scenario.slot(slot)["status"]["attemptCount"] == 2
+        secrets = [s.metadata.name for s in core.list_namespaced_secret(NAMESPACE).items]
+        assert secrets == [names.STAMPING_SECRET], secrets
+        accounts = [a.metadata.name for a in core.list_namespaced_service_account(NAMESPACE).items]
+        assert accounts == ["default"], accounts
+    # restored for the tests after this one: the objects `installed` applied, stamping in force
+    assert existing(api, "ClusterRole", "", manifests.OPERATOR_ROLE)
+    assert existing(api, "MutatingAdmissionPolicy", "", manifests.STAMP_POLICY)
