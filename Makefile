@@ -11,7 +11,7 @@ NODE ?= 1
 WITH_NODE := $(filter 1,$(NODE))
 
 .PHONY: help venv godeps controlplane cluster test lint crds manifests install operator mutate \
-	imagetools image nodedeps
+	imagetools image nodedeps helm
 
 help:
 	@echo "make cluster   start a local Kubernetes control plane and its node (foreground; Ctrl-C stops it; NODE=0: no node)"
@@ -65,8 +65,9 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	$(PY) -m agentrun.api.crds --out crds --check
 	$(PY) -m agentrun.manifests --out manifests --check
+	$(PY) -m agentrun.chart --out charts/agentrun-operator --check
 
-test: controlplane imagetools nodedeps lint
+test: controlplane imagetools nodedeps helm lint
 	$(VENV)/bin/pytest -q -ra
 
 crds: venv
@@ -74,6 +75,12 @@ crds: venv
 
 manifests: venv
 	$(PY) -m agentrun.manifests --out manifests
+	$(PY) -m agentrun.chart --out charts/agentrun-operator
+
+# Helm from its Go module, built once into ~/.cache/agentrun/helm (tests/support/helm.py);
+# prints the binary's path.
+helm: venv
+	@$(PY) tests/support/helm.py build
 
 # Against $$KUBECONFIG (default: the local control plane's); the local cluster's
 # operator runs as its own `operator` user, so it has only the rights RBAC gives it.

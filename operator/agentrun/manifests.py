@@ -156,6 +156,28 @@ def user_roles() -> list[dict[str, Any]]:
 
 
 IMAGE = "ghcr.io/agentrun/agentrun-operator:0.1.0"
+PULL_POLICY = "IfNotPresent"
+METRICS_PORT = 8080  # agentrun.cli's default --metrics-port
+METRICS_PORT_NAME = "metrics"
+METRICS_SERVICE = f"{OPERATOR_ROLE}-metrics"
+SELECTOR = {"app.kubernetes.io/name": OPERATOR_ROLE}
+RESOURCES: dict[str, dict[str, str]] = {"requests": {"cpu": "50m", "memory": "128Mi"},
+                                        "limits": {"memory": "512Mi"}}
+# The kubelet's probes on the metrics server (agentrun.controller.metrics): /healthz while
+# the process serves HTTP, /readyz once the stores are primed and the queue runs. Priming
+# lists every watched kind, so readiness may take a while on a big cluster: no deadline
+# on it, only on liveness, which starts answering at once.
+PROBES = {
+    "livenessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT_NAME},
+                      "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
+    "readinessProbe": {"httpGet": {"path": "/readyz", "port": METRICS_PORT_NAME},
+                       "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 3},
+}
+
+
+def operator_args(*, port: int = METRICS_PORT) -> list[str]:
+    """The operator's command line in its pod: metrics (and probes) on every address."""
+    return ["run", "--metrics-address", "0.0.0.0", "--metrics-port", str(port)]
 
 
 def deployment(*, image: str = IMAGE) -> list[dict[str, Any]]:
@@ -164,28 +186,30 @@ def deployment(*, image: str = IMAGE) -> list[dict[str, Any]]:
     One replica because Kopf peers of equal priority all pause; Recreate so an upgrade
     never runs two on purpose (two at once stay correct, through preconditions).
     """
-    labels = {"app.kubernetes.io/name": OPERATOR_ROLE}
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": OPERATOR_ROLE, "namespace": OPERATOR_NAMESPACE}},
         {"apiVersion": "apps/v1", "kind": "Deployment",
          "metadata": {"name": OPERATOR_ROLE, "namespace": OPERATOR_NAMESPACE,
-                      "labels": labels},
+                      "labels": dict(SELECTOR)},
          "spec": {
              "replicas": 1,
              "strategy": {"type": "Recreate"},
-             "selector": {"matchLabels": labels},
+             "selector": {"matchLabels": dict(SELECTOR)},
              "template": {
-                 "metadata": {"labels": labels},
+                 "metadata": {"labels": dict(SELECTOR)},
                  "spec": {
                      "serviceAccountName": OPERATOR_ROLE,
                      "securityContext": {"runAsNonRoot": True,
                                          "seccompProfile": {"type": "RuntimeDefault"}},
                      "containers": [{
-                         "name": "operator", "image": image, "args": ["run"],
-                         "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
-                                       "limits": {"memory": "512Mi"}},
+                         "name": "operator", "image": image, "imagePullPolicy": PULL_POLICY,
+                         "args": operator_args(),
+                         "ports": [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT,
+                                    "protocol": "TCP"}],
+                         **PROBES,
+                         "resources": RESOURCES,
                          "securityContext": {"allowPrivilegeEscalation": False,
                                              "readOnlyRootFilesystem": True,
                                              "capabilities": {"drop": ["ALL"]}},
@@ -193,6 +217,16 @@ def deployment(*, image: str = IMAGE) -> list[dict[str, Any]]:
                  }},
          }},
     ]
+
+
+def metrics_service() -> list[dict[str, Any]]:
+    """A ClusterIP Service in front of the operator's metrics port, for Prometheus."""
+    return [{"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": METRICS_SERVICE, "namespace": OPERATOR_NAMESPACE,
+                          "labels": dict(SELECTOR)},
+             "spec": {"type": "ClusterIP", "selector": dict(SELECTOR),
+                      "ports": [{"name": METRICS_PORT_NAME, "port": METRICS_PORT,
+                                 "targetPort": METRICS_PORT_NAME, "protocol": "TCP"}]}}]
 
 
 def stamp_policy() -> list[dict[str, Any]]:
@@ -227,20 +261,18 @@ def rendered() -> dict[str, str]:
             "admission/stamp-actors.yaml": dump(stamp_policy()),
             "admission/validating.yaml": dump([*validating.validating_policies(),
                                                *leasepolicy.attempt_leases()]),
-            "deploy/operator.yaml": dump(deployment()),
+            "deploy/operator.yaml": dump([*deployment(), *metrics_service()]),
             "rbac/worker.yaml": dump(worker_rbac())}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("manifests"))
-    parser.add_argument("--check", action="store_true", help="fail if files differ")
-    args = parser.parse_args(argv)
+def sync(files: dict[str, str], *, out: Path, check: bool) -> bool:
+    """Write ``files`` (relative path -> content) under ``out``, or with ``check`` write
+    nothing and print a diff of each that differs; whether any differed (drift)."""
     drift = False
-    for relative, content in rendered().items():
-        target: Path = args.out / relative
+    for relative, content in files.items():
+        target = out / relative
         current = target.read_text() if target.exists() else ""
-        if args.check:
+        if check:
             if current != content:
                 drift = True
                 sys.stdout.writelines(difflib.unified_diff(
@@ -249,6 +281,15 @@ def main(argv: list[str] | None = None) -> int:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
+    return drift
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("manifests"))
+    parser.add_argument("--check", action="store_true", help="fail if files differ")
+    args = parser.parse_args(argv)
+    drift = sync(rendered(), out=args.out, check=args.check)
     if drift:
         print("manifests are out of date: run `make manifests`", file=sys.stderr)
     return 1 if drift else 0

@@ -7,6 +7,7 @@ own identity (the local cluster's ``operator`` user, rights only from RBAC).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,11 @@ from clusters import Cluster
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+# What the suite installs once (``installed``): the RBAC, the local `operator` user's
+# binding and the actor-stamping policy. The validating policies are installed only by
+# the tests of admission itself: every other test shows what the operator decides alone.
+TEST_INSTALL = ("rbac", "local", "admission/stamp-actors.yaml")
 
 
 class OperatorProcess:
@@ -87,3 +93,28 @@ def stamping_in_force(cluster: Cluster, *, timeout: float = 60) -> None:
     result = subprocess.run(args, env=env, capture_output=True, text=True, check=False,
                             timeout=timeout + 30)
     assert result.returncode == 0, result.stderr
+
+
+def install_for_tests(cluster: Cluster) -> None:
+    """Apply :data:`TEST_INSTALL` and return once actor stamping is in force: the epoch
+    minted and a server dry-run Slot comes back stamped with its actor. Run once per
+    session, and again by a test that removed those objects (the chart's uninstall)."""
+    for path in TEST_INSTALL:
+        result = cluster.kubectl("apply", "--server-side", "-f", str(MANIFESTS / path))
+        assert result.returncode == 0, result.stderr
+    stamping_in_force(cluster)
+    probe = json.dumps({
+        "apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",
+        "metadata": {"name": "probe-00000000", "namespace": "default",
+                     "annotations": {"agentrun.dev/claim-id": "probe"}},
+        "spec": {"run": "probe", "node": "probe", "workerClass": "cpu"}})
+
+    def stamping() -> bool:
+        result = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                 input=probe)
+        annotations = json.loads(result.stdout or "{}").get("metadata", {}).get(
+            "annotations", {}) if result.returncode == 0 else {}
+        return (annotations.get("agentrun.dev/claim-actor") == "admin"
+                and bool(annotations.get("agentrun.dev/claim-epoch")))
+
+    wait_for(stamping, timeout=30, message="the actor-stamping policy in effect")

@@ -6,6 +6,7 @@ one socket is the endpoint's, on 127.0.0.1 and a port the OS picks.
 
 from __future__ import annotations
 
+import urllib.error
 import urllib.request
 from datetime import UTC, datetime, timedelta
 
@@ -214,3 +215,27 @@ def test_a_port_in_use_stops_the_operator_with_the_reason(
         server.close()
     assert code == 1
     assert f"cannot serve metrics on 127.0.0.1:{server.port}" in capsys.readouterr().err
+
+
+def test_the_probes_say_alive_always_and_ready_only_while_serving() -> None:
+    meters = metrics.Metrics()
+    server = meters.serve(address="127.0.0.1", port=0)
+
+    def status(path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}",
+                                        timeout=10) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as error:
+            return int(error.code)
+    try:
+        before = (status("/healthz"), status("/readyz"))
+        meters.ready.set()
+        serving = (status("/healthz"), status("/readyz"))
+        meters.ready.clear()
+        stopping = status("/readyz")
+    finally:
+        server.close()
+    assert before == (200, 503)
+    assert serving == (200, 200)
+    assert stopping == 503

@@ -14,17 +14,26 @@ write and the count loses that count (an undercount, never a double one).
 
 The registry is not the ``prometheus_client`` global one: tests build their own
 ``Metrics`` and read it, and nothing another library registers is served.
+
+The same endpoint answers the kubelet's probes (the chart's Deployment): ``/healthz`` is
+200 while the process serves HTTP (liveness: a dead or wedged process is restarted);
+``/readyz`` is 200 only while the operator serves, that is from the moment its stores are
+primed and its work queue started (``runtime.Operator.begin``) until it stops, and 503
+before and after (readiness: "this pod reconciles now").
 """
 
 from __future__ import annotations
 
+import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from wsgiref.simple_server import WSGIServer
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from agentrun.core import tallies
 
@@ -40,6 +49,8 @@ class Metrics:
     """The operator's metrics in their own registry (see the module docstring)."""
 
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    # Set while the operator serves (``/readyz``): see the module docstring.
+    ready: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         into = self.registry
@@ -106,10 +117,41 @@ class Metrics:
         self.queue_depth.set_function(depth)
 
     def serve(self, *, address: str, port: int) -> Server:
-        """Serve ``/metrics`` from a daemon thread; the caller stops it with ``close``."""
-        server, thread = prometheus_client.start_http_server(port, addr=address,
-                                                             registry=self.registry)
+        """Serve ``/metrics``, ``/healthz`` and ``/readyz`` from a daemon thread; the caller
+        stops it with ``close``."""
+        exposition = prometheus_client.make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path == "/healthz":
+                return _answer(start_response, ok=True, text="alive")
+            if path == "/readyz":
+                ready = self.ready.is_set()
+                return _answer(start_response, ok=ready, text="serving" if ready
+                               else "not serving: the stores are not primed yet, or stopping")
+            return exposition(environ, start_response)  # type: ignore[no-any-return]
+
+        class Bound(ThreadingWSGIServer):
+            address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+
+        server = make_server(address, port, app, Bound, handler_class=_Quiet)
+        thread = threading.Thread(target=server.serve_forever, daemon=True,
+                                  name="metrics-server")
+        thread.start()
         return Server(server=server, thread=thread)
+
+
+class _Quiet(WSGIRequestHandler):
+    """No access log line per scrape or probe."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _answer(start_response: Callable[..., Any], *, ok: bool, text: str) -> list[bytes]:
+    status = "200 OK" if ok else "503 Service Unavailable"
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+    return [text.encode() + b"\n"]
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,7 @@ class Operator:
                 await asyncio.sleep(delay)
         self.queue.start()
         self.keeping = asyncio.create_task(self.keep_stamping())
+        self.meters.ready.set()  # /readyz: serving from here on
 
     async def keep_stamping(self) -> None:
         """Check the stamping epoch every few seconds, minting when due."""
@@ -157,6 +158,7 @@ class Operator:
             await asyncio.sleep(STAMPING_PERIOD_SECONDS)  # the check's period
 
     async def stop(self) -> None:
+        self.meters.ready.clear()
         await self.queue.stop()
         if self.keeping is not None:
             self.keeping.cancel()

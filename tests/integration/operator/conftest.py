@@ -17,7 +17,7 @@ from pathlib import Path
 import kubernetes
 import pytest
 from clusters import Cluster
-from operators import OperatorProcess, stamping_in_force
+from operators import OperatorProcess, install_for_tests
 from scenarios import Scenario
 from waiting import wait_for, wait_for_default_service_account
 
@@ -28,27 +28,7 @@ ANN = "agentrun.dev/"
 
 @pytest.fixture(scope="session")
 def installed(cluster: Cluster, crds: list[str]) -> None:
-    # The validating policies are installed only by the tests of admission itself: every
-    # other test shows what the operator decides on its own.
-    for path in ("rbac", "local", "admission/stamp-actors.yaml"):
-        result = cluster.kubectl("apply", "--server-side", "-f", str(MANIFESTS / path))
-        assert result.returncode == 0, result.stderr
-    stamping_in_force(cluster)
-    probe = json.dumps({
-        "apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",
-        "metadata": {"name": "probe-00000000", "namespace": "default",
-                     "annotations": {"agentrun.dev/claim-id": "probe"}},
-        "spec": {"run": "probe", "node": "probe", "workerClass": "cpu"}})
-
-    def stamping() -> bool:
-        result = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                                 input=probe)
-        annotations = json.loads(result.stdout or "{}").get("metadata", {}).get(
-            "annotations", {}) if result.returncode == 0 else {}
-        return (annotations.get("agentrun.dev/claim-actor") == "admin"
-                and bool(annotations.get("agentrun.dev/claim-epoch")))
-
-    wait_for(stamping, timeout=30, message="the actor-stamping policy in effect")
+    install_for_tests(cluster)
 
 
 @pytest.fixture

@@ -1,0 +1,132 @@
+"""The chart's ``values.yaml`` (documented) and ``values.schema.json`` (bounded).
+
+Defaults are the manifests' own (:mod:`agentrun.manifests`: image, pull policy,
+resources, metrics port), so ``helm template`` with no values renders what
+``manifests/deploy/`` holds. The schema rejects any key it does not name
+(``additionalProperties: false`` at every level: a misspelt key is an error, not a
+silent default) and bounds every string and number, as ``api/bounds.py`` does for what
+people write into the API. ``replicas`` is deliberately not a value: one replica
+(Kopf peers of equal priority all pause), see ``manifests.deployment``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from agentrun import manifests
+
+REPOSITORY, TAG = manifests.IMAGE.rsplit(":", 1)
+PULL_POLICIES = ["Always", "IfNotPresent", "Never"]
+LOG_LEVELS = ["info", "debug"]
+MAX_NAMESPACES = 100
+# A Kubernetes quantity as people write one (500m, 1.5, 256Mi, 1G).
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+RESOURCE_NAMES = ["cpu", "memory", "ephemeral-storage"]
+
+
+def defaults() -> dict[str, Any]:
+    """The default values (what ``values.yaml`` sets)."""
+    return {
+        "image": {"repository": REPOSITORY, "tag": TAG, "pullPolicy": manifests.PULL_POLICY},
+        "watchNamespaces": [],
+        "logLevel": "info",
+        "resources": manifests.RESOURCES,
+        "metrics": {"port": manifests.METRICS_PORT, "service": {"enabled": True}},
+    }
+
+
+# One comment block per key, in the order of defaults(); nested keys by dotted path.
+COMMENTS = {
+    "image": "The operator's image.",
+    "image.repository": "Registry and repository, without the tag (at most 255 characters).",
+    "image.tag": "The image tag; the chart's appVersion by default.",
+    "image.pullPolicy": f"One of {', '.join(PULL_POLICIES)} (Never: the image is loaded "
+                        "into the node, as on the local control plane).",
+    "watchNamespaces": "Namespaces (names or globs such as team-*) the operator serves; "
+                       f"[] = every namespace. At most {MAX_NAMESPACES}. The operator's "
+                       "ClusterRole is cluster-wide either way.",
+    "logLevel": "info: one JSON line per transition; debug: also Kopf's per-event lines "
+                "(the operator's --verbose).",
+    "resources": "The operator container's requests and limits (cpu, memory, "
+                 "ephemeral-storage as Kubernetes quantities). Requests are required.",
+    "metrics": "The Prometheus endpoint (/metrics), which also answers the probes "
+               "(/healthz liveness, /readyz readiness).",
+    "metrics.port": "Container port of /metrics, /healthz and /readyz (1-65535).",
+    "metrics.service": "A ClusterIP Service agentrun-operator-metrics in front of that port.",
+    "metrics.service.enabled": "false: no Service (scrape the pod directly).",
+}
+
+
+def values_yaml() -> str:
+    """``values.yaml``: every key with the comment that says what it does."""
+    lines = ["# Values of the agentrun-operator chart; values.schema.json rejects any other key.",
+             "# Install only into the namespace agentrun-system (the chart fails otherwise)."]
+
+    def walk(node: dict[str, Any], path: str, depth: int) -> None:
+        for key, value in node.items():
+            dotted = f"{path}{key}"
+            if depth == 0:
+                lines.append("")
+            lines.extend(f"{'  ' * depth}# {c}" for c in wrap(COMMENTS[dotted], 88 - 2 * depth))
+            if isinstance(value, dict) and dotted != "resources":
+                lines.append(f"{'  ' * depth}{key}:")
+                walk(value, f"{dotted}.", depth + 1)
+            else:
+                dumped = yaml.safe_dump({key: value}, sort_keys=False, width=100)
+                lines.extend(f"{'  ' * depth}{line}" for line in dumped.splitlines())
+
+    walk(defaults(), "", 0)
+    return "\n".join(lines) + "\n"
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """Words of ``text`` in lines of at most ``width`` characters."""
+    out: list[str] = []
+    for word in text.split():
+        if out and len(out[-1]) + 1 + len(word) <= width:
+            out[-1] += " " + word
+        else:
+            out.append(word)
+    return out
+
+
+def _object(properties: dict[str, Any], *, required: list[str] | None = None) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "properties": properties,
+            **({"required": required} if required else {})}
+
+
+def schema() -> dict[str, Any]:
+    """The values' JSON schema (draft 7, what Helm validates ``--set`` and files against)."""
+    quantities = _object({name: {"type": ["string", "number"], "pattern": QUANTITY,
+                                 "maxLength": 32} for name in RESOURCE_NAMES})
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "agentrun-operator values",
+        **_object({
+            "image": _object({
+                "repository": {"type": "string", "minLength": 1, "maxLength": 255,
+                               "pattern": r"^[a-z0-9]([a-z0-9._:/-]*[a-z0-9])?$"},
+                "tag": {"type": "string", "minLength": 1, "maxLength": 128,
+                        "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"},
+                "pullPolicy": {"type": "string", "enum": PULL_POLICIES},
+            }, required=["repository", "tag", "pullPolicy"]),
+            "watchNamespaces": {"type": "array", "maxItems": MAX_NAMESPACES,
+                                "uniqueItems": True,
+                                "items": {"type": "string", "minLength": 1, "maxLength": 63,
+                                          "pattern": r"^[a-z0-9*?]([-a-z0-9*?]*[a-z0-9*?])?$"}},
+            "logLevel": {"type": "string", "enum": LOG_LEVELS},
+            "resources": _object({"requests": quantities, "limits": quantities},
+                                 required=["requests"]),
+            "metrics": _object({
+                "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                "service": _object({"enabled": {"type": "boolean"}}, required=["enabled"]),
+            }, required=["port", "service"]),
+        }, required=["image", "watchNamespaces", "logLevel", "resources", "metrics"]),
+    }
+
+
+def schema_json() -> str:
+    return json.dumps(schema(), indent=2) + "\n"

@@ -1,0 +1,148 @@
+"""The Helm chart, without a node: lint, one source, server-side validation, bad values.
+
+Helm is the project's own build (``tests/support/helm.py``); the API server is the
+suite's. Nothing here runs the operator: that is ``tests/integration/node/test_chart.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+from clusters import Cluster
+from helm import CHART, NAMESPACE, RELEASE, helm_binary
+
+from agentrun import manifests
+from agentrun.core import leasepolicy, validating
+
+IMAGE = "localhost/agentrun-operator:test"
+
+
+def helm(*args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+    config = ["--kubeconfig", str(kubeconfig)] if kubeconfig else []
+    return subprocess.run([str(helm_binary()), *config, *args], capture_output=True, text=True,
+                          check=False, timeout=120)
+
+
+def render(*args: str, include_crds: bool = False) -> list[dict[str, Any]]:
+    """``helm template`` of the chart in its namespace: the objects it would install."""
+    result = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                  *(["--include-crds"] if include_crds else []), *args)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def server_version(api_client: kubernetes.client.ApiClient) -> str:
+    found: str = kubernetes.client.VersionApi(api_client).get_code().git_version
+    return found
+
+
+def test_helm_lint_strict_passes() -> None:
+    result = helm("lint", "--strict", str(CHART), "--namespace", NAMESPACE)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+def expected_objects() -> list[dict[str, Any]]:
+    """What ``agentrun.manifests`` builds for the chart, in its default values."""
+    everything = [*manifests.operator_rbac(), *manifests.user_roles(), *manifests.worker_rbac(),
+                  *manifests.stamp_policy(), *validating.validating_policies(),
+                  *leasepolicy.attempt_leases(), *manifests.deployment(),
+                  *manifests.metrics_service()]
+    return [o for o in everything if o["kind"] != "Namespace"]
+
+
+def key(document: dict[str, Any]) -> tuple[str, str, str]:
+    return (document["kind"], document["metadata"].get("namespace", ""),
+            document["metadata"]["name"])
+
+
+def test_the_templates_are_exactly_what_manifests_builds() -> None:
+    rendered = {key(d): d for d in render()}
+    expected = {key(d): d for d in expected_objects()}
+    assert sorted(rendered) == sorted(expected)
+    for name, document in expected.items():  # rules, policies, the Deployment: field by field
+        assert rendered[name] == json.loads(json.dumps(document)), name
+    assert not any(d["kind"] == "Namespace" for d in rendered.values())
+    # manifests/local (the local `operator` user's binding) is never part of the chart
+    assert ("ClusterRoleBinding", "", manifests.LOCAL_USER_BINDING) not in rendered
+
+
+def test_values_reach_the_deployment_and_the_service() -> None:
+    documents = render("--set-string", "image.repository=localhost/op", "--set-string",
+                       "image.tag=v9", "--set", "image.pullPolicy=Never", "--set-json",
+                       'watchNamespaces=["team-a","team-*"]', "--set", "logLevel=debug",
+                       "--set", "metrics.port=9090", "--set", "metrics.service.enabled=false",
+                       "--set", "resources.requests.cpu=200m")
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "localhost/op:v9"
+    assert container["imagePullPolicy"] == "Never"
+    assert container["args"] == ["run", "--metrics-address", "0.0.0.0", "--metrics-port", "9090",
+                                 "--namespace", "team-a", "--namespace", "team-*", "--verbose"]
+    assert container["ports"][0]["containerPort"] == 9090
+    assert container["resources"]["requests"] == {"cpu": "200m", "memory": "128Mi"}
+    assert not any(d["kind"] == "Service" for d in documents)
+
+
+def test_the_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster,
+                                                         api_client: kubernetes.client.ApiClient,
+                                                         crds: list[str]) -> None:
+    version = server_version(api_client)
+    documents = render("--kube-version", version, "--set-string", f"image.repository={IMAGE}",
+                       "--set-json", 'watchNamespaces=["team-a"]', include_crds=True)
+    kinds = {d["kind"] for d in documents}
+    assert {"CustomResourceDefinition", "Deployment", "Service", "ServiceAccount", "ClusterRole",
+            "Role", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"} <= kinds
+    # The release's namespace exists before its objects (helm's --create-namespace).
+    made = cluster.kubectl("create", "namespace", NAMESPACE)
+    assert made.returncode == 0 or "AlreadyExists" in made.stderr, made.stderr
+    result = cluster.kubectl("apply", "--dry-run=server", "-f", "-",
+                             input="\n".join(json.dumps(d) for d in documents))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("(server dry run)") == len(documents), result.stdout
+
+
+def test_a_server_older_than_the_floor_is_refused() -> None:
+    result = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                  "--kube-version", "v1.35.4")
+    assert result.returncode != 0
+    assert ">=1.36.0-0" in result.stderr, result.stderr
+
+
+BAD = [
+    pytest.param(["--set", "image.pullPolicy=Sometimes"], NAMESPACE,
+                 "value must be one of 'Always', 'IfNotPresent', 'Never'", id="pullPolicy"),
+    pytest.param(["--set", "replicas=2"], NAMESPACE, "additional properties 'replicas' not allowed",
+                 id="replicas"),
+    pytest.param(["--set", "metrics.port=0"], NAMESPACE, "minimum", id="port"),
+    pytest.param(["--set-json", 'watchNamespaces=["Team A"]'], NAMESPACE, "does not match pattern",
+                 id="namespace-name"),
+    pytest.param([], "agentrun-elsewhere",
+                 "must be installed in the namespace agentrun-system", id="release-namespace"),
+]
+
+
+@pytest.mark.parametrize(("values", "release_namespace", "says"), BAD)
+def test_a_bad_value_is_refused_with_a_clear_message_and_creates_nothing(
+        cluster: Cluster, api_client: kubernetes.client.ApiClient, crds: list[str],
+        values: list[str], release_namespace: str, says: str) -> None:
+    core = kubernetes.client.CoreV1Api(api_client)
+    apps = kubernetes.client.AppsV1Api(api_client)
+    before = {n.metadata.name for n in core.list_namespace().items}
+    deployments = [d.metadata.name for d in apps.list_deployment_for_all_namespaces().items]
+    result = helm("install", "agentrun-refused", str(CHART), "--namespace", release_namespace,
+                  "--create-namespace", *values, kubeconfig=cluster.kubeconfig)
+    assert result.returncode != 0
+    assert says in result.stderr, result.stderr
+    listed = helm("list", "--all-namespaces", "-o", "json", kubeconfig=cluster.kubeconfig)
+    assert listed.returncode == 0, listed.stderr
+    assert "agentrun-refused" not in {r["name"] for r in json.loads(listed.stdout)}
+    assert {n.metadata.name for n in core.list_namespace().items} - before == set()
+    assert [d.metadata.name for d in apps.list_deployment_for_all_namespaces().items] \
+        == deployments
