@@ -119,5 +119,5 @@ bench-loop: controlplane
 # The recovery trace with real workers (demo/recovery.py --up): starts the control plane
 # and its node, installs the operator as a pod, plays, tears everything down (Ctrl-C too).
 .PHONY: demo
-demo: controlplane nodedeps image
+demo: controlplane nodedeps image helm
 	$(PY) demo/recovery.py --up

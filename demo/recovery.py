@@ -16,6 +16,7 @@ is printed only once the object it reports says so (never after a sleep).
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
+import helm  # noqa: E402
 import kubernetes  # noqa: E402
 import stage  # noqa: E402
 from clusters import Cluster  # noqa: E402
@@ -65,10 +67,19 @@ class NodeTasks:
                               capture_output=True, text=True, check=False, timeout=120)
 
 
+ADMISSION = re.compile(r"ValidatingAdmissionPolicy '([^']+)'.*?denied request: (.*)", re.S)
+LEDGER = re.compile(r"^\w+ [0-9a-f]+: (.*)$", re.S)
+
+
 def said(result: subprocess.CompletedProcess[str]) -> str:
-    """The plugin's answer in one line (its stdout, else its stderr)."""
-    text = (result.stdout.strip() or result.stderr.strip()).splitlines()
-    return " / ".join(line.strip() for line in text if line.strip())[:400]
+    """The plugin's answer in one line (its stdout, else its stderr), shortened to who
+    decided and their words: admission's policy, or the operator's ledger entry."""
+    text = " ".join((result.stdout.strip() or result.stderr.strip()).split())
+    if found := ADMISSION.search(text):
+        return f"admission (policy {found[1]}) says: {found[2]}"[:400]
+    if found := LEDGER.match(text):
+        return f"the ledger says: {found[1]}"[:400]
+    return text[:400]
 
 
 def plugin_ok(cluster: Cluster, *args: str, user: str, expect: int = 0) -> str:
@@ -192,7 +203,7 @@ def trace(cluster: Cluster, node: Any, owner: EffectOwner | None, owner_url: str
 
 
 def play(cluster: Cluster, node: Any, *, image: str, owner_url: str | None,
-         node_ip: str, keep_cluster_objects: bool) -> int:
+         node_ip: str, keep_cluster_objects: bool, take_ownership: bool) -> int:
     """Stage, play, show the tree and the history, clean up the namespace."""
     tell = Teller()
     for change in stage.CHANGES:
@@ -202,10 +213,11 @@ def play(cluster: Cluster, node: Any, *, image: str, owner_url: str | None,
     print(f"demo: publish to the demo's effect owner at {url} (the bindings' publish.url)")
     print(f"demo: worker and operator image {image}", flush=True)
     try:
-        with stage.install_operator(cluster, image=image) as operator:
-            (pod,) = operator.pods()
-            tell(f"operator running as pod {stage.NAMESPACE and pod['metadata']['name']} "
-                 f"(serving {stage.NAMESPACE})")
+        with stage.install_operator(cluster, image=image,
+                                    take_ownership=take_ownership) as release:
+            (pod,) = release.pods()
+            tell(f"operator installed with the Helm chart (release {helm.RELEASE}): pod "
+                 f"{helm.NAMESPACE}/{pod['metadata']['name']} Ready, serving {stage.NAMESPACE}")
             try:
                 stage.stage(cluster, image=image, owner_url=url)
                 slot = trace(cluster, node, owner, url, tell)
@@ -256,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
             cluster = Cluster(kubeconfig=kubeconfig, kind="local", has_kubelet=True, local=local)
             local.node_ip = node_ip_of(cluster.client())
             code = play(cluster, NodeTasks(), image=args.image, owner_url=args.owner_url,
-                        node_ip=local.node_ip, keep_cluster_objects=False)
+                        node_ip=local.node_ip, keep_cluster_objects=False,
+                        take_ownership=True)
         else:
             workdir = Path(tempfile.mkdtemp(prefix="agentrun-demo-"))
             print("demo: starting the local control plane and its node "
@@ -269,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"demo: cluster and node ready in {time.monotonic() - started:.1f}s",
                       flush=True)
                 code = play(cluster, node, image=image, owner_url=None,
-                            node_ip=node.network.node_ip, keep_cluster_objects=True)
+                            node_ip=node.network.node_ip, keep_cluster_objects=True,
+                            take_ownership=False)
             import shutil
             shutil.rmtree(workdir, ignore_errors=True)
     except KeyboardInterrupt:

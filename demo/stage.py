@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import helm
 import kubernetes
 import yaml
 from clusters import Cluster
-from incluster import InClusterOperator
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,26 +160,18 @@ def remove_namespace(cluster: Cluster, *, timeout: float = 120) -> None:
 
 
 @contextlib.contextmanager
-def install_operator(cluster: Cluster, *, image: str) -> Iterator[InClusterOperator]:
-    """The operator as a pod serving the demo namespace, removed (pod gone) at exit.
+def install_operator(cluster: Cluster, *, image: str,
+                     take_ownership: bool) -> Iterator[helm.Release]:
+    """The operator as a pod serving the demo namespace, installed with the Helm chart
+    (CRDs, RBAC, admission policies, Deployment); uninstalled, its pod gone, at exit.
 
-    Today: the Deployment of ``manifests/deploy`` (:mod:`incluster`), after the CRDs,
-    RBAC and actor stamping it needs (what ``make install`` applies, idempotent).
+    ``take_ownership``: the cluster may hold the operator's objects already, applied by
+    ``kubectl`` (``make install``, the suite's session); the chart adopts them, and its
+    uninstall removes them (the caller who applied them applies them again).
     """
-    for path in ("crds", "manifests/rbac", "manifests/admission/stamp-actors.yaml"):
-        result = cluster.kubectl("apply", "--server-side", "-f", str(REPO / path))
-        if result.returncode != 0:
-            raise RuntimeError(f"kubectl apply -f {path}: {result.stderr.strip()[:400]}")
-    waited = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                             "-f", str(REPO / "crds"))
-    if waited.returncode != 0:
-        raise RuntimeError(f"the CRDs not Established: {waited.stderr.strip()[:400]}")
-    deployed = InClusterOperator(cluster=cluster, image=image, namespace=NAMESPACE)
-    try:
-        deployed.start()
-        yield deployed
-    finally:
-        deployed.stop()
+    with helm.Release(cluster.kubeconfig, image=image, namespaces=[NAMESPACE],
+                      take_ownership=take_ownership) as release:
+        yield release
 
 
 def plugin(cluster: Cluster, *args: str, user: str) -> subprocess.CompletedProcess[str]:

@@ -5,6 +5,10 @@ publishes to this test's effect owner (``--owner-url``), so "published once" is 
 the owner, not from the demo's words. What the demo's objects went through is read from
 the API while it runs (watches of the demo namespace's AgentRuns and Leases from before
 it starts: the demo deletes that namespace at its end, so no later read could see them).
+
+The suite's session applied the operator's RBAC, local binding and stamping policy with
+kubectl (``installed``); the demo's chart takes them over and its uninstall removes them,
+so this test applies them again afterwards, for the tests after it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import kubernetes
 import pytest
 from clusters import Cluster
 from effectowner import EffectOwner
-from incluster import SELECTOR, SYSTEM_NAMESPACE
+from helm import NAMESPACE as SYSTEM_NAMESPACE
+from helm import RELEASE, SELECTOR, helm_binary
+from operators import stamping_in_force
 from scenarios import GROUP, VERSION, condition
 
 from agentrun.api import records
@@ -76,6 +82,14 @@ class Watched:
         return self.seen
 
 
+def restore(cluster: Cluster) -> None:
+    """What the session's ``installed`` applied, again, with actor stamping in force."""
+    for path in ("rbac", "local", "admission/stamp-actors.yaml"):
+        result = cluster.kubectl("apply", "--server-side", "-f", str(REPO / "manifests" / path))
+        assert result.returncode == 0, result.stderr
+    stamping_in_force(cluster)
+
+
 def test_the_demo_plays_the_trace_publishes_once_and_leaves_nothing(
         cluster: Cluster, worker_image: str, installed: None) -> None:
     assert cluster.local is not None and cluster.local.node_ip
@@ -89,6 +103,7 @@ def test_the_demo_plays_the_trace_publishes_once_and_leaves_nothing(
             capture_output=True, text=True, timeout=DEMO_TIMEOUT, check=False)
     finally:
         owner.stop()
+        restore(cluster)
     print(played.stdout[-6000:], played.stderr[-3000:])
     assert played.returncode == 0, played.stderr[-2000:]
     seen_runs, seen_leases = runs.stop(), leases.stop()
@@ -114,7 +129,12 @@ def test_the_demo_plays_the_trace_publishes_once_and_leaves_nothing(
     assert owner.applied == {key: 1}
     assert [(r.method, r.token, r.status) for r in owner.posts()] == [("POST", 2, 200)]
 
-    # Nothing left: the namespace, the operator's pod, the demo's process.
+    # Nothing left: the Helm release, the operator's pod, the namespace, the demo's process.
+    status = subprocess.run([str(helm_binary()), "--kubeconfig", str(cluster.kubeconfig),
+                             "status", RELEASE, "-n", SYSTEM_NAMESPACE],
+                            capture_output=True, text=True, check=False)
+    assert status.returncode != 0 and "not found" in status.stderr, (status.stdout,
+                                                                     status.stderr)
     core = kubernetes.client.CoreV1Api(api)
     with pytest.raises(kubernetes.client.ApiException) as gone:
         core.read_namespace(NAMESPACE)
