@@ -260,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt  # the same cleanup as Ctrl-C
 
     signal.signal(signal.SIGTERM, stop)
+    # Ctrl-C cleans up even where SIGINT came in ignored (a shell's background job)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
     try:
         if args.kubeconfig:
