@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from clusters import Cluster  # noqa: E402
 from effectowner import EffectOwner  # noqa: E402
 from localcluster import NODE_NAME, LocalCluster  # noqa: E402
 from localnode import SOCKET, containerd_dir, running  # noqa: E402
+from nodehost import NodeUnavailable  # noqa: E402
 from scenarios import Scenario, condition  # noqa: E402
 from waiting import wait_for  # noqa: E402
 from workers import agent_events, kill_when_paused, wait_pod_phase  # noqa: E402
@@ -236,6 +238,18 @@ def play(cluster: Cluster, node: Any, *, image: str, owner_url: str | None,
     return 0
 
 
+def up(workdir: Path, *, started: float) -> int:
+    """``--up``: the control plane and its node in ``workdir`` for the demo's length."""
+    with running(workdir) as (local, node):
+        assert node is not None
+        image = node.load_project_image()
+        cluster = Cluster(kubeconfig=local.kubeconfig, kind="local", has_kubelet=True,
+                          local=local, node=node)
+        print(f"demo: cluster and node ready in {time.monotonic() - started:.1f}s", flush=True)
+        return play(cluster, node, image=image, owner_url=None, node_ip=node.network.node_ip,
+                    keep_cluster_objects=True, take_ownership=False)
+
+
 def node_ip_of(api: kubernetes.client.ApiClient) -> str:
     node = kubernetes.client.CoreV1Api(api).read_node(NODE_NAME)
     (address,) = [a.address for a in node.status.addresses if a.type == "InternalIP"]
@@ -276,21 +290,16 @@ def main(argv: list[str] | None = None) -> int:
             workdir = Path(tempfile.mkdtemp(prefix="agentrun-demo-"))
             print("demo: starting the local control plane and its node "
                   f"(in {workdir}; removed at the end)", flush=True)
-            with running(workdir) as (local, node):
-                assert node is not None
-                image = node.load_project_image()
-                cluster = Cluster(kubeconfig=local.kubeconfig, kind="local", has_kubelet=True,
-                                  local=local, node=node)
-                print(f"demo: cluster and node ready in {time.monotonic() - started:.1f}s",
-                      flush=True)
-                code = play(cluster, node, image=image, owner_url=None,
-                            node_ip=node.network.node_ip, keep_cluster_objects=True,
-                            take_ownership=False)
-            import shutil
-            shutil.rmtree(workdir, ignore_errors=True)
+            try:
+                code = up(workdir, started=started)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
     except KeyboardInterrupt:
         print("demo: interrupted; cleaned up", file=sys.stderr)
         return 130
+    except NodeUnavailable as why:  # e.g. another node on this machine (one per machine)
+        print(f"demo: cannot start the local node: {why}", file=sys.stderr)
+        return 1
     print(f"demo: wall time {time.monotonic() - started:.1f}s", flush=True)
     return code
 
