@@ -21,6 +21,7 @@ help:
 	@echo "make crds      regenerate manifests/crds/ from the models"
 	@echo "make image    build the pause and project images into ~/.cache/agentrun/images (no registry)"
 	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
+	@echo "make demo      the recovery trace with real worker pods on a local cluster it starts and removes"
 
 # Python packages, reinstalled when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
@@ -59,7 +60,7 @@ cluster: controlplane $(if $(WITH_NODE),nodedeps,)
 	$(PY) tests/support/localnode.py up --dir $(CLUSTER_DIR) $(if $(WITH_NODE),,--no-node)
 
 lint: venv
-	$(VENV)/bin/ruff check operator tests
+	$(VENV)/bin/ruff check operator tests demo
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m agentrun.api.crds --out manifests/crds --check
@@ -114,3 +115,9 @@ UNITS ?= 200,1000
 .PHONY: bench-loop
 bench-loop: controlplane
 	$(PY) bench/control_loop.py --units $(UNITS)
+
+# The recovery trace with real workers (demo/recovery.py --up): starts the control plane
+# and its node, installs the operator as a pod, plays, tears everything down (Ctrl-C too).
+.PHONY: demo
+demo: controlplane nodedeps image helm
+	$(PY) demo/recovery.py --up
