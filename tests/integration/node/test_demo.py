@@ -25,7 +25,7 @@ from clusters import Cluster
 from effectowner import EffectOwner
 from helm import NAMESPACE as SYSTEM_NAMESPACE
 from helm import RELEASE, SELECTOR, helm_binary
-from operators import stamping_in_force
+from operators import install_for_tests
 from scenarios import GROUP, VERSION, condition
 
 from agentrun.api import records
@@ -82,14 +82,6 @@ class Watched:
         return self.seen
 
 
-def restore(cluster: Cluster) -> None:
-    """What the session's ``installed`` applied, again, with actor stamping in force."""
-    for path in ("rbac", "local", "admission/stamp-actors.yaml"):
-        result = cluster.kubectl("apply", "--server-side", "-f", str(REPO / "manifests" / path))
-        assert result.returncode == 0, result.stderr
-    stamping_in_force(cluster)
-
-
 def test_the_demo_plays_the_trace_publishes_once_and_leaves_nothing(
         cluster: Cluster, worker_image: str, installed: None) -> None:
     assert cluster.local is not None and cluster.local.node_ip
@@ -103,7 +95,7 @@ def test_the_demo_plays_the_trace_publishes_once_and_leaves_nothing(
             capture_output=True, text=True, timeout=DEMO_TIMEOUT, check=False)
     finally:
         owner.stop()
-        restore(cluster)
+        install_for_tests(cluster)  # what the chart's uninstall took: put back
     print(played.stdout[-6000:], played.stderr[-3000:])
     assert played.returncode == 0, played.stderr[-2000:]
     seen_runs, seen_leases = runs.stop(), leases.stop()
