@@ -18,6 +18,8 @@ import yaml
 from clusters import Cluster
 from waiting import wait_for
 
+from agentrun import manifests
+
 DEPLOY = Path(__file__).resolve().parents[2] / "manifests" / "deploy" / "operator.yaml"
 SYSTEM_NAMESPACE = "agentrun-system"
 NAME = "agentrun-operator"
@@ -83,12 +85,16 @@ class InClusterOperator:
                 self.core.list_namespaced_event(SYSTEM_NAMESPACE).items][-5:]
 
     def stop(self, *, timeout: float = 60) -> None:
-        """Delete the Deployment and wait until its pod is gone: no operator left serving."""
-        try:
-            self.apps.delete_namespaced_deployment(NAME, SYSTEM_NAMESPACE,
-                                                   propagation_policy="Foreground")
-        except kubernetes.client.ApiException as error:
-            if error.status != 404:
-                raise
+        """Delete the Deployment and its metrics Service (what :meth:`start` applied beside
+        the ServiceAccount) and wait until its pod is gone: no operator left serving."""
+        for delete in (lambda: self.apps.delete_namespaced_deployment(
+                           NAME, SYSTEM_NAMESPACE, propagation_policy="Foreground"),
+                       lambda: self.core.delete_namespaced_service(
+                           manifests.METRICS_SERVICE, SYSTEM_NAMESPACE)):
+            try:
+                delete()
+            except kubernetes.client.ApiException as error:
+                if error.status != 404:
+                    raise
         wait_for(lambda: self.pods() == [], timeout=timeout,
                  message="the in-cluster operator's pod gone")
