@@ -24,7 +24,7 @@ import helm
 import kubernetes
 import yaml
 from clusters import Cluster
-from waiting import wait_for
+from waiting import delete_namespace, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "agentrun-demo"
@@ -130,20 +130,7 @@ def stage(cluster: Cluster, *, image: str, owner_url: str) -> None:
 
 def remove_namespace(cluster: Cluster, *, timeout: float = 120) -> None:
     """Delete the demo namespace and wait until it is gone (its pods with it)."""
-    core = kubernetes.client.CoreV1Api(cluster.client())
-    try:
-        core.delete_namespace(NAMESPACE)
-    except kubernetes.client.ApiException as error:
-        if error.status != 404:
-            raise
-
-    def gone() -> bool:
-        try:
-            core.read_namespace(NAMESPACE)
-        except kubernetes.client.ApiException as error:
-            return error.status == 404
-        return False
-    wait_for(gone, timeout=timeout, message=f"namespace {NAMESPACE} deleted")
+    delete_namespace(cluster.client(), NAMESPACE, timeout=timeout)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import kubernetes
 import pytest
 from clusters import Cluster
 from examples import BASE, EXAMPLES, rendered
-from waiting import wait_for
+from waiting import delete_namespace, namespace_gone, wait_for
 
 from agentrun.api import names
 
@@ -49,19 +49,10 @@ def test_the_base_passes_the_api_server_as_a_dry_run(cluster: Cluster) -> None:
 @pytest.fixture
 def demo_namespace(api_client: kubernetes.client.ApiClient) -> Iterator[str]:
     """The examples' own namespace, absent before and removed after (waited until gone)."""
-    core = kubernetes.client.CoreV1Api(api_client)
-
-    def gone() -> bool:
-        try:
-            core.read_namespace(DEMO)
-        except kubernetes.client.ApiException as error:
-            return error.status == 404
-        return False
-
-    wait_for(gone, timeout=120, message=f"namespace {DEMO} absent before the test")
+    wait_for(lambda: namespace_gone(api_client, DEMO), timeout=120,
+             message=f"namespace {DEMO} absent before the test")
     yield DEMO
-    core.delete_namespace(DEMO)
-    wait_for(gone, timeout=120, message=f"namespace {DEMO} deleted")
+    delete_namespace(api_client, DEMO)
 
 
 def test_the_examples_apply_and_their_revisions_are_immutable(

@@ -53,3 +53,30 @@ def wait_for_default_service_account(api_client: object, namespace: str, *,
     core = kubernetes.client.CoreV1Api(api_client)
     wait_for(lambda: core.read_namespaced_service_account("default", namespace),
              timeout=timeout, message=f"ServiceAccount default in {namespace}")
+
+
+def delete_namespace(api_client: object, name: str, *, timeout: float = 120) -> None:
+    """Delete namespace ``name`` (absent is fine) and wait until it is gone, its objects
+    with it: what a test or the demo needs before the name may be used again."""
+    import kubernetes
+
+    core = kubernetes.client.CoreV1Api(api_client)
+    try:
+        core.delete_namespace(name)
+    except kubernetes.client.ApiException as error:
+        if error.status != 404:
+            raise
+    wait_for(lambda: namespace_gone(api_client, name), timeout=timeout,
+             message=f"namespace {name} deleted")
+
+
+def namespace_gone(api_client: object, name: str) -> bool:
+    import kubernetes
+
+    try:
+        kubernetes.client.CoreV1Api(api_client).read_namespace(name)
+    except kubernetes.client.ApiException as error:
+        if error.status == 404:
+            return True
+        raise
+    return False
