@@ -4,7 +4,7 @@ Covers: objects and the status subresource; optimistic concurrency (409 on a sta
 resourceVersion); CEL transition rules in a CRD; RBAC between tenant users;
 ValidatingAdmissionPolicy and MutatingAdmissionPolicy acting on the requester's name;
 service-account tokens bound to a Pod; the serviceaccount and garbage-collector
-controllers; the audit log of writes.
+controllers; the audit log of writes; API Priority and Fairness classifying requests.
 """
 
 from __future__ import annotations
@@ -309,3 +309,19 @@ def test_audit_log_records_writes(cluster: Cluster, namespace: str) -> None:
     assert event["user"]["username"] == "admin"  # type: ignore[index]
     assert event["level"] == "Metadata"
     assert event["objectRef"]["namespace"] == namespace  # type: ignore[index]
+
+
+def test_priority_and_fairness_classifies_requests(cluster: Cluster) -> None:
+    """API Priority and Fairness is on, as on a real cluster: every request is classified
+    (the response names its priority level), and the operator's user falls in a limited
+    level, not the exempt one of system:masters."""
+    levels = json.loads(cluster.kubectl("get", "prioritylevelconfigurations",
+                                        "-o", "json").stdout)["items"]
+    by_uid = {item["metadata"]["uid"]: item["metadata"]["name"] for item in levels}
+    assert "exempt" in by_uid.values()
+    seen = {}
+    for user in ("admin", "operator"):  # /version: any authenticated user may read it
+        headers = kubernetes.client.VersionApi(cluster.client(user)).get_code_with_http_info()[2]
+        seen[user] = by_uid[headers["X-Kubernetes-PF-PriorityLevel-UID"]]
+    assert seen["admin"] == "exempt"
+    assert seen["operator"] != "exempt", seen

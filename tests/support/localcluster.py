@@ -277,7 +277,6 @@ class LocalCluster:
             "--audit-log-format=json",
             "--allow-privileged=true",
             "--profiling=false",
-            "--enable-priority-and-fairness=false",
             *node,
             "--v=0",
         ]
