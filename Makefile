@@ -121,3 +121,13 @@ bench-loop: controlplane
 .PHONY: demo
 demo: controlplane nodedeps image helm
 	$(PY) demo/recovery.py --up
+
+# Fault scenarios (bench/faults.py): their own control plane WITH its node, each scenario
+# played COUNT times, a table scenario × count × violations; nothing written unless
+# FAULTS_ARGS has --write. Stops by itself; exit 1 on any violation.
+COUNT ?= 3
+SLOTS ?= 10
+FAULTS_ARGS ?=
+.PHONY: faults
+faults: controlplane nodedeps image
+	$(PY) bench/faults.py --count $(COUNT) --slots $(SLOTS) $(FAULTS_ARGS)
