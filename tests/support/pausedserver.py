@@ -142,8 +142,9 @@ def play(scenario: Scenario, *, apiserver: subprocess.Popen[bytes] | int, image:
     leases = [f"{slot}-1" for slot in first]
     wait_for(lambda: active(scenario, first), timeout=ACTIVE_BOUND,
              message="every slot of run before Active", interval=0.5)
-    wait_for(lambda: all(renew_times(scenario, leases).values()), timeout=ACTIVE_BOUND,
-             message="every worker renewing", interval=0.5)
+    wait_for(lambda: all(any("started" in p for p in printed(scenario, lease))
+                         for lease in leases), timeout=ACTIVE_BOUND,
+             message="every worker started (its first renewal made)", interval=0.5)
     before = renew_times(scenario, leases)
     hold, release = request_id(), request_id()
     held = scenario.annotate(first[0], user="admin", hold_id=hold,
