@@ -75,17 +75,18 @@ def figures(play: pausedserver.Play) -> str:
         return "-" if value is None else f"{value:.1f} s"
     paused = seconds(play.pause.seconds if play.pause else None)
     return (f"paused {paused}; every lease renewed {seconds(play.renewed_after)} after the "
-            f"resume; a later run served in {seconds(play.served_after)}; every slot "
-            f"Succeeded {seconds(play.settled_after)} after the word; {play.lapsed} workers "
-            f"lapsed")
+            f"resume; a run made after it claimed (Active) in {seconds(play.served_after)}; "
+            f"every slot Succeeded {seconds(play.settled_after)} after the word to finish; "
+            f"{play.lapsed} workers' keepers lapsed (effects paused) and resumed")
 
 
 def table(tallies: list[Tally]) -> str:
     lines = ["| scenario | count | violations |", "| --- | ---: | ---: |"]
     lines += [f"| {t.scenario} | {len(t.plays)} | {t.violations} |" for t in tallies]
+    lines.append("")
     for tally in tallies:
         for number, play in enumerate(tally.plays, 1):
-            lines.append(f"\n- {tally.scenario} #{number}: {figures(play)}")
+            lines.append(f"- {tally.scenario} #{number}: {figures(play)}")
             lines += [f"  - violation: {v}" for v in play.violations]
     return "\n".join(lines)
 
