@@ -22,6 +22,7 @@ help:
 	@echo "make image    build the pause and project images into ~/.cache/agentrun/images (no registry)"
 	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
 	@echo "make demo      the recovery trace with real worker pods on a local cluster it starts and removes"
+	@echo "make faults    fault scenarios (API server paused) on a cluster and node of its own: scenario x count x violations"
 
 # Python packages, reinstalled when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
