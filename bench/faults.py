@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "support"))
@@ -120,7 +121,8 @@ def write_section(path: Path, text: str) -> None:
 def fresh_namespace(cluster: Cluster) -> str:
     core = kubernetes.client.CoreV1Api(cluster.client())
     name = f"faults-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {names.TENANT_LABEL: name}}})
+    body: Any = {"metadata": {"name": name, "labels": {names.TENANT_LABEL: name}}}
+    core.create_namespace(body)
     wait_for_default_service_account(cluster.client(), name)
     return name
 
@@ -134,7 +136,7 @@ def drop(cluster: Cluster, namespace: str) -> None:
         try:
             core.read_namespace(namespace)
         except kubernetes.client.ApiException as error:
-            return error.status == 404
+            return bool(error.status == 404)
         return False
     wait_for(gone, timeout=NAMESPACE_GONE_SECONDS, message=f"namespace {namespace} gone",
              interval=0.5)
@@ -161,14 +163,27 @@ def paused_apiserver(cluster: Cluster, *, image: str, workdir: Path, number: int
         drop(cluster, namespace)
 
 
+def bounded(low: int, high: int) -> Any:
+    """An argparse type: an integer from ``low`` to ``high``, else a clear error."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not from {low} to {high}")
+        return value
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=3, choices=range(1, 51),
-                        metavar="1..50", help="plays of each scenario (default 3)")
-    parser.add_argument("--slots", type=int, default=10, choices=range(1, 41),
-                        metavar="1..40", help="real worker pods per play (default 10)")
-    parser.add_argument("--lease", type=int, default=10, choices=range(5, 61),
-                        metavar="5..60", help="the workers' lease, seconds (default 10)")
+    parser.add_argument("--count", type=bounded(1, 50), default=3,
+                        help="plays of each scenario, 1 to 50 (default 3)")
+    parser.add_argument("--slots", type=bounded(1, 40), default=10,
+                        help="real worker pods per play, 1 to 40 (default 10)")
+    parser.add_argument("--lease", type=bounded(5, 60), default=10,
+                        help="the workers' lease, 5 to 60 seconds (default 10)")
     parser.add_argument("--pause", type=float, default=25.0,
                         help="seconds the API server stays stopped (default 25; more than "
                              "the lease, under the node-monitor grace period of 50 s)")

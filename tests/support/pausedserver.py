@@ -130,8 +130,9 @@ def play(scenario: Scenario, *, apiserver: subprocess.Popen[bytes] | int, image:
     check it: see the module docstring."""
     result = Play()
     grant_worker_role(scenario)
-    nodes = tuple((f"w{i:02d}", "cpu", []) for i in range(slots))
-    scenario.configs(name="before", nodes=nodes)  # type: ignore[arg-type]
+    nodes: tuple[tuple[str, str, list[str]], ...] = tuple(
+        (f"w{i:02d}", "cpu", []) for i in range(slots))
+    scenario.configs(name="before", nodes=nodes)
     scenario.configs(name="after", nodes=(("late", "cpu", []),))
     real_launch_spec(scenario, "paused-workers", classes=["cpu"], image=image, script=WORKER,
                      renewer=False, lease_seconds=lease_seconds,
@@ -199,10 +200,13 @@ def violations(scenario: Scenario, *, slots: list[str],
         numbers = [a.get("number") for a in state.get("attempts", [])]
         if numbers != [1]:
             found.append(f"{name}: attempt records {numbers} (want [1])")
-        pods = sorted(p.metadata.name for p in scenario.core.list_namespaced_pod(
-            scenario.namespace, label_selector=f"{names.SLOT_LABEL}={name}").items)
-        leases = sorted(x.metadata.name for x in scenario.coordination.list_namespaced_lease(
-            scenario.namespace, label_selector=f"{names.SLOT_LABEL}={name}").items)
+        selector = f"{names.SLOT_LABEL}={name}"
+        pods = sorted(str(p.metadata and p.metadata.name) for p in
+                      scenario.core.list_namespaced_pod(scenario.namespace,
+                                                        label_selector=selector).items)
+        leases = sorted(str(x.metadata and x.metadata.name) for x in
+                        scenario.coordination.list_namespaced_lease(
+                            scenario.namespace, label_selector=selector).items)
         if pods != [attempt] or leases != [attempt]:
             found.append(f"{name}: pods {pods}, leases {leases} (want one each: {attempt})")
         lease = scenario.lease(attempt) or {}
