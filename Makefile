@@ -22,6 +22,7 @@ help:
 	@echo "make image    build the pause and project images into ~/.cache/agentrun/images (no registry)"
 	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
 	@echo "make demo      the recovery trace with real worker pods on a local cluster it starts and removes"
+	@echo "make faults    fault scenarios (API server paused) on a cluster and node of its own: scenario x count x violations"
 
 # Python packages, reinstalled when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
@@ -121,3 +122,13 @@ bench-loop: controlplane
 .PHONY: demo
 demo: controlplane nodedeps image helm
 	$(PY) demo/recovery.py --up
+
+# Fault scenarios (bench/faults.py): their own control plane WITH its node, each scenario
+# played COUNT times, a table scenario × count × violations; nothing written unless
+# FAULTS_ARGS has --write. Stops by itself; exit 1 on any violation.
+COUNT ?= 3
+SLOTS ?= 10
+FAULTS_ARGS ?=
+.PHONY: faults
+faults: controlplane nodedeps image
+	$(PY) bench/faults.py --count $(COUNT) --slots $(SLOTS) $(FAULTS_ARGS)

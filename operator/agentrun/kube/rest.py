@@ -9,20 +9,19 @@ configuration, authentication, TLS and connection pooling.
 Every request has a timeout (:data:`DEFAULT_TIMEOUT`: 5 s to connect, 20 s to read,
 ``timeout=`` to change it), so one hung request can hold up only the worker that made it.
 Every request's outcome is recorded in a :class:`Health` (``health=``): the time
-during which requests failed or timed out is the operator's *blind time*, which lease
-expiry must never count (``Reader.blind_time``).
+during which requests failed, timed out, hung or were answered late is the operator's
+*blind time*, which lease expiry must never count (``Reader.blind_time``).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections import deque
+from collections import Counter, deque
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import kubernetes
-import urllib3
 
 from agentrun.core import clocks
 from agentrun.kube import throttle as throttles
@@ -44,6 +43,10 @@ class Timeout(NamedTuple):
 # 20 s is far above the first and well under the second: a request that has not answered
 # by then is hung, and its worker should go on to other keys.
 DEFAULT_TIMEOUT = Timeout(connect=5.0, read=20.0)
+# An answer later than this after its request was sent is not evidence of when the server
+# served it (a paused server answers what waited all at once): it counts as blind time
+# (:class:`Health`). A loaded server answers in about a second; later than 2 s is counted.
+SLOW_ANSWER = timedelta(seconds=2)
 
 
 class ApiError(Exception):
@@ -69,13 +72,20 @@ def unhealthy(status: int) -> bool:
 class Health:
     """When this process could not hear from the API server, on the monotonic clock.
 
-    *Blind* is a stretch of time with no answer: it opens at the start of a request that
-    got none (timed out, refused, reset) or got a 5xx/429, and closes at the start of the
-    next request that was answered. Both ends are the conservative choice: the answer of a
-    request reflects the world at some moment after it was sent, never before, so the
-    operator saw nothing between a failed request's start and a later success's start.
-    Counting too much blind time only makes a lease live longer (safe); too little could
-    end an attempt whose worker renewed while we could not see.
+    *Blind* is a stretch of time in which the operator has no prompt answer to show that
+    the API server served it. A request is *prompt* when a non-5xx/429 answer came within
+    ``slow`` of sending it. A stretch opens with a request that was not prompt: one that
+    got no answer (timed out, refused, reset) or a 5xx/429, one answered late, and one
+    still waiting longer than ``slow``; it reaches back to the *onset*, the send time of
+    the last prompt answer before that request (the operator saw nothing after it), and a
+    failure's stretch stays open until the send time of the next prompt answer. So a
+    paused API server (SIGSTOP: requests hang, then are all answered at once on SIGCONT)
+    is blind from the last prompt answer before the pause to the first prompt one after,
+    whether its requests timed out or waited the pause out: a late answer says the server
+    served at *some* moment between the send and the answer, never when. Every choice is
+    the conservative one: counting too much blind time only makes a lease live longer
+    (safe); too little could end an attempt whose worker renewed, or could not renew,
+    while we could not see. Stretches that overlap are counted once.
 
     Kept small: closed stretches older than ``horizon`` are dropped, and beyond ``limit``
     the two oldest merge into one (which only counts more blind time). Thread-safe: the
@@ -83,23 +93,57 @@ class Health:
     """
 
     def __init__(self, *, clock: clocks.Clock = clocks.ticks,
-                 horizon: timedelta = timedelta(hours=2), limit: int = 256) -> None:
+                 horizon: timedelta = timedelta(hours=2), limit: int = 256,
+                 slow: timedelta = SLOW_ANSWER) -> None:
         self.clock = clock
         self.horizon = horizon
         self.limit = limit
+        self.slow = slow
         self._lock = threading.Lock()
         self._open: datetime | None = None  # blind since then, still
         self._closed: deque[tuple[datetime, datetime]] = deque()
+        self._last_prompt: datetime | None = None  # send time of the latest prompt answer
+        self._waiting: Counter[datetime] = Counter()  # send times of requests in flight
+
+    def sending(self) -> datetime:
+        """A request is being sent now: its send time, to give to :meth:`answered` or
+        :meth:`failed`. Until then it counts as blind once it has waited ``slow``."""
+        with self._lock:
+            started = self.clock()
+            self._waiting[started] += 1
+            return started
+
+    def _done(self, started: datetime) -> None:
+        if self._waiting[started] > 1:
+            self._waiting[started] -= 1
+        else:
+            self._waiting.pop(started, None)
+
+    def _onset(self, started: datetime) -> datetime:
+        """Where a stretch opened by a request sent at ``started`` begins."""
+        last = self._last_prompt
+        return last if last is not None and last <= started else started
 
     def failed(self, *, started: datetime) -> None:
         """A request sent at ``started`` got no usable answer."""
         with self._lock:
-            if self._open is None or started < self._open:
-                self._open = started
+            self._done(started)
+            onset = self._onset(started)
+            if self._open is None or onset < self._open:
+                self._open = onset
 
     def answered(self, *, started: datetime) -> None:
-        """A request sent at ``started`` was answered: blind no more from then on."""
+        """A request sent at ``started`` was answered: if promptly, blind no more from
+        then on; if late, blind from its onset to now (the answer may be that old)."""
         with self._lock:
+            self._done(started)
+            now = self.clock()
+            if now - started > self.slow:
+                self._closed.append((self._onset(started), now))
+                self._prune()
+                return
+            if self._last_prompt is None or started > self._last_prompt:
+                self._last_prompt = started
             if self._open is None or started < self._open:
                 return  # sent before the blindness began: it proves nothing after
             self._closed.append((self._open, started))
@@ -112,23 +156,33 @@ class Health:
             self._closed.popleft()
         while len(self._closed) > self.limit:
             first, second = self._closed.popleft(), self._closed.popleft()
-            self._closed.appendleft((first[0], second[1]))
+            self._closed.appendleft((min(first[0], second[0]), max(first[1], second[1])))
+
+    def _stretches(self, now: datetime) -> list[tuple[datetime, datetime]]:
+        """Every blind stretch up to ``now``, closed or not (under the lock)."""
+        hung = [(self._onset(started), now) for started in self._waiting
+                if now - started > self.slow]
+        return [*self._closed, *([(self._open, now)] if self._open else []), *hung]
 
     def blind(self) -> bool:
-        """Is the operator blind right now (the last request got no answer)?"""
+        """Is the operator blind right now (the last request got no answer, or one has
+        waited longer than ``slow``)?"""
         with self._lock:
-            return self._open is not None
+            now = self.clock()
+            return self._open is not None or any(now - started > self.slow
+                                                 for started in self._waiting)
 
     def blind_time(self, *, since: datetime) -> timedelta:
         """How long, from the monotonic moment ``since`` until now, the operator was blind."""
-        now = self.clock()
         with self._lock:
-            stretches = [*self._closed, *([(self._open, now)] if self._open else [])]
-        total = timedelta(0)
+            now = self.clock()
+            stretches = sorted(self._stretches(now))
+        total, reached = timedelta(0), since  # the union, clipped to [since, now]
         for start, end in stretches:
-            overlap = min(end, now) - max(start, since)
-            if overlap > timedelta(0):
-                total += overlap
+            start, end = max(start, reached), min(end, now)
+            if end > start:
+                total += end - start
+                reached = end
         return total
 
 
@@ -157,11 +211,11 @@ class Rest:
             method=method, resource_path=path, query_params=list((query or {}).items()),
             header_params=headers, body=body, auth_settings=["BearerToken"])
         throttles.take(self.throttle)  # a token first (blocks while the bucket is empty)
-        started = self.health.clock()
+        started = self.health.sending()
         try:
             response = self.api.call_api(*params, _request_timeout=tuple(self.timeout))
             response.read()  # type: ignore[no-untyped-call]
-        except (urllib3.exceptions.HTTPError, OSError, kubernetes.client.ApiException):
+        except BaseException:
             self.health.failed(started=started)  # no answer: timed out, refused, reset
             raise
         data = response.data.decode() if isinstance(response.data, bytes) else response.data
