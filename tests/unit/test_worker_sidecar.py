@@ -8,12 +8,9 @@ Covers: the window on an injected clock (open from the start, a check-in reopens
 overdue says why); the keeper sends no renewal while the gate says no, says so once,
 lapses on time, and renews again when it says yes; steps: 404 then PUT 201, the same
 content again 200, other content 409, bad keys, bodies and sizes 400 changing nothing;
-lost → 410, not yet renewed → 503 for ready; effects: call → done; a call reply with an
-error → stop; an intent without outcome → reconcile first (no call before it) →
-applied (done, never called) / not-applied (call with the same key and this attempt's
-token) / in-progress then applied / unknown → stop AmbiguousEffect; a repeated request
-returns the kept answer (never a second call); a main container that never replies
-ends with a stop (NoReply); replies that do not fit are 400 and the instruction stands.
+lost → 410, not yet renewed → 503 for ready; the server on localhost moving JSON; a
+restarted sidecar reconciles its own attempt's intent first. The effect protocol is in
+test_worker_sidecar_effects.py; the fakes in sidecarfakes.py.
 """
 
 from __future__ import annotations
@@ -21,108 +18,16 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from agentrun.worker import effects, keeper, prefix, records, renewer
+from agentrun.worker import keeper, records, renewer
 from agentrun.worker.renewals import Standing
-from agentrun.worker.sidecar import CheckIns, Sidecar
+from agentrun.worker.sidecar import CheckIns
 from agentrun.worker.sidecarsessions import Reply
 
-UID, SLOT, ATTEMPT = "uid-run", "study-research", 2
-POD = f"{SLOT}-{ATTEMPT}"
-
-
-@dataclass
-class Clock:
-    now: float = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Memory:
-    """The attempt's Lease records, in memory (write-once like LeaseRecords)."""
-
-    def __init__(self) -> None:
-        self.committed: dict[str, records.Record] = {}
-
-    def commit(self, record: records.Record) -> records.Record:
-        found = self.committed.get(record.key)
-        if found is not None and found != record:
-            raise records.RecordConflict(f"record {record.key} is already committed")
-        self.committed[record.key] = record
-        return record
-
-
-@dataclass
-class FakeKeeper:
-    state: Standing = Standing.LIVE
-
-    def standing(self) -> Standing:
-        return self.state
-
-    def ensure_live(self) -> None:
-        if self.state is Standing.LOST:
-            raise keeper.LeaseLost("lost")
-        if self.state is not Standing.LIVE:
-            raise keeper.LeaseLapsed("lapsed")
-
-
-@dataclass
-class FakeWorker:
-    """A Worker whose prefix is ``earlier`` records and whose commits go to ``memory``."""
-
-    earlier: dict[str, records.Record] = field(default_factory=dict)
-    keeper: FakeKeeper = field(default_factory=FakeKeeper)
-    memory: Memory = field(default_factory=Memory)
-    owners: list[str | None] = field(default_factory=list)  # what each effect was given
-    _steps: prefix.Steps | None = None
-
-    @property
-    def steps(self) -> prefix.Steps:
-        if self._steps is None:
-            self._steps = prefix.Steps(prefix=prefix.Prefix(attempt=ATTEMPT,
-                                                            committed=self.earlier),
-                                       ledger=self.memory)
-        return self._steps
-
-    def step(self, key: str, *, do: Callable[[], Any],
-             kind: records.Kind = records.Kind.STEP_RESULT) -> Any:
-        return self.steps.step(key, do=do, kind=kind)
-
-    def effect(self, name: str, *, key: str, call: effects.Call,
-               reconcile: effects.Reconcile | None = None, owner: str | None = None) -> Any:
-        self.owners.append(owner)
-        return effects.Ledger(steps=self.steps, keeper=self.keeper, run_uid=UID, slot=SLOT,
-                              sleep=lambda _: None).effect(name, key=key, call=call,
-                                                          reconcile=reconcile, owner=owner)
-
-
-def make(worker: FakeWorker | None = None, **kw: Any) -> tuple[Sidecar, FakeWorker]:
-    worker = worker or FakeWorker()
-    return Sidecar(worker=worker, check_ins=CheckIns(window_seconds=30), **kw), worker
-
-
-def send(sidecar: Sidecar, method: str, path: str, body: Any = None) -> Reply:
-    data = b"" if body is None else json.dumps(body).encode()
-    return sidecar.handle(method, path, data)
-
-
-def intent(key: str, attempt: int = 1) -> records.Record:
-    idem = effects.idempotency_key(run_uid=UID, slot=SLOT, key=key)
-    return records.make(key=f"{key}.intent", kind=records.Kind.EFFECT_INTENT, attempt=attempt,
-                        payload={"effect": "publish", "idempotencyKey": idem,
-                                 "fencingToken": attempt})
-
-
-IDEM = effects.idempotency_key(run_uid=UID, slot=SLOT, key="publish")
-
-
-# -- the check-in window and the keeper's gate -----------------------------------------------
+from .sidecarfakes import ATTEMPT, IDEM, POD, Clock, FakeWorker, intent, make, send
 
 
 def test_the_window_opens_at_start_and_at_each_check_in() -> None:
@@ -253,113 +158,6 @@ def test_a_lost_lease_is_410_and_ready_waits_for_the_first_renewal() -> None:
 
 
 # -- effects ----------------------------------------------------------------------------------
-
-
-def test_an_effect_is_call_then_done_and_a_repeat_is_the_kept_answer() -> None:
-    sidecar, worker = make()
-    first = send(sidecar, "POST", "/v1/effects/publish", {"name": "publish", "owner": "o"})
-    assert first == Reply(status=200, body={"do": "call", "idempotencyKey": IDEM,
-                                            "fencingToken": ATTEMPT})
-    assert "publish.intent" in worker.memory.committed  # intent before the call
-    assert worker.owners == ["o"]  # the owner named in the request reaches the ledger
-    assert worker.memory.committed["publish.intent"].inline["owner"] == "o"
-    again = send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"})
-    assert again == first  # the same instruction while it waits for the reply
-    done = send(sidecar, "POST", "/v1/effects/publish/reply", {"result": {"url": "u"}})
-    assert done == Reply(status=200, body={"do": "done", "result": {"url": "u"}})
-    assert worker.memory.committed["publish.outcome"].inline["result"] == {"url": "u"}
-    assert send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"}) == done
-    assert send(sidecar, "POST", "/v1/effects/publish/reply", {"result": 1}) == done
-    clash = send(sidecar, "POST", "/v1/effects/publish", {"name": "other"})
-    assert clash.status == 409
-
-
-def test_a_failed_call_stops_the_attempt_with_the_intent_left_for_a_successor() -> None:
-    sidecar, worker = make()
-    send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"})
-    stop = send(sidecar, "POST", "/v1/effects/publish/reply", {"error": "503 from the owner"})
-    assert stop.body["do"] == "stop" and stop.body["error"] == "CallFailed"
-    assert set(worker.memory.committed) == {"publish.intent"}
-
-
-def ambiguous() -> tuple[Sidecar, FakeWorker, Reply]:
-    sidecar, worker = make(FakeWorker(earlier={"publish.intent": intent("publish")}))
-    first = send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"})
-    return sidecar, worker, first
-
-
-def test_an_ambiguous_effect_is_reconciled_first_applied_is_never_called() -> None:
-    sidecar, worker, first = ambiguous()
-    assert first.body == {"do": "reconcile", "idempotencyKey": IDEM}
-    assert worker.memory.committed == {}  # nothing before the owner's answer
-    done = send(sidecar, "POST", "/v1/effects/publish/reply",
-                {"answer": "applied", "result": {"url": "u"}})
-    assert done.body == {"do": "done", "result": {"url": "u"}}
-    outcome = worker.memory.committed["publish.outcome"].inline
-    assert outcome == {"answer": "applied", "result": {"url": "u"}, "via": "reconcile"}
-
-
-def test_not_applied_is_sent_again_with_the_same_key_and_this_attempts_token() -> None:
-    sidecar, worker, _ = ambiguous()
-    call = send(sidecar, "POST", "/v1/effects/publish/reply", {"answer": "not-applied"})
-    assert call.body == {"do": "call", "idempotencyKey": IDEM, "fencingToken": ATTEMPT}
-    assert worker.memory.committed["publish.intent"].attempt == ATTEMPT
-    done = send(sidecar, "POST", "/v1/effects/publish/reply", {"result": 7})
-    assert done.body == {"do": "done", "result": 7}
-
-
-def test_in_progress_is_asked_again_without_a_call_then_applied() -> None:
-    sidecar, _, _ = ambiguous()
-    for _ in range(3):
-        again = send(sidecar, "POST", "/v1/effects/publish/reply", {"answer": "in-progress"})
-        assert again.body == {"do": "reconcile", "idempotencyKey": IDEM}
-    done = send(sidecar, "POST", "/v1/effects/publish/reply",
-                {"answer": "applied", "result": 1})
-    assert done.body == {"do": "done", "result": 1}
-
-
-def test_unknown_stops_and_is_recorded_unresolved() -> None:
-    sidecar, worker, _ = ambiguous()
-    stop = send(sidecar, "POST", "/v1/effects/publish/reply", {"answer": "unknown"})
-    assert stop.body["do"] == "stop" and stop.body["error"] == "AmbiguousEffect"
-    assert "the owner answered unknown" in stop.body["message"]
-    assert set(worker.memory.committed) == {"publish.unresolved"}
-
-
-@pytest.mark.parametrize(("reply", "says"), [
-    ({"answer": "maybe"}, '"answer" must be one of'), ({"result": 1}, '"answer" must be'),
-    ({"answer": "applied", "result": "x" * 1000}, "at most 1024"),
-    ([1], "a reply is a JSON object")])
-def test_a_bad_reply_is_400_and_the_instruction_stands(reply: Any, says: str) -> None:
-    sidecar, worker, first = ambiguous()
-    bad = send(sidecar, "POST", "/v1/effects/publish/reply", reply)
-    assert bad.status == 400 and says in bad.body["message"]
-    assert send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"}) == first
-    assert worker.memory.committed == {}
-
-
-def test_a_main_container_that_never_replies_gets_a_stop() -> None:
-    sidecar, worker = make(reply_timeout=0.05)
-    send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"})
-    session = sidecar.sessions["publish"]
-    with session.cond:
-        assert session.cond.wait_for(lambda: session.final is not None, timeout=10)
-    stop = send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"})
-    assert stop.body["do"] == "stop" and stop.body["error"] == "NoReply"
-    assert set(worker.memory.committed) == {"publish.intent"}  # ambiguous for a successor
-
-
-def test_a_lapsed_lease_is_503_and_the_effect_may_be_asked_again() -> None:
-    sidecar, worker = make()
-    worker.keeper.state = Standing.LAPSED
-    lapsed = send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"})
-    assert lapsed.status == 503 and lapsed.body["error"] == "LeaseLapsed"
-    assert worker.memory.committed == {} and sidecar.sessions == {}
-    worker.keeper.state = Standing.LIVE
-    assert send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"}).body["do"] == "call"
-
-
-# -- the server: bytes on 127.0.0.1 only ------------------------------------------------------
 
 
 def test_the_server_listens_on_localhost_and_moves_json() -> None:
