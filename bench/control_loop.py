@@ -27,9 +27,6 @@ the machine, the commit and the date.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -50,6 +47,7 @@ from loopsupport import (  # noqa: E402
     run_body,
     workflow_configs,
 )
+from provenance import machine_commit_date  # noqa: E402
 
 
 @dataclass
@@ -193,14 +191,9 @@ def checks(rows: list[Row], steadies: list[Steady]) -> list[str]:
 
 
 def header() -> str:
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"# Benchmarks: the control loop\n\nMachine: {platform.machine()}, "
-            f"{os.cpu_count()} cores, {memory:.0f} GiB, {platform.system()} "
-            f"{platform.release()}, Python {platform.python_version()}. Commit {commit or '?'}"
-            f". Date {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Made by `bench/control_loop.py`"
-            " (`make bench-loop`) on one local control plane without a node.\n")
+    return (f"# Benchmarks: the control loop\n\n{machine_commit_date()} Made by "
+            "`bench/control_loop.py` (`make bench-loop`) on one local control plane without "
+            "a node.\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,15 +24,11 @@ status is 1 when any play had a violation.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +43,7 @@ from faults import apiserver  # noqa: E402
 from images import project_image  # noqa: E402
 from localnode import running  # noqa: E402
 from operators import OperatorProcess, install_for_tests  # noqa: E402
+from provenance import machine_commit_date  # noqa: E402
 from scenarios import Scenario  # noqa: E402
 from waiting import wait_for, wait_for_default_service_account  # noqa: E402
 
@@ -93,12 +90,7 @@ def table(tallies: list[Tally]) -> str:
 
 
 def header(args: argparse.Namespace) -> str:
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{SECTION}\n\nMachine: {platform.machine()}, {os.cpu_count()} cores, "
-            f"{memory:.0f} GiB, {platform.system()} {platform.release()}. Commit "
-            f"{commit or '?'}. Date {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Made by "
+    return (f"{SECTION}\n\n{machine_commit_date()} Made by "
             f"`bench/faults.py --count {args.count} --slots {args.slots} --lease "
             f"{args.lease} --pause {args.pause:g}` (`make faults`) on a local control plane "
             f"with its node; the bounds are `tests/support/pausedserver.py`'s.\n")
