@@ -22,7 +22,8 @@ help:
 	@echo "make image    build the pause and project images into ~/.cache/agentrun/images (no registry)"
 	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
 	@echo "make demo      the recovery trace with real worker pods on a local cluster it starts and removes"
-	@echo "make faults    fault scenarios (API server paused) on a cluster and node of its own: scenario x count x violations"
+	@echo "make bench     every benchmark (figures into docs/benchmarks.md, each command its own section)"
+	@echo "make faults    fault scenarios on a cluster and node of its own: scenario x count x violations"
 
 # Python packages, reinstalled when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
@@ -61,7 +62,7 @@ cluster: controlplane $(if $(WITH_NODE),nodedeps,)
 	$(PY) tests/support/localnode.py up --dir $(CLUSTER_DIR) $(if $(WITH_NODE),,--no-node)
 
 lint: venv
-	$(VENV)/bin/ruff check operator tests demo
+	$(VENV)/bin/ruff check operator tests demo bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m agentrun.api.crds --out manifests/crds --check
@@ -117,6 +118,11 @@ UNITS ?= 200,1000
 bench-loop: controlplane
 	$(PY) bench/control_loop.py --units $(UNITS)
 
+# Every benchmark, one after the other, each writing its own section of docs/benchmarks.md
+# (bench/report.py): figures with the machine, the commit and the date; never a test.
+.PHONY: bench
+bench: bench-loop
+
 # The recovery trace with real workers (demo/recovery.py --up): starts the control plane
 # and its node, installs the operator as a pod, plays, tears everything down (Ctrl-C too).
 .PHONY: demo
@@ -127,8 +133,7 @@ demo: controlplane nodedeps image helm
 # played COUNT times, a table scenario × count × violations; nothing written unless
 # FAULTS_ARGS has --write. Stops by itself; exit 1 on any violation.
 COUNT ?= 3
-SLOTS ?= 10
 FAULTS_ARGS ?=
 .PHONY: faults
 faults: controlplane nodedeps image
-	$(PY) bench/faults.py --count $(COUNT) --slots $(SLOTS) $(FAULTS_ARGS)
+	$(PY) bench/faults.py --count $(COUNT) $(FAULTS_ARGS)

@@ -20,8 +20,9 @@ number of slots. A benchmark prints figures, it is never a test:
     make bench-loop                                   # --units 200,1000
     .venv/bin/python bench/control_loop.py --units 40,100 --out /tmp/benchmarks.md
 
-It prints a markdown table and writes it to ``--out`` (default docs/benchmarks.md) with
-the machine, the commit and the date.
+It prints a markdown table and writes it as the ``## Control loop`` section of ``--out``
+(default docs/benchmarks.md; the other sections are left as they are) with the machine,
+the commit and the date.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ from loopsupport import (  # noqa: E402
     workflow_configs,
 )
 from provenance import machine_commit_date  # noqa: E402
+from report import BENCHMARKS, write_section  # noqa: E402
+
+SECTION = "## Control loop"
 
 
 @dataclass
@@ -191,7 +195,7 @@ def checks(rows: list[Row], steadies: list[Steady]) -> list[str]:
 
 
 def header() -> str:
-    return (f"# Benchmarks: the control loop\n\n{machine_commit_date()} Made by "
+    return (f"{SECTION}\n\n{machine_commit_date()} Made by "
             "`bench/control_loop.py` (`make bench-loop`) on one local control plane without "
             "a node.\n")
 
@@ -203,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=20, help="nodes per run")
     parser.add_argument("--window", type=float, default=20.0,
                         help="seconds over which steady-state reads are counted")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--out", type=Path, default=BENCHMARKS,
+                        help="the file whose '## Control loop' section is replaced")
     args = parser.parse_args(argv)
     sizes = [int(u) for u in args.units.split(",")]
     if any(u % args.nodes for u in sizes):
@@ -242,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
               "", *checks(rows, steadies)]
     text = header() + "\n" + table(rows, steadies, notes=notes) + "\n"
     print(text)
-    args.out.write_text(text)
+    write_section(args.out, heading=SECTION, text=text)
     return 0
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from effectowner import EffectOwner
-from faults import Pause, hold_paused
+from processfaults import Pause, hold_paused
 from scenarios import Object, Scenario, request_id
 from waiting import ConditionTimeout, wait_for
 from workers import OWNER_ENV, grant_worker_role, printed, real_launch_spec

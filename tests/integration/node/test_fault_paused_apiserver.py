@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import pytest
 from effectowner import EffectOwner
-from faults import apiserver, state
 from operators import OperatorProcess
 from pausedserver import play
+from processfaults import apiserver, state
 from scenarios import Scenario
 
 pytestmark = [pytest.mark.kubelet, pytest.mark.serial]  # pauses the session's API server
