@@ -34,7 +34,8 @@ NAMESPACE_GONE_SECONDS = 120.0
 @dataclass
 class Context:
     """What a play gets: the control plane with its node, the project image (loaded on
-    the node), a folder for its logs, and the parsed command line."""
+    the node), a folder for its logs, and the parsed command line. Without a node (no
+    chosen scenario needs one): ``cluster.node`` is None and ``image`` is empty."""
 
     cluster: Cluster
     image: str
@@ -60,6 +61,7 @@ class Fault:
     # refuses bad option values with parser.error (a clear message, exit 2)
     check: Callable[[argparse.ArgumentParser, argparse.Namespace], None] = (
         lambda parser, args: None)
+    node: bool = True  # needs the node (real pods); when no chosen scenario does, none starts
 
 
 def fresh_namespace(cluster: Cluster, *, prefix: str = "faults") -> str:

@@ -1,7 +1,8 @@
 """``make faults``: fault scenarios played against the operator, counted, not timed.
 
 On a local control plane of its own WITH its node (``tests/support/localnode.running``:
-the node's lock is held, so it waits for no other node but fails fast if one runs), with
+the node's lock is held, so it waits for no other node but fails fast if one runs; no
+node when none of the chosen scenarios needs one, ``Fault.node``), with
 agentrun installed as the tests install it, each scenario of :data:`FAULTS` (or of
 ``--scenarios``) is played ``--count`` times, each play in a fresh namespace, and its
 invariants checked after it (the scenario's module says which). It prints a table
@@ -30,6 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
+import fault_network  # noqa: E402
 import fault_paused  # noqa: E402
 from clusters import Cluster  # noqa: E402
 from faultkit import Context, Fault, Outcome  # noqa: E402
@@ -40,7 +42,7 @@ from provenance import machine_commit_date  # noqa: E402
 from report import write_section  # noqa: E402
 
 SECTION = "## Faults"
-FAULTS: tuple[Fault, ...] = (fault_paused.FAULT,)
+FAULTS: tuple[Fault, ...] = (fault_paused.FAULT, fault_network.CUT, fault_network.HOLE)
 
 
 @dataclass
@@ -72,7 +74,8 @@ def header(args: argparse.Namespace, chosen: list[Fault]) -> str:
     bounds = ", ".join(f"{f.name}: `{f.bounds}`" for f in chosen)
     return (f"{SECTION}\n\n{machine_commit_date()} Made by `bench/faults.py --count "
             f"{args.count} --scenarios {names}{' ' + said if said else ''}` (`make faults`) "
-            f"on a local control plane with its node; the bounds are stated in {bounds}.\n")
+            f"on a local control plane{' with its node' if any(f.node for f in chosen) else ''}"
+            f"; the bounds are stated in {bounds}.\n")
 
 
 def install(cluster: Cluster) -> None:
@@ -109,14 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     tallies = [Tally(fault=f) for f in chosen]
     with tempfile.TemporaryDirectory(prefix="agentrun-faults-") as folder:
         workdir = Path(folder)
-        with running(workdir / "cluster") as (local, node):
-            assert node is not None
-            cluster = Cluster(kubeconfig=local.kubeconfig, kind="local", has_kubelet=True,
-                              local=local, node=node)
+        with running(workdir / "cluster", node=any(f.node for f in chosen)) as (local, node):
+            cluster = Cluster(kubeconfig=local.kubeconfig, kind="local",
+                              has_kubelet=node is not None, local=local, node=node)
             install(cluster)
-            archive = project_image()
-            node.load_image(archive.path)
-            context = Context(cluster=cluster, image=archive.ref, workdir=workdir, args=args)
+            image = ""
+            if node is not None:
+                archive = project_image()
+                node.load_image(archive.path)
+                image = archive.ref
+            context = Context(cluster=cluster, image=image, workdir=workdir, args=args)
             for tally in tallies:
                 for number in range(1, args.count + 1):
                     outcome = tally.fault.play(context, number)
