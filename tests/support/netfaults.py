@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 import yaml
 
 MAX_CONNECTIONS = 256
+THEN = ("heal", "rst", "fin", "strand")  # how a black hole ends
 CHUNK = 65536
 POLL = 0.2  # seconds: how often a blocked copier looks whether it was told to stop
 
@@ -225,10 +226,17 @@ def proxied_kubeconfig(kubeconfig: Path, *, proxy: Proxy, into: Path) -> Path:
 
 def hold_black_hole(proxy: Proxy, *, seconds: float, then: str) -> float:
     """The hole open for ``seconds`` (a fault's duration, not a synchronisation), then
-    ``then``: ``"heal"`` or ``"rst"``/``"fin"`` (a cut). The monotonic moment it ended."""
+    ``then``: ``"heal"``, ``"rst"``/``"fin"`` (a cut), or ``"strand"`` (the connections
+    that lived through it silent for good, new ones served). The monotonic moment it
+    ended."""
+    if then not in THEN:
+        raise ValueError(f"then must be one of {', '.join(THEN)}, not {then!r}")
     proxy.black_hole()
     time.sleep(seconds)
-    if then == "heal":
+    if then == "strand":
+        proxy.strand()
+        proxy.heal()
+    elif then == "heal":
         proxy.heal()
     else:
         proxy.cut(how=then)
