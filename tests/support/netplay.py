@@ -17,8 +17,8 @@ renewed every second by a :class:`Workers` thread.
 4. after the fault: a release command, a run made then must be served (Active) within
    :data:`SERVED_BOUND`, the let-go slot's attempt recovered (attempt 2 Active) within
    two leases and :data:`RECOVERED_MARGIN` of the fault's end (both bounds longer by
-   :data:`STRANDED_WATCH` when the connections are stranded), then every worker exits 0 and every slot
-   Succeeds within :data:`SETTLED_BOUND`.
+   :data:`STRANDED_WATCH` when the connections are stranded), then every worker exits 0
+   and every slot Succeeds within :data:`SETTLED_BOUND`.
 
 What is checked (:func:`violations`): *no early takeover* (a renewed slot has one
 attempt), *no attempt lost* and *one pod and one lease record per attempt* (the attempt
