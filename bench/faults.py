@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 
 import fault_network  # noqa: E402
 import fault_paused  # noqa: E402
+import fault_racing  # noqa: E402
 from clusters import Cluster  # noqa: E402
 from faultkit import Context, Fault, Outcome  # noqa: E402
 from images import project_image  # noqa: E402
@@ -42,7 +43,8 @@ from provenance import machine_commit_date  # noqa: E402
 from report import write_section  # noqa: E402
 
 SECTION = "## Faults"
-FAULTS: tuple[Fault, ...] = (fault_paused.FAULT, fault_network.CUT, fault_network.HOLE)
+FAULTS: tuple[Fault, ...] = (fault_paused.FAULT, fault_network.CUT, fault_network.HOLE,
+                             fault_racing.FAULT)
 
 
 @dataclass
