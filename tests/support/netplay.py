@@ -36,13 +36,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from clusters import Cluster
 from netfaults import Proxy, hold_black_hole, proxied_kubeconfig, upstream_of
 from operators import OperatorProcess
+from pausedserver import decided, status, timed
 from scenarios import Object, Scenario, request_id
-from waiting import ConditionTimeout, wait_for, wait_for_default_service_account
+from waiting import wait_for, wait_for_default_service_account
 
 from agentrun.api import names
 
@@ -132,32 +132,9 @@ class Workers:
         self._thread.join()
 
 
-def status(slot: Object) -> Object:
-    found: Object = slot.get("status") or {}
-    return found
-
-
 def active(scenario: Scenario, slots: list[str], *, attempts: int = 1) -> bool:
     return all(status(s := scenario.slot(name)).get("state") == "Active"
                and status(s).get("attemptCount") == attempts for name in slots)
-
-
-def decided(scenario: Scenario, slot: str, request: str) -> bool:
-    found = scenario.slot(slot)
-    annotations = found["metadata"].get("annotations") or {}
-    return any(c.get("requestId") == request for c in status(found).get("commands", [])) and (
-        not any(k.startswith("agentrun.dev/") and k.endswith("-id") for k in annotations))
-
-
-def timed(play: Play, what: str, check: Any, *, timeout: float) -> float | None:
-    """Seconds until ``check`` holds, or None with a violation saying what did not."""
-    started = time.monotonic()
-    try:
-        wait_for(check, timeout=timeout, message=what, interval=0.25)
-    except ConditionTimeout as error:
-        play.violations.append(f"{what}: not within {timeout:.0f} s ({error})")
-        return None
-    return time.monotonic() - started
 
 
 def publish(scenario: Scenario, *, slots: int, lease_seconds: int) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from effectowner import EffectOwner
 from processfaults import Pause, hold_paused
@@ -112,7 +112,13 @@ def decided(scenario: Scenario, slot: str, request: str) -> bool:
         not any(k.startswith("agentrun.dev/") and k.endswith("-id") for k in annotations))
 
 
-def timed(play: Play, what: str, check: Any, *, timeout: float) -> float | None:
+class Checked(Protocol):
+    """A play's outcome that collects violations (this module's :class:`Play`, others')."""
+
+    violations: list[str]
+
+
+def timed(play: Checked, what: str, check: Any, *, timeout: float) -> float | None:
     """Seconds until ``check`` holds, or None with a violation saying what did not."""
     started = time.monotonic()
     try:
