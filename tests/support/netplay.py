@@ -40,7 +40,7 @@ from pathlib import Path
 from clusters import Cluster
 from netfaults import Proxy, hold_black_hole, proxied_kubeconfig, upstream_of
 from operators import OperatorProcess
-from pausedserver import decided, status, timed
+from pausedserver import command_violations, decided, lease_outcome, status, timed
 from scenarios import Object, Scenario, request_id
 from waiting import wait_for, wait_for_default_service_account
 
@@ -257,17 +257,7 @@ def violations(scenario: Scenario, *, attempts: dict[str, int],
         if leases != expected or not set(pods) <= set(expected) or expected[-1] not in pods:
             found.append(f"{name}: pods {pods}, leases {leases} (want leases {expected}, "
                          f"no other pod, and {expected[-1]}'s pod)")
-        for lease_name in leases:
-            lease = scenario.lease(lease_name) or {}
-            outcome = ((lease.get("metadata") or {}).get("annotations") or {}).get(
-                names.OUTCOME_ANNOTATION)
-            if not outcome:
-                found.append(f"{lease_name}: not tombstoned (no outcome)")
-        ids = [c.get("requestId") for c in state.get("commands", [])]
-        if sorted(ids) != sorted(commands.get(name, [])):
-            found.append(f"{name}: ledger {ids} (want each of {commands.get(name, [])} once)")
-        left = [k for k in (slot["metadata"].get("annotations") or {})
-                if k.startswith("agentrun.dev/") and k.endswith("-id")]
-        if left:
-            found.append(f"{name}: command annotations left: {left}")
+        found += [f"{lease_name}: not tombstoned (no outcome)" for lease_name in leases
+                  if not lease_outcome(scenario, lease_name)]
+        found += command_violations(slot, sent=commands.get(name, []))
     return found

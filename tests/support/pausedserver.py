@@ -215,9 +215,7 @@ def violations(scenario: Scenario, *, slots: list[str],
                             scenario.namespace, label_selector=selector).items)
         if pods != [attempt] or leases != [attempt]:
             found.append(f"{name}: pods {pods}, leases {leases} (want one each: {attempt})")
-        lease = scenario.lease(attempt) or {}
-        outcome = ((lease.get("metadata") or {}).get("annotations") or {}).get(
-            names.OUTCOME_ANNOTATION)
+        outcome = lease_outcome(scenario, attempt)
         if outcome != "Succeeded":
             found.append(f"{attempt}: lease outcome {outcome!r} (want 'Succeeded')")
         pod = scenario.pod(attempt) or {}
@@ -226,11 +224,27 @@ def violations(scenario: Scenario, *, slots: list[str],
         said = printed(scenario, attempt)
         if any(p.get("stopped") == "LeaseLost" or p.get("told") == "lost" for p in said):
             found.append(f"{attempt}: the worker was told its lease was lost: {said}")
-        ids = [c.get("requestId") for c in state.get("commands", [])]
-        if sorted(ids) != sorted(commands.get(name, [])):
-            found.append(f"{name}: ledger {ids} (want each of {commands.get(name, [])} once)")
-        left = [k for k in (slot["metadata"].get("annotations") or {})
-                if k.startswith("agentrun.dev/") and k.endswith("-id")]
-        if left:
-            found.append(f"{name}: command annotations left: {left}")
+        found += command_violations(slot, sent=commands.get(name, []))
+    return found
+
+
+def lease_outcome(scenario: Scenario, lease: str) -> str | None:
+    """The outcome a Lease was tombstoned with (None: not tombstoned, or no Lease)."""
+    found = scenario.lease(lease) or {}
+    outcome: str | None = ((found.get("metadata") or {}).get("annotations") or {}).get(
+        names.OUTCOME_ANNOTATION)
+    return outcome
+
+
+def command_violations(slot: Object, *, sent: list[str]) -> list[str]:
+    """One ledger entry per command sent (by request id), no command annotation left."""
+    found: list[str] = []
+    name = slot["metadata"]["name"]
+    ids = [c.get("requestId") for c in status(slot).get("commands", [])]
+    if sorted(ids) != sorted(sent):
+        found.append(f"{name}: ledger {ids} (want each of {sent} once)")
+    left = [k for k in (slot["metadata"].get("annotations") or {})
+            if k.startswith("agentrun.dev/") and k.endswith("-id")]
+    if left:
+        found.append(f"{name}: command annotations left: {left}")
     return found
