@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ RECOVERED_MARGIN = 15.0
 STRANDED_WATCH = 70.0
 SETTLED_BOUND = 60.0  # after the workers exit, every slot Succeeded
 COMMAND_BOUND = 30.0  # a command decided and its annotations removed
+RENEWED_BEFORE = 3  # renewals (a second apart) of each lease before the faults begin
 
 
 @dataclass
@@ -96,6 +98,7 @@ class Workers:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.leases: set[str] = set()
+        self.renewals: Counter[str] = Counter()  # renewals made, by lease
         self.errors = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -115,8 +118,13 @@ class Workers:
         for lease in leases:
             try:
                 self.scenario.renew(lease)
+                self.renewals[lease] += 1
             except Exception:  # a worker retries at its next period
                 self.errors += 1
+
+    def renewed(self, leases: list[str], *, times: int) -> bool:
+        """Has each of ``leases`` been renewed ``times`` times?"""
+        return all(self.renewals[lease] >= times for lease in leases)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -160,6 +168,10 @@ def play(scenario: Scenario, *, proxy: Proxy, slots: int, lease_seconds: int, cu
         workers.renewing(*(f"{s}-1" for s in first))
         wait_for(lambda: active(scenario, first), timeout=ACTIVE_BOUND,
                  message="every slot of run before Active", interval=0.5)
+        # Renewed, and seen renewed: a lease the operator never saw renewed is judged by
+        # the start deadline instead (600 s here), not by its duration.
+        wait_for(lambda: workers.renewed([f"{s}-1" for s in first], times=RENEWED_BEFORE),
+                 timeout=ACTIVE_BOUND, message="every worker renewing", interval=0.5)
         hold, release = request_id(), request_id()
         held = scenario.annotate(first[0], user="admin", hold_id=hold,
                                  hold_reason="the network scenario")
