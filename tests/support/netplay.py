@@ -212,13 +212,7 @@ def play(scenario: Scenario, *, proxy: Proxy, slots: int, lease_seconds: int, cu
                 result.violations.append(f"{lapsing}: {said(scenario.slot(lapsing))}")
         timed(result, f"release {release} decided",
               lambda: decided(scenario, first[0], release), timeout=COMMAND_BOUND)
-    exited = time.monotonic()
-    for name in expected:  # the attempt there is (a violation already says if not 2)
-        finish(scenario, f"{name}-{status(scenario.slot(name)).get('attemptCount')}")
-    if timed(result, "every slot Succeeded after its worker exited",
-             lambda: all(status(scenario.slot(s)).get("state") == "Succeeded"
-                         for s in expected), timeout=SETTLED_BOUND) is not None:
-        result.settled_after = time.monotonic() - exited
+    settle(scenario, result, slots=list(expected))
     result.connections = proxy.accepted
     result.violations += violations(scenario, attempts=expected,
                                     commands={first[0]: [hold, release]})
@@ -231,6 +225,26 @@ def said(slot: Object) -> str:
     conditions = "; ".join(f"{c.get('type')}={c.get('status')} {c.get('message', '')}"
                            for c in state.get("conditions", []))
     return f"{state.get('state')} after {state.get('attemptCount')} attempts; {conditions}"
+
+
+def settle(scenario: Scenario, result: Play, *, slots: list[str]) -> None:
+    """Every slot's current worker exits 0; every slot Succeeded, its attempts' Leases
+    tombstoned (the tombstone is the write after the status), within the bound."""
+    exited = time.monotonic()
+    for name in slots:  # the attempt there is (a violation says if it is not the one due)
+        finish(scenario, f"{name}-{status(scenario.slot(name)).get('attemptCount')}")
+
+    def settled() -> bool:  # two LISTs a look, however many slots
+        states = {s["metadata"]["name"]: status(s).get("state") for s in
+                  scenario.custom.list_namespaced_custom_object(
+                      "agentrun.dev", "v1alpha1", scenario.namespace, "slots")["items"]}
+        leases = scenario.coordination.list_namespaced_lease(
+            scenario.namespace, label_selector=names.SLOT_LABEL).items
+        return all(states.get(s) == "Succeeded" for s in slots) and all(
+            names.OUTCOME_ANNOTATION in (lease.metadata.annotations or {}) for lease in leases)
+    if timed(result, "every slot Succeeded, its Leases tombstoned, after its worker exited",
+             settled, timeout=SETTLED_BOUND) is not None:
+        result.settled_after = time.monotonic() - exited
 
 
 def finish(scenario: Scenario, worker: str) -> None:

@@ -20,10 +20,8 @@ record), one ledger entry per command, no command annotation left, no slot stuck
 
 from __future__ import annotations
 
-import time
-
 import netplay
-from netplay import Play, Workers, finish, status, timed
+from netplay import Play, Workers, status, timed
 from scenarios import Scenario, request_id
 from waiting import wait_for, wait_for_default_service_account
 
@@ -104,12 +102,6 @@ def play(scenario: Scenario, *, slots: int, lease_seconds: int) -> Play:
             expected[name] = 3
         timed(result, "every reassigned slot Active on attempt 3",
               lambda: on_attempt(scenario, exhausted, 3), timeout=PHASE_BOUND)
-    exited = time.monotonic()
-    for name in expected:
-        finish(scenario, f"{name}-{status(scenario.slot(name)).get('attemptCount')}")
-    if timed(result, "every slot Succeeded after its worker exited",
-             lambda: all(status(scenario.slot(s)).get("state") == "Succeeded"
-                         for s in expected), timeout=netplay.SETTLED_BOUND) is not None:
-        result.settled_after = time.monotonic() - exited
+    netplay.settle(scenario, result, slots=list(expected))
     result.violations += netplay.violations(scenario, attempts=expected, commands=commands)
     return result
