@@ -41,7 +41,14 @@ from pathlib import Path
 from clusters import Cluster
 from netfaults import Proxy, hold_black_hole, proxied_kubeconfig, upstream_of
 from operators import OperatorProcess
-from pausedserver import command_violations, decided, lease_outcome, status, timed
+from pausedserver import (
+    command_violations,
+    decided,
+    lease_outcome,
+    release_then_run_after,
+    status,
+    timed,
+)
 from scenarios import Object, Scenario, request_id
 from waiting import wait_for, wait_for_default_service_account
 
@@ -189,12 +196,8 @@ def play(scenario: Scenario, *, proxy: Proxy, slots: int, lease_seconds: int, cu
             before = proxy.live
             ended = hold_black_hole(proxy, seconds=black_hole, then=then)
             result.cut_connections += before if then in ("rst", "fin") else 0
-        timed(result, f"hold {hold} decided", lambda: decided(scenario, first[0], hold),
-              timeout=COMMAND_BOUND)
-        released = scenario.annotate(first[0], user="admin", release_id=release)
-        assert released.returncode == 0, released.stderr
-        scenario.run("after", config="after", max_attempts=1)
-        made = time.monotonic()
+        made = release_then_run_after(scenario, result, slot=first[0], hold=hold,
+                                      release=release)
         late = wait_for(lambda: scenario.slot_names("after"), timeout=SERVED_BOUND + deaf,
                         message="the slot of run after")
         workers.renewing(*(f"{s}-1" for s in late))

@@ -164,12 +164,7 @@ def play(scenario: Scenario, *, apiserver: subprocess.Popen[bytes] | int, image:
              lambda: all(v != before[k] for k, v in renew_times(scenario, leases).items()),
              timeout=RENEWED_BOUND) is not None:
         result.renewed_after = time.monotonic() - pause.resumed
-    timed(result, f"hold {hold} decided", lambda: decided(scenario, first[0], hold),
-          timeout=COMMAND_BOUND)
-    released = scenario.annotate(first[0], user="admin", release_id=release)
-    assert released.returncode == 0, released.stderr
-    scenario.run("after", config="after", max_attempts=1)
-    made = time.monotonic()
+    made = release_then_run_after(scenario, result, slot=first[0], hold=hold, release=release)
     late = wait_for(lambda: scenario.slot_names("after"), timeout=60,
                     message="the slot of run after")
     if timed(result, "the run made after the resume served (Active)",
@@ -188,6 +183,18 @@ def play(scenario: Scenario, *, apiserver: subprocess.Popen[bytes] | int, image:
     result.lapsed = sum(any(p.get("told") == "lapse" for p in printed(scenario, f"{s}-1"))
                         for s in first)
     return result
+
+
+def release_then_run_after(scenario: Scenario, play: Checked, *, slot: str, hold: str,
+                           release: str) -> float:
+    """After the fault: the hold decided (within the bound), the release sent, run
+    ``after`` made; the monotonic moment it was made."""
+    timed(play, f"hold {hold} decided", lambda: decided(scenario, slot, hold),
+          timeout=COMMAND_BOUND)
+    released = scenario.annotate(slot, user="admin", release_id=release)
+    assert released.returncode == 0, released.stderr
+    scenario.run("after", config="after", max_attempts=1)
+    return time.monotonic()
 
 
 def violations(scenario: Scenario, *, slots: list[str],
