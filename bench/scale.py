@@ -125,11 +125,11 @@ def grow(bench: Bench, namespace: str, *, runs: range) -> None:
 
 
 def resync(bench: Bench, namespace: str, old: Operator, *, slots: int,
-           after: float, arenas: int) -> tuple[Resync, Operator]:
+           after: float, arenas: int, heap: Path | None) -> tuple[Resync, Operator]:
     """SIGTERM ``old``, start a new operator, time it to ready, count its writes."""
     Bench.stop(old.process)
     since, started = datetime.now(UTC), time.monotonic()
-    new = start_operator(bench, namespace, tag="resync", arenas=arenas)
+    new = start_operator(bench, namespace, tag="resync", arenas=arenas, heap=heap)
     wait_for(new.ready, timeout=600, interval=0.2, message="the new operator ready")
     seconds = time.monotonic() - started
     cpu = new.cpu_seconds()
@@ -156,14 +156,16 @@ def table(points: list[Point], resyncs: list[Resync]) -> str:
                      f"{p.apiserver_mib:.0f} MiB | {p.etcd_mib:.0f} MiB |")
     if resyncs:
         lines += ["", "| resync of | time to /readyz (goal <= 60 s) | its CPU | RSS after | "
-                  "writes by the operator's user (goal 0) | window |",
-                  "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "RSS per 1,000 above idle | writes by the operator's user (goal 0) | window |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in resyncs:
             writes = sum(r.writes.values())
             said = f"{writes}" + (f" ({', '.join(f'{k} {n}' for k, n in sorted(r.writes.items()))})"
                                   if writes else "")
+            per = ("-" if idle is None else
+                   f"{(r.rss_mib - idle.rss_mib) / r.slots * 1000:.1f} MiB")
             lines.append(f"| {r.slots:,} slots | {r.seconds:.1f} s | {r.cpu_seconds:.1f} s | "
-                         f"{r.rss_mib:.0f} MiB | {said} | {r.window:.0f} s |")
+                         f"{r.rss_mib:.0f} MiB | {per} | {said} | {r.window:.0f} s |")
     return "\n".join(lines)
 
 
@@ -220,6 +222,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="seconds past the new operator's ready in which writes count")
     parser.add_argument("--arenas", type=positive(0, 64, "--arenas"), default=0,
                         help="MALLOC_ARENA_MAX for the operator (0: glibc's default)")
+    parser.add_argument("--heap", type=Path, default=None,
+                        help="trace the operator (tracemalloc; slower, more memory: "
+                        "diagnosis only) and append its heap breakdowns to this file")
     parser.add_argument("--out", type=Path, default=BENCHMARKS,
                         help="the file whose '## Scale' section is replaced")
     args = parser.parse_args(argv)
@@ -249,12 +254,14 @@ def play(bench: Bench, args: argparse.Namespace, points: list[Point],
     bench.custom.create_namespaced_custom_object(
         "agentrun.dev", "v1alpha1", namespace, "launchspecs",
         long_lease_spec(lease_seconds=args.lease))
-    operator = start_operator(bench, namespace, tag="first", arenas=args.arenas)
+    operator = start_operator(bench, namespace, tag="first", arenas=args.arenas,
+                              heap=args.heap)
     renewer = Renewer(api=bench.api, namespace=namespace, every=args.renew_every)
     try:
         bench.wait_operator_up(operator.process, namespace)
         wait_for(operator.ready, timeout=60, interval=0.2, message="the operator ready")
         points.append(measure(bench, operator, slots=0, window=args.window))
+        operator.dump(label="idle")
         renewer.start()
         made = 0
         for size in args.sizes:
@@ -264,9 +271,11 @@ def play(bench: Bench, args: argparse.Namespace, points: list[Point],
             renewer.relist()
             bench.settle()
             points.append(measure(bench, operator, slots=size, window=args.window))
+            operator.dump(label=f"{size} live slots")
             print(table(points, resyncs), flush=True)
         found, operator = resync(bench, namespace, operator, slots=made, after=args.after,
-                                  arenas=args.arenas)
+                                  arenas=args.arenas, heap=args.heap)
+        operator.dump(label=f"after the resync of {made} slots")
         resyncs.append(found)
     finally:
         renewer.stop()
@@ -288,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     text = (header(args) + "\n" + table(points, resyncs) + "\n\n"
             + "\n".join(notes(args, points, renewer)) + "\n")
     print(text)
-    write_section(args.out, heading=SECTION, text=text)
+    if args.heap is None:  # a traced operator's figures are not the operator's
+        write_section(args.out, heading=SECTION, text=text)
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from typing import Any
 import kubernetes
 from loopsupport import Bench, launch_spec_body
 from processes import free_port
+from waiting import wait_for
 
 from agentrun.api import names
 from agentrun.kube import rest
@@ -31,6 +33,7 @@ from agentrun.worker import renewals
 
 Object = dict[str, Any]
 TICKS = os.sysconf("SC_CLK_TCK")
+HEAPDUMP = Path(__file__).resolve().parent / "heapdump"  # its sitecustomize.py
 RENEWERS = 4  # threads sending renewals: enough for ~100 PUTs/s on this machine
 
 
@@ -47,6 +50,18 @@ class Operator:
 
     process: subprocess.Popen[bytes]
     port: int
+    heap: Path | None = None
+
+    def dump(self, *, label: str) -> None:
+        """With ``heap``: a heap breakdown of the process appended there, under ``label``."""
+        if self.heap is None:
+            return
+        with open(self.heap, "a", encoding="utf-8") as out:
+            out.write(f"\n## {label}: RSS {Bench.rss_mib(self.process.pid):.0f} MiB\n")
+        ends = self.heap.read_text().count("=== end")
+        os.kill(self.process.pid, signal.SIGUSR2)
+        wait_for(lambda: self.heap is not None and self.heap.read_text().count("=== end")
+                 > ends, timeout=120, interval=0.5, message="the heap breakdown written")
 
     def ready(self) -> bool:
         """Is ``/readyz`` 200 (stores primed, queue started)?"""
@@ -65,9 +80,11 @@ class Operator:
         return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def start_operator(bench: Bench, namespace: str, *, tag: str, arenas: int = 0) -> Operator:
+def start_operator(bench: Bench, namespace: str, *, tag: str, arenas: int = 0,
+                   heap: Path | None = None) -> Operator:
     """The operator on ``namespace``, unthrottled, as the cluster's ``operator`` user;
-    ``arenas``: glibc's ``MALLOC_ARENA_MAX`` for it (0: glibc's default, 8 per core)."""
+    ``arenas``: glibc's ``MALLOC_ARENA_MAX`` for it (0: glibc's default, 8 per core);
+    ``heap``: traced, its heap breakdown appended there on :meth:`Operator.dump`."""
     port = free_port()
     args = [sys.executable, "-m", "agentrun.cli", "run", "--namespace", namespace,
             "--context", "operator", "--metrics-address", "127.0.0.1",
@@ -77,11 +94,14 @@ def start_operator(bench: Bench, namespace: str, *, tag: str, arenas: int = 0) -
     log = open(bench.workdir / f"operator-{tag}.log", "wb")  # noqa: SIM115
     try:
         env = {**bench.env(), **({"MALLOC_ARENA_MAX": str(arenas)} if arenas else {})}
+        if heap is not None:
+            env["PYTHONPATH"] = f"{HEAPDUMP}{os.pathsep}{env['PYTHONPATH']}"
+            env["AGENTRUN_HEAPDUMP"] = str(heap)
         process = subprocess.Popen(args, env=env, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     finally:
         log.close()
-    return Operator(process=process, port=port)
+    return Operator(process=process, port=port, heap=heap)
 
 
 def sample(operator: Operator, *, seconds: float) -> tuple[float, float]:
