@@ -30,10 +30,12 @@ It prints a table (each figure with its goal) and writes the ``## Scale`` sectio
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -41,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import audit  # noqa: E402
 from loopsupport import Bench, run_body, workflow_configs  # noqa: E402
 from provenance import machine_commit_date  # noqa: E402
 from report import BENCHMARKS, write_section  # noqa: E402
@@ -72,6 +75,7 @@ class Point:
     audited_reads: float
     apiserver_mib: float
     etcd_mib: float
+    read_kinds: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -82,6 +86,7 @@ class Resync:
     rss_mib: float
     writes: dict[str, int]
     window: float
+    rows: list[str]
 
 
 def etcd_mib(bench: Bench) -> float:
@@ -100,11 +105,34 @@ def measure(bench: Bench, operator: Operator, *, slots: int, window: float) -> P
     used = operator.cpu_seconds() - cpu
     after, until = bench.metrics(), datetime.now(UTC)
     audited = bench.audited_reads(user="operator", since=since, until=until)
-    return Point(slots=slots, rss_mib=Bench.rss_mib(operator.process.pid), cpu=used / elapsed,
+    kinds = reads_by_kind(bench, since=since, until=until)
+    return Point(read_kinds=kinds, slots=slots, rss_mib=Bench.rss_mib(operator.process.pid),
+                 cpu=used / elapsed,
                  reads=(after[0] - metrics[0]) / elapsed,
                  own_reads=(after[1] - metrics[1]) / elapsed, audited_reads=audited / elapsed,
                  apiserver_mib=Bench.rss_mib(bench.cluster.processes[0].pid),
                  etcd_mib=etcd_mib(bench))
+
+
+def reads_by_kind(bench: Bench, *, since: datetime, until: datetime) -> dict[str, int]:
+    """The operator user's reads in the window, by verb and resource (the audit log)."""
+    found: Counter[str] = Counter()
+    with open(bench.cluster.audit_log, encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if '"username":"operator"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:  # a line being written right now
+                continue
+            if event.get("verb") not in ("get", "list", "watch") or event.get(
+                    "stage") != "ResponseComplete":
+                continue
+            at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace(
+                "Z", "+00:00"))
+            if since <= at < until:
+                found[f"{event['verb']} {(event.get('objectRef') or {}).get('resource')}"] += 1
+    return dict(found)
 
 
 def wait_active(bench: Bench, namespace: str, slots: int, *, timeout: float) -> None:
@@ -136,9 +164,11 @@ def resync(bench: Bench, namespace: str, old: Operator, *, slots: int,
     time.sleep(after)  # the window after ready in which no write may come
     bench.settle()
     writes = bench.writes_by(namespace, user_prefix="operator", since=since)
+    rows = [w.row() for w in audit.writes(bench.cluster.audit_log, namespace=namespace,
+                                          since=since) if w.user.startswith("operator")]
     return Resync(slots=slots, seconds=seconds, cpu_seconds=cpu,
                   rss_mib=Bench.rss_mib(new.process.pid), writes=writes,
-                  window=time.monotonic() - started), new
+                  window=time.monotonic() - started, rows=rows), new
 
 
 def table(points: list[Point], resyncs: list[Resync]) -> str:
@@ -169,7 +199,8 @@ def table(points: list[Point], resyncs: list[Resync]) -> str:
     return "\n".join(lines)
 
 
-def notes(args: argparse.Namespace, points: list[Point], renewer: Renewer) -> list[str]:
+def notes(args: argparse.Namespace, points: list[Point], resyncs: list[Resync],
+          renewer: Renewer) -> list[str]:
     live = [p for p in points if p.slots]
     said = [f"Leases of {args.lease} s, each renewed once per {args.renew_every:g} s by the "
             f"load generator ({renewer.renewed:,} renewals sent, {renewer.failed} failed); "
@@ -178,6 +209,13 @@ def notes(args: argparse.Namespace, points: list[Point], renewer: Renewer) -> li
             "be 1,000 renewals/s: the cadence here is what 2 cores afford, not the worker's.",
             f"Each figure over {args.window:g} s with every slot idle and Active; runs of "
             f"{args.nodes} nodes; the operator unthrottled; reads as in `## Control loop`."]
+    for p in points:
+        said.append(f"- the operator user's reads over the window at {p.slots:,} slots: "
+                    + (", ".join(f"{k} {n}" for k, n in sorted(p.read_kinds.items()))
+                       or "none"))
+    for r in resyncs:
+        said += [f"- writes by the operator's user during the resync of {r.slots:,} slots:",
+                 *(f"  - `{row}`" for row in r.rows)]
     if len(live) >= 2:
         low, high = live[0], live[-1]
         said.append(f"- reads/s of the operator's resources: {low.own_reads:.2f} at "
@@ -295,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             bench.stop_cluster()
     text = (header(args) + "\n" + table(points, resyncs) + "\n\n"
-            + "\n".join(notes(args, points, renewer)) + "\n")
+            + "\n".join(notes(args, points, resyncs, renewer)) + "\n")
     print(text)
     if args.heap is None:  # a traced operator's figures are not the operator's
         write_section(args.out, heading=SECTION, text=text)
