@@ -87,6 +87,7 @@ class Resync:
     writes: dict[str, int]
     window: float
     rows: list[str]
+    missing: list[str] = field(default_factory=list)  # Active slots' pods absent before
 
 
 def etcd_mib(bench: Bench) -> float:
@@ -146,6 +147,44 @@ def wait_active(bench: Bench, namespace: str, slots: int, *, timeout: float) -> 
     wait_for(active, timeout=timeout, interval=5.0, message=f"{slots} slots Active")
 
 
+def operator_writes(bench: Bench, namespace: str, *,
+                    since: datetime) -> list[tuple[str, bool, str]]:
+    """The operator user's writes (code < 400) in ``namespace`` since ``since``: resource,
+    whether a dry run (``?dryRun=All``: the API server persists nothing), a row each."""
+    found: list[tuple[str, bool, str]] = []
+    with open(bench.cluster.audit_log, encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if '"username":"operator' not in line or namespace not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:  # a line being written right now
+                continue
+            ref, code = event.get("objectRef") or {}, (event.get("responseStatus") or {}).get(
+                "code", 0)
+            at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+            if (event.get("stage") != "ResponseComplete" or event.get("verb") not in
+                    audit.WRITE_VERBS or ref.get("namespace") != namespace or at < since
+                    or code >= 400):
+                continue
+            key = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get(
+                "subresource") else "")
+            found.append((key, "dryRun=All" in event.get("requestURI", ""),
+                          f"{at:%H:%M:%S.%f} {event['verb']} {key} {ref.get('name', '')} "
+                          f"{code}"))
+    return found
+
+
+def pods_missing(bench: Bench, namespace: str) -> list[str]:
+    """The pods that Active slots name (``status.activeWorker``) and that do not exist."""
+    pods = {p["metadata"]["name"] for p in bench.count(f"/api/v1/namespaces/{namespace}/pods")}
+    listed = bench.custom.list_namespaced_custom_object("agentrun.dev", "v1alpha1", namespace,
+                                                        "slots")
+    named = {(s.get("status") or {}).get("activeWorker") for s in listed["items"]
+             if (s.get("status") or {}).get("state") == "Active"}
+    return sorted(n for n in named - pods if n)
+
+
 def grow(bench: Bench, namespace: str, *, runs: range) -> None:
     for index in runs:
         bench.custom.create_namespaced_custom_object("agentrun.dev", "v1alpha1", namespace,
@@ -155,6 +194,7 @@ def grow(bench: Bench, namespace: str, *, runs: range) -> None:
 def resync(bench: Bench, namespace: str, old: Operator, *, slots: int,
            after: float, arenas: int, heap: Path | None) -> tuple[Resync, Operator]:
     """SIGTERM ``old``, start a new operator, time it to ready, count its writes."""
+    missing = pods_missing(bench, namespace)
     Bench.stop(old.process)
     since, started = datetime.now(UTC), time.monotonic()
     new = start_operator(bench, namespace, tag="resync", arenas=arenas, heap=heap)
@@ -163,12 +203,12 @@ def resync(bench: Bench, namespace: str, old: Operator, *, slots: int,
     cpu = new.cpu_seconds()
     time.sleep(after)  # the window after ready in which no write may come
     bench.settle()
-    writes = bench.writes_by(namespace, user_prefix="operator", since=since)
-    rows = [w.row() for w in audit.writes(bench.cluster.audit_log, namespace=namespace,
-                                          since=since) if w.user.startswith("operator")]
+    found = operator_writes(bench, namespace, since=since)
+    writes = dict(Counter(key for key, dry, _ in found if not dry))
+    rows = [row + (" (dryRun=All: not persisted)" if dry else "") for _, dry, row in found]
     return Resync(slots=slots, seconds=seconds, cpu_seconds=cpu,
                   rss_mib=Bench.rss_mib(new.process.pid), writes=writes,
-                  window=time.monotonic() - started, rows=rows), new
+                  window=time.monotonic() - started, rows=rows, missing=missing), new
 
 
 def table(points: list[Point], resyncs: list[Resync]) -> str:
@@ -186,7 +226,8 @@ def table(points: list[Point], resyncs: list[Resync]) -> str:
                      f"{p.apiserver_mib:.0f} MiB | {p.etcd_mib:.0f} MiB |")
     if resyncs:
         lines += ["", "| resync of | time to /readyz (goal <= 60 s) | its CPU | RSS after | "
-                  "RSS per 1,000 above idle | writes by the operator's user (goal 0) | window |",
+                  "RSS per 1,000 above idle | writes by the operator's user, dry runs not "
+                  "counted (goal 0) | window |",
                   "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in resyncs:
             writes = sum(r.writes.values())
@@ -215,7 +256,9 @@ def notes(args: argparse.Namespace, points: list[Point], resyncs: list[Resync],
                        or "none"))
     for r in resyncs:
         said += [f"- writes by the operator's user during the resync of {r.slots:,} slots:",
-                 *(f"  - `{row}`" for row in r.rows)]
+                 *(f"  - `{row}`" for row in r.rows),
+                 f"- pods of Active slots missing just before the restart: "
+                 f"{', '.join(r.missing) or 'none'}"]
     if len(live) >= 2:
         low, high = live[0], live[-1]
         said.append(f"- reads/s of the operator's resources: {low.own_reads:.2f} at "
@@ -260,6 +303,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="seconds past the new operator's ready in which writes count")
     parser.add_argument("--arenas", type=positive(0, 64, "--arenas"), default=0,
                         help="MALLOC_ARENA_MAX for the operator (0: glibc's default)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="keep the cluster's files and the operators' logs here")
     parser.add_argument("--heap", type=Path, default=None,
                         help="trace the operator (tracemalloc; slower, more memory: "
                         "diagnosis only) and append its heap breakdowns to this file")
@@ -325,8 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     points: list[Point] = []
     resyncs: list[Resync] = []
-    with tempfile.TemporaryDirectory(prefix="agentrun-scale-") as workdir:
-        bench = Bench(workdir=Path(workdir), window=args.window, job_controller_qps=None)
+    with tempfile.TemporaryDirectory(prefix="agentrun-scale-") as temporary:
+        workdir = args.workdir or Path(temporary)
+        workdir.mkdir(parents=True, exist_ok=True)
+        bench = Bench(workdir=workdir, window=args.window, job_controller_qps=None)
         try:
             bench.start()
             renewer = play(bench, args, points, resyncs)
