@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import audit  # noqa: E402
+from faultkit import bounded  # noqa: E402
 from loopsupport import Bench, run_body, workflow_configs  # noqa: E402
 from provenance import machine_commit_date  # noqa: E402
 from report import BENCHMARKS, write_section  # noqa: E402
@@ -275,25 +276,13 @@ def header(args: argparse.Namespace) -> str:
             "a node.\n")
 
 
-def positive(low: int, high: int, what: str):  # type: ignore[no-untyped-def]
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be an integer, not {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{what} must be in {low}..{high}, not {value}")
-        return value
-    return parse
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slots", default="1000,10000",
                         help="comma-separated live slot counts, growing (multiples of --nodes)")
-    parser.add_argument("--nodes", type=positive(1, MAX_NODES, "--nodes"), default=100,
+    parser.add_argument("--nodes", type=bounded(1, MAX_NODES), default=100,
                         help="nodes per run")
-    parser.add_argument("--lease", type=positive(*LEASE, "--lease"), default=600,
+    parser.add_argument("--lease", type=bounded(*LEASE), default=600,
                         help="lease duration in seconds")
     parser.add_argument("--renew-every", type=float, default=None,
                         help="seconds between renewals of one Lease (default: --lease / 3)")
@@ -301,7 +290,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="seconds over which each steady figure is taken")
     parser.add_argument("--after", type=float, default=30.0,
                         help="seconds past the new operator's ready in which writes count")
-    parser.add_argument("--arenas", type=positive(0, 64, "--arenas"), default=0,
+    parser.add_argument("--arenas", type=bounded(0, 64), default=0,
                         help="MALLOC_ARENA_MAX for the operator (0: glibc's default)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep the cluster's files and the operators' logs here")

@@ -19,11 +19,11 @@ import scale  # noqa: E402
     (["--slots", "2000,1000"], "growing sizes"),
     (["--slots", "1000,x"], "comma-separated integers"),
     (["--slots", "30000"], "1..20000"),
-    (["--nodes", "300"], "--nodes must be in 1..100"),
-    (["--lease", "5"], "--lease must be in 60..3600"),
+    (["--nodes", "300"], "argument --nodes: 300 is not from 1 to 100"),
+    (["--lease", "5"], "argument --lease: 5 is not from 60 to 3600"),
     (["--lease", "600", "--renew-every", "600"], "--renew-every must be in"),
     (["--window", "0"], "--window must be in 1..600"),
-    (["--arenas", "-1"], "--arenas must be in 0..64"),
+    (["--arenas", "-1"], "argument --arenas: -1 is not from 0 to 64"),
 ])
 def test_bad_options_exit_2_with_the_reason(argv: list[str], said: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
