@@ -30,7 +30,6 @@ It prints a table (each figure with its goal) and writes the ``## Scale`` sectio
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -51,7 +50,9 @@ from report import BENCHMARKS, write_section  # noqa: E402
 from scalesupport import (  # noqa: E402
     Operator,
     Renewer,
+    audit_events,
     long_lease_spec,
+    received,
     start_operator,
 )
 from waiting import wait_for  # noqa: E402
@@ -118,22 +119,10 @@ def measure(bench: Bench, operator: Operator, *, slots: int, window: float) -> P
 
 def reads_by_kind(bench: Bench, *, since: datetime, until: datetime) -> dict[str, int]:
     """The operator user's reads in the window, by verb and resource (the audit log)."""
-    found: Counter[str] = Counter()
-    with open(bench.cluster.audit_log, encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            if '"username":"operator"' not in line:
-                continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:  # a line being written right now
-                continue
-            if event.get("verb") not in ("get", "list", "watch") or event.get(
-                    "stage") != "ResponseComplete":
-                continue
-            at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace(
-                "Z", "+00:00"))
-            if since <= at < until:
-                found[f"{event['verb']} {(event.get('objectRef') or {}).get('resource')}"] += 1
+    found: Counter[str] = Counter(
+        f"{e['verb']} {(e.get('objectRef') or {}).get('resource')}"
+        for e in audit_events(bench.cluster.audit_log, user='"operator"')
+        if e.get("verb") in ("get", "list", "watch") and since <= received(e) < until)
     return dict(found)
 
 
@@ -153,26 +142,17 @@ def operator_writes(bench: Bench, namespace: str, *,
     """The operator user's writes (code < 400) in ``namespace`` since ``since``: resource,
     whether a dry run (``?dryRun=All``: the API server persists nothing), a row each."""
     found: list[tuple[str, bool, str]] = []
-    with open(bench.cluster.audit_log, encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            if '"username":"operator' not in line or namespace not in line:
-                continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:  # a line being written right now
-                continue
-            ref, code = event.get("objectRef") or {}, (event.get("responseStatus") or {}).get(
-                "code", 0)
-            at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
-            if (event.get("stage") != "ResponseComplete" or event.get("verb") not in
-                    audit.WRITE_VERBS or ref.get("namespace") != namespace or at < since
-                    or code >= 400):
-                continue
-            key = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get(
-                "subresource") else "")
-            found.append((key, "dryRun=All" in event.get("requestURI", ""),
-                          f"{at:%H:%M:%S.%f} {event['verb']} {key} {ref.get('name', '')} "
-                          f"{code}"))
+    for event in audit_events(bench.cluster.audit_log, user='"operator'):
+        ref, code = event.get("objectRef") or {}, (event.get("responseStatus") or {}).get(
+            "code", 0)
+        at = received(event)
+        if (event.get("verb") not in audit.WRITE_VERBS or ref.get("namespace") != namespace
+                or at < since or code >= 400):
+            continue
+        key = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get(
+            "subresource") else "")
+        found.append((key, "dryRun=All" in event.get("requestURI", ""),
+                      f"{at:%H:%M:%S.%f} {event['verb']} {key} {ref.get('name', '')} {code}"))
     return found
 
 

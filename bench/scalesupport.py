@@ -9,6 +9,7 @@ benchmark on the same machine may hold; this one binds a free loopback port inst
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +37,26 @@ Object = dict[str, Any]
 TICKS = os.sysconf("SC_CLK_TCK")
 HEAPDUMP = Path(__file__).resolve().parent / "heapdump"  # its sitecustomize.py
 RENEWERS = 4  # threads sending renewals: enough for ~100 PUTs/s on this machine
+
+
+def _parsed(line: str) -> Object | None:
+    try:
+        event: Object = json.loads(line)
+    except json.JSONDecodeError:  # a line being written right now
+        return None
+    return event
+
+
+def audit_events(log: Path, *, user: str) -> Iterator[Object]:
+    """The audit log's ResponseComplete events whose line names ``"username":<user>``
+    (``user`` as it appears quoted, e.g. ``'"operator"'``, or ``'"operator'``: a prefix)."""
+    with open(log, encoding="utf-8", errors="replace") as lines:
+        events = (_parsed(line) for line in lines if f'"username":{user}' in line)
+        yield from (e for e in events if e and e.get("stage") == "ResponseComplete")
+
+
+def received(event: Object) -> datetime:
+    return datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
 
 
 def long_lease_spec(*, lease_seconds: int) -> Object:
