@@ -118,10 +118,19 @@ UNITS ?= 200,1000
 bench-loop: controlplane
 	$(PY) bench/control_loop.py --units $(UNITS)
 
+# The scale benchmark (bench/scale.py): its own control plane without a node, the operator's
+# RSS/CPU idle and at each size of live Active slots (leases renewed by a load generator),
+# steady reads, the resync of the largest size after a restart. SCALE=200,1000 for a look.
+SCALE ?= 1000,10000
+.PHONY: bench-scale
+bench-scale: controlplane
+	$(PY) bench/scale.py --slots $(SCALE)
+
 # Every benchmark, one after the other, each writing its own section of docs/benchmarks.md
 # (bench/report.py): figures with the machine, the commit and the date; never a test.
 .PHONY: bench
 bench: bench-loop
+bench: bench-scale
 
 # The recovery trace with real workers (demo/recovery.py --up): starts the control plane
 # and its node, installs the operator as a pod, plays, tears everything down (Ctrl-C too).

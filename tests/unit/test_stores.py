@@ -233,6 +233,27 @@ def test_priming_lists_every_page_and_forgets_what_was_deleted_meanwhile() -> No
     assert len([p for p in client.gets if p == stores.path("Slot", NS)]) == 2
 
 
+def test_priming_takes_each_page_before_asking_for_the_next() -> None:
+    """One page of full bodies held at a time, not the whole list (a 10,000-slot resync)."""
+    pages = [{"items": [slot(f"s{i}", str(5 + i))],
+              "metadata": {"resourceVersion": "10", **({"continue": str(i + 1)} if i < 2
+                                                       else {})}} for i in range(3)]
+    held = stores.Stores()
+    client = FakeRest({stores.path("Slot", NS): pages})
+    seen_at_request: list[int] = []
+    answer = client.request
+
+    def request(method: str, path: str, **rest: Any) -> dict[str, Any]:
+        if path == stores.path("Slot", NS):
+            seen_at_request.append(held.sizes()["Slot"])
+        return answer(method, path, **rest)
+
+    client.request = request  # type: ignore[method-assign]
+    held.prime(client=client, namespaces=[NS])  # type: ignore[arg-type]
+    assert seen_at_request == [0, 1, 2]
+    assert held.sizes()["Slot"] == 3
+
+
 def test_the_reader_reads_memory_not_the_api() -> None:
     client = FakeRest({})
     held = stores.Stores()
