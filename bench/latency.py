@@ -3,7 +3,9 @@
 On one local control plane without a node (pods are created and nothing runs them), in
 one run, the bench plays the kubelet (pod status written through pods/status as admin)
 and the worker (its Lease released on exit, or renewed once and then left to expire),
-and measures, over ``--count`` events each, staggered one every ``--every`` seconds:
+and measures, over ``--count`` events each, staggered (the failures of both systems
+interleaved, one every ``--every`` seconds; the operator's plays alone one every
+``--alone-every``) so that neither's write budget (QPS 20) is the bottleneck:
 
 1. failure detection (pod Failed -> the slot's attempt recorded ended, or the Job's
    ``status.failedIndexes`` holding the index) and replacement (pod Failed -> the next
@@ -122,7 +124,7 @@ def checks(plays: Plays) -> list[str]:
 def header(args: argparse.Namespace, qps: float | None) -> str:
     who = f"--qps {qps:g}" if qps else "unthrottled"
     return (f"{SECTION}\n\n{machine_commit_date()} Made by `bench/latency.py --count "
-            f"{args.count} --every {args.every:g} --reassign-every {args.reassign_every:g}` "
+            f"{args.count} --every {args.every:g} --alone-every {args.alone_every:g}` "
             "(`make bench-latency`) on one local control "
             f"plane without a node; the operator {who}, the Job controller at "
             f"kube-controller-manager's default QPS ({JOB_CONTROLLER_QPS:g}). Times are "
@@ -145,9 +147,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds between two events of the same play")
     parser.add_argument("--out", type=Path, default=BENCHMARKS,
                         help="the file whose '## Latency' section is replaced")
-    parser.add_argument("--reassign-every", type=bounded(float, 0.05, 5.0), default=1.0,
-                        help="seconds between two reassignments (each costs the operator "
-                             "about 15 requests against its --qps)")
+    parser.add_argument("--alone-every", type=bounded(float, 0.05, 5.0), default=0.75,
+                        help="seconds between two events of the operator's plays alone "
+                             "(reassignments, the floor, recoveries): each costs the "
+                             "operator 8-12 requests against its --qps")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep the cluster's files and the operator's log here")
     args = parser.parse_args(argv)
@@ -162,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.start()
             qps = JOB_CONTROLLER_QPS if bench.operator_has_qps() else None
             plays = Plays(bench=bench, count=args.count, nodes=args.nodes, every=args.every,
-                          reassign_every=args.reassign_every, qps=qps)
+                          alone_every=args.alone_every, qps=qps)
             try:
                 plays.run()
             finally:

@@ -87,8 +87,8 @@ def scrubbed(obj: Object, *, namespace: str, name: str | None = None) -> Object:
 
 class Plays:
     def __init__(self, *, bench: Bench, count: int, nodes: int, every: float,
-                 reassign_every: float, qps: float | None) -> None:
-        self.reassign_every = reassign_every
+                 alone_every: float, qps: float | None) -> None:
+        self.alone_every = alone_every
         self.bench, self.count, self.nodes, self.every, self.qps = (bench, count, nodes,
                                                                     every, qps)
         self.figures: dict[str, list[float]] = {k: [] for k in (
@@ -264,8 +264,8 @@ class Plays:
             self.bench.custom.patch_namespaced_custom_object(
                 GROUP, VERSION, self.op, "slots", slot, self.reassign_patch(slot, request_id))
             sent.append((slot, request_id, at))
-            self.pace(started, step + 1, every=self.reassign_every)
-        timeout = 120.0 + self.count * self.reassign_every
+            self.pace(started, step + 1, every=self.alone_every)
+        timeout = 120.0 + self.count * self.alone_every
         for slot, request_id, at in sent:
             self.record("reassign_ledger", at, self.slots, slot,
                         lambda o, r=request_id: ledger_outcome(o, r) == "Accepted", timeout)
@@ -323,7 +323,7 @@ class Plays:
                 self.floor, scrubbed(lease, namespace=self.floor))
             b.core.create_namespaced_pod(self.floor, scrubbed(pod, namespace=self.floor))
             sent.append((f"{slot}-3", at))
-            self.pace(started, step + 1)
+            self.pace(started, step + 1, every=self.alone_every)
         for name, at in sent:
             self.record("floor_pod", at, self.floor_pods, name, lambda _o: True, 60.0)
 
@@ -339,8 +339,8 @@ class Plays:
                                                      {"spec": {"renewTime": stamp}})
             self.fail_pod(self.op, pod)
             renewed.append((slot, stamp))
-            self.pace(started, step + 1)
-        timeout = 60.0 + LEASE_SECONDS + self.count * self.every
+            self.pace(started, step + 1, every=self.alone_every)
+        timeout = 60.0 + LEASE_SECONDS + self.count * self.alone_every
         for slot, stamp in renewed:
             pod = f"{slot}-3"
             seen = self.first_or_lost(self.leases, pod, "lease renewal", lambda o, s=stamp:
