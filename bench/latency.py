@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="events of each kind (a multiple of --nodes)")
     parser.add_argument("--nodes", type=bounded(int, 1, 100), default=20,
                         help="nodes per run")
-    parser.add_argument("--every", type=bounded(float, 0.05, 5.0), default=0.3,
+    parser.add_argument("--every", type=bounded(float, 0.05, 5.0), default=0.45,
                         help="seconds between two events of the same play")
     parser.add_argument("--out", type=Path, default=BENCHMARKS,
                         help="the file whose '## Latency' section is replaced")

@@ -141,20 +141,23 @@ def slot_state(obj: Object) -> str | None:
     return state
 
 
+def entry(obj: Object, *, key: str, match: str, value: object) -> Object:
+    """The element of the status list ``key`` whose ``match`` is ``value`` ({} if none)."""
+    found: Object = next((e for e in (obj.get("status") or {}).get(key) or []
+                          if e.get(match) == value), {})
+    return found
+
+
 def attempt_outcome(obj: Object, number: int) -> str | None:
-    for attempt in (obj.get("status") or {}).get("attempts") or []:
-        if attempt.get("number") == number:
-            outcome: str | None = attempt.get("outcome")
-            return outcome
-    return None
+    outcome: str | None = entry(obj, key="attempts", match="number", value=number).get(
+        "outcome")
+    return outcome
 
 
 def ledger_outcome(obj: Object, request_id: str) -> str | None:
-    for entry in (obj.get("status") or {}).get("commands") or []:
-        if entry.get("requestId") == request_id:
-            outcome: str | None = entry.get("outcome")
-            return outcome
-    return None
+    outcome: str | None = entry(obj, key="commands", match="requestId",
+                                value=request_id).get("outcome")
+    return outcome
 
 
 def pod_phase(obj: Object) -> str | None:
