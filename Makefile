@@ -126,11 +126,19 @@ SCALE ?= 1000,10000
 bench-scale: controlplane
 	$(PY) bench/scale.py --slots $(SCALE)
 
+# The latency benchmark (bench/latency.py): failure detection, replacement, reassignment
+# and recovery, the operator beside an Indexed Job and a bare client's floor.
+LATENCY_COUNT ?= 200
+.PHONY: bench-latency
+bench-latency: controlplane
+	$(PY) bench/latency.py --count $(LATENCY_COUNT)
+
 # Every benchmark, one after the other, each writing its own section of docs/benchmarks.md
 # (bench/report.py): figures with the machine, the commit and the date; never a test.
 .PHONY: bench
 bench: bench-loop
 bench: bench-scale
+bench: bench-latency
 
 # The recovery trace with real workers (demo/recovery.py --up): starts the control plane
 # and its node, installs the operator as a pod, plays, tears everything down (Ctrl-C too).

@@ -18,7 +18,7 @@ from typing import Any
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import CommandKind, Slot, SlotState, SlotStatus
-from agentrun.core import attemptobjects, commands, naming, owners
+from agentrun.core import attemptobjects, commands, guards, naming, owners
 from agentrun.core.observations import LeaseObservation
 from agentrun.core.stamping import Stamping
 
@@ -116,7 +116,9 @@ class Reads:
     maxActive); ``selecting``: the namespace's LaunchSpecs and the run's snapshots (a
     pin may be chosen); ``worker``: the attempt whose Pod and Lease to read (pending,
     active, else prior); ``next_worker``: the attempt n+1 whose Pod and Lease say
-    whether a claim is under way; ``stamping``: a command is pending.
+    whether a claim is under way; ``stamping``: a command is pending that is not in the
+    ledger yet (one already there is only removed, whatever the stamping: its three quorum
+    reads would be spent on nothing, and they count against the operator's --qps).
     """
 
     siblings: bool
@@ -146,7 +148,8 @@ def reads_for(slot: Slot, *, max_active: bool) -> Reads:
         selecting=pending_state or reassigning,
         worker=status.pending_worker or status.active_worker or status.prior_worker,
         next_worker=next_worker(slot),
-        stamping=pending is not None)
+        stamping=pending is not None
+        and guards.seen(status, pending.command.request_id) is None)
 
 
 

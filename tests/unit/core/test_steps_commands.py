@@ -31,6 +31,7 @@ from agentrun.core import (
     attemptlife,
     commands,
     commandsteps,
+    inputs,
     launchpins,
     specsnapshots,
     steps,
@@ -116,6 +117,23 @@ def test_a_request_id_already_in_the_ledger_is_only_removed() -> None:
     assert step.event is None
     assert set(step.keys) == {names.HOLD_ID, names.HOLD_ACTOR, names.HOLD_EPOCH,
                               names.HOLD_REASON}
+
+
+def test_stamping_is_read_for_a_pending_command_only_until_it_is_in_the_ledger() -> None:
+    # A decided command waits only for its annotations' removal, which needs no stamping:
+    # its three quorum reads are not made again (they count against the operator's QPS).
+    annotations = f.command("hold", "req-1", reason="r")
+    pending = f.slot(f.ready()).model_copy(update={"metadata": f.slot().metadata.model_copy(
+        update={"annotations": annotations})})
+    assert inputs.reads_for(pending, max_active=False).stamping
+    decided = CommandRecord(request_id="req-1", kind=CommandKind.HOLD, actor="alice",
+                            outcome="Rejected", predicate=Predicate.BLANK_REASON, time=f.T0)
+    ledgered = pending.model_copy(update={"status": pending.status.model_copy(
+        update={"commands": [decided]})})
+    assert not inputs.reads_for(ledgered, max_active=False).stamping
+    other = ledgered.model_copy(update={"metadata": pending.metadata.model_copy(
+        update={"annotations": f.command("hold", "req-2", reason="r")})})
+    assert inputs.reads_for(other, max_active=False).stamping
 
 
 def test_only_the_first_pending_command_in_order_is_decided() -> None:
