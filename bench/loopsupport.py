@@ -167,7 +167,8 @@ class Bench:
     def operator(self, namespace: str, *, flags: list[str]) -> subprocess.Popen[bytes]:
         """The operator on ``namespace`` with extra ``flags`` (``[]``: its own defaults)."""
         args = [sys.executable, "-m", "agentrun.cli", "run", "--namespace", namespace,
-                "--context", "operator", *flags]
+                "--context", "operator", "--metrics-port", "0", *flags]
+        # --metrics-port 0: nothing here scrapes it, and a shared machine's 8080 may be taken
         log = open(self.workdir / f"operator-{namespace}.log", "wb")  # noqa: SIM115
         try:
             return subprocess.Popen(args, env=self.env(), stdout=log,
@@ -179,8 +180,10 @@ class Bench:
         """Up once it has written the LaunchSpec's status (its first reconcile)."""
         def written() -> bool:
             if process.poll() is not None:
-                raise RuntimeError(f"the operator exited with {process.returncode}; see "
-                                   f"{self.workdir / f'operator-{namespace}.log'}")
+                log = self.workdir / f"operator-{namespace}.log"  # gone with the workdir
+                tail = log.read_text(errors="replace").splitlines()[-5:]
+                raise RuntimeError(f"the operator exited with {process.returncode}: "
+                                   + " / ".join(tail))
             spec = self.custom.get_namespaced_custom_object(
                 "agentrun.dev", "v1alpha1", namespace, "launchspecs", "bench-workers")
             return bool((spec.get("status") or {}).get("conditions"))
