@@ -33,6 +33,7 @@ ratio | met", for every size.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -271,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"every --units value must be a multiple of --nodes ({args.nodes})")
     rows: list[Row] = []
     steadies: list[Steady] = []
+    load_at_start = os.getloadavg()[0]  # a shared machine's load moves every figure
     # Two control planes, one after the other: the Job controller at its default QPS with
     # the operator at the same QPS and at its own defaults; then both unthrottled
     # (kube-controller-manager's --kube-api-qps raised to UNTHROTTLED_QPS, --qps 0).
@@ -289,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(table(rows, steadies, notes=[]), flush=True)
             finally:
                 bench.stop_cluster()
-    notes = [f"The Job controller's QPS is kube-controller-manager's --kube-api-qps "
+    notes = [f"Load average (1 min) {load_at_start:.1f} at the start, "
+             f"{os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} cores.", "",
+             f"The Job controller's QPS is kube-controller-manager's --kube-api-qps "
              f"({JOB_CONTROLLER_QPS:g}, its default; burst {JOB_CONTROLLER_BURST}); the "
              f"operator's documented default is --qps {cli.QPS[2]:g} --burst {cli.BURST[2]} "
              "(docs/decisions.md, \"The operator's default QPS\"). CPU-s per pod: utime + "
