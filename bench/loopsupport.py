@@ -4,7 +4,8 @@
 :class:`LocalCluster`: kube-apiserver with an audit log, kube-controller-manager with the
 Job controller), installs agentrun as ``tests/integration`` does, starts the operator as a
 process (the cluster's ``operator`` user, rights from RBAC only), and reads back writes
-from the audit log, RSS from ``/proc`` and request counts from the API server's /metrics.
+from the audit log, RSS and CPU time from ``/proc`` and request counts from the API
+server's /metrics.
 """
 
 from __future__ import annotations
@@ -76,6 +77,16 @@ def job_body(*, units: int) -> Object:
                          "containers": [{"name": "worker", "image": IMAGE}]}}}}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (``/proc/<pid>/stat`` utime + stime).
+
+    Why from /proc: the API server, the controller manager and the operator are separate
+    processes of ours; a delta of this over a measured window is the CPU each spent."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # after "pid (comm)": state is field 3, utime 14 and stime 15 (1-based, proc(5))
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def resource_key(write: audit.Write) -> str:
     return write.resource + (f"/{write.subresource}" if write.subresource else "")
 
@@ -108,6 +119,15 @@ class Bench:
         subprocess.run([sys.executable, "-m", "agentrun.cli", "stamping", "--context",
                         "operator", "--timeout", "60"], env=self.env(), check=True,
                        capture_output=True)
+
+    @property
+    def apiserver_pid(self) -> int:
+        """kube-apiserver, the first process the cluster spawns (etcd is embedded in it)."""
+        return self.cluster.processes[0].pid
+
+    @property
+    def controller_manager_pid(self) -> int:
+        return self.cluster.processes[1].pid
 
     def stop_cluster(self) -> None:
         self.cluster.stop()
@@ -144,19 +164,11 @@ class Bench:
         wait_for(gone, timeout=600, interval=1.0, message=f"namespace {namespace} deleted")
 
     # --- the operator ---------------------------------------------------------------
-    def operator_has_qps(self) -> bool:
-        """Does this commit's operator take ``--qps``/``--burst`` (the QUEUE branch's)?"""
-        helped = subprocess.run([sys.executable, "-m", "agentrun.cli", "run", "--help"],
-                                env=self.env(), capture_output=True, text=True, check=False)
-        return "--qps" in helped.stdout and "--burst" in helped.stdout
-
-    def operator(self, namespace: str, *, qps: float | None) -> subprocess.Popen[bytes]:
+    def operator(self, namespace: str, *, flags: list[str]) -> subprocess.Popen[bytes]:
+        """The operator on ``namespace`` with extra ``flags`` (``[]``: its own defaults)."""
         args = [sys.executable, "-m", "agentrun.cli", "run", "--namespace", namespace,
-                "--context", "operator"]
-        if qps is not None:
-            args += ["--qps", f"{qps:g}", "--burst", str(JOB_CONTROLLER_BURST)]
-        elif self.operator_has_qps():
-            args += ["--qps", "0"]  # unthrottled: its own default would be 20
+                "--context", "operator", "--metrics-port", "0", *flags]
+        # --metrics-port 0: nothing here scrapes it, and a shared machine's 8080 may be taken
         log = open(self.workdir / f"operator-{namespace}.log", "wb")  # noqa: SIM115
         try:
             return subprocess.Popen(args, env=self.env(), stdout=log,
@@ -168,8 +180,10 @@ class Bench:
         """Up once it has written the LaunchSpec's status (its first reconcile)."""
         def written() -> bool:
             if process.poll() is not None:
-                raise RuntimeError(f"the operator exited with {process.returncode}; see "
-                                   f"{self.workdir / f'operator-{namespace}.log'}")
+                log = self.workdir / f"operator-{namespace}.log"  # gone with the workdir
+                tail = log.read_text(errors="replace").splitlines()[-5:]
+                raise RuntimeError(f"the operator exited with {process.returncode}: "
+                                   + " / ".join(tail))
             spec = self.custom.get_namespaced_custom_object(
                 "agentrun.dev", "v1alpha1", namespace, "launchspecs", "bench-workers")
             return bool((spec.get("status") or {}).get("conditions"))

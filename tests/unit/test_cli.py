@@ -9,7 +9,7 @@ from agentrun import cli
 
 def test_the_defaults_are_the_documented_ones() -> None:
     args = cli.parse(["run"])
-    assert (args.workers, args.qps, args.burst, args.reconcile_timeout) == (5, 20.0, 30, 60.0)
+    assert (args.workers, args.qps, args.burst, args.reconcile_timeout) == (5, 100.0, 150, 60.0)
 
 
 def test_qps_zero_means_no_limit() -> None:
