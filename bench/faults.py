@@ -30,6 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
+import fault_clock_skew  # noqa: E402
+import fault_kill_points  # noqa: E402
 import fault_paused  # noqa: E402
 from clusters import Cluster  # noqa: E402
 from faultkit import Context, Fault, Outcome  # noqa: E402
@@ -40,7 +42,8 @@ from provenance import machine_commit_date  # noqa: E402
 from report import write_section  # noqa: E402
 
 SECTION = "## Faults"
-FAULTS: tuple[Fault, ...] = (fault_paused.FAULT,)
+FAULTS: tuple[Fault, ...] = (fault_paused.FAULT, fault_clock_skew.FAULT,
+                             fault_kill_points.FAULT)
 
 
 @dataclass

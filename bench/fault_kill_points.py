@@ -1,0 +1,62 @@
+"""``make faults``' scenario ``kill-points``: every attempt 1 of ``--kill-points-slots``
+slots per interruption point (``before-commit:source-2``, ``after-step:source-2``,
+``after-intent:publish``, ``after-call:publish``) SIGKILLed there, attempt 2 completing,
+in runs of at most ``--kill-points-batch`` slots at once (``tests/support/killpoints.py``
+plays and checks it; ``tests/integration/node/test_fault_kill_points.py`` is its reduced
+form).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import killpoints
+from effectowner import EffectOwner
+from faultkit import Context, Fault, Outcome, bounded, drop, fresh_namespace
+from operators import OperatorProcess
+from scenarios import Scenario
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kill-points-slots", type=bounded(1, 50), default=50,
+                        help="kill-points: slots per interruption point, 1 to 50 (default 50)")
+    parser.add_argument("--kill-points-batch", type=bounded(1, 50), default=10,
+                        help="kill-points: slots of one run (pods at once), 1 to 50 "
+                             "(default 10)")
+
+
+def figures(played: killpoints.Play) -> str:
+    per = ", ".join(f"{point} {n}" for point, n in played.slots.items())
+    slowest = max(played.settled, default=None)
+    settled = "-" if slowest is None else f"{slowest:.1f} s"
+    return (f"slots killed per point: {per}; {played.applied} keys applied exactly once; "
+            f"{len(played.settled)} batches, every slot ended at most {settled} after its "
+            f"batch's last kill")
+
+
+def play(context: Context, number: int) -> Outcome:
+    cluster, args = context.cluster, context.args
+    assert cluster.local is not None and cluster.local.node_ip and cluster.node is not None
+    namespace = fresh_namespace(cluster)
+    owner = EffectOwner(host=cluster.local.node_ip).start()
+    operator = OperatorProcess(cluster=cluster, namespace=namespace,
+                               log=context.workdir / f"kill-points-operator-{number}.log").start()
+    try:
+        played = killpoints.play(Scenario(cluster=cluster, namespace=namespace),
+                                 node=cluster.node, image=context.image, owner=owner,
+                                 slots=args.kill_points_slots, batch=args.kill_points_batch)
+        return Outcome(violations=played.violations, figures=figures(played))
+    finally:
+        alive = operator.alive
+        operator.stop()
+        owner.stop()
+        if not alive:
+            print(f"the operator had exited:\n{operator.tail(40)}", file=sys.stderr)
+        drop(cluster, namespace)
+
+
+FAULT = Fault(name="kill-points", play=play, bounds="tests/support/killpoints.py",
+              add_arguments=add_arguments,
+              describe=lambda a: (f"--kill-points-slots {a.kill_points_slots} "
+                                  f"--kill-points-batch {a.kill_points_batch}"))
