@@ -8,13 +8,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 import clockskew
-from effectowner import EffectOwner
-from faultkit import Context, Fault, Outcome, bounded, drop, fresh_namespace, seconds
-from operators import OperatorProcess
-from scenarios import Scenario
+from faultkit import Context, Fault, Outcome, bounded, seconds, served
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,27 +36,15 @@ def figures(played: clockskew.Play) -> str:
 
 def play(context: Context, number: int) -> Outcome:
     cluster, args = context.cluster, context.args
-    assert cluster.local is not None and cluster.local.node_ip and cluster.node is not None
-    namespace = fresh_namespace(cluster)
+    assert cluster.node is not None
     timestamp = context.workdir / f"clock-skew-{number}.faketime"
     timestamp.write_text(clockskew.SKEW + "\n")
-    owner = EffectOwner(host=cluster.local.node_ip).start()
-    operator = OperatorProcess(cluster=cluster, namespace=namespace,
-                               log=context.workdir / f"clock-skew-operator-{number}.log",
-                               env=clockskew.faked_env(timestamp)).start()
-    try:
-        played = clockskew.play(Scenario(cluster=cluster, namespace=namespace),
-                                node=cluster.node, image=context.image, owner=owner,
-                                timestamp_file=timestamp, slots=args.clock_skew_slots,
-                                lease_seconds=args.clock_skew_lease)
+    with served(context, log=f"clock-skew-operator-{number}.log",
+                env=clockskew.faked_env(timestamp)) as on:
+        played = clockskew.play(on.scenario, node=cluster.node, image=context.image,
+                                owner=on.owner, timestamp_file=timestamp,
+                                slots=args.clock_skew_slots, lease_seconds=args.clock_skew_lease)
         return Outcome(violations=played.violations, figures=figures(played))
-    finally:
-        alive = operator.alive
-        operator.stop()
-        owner.stop()
-        if not alive:
-            print(f"the operator had exited:\n{operator.tail(40)}", file=sys.stderr)
-        drop(cluster, namespace)
 
 
 FAULT = Fault(name="clock-skew", play=play, bounds="tests/support/clockskew.py",

@@ -9,13 +9,9 @@ form).
 from __future__ import annotations
 
 import argparse
-import sys
 
 import killpoints
-from effectowner import EffectOwner
-from faultkit import Context, Fault, Outcome, bounded, drop, fresh_namespace
-from operators import OperatorProcess
-from scenarios import Scenario
+from faultkit import Context, Fault, Outcome, bounded, served
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,23 +33,12 @@ def figures(played: killpoints.Play) -> str:
 
 def play(context: Context, number: int) -> Outcome:
     cluster, args = context.cluster, context.args
-    assert cluster.local is not None and cluster.local.node_ip and cluster.node is not None
-    namespace = fresh_namespace(cluster)
-    owner = EffectOwner(host=cluster.local.node_ip).start()
-    operator = OperatorProcess(cluster=cluster, namespace=namespace,
-                               log=context.workdir / f"kill-points-operator-{number}.log").start()
-    try:
-        played = killpoints.play(Scenario(cluster=cluster, namespace=namespace),
-                                 node=cluster.node, image=context.image, owner=owner,
-                                 slots=args.kill_points_slots, batch=args.kill_points_batch)
+    assert cluster.node is not None
+    with served(context, log=f"kill-points-operator-{number}.log") as on:
+        played = killpoints.play(on.scenario, node=cluster.node, image=context.image,
+                                 owner=on.owner, slots=args.kill_points_slots,
+                                 batch=args.kill_points_batch)
         return Outcome(violations=played.violations, figures=figures(played))
-    finally:
-        alive = operator.alive
-        operator.stop()
-        owner.stop()
-        if not alive:
-            print(f"the operator had exited:\n{operator.tail(40)}", file=sys.stderr)
-        drop(cluster, namespace)
 
 
 FAULT = Fault(name="kill-points", play=play, bounds="tests/support/killpoints.py",
