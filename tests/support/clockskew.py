@@ -9,8 +9,9 @@ host's (libfaketime is not in the project's image; see docs/decisions.md):
 
 1. a run of ``slots`` workers (``pausedserver.WORKER``: renew, wait for the owner's word,
    exit 0), all Active and renewing; the clock STEPPED to ``-600s`` (20 minutes back);
-2. a second run's one slot made; once its attempt exists (its pod starting, the Lease not
-   yet renewed, so the start deadline is what judges it), the clock stepped to ``+600s``
+2. a second run's one slot made; once its attempt is Active (its claim time written, its
+   pod starting, the Lease not yet renewed: the start deadline judges it), the clock
+   stepped to ``+600s``
    (20 minutes forward, far past its 60 s start deadline);
 3. every lease renewed :data:`RENEWALS` more times (two leases' time on the workers'
    renewers), then the first worker SIGSTOPped (it stops renewing, its pod stays): its
@@ -103,8 +104,9 @@ def play(scenario: Scenario, *, node: LocalNode, image: str, owner: EffectOwner,
     scenario.run("late", config="late", max_attempts=2)
     late: list[str] = wait_for(lambda: scenario.slot_names("late"), timeout=60,
                                message="the slot of run late")
-    wait_for(lambda: scenario.lease(f"{late[0]}-1") is not None, timeout=60, interval=0.2,
-             message="the late slot's attempt 1 (its Lease)")
+    # Active: the attempt's claim time written (on the stepped-back clock), its pod made
+    wait_for(lambda: status(scenario.slot(late[0])).get("state") == "Active", timeout=60,
+             interval=0.1, message="the late slot's attempt 1 Active")
     lease = scenario.lease(f"{late[0]}-1") or {}
     result.unrenewed_at_step = not (lease.get("spec") or {}).get("renewTime")
     step(timestamp_file, SKEW)
