@@ -43,6 +43,10 @@ STEPS = ("source-1", "source-2", "source-3", "decision", "report")
 EFFECT = "publish"
 POINTS = ("before-commit:source-2", "after-step:source-2", f"after-intent:{EFFECT}",
           f"after-call:{EFFECT}")
+# The workers' lease: 15 s, not workers.LEASE_SECONDS (5 s, renewed every 1.7 s): with 10
+# pods starting at once on 2 cores shared with other work, a 5 s lease of a live worker
+# expired (its renewer starved) and its attempt was fenced: a true expiry, not this fault.
+LEASE_SECONDS = 15
 SLOTS_BOUND = 60.0  # a run's slots made
 PAUSED_BOUND = 180.0  # a batch's attempt 1 paused at its point (cold pods, 2 cores)
 SETTLED_BOUND = 180.0  # after a batch's last kill, every slot of it Succeeded
@@ -90,7 +94,8 @@ def agent_configs(scenario: Scenario, *, name: str, nodes: list[str], worker_cla
 
 
 def play(scenario: Scenario, *, node: LocalNode, image: str, owner: EffectOwner,
-         slots: int, batch: int, points: tuple[str, ...] = POINTS) -> Play:
+         slots: int, batch: int, points: tuple[str, ...] = POINTS,
+         lease_seconds: int = LEASE_SECONDS) -> Play:
     """Play ``slots`` slots at each of ``points`` in runs of at most ``batch`` slots, in
     ``scenario``'s namespace (the operator serving it); check them (module docstring)."""
     result = Play()
@@ -99,7 +104,7 @@ def play(scenario: Scenario, *, node: LocalNode, image: str, owner: EffectOwner,
         # a worker class per point: each point's pods from its own LaunchSpec
         worker_class = f"kill-{index}"
         agent_launch_spec(scenario, worker_class, classes=[worker_class], image=image,
-                          pause=f"{point}@1")
+                          pause=f"{point}@1", lease_seconds=lease_seconds)
         sizes = [min(batch, slots - start) for start in range(0, slots, batch)]
         for number, size in enumerate(sizes):
             run = f"p{index}-b{number}"
