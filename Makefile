@@ -50,12 +50,14 @@ imagetools:
 image: venv godeps imagetools
 	$(PY) tests/support/images.py build all
 
-# The node's runtime: runc, the CNI plugins and iptables from Debian, installed only
+# The node's runtime: runc, the CNI plugins and iptables (and libfaketime, for the
+# clock-skew scenario's operator) from Debian, installed only
 # when missing; containerd from its Go module, built once into ~/.cache/agentrun/containerd.
 nodedeps: venv imagetools
-	test -x /usr/sbin/runc && test -x /usr/lib/cni/bridge && command -v iptables >/dev/null || \
+	test -x /usr/sbin/runc && test -x /usr/lib/cni/bridge && command -v iptables >/dev/null && \
+		test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || \
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
-			runc containernetworking-plugins iptables; }
+			runc containernetworking-plugins iptables libfaketime; }
 	$(PY) tests/support/localnode.py build
 
 cluster: controlplane $(if $(WITH_NODE),nodedeps,)

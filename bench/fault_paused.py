@@ -7,14 +7,10 @@ checks it; ``tests/integration/node/test_fault_paused_apiserver.py`` is its redu
 from __future__ import annotations
 
 import argparse
-import sys
 
 import pausedserver
-from effectowner import EffectOwner
-from faultkit import Context, Fault, Outcome, bounded, drop, fresh_namespace, seconds
-from operators import OperatorProcess
+from faultkit import Context, Fault, Outcome, bounded, seconds, served
 from processfaults import apiserver
-from scenarios import Scenario
 
 # Kubernetes 1.37's node-monitor grace period is 50 s: a longer pause would also have the
 # node marked NotReady (another scenario); keep a margin for the kubelet's next report.
@@ -47,24 +43,12 @@ def figures(play: pausedserver.Play) -> str:
 
 def play(context: Context, number: int) -> Outcome:
     cluster, args = context.cluster, context.args
-    assert cluster.local is not None and cluster.local.node_ip
-    namespace = fresh_namespace(cluster)
-    owner = EffectOwner(host=cluster.local.node_ip).start()
-    operator = OperatorProcess(cluster=cluster, namespace=namespace,
-                               log=context.workdir / f"paused-operator-{number}.log").start()
-    try:
-        played = pausedserver.play(Scenario(cluster=cluster, namespace=namespace),
-                                   apiserver=apiserver(cluster.local), image=context.image,
-                                   owner=owner, slots=args.slots, lease_seconds=args.lease,
-                                   pause_seconds=args.pause)
+    assert cluster.local is not None
+    with served(context, log=f"paused-operator-{number}.log") as on:
+        played = pausedserver.play(on.scenario, apiserver=apiserver(cluster.local),
+                                   image=context.image, owner=on.owner, slots=args.slots,
+                                   lease_seconds=args.lease, pause_seconds=args.pause)
         return Outcome(violations=played.violations, figures=figures(played))
-    finally:
-        alive = operator.alive
-        operator.stop()
-        owner.stop()
-        if not alive:
-            print(f"the operator had exited:\n{operator.tail(40)}", file=sys.stderr)
-        drop(cluster, namespace)
 
 
 FAULT = Fault(name="paused-apiserver", play=play, bounds="tests/support/pausedserver.py",

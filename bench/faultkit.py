@@ -11,9 +11,10 @@ scenario's bounds are stated (a module's constants), for the report.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ if str(REPO / "tests" / "support") not in sys.path:
 
 import kubernetes  # noqa: E402
 from clusters import Cluster  # noqa: E402
+from effectowner import EffectOwner  # noqa: E402
+from operators import OperatorProcess  # noqa: E402
+from scenarios import Scenario  # noqa: E402
 from waiting import wait_for, wait_for_default_service_account  # noqa: E402
 
 from agentrun.api import names  # noqa: E402
@@ -103,3 +107,35 @@ def bounded(low: int, high: int) -> Any:
 
 def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
+
+
+@dataclass
+class Served:
+    """What a play runs against: its namespace's Scenario, an effect owner on the node
+    bridge, and an operator serving the namespace."""
+
+    scenario: Scenario
+    owner: EffectOwner
+    operator: OperatorProcess
+
+
+@contextlib.contextmanager
+def served(context: Context, *, log: str, env: dict[str, str] | None = None) -> Iterator[Served]:
+    """A fresh namespace with an owner and an operator (``env``: more of its environment;
+    its log ``log`` in the workdir); all stopped and the namespace dropped afterwards."""
+    cluster = context.cluster
+    assert cluster.local is not None and cluster.local.node_ip
+    namespace = fresh_namespace(cluster)
+    owner = EffectOwner(host=cluster.local.node_ip).start()
+    operator = OperatorProcess(cluster=cluster, namespace=namespace,
+                               log=context.workdir / log, env=env).start()
+    try:
+        yield Served(scenario=Scenario(cluster=cluster, namespace=namespace), owner=owner,
+                     operator=operator)
+    finally:
+        alive = operator.alive
+        operator.stop()
+        owner.stop()
+        if not alive:
+            print(f"the operator had exited:\n{operator.tail(40)}", file=sys.stderr)
+        drop(cluster, namespace)

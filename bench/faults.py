@@ -31,6 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
+import fault_clock_skew  # noqa: E402
+import fault_kill_points  # noqa: E402
 import fault_network  # noqa: E402
 import fault_paused  # noqa: E402
 import fault_racing  # noqa: E402
@@ -44,7 +46,8 @@ from report import write_section  # noqa: E402
 
 SECTION = "## Faults"
 FAULTS: tuple[Fault, ...] = (fault_paused.FAULT, fault_network.CUT, fault_network.HOLE,
-                             fault_racing.FAULT)
+                             fault_racing.FAULT, fault_clock_skew.FAULT,
+                             fault_kill_points.FAULT)
 
 
 @dataclass

@@ -53,7 +53,9 @@ CNI_BIN = Path("/usr/lib/cni")
 NEEDS = {RUNC: "runc", CNI_BIN / "bridge": "containernetworking-plugins",
          CNI_BIN / "host-local": "containernetworking-plugins",
          CNI_BIN / "loopback": "containernetworking-plugins",
-         Path("/usr/sbin/iptables"): "iptables"}
+         Path("/usr/sbin/iptables"): "iptables",
+         # the clock-skew scenario's operator reads a faked wall clock (tests/support/clockskew.py)
+         Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"): "libfaketime"}
 SOCKET = nodehost.RUN_DIR / "containerd.sock"
 KUBELET_PORT = 10250
 

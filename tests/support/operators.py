@@ -28,17 +28,18 @@ TEST_INSTALL = ("rbac", "local", "admission/stamp-actors.yaml")
 
 class OperatorProcess:
     def __init__(self, *, cluster: Cluster, namespace: str, log: Path,
-                 args: Sequence[str] = ()) -> None:
+                 args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.log = log
         self.args = list(args)  # more flags of `agentrun-operator run` (--qps, --workers)
+        self.env = dict(env or {})  # more environment (LD_PRELOAD of libfaketime: a skewed clock)
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
     def start(self, *, crash_at: str | None = None) -> OperatorProcess:
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig),
-               "PYTHONPATH": str(REPO / "operator")}
+               "PYTHONPATH": str(REPO / "operator"), **self.env}
         env.pop("AGENTRUN_CRASH_AT", None)
         if crash_at:
             env["AGENTRUN_CRASH_AT"] = crash_at

@@ -65,6 +65,12 @@ class SlotReconciler(reconcilers.Reconciler):
         """When this process first read each attempt's lease, on its own clock."""
         return {}
 
+    @functools.cached_property
+    def first_ticks(self) -> dict[ObservationKey, datetime]:
+        """The same moments on the monotonic clock: a later wall-clock step moves no
+        start deadline (``attemptlife.start_window``)."""
+        return {}
+
     def reconcile(self, namespace: str, name: str) -> Result:
         """Steps until a Wait; on an error, stop with ``retry`` (the Events so far kept)."""
         result = Result()
@@ -140,7 +146,7 @@ class SlotReconciler(reconcilers.Reconciler):
             namespace, status.launch_spec,
             slot_uid=specsnapshots.owner_uid(slot=slot, pinned=status.launch_spec))
             if status.launch_spec is not None else (None, None))
-        attempt = observation = first_seen = None
+        attempt = observation = first_seen = first_ticks = None
         blind = timedelta(0)
         if needs.worker is not None:
             worker = needs.worker
@@ -151,8 +157,8 @@ class SlotReconciler(reconcilers.Reconciler):
             if observation is not None:
                 blind = reader.blind_time(since=observation.observed_at)
             if lease is not None:
-                first_seen = self.first_seen.get(
-                    (namespace, worker, lease["metadata"].get("uid", "")))
+                key = (namespace, worker, lease["metadata"].get("uid", ""))
+                first_seen, first_ticks = self.first_seen.get(key), self.first_ticks.get(key)
         next_attempt = None
         if needs.next_worker is not None:
             next_lease = reader.lease(namespace, needs.next_worker)
@@ -175,6 +181,7 @@ class SlotReconciler(reconcilers.Reconciler):
             launch_spec=launch_spec, launch_spec_error=error, attempt=attempt,
             next_attempt=next_attempt, blind=blind,
             observation=observation, ticks=ticks, first_seen=first_seen,
+            first_ticks=first_ticks,
             active_in_run=active_in_run, pins_problem=pins_problem,
             # Read after the slot: see core.stamping for why the order matters.
             stamping=reader.stamping() if needs.stamping else None)
@@ -187,7 +194,7 @@ class SlotReconciler(reconcilers.Reconciler):
     def forget(self, *, namespace: str, slot: str) -> None:
         """Drop what is remembered of a deleted slot's leases."""
         prefix = f"{slot}-"
-        for memory in (self.renewals, self.first_seen):
+        for memory in (self.renewals, self.first_seen, self.first_ticks):
             for key in [k for k in memory if k[0] == namespace and k[1].startswith(prefix)]:
                 del memory[key]
 
@@ -198,6 +205,7 @@ class SlotReconciler(reconcilers.Reconciler):
             return None
         key = (namespace, worker, lease["metadata"].get("uid", ""))
         self.first_seen.setdefault(key, self.clock())
+        self.first_ticks.setdefault(key, ticks)
         observed = observations.observe(previous=self.renewals.get(key),
                                         lease=observations.lease_view(lease), now=ticks)
         if observed is not None:

@@ -261,10 +261,10 @@ def active_step(world: inputs.World) -> actions.Step:
     assert objects is not None and objects.name == status.active_worker
     pod = pod_view(objects.pod)
     lease = lease_view(objects.lease)
-    started = started_at(world, objects.name)
+    started, now = start_window(world, objects.name)
     deadline = start_deadline(world)
     duration = lease_duration(world, lease)
-    judged = lease_status(observation=world.observation, lease=lease, now=world.now,
+    judged = lease_status(observation=world.observation, lease=lease, now=now,
                           claimed_at=started, start_deadline_seconds=deadline,
                           lease_duration_seconds=duration, ticks=world.ticks,
                           blind=world.blind)
@@ -274,8 +274,8 @@ def active_step(world: inputs.World) -> actions.Step:
     if not verdict.ended:
         if judged is not LeaseStatus.HELD:
             return actions.Wait(message=verdict.message)
-        if world.observation is None:
-            until = started + timedelta(seconds=deadline)
+        if world.observation is None:  # on the start window's clock, said as a wall time
+            until = world.now + (started + timedelta(seconds=deadline) - now)
         else:  # the expiry on the monotonic clock, said as a wall time for the scheduler
             left = (world.observation.observed_at + timedelta(seconds=duration)
                     + world.blind - (world.ticks or world.now))
@@ -318,6 +318,21 @@ def started_at(world: inputs.World, worker: str) -> datetime:
     claimed = next((a.started_at for a in world.slot.status.attempts if a.pod == worker),
                    world.now)
     return max(claimed, world.first_seen) if world.first_seen is not None else claimed
+
+
+def start_window(world: inputs.World, worker: str) -> tuple[datetime, datetime]:
+    """When the start deadline counts from, and now, on one clock.
+
+    Once this process has read the lease, on its monotonic clock: :func:`started_at`
+    moved onto it by the wall-to-monotonic offset at that first sight. A wall clock
+    stepped after that (an NTP correction, a VM resumed) then neither kills a starting pod
+    early (stepped forward) nor leaves a dead start waiting (stepped back); before it,
+    the wall clock is all there is (the claim time is a wall time).
+    """
+    started = started_at(world, worker)
+    if world.first_seen is None or world.first_ticks is None or world.ticks is None:
+        return started, world.now
+    return world.first_ticks + (started - world.first_seen), world.ticks
 
 
 def iso(moment: datetime) -> str:

@@ -115,9 +115,9 @@ def prior(world: inputs.World) -> guards.Prior | None:
         return None
     pod = pod_view(objects.pod)
     lease = lease_view(objects.lease)
+    started, now = attemptlife.start_window(world, objects.name)
     return guards.Prior(pod=pod.phase, lease=lease_status(
-        observation=world.observation, lease=lease, now=world.now,
-        claimed_at=attemptlife.started_at(world, objects.name),
+        observation=world.observation, lease=lease, now=now, claimed_at=started,
         start_deadline_seconds=attemptlife.start_deadline(world),
         lease_duration_seconds=attemptlife.lease_duration(world, lease), ticks=world.ticks,
         blind=world.blind))

@@ -49,7 +49,8 @@ class World:
     epoch, read after the slot (only while a command is pending; None: not read, and no
     command is trusted). ``pins_problem``: why the run's pinned
     configuration snapshots cannot be mounted as pinned (read only while Claiming).
-    ``first_seen``: when this process first read the attempt's lease (on its own clock).
+    ``first_seen``: when this process first read the attempt's lease (on its own clock);
+    ``first_ticks``: the same moment on its monotonic clock (None: not known).
     ``ticks``: now on the operator's monotonic clock, the clock of ``observation`` (None:
     the same as ``now``, as in tests that move one clock). ``active_in_run``: how many
     other slots of the run have an attempt Claiming or Active (read only under maxActive).
@@ -74,6 +75,7 @@ class World:
     stamping: Stamping | None = None
     pins_problem: str | None = None
     first_seen: datetime | None = None
+    first_ticks: datetime | None = None
     ticks: datetime | None = None
     active_in_run: int = 0
 

@@ -6,7 +6,9 @@ Covers:
 - without a readable pinned spec the Lease's own value is held to a LaunchSpec's bounds;
 - a forward step of the wall clock does not end a renewing attempt: the reconciler's
   memory of renewals (injected wall clock and monotonic clock) and the core's judgement
-  both measure on the monotonic clock, and the Wait's ``until`` is said in wall time.
+  both measure on the monotonic clock, and the Wait's ``until`` is said in wall time;
+- nor does a wall clock step move the start deadline of an attempt not yet renewed, once
+  this process has seen its Lease (forward: no early fencing; back: no late one).
 """
 
 from __future__ import annotations
@@ -109,3 +111,34 @@ def test_the_start_deadline_is_unchanged_by_ticks() -> None:
     assert expect(steps.next_step(world), Wait).until == f.T0 + f.seconds(f.START_DEADLINE)
     late = dataclasses.replace(world, now=f.T0 + f.seconds(f.START_DEADLINE))
     assert isinstance(steps.next_step(late), DeletePod)
+
+
+def test_a_wall_clock_step_moves_no_start_deadline_once_the_lease_was_seen() -> None:
+    """The clock-skew scenario's finding: a starting attempt (no renewal yet) was judged
+    on the wall clock, so a forward step past the start deadline fenced a pod still
+    starting, and a backward step left a dead start waiting that much longer. Once this
+    process has seen the Lease, the deadline runs on its monotonic clock."""
+    clocks = Clocks()
+    reconciler = slots.SlotReconciler(
+        reader=cast(reads.Reader, None), writer=cast(writes.Writer, None),
+        clock=clocks.wall_clock, ticks=clocks.ticks, logger=logging.getLogger("test"))
+    lease = f.lease(1)  # created by the operator, never renewed
+    lease["metadata"]["uid"] = "uid-lease-1"
+    key = (f.NS, f.worker(1), "uid-lease-1")
+
+    def judge() -> object:
+        observation = reconciler.observe(f.NS, f.worker(1), lease, clocks.ticks())
+        world = f.world(f.active(1), now=clocks.wall, ticks=clocks.mono,
+                        observation=observation, first_seen=reconciler.first_seen[key],
+                        first_ticks=reconciler.first_ticks[key],
+                        attempt=f.objects(1, pod=f.pod(1, "Pending"), lease=lease))
+        return steps.next_step(world)
+
+    assert isinstance(judge(), Wait)  # first seen at the claim
+    clocks.advance(10, wall_step=1200)  # 10 s since the claim; the wall says 20 minutes
+    step = expect(judge(), Wait)
+    assert step.until == clocks.wall + f.seconds(f.START_DEADLINE - 10)
+    clocks.advance(f.START_DEADLINE - 20, wall_step=-2400)  # and now 20 minutes behind
+    assert isinstance(judge(), Wait)
+    clocks.advance(20)  # the deadline on the monotonic clock: a dead start is ended
+    assert isinstance(judge(), DeletePod)

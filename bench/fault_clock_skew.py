@@ -1,0 +1,53 @@
+"""``make faults``' scenario ``clock-skew``: the operator under libfaketime, its wall clock
+``+600s``, stepped to ``-600s`` and back mid-run (the monotonic clock left alone), with
+``--clock-skew-slots`` real SDK workers on the node, one of them SIGSTOPped at the end
+(``tests/support/clockskew.py`` plays and checks it;
+``tests/integration/node/test_fault_clock_skew.py`` is its reduced form).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import clockskew
+from faultkit import Context, Fault, Outcome, bounded, seconds, served
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--clock-skew-slots", type=bounded(2, 40), default=10,
+                        help="clock-skew: real worker pods of the first run, 2 to 40 "
+                             "(default 10)")
+    parser.add_argument("--clock-skew-lease", type=bounded(5, 60), default=10,
+                        help="clock-skew: the workers' lease, 5 to 60 s (default 10)")
+
+
+def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not clockskew.LIBFAKETIME.exists():
+        parser.error(f"clock-skew needs libfaketime ({clockskew.LIBFAKETIME}): run "
+                     "`make nodedeps`")
+
+
+def figures(played: clockskew.Play) -> str:
+    return (f"operator clock {' -> '.join(played.steps)}; the later attempt unrenewed at "
+            f"the forward step: {played.unrenewed_at_step}; a stopped worker's slot had "
+            f"attempt 2 {seconds(played.recovered_after)} after the stop; every slot "
+            f"Succeeded {seconds(played.settled_after)} after the word to finish")
+
+
+def play(context: Context, number: int) -> Outcome:
+    cluster, args = context.cluster, context.args
+    assert cluster.node is not None
+    timestamp = context.workdir / f"clock-skew-{number}.faketime"
+    timestamp.write_text(clockskew.SKEW + "\n")
+    with served(context, log=f"clock-skew-operator-{number}.log",
+                env=clockskew.faked_env(timestamp)) as on:
+        played = clockskew.play(on.scenario, node=cluster.node, image=context.image,
+                                owner=on.owner, timestamp_file=timestamp,
+                                slots=args.clock_skew_slots, lease_seconds=args.clock_skew_lease)
+        return Outcome(violations=played.violations, figures=figures(played))
+
+
+FAULT = Fault(name="clock-skew", play=play, bounds="tests/support/clockskew.py",
+              add_arguments=add_arguments, check=check,
+              describe=lambda a: (f"--clock-skew-slots {a.clock_skew_slots} "
+                                  f"--clock-skew-lease {a.clock_skew_lease}"))
