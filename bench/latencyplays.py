@@ -87,10 +87,10 @@ def scrubbed(obj: Object, *, namespace: str, name: str | None = None) -> Object:
 
 class Plays:
     def __init__(self, *, bench: Bench, count: int, nodes: int, every: float,
-                 alone_every: float, qps: float | None) -> None:
+                 alone_every: float, flags: list[str]) -> None:
         self.alone_every = alone_every
-        self.bench, self.count, self.nodes, self.every, self.qps = (bench, count, nodes,
-                                                                    every, qps)
+        self.bench, self.count, self.nodes, self.every = bench, count, nodes, every
+        self.flags = flags  # the operator's flags: [] for its documented defaults
         self.figures: dict[str, list[float]] = {k: [] for k in (
             "op_detect_1", "op_detect_2", "job_detect", "op_replace", "job_replace",
             "reassign_ledger", "reassign_pod", "floor_pod", "recovery")}
@@ -130,7 +130,7 @@ class Plays:
             b.core.create_namespaced_config_map(self.op, body)
         b.custom.create_namespaced_custom_object(GROUP, VERSION, self.op, "launchspecs",
                                                  launch_spec_body())
-        self.process = b.operator(self.op, qps=self.qps)
+        self.process = b.operator(self.op, flags=self.flags)
         b.wait_operator_up(self.process, self.op)
         for index in range(self.count // self.nodes):
             b.custom.create_namespaced_custom_object(GROUP, VERSION, self.op, "agentruns",

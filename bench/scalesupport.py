@@ -110,9 +110,7 @@ def start_operator(bench: Bench, namespace: str, *, tag: str, arenas: int = 0,
     port = free_port()
     args = [sys.executable, "-m", "agentrun.cli", "run", "--namespace", namespace,
             "--context", "operator", "--metrics-address", "127.0.0.1",
-            "--metrics-port", str(port)]
-    if bench.operator_has_qps():
-        args += ["--qps", "0"]
+            "--metrics-port", str(port), "--qps", "0"]
     log = open(bench.workdir / f"operator-{tag}.log", "wb")  # noqa: SIM115
     try:
         env = {**bench.env(), **({"MALLOC_ARENA_MAX": str(arenas)} if arenas else {})}
