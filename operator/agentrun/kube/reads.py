@@ -17,6 +17,7 @@ decided (``core.stamping``).
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timedelta
 from typing import Any
@@ -52,6 +53,7 @@ class Reader:
         self._through: Stores | None = None  # fresh(): answers written into these
         self._snapshots: dict[tuple[str, str], LaunchSpecSpec] = {}
         self._tenants: dict[str, tuple[float, str | None]] = {}
+        self._tenants_lock = threading.Lock()  # one GET per expiry, not one per thread
 
     def fresh(self) -> Reader:
         """A reader that asks the API (reads without a resourceVersion: quorum reads) and
@@ -135,15 +137,28 @@ class Reader:
         to hold every namespace's labels for this one; what the label guards is also
         checked at request time by admission (the command's tenant), so a few seconds'
         staleness decides nothing alone. :meth:`fresh` reads it from the API."""
+        cached = self._cached_tenant(namespace)
+        if cached is not None:
+            return cached[1]
+        # The work queue's threads share this reader: when the entry expires, the first
+        # refreshes it and the others wait for its answer (without the lock each asked:
+        # namespace GETs grew with the reconciles per second, i.e. with the slots).
+        with self._tenants_lock:
+            cached = self._cached_tenant(namespace)
+            if cached is not None:
+                return cached[1]
+            found = self.rest.get(f"/api/v1/namespaces/{namespace}")
+            labels = ((found or {}).get("metadata") or {}).get("labels") or {}
+            tenant: str | None = labels.get(names.TENANT_LABEL)
+            self._tenants[namespace] = (time.monotonic(), tenant)
+            return tenant
+
+    def _cached_tenant(self, namespace: str) -> tuple[float, str | None] | None:
         cached = self._tenants.get(namespace)
         if cached is not None and self._through is None and (
                 time.monotonic() - cached[0] < CACHE_SECONDS):
-            return cached[1]
-        found = self.rest.get(f"/api/v1/namespaces/{namespace}")
-        labels = ((found or {}).get("metadata") or {}).get("labels") or {}
-        tenant: str | None = labels.get(names.TENANT_LABEL)
-        self._tenants[namespace] = (time.monotonic(), tenant)
-        return tenant
+            return cached
+        return None
 
     def pod(self, namespace: str, name: str) -> Object | None:
         return self._get("Pod", namespace, name)
