@@ -23,7 +23,7 @@ help:
 	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
 	@echo "make demo      the recovery trace with real worker pods on a local cluster it starts and removes"
 	@echo "make bench     every benchmark (figures into docs/benchmarks.md, each command its own section)"
-	@echo "make faults    fault scenarios on a cluster and node of its own: scenario x count x violations"
+	@echo "make faults    fault scenarios on a cluster (and node) of their own: scenario x count x violations"
 
 # Python packages, reinstalled when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
