@@ -17,9 +17,9 @@ from faultkit import Context, Fault, Outcome, bounded, served
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kill-points-slots", type=bounded(1, 50), default=50,
                         help="kill-points: slots per interruption point, 1 to 50 (default 50)")
-    parser.add_argument("--kill-points-batch", type=bounded(1, 50), default=10,
+    parser.add_argument("--kill-points-batch", type=bounded(1, 50), default=25,
                         help="kill-points: slots of one run (pods at once), 1 to 50 "
-                             "(default 10)")
+                             "(default 25)")
 
 
 def figures(played: killpoints.Play) -> str:

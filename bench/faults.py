@@ -9,7 +9,7 @@ invariants checked after it (the scenario's module says which). It prints a tabl
 scenario x count x violations, the violations themselves, and each play's figures, and
 stops by itself:
 
-    make faults                                     # every scenario, --count 3
+    make faults                                     # every scenario, --count 1
     .venv/bin/python bench/faults.py --count 1 --scenarios paused-apiserver --slots 4
     .venv/bin/python bench/faults.py --write docs/benchmarks.md   # also that file's section
 
@@ -95,8 +95,8 @@ def install(cluster: Cluster) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, choices=range(1, 51), default=3,
-                        metavar="{1..50}", help="plays of each scenario (default 3)")
+    parser.add_argument("--count", type=int, choices=range(1, 51), default=1,
+                        metavar="{1..50}", help="plays of each scenario (default 1)")
     known = ", ".join(f.name for f in FAULTS)
     parser.add_argument("--scenarios", default=",".join(f.name for f in FAULTS),
                         help=f"comma-separated scenarios to play (default all: {known})")
