@@ -105,13 +105,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def section(args: argparse.Namespace, figures: Figures, *, pod_limit: str) -> str:
+def said(requests: dict[str, int]) -> str:
+    """Audited requests by verb and resource, most first: ``get secrets 30, ...``."""
+    return ", ".join(f"{k} {n}" for k, n in sorted(requests.items(), key=lambda i: (-i[1], i[0]))
+                     ) or "none"
+
+
+def section(args: argparse.Namespace, figures: Figures, *, pod_limit: str,
+            workers: dict[str, int], operator: dict[str, int]) -> str:
     return (f"{SECTION}\n\n{machine_commit_date()} Made by `bench/renewals.py --workers "
             f"{args.workers} --lease {args.lease} --window {args.window}` (`make "
             f"bench-renewals`) on a local control plane with its node (pod limit "
             f"{pod_limit}): {args.workers} real workers (`agentrun-worker run` renewing "
             f"around an idle script), measured over {figures.seconds:.1f} s once every "
-            f"attempt was Active and renewing.\n\n{table(figures)}\n")
+            f"attempt was Active and renewing.\n\n{table(figures)}\n\nIn the window the "
+            f"workers' audited requests were: {said(workers)}; the operator's (reads "
+            f"included; periodic, not per renewal): {said(operator)}.\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,10 +171,9 @@ def main(argv: list[str] | None = None) -> int:
                       worker_requests=window.worker_requests,
                       apiserver_cpu=window.apiserver_cpu, operator_cpu=window.operator_cpu,
                       operator_requests=window.operator_requests)
-    text = section(args, figures, pod_limit=pod_limit)
-    print(f"\n{text}\nworkers' audited requests: {window.by_verb}\n"
-          f"operator's audited requests: {window.operator_by_verb}\n"
-          f"({time.monotonic() - started:.0f} s in all)")
+    text = section(args, figures, pod_limit=pod_limit, workers=window.by_verb,
+                   operator=window.operator_by_verb)
+    print(f"\n{text}\n({time.monotonic() - started:.0f} s in all)")
     if args.write != "-":
         write_section(Path(args.write), heading=SECTION, text=text)
     return 0

@@ -66,3 +66,9 @@ def test_bad_options_are_a_clear_error(argv: list[str], said: str,
         renewals.parse(argv)
     assert exited.value.code == 2
     assert said in capsys.readouterr().err
+
+
+def test_requests_are_said_most_first() -> None:
+    assert renewals.said({"get secrets": 3, "get namespaces": 1, "get a": 3}) == (
+        "get a 3, get secrets 3, get namespaces 1")
+    assert renewals.said({}) == "none"
