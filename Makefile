@@ -141,6 +141,15 @@ bench-latency: controlplane
 bench: bench-loop
 bench: bench-scale
 bench: bench-latency
+bench: bench-renewals
+
+# The renewals benchmark (bench/renewals.py): its own control plane WITH its node, WORKERS
+# real workers renewing their leases, the renewals per second and their API and operator
+# cost over a window; writes its section of docs/benchmarks.md.
+WORKERS ?= 40
+.PHONY: bench-renewals
+bench-renewals: controlplane nodedeps image
+	$(PY) bench/renewals.py --workers $(WORKERS)
 
 # The recovery trace with real workers (demo/recovery.py --up): starts the control plane
 # and its node, installs the operator as a pod, plays, tears everything down (Ctrl-C too).
