@@ -254,9 +254,8 @@ class Stores:
     @staticmethod
     def _pages(client: rest.Rest, kind: str, namespace: str | None,
                selector: str | None) -> Iterator[tuple[list[Object], str | None]]:
-        """One LIST (one snapshot) page by page, each with its resourceVersion: priming
-        takes a page before asking for the next, holding one page of full bodies at a time
-        (the whole list of 10,000 pods doubled a resync's RSS: benchmarks.md, ## Scale)."""
+        """One LIST (one snapshot) page by page, with its resourceVersion: priming holds one
+        page of full bodies at a time (a whole list of 10,000 pods doubled a resync's RSS)."""
         query = {"limit": str(PAGE), **({"labelSelector": selector} if selector else {})}
         while True:
             listed = client.request("GET", path(kind, namespace), query=query)
