@@ -1,6 +1,7 @@
 """``make faults``' scenario ``clock-skew``: the operator under libfaketime, its wall clock
 ``+600s``, stepped to ``-600s`` and back mid-run (the monotonic clock left alone), with
-``--clock-skew-slots`` real SDK workers on the node, one of them SIGSTOPped at the end
+``--clock-skew-slots`` real SDK workers on the node under libfaketime too, their clocks
+``-600s`` stepped the other way at the same moments, one of them SIGSTOPped at the end
 (``tests/support/clockskew.py`` plays and checks it;
 ``tests/integration/node/test_fault_clock_skew.py`` is its reduced form).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 import clockskew
+import fakeclock
 from faultkit import Context, Fault, Outcome, bounded, seconds, served
 
 
@@ -22,16 +24,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if not clockskew.LIBFAKETIME.exists():
-        parser.error(f"clock-skew needs libfaketime ({clockskew.LIBFAKETIME}): run "
+    if not fakeclock.LIBFAKETIME.exists():
+        parser.error(f"clock-skew needs libfaketime ({fakeclock.LIBFAKETIME}): run "
                      "`make nodedeps`")
 
 
 def figures(played: clockskew.Play) -> str:
-    return (f"operator clock {' -> '.join(played.steps)}; the later attempt unrenewed at "
-            f"the forward step: {played.unrenewed_at_step}; a stopped worker's slot had "
-            f"attempt 2 {seconds(played.recovered_after)} after the stop; every slot "
-            f"Succeeded {seconds(played.settled_after)} after the word to finish")
+    offsets = ", ".join(f"{m:+d}" for m in sorted(played.worker_offsets))
+    return (f"operator clock {' -> '.join(played.steps)}, workers' "
+            f"{' -> '.join(played.worker_steps)} (their renewTime seen at {offsets} min); "
+            f"the later attempt unrenewed at the forward step: {played.unrenewed_at_step}; "
+            f"a stopped worker's slot had attempt 2 {seconds(played.recovered_after)} after "
+            f"the stop; every slot Succeeded {seconds(played.settled_after)} after the word "
+            "to finish")
 
 
 def play(context: Context, number: int) -> Outcome:
@@ -40,7 +45,7 @@ def play(context: Context, number: int) -> Outcome:
     timestamp = context.workdir / f"clock-skew-{number}.faketime"
     timestamp.write_text(clockskew.SKEW + "\n")
     with served(context, log=f"clock-skew-operator-{number}.log",
-                env=clockskew.faked_env(timestamp)) as on:
+                env=clockskew.operator_env(timestamp)) as on:
         played = clockskew.play(on.scenario, node=cluster.node, image=context.image,
                                 owner=on.owner, timestamp_file=timestamp,
                                 slots=args.clock_skew_slots, lease_seconds=args.clock_skew_lease)

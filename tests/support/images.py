@@ -34,6 +34,7 @@ import tomllib
 from dataclasses import asdict
 from pathlib import Path
 
+import fakeclock
 import imagestore
 from imagestore import ImageArchive, buildah, cache_root, locked, run
 
@@ -48,9 +49,11 @@ PROJECT_REPOSITORY = "localhost/agentrun/agentrun-operator"
 # containerd, for the examples (never in an archive: test pods run the keyed ref).
 PROJECT_DEV_REF = f"{PROJECT_REPOSITORY}:dev"
 # The stand-in for python:3.11-slim: bookworm's python3 is 3.11; passwd for useradd;
-# curl for the shell-script main containers of the sidecar tests.
+# curl for the shell-script main containers of the sidecar tests; libfaketime (with the
+# sleepfix preload, fakeclock.IMAGE_SLEEPFIX) for the workers whose wall clock the
+# clock-skew fault fakes (tests/support/clockskew.py).
 SUITE = "bookworm"
-BASE_PACKAGES = ("python3", "python3-venv", "passwd", "curl")
+BASE_PACKAGES = ("python3", "python3-venv", "passwd", "curl", "libfaketime")
 BASE_GLIBC_MINOR = 36  # bookworm's glibc 2.36: the newest manylinux tag its wheels may carry
 IMAGE_PYTHON = "3.11"
 
@@ -133,10 +136,12 @@ def _mmdebstrap_args(sources: list[Path], output: Path) -> list[str]:
 def base_image() -> str:
     """The Debian base in buildah's storage (its ref); the root tar is cached by its args."""
     sources = _apt_sources()
+    sleepfix = fakeclock.sleepfix_library()
     key = imagestore.key([
         ("recipe", RECIPE.encode()),
         ("args", "\0".join(_mmdebstrap_args([], Path("-"))).encode()),
         *((str(path), path.read_bytes()) for path in sources),
+        ("sleepfix", sleepfix.read_bytes()),
     ])
     ref = f"{BASE_REPOSITORY}:{key}"
     if imagestore.has_image(ref):
@@ -157,6 +162,7 @@ def base_image() -> str:
                            f"in {time.monotonic() - started:.0f}s")
         with imagestore.working_container("scratch") as container:
             buildah("add", container, str(rootfs), "/")
+            buildah("copy", container, str(sleepfix), str(fakeclock.IMAGE_SLEEPFIX))
             buildah("config", "--env", "LANG=C.UTF-8", "--cmd", '["python3"]',
                     "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                     container)

@@ -1,11 +1,12 @@
-"""The operator's wall clock skewed by +10 min and stepped -20 and +20 min mid-run
-(issue 12, item 2).
+"""The operator's and the workers' wall clocks skewed by 10 min (opposite ways) and
+stepped by 20 min mid-run (issue 12, item 2).
 
 The reduced form of ``make faults``' scenario ``clock-skew`` (``tests/support/
 clockskew.py``): two real SDK workers on the node, a 10 s lease; the operator (its own
 process, under libfaketime, its monotonic clock left alone) starts at ``+600s``, is
 stepped to ``-600s`` once every worker renews, and back to ``+600s`` while a later run's
-attempt is still starting; then one worker is SIGSTOPped.
+attempt is still starting; the workers (libfaketime in their pods) start at ``-600s`` and
+are stepped the other way at the same moments; then one worker is SIGSTOPped.
 
 Covers: no early takeover (no attempt 2, no pod fenced, no worker told lost) for the live
 workers, the starting one included, whatever the wall clock says; one pod and one lease
@@ -19,9 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clockskew import LIBFAKETIME, SKEW, faked_env, play
+from clockskew import SKEW, operator_env, play
 from clusters import Cluster
 from effectowner import EffectOwner
+from fakeclock import LIBFAKETIME
 from localnode import LocalNode
 from operators import OperatorProcess
 from scenarios import Scenario
@@ -41,7 +43,7 @@ def skewed(cluster: Cluster, namespace: str, installed: None,
     timestamp = tmp_path / "faketime"
     timestamp.write_text(SKEW + "\n")
     process = OperatorProcess(cluster=cluster, namespace=namespace, log=tmp_path / "op.log",
-                              env=faked_env(timestamp)).start()
+                              env=operator_env(timestamp)).start()
     yield process, timestamp
     process.stop()
     print(process.tail(40))
@@ -53,10 +55,13 @@ def test_a_stepped_operator_clock_takes_over_no_live_attempt_and_recovers_a_stop
     operator, timestamp = skewed
     outcome = play(scenario, node=node, image=worker_image, owner=owner,
                    timestamp_file=timestamp, slots=SLOTS, lease_seconds=LEASE_SECONDS)
-    print(f"steps {outcome.steps}; late attempt unrenewed at the forward step: "
+    print(f"steps {outcome.steps}, workers {outcome.worker_steps} (renewTime offsets seen "
+          f"{sorted(outcome.worker_offsets)} min); late attempt unrenewed at the forward step: "
           f"{outcome.unrenewed_at_step}; recovered {outcome.recovered_after} s after the "
           f"stop; settled {outcome.settled_after} s")
     assert outcome.violations == []
     assert outcome.steps == ["+600s", "-600s", "+600s"]
+    assert outcome.worker_steps == ["-600s", "+600s", "-600s"]
+    assert outcome.worker_offsets == {-10, 10}
     assert outcome.recovered_after is not None
     assert operator.alive, operator.tail()
