@@ -4,7 +4,8 @@ Covers: de-duplication (queued twice runs once; re-added while running runs once
 after), several workers, exponential backoff per key (capped, reset on success),
 ``add_after`` keeping the earliest time, a Wait's time and "no timer", the resync (each
 known key once per period, spread), and a hung reconcile that stops no other key and is
-requeued with backoff after its timeout without ever running twice at once.
+requeued with backoff after its timeout without ever running twice at once; and a stop
+that ends every reconcile still running, an abandoned one too.
 """
 
 from __future__ import annotations
@@ -228,6 +229,31 @@ async def test_several_workers_run_different_keys_at_once() -> None:
     await queue.stop()
     starts = sorted(t for _, t in work.calls)
     assert starts == [0.0, 0.0, 0.0, 10.0, 10.0, 10.0]
+
+
+@pytest.mark.looptime
+async def test_stop_ends_every_running_reconcile_the_abandoned_one_too() -> None:
+    # The operator shuts its thread pool down right after the stop: a reconcile that
+    # went on would then fail ("cannot schedule new futures after shutdown").
+    ended: dict[Key, str] = {}
+
+    async def plan(key: Key, n: int) -> queues.Next:
+        try:
+            await asyncio.sleep(1000)
+        except asyncio.CancelledError:
+            ended[key] = "cancelled"
+            raise
+        ended[key] = "went on"
+        return queues.Next()
+
+    queue = queue_of(Recorder(plan), workers=2, timeout=5)
+    queue.add("abandoned")
+    queue.start()
+    await asyncio.sleep(6)  # past the timeout: its worker freed, the reconcile running
+    queue.add("running")
+    await asyncio.sleep(1)
+    await queue.stop()
+    assert ended == {"abandoned": "cancelled", "running": "cancelled"}
 
 
 def test_a_queue_needs_a_worker() -> None:

@@ -18,6 +18,9 @@ Terms (client-go's workqueue, which this follows):
   the next key) and is requeued with backoff; the key stays *processing* until the
   abandoned reconcile really ends, so it never runs twice at once. A hung key therefore
   stops nobody but itself.
+- *stop*: the workers, the timer and every reconcile still running (an abandoned one
+  too) are cancelled and awaited, so none goes on using what its owner shuts down next
+  (the operator's thread pool) after :meth:`Queue.stop` returns.
 
 Time is the event loop's clock (``loop.time()``), so tests drive it with looptime.
 """
@@ -82,6 +85,7 @@ class Queue(Generic[K]):
         self._ready = asyncio.Event()
         self._timer_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._reconciles: set[asyncio.Future[Next]] = set()  # running, abandoned ones too
 
     @property
     def depth(self) -> int:
@@ -139,6 +143,11 @@ class Queue(Generic[K]):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        # asyncio.wait does not cancel what it waits on: a worker's reconcile outlives it
+        running = list(self._reconciles)
+        for reconcile in running:
+            reconcile.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -156,6 +165,8 @@ class Queue(Generic[K]):
         while True:
             key = await self._take()
             task = asyncio.ensure_future(self.work(key))
+            self._reconciles.add(task)
+            task.add_done_callback(self._reconciles.discard)
             done, _ = await asyncio.wait({task}, timeout=self.timeout)
             if not done:
                 self.logger.error("reconciling %s took over %.0f s; the others go on, and it "
