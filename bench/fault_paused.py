@@ -38,7 +38,10 @@ def figures(play: pausedserver.Play) -> str:
     return (f"paused {paused}; every lease renewed {seconds(play.renewed_after)} after the "
             f"resume; a run made after it claimed (Active) in {seconds(play.served_after)}; "
             f"every slot Succeeded {seconds(play.settled_after)} after the word to finish; "
-            f"{play.lapsed} workers' keepers lapsed (effects paused) and resumed")
+            f"{play.lapsed} workers' keepers lapsed (effects paused) and resumed; an "
+            f"attempt not yet renewed (start deadline {pausedserver.STARTING_DEADLINE} s) "
+            f"{seconds(play.unblind_at_pause)} old at the pause renewed "
+            f"{seconds(play.begun_after)} after the word to begin")
 
 
 def play(context: Context, number: int) -> Outcome:

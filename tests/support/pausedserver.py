@@ -6,11 +6,16 @@ One play (:func:`play`), shared by ``make faults`` (``bench/faults.py``, many pl
 1. a run of ``slots`` nodes whose workers are real pods on the node running the SDK
    (:data:`WORKER`: its keeper the only renewer; the worker waits for the test's word,
    renewing, and exits 0), under a lease of ``lease_seconds``; once every attempt is
-   Active and renewed, a hold command on the first slot, then
+   Active and renewed, a second run's one slot whose worker (:data:`STARTING`) makes no
+   renewal until the test's word, its attempt Active and judged by a start deadline of
+   :data:`STARTING_DEADLINE` (shorter than the pause), and a hold command on the first
+   slot, then
 2. the API server (with its etcd) SIGSTOPped for ``pause_seconds`` and SIGCONTed
    (``faults.hold_paused``); then
-3. every worker renews again, a release command, a second run made after the resume is
-   served (its attempt Active), the workers are told to finish, and every slot succeeds.
+3. every worker renews again, a release command, a third run made after the resume is
+   served (its attempt Active), the starting worker told to begin (it renews within
+   :data:`BEGUN_BOUND`: the blind time counted out of its start deadline as out of a
+   lease's), the workers are told to finish, and every slot succeeds.
 
 What is checked after it (:func:`violations`), each a line of what went wrong:
 - *no early takeover* and *no attempt lost*: every slot Succeeded with one attempt, the
@@ -47,12 +52,14 @@ from agentrun.worker.sdk import Worker
 OWNER = os.environ["EFFECT_OWNER"]
 def say(**fields):
     print(json.dumps(fields), flush=True)
-def finish():
+def word(key):
     try:
-        with urllib.request.urlopen(OWNER + "/effects/finish", timeout=5) as answer:
+        with urllib.request.urlopen(OWNER + "/effects/" + key, timeout=5) as answer:
             return json.load(answer)["answer"] == "applied"
     except OSError:
         return False
+def finish():
+    return word("finish")
 worker = Worker.from_env()
 worker.start(on_lapse=lambda why: say(told="lapse", at=time.time()),
              on_resume=lambda why: say(told="resume", at=time.time()),
@@ -71,6 +78,18 @@ worker.stop()
 say(done=time.time())
 """
 FINISH_KEY, FINISH_FENCE = "finish", "test"
+BEGIN_KEY = "begin"
+# A worker that makes its first renewal only once the owner says BEGIN_KEY: its attempt
+# waits on the start deadline (STARTING_DEADLINE) until then.
+STARTING = WORKER.replace("worker = Worker.from_env()\n", f"""while not word({BEGIN_KEY!r}):
+    time.sleep(0.5)
+worker = Worker.from_env()
+""")
+# Shorter than the pause, longer than the starting attempt's unblind time before the
+# pause and until its first renewal after it: counted with the blind time it would end
+# during the pause (an early takeover); without it, it never ends.
+STARTING_DEADLINE = 20
+BEGUN_BOUND = 10.0  # after the word to begin, the starting attempt renewed
 ACTIVE_BOUND = 120.0  # seconds: the first run's pods started and renewing (a cold node)
 RENEWED_BOUND = 30.0  # after the resume, every lease renewed again
 SERVED_BOUND = 90.0  # a run created after the resume has its attempt Active
@@ -88,6 +107,8 @@ class Play:
     served_after: float | None = None  # the later run created → its attempt Active
     settled_after: float | None = None  # the word to finish → every slot Succeeded
     lapsed: int = 0  # workers told their lease lapsed (effects paused) during the pause
+    unblind_at_pause: float | None = None  # the starting attempt Active -> the pause
+    begun_after: float | None = None  # the word to begin -> its first renewal seen
 
 
 def status(slot: Object) -> Object:
@@ -140,9 +161,13 @@ def play(scenario: Scenario, *, apiserver: subprocess.Popen[bytes] | int, image:
         (f"w{i:02d}", "cpu", []) for i in range(slots))
     scenario.configs(name="before", nodes=nodes)
     scenario.configs(name="after", nodes=(("late", "cpu", []),))
+    scenario.configs(name="starting", nodes=(("first-renewal", "starting", []),))
     real_launch_spec(scenario, "paused-workers", classes=["cpu"], image=image, script=WORKER,
                      renewer=False, lease_seconds=lease_seconds,
                      env={OWNER_ENV: owner.url})
+    real_launch_spec(scenario, "paused-starting", classes=["starting"], image=image,
+                     script=STARTING, renewer=False, lease_seconds=lease_seconds,
+                     env={OWNER_ENV: owner.url}, start_deadline_seconds=STARTING_DEADLINE)
     scenario.run("before", config="before", max_attempts=2)
     first = wait_for(lambda: (found := scenario.slot_names("before")) and len(found) == slots
                      and found, timeout=60, message=f"{slots} slots of run before")
@@ -153,11 +178,18 @@ def play(scenario: Scenario, *, apiserver: subprocess.Popen[bytes] | int, image:
                          for lease in leases), timeout=ACTIVE_BOUND,
              message="every worker started (its first renewal made)", interval=0.5)
     before = renew_times(scenario, leases)
+    scenario.run("starting", config="starting", max_attempts=2)
+    starting = wait_for(lambda: scenario.slot_names("starting"), timeout=60,
+                        message="the slot of run starting")
+    wait_for(lambda: active(scenario, starting), timeout=60, interval=0.1,
+             message="the starting slot's attempt 1 Active (its worker waits to renew)")
+    claimed = time.monotonic()
     hold, release = request_id(), request_id()
     held = scenario.annotate(first[0], user="admin", hold_id=hold,
                              hold_reason="the paused-server scenario")
     assert held.returncode == 0, held.stderr
     result.pause = pause = hold_paused(apiserver, seconds=pause_seconds)
+    result.unblind_at_pause = pause.stopped - claimed
 
     # The API server is back: the workers renew, the operator serves.
     if timed(result, "every lease renewed after the resume",
@@ -165,6 +197,7 @@ def play(scenario: Scenario, *, apiserver: subprocess.Popen[bytes] | int, image:
              timeout=RENEWED_BOUND) is not None:
         result.renewed_after = time.monotonic() - pause.resumed
     made = release_then_run_after(scenario, result, slot=first[0], hold=hold, release=release)
+    first_renewal(scenario, result, owner=owner, lease=f"{starting[0]}-1")
     late = wait_for(lambda: scenario.slot_names("after"), timeout=60,
                     message="the slot of run after")
     if timed(result, "the run made after the resume served (Active)",
@@ -174,7 +207,7 @@ def play(scenario: Scenario, *, apiserver: subprocess.Popen[bytes] | int, image:
           timeout=COMMAND_BOUND)
     status_code, _ = owner.effect(key=FINISH_KEY, token=0, fence=FINISH_FENCE, payload=None)
     assert status_code == 200, status_code
-    every = [*first, *late]
+    every = [*first, *late, *starting]
     result.settled_after = timed(
         result, "every slot Succeeded after the word to finish",
         lambda: all(status(scenario.slot(s)).get("state") == "Succeeded" for s in every),
@@ -183,6 +216,17 @@ def play(scenario: Scenario, *, apiserver: subprocess.Popen[bytes] | int, image:
     result.lapsed = sum(any(p.get("told") == "lapse" for p in printed(scenario, f"{s}-1"))
                         for s in first)
     return result
+
+
+def first_renewal(scenario: Scenario, play: Play, *, owner: EffectOwner, lease: str) -> None:
+    """The starting worker told to begin (its start deadline long past on the wall
+    clock, not on the unblind one); its first renewal within :data:`BEGUN_BOUND`."""
+    status_code, _ = owner.effect(key=BEGIN_KEY, token=0, fence=FINISH_FENCE, payload=None)
+    assert status_code == 200, status_code
+    play.begun_after = timed(
+        play, f"{lease}: its first renewal after the word to begin",
+        lambda: ((scenario.lease(lease) or {}).get("spec") or {}).get("renewTime"),
+        timeout=BEGUN_BOUND)
 
 
 def release_then_run_after(scenario: Scenario, play: Checked, *, slot: str, hold: str,

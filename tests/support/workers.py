@@ -52,7 +52,8 @@ def grant_worker_role(scenario: Scenario) -> None:
 
 def real_launch_spec(scenario: Scenario, name: str, *, classes: list[str], image: str,
                      script: str, lease_seconds: int = LEASE_SECONDS,
-                     renewer: bool = True, env: dict[str, str] | None = None) -> Object:
+                     renewer: bool = True, env: dict[str, str] | None = None,
+                     start_deadline_seconds: int = START_DEADLINE_SECONDS) -> Object:
     """A LaunchSpec whose pods run ``script`` under the lease renewer (or, ``renewer``
     False, as ``python3 -c script`` alone: an SDK worker renews itself), on the node."""
     command = ["python3", "-c", script]
@@ -60,17 +61,19 @@ def real_launch_spec(scenario: Scenario, name: str, *, classes: list[str], image
                  "command": ["agentrun-worker", "run", "--", *command] if renewer else command,
                  "env": [{"name": k, "value": v} for k, v in sorted((env or {}).items())]}
     return node_launch_spec(scenario, name, classes=classes, container=container,
-                            lease_seconds=lease_seconds)
+                            lease_seconds=lease_seconds,
+                            start_deadline_seconds=start_deadline_seconds)
 
 
 def node_launch_spec(scenario: Scenario, name: str, *, classes: list[str],
-                     container: Object, lease_seconds: int = LEASE_SECONDS) -> Object:
+                     container: Object, lease_seconds: int = LEASE_SECONDS,
+                     start_deadline_seconds: int = START_DEADLINE_SECONDS) -> Object:
     """A LaunchSpec whose pods run ``container`` on the node as the worker account."""
     body: Object = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
             "metadata": {"name": name},
             "spec": {"claim": {"workerClasses": classes},
                      "lease": {"durationSeconds": lease_seconds},
-                     "startDeadlineSeconds": START_DEADLINE_SECONDS,
+                     "startDeadlineSeconds": start_deadline_seconds,
                      "template": {"metadata": {"labels": {"example/spec": name}},
                                   "spec": {"restartPolicy": "Never",
                                            "serviceAccountName": WORKER_ACCOUNT,

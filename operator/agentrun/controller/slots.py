@@ -154,11 +154,12 @@ class SlotReconciler(reconcilers.Reconciler):
             attempt = inputs.AttemptObjects(name=worker, pod=reader.pod(namespace, worker),
                                             lease=lease)
             observation = self.observe(namespace, worker, lease, ticks)
-            if observation is not None:
-                blind = reader.blind_time(since=observation.observed_at)
             if lease is not None:
                 key = (namespace, worker, lease["metadata"].get("uid", ""))
                 first_seen, first_ticks = self.first_seen.get(key), self.first_ticks.get(key)
+            since = observation.observed_at if observation is not None else first_ticks
+            if since is not None:  # before the first renewal: the start deadline's blind time
+                blind = reader.blind_time(since=since)
         next_attempt = None
         if needs.next_worker is not None:
             next_lease = reader.lease(namespace, needs.next_worker)

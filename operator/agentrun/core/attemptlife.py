@@ -275,7 +275,7 @@ def active_step(world: inputs.World) -> actions.Step:
         if judged is not LeaseStatus.HELD:
             return actions.Wait(message=verdict.message)
         if world.observation is None:  # on the start window's clock, said as a wall time
-            until = world.now + (started + timedelta(seconds=deadline) - now)
+            until = world.now + (started + timedelta(seconds=deadline) + world.blind - now)
         else:  # the expiry on the monotonic clock, said as a wall time for the scheduler
             left = (world.observation.observed_at + timedelta(seconds=duration)
                     + world.blind - (world.ticks or world.now))

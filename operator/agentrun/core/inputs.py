@@ -41,7 +41,8 @@ class World:
     (n = ``attemptCount``) of an open slot not Claiming or Active: their Lease, when it is
     the slot's own and not tombstoned, says a claim is under way (the claim's commit
     point). ``blind``: how long the operator was blind (API failing, watch silent) since
-    it last saw the attempt's lease renewed; it never counts toward the lease's expiry.
+    it last saw the attempt's lease renewed (before the first renewal: since it first read
+    the lease); it never counts toward the lease's expiry or the start deadline.
     ``dependencies``: state of each slot this one depends on,
     by node (absent: not created yet). ``snapshots``: names of the LaunchSpec snapshots
     the slot owns. ``launch_spec``: the pinned spec read back from its snapshot, or the

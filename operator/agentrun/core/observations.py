@@ -155,11 +155,13 @@ def lease_status(
     ``observation`` must be the result of :func:`observe` on this same reading, its
     ``observed_at`` on the clock of ``ticks`` (the monotonic clock; ``now`` when None).
     Before the first renewal a lease is held until ``claimed_at + start_deadline_seconds``
-    (wall clock: the claim time is a wall time) and expired after; once renewed, held
-    until ``lease_duration_seconds`` (the pinned duration) after the operator saw the
-    last change, plus ``blind``: how long since that change the operator itself was
-    blind (its API requests failing, its watch silent). A renewal it could not have seen
-    then is not the worker's fault, so that time never counts toward the expiry.
+    (on the clock of ``now``: see ``attemptlife.start_window``) plus ``blind``, and
+    expired after; once renewed, held until ``lease_duration_seconds`` (the pinned
+    duration) after the operator saw the last change, plus ``blind``. ``blind`` is how
+    long since that change (before the first: since this process first read the lease)
+    the operator itself was blind (its API requests failing, its watch silent): a renewal
+    it could not have seen then, or a first one the worker could not make against a
+    paused server, is not the worker's fault, so that time never counts.
     ``renewTime`` and ``leaseDurationSeconds`` of the Lease are never used.
     """
     if not lease.exists:
@@ -167,7 +169,7 @@ def lease_status(
     if lease.tombstoned:
         return LeaseStatus.RELEASED
     if observation is None:
-        return (LeaseStatus.HELD if now < claimed_at + timedelta(seconds=start_deadline_seconds)
-                else LeaseStatus.EXPIRED)
+        deadline = claimed_at + timedelta(seconds=start_deadline_seconds) + blind
+        return LeaseStatus.HELD if now < deadline else LeaseStatus.EXPIRED
     expiry = observation.observed_at + timedelta(seconds=lease_duration_seconds) + blind
     return LeaseStatus.HELD if (ticks or now) < expiry else LeaseStatus.EXPIRED

@@ -10,11 +10,12 @@ session's own API server is paused, so the test is ``serial``: nothing else may 
 against it meanwhile.
 
 Covers: the operator counts none of its blind time toward expiry (no attempt 2, no attempt
-Lost, no pod deleted while its worker lives), the workers keep their attempts (each
-renews again after the resume), the operator recovers on its own (a run made after the
-resume is served), one pod and one lease record per attempt, one ledger entry per
-command (a hold sent just before the pause, a release after it), and no slot stuck beyond
-the scenario's bounds.
+Lost, no pod deleted while its worker lives), nor toward the start deadline of an attempt
+not yet renewed (20 s, passed during the pause on the wall clock); the workers keep their
+attempts (each renews again after the resume), the operator recovers on its own (a run
+made after the resume is served), one pod and one lease record per attempt, one ledger
+entry per command (a hold sent just before the pause, a release after it), and no slot
+stuck beyond the scenario's bounds.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import pytest
 from effectowner import EffectOwner
 from operators import OperatorProcess
-from pausedserver import play
+from pausedserver import STARTING_DEADLINE, play
 from processfaults import apiserver, state
 from scenarios import Scenario
 
@@ -45,8 +46,14 @@ def test_a_paused_api_server_costs_no_attempt_and_the_operator_recovers(
     assert outcome.pause is not None and outcome.pause.seconds >= PAUSE_SECONDS
     print(f"paused {outcome.pause.seconds:.1f} s; renewed again {outcome.renewed_after} s "
           f"after the resume; a later run served in {outcome.served_after} s; settled in "
-          f"{outcome.settled_after} s; {outcome.lapsed} of {SLOTS} workers lapsed")
+          f"{outcome.settled_after} s; {outcome.lapsed} of {SLOTS} workers lapsed; the "
+          f"starting attempt {outcome.unblind_at_pause} s old at the pause, renewed "
+          f"{outcome.begun_after} s after the word to begin")
     assert outcome.violations == []
+    # The starting attempt's deadline passed during the pause on the wall clock.
+    assert outcome.unblind_at_pause is not None
+    assert outcome.unblind_at_pause + outcome.pause.seconds > STARTING_DEADLINE
+    assert outcome.begun_after is not None
     assert operator.alive, operator.tail()
     # The pause was longer than a lease and the workers saw it: their keepers lapsed.
     assert outcome.lapsed == SLOTS

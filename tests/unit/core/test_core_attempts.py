@@ -126,6 +126,21 @@ def test_start_deadline_governs_until_the_first_renewal() -> None:
     assert gone.ended and gone.outcome is Outcome.START_TIMEOUT
 
 
+def test_blind_time_never_counts_toward_the_start_deadline() -> None:
+    """A worker cannot make its first renewal against a paused API server: the time the
+    operator was blind moves the start deadline as it moves a renewed lease's expiry."""
+    view = lease(None)
+
+    def status(tick: int, *, blind: int) -> LeaseStatus:
+        return observations.lease_status(observation=None, lease=view,
+                                         now=f.T0 + f.seconds(tick), claimed_at=f.T0,
+                                         start_deadline_seconds=60, lease_duration_seconds=30,
+                                         blind=f.seconds(blind))
+    assert status(60, blind=0) is LeaseStatus.EXPIRED
+    assert status(99, blind=40) is LeaseStatus.HELD
+    assert status(100, blind=40) is LeaseStatus.EXPIRED
+
+
 def test_released_and_missing_leases() -> None:
     """A tombstoned lease is released; an absent one is missing; neither is ever held."""
     assert status_at(f.T0, None, lease("x", tombstoned=True)) is LeaseStatus.RELEASED
