@@ -4,7 +4,8 @@ The operator runs as a process against the real API server; once it has served a
 run (so it is up), the test creates a run of ``MAX_NODES`` independent nodes and waits for
 its ``Ready`` condition (every slot exists). Checked: every slot exists, created once (no
 retry), from a few lists of the slots (not one per slot); the run's own passes (pinning and
-the lay-out: each over 50 ms logs its CPU time) take well under a second; the whole
+the lay-out: each over 50 ms logs its CPU time) are few, the heaviest (the lay-out) well
+under a second; the whole
 process's CPU time (user + system, from ``/proc/<pid>/stat``) over the lay-out, which also
 covers every slot's first look (its first status and Event: no LaunchSpec serves them) and
 Kopf taking their events, is bounded per slot; no ERROR line is logged; and the run's status
@@ -27,8 +28,12 @@ from waiting import wait_for
 
 from agentrun.api.configs import MAX_NODES
 
-# The run's own passes: pinning, one list, 256 creates, one status write (about 0.35 s).
+# The lay-out pass: one list, 256 creates, one status write (about 0.35 s; 0.50 s seen with
+# the whole suite running). Per pass, not summed: the passes an event causes afterwards
+# (0.07 to 0.12 s each) are not the lay-out; a re-read or a retry per slot inside it
+# (256 x a few ms) would still exceed it.
 RUN_CPU_SECONDS = 0.6
+RUN_PASSES = 8  # passes logged for the run: a pass per slot would be 256
 # The whole process while the run is laid out: the run's passes, plus each slot's first
 # look (a status write and a Warning Event: no LaunchSpec serves them) and Kopf taking the
 # slots' events; about 10 ms a slot on 2 shared cores, so 25 ms leaves room for a loaded
@@ -57,17 +62,16 @@ def errors_logged(log: Path) -> list[str]:
     return found
 
 
-def run_cpu(log: Path, *, namespace: str, run: str) -> tuple[int, float]:
-    """How many passes the operator logged for ``run``, and their CPU seconds in all."""
-    passes, total = 0, 0.0
+def run_cpu(log: Path, *, namespace: str, run: str) -> list[float]:
+    """The CPU seconds of each pass the operator logged for ``run``, in order."""
+    passes: list[float] = []
     prefix = f"run {namespace}/{run}: a pass of "
     for line in log.read_text(errors="replace").splitlines():
         with contextlib.suppress(json.JSONDecodeError, ValueError, AttributeError):
             message = str(json.loads(line).get("message", ""))
             if message.startswith(prefix):
-                passes += 1
-                total += float(message.removeprefix(prefix).split()[0])
-    return passes, total
+                passes.append(float(message.removeprefix(prefix).split()[0]))
+    return passes
 
 
 def slot_lists(log: Path, *, namespace: str) -> int:
@@ -107,9 +111,10 @@ def test_a_256_node_run_is_laid_out_in_one_pass(scenario: Scenario, operator: Op
     print(f"operator CPU for the {MAX_NODES}-node lay-out: {used:.2f} s")
     assert sorted(scenario.slot_names("wide")) == sorted(
         scenario.slot_name("wide", n) for n in nodes)
-    passes, own = run_cpu(operator.log, namespace=scenario.namespace, run="wide")
-    print(f"the run's own {passes} passes: {own:.2f} s CPU")
-    assert passes >= 1 and own < RUN_CPU_SECONDS, f"{own:.2f} s of CPU in {passes} passes"
+    passes = run_cpu(operator.log, namespace=scenario.namespace, run="wide")
+    print(f"the run's own passes: {passes} s CPU")
+    assert 1 <= len(passes) <= RUN_PASSES, passes
+    assert max(passes) < RUN_CPU_SECONDS, f"the heaviest pass of {passes}"
     assert used < CPU_PER_SLOT_SECONDS * MAX_NODES, (
         f"{used:.2f} s of operator CPU for {MAX_NODES} slots")
     assert errors_logged(operator.log) == [], operator.tail()
