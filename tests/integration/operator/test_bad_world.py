@@ -84,10 +84,13 @@ def squatted_run(scenario: Scenario) -> None:
 
 
 def invalid_template(scenario: Scenario) -> None:
-    bad = scenario.launch_spec("broken", classes=["gpu"])
-    bad["spec"]["template"]["spec"]["containers"][0]["name"] = "Not_A_DNS_Label"
-    scenario.custom.replace_namespaced_custom_object(
-        GROUP, VERSION, scenario.namespace, "launchspecs", "broken", bad)
+    made = scenario.launch_spec("broken", classes=["gpu"])
+    container = {**made["spec"]["template"]["spec"]["containers"][0], "name": "Not_A_DNS_Label"}
+    # A merge patch (the list replaced whole), not a replace under the created version:
+    # the operator may have written the spec's status (Valid) meanwhile, a 409 for us.
+    scenario.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, scenario.namespace, "launchspecs", "broken",
+        {"spec": {"template": {"spec": {"containers": [container]}}}})
 
     def shown() -> Object | None:
         found = scenario.custom.get_namespaced_custom_object(
