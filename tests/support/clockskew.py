@@ -43,7 +43,7 @@ from pathlib import Path
 from effectowner import EffectOwner
 from fakeclock import IMAGE_SLEEPFIX, faked_env, sleepfix_library, step
 from localnode import LocalNode
-from pausedserver import FINISH_FENCE, FINISH_KEY, WORKER, active, status, timed
+from pausedserver import FINISH_FENCE, FINISH_KEY, WORKER, active, renew_times, status, timed
 from scenarios import Object, Scenario
 from waiting import wait_for
 from workers import (
@@ -127,7 +127,7 @@ def play(scenario: Scenario, *, node: LocalNode, image: str, owner: EffectOwner,
     leases = [f"{s}-1" for s in first]
 
     def renewed_at(minutes: int) -> bool:  # every lease's renewTime that far from the host's
-        times = [((scenario.lease(x) or {}).get("spec") or {}).get("renewTime") for x in leases]
+        times = list(renew_times(scenario, leases).values())
         offsets = {offset_minutes(t) for t in times if t}
         result.worker_offsets |= offsets
         return all(times) and offsets == {minutes}

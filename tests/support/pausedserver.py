@@ -225,7 +225,7 @@ def first_renewal(scenario: Scenario, play: Play, *, owner: EffectOwner, lease: 
     assert status_code == 200, status_code
     play.begun_after = timed(
         play, f"{lease}: its first renewal after the word to begin",
-        lambda: ((scenario.lease(lease) or {}).get("spec") or {}).get("renewTime"),
+        lambda: renew_times(scenario, [lease])[lease],
         timeout=BEGUN_BOUND)
 
 
