@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from agentrun.api import crds, names
-from agentrun.core import admission, leasepolicy, validating
+from agentrun.core import admission, leasepolicy, tokenpolicy, validating
 
 STAMP_POLICY = names.STAMP_POLICY
 OPERATOR_ROLE = "agentrun-operator"
@@ -233,6 +233,12 @@ def stamp_policy() -> list[dict[str, Any]]:
     return admission.stamp_policy()
 
 
+def validating_policies() -> list[dict[str, Any]]:
+    """Every ValidatingAdmissionPolicy shipped, with its binding (admission/validating.yaml)."""
+    return [*validating.validating_policies(), *leasepolicy.attempt_leases(),
+            *tokenpolicy.pod_tokens()]
+
+
 WORKER_ROLE = "agentrun-worker"
 # Exactly what the worker calls: the lease renewer (agentrun.worker.renewer) reads its
 # Lease and writes renewTime back with an update (PUT) under the resourceVersion it read;
@@ -274,8 +280,7 @@ def rendered() -> dict[str, str]:
             "rbac/roles.yaml": dump(user_roles()),
             "local/operator-user.yaml": dump(local_user_binding()),
             "admission/stamp-actors.yaml": dump(stamp_policy()),
-            "admission/validating.yaml": dump([*validating.validating_policies(),
-                                               *leasepolicy.attempt_leases()]),
+            "admission/validating.yaml": dump(validating_policies()),
             "deploy/operator.yaml": dump([*deployment(), *metrics_service()]),
             "rbac/worker.yaml": dump(worker_rbac())}
 

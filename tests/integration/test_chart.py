@@ -18,7 +18,6 @@ from clusters import Cluster
 from helm import CHART, NAMESPACE, RELEASE, helm_binary
 
 from agentrun import manifests
-from agentrun.core import leasepolicy, validating
 
 IMAGE = "localhost/agentrun-operator:test"
 
@@ -51,8 +50,8 @@ def test_helm_lint_strict_passes() -> None:
 def expected_objects() -> list[dict[str, Any]]:
     """What ``agentrun.manifests`` builds for the chart, in its default values."""
     everything = [*manifests.operator_rbac(), *manifests.user_roles(), *manifests.worker_rbac(),
-                  *manifests.stamp_policy(), *validating.validating_policies(),
-                  *leasepolicy.attempt_leases(), *manifests.deployment(),
+                  *manifests.stamp_policy(), *manifests.validating_policies(),
+                  *manifests.deployment(),
                   *manifests.metrics_service()]
     return [o for o in everything if o["kind"] != "Namespace"]
 

@@ -56,10 +56,12 @@ def match_rule(group: str, version: str, resources: list[str], operations: list[
 
 def policy_pair(name: str, *, rules: list[Object], validations: list[Object],
             variables: list[Object] | None = None,
-            conditions: list[Object] | None = None) -> list[Object]:
+            conditions: list[Object] | None = None,
+            namespaces: Object | None = None) -> list[Object]:
+    """The policy and its Deny binding; ``namespaces`` selects namespaces (default: all)."""
     spec: Object = {
         "failurePolicy": "Fail",
-        "matchConstraints": {"namespaceSelector": {}, "objectSelector": {},
+        "matchConstraints": {"namespaceSelector": namespaces or {}, "objectSelector": {},
                              "resourceRules": rules, "matchPolicy": "Equivalent"},
         "validations": validations,
     }
@@ -80,9 +82,10 @@ def validation(expression: str, message: str) -> Object:
     return {"expression": expression, "message": message, "reason": "Invalid"}
 
 
-def dynamic_validation(expression: str, message_expression: str) -> Object:
+def dynamic_validation(expression: str, message_expression: str, *,
+                       reason: str = "Invalid") -> Object:
     return {"expression": expression, "messageExpression": message_expression,
-            "reason": "Invalid"}
+            "reason": reason}
 
 
 ANNOTATIONS = [

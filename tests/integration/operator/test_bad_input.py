@@ -13,7 +13,12 @@ Covers, against a real API server with the operator running:
   slot of the run whose pod fails meanwhile still ends within seconds; a command with
   no request id is not a command and is left alone;
 - a relabelled Slot (``agentrun.dev/run``) still counts for its run: its dependent
-  starts once it succeeds.
+  starts once it succeeds;
+- a minted token: an editor (the standard ``edit`` role) asks for a token of the worker's
+  ServiceAccount bound to another's attempt pod (``kubectl create token
+  --bound-object-kind Pod``); the policy ``agentrun-pod-tokens`` refuses it with its
+  message (``serial``: the shipped validating policies in force), and the slot and the
+  attempt's Lease are unchanged.
 
 Commands are written through the API (as ``admin``, stamped by admission): a 200 KiB
 value does not fit on a command line.
@@ -28,10 +33,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from operators import OperatorProcess
 from scenarios import Object, Scenario, exhausted_beside_active, holds_throughout, unchanged
-from waiting import wait_for_default_service_account
+from waiting import wait_for, wait_for_default_service_account
 
 from agentrun.api import bounds
-from agentrun.core import commands
+from agentrun.core import commands, tokenpolicy
 
 pytestmark = pytest.mark.integration
 
@@ -210,3 +215,29 @@ def test_a_relabelled_slot_still_counts_for_its_run(
     scenario.finish(f"{first}-1", "Succeeded", exit_code=0)
     scenario.wait_state(first, "Succeeded", timeout=15)
     scenario.wait_state(second, "Active", timeout=30)
+
+
+@pytest.mark.serial
+def test_a_minted_token_for_anothers_attempt_pod_is_refused(
+        scenario: Scenario, operator: OperatorProcess, validating: None) -> None:
+    scenario.rbac.create_namespaced_role_binding(scenario.namespace, {
+        "metadata": {"name": "bob-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}]})
+    launched(scenario)
+    slot = scenario.slot_name_eventually("study", "research")
+    scenario.wait_state(slot, "Active")
+    pod = scenario.core.read_namespaced_pod(f"{slot}-1", scenario.namespace)
+    before, lease = scenario.slot(slot), scenario.lease(f"{slot}-1")
+    mint = ("-n", scenario.namespace, "create", "token", pod.spec.service_account_name,
+            "--bound-object-kind", "Pod", "--bound-object-name", pod.metadata.name,
+            "--bound-object-uid", pod.metadata.uid)
+    refused = wait_for(lambda: (found := scenario.cluster.kubectl(*mint, user="bob"))
+                       .returncode != 0 and found, timeout=30,
+                       message=f"{tokenpolicy.POD_TOKENS} in force")
+    assert f"ValidatingAdmissionPolicy '{tokenpolicy.POD_TOKENS}'" in refused.stderr
+    assert f"a token bound to pod {pod.metadata.name} could write records" in refused.stderr
+    assert not refused.stdout  # no token
+    unchanged(before, scenario.slot(slot))
+    assert scenario.lease(f"{slot}-1") == lease
