@@ -65,3 +65,10 @@ def test_the_shipped_roles_grant_no_way_to_act_as_a_pod() -> None:
             if "" in rule["apiGroups"]:
                 assert not AS_A_POD & set(rule["resources"]), (role["metadata"]["name"], rule)
             assert "impersonate" not in rule["verbs"], role["metadata"]["name"]
+
+
+def test_an_attempt_pods_ephemeral_containers_are_the_operators() -> None:
+    (policy_object, _) = validating.operator_objects()
+    (rule,) = policy_object["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["pods", "pods/ephemeralcontainers", "configmaps"]
+    assert rule["operations"] == ["CREATE", "UPDATE"]

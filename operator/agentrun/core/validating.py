@@ -303,13 +303,18 @@ def ours(side: str) -> str:
 
 
 def operator_objects() -> list[Object]:
-    """Pods and ConfigMaps with the operator's labels or an agentrun.dev owner: its alone."""
+    """Pods and ConfigMaps with the operator's labels or an agentrun.dev owner: its alone.
+
+    An ephemeral container (``pods/ephemeralcontainers``, an UPDATE of the Pod) would run
+    in an attempt pod as that pod, its token in reach: it is a change like any other.
+    """
     return policy_pair(
         OPERATOR_OBJECTS,
         conditions=[{"name": "the-operators", "expression":
                      f"{ours('object')} || (oldObject != null && ({ours('oldObject')}))"},
                     {"name": "not-the-controller", "expression": f"!{controller()}"}],
-        rules=[match_rule("", "v1", ["pods", "configmaps"], ["CREATE", "UPDATE"])],
+        rules=[match_rule("", "v1", ["pods", "pods/ephemeralcontainers", "configmaps"],
+                          ["CREATE", "UPDATE"])],
         validations=[dynamic_validation("false", (
             "object.kind + ' ' + object.metadata.name + ' carries the agentrun operator\\'s "
             "labels or an agentrun.dev owner: only the operator creates or changes it; "

@@ -9,8 +9,8 @@ Covers: alice's TokenRequest bound to the attempt's pod is refused with a 403 na
 policy, the pod and the way out, and so is one bound to a pod of her own; a token she
 may mint (bound to no pod, or to a Secret) and impersonating the ServiceAccount write
 no record; a token bound to her own pod (what her pod's kubelet would give it) writes
-none on the attempt's Lease; she cannot change the attempt pod's image; the Lease holds
-no record.
+none on the attempt's Lease; she can neither change the attempt pod's image nor add an
+ephemeral container to it (even once granted that subresource); the Lease holds no record.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from agentrun.worker import records
 pytestmark = pytest.mark.serial
 ACCOUNT, SLOT = "agentrun-worker", "study-research-0a1b2c3d"
 ATTEMPT, OWN = f"{SLOT}-1", "alice-own"
+EPHEMERAL_RIGHTS = [{"apiGroups": [""], "resources": ["pods/ephemeralcontainers"],
+                     "verbs": ["update", "patch"]}]
 
 
 def bind(scenario: Scenario, name: str, role: tuple[str, str], subject: dict[str, str]) -> None:
@@ -128,8 +130,20 @@ def test_an_editor_can_neither_mint_an_attempt_pods_token_nor_change_its_pod(
     image = scenario.cluster.kubectl("-n", namespace, "set", "image", f"pod/{ATTEMPT}",
                                      "worker=localhost/hers:0", user="alice")
     assert image.returncode != 0 and OPERATOR_OBJECTS in image.stderr, image.stderr
+    ephemeral = ("-n", namespace, "debug", ATTEMPT, "--image=localhost/hers:0",
+                 "--container=hers", "--profile=general")
+    denied = scenario.cluster.kubectl(*ephemeral, user="alice")
+    assert denied.returncode != 0 and "forbidden" in denied.stderr, denied.stderr
+    scenario.rbac.create_namespaced_role(namespace, {"metadata": {"name": "debug"},
+                                                     "rules": EPHEMERAL_RIGHTS})
+    bind(scenario, "alice-debug", ("Role", "debug"), alice)
+    debug = wait_for(lambda: (found := scenario.cluster.kubectl(*ephemeral, user="alice"))
+                     .returncode != 0 and OPERATOR_OBJECTS in found.stderr
+                     and found, timeout=30, message="alice's debug refused by admission")
+    assert f"Pod {ATTEMPT} carries the agentrun operator's labels" in debug.stderr
 
     lease = scenario.coordination.read_namespaced_lease(ATTEMPT, namespace)
     assert not [k for k in lease.metadata.annotations or {} if k.startswith("record.")]
     attempt_pod = scenario.core.read_namespaced_pod(ATTEMPT, namespace)
     assert [c.image for c in attempt_pod.spec.containers] == ["localhost/unused:0"]
+    assert not attempt_pod.spec.ephemeral_containers
