@@ -136,7 +136,7 @@ def rendered() -> dict[str, str]:
         "templates/worker-role.yaml": template(manifests.worker_rbac()),
         "templates/admission-stamp.yaml": template(manifests.stamp_policy()),
         "templates/admission-validating.yaml": template(
-            [*validating.validating_policies(), *leasepolicy.attempt_leases()]),
+            [*validating.validating_policies(), *leasepolicy.lease_policies()]),
         "templates/deployment.yaml": template(deployment()),
         "templates/metrics-service.yaml": metrics_service(),
         "values.yaml": chartvalues.values_yaml(),

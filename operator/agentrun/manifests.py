@@ -275,7 +275,7 @@ def rendered() -> dict[str, str]:
             "local/operator-user.yaml": dump(local_user_binding()),
             "admission/stamp-actors.yaml": dump(stamp_policy()),
             "admission/validating.yaml": dump([*validating.validating_policies(),
-                                               *leasepolicy.attempt_leases()]),
+                                               *leasepolicy.lease_policies()]),
             "deploy/operator.yaml": dump([*deployment(), *metrics_service()]),
             "rbac/worker.yaml": dump(worker_rbac())}
 

@@ -52,7 +52,7 @@ def expected_objects() -> list[dict[str, Any]]:
     """What ``agentrun.manifests`` builds for the chart, in its default values."""
     everything = [*manifests.operator_rbac(), *manifests.user_roles(), *manifests.worker_rbac(),
                   *manifests.stamp_policy(), *validating.validating_policies(),
-                  *leasepolicy.attempt_leases(), *manifests.deployment(),
+                  *leasepolicy.lease_policies(), *manifests.deployment(),
                   *manifests.metrics_service()]
     return [o for o in everything if o["kind"] != "Namespace"]
 
