@@ -226,6 +226,7 @@ def test_a_pod_run_under_the_attempts_name_is_not_its_pod(
     wait_for(lambda: scenario.slot(slot)["status"].get("activeWorker") == second, timeout=60,
              message="attempt 2 active")
     assert scenario.slot(slot)["status"]["attempts"][0]["outcome"] == "Lost"
+    assert (scenario.pod(first) or {})["metadata"]["uid"] == uid  # alice's: not fenced
 
     # Attempt 2: with the operator down, an impostor is first to write its Lease.
     pod_uid = wait_for(lambda: (scenario.pod(second) or {}).get("metadata", {}).get("uid"),
