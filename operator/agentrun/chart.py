@@ -134,9 +134,9 @@ def rendered() -> dict[str, str]:
         "templates/rbac.yaml": template(without_namespaces(manifests.operator_rbac())),
         "templates/roles.yaml": template(manifests.user_roles()),
         "templates/worker-role.yaml": template(manifests.worker_rbac()),
-        "templates/admission-stamp.yaml": template(manifests.stamp_policy()),
+        "templates/admission-stamp.yaml": template(manifests.mutating_policies()),
         "templates/admission-validating.yaml": template(
-            [*validating.validating_policies(), *leasepolicy.lease_policies()]),
+            [*validating.validating_policies(), *leasepolicy.attempt_leases()]),
         "templates/deployment.yaml": template(deployment()),
         "templates/metrics-service.yaml": metrics_service(),
         "values.yaml": chartvalues.values_yaml(),

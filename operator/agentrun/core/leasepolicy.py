@@ -204,8 +204,3 @@ def attempt_leases() -> list[Object]:
             *record_checks(),
         ])
 
-
-def lease_policies() -> list[Object]:
-    """Both policies of attempt Leases, shipped together: the validating one refuses every
-    worker write to a Lease the mutating one has not bound."""
-    return [*bind_holders(), *attempt_leases()]
