@@ -78,12 +78,7 @@ def as_alice(scenario: Scenario, *args: str, input: str | None = None) -> str:
 def test_an_impostor_pod_is_refused_and_the_slot_moves_on(
         scenario: Scenario, validating: None, operator: OperatorProcess,
         worker_image: str) -> None:
-    scenario.rbac.create_namespaced_role_binding(scenario.namespace, {
-        "metadata": {"name": "alice-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "edit"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": "alice"}]})
+    scenario.grant_edit("alice")
     grant_worker_role(scenario)
     scenario.configs()
     real_launch_spec(scenario, "cpu-workers", classes=["cpu"], image=worker_image,

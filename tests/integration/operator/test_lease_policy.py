@@ -83,15 +83,22 @@ def record(key: str, attempt: int, payload: object) -> dict[str, str | None]:
     return {made.annotation: records.encode(made)}
 
 
+def started(scenario: Scenario, *, lease_seconds: int, max_attempts: int,
+            user: str = "admin") -> str:
+    """A run of one node, its attempt 1 Active (its pod unscheduled): the slot."""
+    scenario.configs()
+    scenario.launch_spec("cpu-workers", classes=["cpu"], lease_seconds=lease_seconds)
+    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
+    scenario.run("study", user=user, max_attempts=max_attempts)
+    slot = scenario.slot_name_eventually("study", "research")
+    scenario.wait_state(slot, "Active")
+    return slot
+
+
 def test_only_the_holders_pod_renews_and_never_a_tombstone(
         scenario: Scenario, operator: OperatorProcess, validating: None) -> None:
     scenario.grant_editor("alice")
-    scenario.configs()
-    scenario.launch_spec("cpu-workers", classes=["cpu"], lease_seconds=30)
-    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
-    scenario.run("study", user="alice", max_attempts=2)
-    slot = scenario.slot_name_eventually("study", "research")
-    scenario.wait_state(slot, "Active")
+    slot = started(scenario, lease_seconds=30, max_attempts=2, user="alice")
     first, second = f"{slot}-1", f"{slot}-2"
     grant(scenario, "worker-leases", {"kind": "ServiceAccount", "name": "default",
                                       "namespace": scenario.namespace})
@@ -190,20 +197,10 @@ def annotations_of(scenario: Scenario, lease: str) -> dict[str, str]:
 
 def test_a_pod_run_under_the_attempts_name_is_not_its_pod(
         scenario: Scenario, operator: OperatorProcess, validating: None) -> None:
-    scenario.rbac.create_namespaced_role_binding(scenario.namespace, {
-        "metadata": {"name": "alice-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "edit"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": "alice"}]})
-    scenario.configs()
-    scenario.launch_spec("cpu-workers", classes=["cpu"], lease_seconds=5)
-    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
+    scenario.grant_edit("alice")
+    slot = started(scenario, lease_seconds=5, max_attempts=3)
     grant(scenario, "worker-leases", {"kind": "ServiceAccount", "name": "default",
                                       "namespace": scenario.namespace})
-    scenario.run("study", max_attempts=3)
-    slot = scenario.slot_name_eventually("study", "research")
-    scenario.wait_state(slot, "Active")
     first, second, third = f"{slot}-1", f"{slot}-2", f"{slot}-3"
 
     # Attempt 1's own pod renews first: admission binds the Lease to its uid.
