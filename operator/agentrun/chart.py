@@ -133,7 +133,7 @@ def rendered() -> dict[str, str]:
         "templates/rbac.yaml": template(without_namespaces(manifests.operator_rbac())),
         "templates/roles.yaml": template(manifests.user_roles()),
         "templates/worker-role.yaml": template(manifests.worker_rbac()),
-        "templates/admission-stamp.yaml": template(manifests.stamp_policy()),
+        "templates/admission-stamp.yaml": template(manifests.mutating_policies()),
         "templates/admission-validating.yaml": template(manifests.validating_policies()),
         "templates/deployment.yaml": template(deployment()),
         "templates/metrics-service.yaml": metrics_service(),

@@ -239,6 +239,12 @@ def validating_policies() -> list[dict[str, Any]]:
             *tokenpolicy.pod_tokens()]
 
 
+def mutating_policies() -> list[dict[str, Any]]:
+    """What admission stamps: commands' actors, and each attempt Lease's holder uid
+    (``core.leasepolicy.bind_holders``, which the validating Lease policy relies on)."""
+    return [*stamp_policy(), *leasepolicy.bind_holders()]
+
+
 WORKER_ROLE = "agentrun-worker"
 # Exactly what the worker calls: the lease renewer (agentrun.worker.renewer) reads its
 # Lease and writes renewTime back with an update (PUT) under the resourceVersion it read;
@@ -279,7 +285,7 @@ def rendered() -> dict[str, str]:
             "rbac/operator.yaml": dump(operator_rbac()),
             "rbac/roles.yaml": dump(user_roles()),
             "local/operator-user.yaml": dump(local_user_binding()),
-            "admission/stamp-actors.yaml": dump(stamp_policy()),
+            "admission/stamp-actors.yaml": dump(mutating_policies()),
             "admission/validating.yaml": dump(validating_policies()),
             "deploy/operator.yaml": dump([*deployment(), *metrics_service()]),
             "rbac/worker.yaml": dump(worker_rbac())}

@@ -50,7 +50,7 @@ def test_helm_lint_strict_passes() -> None:
 def expected_objects() -> list[dict[str, Any]]:
     """What ``agentrun.manifests`` builds for the chart, in its default values."""
     everything = [*manifests.operator_rbac(), *manifests.user_roles(), *manifests.worker_rbac(),
-                  *manifests.stamp_policy(), *manifests.validating_policies(),
+                  *manifests.mutating_policies(), *manifests.validating_policies(),
                   *manifests.deployment(),
                   *manifests.metrics_service()]
     return [o for o in everything if o["kind"] != "Namespace"]

@@ -106,6 +106,17 @@ class Scenario:
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}
                          for u in users]})
 
+    def grant_edit(self, user: str) -> None:
+        """The standard ``edit`` ClusterRole for ``user`` here: a namespace editor, who may
+        delete and create pods and mint ServiceAccount tokens (and, aggregated into it,
+        agentrun's editor rights)."""
+        self.rbac.create_namespaced_role_binding(self.namespace, {
+            "metadata": {"name": f"{user}-edit"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "edit"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": user}]})
+
     # --- a person's actions ----------------------------------------------------------
     def run(self, name: str = "study", *, user: str = "admin", config: str = "study",
             claim_policy: str = "Automatic", max_attempts: int = 3,

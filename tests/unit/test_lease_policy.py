@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentrun import manifests
-from agentrun.api import bounds
+from agentrun.api import bounds, names
 from agentrun.core import leasepolicy
 from agentrun.worker import records
 
@@ -52,10 +52,41 @@ def test_annotations_are_no_longer_compared_whole_but_labels_are() -> None:
     assert "object.metadata.?annotations" not in renewal["expression"]
     assert "object.metadata.?labels == oldObject.metadata.?labels" in renewal["expression"]
     names = [v["name"] for v in policy()["variables"]]
-    assert names == ["pod", "new", "old", "added"]
+    assert names == ["pod", "uid", "new", "old", "added"]
 
 
 def test_the_worker_role_has_the_verbs_the_sdk_uses() -> None:
     assert manifests.WORKER_RULES == [{"apiGroups": ["coordination.k8s.io"],
                                        "resources": ["leases"],
                                        "verbs": ["get", "list", "update", "patch"]}]
+
+
+def test_the_binding_is_stamped_once_by_admission_and_never_for_the_controller() -> None:
+    mutating, binding = leasepolicy.bind_holders()
+    assert (mutating["kind"], binding["spec"]) == (
+        "MutatingAdmissionPolicy", {"policyName": leasepolicy.BIND_HOLDERS})
+    spec = mutating["spec"]
+    assert spec["matchConstraints"]["resourceRules"][0]["operations"] == ["UPDATE"]
+    conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
+    assert set(conditions) == {"an-attempt-lease", "not-yet-bound", "a-pod-bound-token",
+                               "not-the-controller"}
+    assert names.HOLDER_UID_ANNOTATION in conditions["not-yet-bound"]
+    assert conditions["not-the-controller"].startswith("!authorizer.")
+    (mutation,) = spec["mutations"]
+    assert mutation["patchType"] == "ApplyConfiguration"
+    assert f"'{names.HOLDER_UID_ANNOTATION}': variables.uid[0]" in mutation[
+        "applyConfiguration"]["expression"]
+    assert (spec["failurePolicy"], spec["reinvocationPolicy"]) == ("Fail", "Never")
+    # Shipped with the other mutating policy (installed once, with the operator).
+    shipped = manifests.rendered()["admission/stamp-actors.yaml"]
+    assert f"name: {leasepolicy.BIND_HOLDERS}" in shipped
+
+
+def test_the_binding_is_checked_after_the_holders_name_and_before_the_rest() -> None:
+    checks = leasepolicy.binding_checks()
+    validations = policy()["validations"]
+    start = next(i for i, v in enumerate(validations) if v == checks[0])
+    assert validations[start:start + 2] == checks
+    assert "held by pod" in validations[start - 1]["messageExpression"]
+    assert "is bound to the pod of uid" in checks[0]["messageExpression"]
+    assert leasepolicy.BIND_HOLDERS in checks[1]["message"]

@@ -161,3 +161,44 @@ def test_list_leases_selects_the_slot_and_run() -> None:
     assert len(found) == 1
     assert api.queries == [("/apis/coordination.k8s.io/v1/namespaces/ns/leases", {
         "labelSelector": "agentrun.dev/slot=s,agentrun.dev/run=r,agentrun.dev/attempt"})]
+
+
+def bound(found: dict[str, Any], *, holder: str | None, pod: str | None) -> dict[str, Any]:
+    """``found`` bound by admission to the pod ``holder``; its tombstone naming ``pod``."""
+    annotations = found["metadata"]["annotations"]
+    for key, value in (("agentrun.dev/holder-uid", holder), ("agentrun.dev/pod-uid", pod)):
+        if value is not None:
+            annotations[key] = value
+    return found
+
+
+@pytest.mark.parametrize(("holder", "pod", "trusted"), [
+    ("uid-1", "uid-1", True),  # its attempt's own pod wrote them
+    (None, "uid-1", True), (None, None, True),  # written before Leases were bound
+    ("uid-impostor", "uid-1", False),  # a pod of the same name, run by someone else
+    ("uid-impostor", None, False),  # no pod of the attempt known: not its pod's
+])
+def test_a_sealed_leases_records_count_only_if_its_attempts_pod_wrote_them(
+        holder: str | None, pod: str | None, trusted: bool) -> None:
+    sealed = bound(lease(1, {"gather": "forged"}, bad={
+        f"{bounds.RECORD_ANNOTATION_PREFIX}junk": "{}"}), holder=holder, pod=pod)
+    found = prefix.prefix(leases=[sealed, lease(2, {"decide": "x"}, sealed=False)], attempt=2)
+    if trusted:
+        assert values(found) == {"gather": "forged", "decide": "x"}
+        assert len(found.problems) == 1 and "junk" in found.problems[0]  # read as before
+    else:
+        assert values(found) == {"decide": "x"}
+        assert found.problems == (
+            f"the 2 record(s) on Lease s-1 are not trusted: it is bound to the pod of uid "
+            f"{holder}, not to its attempt's pod (uid {pod or 'not recorded'}): a pod of the "
+            "same name run by someone else wrote them",)
+
+
+def test_its_own_leases_records_are_its_own_whatever_the_binding() -> None:
+    own = bound(lease(2, {"decide": "x"}, sealed=False), holder="uid-2", pod=None)
+    assert values(prefix.prefix(leases=[own], attempt=2)) == {"decide": "x"}
+
+
+def test_a_lease_without_records_reports_nothing_whatever_the_binding() -> None:
+    empty = bound(lease(1, {}), holder="uid-impostor", pod="uid-1")
+    assert records.written_by(empty, pod_uid="uid-1") == ({}, [])

@@ -78,6 +78,12 @@ OUTCOME_ANNOTATION: Final = "agentrun.dev/outcome"
 ENDED_AT_ANNOTATION: Final = "agentrun.dev/ended-at"
 OWNER_ACTOR_ANNOTATION: Final = "agentrun.dev/owner-actor"
 LAUNCH_SPEC_ANNOTATION: Final = "agentrun.dev/launch-spec"
+# The uid of the pod the operator created for the attempt, on the tombstone: a successor
+# trusts a predecessor's records only if the Lease's holder uid is this one.
+POD_UID_ANNOTATION: Final = "agentrun.dev/pod-uid"
+# The uid of the pod whose token first wrote the Lease as a worker, stamped by admission
+# (agentrun-bind-attempt-leases) and never changed: only that pod renews it or adds records.
+HOLDER_UID_ANNOTATION: Final = "agentrun.dev/holder-uid"
 
 # Effects (issue 10, item 5): the slot condition and its reasons, the Event reasons, and
 # the record suffixes on attempt Leases (record.agentrun.dev/<key>.<suffix>).

@@ -34,14 +34,19 @@ from agentrun.core import (
     transitions,
 )
 from agentrun.core.observations import (
+    GONE_POD,
+    LeaseObservation,
     LeaseStatus,
     LeaseView,
+    PodView,
     lease_status,
     lease_view,
     pod_view,
+    renewals_count,
 )
 
 GONE_WAIT = timedelta(seconds=2)  # how soon to look again for a leftover being collected
+UID_CHARS = 64  # of a uid quoted in a message (a real one has 36)
 
 
 def policy(world: inputs.World) -> retries.Effective:
@@ -65,7 +70,7 @@ def fence_step(world: inputs.World) -> actions.Step | None:
             return None
         return found
 
-    pod = pod_view(ours(objects.pod))
+    pod = attempt_pod(world, objects=dataclasses.replace(objects, pod=ours(objects.pod)))
     if pod.phase in attempts.LIVE:
         return actions.DeletePod(name=objects.name, uid=pod.uid,
                                 message=f"fencing attempt {objects.name}: the slot has moved on")
@@ -82,6 +87,9 @@ def fence_step(world: inputs.World) -> actions.Step | None:
             annotations[names.OWNER_ACTOR_ANNOTATION] = record.owner_actor
         if record is not None:
             annotations[names.LAUNCH_SPEC_ANNOTATION] = record.launch_spec
+        if record is not None and record.pod_uid is not None:
+            # What a successor compares the Lease's holder uid with (api.records.written_by).
+            annotations[names.POD_UID_ANNOTATION] = record.pod_uid
         return actions.Tombstone(name=objects.name, annotations=annotations)
     return None
 
@@ -259,37 +267,76 @@ def active_step(world: inputs.World) -> actions.Step:
     status = world.slot.status
     objects = world.attempt
     assert objects is not None and objects.name == status.active_worker
-    pod = pod_view(objects.pod)
+    pod = attempt_pod(world, objects=objects)
     lease = lease_view(objects.lease)
+    observation, impostor = own_renewals(world, worker=objects.name, lease=lease)
     started, now = start_window(world, objects.name)
     deadline = start_deadline(world)
     duration = lease_duration(world, lease)
-    judged = lease_status(observation=world.observation, lease=lease, now=now,
+    judged = lease_status(observation=observation, lease=lease, now=now,
                           claimed_at=started, start_deadline_seconds=deadline,
                           lease_duration_seconds=duration, ticks=world.ticks,
                           blind=world.blind)
-    verdict = attempts.judge(pod=pod, lease=judged, renewed=world.observation is not None)
+    verdict = attempts.judge(pod=pod, lease=judged, renewed=observation is not None)
+    seen = pod_view(objects.pod)
+    stranger = None if seen.uid in (None, pod.uid) else (
+        f"the pod now named {objects.name} is another pod (uid {seen.uid}), not the "
+        f"attempt's (uid {recorded_pod_uid(world, objects.name)})")
+    said = "; ".join(n for n in (verdict.message, stranger, impostor) if n)
     if verdict.delete_pod:
-        return actions.DeletePod(name=objects.name, uid=pod.uid, message=verdict.message)
+        return actions.DeletePod(name=objects.name, uid=pod.uid, message=said)
     if not verdict.ended:
         if judged is not LeaseStatus.HELD:
-            return actions.Wait(message=verdict.message)
-        if world.observation is None:  # on the start window's clock, said as a wall time
+            return actions.Wait(message=said)
+        if observation is None:  # on the start window's clock, said as a wall time
             until = world.now + (started + timedelta(seconds=deadline) + world.blind - now)
         else:  # the expiry on the monotonic clock, said as a wall time for the scheduler
-            left = (world.observation.observed_at + timedelta(seconds=duration)
+            left = (observation.observed_at + timedelta(seconds=duration)
                     + world.blind - (world.ticks or world.now))
             until = world.now + left
-        return actions.Wait(message=verdict.message, until=until)
+        return actions.Wait(message=said, until=until)
     assert verdict.outcome is not None
-    message = f"attempt {objects.name} ended {verdict.outcome}: {verdict.message}"
+    message = f"attempt {objects.name} ended {verdict.outcome}: {said}"
     return actions.WriteStatus(
-        status=transitions.end_attempt(status, outcome=verdict.outcome, message=verdict.message,
+        status=transitions.end_attempt(status, outcome=verdict.outcome, message=said,
                                        exit_code=verdict.exit_code, policy=policy(world),
                                        now=world.now),
         event=guards.Event(type="Normal" if verdict.outcome is Outcome.SUCCEEDED else "Warning",
                            reason="AttemptEnded", message=message),
         point="attempt-ended")
+
+
+def recorded_pod_uid(world: inputs.World, worker: str) -> str | None:
+    """The uid of the pod the operator created for attempt ``worker`` (its record's)."""
+    return next((a.pod_uid for a in world.slot.status.attempts if a.pod == worker), None)
+
+
+def attempt_pod(world: inputs.World, *, objects: inputs.AttemptObjects) -> PodView:
+    """The attempt's own pod as seen: the pod of its name, unless that pod's uid is not
+    the one recorded when the operator created it. Then it is someone else's pod run
+    under the name after the attempt's own was deleted (the operator reads a pod it does
+    not watch by name): the attempt's pod is gone, and that one is neither waited for nor
+    fenced (it is not the operator's)."""
+    pod = pod_view(objects.pod)
+    recorded = recorded_pod_uid(world, objects.name)
+    return GONE_POD if None not in (recorded, pod.uid) and pod.uid != recorded else pod
+
+
+def own_renewals(world: inputs.World, *, worker: str,
+                 lease: LeaseView) -> tuple[LeaseObservation | None, str | None]:
+    """The renewals of ``worker``'s Lease that count, and why the others do not (or None).
+
+    Only its own pod's count (``observations.renewals_count``): the uid recorded with the
+    attempt when its pod was created. A Lease bound to another pod is judged as never
+    renewed: with the attempt's pod gone its attempt ends, whoever renews it.
+    """
+    pod_uid = recorded_pod_uid(world, worker)
+    if renewals_count(lease=lease, pod_uid=pod_uid):
+        return world.observation, None
+    bound = bounds.clip(lease.bound_uid or "", limit=UID_CHARS)  # its writer's, unchecked
+    return None, (f"its Lease is bound to the pod of uid {bound}, not to the "
+                  f"attempt's pod (uid {pod_uid or 'unknown'}): a pod of the same name run "
+                  "by someone else renews it, and its renewals are not counted")
 
 
 def lease_duration(world: inputs.World, lease: LeaseView) -> int:

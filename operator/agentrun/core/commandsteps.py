@@ -15,7 +15,7 @@ from datetime import datetime
 from agentrun.api import conditions, names
 from agentrun.api.slots import CommandKind, Predicate, SlotStatus
 from agentrun.core import actions, attemptlife, commands, guards, inputs, specsnapshots, stamping
-from agentrun.core.observations import lease_status, lease_view, pod_view
+from agentrun.core.observations import lease_status, lease_view
 
 COMMANDS_REFUSED = "CommandsRefused"
 
@@ -113,11 +113,12 @@ def prior(world: inputs.World) -> guards.Prior | None:
     objects = world.attempt
     if status.prior_worker is None or objects is None or objects.name != status.prior_worker:
         return None
-    pod = pod_view(objects.pod)
+    pod = attemptlife.attempt_pod(world, objects=objects)
     lease = lease_view(objects.lease)
+    observation, _ = attemptlife.own_renewals(world, worker=objects.name, lease=lease)
     started, now = attemptlife.start_window(world, objects.name)
     return guards.Prior(pod=pod.phase, lease=lease_status(
-        observation=world.observation, lease=lease, now=now, claimed_at=started,
+        observation=observation, lease=lease, now=now, claimed_at=started,
         start_deadline_seconds=attemptlife.start_deadline(world),
         lease_duration_seconds=attemptlife.lease_duration(world, lease), ticks=world.ticks,
         blind=world.blind))

@@ -67,11 +67,13 @@ def _text(payload: Mapping[str, Any], field: str, limit: int) -> str:
     return bounds.clip(value, limit=limit) if isinstance(value, str) else ""
 
 
-def unresolved_on(lease: Mapping[str, Any] | None, *, now: datetime) -> list[EffectEntry]:
-    """The ``<key>.unresolved`` records of one attempt Lease, as (open) entries."""
+def unresolved_on(lease: Mapping[str, Any] | None, *, now: datetime,
+                  pod_uid: str | None) -> list[EffectEntry]:
+    """The ``<key>.unresolved`` records of one attempt Lease, as (open) entries; none
+    when a pod other than the attempt's own (uid ``pod_uid``) wrote its records."""
     if lease is None:
         return []
-    found, _ = records.on_lease(lease)
+    found, _ = records.written_by(lease, pod_uid=pod_uid)
     entries = []
     for name, record in sorted(found.items()):
         key = name.removesuffix(names.UNRESOLVED_SUFFIX)
@@ -129,7 +131,10 @@ def observed(status: SlotStatus, *, lease: Mapping[str, Any] | None, slot: str,
              now: datetime) -> tuple[SlotStatus, list[EffectEntry]]:
     """The status with the lease's unresolved effects not yet in it, and those new ones."""
     seen = {(e.key, e.attempt) for e in status.effects}
-    new = [e for e in unresolved_on(lease, now=now) if (e.key, e.attempt) not in seen]
+    name = (lease or {}).get("metadata", {}).get("name")
+    pod_uid = next((a.pod_uid for a in status.attempts if a.lease == name), None)
+    new = [e for e in unresolved_on(lease, now=now, pod_uid=pod_uid)
+           if (e.key, e.attempt) not in seen]
     if not new:
         return status, []
     latest = max(e.attempt for e in new)

@@ -5,7 +5,20 @@ operator's record. Its worker, authenticated by a token bound to its Pod (the AP
 puts the pod's name in ``request.userInfo.extra['authentication.kubernetes.io/pod-name']``),
 may change ``spec.renewTime`` and add durable records (issue 10, item 3), and only while
 the Lease names that pod as its holder and is not tombstoned (holder cleared, or an
-outcome recorded). A *record* is an annotation under ``record.agentrun.dev/``
+outcome recorded).
+
+A name is not a pod: an editor of the namespace may delete the attempt's pod and run one
+of their own under the same name and ServiceAccount, whose token carries the same
+``pod-name``. So a Lease is also *bound* to one pod by uid: the MutatingAdmissionPolicy
+:data:`BIND_HOLDERS` stamps ``agentrun.dev/holder-uid`` with the writer's
+``authentication.kubernetes.io/pod-uid`` on the first worker write to a Lease that has
+none (a write that is then refused leaves nothing stamped), and this policy refuses any
+worker write whose token's pod uid is not that annotation's, or that changes or removes
+it. The first pod to renew wins the binding; the operator trusts it only when it is the
+uid of the pod it created (``core.observations.renewals_count``), and a successor trusts
+records only under that same comparison (``api.records.written_by``).
+
+A *record* is an annotation under ``record.agentrun.dev/``
 (:data:`agentrun.api.bounds.RECORD_ANNOTATION_PREFIX`): write-once (once present it never
 changes or goes), at most :data:`~agentrun.api.bounds.MAX_RECORDS` of them, each at most
 :data:`~agentrun.api.bounds.RECORD_BYTES` bytes, whose JSON document starts with the
@@ -25,12 +38,15 @@ without the controller's rights; nothing of the namespace will outlive it).
 from __future__ import annotations
 
 from agentrun.api import bounds, names
-from agentrun.core import validating
+from agentrun.core import admission, validating
 
 Object = validating.Object
 validation = validating.validation
 ATTEMPT_LEASES = "agentrun-attempt-leases"
+BIND_HOLDERS = "agentrun-bind-attempt-leases"
 POD_NAME = "authentication.kubernetes.io/pod-name"
+POD_UID = "authentication.kubernetes.io/pod-uid"
+HOLDER_UID = names.HOLDER_UID_ANNOTATION
 KEPT_SPEC = ("holderIdentity", "leaseDurationSeconds", "acquireTime", "leaseTransitions",
              "strategy", "preferredHolder")
 KEPT_METADATA = ("labels", "ownerReferences", "finalizers")
@@ -51,13 +67,74 @@ ANNOTATIONS = [
     {"name": "added", "expression": f"variables.new.filter(k, k.startsWith('{PREFIX}') && "
                                     "!(k in variables.old))"},
 ]
+UID = {"name": "uid",
+       "expression": f"request.userInfo.?extra.orValue({{}})[?'{POD_UID}'].orValue([])"}
+NOT_THE_CONTROLLER = {"name": "not-the-controller", "expression": f"!{validating.controller()}"}
+
+
+def bind_holders() -> list[Object]:
+    """The MutatingAdmissionPolicy (and binding) that binds an attempt Lease to a pod uid.
+
+    It applies to a worker's UPDATE of an attempt Lease that carries no holder uid yet,
+    made with a pod-bound token, and stamps that token's pod uid; what it stamps is then
+    checked by :func:`attempt_leases` like any other write, so a write refused there
+    binds nothing. Never the controller's writes (the operator's own pod has a pod-bound
+    token too: its tombstone must not bind the Lease to the operator).
+    """
+    stamp = (f"Object{{metadata: Object.metadata{{annotations: "
+             f"{{'{HOLDER_UID}': variables.uid[0]}}}}}}")
+    spec: Object = {
+        "matchConstraints": {
+            "namespaceSelector": {}, "objectSelector": {},
+            "resourceRules": [validating.match_rule("coordination.k8s.io", "v1", ["leases"],
+                                                    ["UPDATE"])],
+            "matchPolicy": "Equivalent"},
+        "matchConditions": [
+            {"name": "an-attempt-lease", "expression": _attempt("oldObject")},
+            {"name": "not-yet-bound", "expression": (
+                f"!oldObject.metadata.?annotations.orValue({{}}).exists(k, k == '{HOLDER_UID}')")},
+            {"name": "a-pod-bound-token", "expression": f"{UID['expression']}.size() == 1"},
+            NOT_THE_CONTROLLER],
+        "variables": [UID],
+        "mutations": [{"patchType": "ApplyConfiguration",
+                       "applyConfiguration": {"expression": stamp}}],
+        "failurePolicy": "Fail",
+        "reinvocationPolicy": "Never",
+    }
+    return [
+        {"apiVersion": admission.ADMISSION_API, "kind": "MutatingAdmissionPolicy",
+         "metadata": {"name": BIND_HOLDERS}, "spec": spec},
+        {"apiVersion": admission.ADMISSION_API, "kind": "MutatingAdmissionPolicyBinding",
+         "metadata": {"name": BIND_HOLDERS}, "spec": {"policyName": BIND_HOLDERS}},
+    ]
+
+
+def binding_checks() -> list[Object]:
+    """The worker's token must be the bound pod's, and the binding stays as stamped."""
+    bound = f"variables.old[?'{HOLDER_UID}']"
+    return [
+        validating.dynamic_validation(
+            f"request.operation != 'UPDATE' || !{bound}.hasValue() || "
+            f"(variables.uid.size() == 1 && {bound}.value() == variables.uid[0])",
+            f"'Lease ' + oldObject.metadata.name + ' is bound to the pod of uid ' + "
+            f"{bound}.value() + ' ({HOLDER_UID}, the pod of its attempt): a pod of the same "
+            "name with another uid (' + (variables.uid.size() == 1 ? variables.uid[0] : "
+            "'none') + ') is not that pod, and may neither renew the Lease nor add records'"),
+        validation(f"request.operation != 'UPDATE' || (variables.uid.size() == 1 && "
+                   f"variables.new[?'{HOLDER_UID}'].orValue('') == variables.uid[0])",
+                   f"a worker's write to its attempt's Lease leaves {HOLDER_UID} as admission "
+                   f"stamps it: the uid of the pod its token is bound to (the "
+                   f"MutatingAdmissionPolicy {BIND_HOLDERS} stamps it at the first renewal; "
+                   "if it is not in force, re-apply manifests/admission)"),
+    ]
 
 
 def record_checks() -> list[Object]:
     """What a holder's added records must be (see the module docstring)."""
     new, old = "variables.new", "variables.old"
-    kept = (f"{new}.filter(k, !k.startsWith('{PREFIX}')).all(k, k in {old} && "
-            f"{old}[k] == {new}[k]) && {old}.all(k, k in {new} && ({new}[k] == {old}[k]))")
+    kept = (f"{new}.filter(k, !k.startsWith('{PREFIX}') && k != '{HOLDER_UID}').all(k, "
+            f"k in {old} && {old}[k] == {new}[k]) && "
+            f"{old}.all(k, k in {new} && ({new}[k] == {old}[k]))")
     attempt = f"oldObject.metadata.?labels.orValue({{}})[?'{names.ATTEMPT_LABEL}'].orValue('')"
     shaped = (f"variables.added.all(k, bytes({new}[k]).size() <= {bounds.RECORD_BYTES} && "
               f"{new}[k].startsWith('{{\"attempt\":' + {attempt} + ',') && "
@@ -97,11 +174,10 @@ def attempt_leases() -> list[Object]:
         ATTEMPT_LEASES,
         conditions=[{"name": "an-attempt-lease",
                      "expression": f"{_attempt('object')} || {_attempt('oldObject')}"},
-                    {"name": "not-the-controller",
-                     "expression": f"!{validating.controller()}"}],
+                    NOT_THE_CONTROLLER],
         rules=[validating.match_rule("coordination.k8s.io", "v1", ["leases"],
                                      ["CREATE", "UPDATE", "DELETE"])],
-        variables=[{"name": "pod", "expression": pod}, *ANNOTATIONS],
+        variables=[{"name": "pod", "expression": pod}, UID, *ANNOTATIONS],
         validations=[
             validating.validation(
                 "request.operation == 'UPDATE' || (request.operation == 'DELETE' && "
@@ -120,9 +196,11 @@ def attempt_leases() -> list[Object]:
                 "'Lease ' + oldObject.metadata.name + ' is held by pod ' + "
                 f"{holder} + ': {renew}, with a token bound to that pod "
                 "(kubectl create token --bound-object-kind Pod)'"),
+            *binding_checks(),
             validating.validation(
                 f"request.operation != 'UPDATE' || ({only_renewal})",
                 f"a worker may change only spec.renewTime of its attempt's Lease (and add "
                 f"records); {renew}"),
             *record_checks(),
         ])
+

@@ -21,6 +21,12 @@ The memory is lost when the operator restarts; the first reading afterwards star
 observation at ``now``, which can only lengthen a lease, never cut it short.
 Until the first renewal, the start deadline (counted from the claim, a time the operator
 wrote itself) governs instead of the lease duration.
+
+Whose renewals: admission binds a Lease to the uid of the first pod that writes it as a
+worker (``agentrun.dev/holder-uid``, :mod:`agentrun.core.leasepolicy`). Renewals count only
+while that uid is the one of the pod the operator created for the attempt
+(:func:`renewals_count`); a Lease bound to another pod (one run under the attempt's name
+after its own pod was deleted) is judged as never renewed, however often it is.
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ class LeaseView:
     renew_time: str | None = None
     duration_seconds: int | None = None
     tombstoned: bool = False
+    bound_uid: str | None = None  # the pod uid admission bound the Lease to, if any
 
 
 MISSING_LEASE = LeaseView(exists=False)
@@ -120,7 +127,17 @@ def lease_view(lease: Mapping[str, Any] | None) -> LeaseView:
         renew_time=spec.get("renewTime") or None,
         duration_seconds=spec.get("leaseDurationSeconds"),
         tombstoned=holder is None or names.OUTCOME_ANNOTATION in annotations,
+        bound_uid=annotations.get(names.HOLDER_UID_ANNOTATION) or None,
     )
+
+
+def renewals_count(*, lease: LeaseView, pod_uid: str | None) -> bool:
+    """Whether renewals of ``lease`` are its attempt's pod's (``pod_uid``: the uid of the
+    pod the operator created for it; None: none known). A Lease not bound to any pod
+    counts (written before admission bound Leases, or without that policy: then nothing
+    tells pods apart and only the name was ever checked); one bound to another pod never.
+    """
+    return lease.bound_uid is None or lease.bound_uid == pod_uid
 
 
 def observe(

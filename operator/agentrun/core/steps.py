@@ -53,7 +53,7 @@ from agentrun.core import (
     squats,
     transitions,
 )
-from agentrun.core.observations import LeaseStatus, pod_view
+from agentrun.core.observations import LeaseStatus
 
 LAUNCH_SPEC_SELECTED = "LaunchSpecSelected"
 ENDED_STATES = frozenset({SlotState.RETRY_WAIT, SlotState.SUCCEEDED, SlotState.FAILED})
@@ -265,12 +265,13 @@ def claim_step(world: inputs.World) -> actions.Step:
     assert world.run is not None
     if world.run.spec.suspend:
         return actions.Wait(message="the run is suspended")
-    if status.prior_worker is not None and world.attempt is not None and (
-            pod_view(world.attempt.pod).phase not in attempts.FINISHED):
+    prior = None if status.prior_worker is None or world.attempt is None else \
+        attemptlife.attempt_pod(world, objects=world.attempt)
+    if prior is not None and prior.phase not in attempts.FINISHED:
         # A replacement only once the predecessor's pod is gone or finished (its lease is
         # tombstoned by then): a pod still Terminating on a lost node may still act.
         return actions.Wait(message=f"waiting until the pod of {status.prior_worker} is gone "
-                                   f"(it is {pod_view(world.attempt.pod).phase})")
+                                   f"(it is {prior.phase})")
     limit = world.run.spec.max_active
     if limit is not None and world.active_in_run >= limit and transitions.may_be_claimed(
             status, now=world.now):

@@ -6,7 +6,10 @@ digest) or must be *repeated* (nothing was externalized, or what was cannot be h
 intact). Only records it can trust count: those on an earlier attempt's *sealed* Lease
 (tombstoned: holder cleared or an outcome recorded, so nothing more can be added there)
 and those on its own. An earlier Lease not yet sealed (the operator has not fenced it
-yet) is reported in :attr:`Prefix.unsealed` and its records are not used.
+yet) is reported in :attr:`Prefix.unsealed` and its records are not used. Nor are those
+on a sealed Lease that a pod other than its attempt's own wrote (the Lease's holder uid is
+not the pod uid on its tombstone: ``records.written_by``): they are reported in
+:attr:`Prefix.problems`.
 
 The same key committed by two trusted attempts (a successor that repeated a step whose
 record it could not read): the latest attempt's record wins, since the steps after it
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrun.api import names
-from agentrun.core import observations
+from agentrun.core import attemptobjects, observations
 from agentrun.kube import rest
 from agentrun.worker import records
 
@@ -62,7 +65,11 @@ def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int) -> Prefix:
         if number < attempt and not observations.lease_view(lease).tombstoned:
             unsealed.append(number)
             continue
-        found, unreadable = records.on_lease(lease)
+        if number == attempt:  # its own: admission lets no other pod write it
+            found, unreadable = records.on_lease(lease)
+        else:  # sealed: its records count if its attempt's own pod wrote them
+            found, unreadable = records.written_by(lease, pod_uid=attemptobjects.annotation(
+                lease, names.POD_UID_ANNOTATION))
         problems.extend(unreadable)
         for key, record in sorted(found.items()):
             if (key in committed and committed[key].digest != record.digest

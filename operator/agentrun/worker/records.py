@@ -35,11 +35,12 @@ from agentrun.api.records import (  # re-exported: the SDK's callers use them fr
     digest,
     encode,
     on_lease,
+    written_by,
 )
 from agentrun.kube import rest
 
 __all__ = ["JSON", "PREFIX", "Kind", "Record", "RecordError", "canonical", "check_key",
-           "check_step_key", "decode", "digest", "encode", "on_lease"]
+           "check_step_key", "decode", "digest", "encode", "on_lease", "written_by"]
 
 
 class PayloadStore(Protocol):

@@ -32,7 +32,7 @@ from scenarios import Scenario, condition_of, holds_throughout, request_id
 from waiting import wait_for
 
 from agentrun import manifests
-from agentrun.api import bounds
+from agentrun.api import bounds, names
 from agentrun.kube import rest
 from agentrun.worker import effects, prefix, records
 
@@ -351,5 +351,7 @@ def test_a_worker_cannot_write_the_owners_answer_itself(
     stopped = records.make(key="publish.unresolved", kind=records.Kind.DECISION, attempt=1,
                            payload={"effect": "publish", "reason": "unknown"})
     assert holder.records().commit(stopped) == stopped  # its own stop it may record
-    assert set(holder.lease()["metadata"]["annotations"]) == {
-        bounds.RECORD_ANNOTATION_PREFIX + "publish.unresolved"}
+    annotations = holder.lease()["metadata"]["annotations"]
+    assert set(annotations) == {bounds.RECORD_ANNOTATION_PREFIX + "publish.unresolved",
+                                names.HOLDER_UID_ANNOTATION}  # bound by its first write
+    assert annotations[names.HOLDER_UID_ANNOTATION] == holder.pod.metadata.uid

@@ -10,6 +10,17 @@ delete it, the stale worker cannot add one to the successor's Lease nor (a late 
 its pod still there) to its own tombstoned one, each refusal naming the policy; a person
 with ``update`` on leases cannot renew one; other Leases are not matched;
 the namespace controller still empties a deleted namespace.
+
+An impostor pod (a bad-input case): ``alice``, an editor of the namespace (the standard
+``edit`` role), deletes an attempt's pod and creates an unlabelled one under the same name
+and ServiceAccount, and uses a token bound to it. Attempt 1's pod renewed first, which
+bound its Lease to its uid: the impostor can neither renew nor add a record (the refusal
+names both uids), nor can the holder change or remove the binding; with its pod gone the
+attempt ends Lost and attempt 2 is claimed. Attempt 2's impostor acts while the operator
+is down, before the pod's first renewal, so it binds the Lease and commits a record there:
+the operator, started again, ends the attempt at once although the impostor keeps
+renewing, its tombstone names the attempt's pod uid, and attempt 3's prefix does not
+trust the impostor's record.
 """
 
 from __future__ import annotations
@@ -20,10 +31,11 @@ from datetime import UTC, datetime
 import kubernetes
 import pytest
 from operators import OperatorProcess
-from scenarios import Scenario
+from scenarios import HAND_PLAYED, Scenario
 from waiting import wait_for, wait_for_default_service_account
 
-from agentrun.worker import records
+from agentrun.api import names
+from agentrun.worker import prefix, records
 
 pytestmark = pytest.mark.serial
 POLICY = "agentrun-attempt-leases"
@@ -71,15 +83,22 @@ def record(key: str, attempt: int, payload: object) -> dict[str, str | None]:
     return {made.annotation: records.encode(made)}
 
 
+def started(scenario: Scenario, *, lease_seconds: int, max_attempts: int,
+            user: str = "admin") -> str:
+    """A run of one node, its attempt 1 Active (its pod unscheduled): the slot."""
+    scenario.configs()
+    scenario.launch_spec("cpu-workers", classes=["cpu"], lease_seconds=lease_seconds)
+    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
+    scenario.run("study", user=user, max_attempts=max_attempts)
+    slot = scenario.slot_name_eventually("study", "research")
+    scenario.wait_state(slot, "Active")
+    return slot
+
+
 def test_only_the_holders_pod_renews_and_never_a_tombstone(
         scenario: Scenario, operator: OperatorProcess, validating: None) -> None:
     scenario.grant_editor("alice")
-    scenario.configs()
-    scenario.launch_spec("cpu-workers", classes=["cpu"], lease_seconds=30)
-    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
-    scenario.run("study", user="alice", max_attempts=2)
-    slot = scenario.slot_name_eventually("study", "research")
-    scenario.wait_state(slot, "Active")
+    slot = started(scenario, lease_seconds=30, max_attempts=2, user="alice")
     first, second = f"{slot}-1", f"{slot}-2"
     grant(scenario, "worker-leases", {"kind": "ServiceAccount", "name": "default",
                                       "namespace": scenario.namespace})
@@ -147,3 +166,89 @@ def test_only_the_holders_pod_renews_and_never_a_tombstone(
             return error.status == 404
         return False
     wait_for(gone, timeout=120, message="the namespace deleted, its Leases with it")
+
+
+def as_editor(scenario: Scenario, *args: str, input: str | None = None) -> str:
+    """``kubectl`` as ``alice`` (the namespace's ``edit`` role); its output."""
+    result = scenario.cluster.kubectl("-n", scenario.namespace, *args, user="alice",
+                                      input=input)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def impostor(scenario: Scenario, pod: str) -> tuple[str, str]:
+    """As alice: delete ``pod`` and create an unlabelled pod of that name and
+    ServiceAccount; its uid, and a token bound to it."""
+    as_editor(scenario, "delete", "pod", pod, "--wait=true")
+    created = json.loads(as_editor(scenario, "create", "-o", "json", "-f", "-",
+                                   input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+        "spec": {"serviceAccountName": "default", "schedulerName": HAND_PLAYED,
+                 "containers": [{"name": "mine", "image": "busybox:1.36"}]}})))
+    token = as_editor(scenario, "create", "token", "default", "--bound-object-kind", "Pod",
+                      "--bound-object-name", pod)
+    return created["metadata"]["uid"], token
+
+
+def annotations_of(scenario: Scenario, lease: str) -> dict[str, str]:
+    found: dict[str, str] = (scenario.lease(lease) or {})["metadata"].get("annotations") or {}
+    return found
+
+
+def test_a_pod_run_under_the_attempts_name_is_not_its_pod(
+        scenario: Scenario, operator: OperatorProcess, validating: None) -> None:
+    scenario.grant_edit("alice")
+    slot = started(scenario, lease_seconds=5, max_attempts=3)
+    grant(scenario, "worker-leases", {"kind": "ServiceAccount", "name": "default",
+                                      "namespace": scenario.namespace})
+    first, second, third = f"{slot}-1", f"{slot}-2", f"{slot}-3"
+
+    # Attempt 1's own pod renews first: admission binds the Lease to its uid.
+    own = (scenario.pod(first) or {})["metadata"]["uid"]
+    holder = token_for(scenario, first)
+    assert renew(scenario, first, token=holder)[0] == 0
+    assert annotations_of(scenario, first)[names.HOLDER_UID_ANNOTATION] == own
+    for value in ("another", None):  # changed or removed: the binding stays as stamped
+        code, error = annotate(scenario, first, {names.HOLDER_UID_ANNOTATION: value},
+                               token=holder)
+        assert code != 0 and POLICY in error, error
+    uid, forger = impostor(scenario, first)
+    bound = f"is bound to the pod of uid {own}"
+    code, error = renew(scenario, first, token=forger)
+    assert code != 0 and POLICY in error and bound in error and uid in error, error
+    code, error = annotate(scenario, first, record("gather", 1, "forged"), token=forger)
+    assert code != 0 and POLICY in error and bound in error, error
+    assert not any(k.startswith(records.PREFIX) for k in annotations_of(scenario, first))
+    # Its pod gone and nobody renewing, attempt 1 ends; attempt 2 is claimed.
+    wait_for(lambda: scenario.slot(slot)["status"].get("activeWorker") == second, timeout=60,
+             message="attempt 2 active")
+    assert scenario.slot(slot)["status"]["attempts"][0]["outcome"] == "Lost"
+    assert (scenario.pod(first) or {})["metadata"]["uid"] == uid  # alice's: not fenced
+
+    # Attempt 2: with the operator down, an impostor is first to write its Lease.
+    pod_uid = wait_for(lambda: (scenario.pod(second) or {}).get("metadata", {}).get("uid"),
+                       timeout=30, message=f"pod {second}")
+    operator.stop()
+    uid, forger = impostor(scenario, second)
+    assert renew(scenario, second, token=forger) == (0, "")
+    assert annotate(scenario, second, record("gather", 2, "forged"), token=forger) == (0, "")
+    assert annotations_of(scenario, second)[names.HOLDER_UID_ANNOTATION] == uid
+    operator.start()
+
+    def moved_on() -> bool:
+        renew(scenario, second, token=forger)  # the impostor keeps renewing
+        return bool(scenario.slot(slot)["status"].get("activeWorker") == third)
+    wait_for(moved_on, timeout=30, message="attempt 3 active although attempt 2 is renewed")
+    ended = scenario.slot(slot)["status"]["attempts"][1]
+    assert ended["outcome"] == "Lost" and f"bound to the pod of uid {uid}" in ended["reason"]
+
+    def tombstoned() -> dict[str, str] | None:
+        found = annotations_of(scenario, second)
+        return found if names.OUTCOME_ANNOTATION in found else None
+    tombstone = wait_for(tombstoned, timeout=30, message=f"Lease {second} tombstoned")
+    assert tombstone[names.POD_UID_ANNOTATION] == pod_uid
+    assert tombstone[names.HOLDER_UID_ANNOTATION] == uid
+    leases = [scenario.lease(first) or {}, scenario.lease(second) or {}]
+    found = prefix.prefix(leases=leases, attempt=3)
+    assert "gather" not in found.committed, found
+    assert any(second in p and "not trusted" in p for p in found.problems), found.problems

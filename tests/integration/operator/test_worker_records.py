@@ -45,7 +45,7 @@ class Attempt:
         self.core = kubernetes.client.CoreV1Api(admin)
         self.leases = kubernetes.client.CoordinationV1Api(admin)
         self.namespace, self.number, self.name = namespace, number, f"{SLOT}-{number}"
-        pod = self.core.create_namespaced_pod(namespace, {
+        pod = self.pod = self.core.create_namespaced_pod(namespace, {
             "metadata": {"name": self.name},
             "spec": {"serviceAccountName": ACCOUNT, "restartPolicy": "Never",
                      "schedulerName": "agentrun-test-unserved",
@@ -88,7 +88,8 @@ class Attempt:
     def tombstone(self) -> None:
         lease = self.lease()
         lease["metadata"]["annotations"] = {**(lease["metadata"].get("annotations") or {}),
-                                            names.OUTCOME_ANNOTATION: "Failed"}
+                                            names.OUTCOME_ANNOTATION: "Failed",
+                                            names.POD_UID_ANNOTATION: self.pod.metadata.uid}
         lease["spec"]["holderIdentity"] = None
         self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
 
