@@ -23,6 +23,7 @@ from typing import Protocol
 
 from agentrun.api import bounds
 from agentrun.api.records import (  # re-exported: the SDK's callers use them from here
+    DEEP,
     JSON,
     PREFIX,
     Kind,
@@ -35,11 +36,12 @@ from agentrun.api.records import (  # re-exported: the SDK's callers use them fr
     digest,
     encode,
     on_lease,
+    text_nesting,
 )
 from agentrun.kube import rest
 
-__all__ = ["JSON", "PREFIX", "Kind", "Record", "RecordError", "canonical", "check_key",
-           "check_step_key", "decode", "digest", "encode", "on_lease"]
+__all__ = ["DEEP", "JSON", "PREFIX", "Kind", "Record", "RecordError", "canonical", "check_key",
+           "check_step_key", "decode", "digest", "encode", "on_lease", "text_nesting"]
 
 
 class PayloadStore(Protocol):
@@ -82,18 +84,26 @@ class FsspecStore:
         return data
 
 
+def storable(*, key: str, payload: JSON, store: PayloadStore | None) -> bytes:
+    """``payload``'s canonical bytes if record ``key`` can hold it (inline, or by reference
+    in ``store``); else :class:`RecordError` says why. Writes nothing."""
+    data = canonical(payload)
+    if len(data) > bounds.INLINE_PAYLOAD_BYTES and store is None:
+        raise RecordError(f"record {key}: the payload is {len(data)} bytes, more than the "
+                          f"{bounds.INLINE_PAYLOAD_BYTES} kept inline, and no payload store "
+                          "is configured (give the worker one, e.g. a file:// volume)")
+    return data
+
+
 def make(*, key: str, kind: Kind, attempt: int, payload: JSON,
          store: PayloadStore | None = None) -> Record:
     """A record of ``payload``: inline if small enough, else put in ``store`` by reference."""
-    data = canonical(payload)
+    data = storable(key=key, payload=payload, store=store)
     sha = digest(data)
     if len(data) <= bounds.INLINE_PAYLOAD_BYTES:
         return Record(attempt=attempt, digest=sha, inline=payload, key=check_key(key),
                       kind=kind, size=len(data))
-    if store is None:
-        raise RecordError(f"record {key}: the payload is {len(data)} bytes, more than the "
-                          f"{bounds.INLINE_PAYLOAD_BYTES} kept inline, and no payload store "
-                          "is configured (give the worker one, e.g. a file:// volume)")
+    assert store is not None  # storable() refuses a large payload with nowhere to go
     uri = store.put(sha256=sha, data=data)
     return Record(attempt=attempt, digest=sha, key=check_key(key), kind=kind, ref=uri,
                   size=len(data))
