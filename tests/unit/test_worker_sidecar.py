@@ -8,7 +8,8 @@ Covers: the window on an injected clock (open from the start, a check-in reopens
 overdue says why); the keeper sends no renewal while the gate says no, says so once,
 lapses on time, and renews again when it says yes; steps: 404 then PUT 201, the same
 content again 200, other content 409, bad keys, bodies and sizes 400 changing nothing;
-lost → 410, not yet renewed → 503 for ready; the server on localhost moving JSON; a
+lost → 410, not yet renewed → 503 for ready; a full Lease (RecordLimit) → 422, not the
+410 of a refusal that means the lease is lost; the server on localhost moving JSON; a
 restarted sidecar reconciles its own attempt's intent first. The effect protocol is in
 test_worker_sidecar_effects.py; the fakes in sidecarfakes.py.
 """
@@ -155,6 +156,28 @@ def test_a_lost_lease_is_410_and_ready_waits_for_the_first_renewal() -> None:
         reply = send(sidecar, method, path, body)
         assert reply.status == 410 and reply.body["error"] == "LeaseLost", (path, reply)
     assert worker.memory.committed == {}
+
+
+class Refusing:
+    """A Lease that refuses every record with ``error`` (what LeaseRecords raises)."""
+
+    def __init__(self, error: records.RecordError) -> None:
+        self.error = error
+
+    def commit(self, record: records.Record) -> records.Record:
+        raise self.error
+
+
+@pytest.mark.parametrize(("refusal", "status"), [
+    (records.RecordLimit("Lease s-2 holds 64 records"), 422),
+    (records.RecordRefused("Lease s-2 is tombstoned"), 410)])
+def test_a_full_lease_is_not_a_lost_lease(refusal: records.RecordError, status: int) -> None:
+    sidecar, worker = make()
+    worker.steps.ledger = Refusing(refusal)
+    reply = send(sidecar, "PUT", "/v1/steps/gather", 1)
+    assert (reply.status, reply.body["error"]) == (status, type(refusal).__name__), reply
+    first = send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"})
+    assert first.body["do"] == "stop" and first.body["error"] == type(refusal).__name__
 
 
 # -- effects ----------------------------------------------------------------------------------

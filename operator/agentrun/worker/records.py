@@ -38,6 +38,7 @@ from agentrun.api.records import (  # re-exported: the SDK's callers use them fr
     on_lease,
     text_nesting,
 )
+from agentrun.core import observations
 from agentrun.kube import rest
 
 __all__ = ["DEEP", "JSON", "PREFIX", "Kind", "Record", "RecordError", "canonical", "check_key",
@@ -133,7 +134,14 @@ class RecordConflict(RecordError):
 
 class RecordRefused(RecordError):
     """The API server refused the record (admission: not the holder, or the Lease is
-    tombstoned; its message names the policy)."""
+    tombstoned; its message names the policy): the lease is no longer this attempt's."""
+
+
+class RecordLimit(RecordError):
+    """The attempt's Lease holds as many records as an attempt may commit
+    (:data:`~agentrun.api.bounds.MAX_RECORDS`; an effect's intent also needs room for its
+    outcome). Found on the Lease as read, before anything is sent: the lease is fine, but
+    this attempt can commit no more records."""
 
 
 CONFLICT_RETRIES = 5  # 409s in a row before giving up (each one a fresh read)
@@ -148,6 +156,12 @@ class LeaseRecords:
     (someone wrote in between: a renewal, another record) re-reads and tries again while
     the key is still free. Committing the same content twice is a no-op (the retry after
     a lost answer); other content under a committed key raises :class:`RecordConflict`.
+    While the Lease as read is still this attempt's (held by it, not tombstoned), the
+    count admission allows is checked on it (exact: the patch lands on that version or not
+    at all), so a full Lease is :class:`RecordLimit`, never mistaken for a refusal that
+    means the lease is lost (:class:`RecordRefused`, which admission's answer decides).
+    An effect's intent is committed only with room left for its outcome: the call it
+    announces must be recordable.
     """
 
     api: rest.Rest
@@ -179,6 +193,18 @@ class LeaseRecords:
                 raise RecordConflict(f"record {record.key} is already committed by attempt "
                                      f"{self.attempt} with other content; records are "
                                      "write-once: use a new key")
+            held = sum(1 for name in metadata.get("annotations") or {}
+                       if name.startswith(PREFIX))
+            needed = 2 if record.kind is Kind.EFFECT_INTENT else 1  # the outcome's room
+            view = observations.lease_view(lease)
+            ours = not view.tombstoned and view.holder == self.lease  # else admission says
+            if ours and held + needed > bounds.MAX_RECORDS:
+                raise RecordLimit(
+                    f"record {record.key} not committed: Lease {self.lease} holds {held} "
+                    f"records, and an attempt commits at most {bounds.MAX_RECORDS}"
+                    f"{' (an effect needs two: intent and outcome)' if needed > 1 else ''}; "
+                    "nothing was sent. Commit fewer, larger records (one step's result can "
+                    "hold many values)")
             body = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
                                  "annotations": {record.annotation: value}}}
             try:

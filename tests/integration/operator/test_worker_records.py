@@ -8,15 +8,22 @@ Covers: the holder commits records (``LeaseRecords``: merge patch under the vers
 a repeat is a no-op and other content a conflict; a raw client cannot change, delete,
 forge (another attempt's number, another key), oversize or overfill records, nor touch
 other annotations, each refusal naming the policy; a renewal by merge patch of
-``spec.renewTime`` alone still passes; after the tombstone the stale attempt, its Pod still
-there and its token still authenticating, cannot add a record to its own Lease nor to
-the successor's; the successor lists the slot's Leases and its prefix holds the
-predecessor's records, so ``Steps.step`` skips what was committed and commits the rest.
+``spec.renewTime`` alone still passes; through the attempt's sidecar (its real HTTP
+server over a real ``Worker``) the 64th record is committed and the 65th is a 422
+``RecordLimit`` while the lease is fine, then, once tombstoned, a 410 ``RecordRefused``;
+after the tombstone the stale attempt, its Pod still there and its token still
+authenticating, cannot add a record to its own Lease nor to the successor's; the
+successor lists the slot's Leases and its prefix holds the predecessor's records, so
+``Steps.step`` skips what was committed and commits the rest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import http.client
+import json
+import threading
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,7 +36,9 @@ from waiting import wait_for_default_service_account
 from agentrun import manifests
 from agentrun.api import bounds, names
 from agentrun.kube import rest
-from agentrun.worker import prefix, records
+from agentrun.worker import keeper, prefix, records, renewer, sdk, sidecarserver
+from agentrun.worker.context import Context
+from agentrun.worker.sidecar import CheckIns, Sidecar
 
 pytestmark = pytest.mark.serial
 SLOT, RUN, ACCOUNT = "s", "r", "worker"
@@ -108,6 +117,36 @@ def attempts(cluster: Cluster, namespace: str, installed: None,
     return lambda number: Attempt(cluster, namespace, number)
 
 
+@contextlib.contextmanager
+def served(attempt: Attempt) -> Iterator[Callable[[str, str, bytes], tuple[int, Any]]]:
+    """The sidecar's real HTTP server on 127.0.0.1 over a real ``Worker`` of ``attempt``
+    (its pod's token; not started: no renewal, the records alone are under test)."""
+    context = Context(namespace=attempt.namespace, run=RUN, run_uid="uid-r", slot=SLOT,
+                      node="n", attempt=attempt.number, fencing_token=attempt.number,
+                      lease=attempt.name, config_dir=Path("/nonexistent"), pinned={})
+    worker = sdk.Worker(context=context, api=attempt.api, keeper=keeper.Keeper(
+        renewer=renewer.Renewer(api=attempt.api, namespace=attempt.namespace,
+                                lease=attempt.name, identity=attempt.name)))
+    server = sidecarserver.Server(port=0, sidecar=Sidecar(
+        worker=worker, check_ins=CheckIns(window_seconds=30)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, port = server.server_address[:2]
+
+    def ask(method: str, path: str, body: bytes) -> tuple[int, Any]:
+        connection = http.client.HTTPConnection(str(host), int(port), timeout=30)
+        connection.request(method, path, body=body)
+        answer = connection.getresponse()
+        data = answer.read()
+        connection.close()
+        return answer.status, json.loads(data) if data else None
+
+    try:
+        yield ask
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def record(attempt: int, key: str, payload: Any) -> records.Record:
     return records.make(key=key, kind=Kind.STEP_RESULT, attempt=attempt, payload=payload)
 
@@ -150,12 +189,21 @@ def test_records_are_write_once_bounded_and_sealed_by_the_tombstone(
     assert first.raw_patch({"metadata": {"resourceVersion": version},
                             "spec": {"renewTime": now}}) == ""
 
-    for n in range(bounds.MAX_RECORDS - 1):
+    for n in range(bounds.MAX_RECORDS - 2):  # with "gather": one short of full
         ledger.commit(record(1, f"note-{n}", n))
-    with pytest.raises(records.RecordRefused, match=f"at most {bounds.MAX_RECORDS} records"):
-        ledger.commit(record(1, "one-too-many", 0))
+    with served(first) as ask:  # attempt 1's sidecar, its worker on the real Lease
+        assert ask("PUT", "/v1/steps/last", b"63") == (201, {"result": 63})  # the 64th
+        status, body = ask("PUT", "/v1/steps/one-too-many", b"0")
+        assert (status, body["error"]) == (422, "RecordLimit"), body  # the lease is fine
+        assert f"at most {bounds.MAX_RECORDS}" in body["message"]
+        assert ask("POST", "/v1/check-in", b"") == (204, None)
+        assert f"at most {bounds.MAX_RECORDS} records" in first.raw_patch(annotation(
+            "one-too-many", records.encode(record(1, "one-too-many", 0))))  # admission too
+        first.tombstone()
+        status, body = ask("PUT", "/v1/steps/late", b"0")
+        assert (status, body["error"]) == (410, "RecordRefused"), body  # now: exit
+        assert POLICY in body["message"] and "tombstoned" in body["message"]
 
-    first.tombstone()
     review = first.api.request(  # the stale token still authenticates (its Pod is there)
         "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
         body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
