@@ -67,6 +67,9 @@ PAYLOAD_URI_CHARS: Final = 1024
 # (pydantic's JSON parser stops at 200 levels, its serializer at 255, Python's json near
 # 1,000); the codec counts levels without recursion (agentrun.api.records).
 PAYLOAD_DEPTH: Final = 64
+# A payload stored by reference is at most this many bytes (its record's ``size``): a
+# successor reads it whole into memory, and reads no more than that of whatever it finds.
+PAYLOAD_BYTES: Final = 16 * 1024 * 1024
 
 # resolve-effect (issue 10, item 5): the effect's key is a step key (above); its result,
 # as written in the annotation, is at most this many UTF-8 bytes (JSON, else plain text),

@@ -106,7 +106,7 @@ class Record(BaseModel):
     key: str = Field(max_length=bounds.RECORD_KEY_CHARS, pattern=bounds.RECORD_KEY_PATTERN)
     kind: Kind
     ref: str | None = Field(default=None, max_length=bounds.PAYLOAD_URI_CHARS)
-    size: int = Field(ge=0)
+    size: int = Field(ge=0, le=bounds.PAYLOAD_BYTES)
 
     @field_validator("inline")
     @classmethod

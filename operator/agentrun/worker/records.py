@@ -18,6 +18,7 @@ codec of :mod:`agentrun.api.records`, shared with the operator; they are re-expo
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -51,8 +52,10 @@ class PayloadStore(Protocol):
     def put(self, *, sha256: str, data: bytes) -> str:
         """Store ``data`` (whose sha256 is ``sha256``) and return its URI."""
 
-    def get(self, uri: str) -> bytes:
-        """The bytes stored at ``uri`` (the caller verifies their digest)."""
+    def get(self, uri: str, *, size: int) -> bytes:
+        """The bytes stored at ``uri``, at most ``size`` of them (the caller verifies
+        their digest); :class:`RecordError` if ``uri`` is not this store's or holds
+        more."""
 
 
 class FsspecStore:
@@ -60,28 +63,38 @@ class FsspecStore:
     object stores through fsspec's backends installed beside it). Each payload is the file
     ``<base>/sha256/<digest>``: the same content always has the same name, so a payload
     written twice (two attempts) is the same file; one found damaged (a write cut short
-    by a kill) is written again."""
+    by a kill) is written again. It reads only its own names (a record's URI is whatever
+    a predecessor wrote: another scheme, another path, a device), and never more bytes
+    than the record says."""
 
     def __init__(self, base: str) -> None:
         self.base = base.rstrip("/")
+        self._own = re.compile(re.escape(self.base) + r"/sha256/[0-9a-f]{64}")
 
     def put(self, *, sha256: str, data: bytes) -> str:
         import fsspec  # only a worker that stores by reference needs it loaded
 
         uri = f"{self.base}/sha256/{sha256}"
         fs, path = fsspec.core.url_to_fs(uri)
-        if fs.exists(path) and digest(fs.cat_file(path)) == sha256:
-            return uri  # already there, intact (a write cut short is written again)
+        if fs.exists(path):
+            with fs.open(path, "rb") as found:
+                if digest(found.read(len(data) + 1)) == sha256:
+                    return uri  # already there, intact (a write cut short is written again)
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         with fs.open(path, "wb") as out:
             out.write(data)
         return uri
 
-    def get(self, uri: str) -> bytes:
+    def get(self, uri: str, *, size: int) -> bytes:
         import fsspec
 
+        if not self._own.fullmatch(uri):
+            raise RecordError(f"{uri[:200]} is not this store's: a payload is read only "
+                              f"from {self.base}/sha256/<sha256>")
         with fsspec.open(uri, "rb") as found:
-            data: bytes = found.read()
+            data: bytes = found.read(size + 1)
+        if len(data) > size:
+            raise RecordError(f"{uri} holds more than the {size} bytes its record says")
         return data
 
 
@@ -89,6 +102,10 @@ def storable(*, key: str, payload: JSON, store: PayloadStore | None) -> bytes:
     """``payload``'s canonical bytes if record ``key`` can hold it (inline, or by reference
     in ``store``); else :class:`RecordError` says why. Writes nothing."""
     data = canonical(payload)
+    if len(data) > bounds.PAYLOAD_BYTES:
+        raise RecordError(f"record {key}: the payload is {len(data)} bytes; a record holds "
+                          f"at most {bounds.PAYLOAD_BYTES} (store it elsewhere and record "
+                          "its URI and sha256)")
     if len(data) > bounds.INLINE_PAYLOAD_BYTES and store is None:
         raise RecordError(f"record {key}: the payload is {len(data)} bytes, more than the "
                           f"{bounds.INLINE_PAYLOAD_BYTES} kept inline, and no payload store "
@@ -112,20 +129,27 @@ def make(*, key: str, kind: Kind, attempt: int, payload: JSON,
 
 def payload(record: Record, *, store: PayloadStore | None) -> JSON:
     """The record's payload, verified against its digest (fetched from ``store`` by
-    reference). Raises :class:`RecordError` when it cannot be had intact."""
+    reference, at most the record's ``size``). Raises :class:`RecordError` when it cannot
+    be had intact, whatever the reference holds, so a step is repeated, never crashed on."""
     if record.ref is None:
         return record.inline
     if store is None:
         raise RecordError(f"record {record.key} is stored by reference ({record.ref}) and "
                           "no payload store is configured to read it")
     try:
-        data = store.get(record.ref)
+        data = store.get(record.ref, size=record.size)
     except OSError as error:
         raise RecordError(f"record {record.key}: cannot read {record.ref}: {error}") from None
     if digest(data) != record.digest:
         raise RecordError(f"record {record.key}: the payload at {record.ref} does not match "
                           "its digest (changed or damaged)")
-    return json.loads(data)
+    if text_nesting(data) > bounds.PAYLOAD_DEPTH:
+        raise RecordError(f"record {record.key}: the payload at {record.ref}: {DEEP}")
+    try:
+        return json.loads(data)
+    except ValueError as error:  # not JSON, not UTF-8
+        raise RecordError(f"record {record.key}: the payload at {record.ref} is not JSON: "
+                          f"{bounds.clip(str(error), limit=200)}") from None
 
 
 class RecordConflict(RecordError):
