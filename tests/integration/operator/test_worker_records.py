@@ -9,7 +9,9 @@ a repeat is a no-op and other content a conflict; a raw client cannot change, de
 forge (another attempt's number, another key), oversize or overfill records, nor touch
 other annotations, each refusal naming the policy; a renewal by merge patch of
 ``spec.renewTime`` alone still passes; through the attempt's sidecar (its real HTTP
-server over a real ``Worker``) the 64th record is committed and the 65th is a 422
+server over a real ``Worker``) a body nested deeper than a record may hold is a 400 (1,000
+levels too), one nested as deep is committed and read back by the successor, the 64th
+record is committed and the 65th is a 422
 ``RecordLimit`` while the lease is fine, then, once tombstoned, a 410 ``RecordRefused``;
 after the tombstone the stale attempt, its Pod still there and its token still
 authenticating, cannot add a record to its own Lease nor to the successor's; the
@@ -44,6 +46,9 @@ pytestmark = pytest.mark.serial
 SLOT, RUN, ACCOUNT = "s", "r", "worker"
 POLICY = "agentrun-attempt-leases"
 Kind = records.Kind
+DEEPEST: Any = 0
+for _ in range(bounds.PAYLOAD_DEPTH):  # a result nested as deep as a record may hold
+    DEEPEST = [DEEPEST]
 
 
 class Attempt:
@@ -189,9 +194,14 @@ def test_records_are_write_once_bounded_and_sealed_by_the_tombstone(
     assert first.raw_patch({"metadata": {"resourceVersion": version},
                             "spec": {"renewTime": now}}) == ""
 
-    for n in range(bounds.MAX_RECORDS - 2):  # with "gather": one short of full
+    for n in range(bounds.MAX_RECORDS - 3):  # with "gather": two short of full
         ledger.commit(record(1, f"note-{n}", n))
     with served(first) as ask:  # attempt 1's sidecar, its worker on the real Lease
+        for depth in (bounds.PAYLOAD_DEPTH + 1, 1000):  # a parser's recursion: not a 500
+            status, body = ask("PUT", "/v1/steps/deep", b"[" * depth + b"]" * depth)
+            assert status == 400 and "levels" in body["message"], body
+        assert ask("PUT", "/v1/steps/deep", json.dumps(DEEPEST).encode()) == (
+            201, {"result": DEEPEST})
         assert ask("PUT", "/v1/steps/last", b"63") == (201, {"result": 63})  # the 64th
         status, body = ask("PUT", "/v1/steps/one-too-many", b"0")
         assert (status, body["error"]) == (422, "RecordLimit"), body  # the lease is fine
@@ -227,9 +237,10 @@ def test_records_are_write_once_bounded_and_sealed_by_the_tombstone(
     steps = prefix.Steps(prefix=found, ledger=second.records(), store=store)
     assert steps.step("gather", do=lambda: pytest.fail("committed: skipped")) == {
         "sources": ["a", "b"]}
+    assert steps.step("deep", do=lambda: pytest.fail("committed: skipped")) == DEEPEST
     report = {"text": "r" * (2 * bounds.INLINE_PAYLOAD_BYTES)}
     assert steps.step("write", do=lambda: report) == report
-    assert steps.done == ["gather"]
+    assert steps.done == ["gather", "deep"]
     stored = second.records().read()["write"]
     assert stored.attempt == 2 and stored.ref is not None
     assert records.payload(stored, store=store) == report
