@@ -20,16 +20,9 @@ import pytest
 from agentrun.api import bounds
 from agentrun.worker import prefix, records
 
+from .sidecarfakes import Memory
+
 Kind = records.Kind
-
-
-class Memory:
-    def __init__(self) -> None:
-        self.committed: dict[str, records.Record] = {}
-
-    def commit(self, record: records.Record) -> records.Record:
-        self.committed[record.key] = record
-        return record
 
 
 def by_reference(*, ref: str, data: bytes, size: int | None = None) -> records.Record:

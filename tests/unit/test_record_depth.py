@@ -13,19 +13,17 @@ without calling; the sidecar's real HTTP server (a 1,000-deep body is a 400, not
 
 from __future__ import annotations
 
-import http.client
 import json
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sidecarhttp import serving
 
 from agentrun.api import bounds
 from agentrun.api.records import nesting
-from agentrun.worker import effects, prefix, records, sidecarserver
+from agentrun.worker import effects, prefix, records
 
-from .sidecarfakes import FakeWorker, make
+from .sidecarfakes import Memory, make
 
 DEPTH = bounds.PAYLOAD_DEPTH
 Kind = records.Kind
@@ -36,15 +34,6 @@ def nested(depth: int) -> Any:
     for level in range(depth):
         value = [value] if level % 16 else {"k": value}  # small: 256 levels fit inline
     return value
-
-
-class Memory:
-    def __init__(self) -> None:
-        self.committed: dict[str, records.Record] = {}
-
-    def commit(self, record: records.Record) -> records.Record:
-        self.committed[record.key] = record
-        return record
 
 
 def steps(attempt: int, committed: dict[str, records.Record] | None = None) -> prefix.Steps:
@@ -175,44 +164,24 @@ def test_an_effect_result_just_under_the_bound_is_returned_and_kept() -> None:
     assert owner.calls == 1
 
 
-@pytest.fixture
-def served() -> Iterator[tuple[FakeWorker, Any]]:
-    """The sidecar's real HTTP server on 127.0.0.1 over the fake worker."""
+def test_the_sidecar_answers_each_depth_with_a_commit_or_a_400() -> None:
     sidecar, worker = make()
-    server = sidecarserver.Server(port=0, sidecar=sidecar)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    host, port = server.server_address[:2]
-
-    def ask(method: str, path: str, body: bytes) -> tuple[int, Any]:
-        connection = http.client.HTTPConnection(str(host), int(port), timeout=10)
-        connection.request(method, path, body=body)
-        answer = connection.getresponse()
-        data = answer.read()
-        connection.close()
-        return answer.status, json.loads(data) if data else None
-
-    yield worker, ask
-    server.shutdown()
-    server.server_close()
-
-
-def test_the_sidecar_answers_each_depth_with_a_commit_or_a_400(
-        served: tuple[FakeWorker, Any]) -> None:
-    worker, ask = served
-    for depth in (DEPTH - 1, DEPTH):
-        assert ask("PUT", f"/v1/steps/at-{depth}", json.dumps(nested(depth)).encode()) == (
-            201, {"result": nested(depth)})
-    over = [json.dumps(nested(depth)).encode() for depth in (DEPTH + 1, 200, 256)]
-    for body in [*over, b"[" * 1000 + b"]" * 1000]:
-        assert len(body) <= bounds.RECORD_BYTES
-        status, answer = ask("PUT", "/v1/steps/deep", body)
+    with serving(sidecar) as (ask, _):
+        for depth in (DEPTH - 1, DEPTH):
+            body = json.dumps(nested(depth)).encode()
+            assert ask("PUT", f"/v1/steps/at-{depth}", body) == (
+                201, {"result": nested(depth)})
+        over = [json.dumps(nested(depth)).encode() for depth in (DEPTH + 1, 200, 256)]
+        for body in [*over, b"[" * 1000 + b"]" * 1000]:
+            assert len(body) <= bounds.RECORD_BYTES
+            status, answer = ask("PUT", "/v1/steps/deep", body)
+            assert status == 400 and f"at most {DEPTH} levels" in answer["message"], answer
+        assert set(worker.memory.committed) == {f"at-{DEPTH - 1}", f"at-{DEPTH}"}
+        status, first = ask("POST", "/v1/effects/publish", b'{"name": "publish"}')
+        assert (status, first["do"]) == (200, "call")
+        deep = json.dumps({"result": nested(DEPTH)}).encode()  # the outcome wraps it: 65
+        status, answer = ask("POST", "/v1/effects/publish/reply", deep)
         assert status == 400 and f"at most {DEPTH} levels" in answer["message"], answer
-    assert set(worker.memory.committed) == {f"at-{DEPTH - 1}", f"at-{DEPTH}"}
-    status, first = ask("POST", "/v1/effects/publish", b'{"name": "publish"}')
-    assert (status, first["do"]) == (200, "call")
-    reply = json.dumps({"result": nested(DEPTH - 1)}).encode()  # the outcome wraps it once
-    status, answer = ask("POST", "/v1/effects/publish/reply", b'{"result": %b}' % json.dumps(
-        nested(DEPTH)).encode())
-    assert status == 400 and f"at most {DEPTH} levels" in answer["message"], answer
-    assert ask("POST", "/v1/effects/publish/reply", reply) == (
-        200, {"do": "done", "result": nested(DEPTH - 1)})
+        fits = json.dumps({"result": nested(DEPTH - 1)}).encode()  # the instruction stood
+        assert ask("POST", "/v1/effects/publish/reply", fits) == (
+            200, {"do": "done", "result": nested(DEPTH - 1)})

@@ -22,6 +22,7 @@ import logging
 from typing import Any
 
 import pytest
+from sidecarhttp import serving
 
 from agentrun.worker import keeper, records, renewer
 from agentrun.worker.renewals import Standing
@@ -184,27 +185,11 @@ def test_a_full_lease_is_not_a_lost_lease(refusal: records.RecordError, status: 
 
 
 def test_the_server_listens_on_localhost_and_moves_json() -> None:
-    import http.client
-    import threading
-
     from agentrun.worker import sidecarserver
 
     sidecar, worker = make()
-    server = sidecarserver.Server(port=0, sidecar=sidecar)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        host, port = server.server_address[:2]
+    with serving(sidecar) as (ask, (host, port)):
         assert host == "127.0.0.1"
-
-        def ask(method: str, path: str, body: bytes | None = None,
-                headers: dict[str, str] | None = None) -> tuple[int, Any]:
-            connection = http.client.HTTPConnection(str(host), int(port), timeout=10)
-            connection.request(method, path, body=body, headers=headers or {})
-            answer = connection.getresponse()
-            data = answer.read()
-            connection.close()
-            return answer.status, json.loads(data) if data else None
-
         assert ask("POST", "/v1/check-in") == (204, None)
         assert ask("PUT", "/v1/steps/gather", b'{"n": 1}') == (201, {"result": {"n": 1}})
         status, body = ask("PUT", "/v1/steps/other", b"1",
@@ -213,12 +198,9 @@ def test_the_server_listens_on_localhost_and_moves_json() -> None:
         status, body = ask("GET", "/v1/steps/nothing")
         assert status == 404 and body["error"] == "NotCommitted"
         assert set(worker.memory.committed) == {"gather"}
-        assert sidecarserver.ready(port=int(port)) == 0
+        assert sidecarserver.ready(port=port) == 0
         worker.keeper.state = Standing.STARTING
-        assert sidecarserver.ready(port=int(port)) == 1
-    finally:
-        server.shutdown()
-        server.server_close()
+        assert sidecarserver.ready(port=port) == 1
 
 
 def test_a_restarted_sidecar_reconciles_its_own_attempts_intent_first() -> None:

@@ -22,9 +22,7 @@ successor lists the slot's Leases and its prefix holds the predecessor's records
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
-import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,12 +31,13 @@ from typing import Any
 import kubernetes
 import pytest
 from clusters import Cluster
+from sidecarhttp import Ask, serving
 from waiting import wait_for_default_service_account
 
 from agentrun import manifests
 from agentrun.api import bounds, names
 from agentrun.kube import rest
-from agentrun.worker import keeper, prefix, records, renewer, sdk, sidecarserver
+from agentrun.worker import keeper, prefix, records, renewer, sdk
 from agentrun.worker.context import Context
 from agentrun.worker.sidecar import CheckIns, Sidecar
 
@@ -123,7 +122,7 @@ def attempts(cluster: Cluster, namespace: str, installed: None,
 
 
 @contextlib.contextmanager
-def served(attempt: Attempt) -> Iterator[Callable[[str, str, bytes], tuple[int, Any]]]:
+def served(attempt: Attempt) -> Iterator[Ask]:
     """The sidecar's real HTTP server on 127.0.0.1 over a real ``Worker`` of ``attempt``
     (its pod's token; not started: no renewal, the records alone are under test)."""
     context = Context(namespace=attempt.namespace, run=RUN, run_uid="uid-r", slot=SLOT,
@@ -132,24 +131,8 @@ def served(attempt: Attempt) -> Iterator[Callable[[str, str, bytes], tuple[int, 
     worker = sdk.Worker(context=context, api=attempt.api, keeper=keeper.Keeper(
         renewer=renewer.Renewer(api=attempt.api, namespace=attempt.namespace,
                                 lease=attempt.name, identity=attempt.name)))
-    server = sidecarserver.Server(port=0, sidecar=Sidecar(
-        worker=worker, check_ins=CheckIns(window_seconds=30)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    host, port = server.server_address[:2]
-
-    def ask(method: str, path: str, body: bytes) -> tuple[int, Any]:
-        connection = http.client.HTTPConnection(str(host), int(port), timeout=30)
-        connection.request(method, path, body=body)
-        answer = connection.getresponse()
-        data = answer.read()
-        connection.close()
-        return answer.status, json.loads(data) if data else None
-
-    try:
+    with serving(Sidecar(worker=worker, check_ins=CheckIns(window_seconds=30))) as (ask, _):
         yield ask
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def record(attempt: int, key: str, payload: Any) -> records.Record:
