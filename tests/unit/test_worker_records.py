@@ -1,7 +1,8 @@
 """Records: the model's bounds, the canonical encoding admission relies on, inline vs by
 reference (a real ``file://`` fsspec store), decoding that refuses what is not this
 Lease's record, and the Lease commit's preconditions (a fake API: the real one is in
-tests/integration/test_worker_records.py)."""
+tests/integration/test_worker_records.py): the record count is checked on the Lease as
+read, so a full Lease is RecordLimit (nothing sent), not a refusal."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def test_the_same_payload_is_stored_once_and_a_damaged_one_again(tmp_path: Path)
     assert store.put(sha256=sha, data=b"1") == first
     assert (tmp_path / "sha256" / sha).stat().st_mtime_ns == written  # not rewritten
     (tmp_path / "sha256" / sha).write_bytes(b"")  # a write cut short
-    assert store.put(sha256=sha, data=b"1") == first and store.get(first) == b"1"
+    assert store.put(sha256=sha, data=b"1") == first and store.get(first, size=1) == b"1"
 
 
 def test_an_inline_payload_over_the_bound_is_refused_by_the_model() -> None:
@@ -196,6 +197,33 @@ def test_a_refusal_names_the_policy(status: int) -> None:
     api = FakeApi(lease(1), refuse=status)
     with pytest.raises(records.RecordRefused, match="agentrun-attempt-leases"):
         ledger(api).commit(records.make(key="k", kind=Kind.DECISION, attempt=1, payload=1))
+
+
+def full(count: int) -> dict[str, Any]:
+    notes = {f"{bounds.RECORD_ANNOTATION_PREFIX}n-{n}": records.encode(records.make(
+        key=f"n-{n}", kind=Kind.STEP_RESULT, attempt=1, payload=n)) for n in range(count)}
+    return lease(1, {**notes, "agentrun.dev/other": "not a record"})
+
+
+def test_a_full_lease_is_a_record_limit_found_before_anything_is_sent() -> None:
+    api = FakeApi(full(bounds.MAX_RECORDS))
+    step = records.make(key="one-more", kind=Kind.STEP_RESULT, attempt=1, payload=0)
+    with pytest.raises(records.RecordLimit, match=f"holds {bounds.MAX_RECORDS} records, "
+                                                  f"and an attempt commits at most"):
+        ledger(api).commit(step)
+    assert api.patches == []
+    kept = records.make(key="n-3", kind=Kind.STEP_RESULT, attempt=1, payload=3)
+    assert ledger(api).commit(kept) == kept  # a retry of a committed one: still a no-op
+    roomy = FakeApi(full(bounds.MAX_RECORDS - 1))
+    intent = records.make(key="pay.intent", kind=Kind.EFFECT_INTENT, attempt=1, payload={})
+    with pytest.raises(records.RecordLimit, match="an effect needs two"):
+        ledger(roomy).commit(intent)  # no room for its outcome: the call is not announced
+    assert roomy.patches == []
+    assert ledger(roomy).commit(step) == step and len(roomy.patches) == 1  # the 64th
+    ended = FakeApi(full(bounds.MAX_RECORDS), refuse=403)
+    ended.body["spec"]["holderIdentity"] = None  # tombstoned: admission's answer decides
+    with pytest.raises(records.RecordRefused, match="agentrun-attempt-leases"):
+        ledger(ended).commit(step)
 
 
 def test_a_record_of_another_attempt_is_not_committed() -> None:

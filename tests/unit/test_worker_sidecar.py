@@ -8,7 +8,8 @@ Covers: the window on an injected clock (open from the start, a check-in reopens
 overdue says why); the keeper sends no renewal while the gate says no, says so once,
 lapses on time, and renews again when it says yes; steps: 404 then PUT 201, the same
 content again 200, other content 409, bad keys, bodies and sizes 400 changing nothing;
-lost → 410, not yet renewed → 503 for ready; the server on localhost moving JSON; a
+lost → 410, not yet renewed → 503 for ready; a full Lease (RecordLimit) → 422, not the
+410 of a refusal that means the lease is lost; the server on localhost moving JSON; a
 restarted sidecar reconciles its own attempt's intent first. The effect protocol is in
 test_worker_sidecar_effects.py; the fakes in sidecarfakes.py.
 """
@@ -21,6 +22,7 @@ import logging
 from typing import Any
 
 import pytest
+from sidecarhttp import serving
 
 from agentrun.worker import keeper, records, renewer
 from agentrun.worker.renewals import Standing
@@ -157,31 +159,37 @@ def test_a_lost_lease_is_410_and_ready_waits_for_the_first_renewal() -> None:
     assert worker.memory.committed == {}
 
 
+class Refusing:
+    """A Lease that refuses every record with ``error`` (what LeaseRecords raises)."""
+
+    def __init__(self, error: records.RecordError) -> None:
+        self.error = error
+
+    def commit(self, record: records.Record) -> records.Record:
+        raise self.error
+
+
+@pytest.mark.parametrize(("refusal", "status"), [
+    (records.RecordLimit("Lease s-2 holds 64 records"), 422),
+    (records.RecordRefused("Lease s-2 is tombstoned"), 410)])
+def test_a_full_lease_is_not_a_lost_lease(refusal: records.RecordError, status: int) -> None:
+    sidecar, worker = make()
+    worker.steps.ledger = Refusing(refusal)
+    reply = send(sidecar, "PUT", "/v1/steps/gather", 1)
+    assert (reply.status, reply.body["error"]) == (status, type(refusal).__name__), reply
+    first = send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"})
+    assert first.body["do"] == "stop" and first.body["error"] == type(refusal).__name__
+
+
 # -- effects ----------------------------------------------------------------------------------
 
 
 def test_the_server_listens_on_localhost_and_moves_json() -> None:
-    import http.client
-    import threading
-
     from agentrun.worker import sidecarserver
 
     sidecar, worker = make()
-    server = sidecarserver.Server(port=0, sidecar=sidecar)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        host, port = server.server_address[:2]
+    with serving(sidecar) as (ask, (host, port)):
         assert host == "127.0.0.1"
-
-        def ask(method: str, path: str, body: bytes | None = None,
-                headers: dict[str, str] | None = None) -> tuple[int, Any]:
-            connection = http.client.HTTPConnection(str(host), int(port), timeout=10)
-            connection.request(method, path, body=body, headers=headers or {})
-            answer = connection.getresponse()
-            data = answer.read()
-            connection.close()
-            return answer.status, json.loads(data) if data else None
-
         assert ask("POST", "/v1/check-in") == (204, None)
         assert ask("PUT", "/v1/steps/gather", b'{"n": 1}') == (201, {"result": {"n": 1}})
         status, body = ask("PUT", "/v1/steps/other", b"1",
@@ -190,12 +198,9 @@ def test_the_server_listens_on_localhost_and_moves_json() -> None:
         status, body = ask("GET", "/v1/steps/nothing")
         assert status == 404 and body["error"] == "NotCommitted"
         assert set(worker.memory.committed) == {"gather"}
-        assert sidecarserver.ready(port=int(port)) == 0
+        assert sidecarserver.ready(port=port) == 0
         worker.keeper.state = Standing.STARTING
-        assert sidecarserver.ready(port=int(port)) == 1
-    finally:
-        server.shutdown()
-        server.server_close()
+        assert sidecarserver.ready(port=port) == 1
 
 
 def test_a_restarted_sidecar_reconciles_its_own_attempts_intent_first() -> None:

@@ -62,6 +62,14 @@ RECORD_KEY_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 STEP_KEY_CHARS: Final = 48  # a key a worker names (a step, an effect): room for suffixes
 STEP_KEY_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # no '.': the SDK's suffixes
 PAYLOAD_URI_CHARS: Final = 1024
+# A payload (a step's result, an effect's outcome) nests at most this many levels of arrays
+# and objects, so what is encoded can be decoded by every reader with room to spare
+# (pydantic's JSON parser stops at 200 levels, its serializer at 255, Python's json near
+# 1,000); the codec counts levels without recursion (agentrun.api.records).
+PAYLOAD_DEPTH: Final = 64
+# A payload stored by reference is at most this many bytes (its record's ``size``): a
+# successor reads it whole into memory, and reads no more than that of whatever it finds.
+PAYLOAD_BYTES: Final = 16 * 1024 * 1024
 
 # resolve-effect (issue 10, item 5): the effect's key is a step key (above); its result,
 # as written in the annotation, is at most this many UTF-8 bytes (JSON, else plain text),

@@ -10,18 +10,33 @@ Canonical encoding: JSON with sorted keys and no spaces, so the document starts 
 ``{"attempt":<n>,`` (the field admission checks) and equal records are equal strings.
 :func:`decode` checks everything admission cannot (the shape, the key matching the
 annotation, the attempt matching the Lease's label, the inline payload's digest).
+
+One rule for what may be committed, so what is encoded can be decoded: a payload is plain
+JSON nested at most :data:`~agentrun.api.bounds.PAYLOAD_DEPTH` levels. :func:`canonical`
+refuses a deeper value before any recursive encoder sees it (:func:`nesting` counts with
+a loop), and every reader measures a text before parsing it (:func:`text_nesting`), so
+neither side ever meets a parser's own recursion limit; both raise :class:`RecordError`.
 """
 
 from __future__ import annotations
 
+import array
 import enum
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agentrun.api import bounds, names
 
@@ -43,6 +58,42 @@ class RecordError(ValueError):
     """A record that cannot be made, read or trusted; the message says which and why."""
 
 
+DEEP = (f"a record's payload nests at most {bounds.PAYLOAD_DEPTH} levels of arrays and "
+        "objects (an effect's result one less: its outcome wraps it); this one is deeper")
+# A JSON string (its end may be missing: then it runs to the end of the text), and the
+# translation of what is left to +1 per opening and -1 per closing bracket.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+
+
+def nesting(value: JSON, *, limit: int = bounds.PAYLOAD_DEPTH) -> int:
+    """How many levels of arrays and objects ``value`` nests (a scalar: 0), counted with
+    a loop and only up to ``limit + 1``: a value too deep for a recursive encoder (or one
+    that contains itself) is measured, never crashed on."""
+    deepest, pending = 0, [(value, 1)]
+    while pending and deepest <= limit:
+        item, level = pending.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        pending.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def text_nesting(data: bytes) -> int:
+    """How deep a parser recursing per level would go in the JSON text ``data`` before it
+    succeeds or fails: the most brackets open at once outside strings. Measured before
+    parsing, in linear time, so text nested too deep is refused before any parser's
+    recursion (pydantic's, Python's json) can fail in its own way."""
+    brackets = _STRING.sub(b"", data).translate(_STEPS, delete=_NOT_BRACKETS)
+    return max(itertools.accumulate(array.array("b", brackets)), default=0)
+
+
 class Record(BaseModel):
     """One record as stored. ``inline`` xor ``ref`` holds the payload; ``size`` is the
     byte length of its canonical JSON and ``digest`` that text's sha256 (hex)."""
@@ -55,7 +106,14 @@ class Record(BaseModel):
     key: str = Field(max_length=bounds.RECORD_KEY_CHARS, pattern=bounds.RECORD_KEY_PATTERN)
     kind: Kind
     ref: str | None = Field(default=None, max_length=bounds.PAYLOAD_URI_CHARS)
-    size: int = Field(ge=0)
+    size: int = Field(ge=0, le=bounds.PAYLOAD_BYTES)
+
+    @field_validator("inline")
+    @classmethod
+    def _shallow(cls, inline: JSON) -> JSON:
+        if nesting(inline) > bounds.PAYLOAD_DEPTH:
+            raise ValueError(DEEP)
+        return inline
 
     @model_validator(mode="after")
     def _one_payload(self) -> Record:
@@ -71,13 +129,21 @@ class Record(BaseModel):
         return PREFIX + self.key
 
 
-def canonical(value: JSON) -> bytes:
-    """The one byte form of a JSON value: sorted keys, no spaces, UTF-8."""
+def _json(value: JSON) -> bytes:
+    """``value`` as canonical JSON (a record's whole document, or a checked payload)."""
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"),
                           ensure_ascii=False, allow_nan=False).encode()
     except (TypeError, ValueError) as error:
         raise RecordError(f"a record's payload must be plain JSON: {error}") from None
+
+
+def canonical(value: JSON) -> bytes:
+    """The one byte form of a payload: sorted keys, no spaces, UTF-8; a value nested
+    deeper than a record may hold is refused (:data:`DEEP`) before it is encoded."""
+    if nesting(value) > bounds.PAYLOAD_DEPTH:
+        raise RecordError(DEEP)
+    return _json(value)
 
 
 def digest(data: bytes) -> str:
@@ -105,7 +171,7 @@ def check_step_key(key: str) -> str:
 
 def encode(record: Record) -> str:
     """The annotation value: canonical JSON, at most :data:`bounds.RECORD_BYTES` bytes."""
-    text = canonical(record.model_dump(mode="json", exclude_none=True)).decode()
+    text = _json(record.model_dump(mode="json", exclude_none=True)).decode()
     assert text.startswith('{"attempt":'), text[:20]  # what admission checks first
     if len(text.encode()) > bounds.RECORD_BYTES:
         raise RecordError(f"record {record.key} encodes to {len(text.encode())} bytes; at "
@@ -120,6 +186,8 @@ def decode(*, annotation: str, value: str, attempt: int) -> Record:
     attempt whose inline payload matches its digest (a reference is verified on load).
     """
     key = annotation.removeprefix(PREFIX)
+    if text_nesting(value.encode()) > bounds.PAYLOAD_DEPTH + 1:  # the record wraps it
+        raise RecordError(f"record {key} of attempt {attempt} is malformed: {DEEP}")
     try:
         record = Record.model_validate_json(value)
     except ValidationError as error:

@@ -157,7 +157,11 @@ def failure(*, key: str | None, outcome: str | None, result: str | None,
                 f"{opened}); see status.effects")
     bare = {"answer": outcome, "result": result_value(result), "reason": "", "actor": "",
             "unresolvedAttempt": bounds.MAX_ATTEMPT_NUMBER}
-    if len(records.canonical(bare)) > bounds.INLINE_PAYLOAD_BYTES:
+    try:
+        size = len(records.canonical(bare))
+    except records.RecordError as error:  # nested too deep for the record that carries it
+        return Predicate.MALFORMED, f"{names.RESOLVE_EFFECT_RESULT}: {error}"
+    if size > bounds.INLINE_PAYLOAD_BYTES:
         return (Predicate.MALFORMED,
                 f"{names.RESOLVE_EFFECT_RESULT} encodes to more than "
                 f"{bounds.INLINE_PAYLOAD_BYTES} bytes of JSON; give a shorter result (or a "

@@ -27,6 +27,9 @@ there: publishing a report, charging a card. Terms:
   stops). No reconcile means stop too: the ledger never assumes and never re-sends on
   its own. This is at-least-once made visible, not exactly-once: the owner's deduplication
   by key is what keeps a re-send harmless.
+- *unstorable*: an applied effect whose result no record can hold (see
+  :class:`ResultNotStored`): its outcome is committed all the same, with ``result`` null
+  and ``unstorable`` saying why, so the effect is never sent or asked about again.
 
 Before committing an intent and again before the call, the keeper's ``ensure_live()``
 (it raises ``LeaseLapsed`` once the lease may have lapsed) keeps a worker whose lease may
@@ -94,6 +97,18 @@ class EffectStillInProgress(EffectStopped):
     Not recorded as unresolved: a later attempt asks again."""
 
 
+class ResultNotStored(records.RecordError):
+    """The owner applied the effect and that is recorded (it is never sent again), but its
+    result could not be stored (not plain JSON, nested too deep, too large for the record
+    or its store: the message says which), so the outcome holds ``unstorable`` instead of
+    the result. Raised in place of the result by this attempt and every later one; a
+    worker that does not need the result may catch it and go on."""
+
+    def __init__(self, message: str, *, key: str, idempotency_key: str) -> None:
+        super().__init__(message)
+        self.key, self.idempotency_key = key, idempotency_key
+
+
 class Step(enum.Enum):
     """What the ledger does next for one effect (see :func:`decide`)."""
 
@@ -145,6 +160,12 @@ def decide(*, intent: bool, outcome: bool, unresolved: bool, can_reconcile: bool
     return Step.STOP_AMBIGUOUS
 
 
+def _not_stored(*, name: str, key: str, idem: str, why: str) -> ResultNotStored:
+    return ResultNotStored(f"effect {name} ({key}, idempotency key {idem}) was applied and "
+                           f"is recorded so (never sent again), but its result was not "
+                           f"stored: {why}", key=key, idempotency_key=idem)
+
+
 Call = Callable[[str, int], JSON]  # (idempotency key, fencing token) -> the owner's result
 Reconcile = Callable[[str], Reconciled]  # idempotency key -> the owner's answer
 
@@ -177,9 +198,22 @@ class Ledger:
                      {"effect": name, "idempotencyKey": idem, "fencingToken": self.token,
                       "owner": owner})
         self.keeper.ensure_live()
-        result = call(idem, self.token)
-        self._commit(key, OUTCOME, records.Kind.EFFECT_OUTCOME,
-                     {"answer": str(Answer.APPLIED), "result": result, "via": "call"})
+        return self._applied(key=key, name=name, idem=idem, result=call(idem, self.token),
+                             via="call")
+
+    def _applied(self, *, key: str, name: str, idem: str, result: JSON, via: str) -> JSON:
+        """Commit the outcome of an effect the owner applied; ``result``, or
+        :class:`ResultNotStored` when the fact can be kept but the result cannot (the call
+        already happened: losing the fact would send it again, or ask the owner again)."""
+        outcome = {"answer": str(Answer.APPLIED), "result": result, "via": via}
+        try:
+            records.storable(key=f"{key}.{OUTCOME}", payload=outcome, store=self.steps.store)
+        except records.RecordError as error:
+            why = bounds.clip_bytes(str(error), limit=bounds.RECORD_MESSAGE_CHARS)
+            self._commit(key, OUTCOME, records.Kind.EFFECT_OUTCOME,
+                         {**outcome, "result": None, "unstorable": why})
+            raise _not_stored(name=name, key=key, idem=idem, why=why) from None
+        self._commit(key, OUTCOME, records.Kind.EFFECT_OUTCOME, outcome)
         return result
 
     def _stop(self, *, key: str, name: str, idem: str, why: str, cause: str,
@@ -245,6 +279,9 @@ class Ledger:
                     raise AmbiguousEffect(f"effect {name} ({key}): its outcome record "
                                           "cannot be read intact", key=key,
                                           idempotency_key=idem)
+                if "unstorable" in outcome:
+                    raise _not_stored(name=name, key=key, idem=idem,
+                                      why=str(outcome["unstorable"]))
                 return outcome.get("result")
             if step is Step.STOP_UNRESOLVED:
                 raise AmbiguousEffect(f"effect {name} ({key}, idempotency key {idem}) is "
@@ -261,10 +298,8 @@ class Ledger:
                                  cause=OWNER_ANSWERED_UNKNOWN if unknown else NO_RECONCILE)
             if step is Step.RECORD_APPLIED:
                 assert reconciled is not None
-                self._commit(key, OUTCOME, records.Kind.EFFECT_OUTCOME,
-                             {"answer": str(Answer.APPLIED), "result": reconciled.result,
-                              "via": via})
-                return reconciled.result
+                return self._applied(key=key, name=name, idem=idem,
+                                     result=reconciled.result, via=via)
             if step is Step.STOP_IN_PROGRESS:
                 raise EffectStillInProgress(
                     f"effect {name} ({key}, idempotency key {idem}): the owner still "

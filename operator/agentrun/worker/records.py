@@ -18,11 +18,13 @@ codec of :mod:`agentrun.api.records`, shared with the operator; they are re-expo
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
 from agentrun.api import bounds
 from agentrun.api.records import (  # re-exported: the SDK's callers use them from here
+    DEEP,
     JSON,
     PREFIX,
     Kind,
@@ -35,12 +37,15 @@ from agentrun.api.records import (  # re-exported: the SDK's callers use them fr
     digest,
     encode,
     on_lease,
+    text_nesting,
     written_by,
 )
+from agentrun.core import observations
 from agentrun.kube import rest
 
-__all__ = ["JSON", "PREFIX", "Kind", "Record", "RecordError", "canonical", "check_key",
-           "check_step_key", "decode", "digest", "encode", "on_lease", "written_by"]
+__all__ = ["DEEP", "JSON", "PREFIX", "Kind", "Record", "RecordError", "canonical", "check_key",
+           "check_step_key", "decode", "digest", "encode", "on_lease", "text_nesting",
+           "written_by"]
 
 
 class PayloadStore(Protocol):
@@ -49,8 +54,10 @@ class PayloadStore(Protocol):
     def put(self, *, sha256: str, data: bytes) -> str:
         """Store ``data`` (whose sha256 is ``sha256``) and return its URI."""
 
-    def get(self, uri: str) -> bytes:
-        """The bytes stored at ``uri`` (the caller verifies their digest)."""
+    def get(self, uri: str, *, size: int) -> bytes:
+        """The bytes stored at ``uri``, at most ``size`` of them (the caller verifies
+        their digest); :class:`RecordError` if ``uri`` is not this store's or holds
+        more."""
 
 
 class FsspecStore:
@@ -58,43 +65,65 @@ class FsspecStore:
     object stores through fsspec's backends installed beside it). Each payload is the file
     ``<base>/sha256/<digest>``: the same content always has the same name, so a payload
     written twice (two attempts) is the same file; one found damaged (a write cut short
-    by a kill) is written again."""
+    by a kill) is written again. It reads only its own names (a record's URI is whatever
+    a predecessor wrote: another scheme, another path, a device), and never more bytes
+    than the record says."""
 
     def __init__(self, base: str) -> None:
         self.base = base.rstrip("/")
+        self._own = re.compile(re.escape(self.base) + r"/sha256/[0-9a-f]{64}")
 
     def put(self, *, sha256: str, data: bytes) -> str:
         import fsspec  # only a worker that stores by reference needs it loaded
 
         uri = f"{self.base}/sha256/{sha256}"
         fs, path = fsspec.core.url_to_fs(uri)
-        if fs.exists(path) and digest(fs.cat_file(path)) == sha256:
-            return uri  # already there, intact (a write cut short is written again)
+        if fs.exists(path):
+            with fs.open(path, "rb") as found:
+                if digest(found.read(len(data) + 1)) == sha256:
+                    return uri  # already there, intact (a write cut short is written again)
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         with fs.open(path, "wb") as out:
             out.write(data)
         return uri
 
-    def get(self, uri: str) -> bytes:
+    def get(self, uri: str, *, size: int) -> bytes:
         import fsspec
 
+        if not self._own.fullmatch(uri):
+            raise RecordError(f"{uri[:200]} is not this store's: a payload is read only "
+                              f"from {self.base}/sha256/<sha256>")
         with fsspec.open(uri, "rb") as found:
-            data: bytes = found.read()
+            data: bytes = found.read(size + 1)
+        if len(data) > size:
+            raise RecordError(f"{uri} holds more than the {size} bytes its record says")
         return data
+
+
+def storable(*, key: str, payload: JSON, store: PayloadStore | None) -> bytes:
+    """``payload``'s canonical bytes if record ``key`` can hold it (inline, or by reference
+    in ``store``); else :class:`RecordError` says why. Writes nothing."""
+    data = canonical(payload)
+    if len(data) > bounds.PAYLOAD_BYTES:
+        raise RecordError(f"record {key}: the payload is {len(data)} bytes; a record holds "
+                          f"at most {bounds.PAYLOAD_BYTES} (store it elsewhere and record "
+                          "its URI and sha256)")
+    if len(data) > bounds.INLINE_PAYLOAD_BYTES and store is None:
+        raise RecordError(f"record {key}: the payload is {len(data)} bytes, more than the "
+                          f"{bounds.INLINE_PAYLOAD_BYTES} kept inline, and no payload store "
+                          "is configured (give the worker one, e.g. a file:// volume)")
+    return data
 
 
 def make(*, key: str, kind: Kind, attempt: int, payload: JSON,
          store: PayloadStore | None = None) -> Record:
     """A record of ``payload``: inline if small enough, else put in ``store`` by reference."""
-    data = canonical(payload)
+    data = storable(key=key, payload=payload, store=store)
     sha = digest(data)
     if len(data) <= bounds.INLINE_PAYLOAD_BYTES:
         return Record(attempt=attempt, digest=sha, inline=payload, key=check_key(key),
                       kind=kind, size=len(data))
-    if store is None:
-        raise RecordError(f"record {key}: the payload is {len(data)} bytes, more than the "
-                          f"{bounds.INLINE_PAYLOAD_BYTES} kept inline, and no payload store "
-                          "is configured (give the worker one, e.g. a file:// volume)")
+    assert store is not None  # storable() refuses a large payload with nowhere to go
     uri = store.put(sha256=sha, data=data)
     return Record(attempt=attempt, digest=sha, key=check_key(key), kind=kind, ref=uri,
                   size=len(data))
@@ -102,20 +131,27 @@ def make(*, key: str, kind: Kind, attempt: int, payload: JSON,
 
 def payload(record: Record, *, store: PayloadStore | None) -> JSON:
     """The record's payload, verified against its digest (fetched from ``store`` by
-    reference). Raises :class:`RecordError` when it cannot be had intact."""
+    reference, at most the record's ``size``). Raises :class:`RecordError` when it cannot
+    be had intact, whatever the reference holds, so a step is repeated, never crashed on."""
     if record.ref is None:
         return record.inline
     if store is None:
         raise RecordError(f"record {record.key} is stored by reference ({record.ref}) and "
                           "no payload store is configured to read it")
     try:
-        data = store.get(record.ref)
+        data = store.get(record.ref, size=record.size)
     except OSError as error:
         raise RecordError(f"record {record.key}: cannot read {record.ref}: {error}") from None
     if digest(data) != record.digest:
         raise RecordError(f"record {record.key}: the payload at {record.ref} does not match "
                           "its digest (changed or damaged)")
-    return json.loads(data)
+    if text_nesting(data) > bounds.PAYLOAD_DEPTH:
+        raise RecordError(f"record {record.key}: the payload at {record.ref}: {DEEP}")
+    try:
+        return json.loads(data)
+    except ValueError as error:  # not JSON, not UTF-8
+        raise RecordError(f"record {record.key}: the payload at {record.ref} is not JSON: "
+                          f"{bounds.clip(str(error), limit=200)}") from None
 
 
 class RecordConflict(RecordError):
@@ -124,7 +160,14 @@ class RecordConflict(RecordError):
 
 class RecordRefused(RecordError):
     """The API server refused the record (admission: not the holder, or the Lease is
-    tombstoned; its message names the policy)."""
+    tombstoned; its message names the policy): the lease is no longer this attempt's."""
+
+
+class RecordLimit(RecordError):
+    """The attempt's Lease holds as many records as an attempt may commit
+    (:data:`~agentrun.api.bounds.MAX_RECORDS`; an effect's intent also needs room for its
+    outcome). Found on the Lease as read, before anything is sent: the lease is fine, but
+    this attempt can commit no more records."""
 
 
 CONFLICT_RETRIES = 5  # 409s in a row before giving up (each one a fresh read)
@@ -139,6 +182,12 @@ class LeaseRecords:
     (someone wrote in between: a renewal, another record) re-reads and tries again while
     the key is still free. Committing the same content twice is a no-op (the retry after
     a lost answer); other content under a committed key raises :class:`RecordConflict`.
+    While the Lease as read is still this attempt's (held by it, not tombstoned), the
+    count admission allows is checked on it (exact: the patch lands on that version or not
+    at all), so a full Lease is :class:`RecordLimit`, never mistaken for a refusal that
+    means the lease is lost (:class:`RecordRefused`, which admission's answer decides).
+    An effect's intent is committed only with room left for its outcome: the call it
+    announces must be recordable.
     """
 
     api: rest.Rest
@@ -170,6 +219,18 @@ class LeaseRecords:
                 raise RecordConflict(f"record {record.key} is already committed by attempt "
                                      f"{self.attempt} with other content; records are "
                                      "write-once: use a new key")
+            held = sum(1 for name in metadata.get("annotations") or {}
+                       if name.startswith(PREFIX))
+            needed = 2 if record.kind is Kind.EFFECT_INTENT else 1  # the outcome's room
+            view = observations.lease_view(lease)
+            ours = not view.tombstoned and view.holder == self.lease  # else admission says
+            if ours and held + needed > bounds.MAX_RECORDS:
+                raise RecordLimit(
+                    f"record {record.key} not committed: Lease {self.lease} holds {held} "
+                    f"records, and an attempt commits at most {bounds.MAX_RECORDS}"
+                    f"{' (an effect needs two: intent and outcome)' if needed > 1 else ''}; "
+                    "nothing was sent. Commit fewer, larger records (one step's result can "
+                    "hold many values)")
             body = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
                                  "annotations": {record.annotation: value}}}
             try:

@@ -24,7 +24,8 @@ serves it on 127.0.0.1 only; docs/worker-sidecar.md is the protocol's reference.
   A ``stop`` means the attempt must end (exit non-zero); a successor reconciles.
 
 Errors are JSON ``{"error": <code>, "message": ...}`` with 400 (bad input, nothing
-changed), 404, 409 (conflict), 503 (the lease may have lapsed: wait, ask again), 410 (the
+changed), 404, 409 (conflict), 422 (``RecordLimit``: this attempt may commit no more
+records; the lease is fine), 503 (the lease may have lapsed: wait, ask again), 410 (the
 lease is lost: exit now), 502 (the API server failed). :class:`Sidecar` is the protocol
 without sockets (unit-tested over a fake worker); the server only moves bytes.
 """
@@ -61,6 +62,10 @@ REPLY_TIMEOUT_SECONDS = 300.0  # a call or reconcile the main container never an
 INSTRUCTION_WAIT_SECONDS = 30.0  # one request waits this long for the next instruction
 MAX_SESSIONS = bounds.MAX_RECORDS // 2  # an effect takes two records (intent, outcome)
 EFFECT_NAME_CHARS = bounds.RECORD_KEY_CHARS
+STATUS: dict[type[Exception], int] = {
+    BadRequest: 400, Conflict: 409, records.RecordConflict: 409,
+    records.RecordLimit: 422,  # this attempt's Lease is full: the lease itself is fine
+    records.RecordRefused: 410}  # refused by admission: the lease is no longer ours
 
 
 class CheckIns:
@@ -151,10 +156,9 @@ class Sidecar:
                     self.start_effect(key, parse_json(body)))
             return error(404, "NotFound", f"no such path {path[:100]!r}; see "
                          "docs/worker-sidecar.md")
-        except (BadRequest, Conflict, records.RecordConflict, records.RecordRefused) as bad:
-            status = {BadRequest: 400, Conflict: 409, records.RecordConflict: 409}.get(
-                type(bad), 410)  # refused by admission: the lease is no longer ours
-            return error(status, type(bad).__name__, str(bad))
+        except (BadRequest, Conflict, records.RecordConflict, records.RecordLimit,
+                records.RecordRefused) as bad:
+            return error(STATUS[type(bad)], type(bad).__name__, str(bad))
         except records.RecordError as bad:
             return error(400, "RecordError", str(bad))
         except (rest.ApiError, OSError) as failed:

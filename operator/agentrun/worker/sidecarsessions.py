@@ -155,6 +155,8 @@ def ended(run: Callable[[], JSON]) -> tuple[Reply, bool]:
 def parse_json(body: bytes) -> JSON:
     if len(body) > MAX_BODY_BYTES:
         raise BadRequest(f"the body is {len(body)} bytes; at most {MAX_BODY_BYTES} are read")
+    if records.text_nesting(body) > bounds.PAYLOAD_DEPTH:  # measured before any parser recurses
+        raise BadRequest(f"the body nests more than {bounds.PAYLOAD_DEPTH} levels: {records.DEEP}")
     try:
         return json.loads(body or b"null")
     except ValueError as bad:

@@ -8,15 +8,22 @@ Covers: the holder commits records (``LeaseRecords``: merge patch under the vers
 a repeat is a no-op and other content a conflict; a raw client cannot change, delete,
 forge (another attempt's number, another key), oversize or overfill records, nor touch
 other annotations, each refusal naming the policy; a renewal by merge patch of
-``spec.renewTime`` alone still passes; after the tombstone the stale attempt, its Pod still
-there and its token still authenticating, cannot add a record to its own Lease nor to
-the successor's; the successor lists the slot's Leases and its prefix holds the
-predecessor's records, so ``Steps.step`` skips what was committed and commits the rest.
+``spec.renewTime`` alone still passes; through the attempt's sidecar (its real HTTP
+server over a real ``Worker``) a body nested deeper than a record may hold is a 400 (1,000
+levels too), one nested as deep is committed and read back by the successor, the 64th
+record is committed and the 65th is a 422
+``RecordLimit`` while the lease is fine, then, once tombstoned, a 410 ``RecordRefused``;
+after the tombstone the stale attempt, its Pod still there and its token still
+authenticating, cannot add a record to its own Lease nor to the successor's; the
+successor lists the slot's Leases and its prefix holds the predecessor's records, so
+``Steps.step`` skips what was committed and commits the rest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import json
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,17 +31,23 @@ from typing import Any
 import kubernetes
 import pytest
 from clusters import Cluster
+from sidecarhttp import Ask, serving
 from waiting import wait_for_default_service_account
 
 from agentrun import manifests
 from agentrun.api import bounds, names
 from agentrun.kube import rest
-from agentrun.worker import prefix, records
+from agentrun.worker import keeper, prefix, records, renewer, sdk
+from agentrun.worker.context import Context
+from agentrun.worker.sidecar import CheckIns, Sidecar
 
 pytestmark = pytest.mark.serial
 SLOT, RUN, ACCOUNT = "s", "r", "worker"
 POLICY = "agentrun-attempt-leases"
 Kind = records.Kind
+DEEPEST: Any = 0
+for _ in range(bounds.PAYLOAD_DEPTH):  # a result nested as deep as a record may hold
+    DEEPEST = [DEEPEST]
 
 
 class Attempt:
@@ -109,6 +122,20 @@ def attempts(cluster: Cluster, namespace: str, installed: None,
     return lambda number: Attempt(cluster, namespace, number)
 
 
+@contextlib.contextmanager
+def served(attempt: Attempt) -> Iterator[Ask]:
+    """The sidecar's real HTTP server on 127.0.0.1 over a real ``Worker`` of ``attempt``
+    (its pod's token; not started: no renewal, the records alone are under test)."""
+    context = Context(namespace=attempt.namespace, run=RUN, run_uid="uid-r", slot=SLOT,
+                      node="n", attempt=attempt.number, fencing_token=attempt.number,
+                      lease=attempt.name, config_dir=Path("/nonexistent"), pinned={})
+    worker = sdk.Worker(context=context, api=attempt.api, keeper=keeper.Keeper(
+        renewer=renewer.Renewer(api=attempt.api, namespace=attempt.namespace,
+                                lease=attempt.name, identity=attempt.name)))
+    with serving(Sidecar(worker=worker, check_ins=CheckIns(window_seconds=30))) as (ask, _):
+        yield ask
+
+
 def record(attempt: int, key: str, payload: Any) -> records.Record:
     return records.make(key=key, kind=Kind.STEP_RESULT, attempt=attempt, payload=payload)
 
@@ -151,12 +178,26 @@ def test_records_are_write_once_bounded_and_sealed_by_the_tombstone(
     assert first.raw_patch({"metadata": {"resourceVersion": version},
                             "spec": {"renewTime": now}}) == ""
 
-    for n in range(bounds.MAX_RECORDS - 1):
+    for n in range(bounds.MAX_RECORDS - 3):  # with "gather": two short of full
         ledger.commit(record(1, f"note-{n}", n))
-    with pytest.raises(records.RecordRefused, match=f"at most {bounds.MAX_RECORDS} records"):
-        ledger.commit(record(1, "one-too-many", 0))
+    with served(first) as ask:  # attempt 1's sidecar, its worker on the real Lease
+        for depth in (bounds.PAYLOAD_DEPTH + 1, 1000):  # a parser's recursion: not a 500
+            status, body = ask("PUT", "/v1/steps/deep", b"[" * depth + b"]" * depth)
+            assert status == 400 and "levels" in body["message"], body
+        assert ask("PUT", "/v1/steps/deep", json.dumps(DEEPEST).encode()) == (
+            201, {"result": DEEPEST})
+        assert ask("PUT", "/v1/steps/last", b"63") == (201, {"result": 63})  # the 64th
+        status, body = ask("PUT", "/v1/steps/one-too-many", b"0")
+        assert (status, body["error"]) == (422, "RecordLimit"), body  # the lease is fine
+        assert f"at most {bounds.MAX_RECORDS}" in body["message"]
+        assert ask("POST", "/v1/check-in", b"") == (204, None)
+        assert f"at most {bounds.MAX_RECORDS} records" in first.raw_patch(annotation(
+            "one-too-many", records.encode(record(1, "one-too-many", 0))))  # admission too
+        first.tombstone()
+        status, body = ask("PUT", "/v1/steps/late", b"0")
+        assert (status, body["error"]) == (410, "RecordRefused"), body  # now: exit
+        assert POLICY in body["message"] and "tombstoned" in body["message"]
 
-    first.tombstone()
     review = first.api.request(  # the stale token still authenticates (its Pod is there)
         "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
         body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
@@ -180,9 +221,10 @@ def test_records_are_write_once_bounded_and_sealed_by_the_tombstone(
     steps = prefix.Steps(prefix=found, ledger=second.records(), store=store)
     assert steps.step("gather", do=lambda: pytest.fail("committed: skipped")) == {
         "sources": ["a", "b"]}
+    assert steps.step("deep", do=lambda: pytest.fail("committed: skipped")) == DEEPEST
     report = {"text": "r" * (2 * bounds.INLINE_PAYLOAD_BYTES)}
     assert steps.step("write", do=lambda: report) == report
-    assert steps.done == ["gather"]
+    assert steps.done == ["gather", "deep"]
     stored = second.records().read()["write"]
     assert stored.attempt == 2 and stored.ref is not None
     assert records.payload(stored, store=store) == report

@@ -12,7 +12,8 @@ Covers, each by the exact step and its content:
 - resolve-effect, exhaustively over state x actor x override x reason x key x outcome
   against an oracle of the predicate order (NotRetryWait, BlankReason, NotOwner,
   Malformed, NoUnresolvedEffect); out-of-bound values Malformed (BlankReason for the
-  reason); a result too large once encoded; a replayed id is a duplicate;
+  reason); a result too large once encoded, or nested deeper than its record may hold
+  (just under the bound: decodable); a replayed id is a duplicate;
 - accepted: the entry resolved with outcome, reason, actor; condition False (Resolved),
   Event EffectResolved; the annotations removed; then the automatic claim's Lease carries
   ``<key>.resolved`` of the new attempt, decodable by the one record decoder, with the
@@ -241,6 +242,20 @@ def test_a_result_too_large_once_encoded_is_malformed() -> None:
     decision = resolve(open_status(), result='"' * bounds.RESOLVE_RESULT_BYTES)
     assert decision.predicate is Predicate.MALFORMED
     assert names.RESOLVE_EFFECT_RESULT in decision.status.commands[-1].message
+
+
+@pytest.mark.parametrize("depth", [63, 64, 256])
+def test_a_result_nested_deeper_than_a_record_holds_is_malformed(depth: int) -> None:
+    result = "[" * depth + "]" * depth  # 256 deep is 512 bytes: RESOLVE_RESULT_BYTES
+    decision = resolve(open_status(), result=result)
+    if depth < bounds.PAYLOAD_DEPTH:  # the record's payload wraps the result once
+        [value] = effectrecords.resolved_annotations(decision.status, attempt=2).values()
+        assert records.decode(annotation=f"{records.PREFIX}publish.resolved", value=value,
+                              attempt=2).inline["result"] == json.loads(result)
+        return
+    assert decision.predicate is Predicate.MALFORMED
+    assert f"at most {bounds.PAYLOAD_DEPTH} levels" in decision.status.commands[-1].message
+    assert decision.status.effects == open_status().effects
 
 
 @pytest.mark.parametrize(("fields", "predicate"), [
