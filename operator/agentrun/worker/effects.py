@@ -26,7 +26,10 @@ there: publishing a report, charging a card. Terms:
   progress* (asked again, within a stated limit, never re-sent) or *unknown* (the attempt
   stops). No reconcile means stop too: the ledger never assumes and never re-sends on
   its own. This is at-least-once made visible, not exactly-once: the owner's deduplication
-  by key is what keeps a re-send harmless.
+  by key is what keeps a re-send harmless. Within one attempt the same holds: each record
+  the ledger commits counts at once in the attempt's own view (``prefix.Steps.commit``),
+  the intent from the moment the call may start, so a call that raised is asked about by
+  the next ``effect`` of its key, exactly as a successor would ask.
 
 Before committing an intent and again before the call, the keeper's ``ensure_live()``
 (it raises ``LeaseLapsed`` once the lease may have lapsed) keeps a worker whose lease may
@@ -166,17 +169,28 @@ class Ledger:
     def token(self) -> int:
         return self.steps.prefix.attempt
 
+    def _record(self, key: str, suffix: str, kind: records.Kind,
+                payload: JSON) -> records.Record:
+        return records.make(key=f"{key}.{suffix}", kind=kind, attempt=self.token,
+                            payload=payload, store=self.steps.store)
+
     def _commit(self, key: str, suffix: str, kind: records.Kind, payload: JSON) -> None:
-        self.steps.ledger.commit(records.make(
-            key=f"{key}.{suffix}", kind=kind, attempt=self.token, payload=payload,
-            store=self.steps.store))
+        """Commit a record and count it in this attempt's own view at once (a later
+        ``effect`` of the key in this attempt sees it as a successor would)."""
+        self.steps.commit(self._record(key, suffix, kind, payload))
 
     def _call(self, *, key: str, name: str, idem: str, call: Call, owner: str) -> JSON:
         self.keeper.ensure_live()
-        self._commit(key, INTENT, records.Kind.EFFECT_INTENT,
-                     {"effect": name, "idempotencyKey": idem, "fencingToken": self.token,
-                      "owner": owner})
+        intent = self.steps.ledger.commit(self._record(
+            key, INTENT, records.Kind.EFFECT_INTENT,
+            {"effect": name, "idempotencyKey": idem, "fencingToken": self.token,
+             "owner": owner}))
+        # A lapse here stops the effect before anything was sent: a retry in this attempt
+        # may send it without asking (a successor, which cannot know that, asks).
         self.keeper.ensure_live()
+        # From here on the call may reach the owner: if it raises, its fate is unknown,
+        # and the next ``effect`` of this key must ask, as a successor would.
+        self.steps.remember(intent)
         result = call(idem, self.token)
         self._commit(key, OUTCOME, records.Kind.EFFECT_OUTCOME,
                      {"answer": str(Answer.APPLIED), "result": result, "via": "call"})
@@ -248,8 +262,8 @@ class Ledger:
                 return outcome.get("result")
             if step is Step.STOP_UNRESOLVED:
                 raise AmbiguousEffect(f"effect {name} ({key}, idempotency key {idem}) is "
-                                      "recorded unresolved by an earlier attempt; it waits "
-                                      "for the owner's answer (resolve-effect)", key=key,
+                                      "recorded unresolved; it waits for the owner's "
+                                      "answer (resolve-effect)", key=key,
                                       idempotency_key=idem)
             if step in (Step.CALL, Step.RESEND):
                 return self._call(key=key, name=name, idem=idem, call=call, owner=owner)

@@ -20,8 +20,9 @@ call; :func:`list_leases` is the one read.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from agentrun.api import names
@@ -92,8 +93,12 @@ class Committer(Protocol):
 class Steps:
     """Steps of one attempt over its ``prefix``: each committed once, its result reused.
 
-    ``done`` and ``repeated`` say, per key, what this attempt found (for the worker's own
-    report of its recovery: which steps it skipped and which it ran again).
+    ``prefix`` is this attempt's own view: what it read at the start, plus every record it
+    has committed since (:meth:`commit`), so a later call in the same attempt sees a record
+    exactly as a successor would. ``done`` and ``repeated`` say, per key, what this attempt
+    found (for the worker's own report of its recovery: which steps it skipped and which
+    it ran again). ``lock`` (reentrant) lets a caller check the view and commit as one act
+    (the sidecar's effect sessions run in threads that share one ``Steps``).
     """
 
     prefix: Prefix
@@ -101,6 +106,7 @@ class Steps:
     store: records.PayloadStore | None = None
     done: list[str] = field(default_factory=list)
     repeated: list[str] = field(default_factory=list)
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     def committed(self, key: str) -> tuple[bool, records.JSON]:
         """(True, the result) if ``key`` is committed and its result available intact."""
@@ -127,9 +133,18 @@ class Steps:
         if self.prefix.get(key) is not None:
             self.repeated.append(key)
         result = do()
-        record = self.ledger.commit(records.make(
-            key=key, kind=kind, attempt=self.prefix.attempt, payload=result, store=self.store))
-        self.prefix = Prefix(attempt=self.prefix.attempt,
-                             committed={**self.prefix.committed, key: record},
-                             unsealed=self.prefix.unsealed, problems=self.prefix.problems)
+        self.commit(records.make(key=key, kind=kind, attempt=self.prefix.attempt,
+                                 payload=result, store=self.store))
         return result
+
+    def commit(self, record: Record) -> Record:
+        """Commit ``record`` on this attempt's Lease and :meth:`remember` it."""
+        committed = self.ledger.commit(record)
+        self.remember(committed)
+        return committed
+
+    def remember(self, record: Record) -> None:
+        """Count a record this attempt committed in its own view of the prefix."""
+        with self.lock:
+            self.prefix = replace(self.prefix,
+                                  committed={**self.prefix.committed, record.key: record})
