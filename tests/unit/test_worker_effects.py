@@ -237,11 +237,13 @@ def test_a_recorded_unresolved_effect_stops_at_once() -> None:
     owner = Owner()
     unresolved = records.make(key="publish.unresolved", kind=records.Kind.DECISION,
                               attempt=1, payload={"reason": "unknown"})
-    found, _, _ = ledger(attempt=2, owner=owner,
-                         committed={**intent(), "publish.unresolved": unresolved})
+    found, memory, _ = ledger(attempt=2, owner=owner,
+                              committed={**intent(), "publish.unresolved": unresolved})
     with pytest.raises(effects.AmbiguousEffect, match="resolve-effect"):
         found.effect("publish", key="publish", call=owner.call, reconcile=owner.reconcile)
-    assert owner.log == []
+    assert calls(owner) == []  # neither sent nor asked: recorded again, for a person
+    assert [(r.key, r.attempt, r.inline["cause"]) for r in memory.committed] == [
+        ("publish.unresolved", 2, "owner-answered-unknown")]
 
 
 def test_an_intent_without_reconcile_is_recorded_unresolved() -> None:

@@ -16,9 +16,14 @@ there: publishing a report, charging a card. Terms:
   owner's answer with the resolve-effect command); ``<key>.resolved``, written by the
   operator on a later attempt's Lease, is that answer: *applied* (its result is committed
   as the outcome, never called) or *not applied* (re-sent with the same key under this
-  attempt's own intent). Without it, ``.unresolved`` still stops the attempt. An answer
+  attempt's own intent). Without it, ``.unresolved`` still stops the attempt, and one an
+  earlier attempt recorded is recorded again on this attempt's Lease (the operator did
+  not show it, or no longer keeps its answer: now it is shown, to be answered). An answer
   counts only for the unresolved record it names, and only while no later intent was
-  committed (a successor that re-sent and stopped again needs a new answer).
+  committed (a successor that re-sent and stopped again needs a new answer). One attempt
+  records at most :data:`~agentrun.api.bounds.EFFECTS_KEPT` unresolved effects, as many
+  as a slot shows: past that an effect stops unrecorded (its intent stays without an
+  outcome, or the earlier record stays), and a later attempt meets it again.
 - *ambiguous*: an intent without an outcome. The call may or may not have reached the
   owner; only the owner knows. The successor must ask it (``reconcile(key)``) before
   anything else touches the effect: *applied* (with the result: recorded, never re-sent),
@@ -101,7 +106,7 @@ class Step(enum.Enum):
     """What the ledger does next for one effect (see :func:`decide`)."""
 
     RETURN_OUTCOME = "return the committed outcome; never call"
-    STOP_UNRESOLVED = "stop: an earlier attempt recorded it unresolved"
+    STOP_UNRESOLVED = "stop: it is recorded unresolved and not answered"
     CALL = "commit an intent, then call the owner"
     STOP_AMBIGUOUS = "stop: an intent without an outcome and nobody to ask"
     RECONCILE = "ask the owner (reconcile) before anything else"
@@ -196,13 +201,42 @@ class Ledger:
                      {"answer": str(Answer.APPLIED), "result": result, "via": "call"})
         return result
 
+    def _recorded_here(self) -> int:
+        """How many unresolved records this attempt has committed."""
+        return sum(1 for found, record in self.steps.prefix.committed.items()
+                   if found.endswith(f".{UNRESOLVED}") and record.attempt == self.token)
+
     def _stop(self, *, key: str, name: str, idem: str, why: str, cause: str,
               owner: str) -> AmbiguousEffect:
-        self._commit(key, UNRESOLVED, records.Kind.DECISION,
-                     {"effect": name, "idempotencyKey": idem, "owner": owner, "cause": cause,
-                      "reason": bounds.clip(why, limit=bounds.RECORD_MESSAGE_CHARS)})
-        return AmbiguousEffect(f"effect {name} ({key}, idempotency key {idem}): {why}",
-                               key=key, idempotency_key=idem)
+        """Record ``<key>.unresolved`` (within the bound) and the exception to raise."""
+        told = f"effect {name} ({key}, idempotency key {idem}): {why}"
+        with self.steps.lock:  # counted and committed as one (the sidecar's sessions share)
+            if self._recorded_here() >= bounds.EFFECTS_KEPT:
+                return AmbiguousEffect(
+                    f"{told}; not recorded unresolved: this attempt already recorded "
+                    f"{bounds.EFFECTS_KEPT}, as many as a slot shows; a later attempt meets "
+                    "it again", key=key, idempotency_key=idem)
+            self._commit(key, UNRESOLVED, records.Kind.DECISION,
+                         {"effect": name, "idempotencyKey": idem, "owner": owner,
+                          "cause": cause,
+                          "reason": bounds.clip(why, limit=bounds.RECORD_MESSAGE_CHARS)})
+        return AmbiguousEffect(told, key=key, idempotency_key=idem)
+
+    def _unanswered(self, *, key: str, name: str, idem: str, owner: str) -> AmbiguousEffect:
+        """Stop on an unresolved record nobody answered: one of an earlier attempt is
+        recorded again on this attempt's Lease (with its cause), so the slot shows it."""
+        stopped = self.steps.prefix.get(f"{key}.{UNRESOLVED}")
+        if stopped is None or stopped.attempt >= self.token:
+            return AmbiguousEffect(f"effect {name} ({key}, idempotency key {idem}) is "
+                                   "recorded unresolved; it waits for the owner's answer "
+                                   "(resolve-effect)", key=key, idempotency_key=idem)
+        _, earlier = self.steps.committed(f"{key}.{UNRESOLVED}")
+        cause = earlier.get("cause") if isinstance(earlier, dict) else None
+        return self._stop(key=key, name=name, idem=idem, owner=owner,
+                          cause=NO_RECONCILE if cause == NO_RECONCILE else OWNER_ANSWERED_UNKNOWN,
+                          why=f"attempt {stopped.attempt} recorded it unresolved and no "
+                              "answer reached this attempt; it waits for the owner's answer "
+                              "(resolve-effect)")
 
     def resolution(self, key: str) -> tuple[bool, Reconciled | None]:
         """(whether ``key`` is unresolved for this attempt, the person's answer if any).
@@ -261,10 +295,7 @@ class Ledger:
                                           idempotency_key=idem)
                 return outcome.get("result")
             if step is Step.STOP_UNRESOLVED:
-                raise AmbiguousEffect(f"effect {name} ({key}, idempotency key {idem}) is "
-                                      "recorded unresolved; it waits for the owner's "
-                                      "answer (resolve-effect)", key=key,
-                                      idempotency_key=idem)
+                raise self._unanswered(key=key, name=name, idem=idem, owner=owner)
             if step in (Step.CALL, Step.RESEND):
                 return self._call(key=key, name=name, idem=idem, call=call, owner=owner)
             if step is Step.STOP_AMBIGUOUS:

@@ -11,8 +11,8 @@ yet) is reported in :attr:`Prefix.unsealed` and its records are not used.
 The same key committed by two trusted attempts (a successor that repeated a step whose
 record it could not read): the latest attempt's record wins, since the steps after it
 were built on that one; the clash is reported in :attr:`Prefix.problems` (except for an
-effect's intent: each attempt that sends an effect commits its own, with its own fencing
-token, so they differ by design).
+effect's intent or unresolved record: each attempt that sends an effect, or stops on one,
+commits its own, so they differ by design).
 
 :func:`prefix` is pure; :class:`Steps` makes "skip if committed, else do and commit" one
 call; :func:`list_leases` is the one read.
@@ -67,7 +67,8 @@ def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int) -> Prefix:
         problems.extend(unreadable)
         for key, record in sorted(found.items()):
             if (key in committed and committed[key].digest != record.digest
-                    and record.kind is not records.Kind.EFFECT_INTENT):
+                    and record.kind is not records.Kind.EFFECT_INTENT
+                    and not key.endswith(names.UNRESOLVED_SUFFIX)):
                 problems.append(f"record {key}: attempt {number} committed other content "
                                 f"than attempt {origin[key]}; attempt {number}'s is used")
             committed[key], origin[key] = record, number
