@@ -140,6 +140,78 @@ def test_a_failed_call_leaves_the_intent_alone() -> None:
     assert [r.key for r in memory.committed] == ["publish.intent"]
 
 
+class Flaky(Owner):
+    """An owner whose first ``fail`` calls raise after it got them (an answer lost in
+    transit: ``applied`` says whether the owner had applied it)."""
+
+    def __init__(self, answers: list[Answer] | None = None, *, fail: int = 1,
+                 applied: bool = False) -> None:
+        super().__init__(answers)
+        self.fail, self.apply_failed = fail, applied
+
+    def call(self, key: str, token: int) -> Any:
+        if self.fail <= 0:
+            return super().call(key, token)
+        self.fail -= 1
+        self.log.append(("call", key, token))
+        if self.apply_failed:
+            self.applied.setdefault(key, {"published": 1})
+        raise TimeoutError("the owner's answer was lost")
+
+
+def calls(owner: Owner) -> list[str]:
+    return [what for what, _, _ in owner.log if what in ("call", "reconcile")]
+
+
+@pytest.mark.parametrize(("answers", "applied", "then"), [
+    ([Answer.APPLIED], True, ["call", "reconcile"]),
+    ([Answer.NOT_APPLIED], False, ["call", "reconcile", "call"]),
+    ([Answer.IN_PROGRESS, Answer.APPLIED], True, ["call", "reconcile", "reconcile"])])
+def test_a_call_that_raised_is_asked_about_before_anything_else(
+        answers: list[Answer], applied: bool, then: list[str]) -> None:
+    owner = Flaky(answers, applied=applied)
+    found, memory, _ = ledger(attempt=1, owner=owner)
+    with pytest.raises(TimeoutError):
+        found.effect("publish", key="publish", call=owner.call, reconcile=owner.reconcile)
+    assert found.effect("publish", key="publish", call=owner.call,
+                        reconcile=owner.reconcile) == {"published": 1}
+    assert calls(owner) == then and len(owner.applied) == 1
+    assert [r.key for r in memory.committed][-1] == "publish.outcome"
+    # Settled: a third call in this attempt returns the outcome, asking no one.
+    asked = len(owner.log)
+    assert found.effect("publish", key="publish", call=owner.call,
+                        reconcile=owner.reconcile) == {"published": 1}
+    assert len(owner.log) == asked
+
+
+@pytest.mark.parametrize(("answers", "cause"), [
+    ([Answer.UNKNOWN], "owner-answered-unknown"), (None, "no-reconcile")])
+def test_a_call_that_raised_with_nobody_to_answer_stops_and_stays_stopped(
+        answers: list[Answer] | None, cause: str) -> None:
+    owner = Flaky(answers)
+    found, memory, _ = ledger(attempt=1, owner=owner)
+    reconcile = None if answers is None else owner.reconcile
+    with pytest.raises(TimeoutError):
+        found.effect("publish", key="publish", call=owner.call, reconcile=reconcile)
+    for _ in range(2):  # the second time it is already recorded: it stops at once
+        with pytest.raises(effects.AmbiguousEffect):
+            found.effect("publish", key="publish", call=owner.call, reconcile=reconcile)
+    assert calls(owner) == ["call"] + (["reconcile"] if answers else [])
+    assert [r.key for r in memory.committed] == ["publish.intent", "publish.unresolved"]
+    assert memory.committed[1].inline["cause"] == cause
+
+
+def test_a_lapse_before_the_call_sent_nothing_so_a_retry_sends_without_asking() -> None:
+    owner, keeper = Owner(), Keeper(lapse_after=1)
+    found, _, _ = ledger(attempt=1, owner=owner, keeper=keeper)
+    with pytest.raises(LeaseLapsedError):
+        found.effect("publish", key="publish", call=owner.call)
+    keeper.lapse_after = None
+    assert found.effect("publish", key="publish", call=owner.call) == {"published": 1}
+    assert owner.log == [("commit", "publish.intent", 1), ("commit", "publish.intent", 1),
+                         ("call", IDEM, 1), ("commit", "publish.outcome", 1)]
+
+
 def test_a_committed_outcome_is_returned_without_asking_anyone() -> None:
     owner = Owner()
     outcome = records.make(key="publish.outcome", kind=records.Kind.EFFECT_OUTCOME,
@@ -165,11 +237,13 @@ def test_a_recorded_unresolved_effect_stops_at_once() -> None:
     owner = Owner()
     unresolved = records.make(key="publish.unresolved", kind=records.Kind.DECISION,
                               attempt=1, payload={"reason": "unknown"})
-    found, _, _ = ledger(attempt=2, owner=owner,
-                         committed={**intent(), "publish.unresolved": unresolved})
+    found, memory, _ = ledger(attempt=2, owner=owner,
+                              committed={**intent(), "publish.unresolved": unresolved})
     with pytest.raises(effects.AmbiguousEffect, match="resolve-effect"):
         found.effect("publish", key="publish", call=owner.call, reconcile=owner.reconcile)
-    assert owner.log == []
+    assert calls(owner) == []  # neither sent nor asked: recorded again, for a person
+    assert [(r.key, r.attempt, r.inline["cause"]) for r in memory.committed] == [
+        ("publish.unresolved", 2, "owner-answered-unknown")]
 
 
 def test_an_intent_without_reconcile_is_recorded_unresolved() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentrun.api import slots
+from agentrun.api import bounds, slots
 from agentrun.core import effectrecords
 from agentrun.worker import effects, records
 
@@ -88,11 +88,20 @@ def test_not_applied_answer_re_sends_under_this_attempts_intent() -> None:
 ], ids=["none", "for-another-record", "malformed", "unknown"])
 def test_without_a_usable_answer_unresolved_still_stops(
         committed: dict[str, records.Record]) -> None:
+    """... and is recorded again on this attempt's Lease, so the slot shows it (the
+    operator would not have let this attempt start had it been shown and open)."""
     owner = Owner()
     found, memory, _ = ledger(attempt=2, owner=owner, committed=committed)
     with pytest.raises(effects.AmbiguousEffect, match="resolve-effect"):
         found.effect("publish", key="publish", call=owner.call, reconcile=owner.reconcile)
-    assert owner.log == [] and memory.committed == []
+    assert [entry[0] for entry in owner.log] == ["commit"]  # neither called nor asked
+    [again] = memory.committed
+    assert (again.key, again.attempt) == ("publish.unresolved", 2)
+    assert again.inline["idempotencyKey"] == IDEM
+    assert "attempt 1 recorded it unresolved" in again.inline["reason"]
+    with pytest.raises(effects.AmbiguousEffect, match="resolve-effect"):  # once only
+        found.effect("publish", key="publish", call=owner.call, reconcile=owner.reconcile)
+    assert len(memory.committed) == 1
 
 
 def test_an_answer_is_stale_once_a_later_intent_was_committed() -> None:
@@ -145,3 +154,33 @@ def test_decide_follows_a_recorded_answer_only_for_an_unresolved_effect(
         assert step is Step.RESEND
     else:
         assert step is Step.STOP_UNRESOLVED
+
+
+def intents(attempt: int, count: int) -> dict[str, records.Record]:
+    return {f"k{n}.intent": records.make(
+        key=f"k{n}.intent", kind=records.Kind.EFFECT_INTENT, attempt=attempt,
+        payload={"effect": f"k{n}", "fencingToken": attempt}) for n in range(count)}
+
+
+@pytest.mark.parametrize("own", [0, 3, bounds.EFFECTS_KEPT])
+def test_an_attempt_records_no_more_unresolved_effects_than_a_slot_shows(own: int) -> None:
+    """``own`` of them already on this attempt's Lease when its prefix was read (a
+    restarted sidecar); past EFFECTS_KEPT an effect stops unrecorded, its intent left for
+    a later attempt to ask about."""
+    count = bounds.EFFECTS_KEPT + 2
+    earlier = {f"k{n}.unresolved": records.make(
+        key=f"k{n}.unresolved", kind=records.Kind.DECISION, attempt=2, payload={})
+        for n in range(count, count + own)}
+    owner = Owner()
+    found, memory, _ = ledger(attempt=2, owner=owner, committed={**intents(1, count),
+                                                                 **earlier})
+    told = []
+    for n in range(count):
+        with pytest.raises(effects.AmbiguousEffect) as raised:
+            found.effect(f"k{n}", key=f"k{n}", call=owner.call)
+        told.append(str(raised.value))
+    recorded = bounds.EFFECTS_KEPT - own
+    assert [r.key for r in memory.committed] == [f"k{n}.unresolved" for n in range(recorded)]
+    assert all("not recorded" not in text for text in told[:recorded])
+    assert all(f"already recorded {bounds.EFFECTS_KEPT}" in text for text in told[recorded:])
+    assert owner.log[recorded:] == [] and all(e[0] == "commit" for e in owner.log)

@@ -69,17 +69,19 @@ def test_a_clash_is_reported_and_the_latest_attempt_wins() -> None:
     assert same.problems == ()
 
 
-def test_each_attempts_own_effect_intent_is_no_clash() -> None:
+@pytest.mark.parametrize(("key", "kind"), [("publish.intent", Kind.EFFECT_INTENT),
+                                           ("publish.unresolved", Kind.DECISION)])
+def test_each_attempts_own_effect_intent_or_stop_is_no_clash(key: str, kind: Kind) -> None:
     leases = []
     for attempt in (1, 2):
-        intent = records.make(key="publish.intent", kind=Kind.EFFECT_INTENT, attempt=attempt,
+        intent = records.make(key=key, kind=kind, attempt=attempt,
                               payload={"fencingToken": attempt})
         leases.append({"metadata": {"labels": {"agentrun.dev/attempt": str(attempt)},
                                     "annotations": {intent.annotation: records.encode(intent),
                                                     "agentrun.dev/outcome": "Lost"}},
                        "spec": {}})
     found = prefix.prefix(leases=leases, attempt=3)
-    assert found.problems == () and found.get("publish.intent").attempt == 2  # type: ignore[union-attr]
+    assert found.problems == () and found.get(key).attempt == 2  # type: ignore[union-attr]
 
 
 def test_unreadable_records_are_problems_not_results() -> None:

@@ -45,6 +45,14 @@ def test_a_failed_call_stops_the_attempt_with_the_intent_left_for_a_successor() 
     stop = send(sidecar, "POST", "/v1/effects/publish/reply", {"error": "503 from the owner"})
     assert stop.body["do"] == "stop" and stop.body["error"] == "CallFailed"
     assert set(worker.memory.committed) == {"publish.intent"}
+    # Asked again in this attempt: the kept stop, never a second call instruction.
+    assert send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"}) == stop
+    # The sidecar forgets a session only after a lapse before its call; forgotten by hand
+    # here, a new session's ledger finds the intent in this attempt's own view and asks
+    # first, as a successor would.
+    sidecar.sessions.clear()
+    again = send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"})
+    assert again.body == {"do": "reconcile", "idempotencyKey": IDEM}
 
 
 def ambiguous() -> tuple[Sidecar, FakeWorker, Reply]:

@@ -77,7 +77,10 @@ PAYLOAD_BYTES: Final = 16 * 1024 * 1024
 RESOLVE_RESULT_BYTES: Final = 512
 RESOLVE_OUTCOME_PATTERN: Final = r"^(applied|not-applied)$"
 RESOLVE_OUTCOME_CHARS: Final = 11
-EFFECTS_KEPT: Final = 8  # a slot's status.effects entries (the worst-case status bound)
+# A slot's status.effects entries (the worst-case status bound), and so the unresolved
+# effects one attempt may record: the SDK records no more (the rest stay ambiguous, for a
+# later attempt to ask about), and the operator counts but does not show more.
+EFFECTS_KEPT: Final = 8
 EFFECT_NAME_CHARS: Final = 63  # an effect's name and its owner's, as the worker gives them
 IDEMPOTENCY_KEY_CHARS: Final = 64  # sha256, hex
 

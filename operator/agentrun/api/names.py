@@ -91,6 +91,7 @@ EFFECT_UNRESOLVED_CONDITION: Final = "EffectUnresolved"
 EFFECT_OWNER_ANSWER_UNKNOWN: Final = "OwnerAnswerUnknown"  # reconcile answered "unknown"
 EFFECT_NO_RECONCILE: Final = "NoReconcile"  # the worker had no reconcile to ask the owner
 EFFECT_RESOLVED: Final = "Resolved"  # the condition's reason once none is open
+EFFECT_NOT_SHOWN: Final = "NotShown"  # none shown is open; more were recorded than shown
 EFFECT_RESOLVED_EVENT: Final = "EffectResolved"
 UNRESOLVED_SUFFIX: Final = ".unresolved"  # written by the worker that stopped
 RESOLVED_SUFFIX: Final = ".resolved"  # written by the operator on a successor's Lease

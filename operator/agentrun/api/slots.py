@@ -200,6 +200,11 @@ class SlotStatus(Model):
     commands: list[CommandRecord] = Field(default_factory=list, max_length=COMMANDS_KEPT)
     conditions: Conditions = Field(default_factory=list)
     effects: list[EffectEntry] = Field(default_factory=list, max_length=bounds.EFFECTS_KEPT)
+    effects_not_shown: int = Field(
+        default=0, ge=0, le=bounds.MAX_RECORDS,
+        description="unresolved effects the latest attempt recorded beyond what "
+                    f"status.effects shows (at most {bounds.EFFECTS_KEPT} entries): a later "
+                    "attempt that meets one records it again, and it is shown then")
     observed_generation: int | None = None
 
 

@@ -13,6 +13,11 @@ A person records the owner's answer with the resolve-effect command (:func:`fail
 Entries are told apart by (key, attempt): a successor that re-sent and stopped again on
 the same key opens a new entry. Only the Lease of the slot's latest attempt is observed,
 and entries of that attempt are never dropped to make room, so none is observed twice.
+To make room, only resolved entries of earlier attempts go. What does not fit (a worker
+that recorded more than fit, which the SDK does not do) is *not shown*: counted in
+``status.effectsNotShown`` and the condition, never an error; it does not hold claims,
+since nobody could answer it now, and a later attempt that meets it records it again on
+its own Lease (``agentrun.worker.effects``), where it is shown and answered.
 Pure: no I/O.
 """
 
@@ -92,34 +97,58 @@ def unresolved_on(lease: Mapping[str, Any] | None, *, now: datetime,
                                   bounds.IDEMPOTENCY_KEY_CHARS) or None,
             owner=_text(payload, "owner", names.MAX_NAME), reason=reason,
             cause=_text(payload, "cause", names.MAX_NAME), observed_at=now))
-    return entries[:bounds.EFFECTS_KEPT]
+    return entries
 
 
-def _kept(effects: list[EffectEntry], *, latest: int) -> list[EffectEntry]:
-    """At most EFFECTS_KEPT entries: resolved entries of earlier attempts go first."""
-    kept = list(effects)
-    while len(kept) > bounds.EFFECTS_KEPT:
-        drop = next((e for e in kept if e.state is EffectState.RESOLVED and e.attempt < latest),
-                    next(e for e in kept if e.attempt < latest))
-        kept.remove(drop)
-    return kept
+def merged(effects: list[EffectEntry], new: list[EffectEntry], *,
+           latest: int) -> tuple[list[EffectEntry], list[EffectEntry]]:
+    """(``effects`` with as many of ``new`` as fit in EFFECTS_KEPT, the ones taken).
+
+    Room is made only by dropping resolved entries of attempts before ``latest`` (oldest
+    first): an open entry still holds claims, and a resolved one of the latest attempt
+    carries its answer to the next attempt's Lease. ``new`` is taken in its order.
+    """
+    droppable = [n for n, e in enumerate(effects)
+                 if e.state is EffectState.RESOLVED and e.attempt < latest]
+    room = max(bounds.EFFECTS_KEPT - len(effects) + len(droppable), 0)
+    taken = new[:room]
+    dropped = set(droppable[:max(len(effects) + len(taken) - bounds.EFFECTS_KEPT, 0)])
+    return [e for n, e in enumerate(effects) if n not in dropped] + taken, taken
+
+
+def not_shown(status: SlotStatus) -> str:
+    """What the condition says of the latest attempt's effects that are not shown."""
+    count = status.effects_not_shown
+    if not count:
+        return ""
+    return (f"{count} more unresolved effect{'s' if count > 1 else ''} recorded by the "
+            f"latest attempt {'are' if count > 1 else 'is'} not shown (status.effects "
+            f"keeps {bounds.EFFECTS_KEPT}; status.effectsNotShown counts them): nobody can "
+            "answer one now, so none holds claims; a later attempt that meets one records "
+            "it again, and it is shown and answered then")
 
 
 def with_condition(status: SlotStatus, *, slot: str, now: datetime,
                    resolved: str | None = None) -> SlotStatus:
-    """``EffectUnresolved`` from the open entries: True naming the first, else False
-    (``resolved``: the message of the answer that closed the last one)."""
+    """``EffectUnresolved`` from the open entries: True naming the first, else False,
+    reason NotShown while some are not shown, else Resolved (``resolved``: the message
+    of the answer that closed the last one)."""
     opened = open_effects(status)
+    hidden = not_shown(status)
+    value: conditions.ConditionStatus = "False"
     if opened:
         first = opened[0]
         more = f" ({len(opened) - 1} more open: status.effects)" if len(opened) > 1 else ""
         reason = (names.EFFECT_NO_RECONCILE if first.cause == NO_RECONCILE_CAUSE
                   else names.EFFECT_OWNER_ANSWER_UNKNOWN)
-        value: conditions.ConditionStatus = "True"
-        message = describe(first, slot=slot) + more
-    elif resolved is not None or conditions.is_true(status.conditions, CONDITION):
-        value, reason = "False", names.EFFECT_RESOLVED
-        message = resolved or "no effect is unresolved"
+        value = "True"
+        message = describe(first, slot=slot) + more + (f"; {hidden}" if hidden else "")
+    elif hidden:
+        reason = names.EFFECT_NOT_SHOWN
+        message = f"{resolved}; {hidden}" if resolved else f"no shown effect is open; {hidden}"
+    elif resolved is not None or conditions.is_true(status.conditions, CONDITION) or (
+            _reason(status) == names.EFFECT_NOT_SHOWN):
+        reason, message = names.EFFECT_RESOLVED, resolved or "no effect is unresolved"
     else:
         return status
     return status.model_copy(update={"conditions": conditions.set_condition(
@@ -127,20 +156,28 @@ def with_condition(status: SlotStatus, *, slot: str, now: datetime,
         message=bounds.clip(message), now=now)})
 
 
+def _reason(status: SlotStatus) -> str | None:
+    found = next((c for c in status.conditions if c.type == CONDITION), None)
+    return None if found is None else found.reason
+
+
 def observed(status: SlotStatus, *, lease: Mapping[str, Any] | None, slot: str,
              now: datetime) -> tuple[SlotStatus, list[EffectEntry]]:
-    """The status with the lease's unresolved effects not yet in it, and those new ones."""
+    """The status with the lease's unresolved effects not yet in it (as many as fit, the
+    rest counted in ``effectsNotShown``), and the ones newly shown. Never raises: any
+    number of records, any status."""
     seen = {(e.key, e.attempt) for e in status.effects}
     name = (lease or {}).get("metadata", {}).get("name")
     pod_uid = next((a.pod_uid for a in status.attempts if a.lease == name), None)
     new = [e for e in unresolved_on(lease, now=now, pod_uid=pod_uid)
            if (e.key, e.attempt) not in seen]
-    if not new:
+    effects, taken = merged(status.effects, new, latest=max(
+        (e.attempt for e in new), default=bounds.MAX_ATTEMPT_NUMBER))
+    hidden = len(new) - len(taken)
+    if not taken and hidden == status.effects_not_shown:
         return status, []
-    latest = max(e.attempt for e in new)
-    merged = status.model_copy(update={"effects": _kept([*status.effects, *new],
-                                                          latest=latest)})
-    return with_condition(merged, slot=slot, now=now), new
+    changed = status.model_copy(update={"effects": effects, "effects_not_shown": hidden})
+    return with_condition(changed, slot=slot, now=now), taken
 
 
 def failure(*, key: str | None, outcome: str | None, result: str | None,
@@ -152,9 +189,12 @@ def failure(*, key: str | None, outcome: str | None, result: str | None,
                                      "applied or not-applied)")
     if not any(e.key == key for e in open_effects(status)):
         opened = ", ".join(e.key for e in open_effects(status)) or "none"
+        hidden = (f"; {status.effects_not_shown} more of the latest attempt are not shown "
+                  "and cannot be answered before a later attempt records them again"
+                  if status.effects_not_shown else "")
         return (Predicate.NO_UNRESOLVED_EFFECT,
-                f"slot {slot!r} has no unresolved effect with record key {key!r} (open: "
-                f"{opened}); see status.effects")
+                f"slot {slot!r} has no unresolved effect with record key {key!r} shown (open: "
+                f"{opened}{hidden}); see status.effects")
     bare = {"answer": outcome, "result": result_value(result), "reason": "", "actor": "",
             "unresolvedAttempt": bounds.MAX_ATTEMPT_NUMBER}
     try:

@@ -2,8 +2,10 @@
 
 :func:`observe_step` writes an effect the slot's latest attempt recorded as unresolved
 (``<key>.unresolved`` on its Lease) into ``status.effects`` with the condition
-``EffectUnresolved`` and a Warning Event, once. :func:`gate` keeps a Ready or RetryWait
-slot from claiming while one is open. The decisions are :mod:`agentrun.core.effectrecords`'s.
+``EffectUnresolved`` and a Warning Event, once; those that do not fit are counted
+(``status.effectsNotShown``) and told in the condition and the Event. :func:`gate` keeps
+a Ready or RetryWait slot from claiming while one is open. The decisions are
+:mod:`agentrun.core.effectrecords`'s.
 
 Why nothing is missed before a claim: a claim of a slot whose attempt ended starts only
 after that attempt's Lease was tombstoned (``attemptlife.fence_step``), under a
@@ -15,7 +17,7 @@ has seen them.
 
 from __future__ import annotations
 
-from agentrun.api import names
+from agentrun.api import bounds, names
 from agentrun.api.slots import TERMINAL_STATES
 from agentrun.core import actions, effectrecords, guards, inputs
 
@@ -29,11 +31,14 @@ def observe_step(world: inputs.World) -> actions.WriteStatus | None:
         return None
     name = world.slot.metadata.name
     new, found = effectrecords.observed(status, lease=objects.lease, slot=name, now=world.now)
-    if not found:
+    if new == status:
         return None
-    message = "; ".join(effectrecords.describe(entry, slot=name) for entry in found)
-    return actions.WriteStatus(status=new, point="effect-unresolved", event=guards.Event(
-        type="Warning", reason=names.EFFECT_UNRESOLVED_CONDITION, message=message))
+    told = [effectrecords.describe(entry, slot=name) for entry in found]
+    if new.effects_not_shown > status.effects_not_shown:
+        told.append(effectrecords.not_shown(new))
+    event = guards.Event(type="Warning", reason=names.EFFECT_UNRESOLVED_CONDITION,
+                         message=bounds.clip("; ".join(told))) if told else None
+    return actions.WriteStatus(status=new, point="effect-unresolved", event=event)
 
 
 def gate(world: inputs.World) -> actions.Wait | None:

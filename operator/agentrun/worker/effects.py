@@ -16,9 +16,14 @@ there: publishing a report, charging a card. Terms:
   owner's answer with the resolve-effect command); ``<key>.resolved``, written by the
   operator on a later attempt's Lease, is that answer: *applied* (its result is committed
   as the outcome, never called) or *not applied* (re-sent with the same key under this
-  attempt's own intent). Without it, ``.unresolved`` still stops the attempt. An answer
+  attempt's own intent). Without it, ``.unresolved`` still stops the attempt, and one an
+  earlier attempt recorded is recorded again on this attempt's Lease (the operator did
+  not show it, or no longer keeps its answer: now it is shown, to be answered). An answer
   counts only for the unresolved record it names, and only while no later intent was
-  committed (a successor that re-sent and stopped again needs a new answer).
+  committed (a successor that re-sent and stopped again needs a new answer). One attempt
+  records at most :data:`~agentrun.api.bounds.EFFECTS_KEPT` unresolved effects, as many
+  as a slot shows: past that an effect stops unrecorded (its intent stays without an
+  outcome, or the earlier record stays), and a later attempt meets it again.
 - *ambiguous*: an intent without an outcome. The call may or may not have reached the
   owner; only the owner knows. The successor must ask it (``reconcile(key)``) before
   anything else touches the effect: *applied* (with the result: recorded, never re-sent),
@@ -26,7 +31,10 @@ there: publishing a report, charging a card. Terms:
   progress* (asked again, within a stated limit, never re-sent) or *unknown* (the attempt
   stops). No reconcile means stop too: the ledger never assumes and never re-sends on
   its own. This is at-least-once made visible, not exactly-once: the owner's deduplication
-  by key is what keeps a re-send harmless.
+  by key is what keeps a re-send harmless. Within one attempt the same holds: each record
+  the ledger commits counts at once in the attempt's own view (``prefix.Steps.commit``),
+  the intent from the moment the call may start, so a call that raised is asked about by
+  the next ``effect`` of its key, exactly as a successor would ask.
 - *unstorable*: an applied effect whose result no record can hold (see
   :class:`ResultNotStored`): its outcome is committed all the same, with ``result`` null
   and ``unstorable`` saying why, so the effect is never sent or asked about again.
@@ -113,7 +121,7 @@ class Step(enum.Enum):
     """What the ledger does next for one effect (see :func:`decide`)."""
 
     RETURN_OUTCOME = "return the committed outcome; never call"
-    STOP_UNRESOLVED = "stop: an earlier attempt recorded it unresolved"
+    STOP_UNRESOLVED = "stop: it is recorded unresolved and not answered"
     CALL = "commit an intent, then call the owner"
     STOP_AMBIGUOUS = "stop: an intent without an outcome and nobody to ask"
     RECONCILE = "ask the owner (reconcile) before anything else"
@@ -187,17 +195,28 @@ class Ledger:
     def token(self) -> int:
         return self.steps.prefix.attempt
 
+    def _record(self, key: str, suffix: str, kind: records.Kind,
+                payload: JSON) -> records.Record:
+        return records.make(key=f"{key}.{suffix}", kind=kind, attempt=self.token,
+                            payload=payload, store=self.steps.store)
+
     def _commit(self, key: str, suffix: str, kind: records.Kind, payload: JSON) -> None:
-        self.steps.ledger.commit(records.make(
-            key=f"{key}.{suffix}", kind=kind, attempt=self.token, payload=payload,
-            store=self.steps.store))
+        """Commit a record and count it in this attempt's own view at once (a later
+        ``effect`` of the key in this attempt sees it as a successor would)."""
+        self.steps.commit(self._record(key, suffix, kind, payload))
 
     def _call(self, *, key: str, name: str, idem: str, call: Call, owner: str) -> JSON:
         self.keeper.ensure_live()
-        self._commit(key, INTENT, records.Kind.EFFECT_INTENT,
-                     {"effect": name, "idempotencyKey": idem, "fencingToken": self.token,
-                      "owner": owner})
+        intent = self.steps.ledger.commit(self._record(
+            key, INTENT, records.Kind.EFFECT_INTENT,
+            {"effect": name, "idempotencyKey": idem, "fencingToken": self.token,
+             "owner": owner}))
+        # A lapse here stops the effect before anything was sent: a retry in this attempt
+        # may send it without asking (a successor, which cannot know that, asks).
         self.keeper.ensure_live()
+        # From here on the call may reach the owner: if it raises, its fate is unknown,
+        # and the next ``effect`` of this key must ask, as a successor would.
+        self.steps.remember(intent)
         return self._applied(key=key, name=name, idem=idem, result=call(idem, self.token),
                              via="call")
 
@@ -216,13 +235,42 @@ class Ledger:
         self._commit(key, OUTCOME, records.Kind.EFFECT_OUTCOME, outcome)
         return result
 
+    def _recorded_here(self) -> int:
+        """How many unresolved records this attempt has committed."""
+        return sum(1 for found, record in self.steps.prefix.committed.items()
+                   if found.endswith(f".{UNRESOLVED}") and record.attempt == self.token)
+
     def _stop(self, *, key: str, name: str, idem: str, why: str, cause: str,
               owner: str) -> AmbiguousEffect:
-        self._commit(key, UNRESOLVED, records.Kind.DECISION,
-                     {"effect": name, "idempotencyKey": idem, "owner": owner, "cause": cause,
-                      "reason": bounds.clip(why, limit=bounds.RECORD_MESSAGE_CHARS)})
-        return AmbiguousEffect(f"effect {name} ({key}, idempotency key {idem}): {why}",
-                               key=key, idempotency_key=idem)
+        """Record ``<key>.unresolved`` (within the bound) and the exception to raise."""
+        told = f"effect {name} ({key}, idempotency key {idem}): {why}"
+        with self.steps.lock:  # counted and committed as one (the sidecar's sessions share)
+            if self._recorded_here() >= bounds.EFFECTS_KEPT:
+                return AmbiguousEffect(
+                    f"{told}; not recorded unresolved: this attempt already recorded "
+                    f"{bounds.EFFECTS_KEPT}, as many as a slot shows; a later attempt meets "
+                    "it again", key=key, idempotency_key=idem)
+            self._commit(key, UNRESOLVED, records.Kind.DECISION,
+                         {"effect": name, "idempotencyKey": idem, "owner": owner,
+                          "cause": cause,
+                          "reason": bounds.clip(why, limit=bounds.RECORD_MESSAGE_CHARS)})
+        return AmbiguousEffect(told, key=key, idempotency_key=idem)
+
+    def _unanswered(self, *, key: str, name: str, idem: str, owner: str) -> AmbiguousEffect:
+        """Stop on an unresolved record nobody answered: one of an earlier attempt is
+        recorded again on this attempt's Lease (with its cause), so the slot shows it."""
+        stopped = self.steps.prefix.get(f"{key}.{UNRESOLVED}")
+        if stopped is None or stopped.attempt >= self.token:
+            return AmbiguousEffect(f"effect {name} ({key}, idempotency key {idem}) is "
+                                   "recorded unresolved; it waits for the owner's answer "
+                                   "(resolve-effect)", key=key, idempotency_key=idem)
+        _, earlier = self.steps.committed(f"{key}.{UNRESOLVED}")
+        cause = earlier.get("cause") if isinstance(earlier, dict) else None
+        return self._stop(key=key, name=name, idem=idem, owner=owner,
+                          cause=NO_RECONCILE if cause == NO_RECONCILE else OWNER_ANSWERED_UNKNOWN,
+                          why=f"attempt {stopped.attempt} recorded it unresolved and no "
+                              "answer reached this attempt; it waits for the owner's answer "
+                              "(resolve-effect)")
 
     def resolution(self, key: str) -> tuple[bool, Reconciled | None]:
         """(whether ``key`` is unresolved for this attempt, the person's answer if any).
@@ -284,10 +332,7 @@ class Ledger:
                                       why=str(outcome["unstorable"]))
                 return outcome.get("result")
             if step is Step.STOP_UNRESOLVED:
-                raise AmbiguousEffect(f"effect {name} ({key}, idempotency key {idem}) is "
-                                      "recorded unresolved by an earlier attempt; it waits "
-                                      "for the owner's answer (resolve-effect)", key=key,
-                                      idempotency_key=idem)
+                raise self._unanswered(key=key, name=name, idem=idem, owner=owner)
             if step in (Step.CALL, Step.RESEND):
                 return self._call(key=key, name=name, idem=idem, call=call, owner=owner)
             if step is Step.STOP_AMBIGUOUS:

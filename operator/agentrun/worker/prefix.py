@@ -14,8 +14,8 @@ not the pod uid on its tombstone: ``records.written_by``): they are reported in
 The same key committed by two trusted attempts (a successor that repeated a step whose
 record it could not read): the latest attempt's record wins, since the steps after it
 were built on that one; the clash is reported in :attr:`Prefix.problems` (except for an
-effect's intent: each attempt that sends an effect commits its own, with its own fencing
-token, so they differ by design).
+effect's intent or unresolved record: each attempt that sends an effect, or stops on one,
+commits its own, so they differ by design).
 
 :func:`prefix` is pure; :class:`Steps` makes "skip if committed, else do and commit" one
 call; :func:`list_leases` is the one read.
@@ -23,8 +23,9 @@ call; :func:`list_leases` is the one read.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from agentrun.api import names
@@ -73,7 +74,8 @@ def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int) -> Prefix:
         problems.extend(unreadable)
         for key, record in sorted(found.items()):
             if (key in committed and committed[key].digest != record.digest
-                    and record.kind is not records.Kind.EFFECT_INTENT):
+                    and record.kind is not records.Kind.EFFECT_INTENT
+                    and not key.endswith(names.UNRESOLVED_SUFFIX)):
                 problems.append(f"record {key}: attempt {number} committed other content "
                                 f"than attempt {origin[key]}; attempt {number}'s is used")
             committed[key], origin[key] = record, number
@@ -99,8 +101,12 @@ class Committer(Protocol):
 class Steps:
     """Steps of one attempt over its ``prefix``: each committed once, its result reused.
 
-    ``done`` and ``repeated`` say, per key, what this attempt found (for the worker's own
-    report of its recovery: which steps it skipped and which it ran again).
+    ``prefix`` is this attempt's own view: what it read at the start, plus every record it
+    has committed since (:meth:`commit`), so a later call in the same attempt sees a record
+    exactly as a successor would. ``done`` and ``repeated`` say, per key, what this attempt
+    found (for the worker's own report of its recovery: which steps it skipped and which
+    it ran again). ``lock`` (reentrant) lets a caller check the view and commit as one act
+    (the sidecar's effect sessions run in threads that share one ``Steps``).
     """
 
     prefix: Prefix
@@ -108,6 +114,7 @@ class Steps:
     store: records.PayloadStore | None = None
     done: list[str] = field(default_factory=list)
     repeated: list[str] = field(default_factory=list)
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     def committed(self, key: str) -> tuple[bool, records.JSON]:
         """(True, the result) if ``key`` is committed and its result available intact."""
@@ -134,9 +141,18 @@ class Steps:
         if self.prefix.get(key) is not None:
             self.repeated.append(key)
         result = do()
-        record = self.ledger.commit(records.make(
-            key=key, kind=kind, attempt=self.prefix.attempt, payload=result, store=self.store))
-        self.prefix = Prefix(attempt=self.prefix.attempt,
-                             committed={**self.prefix.committed, key: record},
-                             unsealed=self.prefix.unsealed, problems=self.prefix.problems)
+        self.commit(records.make(key=key, kind=kind, attempt=self.prefix.attempt,
+                                 payload=result, store=self.store))
         return result
+
+    def commit(self, record: Record) -> Record:
+        """Commit ``record`` on this attempt's Lease and :meth:`remember` it."""
+        committed = self.ledger.commit(record)
+        self.remember(committed)
+        return committed
+
+    def remember(self, record: Record) -> None:
+        """Count a record this attempt committed in its own view of the prefix."""
+        with self.lock:
+            self.prefix = replace(self.prefix,
+                                  committed={**self.prefix.committed, record.key: record})

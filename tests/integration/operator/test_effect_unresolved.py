@@ -142,12 +142,18 @@ def stop_on_unknown(scenario: Scenario, *, slot: str, run_uid: str, key: str,
             f"{key}-report", key=key, call=dies, reconcile=owner.unknown, owner="publisher")
 
 
-def test_an_unknown_effect_waits_for_the_owners_answer_and_the_successor_uses_it(
-        scenario: Scenario, operator: OperatorProcess) -> None:
+def manual_slot(scenario: Scenario) -> str:
+    """alice's Manual run (five attempts) published; its slot, once Ready."""
     publish(scenario)
     scenario.run(RUN, user="alice", claim_policy="Manual", max_attempts=5)
     slot = scenario.slot_name_eventually(RUN, "research")
     scenario.wait_state(slot, "Ready")
+    return slot
+
+
+def test_an_unknown_effect_waits_for_the_owners_answer_and_the_successor_uses_it(
+        scenario: Scenario, operator: OperatorProcess) -> None:
+    slot = manual_slot(scenario)
     assert scenario.annotate(slot, user="alice", claim_id=request_id()).returncode == 0
     scenario.wait_state(slot, "Active")
     run_uid = scenario.agentrun(RUN)["metadata"]["uid"]

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,14 +33,17 @@ from typing import Any
 import kubernetes
 import pytest
 from clusters import Cluster
+from effectowner import EffectOwner
 from sidecarhttp import Ask, serving
-from waiting import wait_for_default_service_account
+from waiting import wait_for, wait_for_default_service_account
 
 from agentrun import manifests
 from agentrun.api import bounds, names
 from agentrun.kube import rest
-from agentrun.worker import keeper, prefix, records, renewer, sdk
+from agentrun.worker import effects, keeper, prefix, records, renewer, sdk
 from agentrun.worker.context import Context
+from agentrun.worker.renewals import Verdict
+from agentrun.worker.sdk import Worker
 from agentrun.worker.sidecar import CheckIns, Sidecar
 
 pytestmark = pytest.mark.serial
@@ -228,3 +233,65 @@ def test_records_are_write_once_bounded_and_sealed_by_the_tombstone(
     stored = second.records().read()["write"]
     assert stored.attempt == 2 and stored.ref is not None
     assert records.payload(stored, store=store) == report
+
+
+def worker_of(attempt: Attempt, tmp_path: Path) -> Worker:
+    """The SDK's Worker of ``attempt`` as its pod, its keeper renewed once (live)."""
+    context = Context(namespace=attempt.namespace, run=RUN, run_uid="uid-1", slot=SLOT,
+                      node="n", attempt=attempt.number, fencing_token=attempt.number,
+                      lease=attempt.name, config_dir=tmp_path, pinned={})
+    found = Worker(context=context, api=attempt.api, keeper=keeper.Keeper(
+        renewer=renewer.Renewer(api=attempt.api, namespace=attempt.namespace,
+                                lease=attempt.name, identity=attempt.name)))
+    assert found.keeper.first_renewal(timeout=10).verdict is Verdict.RENEW
+    return found
+
+
+def test_an_effect_whose_call_raised_is_asked_about_before_it_is_sent_again(
+        attempts: Callable[[int], Attempt], tmp_path: Path) -> None:
+    owner = EffectOwner(hold=threading.Event()).start()
+    try:
+        first = attempts(1)
+        worker = worker_of(first, tmp_path)
+
+        def send(idem: str, token: int, *, timeout: float = 10) -> Any:
+            body = json.dumps({"key": idem, "token": token, "fence": "s"}).encode()
+            request = urllib.request.Request(f"{owner.url}/effects", data=body,
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return json.loads(answer.read())["result"]
+
+        def ask(idem: str) -> effects.Reconciled:
+            with urllib.request.urlopen(f"{owner.url}/effects/{idem}", timeout=10) as found:
+                answer = json.loads(found.read())
+            return effects.Reconciled(answer=effects.Answer(answer["answer"]),
+                                      result=answer.get("result"))
+
+        def dropped(idem: str, token: int) -> Any:
+            raise ConnectionResetError("the connection dropped before the owner got it")
+
+        publish = effects.idempotency_key(run_uid="uid-1", slot=SLOT, key="publish")
+        with pytest.raises(TimeoutError):  # the owner holds the apply: no answer in time
+            worker.effect("publish", key="publish", reconcile=ask,
+                          call=lambda idem, token: send(idem, token, timeout=0.5))
+        assert owner.hold is not None
+        owner.hold.set()
+        wait_for(lambda: owner.applied.get(publish) == 1, timeout=10,
+                 message="the owner applied the send that timed out")
+        assert worker.effect("publish", key="publish", call=send, reconcile=ask) == \
+            owner.results[publish]
+        assert [(r.method, r.key) for r in owner.requests] == [("POST", publish),
+                                                                ("GET", publish)]
+
+        notify = effects.idempotency_key(run_uid="uid-1", slot=SLOT, key="notify")
+        with pytest.raises(ConnectionResetError):
+            worker.effect("notify", key="notify", call=dropped, reconcile=ask)
+        worker.effect("notify", key="notify", call=send, reconcile=ask)
+        assert [(r.method, r.key) for r in owner.requests[2:]] == [("GET", notify),
+                                                                    ("POST", notify)]
+        assert owner.applied == {publish: 1, notify: 1}
+        committed = first.records().read()
+        assert committed["publish.outcome"].inline["via"] == "reconcile"
+        assert committed["notify.outcome"].inline["via"] == "call"
+    finally:
+        owner.stop()

@@ -99,7 +99,7 @@ def worst_case_status() -> SlotStatus:
                              resolution=text(bounds.REASON_BYTES),
                              actor=text(bounds.ACTOR_CHARS), resolved_at=moment)]
         * bounds.EFFECTS_KEPT,
-        observed_generation=2**63 - 1)
+        effects_not_shown=bounds.MAX_RECORDS, observed_generation=2**63 - 1)
 
 
 def test_the_worst_case_status_fits_its_bound_and_the_object_fits_the_api_server() -> None:
