@@ -106,5 +106,5 @@ def test_the_plugin_reassigns_shows_and_refuses(cluster: Cluster, scenario: Scen
     expected = 3 + 1 + len(rows["attempts"]) + 2 + 1 + len(rows["commands"])
     assert len(shown.stdout.splitlines()) == expected, shown.stdout
     assert "\x1b" not in shown.stdout
-    assert shown.stdout.splitlines()[-1].count("look\\n2026-12-01T12:00:00Z  GiveUp") == 1
-    assert "Accepted\\x1b[2J\\x1b[H" in shown.stdout.splitlines()[-1]
+    row = shown.stdout.splitlines()[-1]  # its reason, and the message quoting it, escaped
+    assert row.count("look\\n2026-12-01T12:00:00Z  GiveUp  r9  alice  Accepted\\x1b[2J") == 2
