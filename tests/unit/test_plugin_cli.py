@@ -8,13 +8,14 @@ tests/integration/operator/test_plugin.py, runs them against a real API server).
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 
 import pytest
 
 from agentrun.api.slots import CommandKind
 from agentrun.kube import rest
-from agentrun.plugin import cli, client, requests
+from agentrun.plugin import cli, client, requests, terminal
 
 
 def parse(*argv: str) -> Any:
@@ -287,3 +288,79 @@ def test_waiting_returns_the_entry_once_decided_and_removed_and_times_out_otherw
 def test_unreadable_leases_are_skipped() -> None:
     fake = FakeRest(gets=[api_error(403, "no"), {"spec": {}}])
     assert client.leases(conn(fake), {"a-1", "b-1"}) == {"b-1": {"spec": {}}}
+
+
+HOSTILE = "owned\n`- GiveUp  r9  alice  Accepted\x1b[2J\x9b1;1H\u202eevil"
+
+
+def one_safe_line(text: str) -> str:
+    """The one line ``text`` holds, checked to carry nothing a terminal would obey."""
+    [line] = text.splitlines()
+    assert not [c for c in line if unicodedata.category(c) in terminal.UNSAFE_CATEGORIES]
+    assert "\\x1b[2J" in line and "\\u202eevil" in line
+    return line
+
+
+def test_a_ledger_entry_is_one_escaped_line_and_exact_as_json(
+        recorder: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    recorder({"outcome": "Rejected", "predicate": "NotOwner", "message": HOSTILE})
+    assert cli.main(REASSIGN) == 1
+    line = one_safe_line(capsys.readouterr().out)
+    assert line.startswith("Reassign ") and "Rejected (NotOwner): owned\\n`- GiveUp" in line
+    recorder({"outcome": "Rejected", "predicate": "NotOwner", "message": HOSTILE})
+    assert cli.main([*REASSIGN, "-o", "json"]) == 1
+    out = capsys.readouterr().out
+    assert json.loads(out)["entry"]["message"] == HOSTILE and out.isascii()
+
+
+def test_the_resend_notice_and_an_error_are_escaped(
+        recorder: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    recorder({"outcome": "Rejected", "predicate": "Unstamped", "message": HOSTILE},
+             {"outcome": "Accepted", "actor": HOSTILE})
+    assert cli.main(REASSIGN) == 0
+    out = capsys.readouterr()
+    one_safe_line(out.out)
+    first, again = out.err.splitlines()
+    assert one_safe_line(first) and again.startswith("re-sending once as ")
+
+    def refused(**_: object) -> client.Connection:
+        raise client.Failure(f"reading slots/s failed: {HOSTILE}", code=requests.FAILED)
+    monkeypatch.setattr(client, "connect", refused)
+    assert cli.main(["history", "s"]) == 3
+    assert one_safe_line(capsys.readouterr().err).startswith("error: reading slots/s failed")
+
+
+def test_a_usage_error_quoting_what_was_typed_is_escaped(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["history", "s", HOSTILE])
+    assert stopped.value.code == requests.USAGE
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert one_safe_line(error).startswith("kubectl agentrun: error: unrecognized arguments")
+
+
+def test_status_and_history_print_hostile_objects_one_row_each(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    attempt = {"number": 1, "pod": HOSTILE, "lease": HOSTILE, "outcome": HOSTILE,
+               "reason": HOSTILE, "ownerActor": HOSTILE, "workerClass": HOSTILE}
+    slot = {"metadata": {"name": HOSTILE}, "spec": {"run": HOSTILE, "node": HOSTILE},
+            "status": {"state": HOSTILE, "attempts": [attempt], "conditions": [
+                {"type": HOSTILE, "status": "True"}], "commands": [
+                {"requestId": HOSTILE, "kind": HOSTILE, "actor": HOSTILE, "reason": HOSTILE,
+                 "message": HOSTILE, "outcome": HOSTILE, "time": HOSTILE}]}}
+    objects = {"agentruns": {"metadata": {"name": HOSTILE, "namespace": HOSTILE}},
+               "slots": slot}
+    conn = client.Connection(rest=None, namespace="team-a")  # type: ignore[arg-type]
+    monkeypatch.setattr(client, "connect", lambda **_: conn)
+    monkeypatch.setattr(client, "get", lambda _c, plural, _n: objects[plural])
+    monkeypatch.setattr(client, "slots_of", lambda _c, _r: [slot])
+    monkeypatch.setattr(client, "leases", lambda _c, _w: {})
+    for command, rows in (("status", 4), ("history", 9)):
+        assert cli.main([command, "s"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) == rows, lines
+        for line in lines:
+            assert not [c for c in line if unicodedata.category(c) in
+                        terminal.UNSAFE_CATEGORIES]
+        assert sum("\\x1b[2J" in line for line in lines) >= 2

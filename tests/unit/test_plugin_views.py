@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
-from agentrun.plugin import views
+from agentrun.plugin import terminal, views
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -136,3 +138,90 @@ def test_history_lists_attempts_and_commands_with_who_why_and_predicate() -> Non
 def test_an_empty_history_says_none() -> None:
     lines = views.render_history(views.history({"metadata": {"name": "s"}}, now=NOW))
     assert lines.count("  (none)") == 2 and "Pending" in lines[0]
+
+
+# What someone else wrote, aimed at the reader's terminal: a forged ledger row after a
+# newline, a screen clear, a window title, a C1 CSI, and bidi and separator characters.
+HOSTILE = ("\n2026-12-01T12:00:00Z  GiveUp  r9  alice  Accepted\x1b[2J\x1b]0;owned\x07\r\t"
+           "\x7f\x9b31m\u202eevil\u2066\u2028\ufeff")
+SHOWN = ("\\n2026-12-01T12:00:00Z  GiveUp  r9  alice  Accepted\\x1b[2J\\x1b]0;owned\\x07\\r\\t"
+         "\\x7f\\x9b31m\\u202eevil\\u2066\\u2028\\ufeff")
+
+
+def hostile(document: Any) -> Any:
+    """``document`` with ``HOSTILE`` after every string (a condition's status kept)."""
+    if isinstance(document, str):
+        return document + HOSTILE
+    if isinstance(document, dict):
+        return {hostile(key) if document is LEASES else key:
+                value if key == "status" and value in ("True", "False") else hostile(value)
+                for key, value in document.items()}
+    if isinstance(document, list):
+        return [hostile(value) for value in document]
+    return document
+
+
+def obeyed(line: str) -> list[str]:
+    """The characters of ``line`` a terminal would act on rather than show."""
+    return [c for c in line if unicodedata.category(c) in terminal.UNSAFE_CATEGORIES]
+
+
+LEASES: dict[str, Any] = {"study-research-2": {"spec": {"renewTime": ago(3),
+                                                        "holderIdentity": "study-research-2"}}}
+SLOTS = [slot("study-write-1", "write"),
+         slot("study-research-1", "research", ENDED, LIVE, state="Active",
+              workerClass="gpu", activeWorker="study-research-2",
+              launchSpec={"name": "gpu-workers", "generation": 3},
+              conditions=[{"type": "Held", "status": "True"}],
+              commands=[{"requestId": "r1", "kind": "Hold", "actor": "alice",
+                         "outcome": "Accepted", "predicate": "NotOwner", "workerClass": "gpu",
+                         "reason": "look", "message": "held", "time": ago(100)}])]
+
+
+def test_the_tree_escapes_every_value_and_json_keeps_them_exact() -> None:
+    plain = views.render_tree(views.tree(run("Pinned"), SLOTS, now=NOW, leases=LEASES))
+    view = views.tree(hostile(run("Pinned")), hostile(SLOTS), now=NOW,
+                      leases=hostile(LEASES))
+    lines = views.render_tree(view)
+    assert len(lines) == len(plain)  # no value started a line of its own
+    assert [obeyed(line) for line in lines] == [[] for _ in lines]
+    live = view["slots"][0]["attempts"][1]  # (a hostile time has no age: "-")
+    assert live["leaseNote"] == f"renewed - ago by study-research-2{HOSTILE}"
+    assert f"(renewed - ago by study-research-2{SHOWN})" in lines[4]
+    for shown in ("AgentRun team-a" + SHOWN + "/study" + SHOWN, "node research" + SHOWN,
+                  "class gpu" + SHOWN, "owner alice" + SHOWN, "reason: the lease expired"
+                  + SHOWN, "[Held" + SHOWN + "]", "spec gpu-workers" + SHOWN + "@3"):
+        assert any(shown in line for line in lines), shown
+    assert view["slots"][0]["attempts"][0]["reason"] == "the lease expired" + HOSTILE
+    assert json.loads(json.dumps(view)) == view and "\x1b" not in json.dumps(view)
+
+
+def test_the_history_escapes_every_cell_and_keeps_its_columns() -> None:
+    plain = views.render_history(views.history(SLOTS[1], now=NOW))
+    view = views.history(hostile(SLOTS[1]), now=NOW)
+    lines = views.render_history(view)
+    assert len(lines) == len(plain)
+    assert [obeyed(line) for line in lines] == [[] for _ in lines]
+    header, row = lines[lines.index("Commands:") + 1:]
+    assert row.startswith(ago(100) + SHOWN + "  Hold" + SHOWN)
+    for title, value in (("ACTOR", "alice"), ("OUTCOME", "Accepted"), ("REASON", "look"),
+                         ("MESSAGE", "held")):  # the columns line up on the escaped text
+        assert row[header.index(title):].startswith(value + SHOWN), title
+    assert view["commands"][0]["message"] == "held" + HOSTILE
+
+
+@pytest.mark.parametrize(("char", "shown"), [
+    ("\x00", "\\x00"), ("\x1b", "\\x1b"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"),
+    ("\x7f", "\\x7f"), ("\x85", "\\x85"), ("\x9b", "\\x9b"), ("\u200b", "\\u200b"),
+    ("\u202e", "\\u202e"), ("\u2066", "\\u2066"), ("\u2028", "\\u2028"),
+    ("\u2029", "\\u2029"), ("\ufeff", "\\ufeff"), ("\U000e0041", "\\U000e0041"),
+    ("\ud800", "\\ud800")])
+def test_every_control_format_and_separator_character_is_shown_escaped(
+        char: str, shown: str) -> None:
+    assert terminal.escape(f"a{char}b") == f"a{shown}b"
+    assert terminal.escape(terminal.escape(f"a{char}b")) == f"a{shown}b"  # twice: the same
+
+
+@pytest.mark.parametrize("text", ["plain", "caf\u00e9 \u65e5\u672c", "a\\x1b b", "", " "])
+def test_printable_text_is_left_as_written(text: str) -> None:
+    assert terminal.escape(text) == text

@@ -7,7 +7,7 @@ nodes it may serve (empty lists mean every run, or every node, in the namespace)
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
@@ -75,16 +75,57 @@ SIDECAR_MIN_PORT, SIDECAR_MAX_PORT, SIDECAR_DEFAULT_PORT = 1024, 65535, 8686
 SIDECAR_MIN_CHECK_IN, SIDECAR_MAX_CHECK_IN, SIDECAR_DEFAULT_CHECK_IN = 5, 600, 30
 
 
+# A resource quantity as Kubernetes writes one (``100m``, ``64Mi``, ``1``, ``0.5``), as a
+# string, not negative: the API server's own grammar (its serialization format).
+QUANTITY_CHARS = 32
+QUANTITY_PATTERN = (r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+                    r"(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+Quantity = Annotated[str, Field(min_length=1, max_length=QUANTITY_CHARS,
+                                pattern=QUANTITY_PATTERN)]
+
+
+class ResourceList(Model):
+    """The resources a quota may count on a container: cpu, memory, ephemeral storage."""
+
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+    ephemeral_storage: Quantity | None = Field(default=None, alias="ephemeral-storage")
+
+
+class SidecarResources(Model):
+    """The sidecar container's ``resources``, as written (a list left out is not set)."""
+
+    requests: ResourceList | None = None
+    limits: ResourceList | None = None
+
+
+# What the sidecar gets when ``spec.sidecar.resources`` is left out: requests and limits
+# both, so that a namespace whose ResourceQuota counts limits (or requests) accepts it.
+# The sidecar is one Python process renewing a Lease and serving 127.0.0.1; a limit of one
+# CPU never throttles it, and 256 MiB is about three times what it uses.
+DEFAULT_SIDECAR_RESOURCES = SidecarResources(
+    requests=ResourceList(cpu="50m", memory="64Mi"),
+    limits=ResourceList(cpu="1", memory="256Mi"))
+
+
 class Sidecar(Model):
     """The worker sidecar for main containers in any language: ``image`` (the project's
     worker image) runs ``agentrun-worker sidecar`` as a native sidecar serving the SDK on
     127.0.0.1:``port``, renewing the lease only while a main container checked in within
-    ``checkInSeconds``."""
+    ``checkInSeconds``. ``resources`` are its container's (left out: requests cpu 50m,
+    memory 64Mi; limits cpu 1, memory 256Mi)."""
 
     image: str = Field(min_length=1, max_length=SIDECAR_IMAGE_CHARS, pattern=r"^\S+$")
     port: int = Field(default=SIDECAR_DEFAULT_PORT, ge=SIDECAR_MIN_PORT, le=SIDECAR_MAX_PORT)
     check_in_seconds: int = Field(default=SIDECAR_DEFAULT_CHECK_IN, ge=SIDECAR_MIN_CHECK_IN,
                                   le=SIDECAR_MAX_CHECK_IN)
+    # None (not the defaults) when left out: the digest of a spec pinned before this field
+    # existed stays the same (core.launchpins), and the pod builder applies the defaults.
+    resources: SidecarResources | None = None
+
+    def container_resources(self) -> dict[str, object]:
+        """The sidecar container's ``resources``: as given, else the defaults."""
+        return (self.resources or DEFAULT_SIDECAR_RESOURCES).wire()
 
 
 class LaunchSpecSpec(Model):

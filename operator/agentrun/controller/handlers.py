@@ -106,8 +106,8 @@ async def lease_event(*, event: kopf.RawEvent, labels: kopf.Labels, namespace: s
 @kopf.on.event(*LAUNCHSPECS)
 async def launch_spec_event(*, event: kopf.RawEvent, name: str, namespace: str | None,
                             memo: Any, **_: Any) -> None:
-    """A new or changed LaunchSpec may serve a slot that is Pending for want of one; its
-    own status (validity, pins) is looked at too."""
+    """A new or changed LaunchSpec may serve a slot that is Pending for want of one, or a
+    claim waiting on its LaunchSpec; its own status (validity, pins) is looked at too."""
     operator = _operator(memo)
     namespace = namespace or ""
     operator.observe(kind="LaunchSpec", event=event)
@@ -115,7 +115,7 @@ async def launch_spec_event(*, event: kopf.RawEvent, name: str, namespace: str |
         operator.forget(("LaunchSpec", namespace, name))
     else:
         operator.queue.add(("LaunchSpec", namespace, name))
-    operator.wake_pending(namespace)
+    operator.wake_pending(namespace, claiming=True)
 
 
 @kopf.on.event("v1", "configmaps", labels={names.CONFIG_KIND_LABEL: kopf.PRESENT})

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec
 from agentrun.controller import reconcilers
-from agentrun.core import launchspecstatus
+from agentrun.core import launchspecstatus, refusals
 from agentrun.kube import rest
 
 MIN_INTERVAL = timedelta(seconds=5)
@@ -62,8 +62,10 @@ class LaunchSpecReconciler(reconcilers.Reconciler):
             return True
         key = (spec.metadata.uid or "", spec.metadata.generation)
         answer = self.dry_runs.get(key) or self.dry_run(spec)
-        if answer.status < 300 or answer.status in (400, 422):
-            self.dry_runs[key] = answer  # definitive for this generation; others are retried
+        if answer.status < 300 or answer.status in refusals.INVALID:
+            # Definitive for this generation. Others (a quota's 403 among them: the
+            # namespace's quotas may change) are tried again.
+            self.dry_runs[key] = answer
         else:
             result.until = self.clock() + MIN_INTERVAL * 6
         slots = [s for s in self.reader.slots_in(namespace) if s.status.launch_spec is not None]
@@ -80,9 +82,9 @@ class LaunchSpecReconciler(reconcilers.Reconciler):
         return True
 
     def dry_run(self, spec: LaunchSpec) -> launchspecstatus.DryRun:
-        body = launchspecstatus.dry_run_pod(spec)
-        path = rest.namespaced(group="", version="v1", plural="pods",
-                               namespace=spec.metadata.namespace or "")
+        namespace = spec.metadata.namespace or ""
+        body = launchspecstatus.dry_run_pod(spec, tenant=self.reader.tenant(namespace))
+        path = rest.namespaced(group="", version="v1", plural="pods", namespace=namespace)
         try:
             self.reader.rest.request("POST", path, body=body, query={"dryRun": "All"})
         except rest.ApiError as error:

@@ -270,9 +270,12 @@ class Operator:
         for slot in found:
             self.queue.add(("Slot", namespace, slot.metadata.name))
 
-    def wake_pending(self, namespace: str) -> None:
+    def wake_pending(self, namespace: str, *, claiming: bool = False) -> None:
+        """Pending slots look again; with ``claiming`` (a LaunchSpec changed) also claims
+        under way, which may wait on their LaunchSpec (core.refusedclaims)."""
+        woken = (SlotState.PENDING, SlotState.CLAIMING) if claiming else (SlotState.PENDING,)
         for key, state in list(self.states.items()):
-            if key[1] == namespace and state is SlotState.PENDING:
+            if key[1] == namespace and state in woken:
                 self.queue.add(key)
 
     def wake_unpinned(self, namespace: str) -> None:

@@ -261,6 +261,9 @@ class SlotReconciler(reconcilers.Reconciler):
             assert world.attempt is not None and world.attempt.lease is not None
             self.writer.tombstone(lease=dict(world.attempt.lease),
                                   annotations=step.annotations, point=step.point)
+        elif isinstance(step, actions.AnnotateLease):
+            self.writer.annotate_lease(lease=dict(step.lease), annotations=step.annotations,
+                                       point=step.point)
         elif isinstance(step, actions.RemoveCommand):
             self.writer.remove_annotations(
                 kind="Slot", namespace=namespace, name=slot.metadata.name,

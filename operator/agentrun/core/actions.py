@@ -7,6 +7,7 @@ decisions that choose one are in :mod:`agentrun.core.steps`, over the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -52,6 +53,16 @@ class Tombstone:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AnnotateLease:
+    """Set annotations of a held Lease as read (``lease``: its resourceVersion is the
+    precondition), its holder kept: a claim's Lease taking the LaunchSpec re-pinned."""
+
+    lease: Mapping[str, Any] = field(repr=False, compare=False)
+    annotations: dict[str, str]
+    point: str = "annotate-lease"
+
+
+@dataclass(frozen=True, kw_only=True)
 class RemoveCommand:
     """A metadata patch of the slot: remove command annotations, and set ``labels``."""
 
@@ -69,4 +80,4 @@ class Wait:
     until: datetime | None = None
 
 
-Step = WriteStatus | Create | DeletePod | Tombstone | RemoveCommand | Wait
+Step = WriteStatus | Create | DeletePod | Tombstone | AnnotateLease | RemoveCommand | Wait

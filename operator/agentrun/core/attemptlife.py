@@ -29,6 +29,8 @@ from agentrun.core import (
     guards,
     inputs,
     owners,
+    refusals,
+    refusedclaims,
     retries,
     squats,
     transitions,
@@ -138,7 +140,9 @@ def claiming_step(world: inputs.World, *, request_id: str | None = None) -> acti
     this attempt found tombstoned while its Pod does not exist never leads to a Pod: the
     attempt ended (an operator that fell behind, or a person, closed it), so its number
     is spent as ClaimFailed and the next claim takes a new one. Likewise a Lease naming
-    another LaunchSpec than the one pinned now (the pin was re-chosen after a crash).
+    another LaunchSpec than the one pinned now (the pin was re-chosen after a crash),
+    unless the claim waits on its LaunchSpec and was re-pinned (``core.refusedclaims``):
+    then the Lease is made to name the new one.
     """
     status = world.slot.status
     slot = world.slot
@@ -160,9 +164,10 @@ def claiming_step(world: inputs.World, *, request_id: str | None = None) -> acti
                                                "its pod was created; no pod is started")
         recorded = attemptobjects.annotation(objects.lease, names.LAUNCH_SPEC_ANNOTATION)
         if recorded not in (None, transitions.launch_spec_ref(pinned)):
-            return claim_failed(world, message=f"its Lease records LaunchSpec {recorded}, "
-                                               f"not {transitions.launch_spec_ref(pinned)} "
-                                               "pinned now; no pod is started")
+            return refusedclaims.lease_step(world) or claim_failed(
+                world, message=f"its Lease records LaunchSpec {recorded}, not "
+                               f"{transitions.launch_spec_ref(pinned)} pinned now; no pod is "
+                               "started")
     for found, kind in ((objects.lease, "Lease"), (objects.pod, "Pod")):
         if found is None or (
                 attemptobjects.matches_attempt(found, slot_uid=uid, attempt=number)
@@ -188,6 +193,9 @@ def claiming_step(world: inputs.World, *, request_id: str | None = None) -> acti
         return claim_failed(world, message=world.pins_problem)
     if objects.pod is None:
         assert world.run is not None and world.run.status.pinned is not None
+        repinned = refusedclaims.repin_step(world)
+        if repinned is not None:
+            return repinned
         return actions.Create(
             claim=True, point="claim-pod", within=world, body=attemptobjects.pod_body(
                 slot=slot, pins=world.run.status.pinned, launch_spec=world.launch_spec,
@@ -206,11 +214,6 @@ def claiming_step(world: inputs.World, *, request_id: str | None = None) -> acti
 
 
 QUOTA_WAIT = timedelta(seconds=10)  # how soon to try a create refused by a quota again
-
-
-def is_quota_refusal(*, status: int, message: str) -> bool:
-    """A create refused by a ResourceQuota (403 "exceeded quota"), not by a policy."""
-    return status == 403 and "exceeded quota" in message
 
 
 def quota_refused(world: inputs.World, *, kind: str, message: str) -> actions.Step:
@@ -236,10 +239,11 @@ def on_rejected(world: inputs.World, *, create: actions.Create, status: int,
                 message: str) -> actions.Step | guards.Event:
     """A create the API server refused: what next (the applier only performs it).
 
-    A claim's Lease or Pod: a quota refusal waits (no attempt spent), anything else ends
-    the attempt as ClaimFailed, decided in the claiming world the create came from. Any
-    other object (the run's LaunchSpec snapshot): the Warning Event to post; the error
-    stands (the reconcile is retried with a backoff).
+    A claim's Lease or Pod (``core.refusals``): a full quota waits (no attempt spent), a
+    Pod refused for the LaunchSpec's reason waits too (``core.refusedclaims``), anything
+    else ends the attempt as ClaimFailed, decided in the claiming world the create came
+    from. Any other object (the run's LaunchSpec snapshot): the Warning Event to post; the
+    error stands (the reconcile is retried with a backoff).
     """
     kind = create.body["kind"]
     if not create.claim:
@@ -247,8 +251,11 @@ def on_rejected(world: inputs.World, *, create: actions.Create, status: int,
                             message=f"could not create {kind} "
                                     f"{create.body['metadata']['name']}: {message}")
     within = create.within or world
-    if is_quota_refusal(status=status, message=message):
+    refusal = refusals.of(status=status, message=message)
+    if refusal is refusals.Refusal.QUOTA_FULL:
         return quota_refused(within, kind=kind, message=message)
+    if refusal is refusals.Refusal.LAUNCH_SPEC and kind == "Pod":
+        return refusedclaims.refused(within, message=message)
     return claim_failed(within, message=message)
 
 

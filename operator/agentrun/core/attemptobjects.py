@@ -185,7 +185,9 @@ def sidecar_container(launch_spec: LaunchSpecSpec) -> dict[str, Any]:
     main containers and stops it after them. Its startup probe (``agentrun-worker ready``,
     an exec: the sidecar listens on 127.0.0.1 only, where an HTTP probe cannot reach)
     holds the main containers back until its first renewal, for at most the start
-    deadline. It is first so that the lease is renewed as early as the pod can.
+    deadline. It is first so that the lease is renewed as early as the pod can. Its
+    ``resources`` are ``spec.sidecar.resources``, else requests and limits by default: a
+    namespace whose ResourceQuota counts limits refuses a container without them.
     """
     sidecar = launch_spec.sidecar
     assert sidecar is not None
@@ -199,6 +201,7 @@ def sidecar_container(launch_spec: LaunchSpecSpec) -> dict[str, Any]:
         "startupProbe": {"exec": {"command": ["agentrun-worker", "ready", "--port", port]},
                          "periodSeconds": 1, "timeoutSeconds": 5,
                          "failureThreshold": launch_spec.start_deadline_seconds},
+        "resources": sidecar.container_resources(),
     }
 
 

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from agentrun.api import conditions
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import CommandKind, Slot, SlotState, SlotStatus
-from agentrun.core import attemptobjects, commands, guards, naming, owners
+from agentrun.core import attemptobjects, commands, guards, naming, owners, transitions
 from agentrun.core.observations import LeaseObservation
 from agentrun.core.stamping import Stamping
 
@@ -117,8 +118,9 @@ class Reads:
 
     ``siblings``: the run's other slots (for dependencies, or to count busy ones under
     maxActive); ``selecting``: the namespace's LaunchSpecs and the run's snapshots (a
-    pin may be chosen); ``worker``: the attempt whose Pod and Lease to read (pending,
-    active, else prior); ``next_worker``: the attempt n+1 whose Pod and Lease say
+    pin may be chosen: Pending, a reassignment, a claim waiting on its LaunchSpec);
+    ``worker``: the attempt whose Pod and Lease to read (pending, active, else prior);
+    ``next_worker``: the attempt n+1 whose Pod and Lease say
     whether a claim is under way; ``stamping``: a command is pending that is not in the
     ledger yet (one already there is only removed, whatever the stamping: its three quorum
     reads would be spent on nothing, and they count against the operator's --qps).
@@ -148,7 +150,8 @@ def reads_for(slot: Slot, *, max_active: bool) -> Reads:
     return Reads(
         siblings=(pending_state and bool(slot.spec.depends_on)) or (
             max_active and status.state in CLAIM_OPEN),
-        selecting=pending_state or reassigning,
+        selecting=pending_state or reassigning or conditions.is_true(
+            status.conditions, transitions.LAUNCH_SPEC_REFUSED),
         worker=status.pending_worker or status.active_worker or status.prior_worker,
         next_worker=next_worker(slot),
         stamping=pending is not None

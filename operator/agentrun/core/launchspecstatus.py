@@ -1,13 +1,17 @@
 """A LaunchSpec's status: is its pod template valid, and which slots pin it.
 
-*Valid* comes from a server-side dry run of a Pod made from the template (the API
-server's own validation and admission, nothing created): condition ``Valid`` True
-(``DryRunSucceeded``), False (``InvalidTemplate``, the server's words) when the server
-says the pod is invalid (400, 422), Unknown (``DryRunRefused``) when it refused for another
-reason (a quota, a policy, a missing ServiceAccount); False (``SidecarNameTaken``) before
-any dry run when ``spec.sidecar`` is set and the template already has a container named
-``agentrun-worker`` (every pod would be refused). *Pinned by* counts the slots whose
-``status.launchSpec`` names this spec's uid, per generation.
+*Valid* comes from a server-side dry run of the Pod a claim would create from the spec
+(:func:`dry_run_pod`: the same builder, ``core.attemptobjects.pod_body``, with its sidecar,
+mounts and environment, for a stand-in slot; nothing is created), through the API
+server's own validation and admission: condition ``Valid`` True (``DryRunSucceeded``);
+False when the pod can never be made as the spec makes it (``core.refusals``): invalid
+(``InvalidTemplate``, 400 or 422) or lacking resources a ResourceQuota of the namespace
+counts (``QuotaRequiresResources``), with the server's words; Unknown (``DryRunRefused``)
+when it refused for another reason (a quota with no room now, a policy, a missing
+ServiceAccount); False (``SidecarNameTaken``) before any dry run when ``spec.sidecar`` is
+set and the template already has a container named ``agentrun-worker`` (every pod would
+be refused). *Pinned by* counts the slots whose ``status.launchSpec`` names this spec's
+uid, per generation.
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ from agentrun.api.launchspecs import (
     LaunchSpecStatus,
     PinnedGeneration,
 )
-from agentrun.api.slots import Slot
+from agentrun.api.meta import ObjectMeta
+from agentrun.api.runs import Pin, Pins
+from agentrun.api.slots import PinnedLaunchSpec, Slot, SlotSpec
+from agentrun.core import attemptobjects, launchpins, naming, refusals
 
 VALID = "Valid"
 
@@ -38,15 +45,29 @@ class DryRun:
     message: str = ""
 
 
-def dry_run_pod(spec: LaunchSpec) -> dict[str, Any]:
-    """The Pod the dry run creates: the template as is, under a generated name."""
-    template = spec.spec.template
-    metadata = dict(template.metadata or {})
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"generateName": "agentrun-dry-run-",
-                         "namespace": spec.metadata.namespace,
-                         "labels": metadata.get("labels") or {}},
-            "spec": template.spec.model_dump(mode="json", by_alias=True, exclude_none=True)}
+DRY_RUN = "agentrun-dry-run"  # the stand-in slot's, run's and snapshots' name
+
+
+def dry_run_pod(spec: LaunchSpec, *, tenant: str | None = None) -> dict[str, Any]:
+    """The Pod a claim would create from ``spec`` (``attemptobjects.pod_body``), for a
+    stand-in slot and run, under a generated name: what differs from a real claim's pod
+    is only names, digests and uids, never a container, a resource or a mount."""
+    meta = spec.metadata
+    namespace = meta.namespace
+    slot = Slot(metadata=ObjectMeta(name=DRY_RUN, namespace=namespace, uid=DRY_RUN),
+                spec=SlotSpec(run=DRY_RUN, node="dry-run",
+                              worker_class=spec.spec.claim.worker_classes[0]))
+    pin = Pin(source=DRY_RUN, revision=1, uid=DRY_RUN, sha256="0" * 64, snapshot=DRY_RUN)
+    digest = launchpins.digest(spec.spec)
+    pinned = PinnedLaunchSpec(
+        name=meta.name, uid=meta.uid or "", generation=meta.generation or 0, digest=digest,
+        snapshot=naming.launch_spec_snapshot_name(run=DRY_RUN, digest=digest))
+    body = attemptobjects.pod_body(
+        slot=slot, pins=Pins(package=pin, workflow=pin, bindings=pin), launch_spec=spec.spec,
+        pinned=pinned, attempt=1, owner_actor=None, tenant=tenant)
+    metadata = dict(body["metadata"])
+    del metadata["name"]
+    return {**body, "metadata": {**metadata, "generateName": f"{DRY_RUN}-"}}
 
 
 def derive(*, spec: LaunchSpec, slots: Sequence[Slot], dry_run: DryRun,
@@ -62,7 +83,13 @@ def derive(*, spec: LaunchSpec, slots: Sequence[Slot], dry_run: DryRun,
     elif 200 <= dry_run.status < 300:
         value, reason, message = "True", "DryRunSucceeded", (
             "a Pod from the template passes the API server's validation and admission")
-    elif dry_run.status in (400, 422):
+    elif refusals.requires_resources(status=dry_run.status, message=dry_run.message):
+        value, reason, message = "False", "QuotaRequiresResources", (
+            "a ResourceQuota of the namespace counts resources a container of the Pod does "
+            "not set (set them in spec.template, and spec.sidecar.resources for the "
+            f"sidecar): {dry_run.message}")
+    elif refusals.of(status=dry_run.status,
+                     message=dry_run.message) is refusals.Refusal.LAUNCH_SPEC:
         value, reason, message = "False", "InvalidTemplate", (
             f"a Pod from the template is invalid: {dry_run.message}")
     else:

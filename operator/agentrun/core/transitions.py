@@ -37,6 +37,9 @@ AWAITING_REASSIGNMENT = "AwaitingReassignment"
 COMMAND_REJECTED = "CommandRejected"
 SUCCEEDED = "Succeeded"
 QUOTA_EXCEEDED = "QuotaExceeded"  # a claim waits for a ResourceQuota (no attempt spent)
+# A claim waits for a LaunchSpec that can make its pod (no attempt spent: core.refusedclaims).
+LAUNCH_SPEC_REFUSED = "LaunchSpecRefused"
+CLAIM_WAITS = (QUOTA_EXCEEDED, LAUNCH_SPEC_REFUSED)  # what a claim's end clears
 NAME_SQUATTED = "NameSquatted"  # an object under one of our names is not ours (core.squats)
 
 OPEN_STATES = frozenset({SlotState.PENDING, SlotState.READY, SlotState.CLAIMING,
@@ -51,6 +54,12 @@ class IllegalTransition(ValueError):
         self.state = state
         tail = f": {why}" if why else ""
         super().__init__(f"cannot {transition} a slot in state {state}{tail}")
+
+
+def _without(found: conditions.Conditions, *types: str) -> conditions.Conditions:
+    for type_ in types:
+        found = conditions.remove(found, type_)
+    return found
 
 
 def _require(status: SlotStatus, transition: str, *allowed: SlotState) -> None:
@@ -162,8 +171,7 @@ def finish_claim(status: SlotStatus, *, now: datetime, pod_uid: str | None = Non
     worker = status.pending_worker
     assert worker is not None
     return status.model_copy(update={
-        "conditions": conditions.remove(conditions.remove(status.conditions, QUOTA_EXCEEDED),
-                                        NAME_SQUATTED),
+        "conditions": _without(status.conditions, *CLAIM_WAITS, NAME_SQUATTED),
         "state": SlotState.ACTIVE,
         "active_worker": worker,
         "pending_worker": None,
@@ -209,8 +217,8 @@ def fail_claim(status: SlotStatus, *, message: str, policy: retries.Effective,
     _require(status, "fail a claim on", SlotState.CLAIMING)
     worker = status.pending_worker
     assert worker is not None
-    return _wait_or_exhaust(status.model_copy(update={"conditions": conditions.remove(
-        status.conditions, QUOTA_EXCEEDED)}), policy=policy, now=now, update={
+    return _wait_or_exhaust(status.model_copy(update={"conditions": _without(
+        status.conditions, *CLAIM_WAITS)}), policy=policy, now=now, update={
         "pending_worker": None,
         "prior_worker": worker,
         "next_owner_actor": None,
@@ -260,8 +268,7 @@ def fail(status: SlotStatus, *, reason: str, message: str, now: datetime) -> Slo
             "attempts": _close(status, worker=live, outcome=Outcome.GAVE_UP, message=message,
                                exit_code=None, now=now),
         }
-    conds = conditions.remove(conditions.remove(status.conditions, AWAITING_REASSIGNMENT),
-                              QUOTA_EXCEEDED)
+    conds = _without(status.conditions, AWAITING_REASSIGNMENT, *CLAIM_WAITS)
     conds = conditions.set_condition(conds, type_=SUCCEEDED, status="False", reason=reason,
                                      message=message, now=now)
     return status.model_copy(update={

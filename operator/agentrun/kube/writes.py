@@ -6,7 +6,7 @@
 - creation: "must not exist" is create's own precondition; on AlreadyExists the caller
   decides from the object found whether it is its own (deterministic names);
 - pod deletion: with a uid precondition, so a later pod of the same name is safe;
-- lease tombstone: PUT with the resourceVersion read.
+- lease tombstone, and a claim's Lease re-annotated: PUT with the resourceVersion read.
 
 A :class:`Conflict` means "re-read and decide again"; :class:`Rejected` is the API server
 refusing the object itself (403, 422, 400), which a claim records as ClaimFailed.
@@ -184,6 +184,15 @@ class Writer:
                 "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}),
                                                      **annotations}},
                 "spec": {**(lease.get("spec") or {}), "holderIdentity": None}}
+        self._write("PUT", path("Lease", meta["namespace"], meta["name"]), body, point=point,
+                    kind="Lease", target=(meta["namespace"], meta["name"]))
+
+    def annotate_lease(self, *, lease: Object, annotations: dict[str, str],
+                       point: str) -> None:
+        """Set ``annotations`` on the lease as read (its holder kept), under its version."""
+        meta = lease["metadata"]
+        body = {**lease, "metadata": {**meta, "annotations": {
+            **(meta.get("annotations") or {}), **annotations}}}
         self._write("PUT", path("Lease", meta["namespace"], meta["name"]), body, point=point,
                     kind="Lease", target=(meta["namespace"], meta["name"]))
 

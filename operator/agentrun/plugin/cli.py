@@ -4,6 +4,10 @@ Every command writes its annotations with one merge patch (a fresh request id; t
 from the slot; never the actor, which admission stamps), then waits for the operator's
 ledger entry with that id and prints it. Exit codes: 0 accepted, 1 rejected (by the
 operator, or refused by admission or RBAC), 2 usage or bad input, 3 timeout or API error.
+
+Every line of text it writes, to stdout or stderr (views, ledger entries, errors, usage
+errors), goes out through :func:`write`, which escapes it (:mod:`agentrun.plugin.terminal`):
+nothing anyone wrote into a slot, a run or an error reaches the terminal as a control.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import NoReturn, TextIO
 
 from agentrun.api import bounds
 from agentrun.api.slots import CommandKind
-from agentrun.plugin import client, requests, views
+from agentrun.plugin import client, requests, terminal, views
 from agentrun.plugin.requests import Object
 
 TIMEOUT = (1.0, 3600.0, 60.0)  # --timeout: least, most, default seconds
@@ -39,6 +44,18 @@ examples:
 exit codes: 0 accepted, 1 rejected (the message says why), 2 usage or bad input,
 3 timeout or API error
 """
+
+
+def write(lines: Sequence[str], *, file: TextIO | None = None) -> None:
+    """Print ``lines`` as text, each escaped: the one way text leaves the plugin."""
+    print("\n".join(terminal.escape(line) for line in lines), file=file or sys.stdout)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its error messages (which quote what was typed) escaped."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(terminal.escape(message))
 
 
 def _bounded_text(what: str, *, chars: int | None = None, max_bytes: int | None = None,
@@ -92,7 +109,7 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
+    top = Parser(
         prog="kubectl agentrun", description=__doc__, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(top, top=True)
@@ -151,9 +168,9 @@ def fields(args: argparse.Namespace, *, run: str) -> dict[str, str]:
 
 def _print(args: argparse.Namespace, document: Object, lines: Sequence[str]) -> None:
     if args.output == "json":
-        print(json.dumps(document, indent=2, sort_keys=True))
+        print(json.dumps(document, indent=2, sort_keys=True))  # ASCII: every \uNNNN escaped
     else:
-        print("\n".join(lines))
+        write(lines)
 
 
 def show(args: argparse.Namespace, conn: client.Connection) -> int:
@@ -189,7 +206,7 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
         first = entry
         request = requests.Request(kind=kind, request_id=requests.resend_id(request.request_id),
                                    fields=request.fields)
-        print(f"{requests.describe(entry)}\nre-sending once as {request.request_id}",
+        write([requests.describe(entry), f"re-sending once as {request.request_id}"],
               file=sys.stderr)
         client.send(conn, args.name, request)
         entry = client.wait_entry(conn, args.name, request, timeout=args.timeout)
@@ -211,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     except client.Failure as failure:
         if args.output == "json":
             print(json.dumps({"error": str(failure), "exitCode": failure.code}))
-        print(f"error: {failure}", file=sys.stderr)
+        write([f"error: {failure}"], file=sys.stderr)
         return failure.code
 
 

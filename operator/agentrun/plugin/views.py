@@ -1,5 +1,10 @@
 """What ``status`` and ``history`` show, pure: objects as the API server returns them in,
-plain text (no colour, ASCII only) or JSON-ready dicts out.
+plain text (no colour, the layout ASCII) or JSON-ready dicts out.
+
+The views build rows of values as they were written; the renderers (:func:`render_tree`,
+:func:`render_history`) escape every value once (:func:`agentrun.plugin.terminal.escaped`)
+before laying it out, so a value stays one cell on one line, and ``-o json`` prints the
+values exact.
 
 Terms:
 - *tree*: a run, its slots, and each slot's attempts (``status.attempts``, the last 10).
@@ -14,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
+
+from agentrun.plugin import terminal
 
 Object = dict[str, Any]
 NONE = "-"
@@ -143,6 +150,7 @@ def _attempt_line(row: Object) -> str:
 
 def render_tree(view: Object) -> list[str]:
     """The tree as text lines: one per run, slot and attempt, ASCII branches."""
+    view = terminal.escaped(view)
     conditions = ",".join(view["conditions"]) or NONE
     lines = [f"AgentRun {view['namespace']}/{view['run']}  {view['state']}  "
              f"claimPolicy {view['claimPolicy']}  conditions {conditions}  age {view['age']}"]
@@ -208,6 +216,8 @@ COMMAND_COLUMNS = (("TIME", "time"), ("KIND", "kind"), ("REQUEST", "requestId"),
 
 
 def render_history(view: Object) -> list[str]:
+    """The history as text lines: a heading, then the attempts and the ledger as tables."""
+    view = terminal.escaped(view)
     lines = [f"Slot {view['slot']}  run {view['run']}  {view['state']}  age {view['age']}",
              "", "Attempts:"]
     lines += table(view["attempts"], ATTEMPT_COLUMNS) if view["attempts"] else ["  (none)"]

@@ -6,7 +6,8 @@ a reassignment with a blank reason is rejected by the operator (exit 1, the mess
 why), bob's is rejected ``NotOwner``, a class out of its bound is refused before anything is
 written (exit 2, the slot unchanged), alice's is accepted (exit 0) with the actor stamped by
 admission; ``status`` shows the tree with the slot and its attempt and ``history`` the
-ledger, both also as JSON a script can parse.
+ledger, both also as JSON a script can parse. A hold reason alice writes with a newline
+and a screen clear (``kubectl annotate``) is shown escaped: one ledger row, no ESC byte.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 from clusters import Cluster
 from operators import OperatorProcess
-from scenarios import Scenario, unchanged
+from scenarios import Scenario, request_id, unchanged
 
 PLUGIN = Path(sys.executable).parent / "kubectl-agentrun"
 
@@ -91,3 +92,19 @@ def test_the_plugin_reassigns_shows_and_refuses(cluster: Cluster, scenario: Scen
                                             ("bob", "Rejected", "NotOwner"),
                                             ("alice", "Accepted", "-")]
     assert rows["attempts"][0]["owner"] == "alice"
+
+    forged = "look\n2026-12-01T12:00:00Z  GiveUp  r9  alice  Accepted\x1b[2J\x1b[H"
+    hold = request_id()
+    assert scenario.annotate(slot, user="alice", hold_id=hold,
+                             hold_reason=forged).returncode == 0
+    assert scenario.wait_ledger(slot, hold)["reason"] == forged  # recorded as written
+    shown = plugin(cluster, scenario, "history", slot)
+    assert shown.returncode == 0, shown.stderr
+    rows = json.loads(plugin(cluster, scenario, "history", slot, "-o", "json").stdout)
+    assert rows["commands"][-1]["reason"] == forged  # -o json: exact
+    # A heading, a blank line and a title before each table, and a header row in each.
+    expected = 3 + 1 + len(rows["attempts"]) + 2 + 1 + len(rows["commands"])
+    assert len(shown.stdout.splitlines()) == expected, shown.stdout
+    assert "\x1b" not in shown.stdout
+    row = shown.stdout.splitlines()[-1]  # its reason, and the message quoting it, escaped
+    assert row.count("look\\n2026-12-01T12:00:00Z  GiveUp  r9  alice  Accepted\\x1b[2J") == 2

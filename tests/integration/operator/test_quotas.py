@@ -3,14 +3,20 @@
 Covers, on a real API server (its ResourceQuota admission and quota controller): with a
 quota of zero pods the slot stays Claiming under ``QuotaExceeded`` (saying which quota),
 attempt 1 is still the pending one and no pod exists; once the quota allows one pod the
-same attempt 1 becomes Active and the condition is gone.
+same attempt 1 becomes Active and the condition is gone. With a quota that counts limits
+(``limits.cpu``, ``limits.memory``): a LaunchSpec whose sidecar sets no limits is
+``Valid`` False ``QuotaRequiresResources`` (its dry run builds the claim's pod, sidecar
+included), one with the sidecar's default resources is ``Valid`` True; a claim whose pod
+lacks limits spends no attempt (Claiming under ``LaunchSpecRefused``, attempt 1 pending,
+never AwaitingReassignment with one attempt allowed) until the LaunchSpec is fixed, when
+the same attempt 1 is made from the new generation.
 """
 
 from __future__ import annotations
 
 import pytest
 from operators import OperatorProcess
-from scenarios import Scenario, condition_of
+from scenarios import GROUP, VERSION, Object, Scenario, condition_of
 from waiting import wait_for, wait_for_default_service_account
 
 pytestmark = pytest.mark.integration
@@ -56,3 +62,92 @@ def test_a_pod_refused_by_a_quota_waits_and_spends_no_attempt(
     assert (active["attemptCount"], active["activeWorker"]) == (1, f"{slot}-1")
     assert condition_of(active, "QuotaExceeded") is None
     assert [a["number"] for a in active["attempts"]] == [1]
+
+
+# A ResourceQuota that counts limits: every container of a pod must then give them.
+IMAGE = "localhost/agentrun/agentrun-operator:dev"
+LIMITED = {"limits": {"cpu": "500m", "memory": "128Mi"}}
+SIDECAR_DEFAULTS = {"requests": {"cpu": "50m", "memory": "64Mi"},
+                    "limits": {"cpu": "1", "memory": "256Mi"}}
+
+
+def limits_quota(scenario: Scenario) -> None:
+    hard = {"limits.cpu": "8", "limits.memory": "8Gi"}
+    scenario.core.create_namespaced_resource_quota(scenario.namespace, {
+        "metadata": {"name": "limits"}, "spec": {"hard": hard}})
+    wait_for(lambda: (found := scenario.core.read_namespaced_resource_quota(
+        "limits", scenario.namespace)).status and found.status.hard == hard,
+        timeout=30, message="the quota on limits in force")
+
+
+def patch_spec(scenario: Scenario, name: str, *, sidecar: Object | None = None) -> None:
+    """The LaunchSpec's worker given limits, and ``sidecar`` set (a new generation)."""
+    spec = scenario.custom.get_namespaced_custom_object(
+        GROUP, VERSION, scenario.namespace, "launchspecs", name)["spec"]
+    template = spec["template"]
+    template["spec"]["containers"][0]["resources"] = LIMITED
+    scenario.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, scenario.namespace, "launchspecs", name,
+        {"spec": {"template": template, **({"sidecar": sidecar} if sidecar else {})}})
+
+
+def valid(scenario: Scenario, name: str) -> Object:
+    def found() -> Object | None:
+        status = scenario.custom.get_namespaced_custom_object(
+            GROUP, VERSION, scenario.namespace, "launchspecs", name).get("status") or {}
+        said = condition_of(status, "Valid")
+        return said if said and said["observedGeneration"] == 2 else None
+    checked: Object = wait_for(found, timeout=30, message=f"{name} has Valid for generation 2")
+    return checked
+
+
+def test_the_dry_run_counts_the_sidecar_and_its_default_limits_pass_a_quota(
+        scenario: Scenario, operator: OperatorProcess) -> None:
+    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
+    limits_quota(scenario)
+    scenario.launch_spec("defaults", classes=["cpu"])
+    patch_spec(scenario, "defaults", sidecar={"image": IMAGE})
+    scenario.launch_spec("no-limits", classes=["gpu"])
+    patch_spec(scenario, "no-limits", sidecar={"image": IMAGE, "resources": {
+        "requests": {"cpu": "10m", "memory": "16Mi"}}})
+
+    refused = valid(scenario, "no-limits")
+    assert (refused["status"], refused["reason"]) == ("False", "QuotaRequiresResources")
+    assert "must specify limits.cpu" in refused["message"]
+    assert "agentrun-worker" in refused["message"]  # the sidecar's container, by name
+    accepted = valid(scenario, "defaults")
+    assert (accepted["status"], accepted["reason"]) == ("True", "DryRunSucceeded")
+
+
+def test_a_pod_refused_for_missing_limits_spends_no_attempt_until_the_spec_is_fixed(
+        scenario: Scenario, operator: OperatorProcess) -> None:
+    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
+    limits_quota(scenario)
+    scenario.configs()
+    scenario.launch_spec("cpu-workers", classes=["cpu"])  # its worker gives no limits
+    scenario.run("study", max_attempts=1)
+    slot = scenario.slot_name_eventually("study", "research")
+    waiting = scenario.wait_slot(slot, lambda s: (condition_of(
+        s.get("status", {}), "LaunchSpecRefused") or {}).get("status") == "True",
+        message="LaunchSpecRefused")["status"]
+    assert (waiting["state"], waiting["attemptCount"], waiting["pendingWorker"]) == (
+        "Claiming", 1, f"{slot}-1")
+    assert condition_of(waiting, "AwaitingReassignment") is None
+    assert waiting.get("attempts", []) == []  # no attempt recorded, none spent
+    said = condition_of(waiting, "LaunchSpecRefused")
+    assert said is not None and "cpu-workers@1" in said["message"]
+    assert "must specify limits.cpu" in said["message"]
+    assert scenario.pods() == []
+    scenario.wait_event("LaunchSpecRefused", f"{slot}-1")
+
+    patch_spec(scenario, "cpu-workers", sidecar={"image": IMAGE})  # the fix: generation 2
+    active = scenario.wait_state(slot, "Active", timeout=60)["status"]
+    assert (active["attemptCount"], active["activeWorker"]) == (1, f"{slot}-1")
+    assert [(a["number"], a["launchSpec"]) for a in active["attempts"]] == [
+        (1, "cpu-workers@2")]
+    assert condition_of(active, "LaunchSpecRefused") is None
+    pod = scenario.pod(f"{slot}-1")
+    assert pod is not None and pod["spec"]["initContainers"][0]["resources"] == SIDECAR_DEFAULTS
+    lease = scenario.lease(f"{slot}-1")
+    assert lease is not None
+    assert lease["metadata"]["annotations"]["agentrun.dev/launch-spec"] == "cpu-workers@2"

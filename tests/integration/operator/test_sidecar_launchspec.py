@@ -1,11 +1,11 @@
 """LaunchSpec ``spec.sidecar`` against a real API server (the pods are hand-played).
 
-Covers: the CRD refuses a sidecar without an image or with a port out of bounds (the
-field named, nothing stored); a template that already has a container named
-``agentrun-worker`` is ``Valid`` False ``SidecarNameTaken`` with what to change; a valid
-one's claim creates a pod the API server accepts, whose first init container is the
-native sidecar (``restartPolicy: Always``, its command, its exec startup probe) and whose
-main container has ``AGENTRUN_SIDECAR_URL``.
+Covers: the CRD refuses a sidecar without an image, with a port out of bounds or a
+resource quantity that is not one (the field named, nothing stored); a template that
+already has a container named ``agentrun-worker`` is ``Valid`` False ``SidecarNameTaken``
+with what to change; a valid one's claim creates a pod the API server accepts, whose
+first init container is the native sidecar (``restartPolicy: Always``, its command, its
+exec startup probe) and whose main container has ``AGENTRUN_SIDECAR_URL``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ def with_sidecar(scenario: Scenario, name: str, sidecar: Object,
 
 @pytest.mark.parametrize(("sidecar", "field"), [
     ({"port": 8686}, "spec.sidecar.image"), ({"image": IMAGE, "port": 80}, "spec.sidecar.port"),
-    ({"image": IMAGE, "checkInSeconds": 601}, "spec.sidecar.checkInSeconds")])
+    ({"image": IMAGE, "checkInSeconds": 601}, "spec.sidecar.checkInSeconds"),
+    ({"image": IMAGE, "resources": {"limits": {"memory": "lots"}}},
+     "spec.sidecar.resources.limits.memory")])
 def test_the_crd_bounds_the_field(scenario: Scenario, sidecar: Object, field: str) -> None:
     scenario.launch_spec("cpu-workers", classes=["cpu"])
     with pytest.raises(kubernetes.client.ApiException) as refused:

@@ -177,11 +177,11 @@ def test_a_quota_refusing_the_pod_waits_and_spends_no_attempt() -> None:
     assert then.status.pending_worker == f.worker(1)
 
 
-def test_a_refused_pod_ends_the_attempt_as_claim_failed() -> None:
+def test_a_pod_refused_by_a_policy_ends_the_attempt_as_claim_failed() -> None:
     world = after_lease()
     create = expect(steps.next_step(world), Create)
-    then = expect(attemptlife.on_rejected(world, create=create, status=422,
-                                           message="invalid"), WriteStatus)
+    then = expect(attemptlife.on_rejected(world, create=create, status=403,
+                                           message="violates PodSecurity"), WriteStatus)
     assert then.point == "claim-failed"
     assert (then.status.state, then.status.prior_worker) == (SlotState.RETRY_WAIT,
                                                              f.worker(1))

@@ -1,7 +1,8 @@
 """``launchspecstatus.derive``: validity from the dry run's answer, pins per generation.
 
-Covers: 201 → Valid True, 422 → False InvalidTemplate with the server's words, 403 →
-Unknown DryRunRefused; slots pinning this uid counted per generation, newest first, at
+Covers: 201 → Valid True, 400/422 → False InvalidTemplate with the server's words, a
+quota's 403 "must specify" → False QuotaRequiresResources, another 403 (a full quota
+among them) → Unknown DryRunRefused; slots pinning this uid counted per generation, newest first, at
 most ``GENERATIONS_KEPT``; a same-name spec's pins (another uid) not counted.
 """
 
@@ -20,13 +21,21 @@ def pinning(generation: int, uid: str = "uid-cpu-spec") -> object:
     return f.slot(f.ready().model_copy(update={"launch_spec": pin}))
 
 
-@pytest.mark.parametrize(("status", "value", "reason"), [
-    (201, "True", "DryRunSucceeded"), (422, "False", "InvalidTemplate"),
-    (403, "Unknown", "DryRunRefused")])
-def test_validity_follows_the_dry_run(status: int, value: str, reason: str) -> None:
+MUST_SPECIFY = ("spec.containers[0].name: failed quota: compute: must specify limits.cpu "
+                "for: agentrun-worker")
+FULL = "spec.containers[0].name: exceeded quota: compute, requested: pods=1"
+
+
+@pytest.mark.parametrize(("status", "message", "value", "reason"), [
+    (201, "", "True", "DryRunSucceeded"), (422, "", "False", "InvalidTemplate"),
+    (400, "", "False", "InvalidTemplate"), (403, "", "Unknown", "DryRunRefused"),
+    (403, MUST_SPECIFY, "False", "QuotaRequiresResources"),
+    (403, FULL, "Unknown", "DryRunRefused")])
+def test_validity_follows_the_dry_run(status: int, message: str, value: str,
+                                      reason: str) -> None:
     derived = launchspecstatus.derive(
-        spec=f.CPU_SPEC, slots=[], now=f.T0,
-        dry_run=launchspecstatus.DryRun(status=status, message="spec.containers[0].name"))
+        spec=f.CPU_SPEC, slots=[], now=f.T0, dry_run=launchspecstatus.DryRun(
+            status=status, message=message or "spec.containers[0].name"))
     valid = conditions.find(derived.conditions, launchspecstatus.VALID)
     assert valid is not None and (valid.status, valid.reason) == (value, reason)
     assert valid.observed_generation == f.CPU_SPEC.metadata.generation

@@ -1,9 +1,9 @@
 """A claim refused by a ResourceQuota waits under ``QuotaExceeded`` and spends no attempt.
 
-Covers: the refusal is told from other 403s by its "exceeded quota" cause; the first
-refusal writes the condition (and a Warning Event) and keeps the slot Claiming with the
-same attempt number; the next identical refusal only waits (``QUOTA_WAIT``); the claim
-that finally succeeds clears the condition.
+Covers: the first refusal writes the condition (and a Warning Event) and keeps the slot
+Claiming with the same attempt number; the next identical refusal only waits
+(``QUOTA_WAIT``); the claim that finally succeeds clears the condition. How a full quota
+is told from other refusals: test_refused_claims.py.
 """
 
 from __future__ import annotations
@@ -18,12 +18,6 @@ from agentrun.core.actions import Wait, WriteStatus
 
 REFUSED = ('pods "x-1" is forbidden: exceeded quota: compute, requested: pods=1, '
            "used: pods=0, limited: pods=0")
-
-
-def test_only_an_exceeded_quota_is_a_quota_refusal() -> None:
-    assert attemptlife.is_quota_refusal(status=403, message=REFUSED)
-    assert not attemptlife.is_quota_refusal(status=403, message="violates PodSecurity")
-    assert not attemptlife.is_quota_refusal(status=422, message=REFUSED)
 
 
 def test_a_quota_refusal_waits_without_spending_an_attempt() -> None:

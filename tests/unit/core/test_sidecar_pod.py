@@ -6,12 +6,17 @@ image, the sidecar command with the port and window, an exec startup probe bound
 the start deadline, the agentrun environment and config mounts; every main container
 (not the template's own init containers) gets the sidecar's URL, once; the template's
 init containers keep their order after it; the field's bounds (image required, port and
-window ranges) are the model's; a template already using the name is ``Valid`` False
+window ranges, resource quantities) are the model's; the sidecar has requests and limits
+by default (a namespace whose quota counts limits accepts it), or ``resources`` as
+given, and a spec without ``resources`` keeps its digest; the dry run's pod is the
+claim's pod, sidecar included; a template already using the name is ``Valid`` False
 with a message that says what to change, before any dry run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 import corefakes as f
@@ -20,7 +25,7 @@ from pydantic import ValidationError
 
 from agentrun.api import conditions, names
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec, Sidecar
-from agentrun.core import attemptobjects, launchspecstatus
+from agentrun.core import attemptobjects, launchpins, launchspecstatus
 
 IMAGE = "localhost/agentrun/agentrun-operator:abc"
 
@@ -78,6 +83,33 @@ def test_the_defaults() -> None:
     spec = pod(with_sidecar(f.CPU_SPEC))["spec"]
     assert spec["initContainers"][0]["command"][2:] == ["--port", "8686",
                                                          "--check-in-seconds", "30"]
+    assert spec["initContainers"][0]["resources"] == {
+        "requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
+
+
+def test_resources_as_given_and_a_spec_without_them_keeps_its_digest() -> None:
+    given = {"requests": {"cpu": "10m"}, "limits": {"cpu": "2", "ephemeral-storage": "1Gi"}}
+    spec = pod(with_sidecar(f.CPU_SPEC, resources=given))["spec"]
+    assert spec["initContainers"][0]["resources"] == given  # a list left out is not set
+    assert "resources" not in with_sidecar(f.CPU_SPEC).spec.wire()["sidecar"]  # pinned as was
+    assert launchpins.digest(with_sidecar(f.CPU_SPEC).spec) == hashlib.sha256(json.dumps(
+        {**f.CPU_SPEC.spec.wire(), "sidecar": {"image": IMAGE, "port": 8686,
+                                               "checkInSeconds": 30}},
+        sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def test_the_dry_run_makes_the_claims_pod_sidecar_included() -> None:
+    spec = with_sidecar(f.CPU_SPEC, resources={"limits": {"cpu": "1", "memory": "1Gi"}})
+    dry, claim = launchspecstatus.dry_run_pod(spec)["spec"], pod(spec)["spec"]
+
+    def shape(pod_spec: dict[str, Any]) -> list[Any]:
+        return [(c["name"], c["image"], c.get("resources"), c.get("command"), len(c["env"]),
+                 c["volumeMounts"]) for key in ("initContainers", "containers")
+                for c in pod_spec[key]]
+    assert shape(dry) == shape(claim) and dry["initContainers"][0]["resources"] == {
+        "limits": {"cpu": "1", "memory": "1Gi"}}
+    assert [v["name"] for v in dry["volumes"]] == [v["name"] for v in claim["volumes"]]
+    assert "generateName" in launchspecstatus.dry_run_pod(spec)["metadata"]
 
 
 @pytest.mark.parametrize(("sidecar", "field"), [
@@ -86,7 +118,12 @@ def test_the_defaults() -> None:
     ({"image": IMAGE, "port": 70000}, "port"), ({"image": IMAGE, "checkInSeconds": 4},
                                                 "checkInSeconds"),
     ({"image": IMAGE, "checkInSeconds": 601}, "checkInSeconds"),
-    ({"image": IMAGE, "extra": 1}, "extra")])
+    ({"image": IMAGE, "extra": 1}, "extra"),
+    ({"image": IMAGE, "resources": {"limits": {"cpu": "-1"}}}, "cpu"),
+    ({"image": IMAGE, "resources": {"limits": {"memory": "lots"}}}, "memory"),
+    ({"image": IMAGE, "resources": {"limits": {"cpu": "1" * 33}}}, "cpu"),
+    ({"image": IMAGE, "resources": {"limits": {"nvidia.com/gpu": "1"}}}, "nvidia.com/gpu"),
+    ({"image": IMAGE, "resources": {"claims": []}}, "claims")])
 def test_the_field_is_bounded(sidecar: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationError, match=field):
         Sidecar.model_validate(sidecar)
