@@ -178,16 +178,15 @@ def as_editor(scenario: Scenario, *args: str, input: str | None = None) -> str:
 
 def impostor(scenario: Scenario, pod: str) -> tuple[str, str]:
     """As alice: delete ``pod`` and create an unlabelled pod of that name and
-    ServiceAccount; its uid, and a token bound to it."""
+    ServiceAccount; its uid, and a token bound to it (minted by the admin, as the kubelet
+    running it would: alice herself may not, ``agentrun-pod-tokens``)."""
     as_editor(scenario, "delete", "pod", pod, "--wait=true")
     created = json.loads(as_editor(scenario, "create", "-o", "json", "-f", "-",
                                    input=json.dumps({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
         "spec": {"serviceAccountName": "default", "schedulerName": HAND_PLAYED,
                  "containers": [{"name": "mine", "image": "busybox:1.36"}]}})))
-    token = as_editor(scenario, "create", "token", "default", "--bound-object-kind", "Pod",
-                      "--bound-object-name", pod)
-    return created["metadata"]["uid"], token
+    return created["metadata"]["uid"], token_for(scenario, pod)
 
 
 def annotations_of(scenario: Scenario, lease: str) -> dict[str, str]:
