@@ -60,7 +60,7 @@ for _ in range(120):
         except (rest.ApiError, records.RecordRefused) as error:
             print(json.dumps({"write": what, "accepted": False, "error": str(error)}),
                   flush=True)
-    time.sleep(1)
+    time.sleep(1)  # its own write pace (a poll), inside the pod: no test waits on it
 """
 # Long enough for the impostor's pod to start and write while the Lease is still live (its
 # own pod's last renewal not yet expired): its writes then meet the binding, not a tombstone.
