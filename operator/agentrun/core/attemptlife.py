@@ -25,6 +25,7 @@ from agentrun.api.slots import Outcome
 from agentrun.core import (
     actions,
     attemptobjects,
+    attemptpods,
     attempts,
     guards,
     inputs,
@@ -35,20 +36,16 @@ from agentrun.core import (
     squats,
     transitions,
 )
+from agentrun.core.attemptpods import attempt_pod, recorded_pod_uid
 from agentrun.core.observations import (
-    GONE_POD,
-    LeaseObservation,
     LeaseStatus,
     LeaseView,
-    PodView,
     lease_status,
     lease_view,
     pod_view,
-    renewals_count,
 )
 
 GONE_WAIT = timedelta(seconds=2)  # how soon to look again for a leftover being collected
-UID_CHARS = 64  # of a uid quoted in a message (a real one has 36)
 
 
 def policy(world: inputs.World) -> retries.Effective:
@@ -276,7 +273,7 @@ def active_step(world: inputs.World) -> actions.Step:
     assert objects is not None and objects.name == status.active_worker
     pod = attempt_pod(world, objects=objects)
     lease = lease_view(objects.lease)
-    observation, impostor = own_renewals(world, worker=objects.name, lease=lease)
+    observation, impostor = attemptpods.own_renewals(world, objects=objects, lease=lease)
     started, now = start_window(world, objects.name)
     deadline = start_deadline(world)
     duration = lease_duration(world, lease)
@@ -311,39 +308,6 @@ def active_step(world: inputs.World) -> actions.Step:
         event=guards.Event(type="Normal" if verdict.outcome is Outcome.SUCCEEDED else "Warning",
                            reason="AttemptEnded", message=message),
         point="attempt-ended")
-
-
-def recorded_pod_uid(world: inputs.World, worker: str) -> str | None:
-    """The uid of the pod the operator created for attempt ``worker`` (its record's)."""
-    return next((a.pod_uid for a in world.slot.status.attempts if a.pod == worker), None)
-
-
-def attempt_pod(world: inputs.World, *, objects: inputs.AttemptObjects) -> PodView:
-    """The attempt's own pod as seen: the pod of its name, unless that pod's uid is not
-    the one recorded when the operator created it. Then it is someone else's pod run
-    under the name after the attempt's own was deleted (the operator reads a pod it does
-    not watch by name): the attempt's pod is gone, and that one is neither waited for nor
-    fenced (it is not the operator's)."""
-    pod = pod_view(objects.pod)
-    recorded = recorded_pod_uid(world, objects.name)
-    return GONE_POD if None not in (recorded, pod.uid) and pod.uid != recorded else pod
-
-
-def own_renewals(world: inputs.World, *, worker: str,
-                 lease: LeaseView) -> tuple[LeaseObservation | None, str | None]:
-    """The renewals of ``worker``'s Lease that count, and why the others do not (or None).
-
-    Only its own pod's count (``observations.renewals_count``): the uid recorded with the
-    attempt when its pod was created. A Lease bound to another pod is judged as never
-    renewed: with the attempt's pod gone its attempt ends, whoever renews it.
-    """
-    pod_uid = recorded_pod_uid(world, worker)
-    if renewals_count(lease=lease, pod_uid=pod_uid):
-        return world.observation, None
-    bound = bounds.clip(lease.bound_uid or "", limit=UID_CHARS)  # its writer's, unchecked
-    return None, (f"its Lease is bound to the pod of uid {bound}, not to the "
-                  f"attempt's pod (uid {pod_uid or 'unknown'}): a pod of the same name run "
-                  "by someone else renews it, and its renewals are not counted")
 
 
 def lease_duration(world: inputs.World, lease: LeaseView) -> int:

@@ -14,7 +14,16 @@ from datetime import datetime
 
 from agentrun.api import conditions, names
 from agentrun.api.slots import CommandKind, Predicate, SlotStatus
-from agentrun.core import actions, attemptlife, commands, guards, inputs, specsnapshots, stamping
+from agentrun.core import (
+    actions,
+    attemptlife,
+    attemptpods,
+    commands,
+    guards,
+    inputs,
+    specsnapshots,
+    stamping,
+)
 from agentrun.core.observations import lease_status, lease_view
 
 COMMANDS_REFUSED = "CommandsRefused"
@@ -113,9 +122,9 @@ def prior(world: inputs.World) -> guards.Prior | None:
     objects = world.attempt
     if status.prior_worker is None or objects is None or objects.name != status.prior_worker:
         return None
-    pod = attemptlife.attempt_pod(world, objects=objects)
+    pod = attemptpods.attempt_pod(world, objects=objects)
     lease = lease_view(objects.lease)
-    observation, _ = attemptlife.own_renewals(world, worker=objects.name, lease=lease)
+    observation, _ = attemptpods.own_renewals(world, objects=objects, lease=lease)
     started, now = attemptlife.start_window(world, objects.name)
     return guards.Prior(pod=pod.phase, lease=lease_status(
         observation=observation, lease=lease, now=now, claimed_at=started,

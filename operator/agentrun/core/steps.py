@@ -41,6 +41,7 @@ from agentrun.core import (
     actions,
     attemptlife,
     attemptobjects,
+    attemptpods,
     attempts,
     commands,
     commandsteps,
@@ -266,7 +267,7 @@ def claim_step(world: inputs.World) -> actions.Step:
     if world.run.spec.suspend:
         return actions.Wait(message="the run is suspended")
     prior = None if status.prior_worker is None or world.attempt is None else \
-        attemptlife.attempt_pod(world, objects=world.attempt)
+        attemptpods.attempt_pod(world, objects=world.attempt)
     if prior is not None and prior.phase not in attempts.FINISHED:
         # A replacement only once the predecessor's pod is gone or finished (its lease is
         # tombstoned by then): a pod still Terminating on a lost node may still act.

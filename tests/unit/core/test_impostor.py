@@ -3,7 +3,8 @@
 Admission binds an attempt Lease to the uid of the first pod that writes it as a worker
 (``agentrun.dev/holder-uid``). Covers, in the core:
 - ``renewals_count`` over every binding (none, the attempt's pod, another) and recorded
-  pod uid (known, unknown);
+  pod uid (known, unknown); with none recorded (an attempt claimed before the operator
+  recorded them), the pod of its name that this slot controls stands for it;
 - the Active attempt, exhaustively over pod phase x binding x renewals seen x time: a
   Lease bound to another pod is judged exactly as one never renewed, so with the
   attempt's pod gone the attempt ends Lost at once (its message naming both uids) however
@@ -119,6 +120,38 @@ def test_a_lease_bound_to_another_pod_is_judged_as_never_renewed(
         assert counted == unbound
     if phase is None:  # gone: the attempt ends (Lost, or StartTimeout past the deadline)
         assert outcome(impostor)[0] == "ended"
+
+
+@pytest.mark.parametrize(("phase", "seen", "after"), list(itertools.product(PHASES, SEEN, TIMES)))
+def test_with_no_pod_uid_recorded_the_pod_of_its_name_this_slot_controls_is_its_own(
+        phase: str | None, seen: str, after: Any) -> None:
+    """An attempt claimed before pod uids were recorded (an upgrade): its Lease bound to
+    the pod of its name that this slot controls counts as its own pod's, exactly as with
+    that uid recorded; bound to another pod, as never renewed. With no pod of its name
+    nothing tells whose the binding is: judged as never renewed, the attempt ends at once
+    (with the uid recorded and its own pod's binding, once its Lease expires)."""
+    for bound in (OWN, IMPOSTOR):
+        unknown = steps.next_step(active_world(phase=phase, bound=bound, seen=seen,
+                                               after=after, pod_uid=None))
+        known = steps.next_step(active_world(phase=phase, bound=bound, seen=seen, after=after))
+        if phase is None:
+            assert outcome(unknown)[0] == "ended"
+        else:
+            assert outcome(unknown) == outcome(known)
+
+
+def test_with_no_pod_uid_recorded_a_pod_this_slot_does_not_control_is_not_trusted() -> None:
+    now = f.T0 + f.seconds(f.START_DEADLINE + 30)
+    foreign = f.pod(1, "Running", owner_uid="uid-another-slot")  # its uid is OWN's
+    world = f.world(with_pod_uid(f.active(1), None), now=now,
+                    observation=f.observed(now - f.seconds(1)),
+                    attempt=f.objects(1, pod=foreign, lease=bound_lease(OWN, renew_time="r1")))
+    trusted = f.world(with_pod_uid(f.active(1), None), now=now,
+                      observation=f.observed(now - f.seconds(1)),
+                      attempt=f.objects(1, pod=f.pod(1, "Running"),
+                                        lease=bound_lease(OWN, renew_time="r1")))
+    assert outcome(steps.next_step(trusted))[0] == "wait"
+    assert outcome(steps.next_step(world))[0] != "wait"
 
 
 def stranger(phase: str = "Running") -> dict[str, Any]:
