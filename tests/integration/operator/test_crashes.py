@@ -68,6 +68,8 @@ END_POINTS = ["attempt-ended", "tombstone", "delete-pod"]
 REASSIGN_POINTS = ["launch-spec-snapshot", "command-ledger", "remove-command"]
 OTHER_POINTS = ["command-ledger", "claim-failed",  # a Manual claim, a rejection; a refused Pod
                 "quota-exceeded",  # a Pod refused by a ResourceQuota (test_crash_quota.py)
+                # a Pod its LaunchSpec cannot make, then the fix (test_crash_quota.py)
+                "launch-spec-refused", "launch-spec-repinned", "annotate-lease",
                 "launch-spec-status",  # a LaunchSpec's status (test_launch_spec_status.py)
                 "label"]  # a slot's LaunchSpec label (test_launch_spec_status.py)
 STAMPING_POINTS = ["stamping-epoch"]  # the epoch just minted: test_stamping.py (serial)

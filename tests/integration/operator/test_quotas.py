@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pytest
 from operators import OperatorProcess
+from quotas import IMAGE, SIDECAR_DEFAULTS, limits_quota, patch_spec
 from scenarios import GROUP, VERSION, Object, Scenario, condition_of
 from waiting import wait_for, wait_for_default_service_account
 
@@ -62,33 +63,6 @@ def test_a_pod_refused_by_a_quota_waits_and_spends_no_attempt(
     assert (active["attemptCount"], active["activeWorker"]) == (1, f"{slot}-1")
     assert condition_of(active, "QuotaExceeded") is None
     assert [a["number"] for a in active["attempts"]] == [1]
-
-
-# A ResourceQuota that counts limits: every container of a pod must then give them.
-IMAGE = "localhost/agentrun/agentrun-operator:dev"
-LIMITED = {"limits": {"cpu": "500m", "memory": "128Mi"}}
-SIDECAR_DEFAULTS = {"requests": {"cpu": "50m", "memory": "64Mi"},
-                    "limits": {"cpu": "1", "memory": "256Mi"}}
-
-
-def limits_quota(scenario: Scenario) -> None:
-    hard = {"limits.cpu": "8", "limits.memory": "8Gi"}
-    scenario.core.create_namespaced_resource_quota(scenario.namespace, {
-        "metadata": {"name": "limits"}, "spec": {"hard": hard}})
-    wait_for(lambda: (found := scenario.core.read_namespaced_resource_quota(
-        "limits", scenario.namespace)).status and found.status.hard == hard,
-        timeout=30, message="the quota on limits in force")
-
-
-def patch_spec(scenario: Scenario, name: str, *, sidecar: Object | None = None) -> None:
-    """The LaunchSpec's worker given limits, and ``sidecar`` set (a new generation)."""
-    spec = scenario.custom.get_namespaced_custom_object(
-        GROUP, VERSION, scenario.namespace, "launchspecs", name)["spec"]
-    template = spec["template"]
-    template["spec"]["containers"][0]["resources"] = LIMITED
-    scenario.custom.patch_namespaced_custom_object(
-        GROUP, VERSION, scenario.namespace, "launchspecs", name,
-        {"spec": {"template": template, **({"sidecar": sidecar} if sidecar else {})}})
 
 
 def valid(scenario: Scenario, name: str) -> Object:
