@@ -7,9 +7,9 @@ logged that user's reads as well as its writes (``AUDIT_POLICY``). From the audi
 
 - every (verb, group, resource, subresource) the roles grant was used by ``operator`` at
   least once (asserted only when the whole integration suite ran: a subset uses less);
-- the operator met no 403, but for the quota refusals the quota tests cause on purpose
-  (``exceeded quota``: the API server says Forbidden, the operator waits under a
-  condition; see ``test_quotas.py``).
+- the operator met no 403, but for the refusals other tests cause on purpose (a quota
+  exceeded or counting limits a pod does not give: the API server says Forbidden, the
+  operator waits under a condition; see ``EXPECTED_403``).
 """
 
 from __future__ import annotations
@@ -68,13 +68,16 @@ def whole_suite(session: pytest.Session) -> bool:
 
 
 # 403s the suite causes on purpose, each where the operator reports it and goes on:
-# a quota exceeded (test_quotas.py: the claim waits under QuotaExceeded), PodSecurity
+# a quota exceeded (test_quotas.py: the claim waits under QuotaExceeded), a quota counting
+# limits a pod does not give (test_quotas.py, test_crash_quota.py: the LaunchSpec's Valid
+# dry run is False, the claim waits under LaunchSpecRefused), PodSecurity
 # refusing the template (test_crashes.py `claim-failed`, and the LaunchSpec's Valid dry
 # run), and the stamping params Secret deleted with the operator running (test_stamping.py:
 # the stamping policy denies every command write, the operator's removal of a decided
 # command too, until its keeper mints anew), and a create racing the deletion of a test's
 # namespace (NamespaceLifecycle). An RBAC denial is never one of them.
-EXPECTED_403 = ("exceeded quota", 'violates PodSecurity "restricted:latest"',
+EXPECTED_403 = ("exceeded quota", "failed quota: limits: must specify",
+                'violates PodSecurity "restricted:latest"',
                 "no params found for policy binding with `Deny` parameterNotFoundAction",
                 "because it is being terminated")
 # OwnerReferencesPermissionEnforcement checks `update` on the owner's finalizers when the
