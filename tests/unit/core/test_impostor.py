@@ -13,7 +13,8 @@ Admission binds an attempt Lease to the uid of the first pod that writes it as a
   Active attempt, the reassignment guard or a successor's claim;
 - the reassignment guard's view of a prior attempt, the same way;
 - the tombstone carries the attempt pod's uid (``agentrun.dev/pod-uid``);
-- the operator observes no ``.unresolved`` record from a Lease bound to another pod.
+- the operator observes no ``.unresolved`` record from a Lease bound to another pod than
+  the recorded one, and observes it when no pod uid was recorded.
 """
 
 from __future__ import annotations
@@ -210,6 +211,13 @@ def test_an_unresolved_record_of_another_pod_is_not_observed(bound: str | None,
     _, found = effectrecords.observed(status, lease=unresolved_lease(bound), slot=f.SLOT,
                                       now=f.T0)
     assert len(found) == observed
+
+
+def test_an_unresolved_record_is_observed_when_no_pod_uid_was_recorded() -> None:
+    status = with_pod_uid(f.retry_wait(), None)
+    _, found = effectrecords.observed(status, lease=unresolved_lease(IMPOSTOR), slot=f.SLOT,
+                                      now=f.T0)
+    assert len(found) == 1  # admission let one pod write it; nothing says it is not its own
 
 
 def test_a_lease_view_reads_no_binding_from_an_empty_annotation() -> None:
