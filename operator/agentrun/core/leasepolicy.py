@@ -204,4 +204,3 @@ def attempt_leases() -> list[Object]:
                 f"records); {renew}"),
             *record_checks(),
         ])
-

@@ -62,7 +62,8 @@ def test_renewals_count_only_when_the_lease_is_unbound_or_bound_to_the_attempts_
 
 
 def test_an_impostor_renewing_keeps_no_slot_whose_pod_is_gone() -> None:
-    """The finding: the attempt's pod deleted, a same-name pod renewing just now."""
+    """The attempt's pod deleted and a same-name pod renewing just now: the attempt ends
+    Lost at once, its Event naming both uids; bound to its own pod, the Lease is held."""
     now = f.T0 + f.seconds(30)
     world = f.world(with_pod_uid(f.active(1)), now=now, observation=f.observed(now),
                     attempt=f.objects(1, pod=None, lease=bound_lease(IMPOSTOR)))
