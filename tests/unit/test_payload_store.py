@@ -4,8 +4,10 @@ docs/worker-sdk.md says), never crashed on. Real files under ``tmp_path``, a rea
 ``file://`` fsspec store.
 
 Covers: a reference to another scheme, outside the store (``file:///dev/zero``, a path
-that climbs out with ``..``) or not one of its names; a name of the store that is a link
-to ``/dev/zero`` (read no further than the size the record says); bytes that match the
+that climbs out with ``..``) or not one of its names; a name of the store that is not a
+regular file (a FIFO, a link to ``/dev/zero``: never read, so never waited on; replaced
+when the payload is put), and one that holds more than the record says (read no further
+than that size); bytes that match the
 digest but are not UTF-8, not JSON or nested deeper than a record may hold; a record
 whose size is over the bound is malformed; a payload over the bound is refused when made.
 """
@@ -13,6 +15,8 @@ whose size is over the bound is malformed; a payload over the bound is refused w
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -73,11 +77,57 @@ def test_a_name_of_the_store_is_read_no_further_than_the_record_says(
     data = b"0" * 100
     sha = records.digest(data)
     (tmp_path / "store" / "sha256").mkdir(parents=True)
-    os.symlink("/dev/zero", tmp_path / "store" / "sha256" / sha)
+    (tmp_path / "store" / "sha256" / sha).write_bytes(data + b"0")
     record = by_reference(ref=f"{store.base}/sha256/{sha}", data=data)
     with pytest.raises(records.RecordError, match="holds more than the 100 bytes"):
         records.payload(record, store=store)
     successor_step(record, store)
+
+
+def within(seconds: float, action: Callable[[], object]) -> None:
+    """Run ``action`` in a thread; it must be done within ``seconds`` (a FIFO opened for
+    reading would wait for a writer that never comes)."""
+    thread = threading.Thread(target=action, daemon=True)
+    thread.start()
+    thread.join(timeout=seconds)
+    assert not thread.is_alive(), "it waited on a name of the store that is no file"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_name_of_the_store_that_is_no_regular_file_is_not_read(
+        tmp_path: Path, store: records.FsspecStore, kind: str) -> None:
+    data = b"0" * 100
+    sha = records.digest(data)
+    name = tmp_path / "store" / "sha256" / sha
+    name.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(name)
+    else:
+        os.symlink("/dev/zero", name)
+    record = by_reference(ref=f"{store.base}/sha256/{sha}", data=data)
+    raised: list[Exception] = []
+
+    def read() -> None:
+        try:
+            records.payload(record, store=store)
+        except Exception as error:  # asserted below: the kind and the message
+            raised.append(error)
+
+    within(5, read)
+    assert len(raised) == 1 and isinstance(raised[0], records.RecordError)
+    assert "is not a regular file" in str(raised[0])
+    within(5, lambda: successor_step(record, store))
+
+
+def test_a_payload_put_where_a_fifo_is_replaces_it(
+        tmp_path: Path, store: records.FsspecStore) -> None:
+    data = b"0" * 100
+    sha = records.digest(data)
+    name = tmp_path / "store" / "sha256" / sha
+    name.parent.mkdir(parents=True)
+    os.mkfifo(name)
+    within(5, lambda: store.put(sha256=sha, data=data))
+    assert name.is_file() and name.read_bytes() == data
 
 
 @pytest.mark.parametrize(("data", "why"), [

@@ -178,7 +178,7 @@ def bound(found: dict[str, Any], *, holder: str | None, pod: str | None) -> dict
     ("uid-1", "uid-1", True),  # its attempt's own pod wrote them
     (None, "uid-1", True), (None, None, True),  # written before Leases were bound
     ("uid-impostor", "uid-1", False),  # a pod of the same name, run by someone else
-    ("uid-impostor", None, False),  # no pod of the attempt known: not its pod's
+    ("uid-impostor", None, True),  # its pod's uid not recorded: the bound writer is trusted
 ])
 def test_a_sealed_leases_records_count_only_if_its_attempts_pod_wrote_them(
         holder: str | None, pod: str | None, trusted: bool) -> None:
@@ -192,7 +192,7 @@ def test_a_sealed_leases_records_count_only_if_its_attempts_pod_wrote_them(
         assert values(found) == {"decide": "x"}
         assert found.problems == (
             f"the 2 record(s) on Lease s-1 are not trusted: it is bound to the pod of uid "
-            f"{holder}, not to its attempt's pod (uid {pod or 'not recorded'}): a pod of the "
+            f"{holder}, not to its attempt's pod (uid {pod}): a pod of the "
             "same name run by someone else wrote them",)
 
 
@@ -204,3 +204,24 @@ def test_its_own_leases_records_are_its_own_whatever_the_binding() -> None:
 def test_a_lease_without_records_reports_nothing_whatever_the_binding() -> None:
     empty = bound(lease(1, {}), holder="uid-impostor", pod="uid-1")
     assert records.written_by(empty, pod_uid="uid-1") == ({}, [])
+
+
+def effect_lease(*, holder: str, pod: str | None) -> dict[str, Any]:
+    """Attempt 1's sealed Lease, bound to ``holder``, holding an effect's intent."""
+    intent = records.make(key="publish.intent", kind=Kind.EFFECT_INTENT, attempt=1,
+                          payload={"effect": "publish", "idempotencyKey": "k"})
+    sealed = bound(lease(1, {}), holder=holder, pod=pod)
+    sealed["metadata"]["annotations"][intent.annotation] = records.encode(intent)
+    return sealed
+
+
+def test_a_bound_leases_records_are_kept_when_its_attempts_pod_uid_is_unknown() -> None:
+    found, problems = records.written_by(effect_lease(holder="uid-1", pod=None),
+                                         pod_uid=None)
+    assert list(found) == ["publish.intent"] and problems == []  # the successor reconciles
+
+
+def test_a_bound_leases_records_are_dropped_when_its_attempts_pod_is_another() -> None:
+    found, problems = records.written_by(effect_lease(holder="uid-impostor", pod="uid-1"),
+                                         pod_uid="uid-1")
+    assert found == {} and len(problems) == 1 and "uid-impostor" in problems[0]

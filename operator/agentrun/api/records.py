@@ -231,18 +231,21 @@ def written_by(lease: Mapping[str, Any], *,
     ``pod_uid``: the uid of the pod the operator created for the attempt (on a tombstone,
     ``agentrun.dev/pod-uid``; None: none recorded). Admission binds a Lease to the first
     pod that writes it as a worker (``agentrun.dev/holder-uid``) and lets no other pod add
-    a record, so a bound Lease's records are that pod's: a stranger's when it is not the
-    attempt's own (a pod run under the attempt's name after its own was deleted). An
+    a record, so a bound Lease's records are that one pod's: a stranger's when it is known
+    not to be the attempt's own (a pod run under the attempt's name after its own was
+    deleted). Only that positive mismatch drops them. An attempt whose pod uid was not
+    recorded cannot be compared, and dropping its records would drop a genuine effect's
+    intent (its successor would send the effect again instead of asking the owner), so it
+    trusts its Lease's bound writer: admission already admitted a single writer pod. An
     unbound Lease's records were written without that policy in force (before it was
     installed), when only the pod's name was checked: they are trusted as they were then.
     """
     found, problems = on_lease(lease)
     metadata = lease.get("metadata") or {}
     bound = (metadata.get("annotations") or {}).get(names.HOLDER_UID_ANNOTATION)
-    if bound is None or bound == pod_uid or not (found or problems):
+    if bound is None or pod_uid is None or bound == pod_uid or not (found or problems):
         return found, problems
     return {}, [f"the {len(found) + len(problems)} record(s) on Lease "
                 f"{metadata.get('name', '?')} are not trusted: it is bound to the pod of uid "
                 f"{bounds.clip(str(bound), limit=64)}, not to its attempt's pod (uid "
-                f"{pod_uid or 'not recorded'}): a pod of the same name run by someone else "
-                "wrote them"]
+                f"{pod_uid}): a pod of the same name run by someone else wrote them"]

@@ -5,8 +5,9 @@
 mounts and environment, for a stand-in slot; nothing is created), through the API
 server's own validation and admission: condition ``Valid`` True (``DryRunSucceeded``);
 False when the pod can never be made as the spec makes it (``core.refusals``): invalid
-(``InvalidTemplate``, 400 or 422) or lacking resources a ResourceQuota of the namespace
-counts (``QuotaRequiresResources``), with the server's words; Unknown (``DryRunRefused``)
+(``InvalidTemplate``, 400 or 422), lacking resources a ResourceQuota of the namespace
+counts (``QuotaRequiresResources``) or with resources outside a LimitRange of the
+namespace (``LimitRangeRefused``), with the server's words; Unknown (``DryRunRefused``)
 when it refused for another reason (a quota with no room now, a policy, a missing
 ServiceAccount); False (``SidecarNameTaken``) before any dry run when ``spec.sidecar`` is
 set and the template already has a container named ``agentrun-worker`` (every pod would
@@ -88,6 +89,11 @@ def derive(*, spec: LaunchSpec, slots: Sequence[Slot], dry_run: DryRun,
             "a ResourceQuota of the namespace counts resources a container of the Pod does "
             "not set (set them in spec.template, and spec.sidecar.resources for the "
             f"sidecar): {dry_run.message}")
+    elif refusals.limit_range(status=dry_run.status, message=dry_run.message):
+        value, reason, message = "False", "LimitRangeRefused", (
+            "a LimitRange of the namespace refuses the resources of a container of the Pod "
+            "(keep them within its bounds in spec.template, and spec.sidecar.resources for "
+            f"the sidecar): {dry_run.message}")
     elif refusals.of(status=dry_run.status,
                      message=dry_run.message) is refusals.Refusal.LAUNCH_SPEC:
         value, reason, message = "False", "InvalidTemplate", (

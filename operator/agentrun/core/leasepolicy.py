@@ -15,8 +15,9 @@ of their own under the same name and ServiceAccount, whose token carries the sam
 none (a write that is then refused leaves nothing stamped), and this policy refuses any
 worker write whose token's pod uid is not that annotation's, or that changes or removes
 it. The first pod to renew wins the binding; the operator trusts it only when it is the
-uid of the pod it created (``core.observations.renewals_count``), and a successor trusts
-records only under that same comparison (``api.records.written_by``).
+uid of the pod it created (``core.observations.renewals_count``), and a successor drops
+the records of a Lease bound to another pod than that one (``api.records.written_by``;
+with no uid recorded for the attempt's pod it trusts the bound writer).
 
 A *record* is an annotation under ``record.agentrun.dev/``
 (:data:`agentrun.api.bounds.RECORD_ANNOTATION_PREFIX`): write-once (once present it never
@@ -203,4 +204,3 @@ def attempt_leases() -> list[Object]:
                 f"records); {renew}"),
             *record_checks(),
         ])
-

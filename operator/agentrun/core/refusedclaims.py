@@ -46,7 +46,8 @@ def refused(world: inputs.World, *, message: str) -> actions.Step:
             f"LaunchSpec {spec} makes it, so it can never be created; no attempt is spent: "
             f"the claim waits, asks again every {int(REFUSED_WAIT.total_seconds())} s, and "
             "takes the LaunchSpec again once it changes (fix its spec.template or "
-            f"spec.sidecar.resources, or the namespace's ResourceQuota): {message}")
+            f"spec.sidecar.resources, or the namespace's ResourceQuota or LimitRange): "
+            f"{message}")
     new = status.model_copy(update={"conditions": conditions.set_condition(
         status.conditions, type_=t.LAUNCH_SPEC_REFUSED, status="True", reason="PodRefused",
         message=text, now=world.now)})

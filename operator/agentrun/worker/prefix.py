@@ -8,7 +8,7 @@ intact). Only records it can trust count: those on an earlier attempt's *sealed*
 and those on its own. An earlier Lease not yet sealed (the operator has not fenced it
 yet) is reported in :attr:`Prefix.unsealed` and its records are not used. Nor are those
 on a sealed Lease that a pod other than its attempt's own wrote (the Lease's holder uid is
-not the pod uid on its tombstone: ``records.written_by``): they are reported in
+not the pod uid on its tombstone, when one is there: ``records.written_by``): they are reported in
 :attr:`Prefix.problems`.
 
 The same key committed by two trusted attempts (a successor that repeated a step whose

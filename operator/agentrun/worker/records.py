@@ -18,9 +18,13 @@ codec of :mod:`agentrun.api.records`, shared with the operator; they are re-expo
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import IO, Any, Protocol
 
 from agentrun.api import bounds
 from agentrun.api.records import (  # re-exported: the SDK's callers use them from here
@@ -60,14 +64,36 @@ class PayloadStore(Protocol):
         more."""
 
 
+@contextmanager
+def _regular(fs: Any, path: str, *, uri: str) -> Iterator[IO[bytes]]:
+    """``path`` of ``fs`` open for reading if it is a regular file, else
+    :class:`RecordError`. A local name is opened without blocking and checked on the open
+    descriptor: a FIFO's ``open`` would wait for a writer and a device's bytes may never
+    end, and a check before opening could be raced by a swap of the name."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    if not isinstance(fs, LocalFileSystem):  # an object store has no FIFOs nor devices
+        with fs.open(path, "rb") as found:
+            yield found
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RecordError(f"{uri[:200]} is not a regular file (a FIFO, a device, a "
+                          "directory): a payload is read only from one")
+    with os.fdopen(fd, "rb") as found:
+        yield found
+
+
 class FsspecStore:
     """A payload store under ``base`` (any fsspec URL; ``file:///mnt/records`` built in,
     object stores through fsspec's backends installed beside it). Each payload is the file
     ``<base>/sha256/<digest>``: the same content always has the same name, so a payload
     written twice (two attempts) is the same file; one found damaged (a write cut short
-    by a kill) is written again. It reads only its own names (a record's URI is whatever
-    a predecessor wrote: another scheme, another path, a device), and never more bytes
-    than the record says."""
+    by a kill) is written again, and one that is not a regular file is replaced. It reads
+    only its own names (a record's URI is whatever a predecessor wrote: another scheme,
+    another path, a device), only regular files, and never more bytes than the record
+    says."""
 
     def __init__(self, base: str) -> None:
         self.base = base.rstrip("/")
@@ -79,9 +105,12 @@ class FsspecStore:
         uri = f"{self.base}/sha256/{sha256}"
         fs, path = fsspec.core.url_to_fs(uri)
         if fs.exists(path):
-            with fs.open(path, "rb") as found:
-                if digest(found.read(len(data) + 1)) == sha256:
-                    return uri  # already there, intact (a write cut short is written again)
+            try:
+                with _regular(fs, path, uri=uri) as found:
+                    if digest(found.read(len(data) + 1)) == sha256:
+                        return uri  # already there, intact (one cut short is written again)
+            except RecordError:  # a FIFO, a device: written through, it could block too
+                fs.rm_file(path)
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         with fs.open(path, "wb") as out:
             out.write(data)
@@ -93,7 +122,8 @@ class FsspecStore:
         if not self._own.fullmatch(uri):
             raise RecordError(f"{uri[:200]} is not this store's: a payload is read only "
                               f"from {self.base}/sha256/<sha256>")
-        with fsspec.open(uri, "rb") as found:
+        fs, path = fsspec.core.url_to_fs(uri)
+        with _regular(fs, path, uri=uri) as found:
             data: bytes = found.read(size + 1)
         if len(data) > size:
             raise RecordError(f"{uri} holds more than the {size} bytes its record says")

@@ -14,7 +14,8 @@ Admission binds an attempt Lease to the uid of the first pod that writes it as a
   Active attempt, the reassignment guard or a successor's claim;
 - the reassignment guard's view of a prior attempt, the same way;
 - the tombstone carries the attempt pod's uid (``agentrun.dev/pod-uid``);
-- the operator observes no ``.unresolved`` record from a Lease bound to another pod.
+- the operator observes no ``.unresolved`` record from a Lease bound to another pod than
+  the recorded one, and observes it when no pod uid was recorded.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def test_renewals_count_only_when_the_lease_is_unbound_or_bound_to_the_attempts_
 
 
 def test_an_impostor_renewing_keeps_no_slot_whose_pod_is_gone() -> None:
-    """The finding: the attempt's pod deleted, a same-name pod renewing just now."""
+    """The attempt's pod deleted and a same-name pod renewing just now: the attempt ends
+    Lost at once, its Event naming both uids; bound to its own pod, the Lease is held."""
     now = f.T0 + f.seconds(30)
     world = f.world(with_pod_uid(f.active(1)), now=now, observation=f.observed(now),
                     attempt=f.objects(1, pod=None, lease=bound_lease(IMPOSTOR)))
@@ -243,6 +245,13 @@ def test_an_unresolved_record_of_another_pod_is_not_observed(bound: str | None,
     _, found = effectrecords.observed(status, lease=unresolved_lease(bound), slot=f.SLOT,
                                       now=f.T0)
     assert len(found) == observed
+
+
+def test_an_unresolved_record_is_observed_when_no_pod_uid_was_recorded() -> None:
+    status = with_pod_uid(f.retry_wait(), None)
+    _, found = effectrecords.observed(status, lease=unresolved_lease(IMPOSTOR), slot=f.SLOT,
+                                      now=f.T0)
+    assert len(found) == 1  # admission let one pod write it; nothing says it is not its own
 
 
 def test_a_lease_view_reads_no_binding_from_an_empty_annotation() -> None:

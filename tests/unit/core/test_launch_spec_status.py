@@ -1,7 +1,8 @@
 """``launchspecstatus.derive``: validity from the dry run's answer, pins per generation.
 
 Covers: 201 → Valid True, 400/422 → False InvalidTemplate with the server's words, a
-quota's 403 "must specify" → False QuotaRequiresResources, another 403 (a full quota
+quota's 403 "must specify" → False QuotaRequiresResources, a LimitRange's 403 (a maximum,
+a minimum, a limit-to-request ratio) → False LimitRangeRefused, another 403 (a full quota
 among them) → Unknown DryRunRefused; slots pinning this uid counted per generation, newest first, at
 most ``GENERATIONS_KEPT``; a same-name spec's pins (another uid) not counted.
 """
@@ -24,13 +25,22 @@ def pinning(generation: int, uid: str = "uid-cpu-spec") -> object:
 MUST_SPECIFY = ("spec.containers[0].name: failed quota: compute: must specify limits.cpu "
                 "for: agentrun-worker")
 FULL = "spec.containers[0].name: exceeded quota: compute, requested: pods=1"
+LIMIT_MAX = ("spec.containers[0].name: maximum cpu usage per Container is 500m, but limit "
+             "is 1")
+LIMIT_RATIO = ("spec.containers[0].name: cpu max limit to request ratio per Container is 2, "
+               "but provided ratio is 20.000000")
+LIMIT_MIN = ("spec.containers[0].name: minimum memory usage per Pod is 128Mi, but request "
+             "is 64Mi")
 
 
 @pytest.mark.parametrize(("status", "message", "value", "reason"), [
     (201, "", "True", "DryRunSucceeded"), (422, "", "False", "InvalidTemplate"),
     (400, "", "False", "InvalidTemplate"), (403, "", "Unknown", "DryRunRefused"),
     (403, MUST_SPECIFY, "False", "QuotaRequiresResources"),
-    (403, FULL, "Unknown", "DryRunRefused")])
+    (403, FULL, "Unknown", "DryRunRefused"),
+    (403, LIMIT_MAX, "False", "LimitRangeRefused"),
+    (403, LIMIT_RATIO, "False", "LimitRangeRefused"),
+    (403, LIMIT_MIN, "False", "LimitRangeRefused")])
 def test_validity_follows_the_dry_run(status: int, message: str, value: str,
                                       reason: str) -> None:
     derived = launchspecstatus.derive(

@@ -1,7 +1,8 @@
 """A claim whose Pod the LaunchSpec can never make spends no attempt (``core.refusedclaims``).
 
 Covers: how a refusal is told apart (``core.refusals``: a full quota, the LaunchSpec's,
-other); a Pod refused as invalid or for "must specify" limits keeps the claim under way
+other); a Pod refused as invalid, for "must specify" limits or by a LimitRange keeps the
+claim under way
 (Claiming, the same attempt number, nothing recorded, never AwaitingReassignment even with
 one attempt allowed) under ``LaunchSpecRefused``, and is asked for again as pinned after
 ``REFUSED_WAIT``; a changed LaunchSpec is taken (its snapshot, the pin, the Lease's
@@ -36,6 +37,13 @@ MUST_SPECIFY = ('pods "x-1" is forbidden: failed quota: compute: must specify li
                 "for: worker; limits.memory for: worker")
 FULL = ('pods "x-1" is forbidden: exceeded quota: compute, requested: pods=1, used: pods=1, '
         "limited: pods=1")
+# A LimitRange's refusals, as the API server words them (one violation, or several).
+LIMIT_MAX = ('pods "x-1" is forbidden: maximum cpu usage per Container is 500m, but limit '
+             "is 1")
+LIMIT_RATIO = ('pods "x-1" is forbidden: cpu max limit to request ratio per Container is 2, '
+               "but provided ratio is 20.000000")
+LIMIT_MIN = ('pods "x-1" is forbidden: [minimum memory usage per Container is 128Mi, but '
+             "request is 64Mi, maximum memory usage per Pod is 1Gi, but limit is 2Gi]")
 R = refusals.Refusal
 
 
@@ -43,6 +51,9 @@ R = refusals.Refusal
     (403, FULL, R.QUOTA_FULL), (403, MUST_SPECIFY, R.LAUNCH_SPEC),
     (422, "Pod is invalid: spec.containers[0].image: Required value", R.LAUNCH_SPEC),
     (400, "quantities must match the regular expression", R.LAUNCH_SPEC),
+    (403, LIMIT_MAX, R.LAUNCH_SPEC), (403, LIMIT_RATIO, R.LAUNCH_SPEC),
+    (403, LIMIT_MIN, R.LAUNCH_SPEC),
+    (403, 'pods "x-1" is forbidden: one pod per Container image allowed', R.OTHER),
     (403, "violates PodSecurity", R.OTHER),
     (403, 'error looking up service account team-a/w: serviceaccount "w" not found', R.OTHER),
     (500, MUST_SPECIFY, R.OTHER)])
@@ -77,7 +88,8 @@ def refused_claim(status: int = 403, message: str = MUST_SPECIFY) -> WriteStatus
                                           message=message), WriteStatus)
 
 
-@pytest.mark.parametrize(("status", "message"), [(403, MUST_SPECIFY), (422, "Pod is invalid")])
+@pytest.mark.parametrize(("status", "message"), [
+    (403, MUST_SPECIFY), (422, "Pod is invalid"), (403, LIMIT_MAX), (403, LIMIT_RATIO)])
 def test_a_pod_the_launch_spec_can_never_make_spends_no_attempt(status: int,
                                                                 message: str) -> None:
     then = refused_claim(status, message)
