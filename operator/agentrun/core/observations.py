@@ -24,9 +24,9 @@ wrote itself) governs instead of the lease duration.
 
 Whose renewals: admission binds a Lease to the uid of the first pod that writes it as a
 worker (``agentrun.dev/holder-uid``, :mod:`agentrun.core.leasepolicy`). Renewals count only
-while that uid is the one of the pod the operator created for the attempt
-(:func:`renewals_count`); a Lease bound to another pod (one run under the attempt's name
-after its own pod was deleted) is judged as never renewed, however often it is.
+while that uid is the one of the attempt's pod (:func:`renewals_count`; which pod that is:
+:mod:`agentrun.core.attemptpods`); a Lease bound to another pod (one run under the
+attempt's name after its own pod was deleted) is judged as never renewed, however often.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def lease_view(lease: Mapping[str, Any] | None) -> LeaseView:
 
 def renewals_count(*, lease: LeaseView, pod_uid: str | None) -> bool:
     """Whether renewals of ``lease`` are its attempt's pod's (``pod_uid``: the uid of the
-    pod the operator created for it; None: none known). A Lease not bound to any pod
+    attempt's pod, ``attemptpods.expected_pod_uid``; None: none known). A Lease not bound to any pod
     counts (written before admission bound Leases, or without that policy: then nothing
     tells pods apart and only the name was ever checked); one bound to another pod never.
     """

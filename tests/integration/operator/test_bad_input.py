@@ -20,6 +20,12 @@ Covers, against a real API server with the operator running:
   message (``serial``: the shipped validating policies in force), and the slot and the
   attempt's Lease are unchanged.
 
+The worker's own bad input is covered where it is written: a record nested past the
+bound (400 and 1,000 levels) and a full Lease (``RecordLimit``, the sidecar's 422) in
+``test_worker_records.py``; control and format characters in what the plugin prints in
+``tests/unit/test_plugin*.py``; an impostor pod's renewals and records in
+``test_lease_policy.py`` and ``tests/integration/node/test_impostor.py``.
+
 Commands are written through the API (as ``admin``, stamped by admission): a 200 KiB
 value does not fit on a command line.
 """
@@ -233,9 +239,13 @@ def test_a_minted_token_for_anothers_attempt_pod_is_refused(
     mint = ("-n", scenario.namespace, "create", "token", pod.spec.service_account_name,
             "--bound-object-kind", "Pod", "--bound-object-name", pod.metadata.name,
             "--bound-object-uid", pod.metadata.uid)
-    refused = wait_for(lambda: (found := scenario.cluster.kubectl(*mint, user="bob"))
-                       .returncode != 0 and found, timeout=30,
-                       message=f"{tokenpolicy.POD_TOKENS} in force")
+    # The policy is in force (the ``validating`` fixture's canary); bob's binding is not
+    # until the API server's RBAC informer has it: wait for that, then ask once.
+    wait_for(lambda: scenario.cluster.kubectl(
+        "-n", scenario.namespace, "auth", "can-i", "create", "serviceaccounts/token",
+        "--as", "bob").stdout.strip() == "yes", timeout=30, message="bob may mint tokens")
+    refused = scenario.cluster.kubectl(*mint, user="bob")
+    assert refused.returncode != 0, refused.stdout
     assert f"ValidatingAdmissionPolicy '{tokenpolicy.POD_TOKENS}'" in refused.stderr
     assert f"a token bound to pod {pod.metadata.name} could write records" in refused.stderr
     assert not refused.stdout  # no token
