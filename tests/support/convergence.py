@@ -110,8 +110,13 @@ def tombstoned(scenario: Scenario, lease: str) -> str | None:
 
 def assert_converged(scenario: Scenario, cluster: Cluster, name: str, *, count: int,
                      state: str, without_pod: tuple[int, ...] = (),
-                     requests: tuple[str, ...] = ()) -> Object:
-    """The end state of one slot after the restart (see the module docstring)."""
+                     requests: tuple[str, ...] = (),
+                     reannotated: tuple[int, ...] = ()) -> Object:
+    """The end state of one slot after the restart (see the module docstring).
+
+    ``reannotated``: the attempts whose claim's Lease was made to record another LaunchSpec
+    (a re-pin, ``annotate-lease``): one update of that Lease each, and no more.
+    """
     slot = scenario.slot(name)
     st = status(slot)
     uid = slot["metadata"]["uid"]
@@ -153,7 +158,8 @@ def assert_converged(scenario: Scenario, cluster: Cluster, name: str, *, count: 
             want[("create", "leases", "", attempt)] = 1
             if n not in without_pod:
                 want[("create", "pods", "", attempt)] = 1
-            want[("update", "leases", "", attempt)] = 1 if attempt in ended else 0
+            want[("update", "leases", "", attempt)] = (
+                (attempt in ended) + (n in reannotated))
 
         def audited() -> dict[tuple[str, str, str, str], int]:
             # Successful writes only: a 409 is a race lost, the other writer won.

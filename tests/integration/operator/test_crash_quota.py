@@ -98,7 +98,8 @@ def test_crash_in_a_claim_its_launch_spec_cannot_make(point: str, scenario: Scen
         _refused(scenario, slot)
         patch_spec(scenario, "cpu-workers", sidecar={"image": IMAGE})
     active = scenario.wait_state(slot, "Active", timeout=60)
-    converged = assert_converged(scenario, cluster, slot, count=1, state="Active")
+    converged = assert_converged(scenario, cluster, slot, count=1, state="Active",
+                                 reannotated=(1,))
     assert [a["launchSpec"] for a in status(converged)["attempts"]] == ["cpu-workers@2"]
     assert condition(active, "LaunchSpecRefused") is None
     assert _lease_spec(scenario, first) == "cpu-workers@2"
