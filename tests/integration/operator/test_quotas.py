@@ -9,12 +9,15 @@ same attempt 1 becomes Active and the condition is gone. With a quota that count
 included), one with the sidecar's default resources is ``Valid`` True; a claim whose pod
 lacks limits spends no attempt (Claiming under ``LaunchSpecRefused``, attempt 1 pending,
 never AwaitingReassignment with one attempt allowed) until the LaunchSpec is fixed, when
-the same attempt 1 is made from the new generation.
+the same attempt 1 is made from the new generation. With a LimitRange whose maximum cpu
+per container is below the sidecar's default limit, the LaunchSpec is ``Valid`` False
+``LimitRangeRefused`` quoting the LimitRanger, and True once the sidecar's limits fit.
 """
 
 from __future__ import annotations
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from operators import OperatorProcess
 from quotas import IMAGE, SIDECAR_DEFAULTS, limits_quota, patch_spec
 from scenarios import GROUP, VERSION, Object, Scenario, condition_of
@@ -65,13 +68,14 @@ def test_a_pod_refused_by_a_quota_waits_and_spends_no_attempt(
     assert [a["number"] for a in active["attempts"]] == [1]
 
 
-def valid(scenario: Scenario, name: str) -> Object:
+def valid(scenario: Scenario, name: str, *, generation: int = 2) -> Object:
     def found() -> Object | None:
         status = scenario.custom.get_namespaced_custom_object(
             GROUP, VERSION, scenario.namespace, "launchspecs", name).get("status") or {}
         said = condition_of(status, "Valid")
-        return said if said and said["observedGeneration"] == 2 else None
-    checked: Object = wait_for(found, timeout=30, message=f"{name} has Valid for generation 2")
+        return said if said and said["observedGeneration"] == generation else None
+    checked: Object = wait_for(found, timeout=30,
+                               message=f"{name} has Valid for generation {generation}")
     return checked
 
 
@@ -125,3 +129,40 @@ def test_a_pod_refused_for_missing_limits_spends_no_attempt_until_the_spec_is_fi
     lease = scenario.lease(f"{slot}-1")
     assert lease is not None
     assert lease["metadata"]["annotations"]["agentrun.dev/launch-spec"] == "cpu-workers@2"
+
+
+def limit_range_in_force(scenario: Scenario) -> bool:
+    """Whether the LimitRanger refuses a dry-run pod whose container asks for cpu 1."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+           "spec": {"containers": [{"name": "c", "image": "busybox:1.36", "resources": {
+               "limits": {"cpu": "1", "memory": "64Mi"}}}]}}
+    try:
+        scenario.core.create_namespaced_pod(scenario.namespace, pod, dry_run="All")
+    except ApiException as error:
+        refused = error
+    else:
+        return False
+    if refused.status != 403 or "per Container" not in str(refused.body):
+        raise AssertionError(f"refused for another reason: {refused}")
+    return True
+
+
+def test_a_limit_range_the_sidecars_defaults_exceed_makes_the_launch_spec_invalid(
+        scenario: Scenario, operator: OperatorProcess) -> None:
+    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
+    scenario.core.create_namespaced_limit_range(scenario.namespace, {
+        "metadata": {"name": "small"},
+        "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]}})
+    wait_for(lambda: limit_range_in_force(scenario), timeout=30,
+             message="the LimitRange in force")
+    scenario.launch_spec("defaults", classes=["cpu"])
+    patch_spec(scenario, "defaults", sidecar={"image": IMAGE})  # the worker's cpu: 500m
+
+    refused = valid(scenario, "defaults")  # the sidecar's default cpu limit is 1
+    assert (refused["status"], refused["reason"]) == ("False", "LimitRangeRefused")
+    assert "maximum cpu usage per Container is 500m" in refused["message"]
+    patch_spec(scenario, "defaults", sidecar={"image": IMAGE, "resources": {
+        "requests": {"cpu": "50m", "memory": "64Mi"},
+        "limits": {"cpu": "500m", "memory": "256Mi"}}})
+    accepted = valid(scenario, "defaults", generation=3)
+    assert (accepted["status"], accepted["reason"]) == ("True", "DryRunSucceeded")
