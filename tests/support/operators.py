@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import canaries
 from clusters import Cluster
 from waiting import wait_for
 
@@ -24,27 +25,6 @@ MANIFESTS = REPO / "manifests"
 # binding and the actor-stamping policy. The validating policies are installed only by
 # the tests of admission itself: every other test shows what the operator decides alone.
 TEST_INSTALL = ("rbac", "local", "admission/stamp-actors.yaml")
-# A mutating policy applied after the shipped ones, annotating one ConfigMap name: the API
-# server compiles every policy and binding its informers hold into one snapshot, and each
-# informer sees objects in the order they were written, so once the canary mutates every
-# mutating policy written before it is in force too (agentrun-bind-attempt-leases with
-# agentrun-stamp-actors, which the stamping probe shows on its own).
-CANARY = "agentrun-test-mutating-canary"
-CANARY_POLICIES = [
-    {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
-     "metadata": {"name": CANARY},
-     "spec": {"failurePolicy": "Fail", "reinvocationPolicy": "Never",
-              "matchConstraints": {"resourceRules": [{
-                  "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                  "resources": ["configmaps"]}]},
-              "matchConditions": [{"name": "the-canary",
-                                   "expression": f"object.metadata.name == '{CANARY}'"}],
-              "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
-                  "expression": "Object{metadata: Object.metadata{annotations: "
-                                f"{{'{CANARY}': 'in-force'}}}}}}"}}]}},
-    {"apiVersion": "admissionregistration.k8s.io/v1",
-     "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": CANARY},
-     "spec": {"policyName": CANARY}}]
 
 
 class OperatorProcess:
@@ -117,27 +97,12 @@ def stamping_in_force(cluster: Cluster, *, timeout: float = 60) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def canary_mutates(cluster: Cluster) -> bool:
-    """Whether a dry-run create of the canary's ConfigMap comes back annotated by it."""
-    probe = json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": CANARY, "namespace": "default"}})
-    result = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                             input=probe)
-    assert result.returncode == 0, result.stderr
-    annotations = json.loads(result.stdout).get("metadata", {}).get("annotations") or {}
-    return annotations.get(CANARY) == "in-force"
-
-
 def install_for_tests(cluster: Cluster) -> None:
     """Apply :data:`TEST_INSTALL` and return once it is in force: the epoch minted, a
     server dry-run Slot comes back stamped with its actor, and the mutating canary (applied
     after the shipped policies, removed first) mutates. Run once per session, and again by
     a test that removed those objects (the chart's uninstall)."""
-    removed = cluster.kubectl("delete", "--ignore-not-found",
-                              "mutatingadmissionpolicybinding,mutatingadmissionpolicy", CANARY)
-    assert removed.returncode == 0, removed.stderr
-    wait_for(lambda: not canary_mutates(cluster), timeout=30,
-             message="the mutating canary gone")
+    canaries.remove(cluster, canaries.MUTATING, what="the mutating canary")
     for path in TEST_INSTALL:
         result = cluster.kubectl("apply", "--server-side", "-f", str(MANIFESTS / path))
         assert result.returncode == 0, result.stderr
@@ -157,9 +122,4 @@ def install_for_tests(cluster: Cluster) -> None:
                 and bool(annotations.get("agentrun.dev/claim-epoch")))
 
     wait_for(stamping, timeout=30, message="the actor-stamping policy in effect")
-    canary = cluster.kubectl("apply", "--server-side", "-f", "-",
-                             input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                               "items": CANARY_POLICIES}))
-    assert canary.returncode == 0, canary.stderr
-    wait_for(lambda: canary_mutates(cluster), timeout=30,
-             message="the mutating policies in force (the canary mutates)")
+    canaries.apply(cluster, canaries.MUTATING, what="the mutating policies")
