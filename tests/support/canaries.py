@@ -18,6 +18,10 @@ from waiting import wait_for
 REFUSING = "agentrun-test-canary"  # a ValidatingAdmissionPolicy: refuses its ConfigMap
 MUTATING = "agentrun-test-mutating-canary"  # a MutatingAdmissionPolicy: annotates it
 API = "admissionregistration.k8s.io/v1"
+# A ConfigMap created with only a generateName has no name when admission sees it: an
+# expression reading ``object.metadata.name`` would fail there and, the canaries failing
+# closed, refuse every such create in the cluster.
+NAME = "object.metadata.?name.orValue('')"
 CONFIGMAP_CREATES = {"resourceRules": [{
     "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
     "resources": ["configmaps"]}]}
@@ -25,7 +29,7 @@ POLICIES = {
     REFUSING: [
         {"apiVersion": API, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": REFUSING},
          "spec": {"failurePolicy": "Fail", "matchConstraints": CONFIGMAP_CREATES,
-                  "validations": [{"expression": f"object.metadata.name != '{REFUSING}'",
+                  "validations": [{"expression": f"{NAME} != '{REFUSING}'",
                                    "message": f"{REFUSING} in force"}]}},
         {"apiVersion": API, "kind": "ValidatingAdmissionPolicyBinding",
          "metadata": {"name": REFUSING},
@@ -35,7 +39,7 @@ POLICIES = {
          "spec": {"failurePolicy": "Fail", "reinvocationPolicy": "Never",
                   "matchConstraints": CONFIGMAP_CREATES,
                   "matchConditions": [{"name": "the-canary",
-                                       "expression": f"object.metadata.name == '{MUTATING}'"}],
+                                       "expression": f"{NAME} == '{MUTATING}'"}],
                   "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
                       "expression": "Object{metadata: Object.metadata{annotations: "
                                     f"{{'{MUTATING}': 'in-force'}}}}}}"}}]}},
