@@ -69,14 +69,16 @@ def whole_suite(session: pytest.Session) -> bool:
 
 # 403s the suite causes on purpose, each where the operator reports it and goes on:
 # a quota exceeded (test_quotas.py: the claim waits under QuotaExceeded), a quota counting
-# limits a pod does not give (test_quotas.py, test_crash_quota.py: the LaunchSpec's Valid
-# dry run is False, the claim waits under LaunchSpecRefused), PodSecurity
+# limits a pod does not give, and a LimitRange whose bounds the sidecar's defaults exceed
+# (test_quotas.py, test_crash_quota.py: the LaunchSpec's Valid dry run is False, the claim
+# waits under LaunchSpecRefused), PodSecurity
 # refusing the template (test_crashes.py `claim-failed`, and the LaunchSpec's Valid dry
 # run), and the stamping params Secret deleted with the operator running (test_stamping.py:
 # the stamping policy denies every command write, the operator's removal of a decided
 # command too, until its keeper mints anew), and a create racing the deletion of a test's
 # namespace (NamespaceLifecycle). An RBAC denial is never one of them.
 EXPECTED_403 = ("exceeded quota", "failed quota: limits: must specify",
+                "maximum cpu usage per Container is 500m",
                 'violates PodSecurity "restricted:latest"',
                 "no params found for policy binding with `Deny` parameterNotFoundAction",
                 "because it is being terminated")
