@@ -1,4 +1,4 @@
-"""Benchmark: the operator at 1,000 and 10,000 live slots (issue 12, "scale").
+"""Benchmark: the operator at 1,000 and 10,000 live slots.
 
 On one local control plane without a node (pods are created and never run: every slot
 stays Active, a start deadline far past the run), in one namespace that grows to each size

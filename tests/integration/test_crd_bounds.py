@@ -1,6 +1,6 @@
 """Every number in every spec is bounded, and the API server enforces the bounds.
 
-A generated matrix (issue 7's bad-input matrix, integer part): every integer or number
+A generated matrix (the bad-input matrix, integer part): every integer or number
 field found in the generated CRDs' ``spec`` schemas x {min, max} accepted and
 {min-1, max+1, 2^63-1} rejected with 422, each a server-side dry run of a valid example
 with that one field changed. A field without both bounds fails the first test, so a new

@@ -1,4 +1,4 @@
-"""The operator's shipped roles checked against use (issue 7, "Must show", third bullet).
+"""The operator's shipped roles checked against use.
 
 Runs last in the session (marker ``last``, ordered by ``tests/conftest.py``): by then
 every operator the suite started has run under the generated ClusterRole and Role only

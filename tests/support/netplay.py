@@ -1,4 +1,4 @@
-"""The fault scenarios "watch streams cut" and "a half-open connection" (issue 12, item 2).
+"""The fault scenarios "watch streams cut" and "a half-open connection".
 
 One play (:func:`play`), shared by ``make faults`` (``bench/fault_network.py``: scenarios
 ``watch-cut`` and ``half-open``) and ``make test``

@@ -1,4 +1,4 @@
-"""The fault scenario "two operators racing" (issue 12, item 2): two operator processes of
+"""The fault scenario "two operators racing": two operator processes of
 the same install serve one namespace at once (peering off: nothing but the API server's
 preconditions keeps them from acting twice).
 

@@ -1,4 +1,4 @@
-"""What the stores hold per live slot (issue 9: "RSS per 1,000 live slots")."""
+"""What the stores hold per live slot (toward the goal "RSS per 1,000 live slots")."""
 
 from __future__ import annotations
 
@@ -87,9 +87,9 @@ def live_slot(i: int) -> tuple[str, str, str]:
 
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
 def test_memory_per_thousand_slots() -> None:
-    """The figure for issue 9 ("RSS per 1,000 live slots"): bytes the stores hold for 1,000
+    """The figure for the goal ("RSS per 1,000 live slots"): bytes the stores hold for 1,000
     Active slots with their Pod and Lease. Measured 14.2 MiB (of the 120 MiB RSS per
-    1,000 issue 9 measured, the stores are a small part); bounded so a regression shows."""
+    1,000 measured, the stores are a small part); bounded so a regression shows."""
     texts = [live_slot(i) for i in range(1000)]
     held = stores.Stores()
     gc.collect()

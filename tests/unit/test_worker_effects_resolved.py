@@ -1,4 +1,4 @@
-"""The ledger and a person's answer (issue 10, item 5): ``owner`` in the intent and the
+"""The ledger and a person's answer: ``owner`` in the intent and the
 unresolved record; :func:`effects.decide` with ``resolved`` over every input; a
 ``.resolved`` record for the unresolved one → applied is committed as the outcome with
 the recorded result and never called, not applied is re-sent under this attempt's own

@@ -46,7 +46,7 @@ MIN_LEASE_SECONDS: Final = 5  # LaunchSpec lease.durationSeconds
 MAX_LEASE_SECONDS: Final = 3600
 MAX_ATTEMPT_NUMBER: Final = 1000  # attempt numbers (and so Lease records) per slot
 
-# Durable records (issue 10, item 3): annotations ``record.agentrun.dev/<key>`` on the
+# Durable records: annotations ``record.agentrun.dev/<key>`` on the
 # attempt's own Lease, each a small JSON document (agentrun.worker.records). Admission
 # (core.leasepolicy) enforces the count and the size; the key's shape is the API server's
 # own (an annotation name is at most 63 characters). Worst case: 64 x (2 KiB + key) is
@@ -71,7 +71,7 @@ PAYLOAD_DEPTH: Final = 64
 # successor reads it whole into memory, and reads no more than that of whatever it finds.
 PAYLOAD_BYTES: Final = 16 * 1024 * 1024
 
-# resolve-effect (issue 10, item 5): the effect's key is a step key (above); its result,
+# resolve-effect: the effect's key is a step key (above); its result,
 # as written in the annotation, is at most this many UTF-8 bytes (JSON, else plain text),
 # so the `.resolved` record the operator writes for the successor stays inline.
 RESOLVE_RESULT_BYTES: Final = 512

@@ -55,7 +55,7 @@ HOLD_EPOCH: Final = "agentrun.dev/hold-epoch"
 RELEASE_EPOCH: Final = "agentrun.dev/release-epoch"
 GIVE_UP_EPOCH: Final = "agentrun.dev/give-up-epoch"
 GIVE_UP_OVERRIDE: Final = "agentrun.dev/give-up-override"
-# resolve-effect (issue 10, item 5): a person records the owner's answer about an effect
+# resolve-effect: a person records the owner's answer about an effect
 # the worker could not settle (the slot condition EffectUnresolved).
 RESOLVE_EFFECT_ID: Final = "agentrun.dev/resolve-effect-id"
 RESOLVE_EFFECT_KEY: Final = "agentrun.dev/resolve-effect-key"
@@ -85,7 +85,7 @@ POD_UID_ANNOTATION: Final = "agentrun.dev/pod-uid"
 # (agentrun-bind-attempt-leases) and never changed: only that pod renews it or adds records.
 HOLDER_UID_ANNOTATION: Final = "agentrun.dev/holder-uid"
 
-# Effects (issue 10, item 5): the slot condition and its reasons, the Event reasons, and
+# Effects: the slot condition and its reasons, the Event reasons, and
 # the record suffixes on attempt Leases (record.agentrun.dev/<key>.<suffix>).
 EFFECT_UNRESOLVED_CONDITION: Final = "EffectUnresolved"
 EFFECT_OWNER_ANSWER_UNKNOWN: Final = "OwnerAnswerUnknown"  # reconcile answered "unknown"

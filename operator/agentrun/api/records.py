@@ -3,7 +3,7 @@
 A *record* is one small JSON document stored as the annotation
 ``record.agentrun.dev/<key>`` of an attempt's Lease (``agentrun.worker.records`` writes
 them; the operator reads an effect's ``<key>.unresolved`` and writes ``<key>.resolved``
-on a successor's Lease, issue 10 item 5). Pure: no I/O, so ``agentrun.core`` may use it
+on a successor's Lease). Pure: no I/O, so ``agentrun.core`` may use it
 and the worker's module re-exports it (one decoder).
 
 Canonical encoding: JSON with sorted keys and no spaces, so the document starts with

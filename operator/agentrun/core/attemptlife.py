@@ -4,7 +4,7 @@ Split from :mod:`agentrun.core.steps` (which decides *which* concern comes first
 what they hold: each function here maps a :class:`~agentrun.core.inputs.World` whose
 slot has an attempt in hand (Claiming, Active, or an ended prior) to the next write.
 
-The claim (DESIGN.md section 6, as changed by issue 9): 1. create the Lease
+The claim: 1. create the Lease
 ``<slot>-<n+1>`` (the commit point), 2. create the Pod, 3. one status write (Active and
 the attempt record, and a claim command's ledger entry). No ``Claiming`` status is
 written first: the slot's own untombstoned Lease of attempt n+1 *is* the claim under way,

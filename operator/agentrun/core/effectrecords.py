@@ -1,4 +1,4 @@
-"""Unresolved effects: what the operator reads, shows and hands on (issue 10, item 5).
+"""Unresolved effects: what the operator reads, shows and hands on.
 
 An *unresolved effect* is one a worker could not settle: an intent without an outcome
 whose owner answered "unknown", or that had no ``reconcile`` to ask. The worker commits

@@ -1,4 +1,4 @@
-"""The slot steps of unresolved effects (issue 10, item 5): observe them, and hold claims.
+"""The slot steps of unresolved effects: observe them, and hold claims.
 
 :func:`observe_step` writes an effect the slot's latest attempt recorded as unresolved
 (``<key>.unresolved`` on its Lease) into ``status.effects`` with the condition

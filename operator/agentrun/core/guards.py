@@ -23,7 +23,7 @@ order, is the one reported (the ledger's ``predicate``):
 9. ``UnknownWorkerClass`` / ``NoCompatibleLaunchSpec``: no LaunchSpec can serve the
    requested worker class for this run and node.
 
-A resolve-effect (issue 10, item 5) is checked like a give-up (open slot, a reason, the
+A resolve-effect is checked like a give-up (open slot, a reason, the
 owner or ``override``), then by :mod:`agentrun.core.effectrecords` (the key names an open
 unresolved effect); a claim command is rejected ``EffectUnresolved`` while one is open.
 

@@ -1,9 +1,9 @@
-"""The ValidatingAdmissionPolicy on attempt Leases: only the holder renews (issue 7, item 6).
+"""The ValidatingAdmissionPolicy on attempt Leases: only the holder renews.
 
 An attempt's Lease (labelled ``agentrun.dev/attempt``; no other Lease is matched) is the
 operator's record. Its worker, authenticated by a token bound to its Pod (the API server
 puts the pod's name in ``request.userInfo.extra['authentication.kubernetes.io/pod-name']``),
-may change ``spec.renewTime`` and add durable records (issue 10, item 3), and only while
+may change ``spec.renewTime`` and add durable records, and only while
 the Lease names that pod as its holder and is not tombstoned (holder cleared, or an
 outcome recorded).
 
@@ -27,7 +27,7 @@ Lease's own attempt number and names its own key (the encoding is canonical:
 ``agentrun.worker.records``), so no record can claim another attempt. CEL cannot parse
 JSON; the rest of a record's shape is checked where it is read. A record whose key ends
 in ``.resolved`` is the operator's alone (the owner's answer a person recorded for an
-unresolved effect, issue 10 item 5): a holder cannot add one. The tombstone seals the
+unresolved effect): a holder cannot add one. The tombstone seals the
 records with no write of its own: a predecessor's late record is refused by the tombstone
 check, from ``oldObject`` alone. Everything else
 (creating one, changing any other field, deleting one, touching a tombstone) is the

@@ -2,7 +2,7 @@
 
 States (DESIGN.md section 4): ``Pending`` (waiting for dependencies), ``Ready`` (a launch
 spec pinned, no attempt yet), ``Claiming`` (``pendingWorker`` set: the next attempt's
-objects are being created; since issue 9 mostly a state decided in memory, its Lease
+objects are being created; mostly a state decided in memory, its Lease
 being the claim's commit point, and written only while a claim waits), ``Active``
 (``activeWorker`` set), ``RetryWait`` (the last attempt ended; ``priorWorker`` set),
 ``Succeeded``, ``Failed``. *Hold* is a condition, not a state: it blocks claims and

@@ -1,4 +1,4 @@
-"""The ValidatingAdmissionPolicies that reject bad writes synchronously (issue 7, item 2).
+"""The ValidatingAdmissionPolicies that reject bad writes synchronously.
 
 Built from the command shapes of :mod:`agentrun.core.commands` and the bounds of
 :mod:`agentrun.api.bounds`, so that ``kubectl annotate`` fails at once with a message a

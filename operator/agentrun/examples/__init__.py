@@ -1,7 +1,7 @@
 """Example agents built on the worker SDK (:mod:`agentrun.worker`), run in worker pods.
 
-:mod:`research_report` is the research-report agent of ``manifests/examples`` (issue 10,
-item 7): gather sources, decide, write the report, publish it through an external effect.
+:mod:`research_report` is the research-report agent of ``manifests/examples``:
+gather sources, decide, write the report, publish it through an external effect.
 :mod:`faults` is its fault hook for tests and the demo; :mod:`publisher` its client of
 the effect's owner.
 """

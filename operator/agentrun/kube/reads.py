@@ -188,7 +188,7 @@ class Reader:
         """The LaunchSpec snapshots of run ``slot`` that the object of uid ``slot_uid``
         controls (labels alone prove nothing).
 
-        Since one snapshot per (run, spec digest) is the rule (issue 9), the caller passes
+        Since one snapshot per (run, spec digest) is the rule, the caller passes
         the run's name and uid here (the parameter names are the shared interface's).
         """
         selector = f"{names.RUN_LABEL}={slot},{names.SNAPSHOT_LABEL}=launchspec"

@@ -1,4 +1,4 @@
-"""Watch-fed, in-memory copies of the objects the reconciles read (issue 9, item 1).
+"""Watch-fed, in-memory copies of the objects the reconciles read.
 
 Terms:
 

@@ -1,4 +1,4 @@
-"""What runs inside a worker pod: the worker SDK (issue 10), so far its context and lease keeper.
+"""What runs inside a worker pod: the worker SDK, so far its context and lease keeper.
 
 :mod:`context` reads the attempt (run, slot, node, attempt, fencing token, lease) from the
 environment the operator sets and the pinned configuration from the mounted snapshots,

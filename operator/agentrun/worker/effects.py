@@ -1,4 +1,4 @@
-"""The effect ledger: intent before the external call, outcome after (issue 10, item 5).
+"""The effect ledger: intent before the external call, outcome after.
 
 An *effect* is a call to a service outside the run (its *owner*) that changes something
 there: publishing a report, charging a card. Terms:

@@ -1,4 +1,4 @@
-"""The recoverable prefix: what earlier attempts of this slot committed (issue 10, item 4).
+"""The recoverable prefix: what earlier attempts of this slot committed.
 
 A successor lists the slot's attempt Leases (label ``agentrun.dev/slot``) and learns, per
 key, whether a step is *done* (a record committed, its payload available and matching its

@@ -1,4 +1,4 @@
-"""Durable records: write-once annotations on the attempt's own Lease (issue 10, item 3).
+"""Durable records: write-once annotations on the attempt's own Lease.
 
 A *record* is one small JSON document stored as the annotation
 ``record.agentrun.dev/<key>`` of the Lease of the attempt that wrote it (where and why:

@@ -1,5 +1,5 @@
 """The operator's and the workers' wall clocks skewed by 10 min (opposite ways) and
-stepped by 20 min mid-run (issue 12, item 2).
+stepped by 20 min mid-run.
 
 The reduced form of ``make faults``' scenario ``clock-skew`` (``tests/support/
 clockskew.py``): two real SDK workers on the node, a 10 s lease; the operator (its own

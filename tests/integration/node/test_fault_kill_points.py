@@ -1,5 +1,4 @@
-"""Workers SIGKILLed at the seed's interruption points, several slots at once (issue 12,
-item 2).
+"""Workers SIGKILLed at the seed's interruption points, several slots at once.
 
 The reduced form of ``make faults``' scenario ``kill-points`` (``tests/support/
 killpoints.py``; ``bench/faults.py`` plays every point with up to 50 slots): three slots

@@ -1,4 +1,4 @@
-"""The API server paused (SIGSTOP) for longer than a lease, then resumed (issue 12, item 2).
+"""The API server paused (SIGSTOP) for longer than a lease, then resumed.
 
 The reduced form of ``make faults``' first scenario (``tests/support/pausedserver.py``;
 ``bench/faults.py`` plays it many times, with more slots): once, with three real SDK

@@ -1,4 +1,4 @@
-"""The seed's interruption points with the example agent on real pods (issue 10, must-show).
+"""The seed's interruption points with the example agent on real pods.
 
 Each attempt is a real pod running ``python3 -m agentrun.examples.research_report`` (the
 SDK renews the Lease, commits every step on it, publishes to the test's effect owner on

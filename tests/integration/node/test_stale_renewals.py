@@ -1,4 +1,4 @@
-"""Renewal failures stop a real worker's new effects before its lease lapses (issue 10).
+"""Renewal failures stop a real worker's new effects before its lease lapses.
 
 A worker pod sends an effect (a new key each time, through ``worker.effect``) every 0.5 s
 and goes on trying when ``LeaseLapsed`` stops one. Then its renewals are made to fail,

@@ -1,4 +1,4 @@
-"""An effect nobody can answer for, on real pods (issue 10, must-show: "An unknown effect").
+"""An effect nobody can answer for, on real pods.
 
 The example agent's attempt 1 is SIGKILLed after its publish intent; the owner has lost
 track of that key (it answers ``unknown``). Attempt 2 asks, hears "unknown", records

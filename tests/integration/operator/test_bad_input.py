@@ -1,4 +1,4 @@
-"""Bad input cannot stall a slot: the operator's side of issue 7 (items 2 and 4), end to end.
+"""Bad input cannot stall a slot: the operator's side, end to end.
 
 Covers, against a real API server with the operator running:
 - a 200 KiB command with an unusable request id on a slot whose Active attempt's pod has

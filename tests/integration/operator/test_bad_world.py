@@ -1,4 +1,4 @@
-"""Bad input beyond the command values: the rest of issue 7's bad-input matrix, one namespace.
+"""Bad input beyond the command values: the rest of the bad-input matrix, one namespace.
 
 With the operator running (no validating policies: what the operator decides itself), on a
 run ``study`` whose slot ``research`` waits for reassignment and whose slot ``elsewhere``

@@ -1,4 +1,4 @@
-"""Admission and the operator agree on every command bound (issues 7, items 2 and 4).
+"""Admission and the operator agree on every command bound.
 
 Both read ``agentrun.api.bounds``: the validating policy with CEL (``size()``,
 ``bytes().size()``, ``matches()``), the operator's parser (``commands.pending``) in

@@ -12,7 +12,7 @@ restarts the operator without a crash point and checks convergence:
   annotations gone; an ended attempt's lease tombstoned once, with the outcome);
 - nothing is left Claiming.
 
-The claim (issue 9) is three writes: ``claim-lease`` (the Lease ``<slot>-<n+1>``, its
+The claim is three writes: ``claim-lease`` (the Lease ``<slot>-<n+1>``, its
 commit point), ``claim-pod``, ``active`` (one status write: Active, the attempt record,
 the first status and the pin of a slot that was Pending, a claim command's ledger
 entry); no ``Claiming`` status is written. Each is a case, for an Automatic claim and

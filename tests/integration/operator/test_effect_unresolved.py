@@ -1,4 +1,4 @@
-"""An unknown effect, end to end over the real API server (issue 10, item 5; no node).
+"""An unknown effect, end to end over the real API server (no node).
 
 alice claims a Manual run's slot; attempt 1's worker, through the SDK with a token bound
 to its Pod, commits two effects' intents (the owner's call "dies" after each), asks the

@@ -1,5 +1,5 @@
-"""Watch streams cut and a half-open connection between the operator and the API server
-(issue 12, item 2): the reduced forms of ``make faults``' ``watch-cut`` and ``half-open``.
+"""Watch streams cut and a half-open connection between the operator and the API server:
+the reduced forms of ``make faults``' ``watch-cut`` and ``half-open``.
 
 The operator talks to the API server only through a fault proxy on loopback
 (``tests/support/netfaults.py``); the scenario (``tests/support/netplay.py``) plays

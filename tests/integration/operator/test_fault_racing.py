@@ -1,4 +1,4 @@
-"""Two operators racing on one namespace (issue 12, item 2): the reduced form of
+"""Two operators racing on one namespace: the reduced form of
 ``make faults``' ``racing-operators`` (``tests/support/racing.py``).
 
 Two operator processes, same install, same namespace, peering off: eight slots, every

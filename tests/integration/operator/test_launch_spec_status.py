@@ -7,7 +7,7 @@ slot pins the valid spec, ``pinnedBy`` is 1 and ``generations`` says which gener
 and ``kubectl get slots -l agentrun.dev/launch-spec=<name>`` lists that slot (the label
 is written on its own only by a slot that waits Ready, here under claimPolicy Manual;
 an automatically claimed slot gets it on a command's annotation removal, never as a
-write of its own: issue 9's 3 writes per pod); a crash
+write of its own: 3 writes per pod); a crash
 right after the status write (``launch-spec-status``) or after a slot's first label patch
 (``label``) is harmless: the restart converges.
 """

@@ -1,4 +1,4 @@
-"""Attempt Leases: only the holder's pod renews its own, never a tombstone (issue 7, item 6).
+"""Attempt Leases: only the holder's pod renews its own, never a tombstone.
 
 With the shipped validating policies in force (``serial``) and worker tokens bound to the
 attempt pods (``kubectl create token --bound-object-kind Pod``; no node needed). Attempt 1

@@ -1,4 +1,4 @@
-"""The runtime of issue 9, items 2 and 5, against the real API server.
+"""The operator's runtime (its queue and stores' timeouts) against the real API server.
 
 - A hung API request stops no other slot: a pod create of one slot hangs in the API
   server (a validating webhook whose listener accepts the connection and never answers),

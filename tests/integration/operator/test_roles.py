@@ -1,4 +1,4 @@
-"""The shipped roles, aggregated into the standard ones (issue 7, item 7).
+"""The shipped roles, aggregated into the standard ones.
 
 As the real users, with only the standard ClusterRoles bound in the namespace: ``bob``
 with ``edit`` runs a Manual run and claims its slot (``agentrun-editor`` and

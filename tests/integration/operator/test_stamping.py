@@ -1,4 +1,4 @@
-"""No command written while actor stamping was not in force is ever trusted (issue 7, item 1).
+"""No command written while actor stamping was not in force is ever trusted.
 
 Against the real API server, as the real users: ``alice`` owns the slot's prior attempt,
 ``bob`` (an editor of the namespace too) forges ``reassign-actor: alice``, carrying an

@@ -1,4 +1,4 @@
-"""Tenants: a namespace's ``agentrun.dev/tenant`` label, set by an admin (issue 7, item 1).
+"""Tenants: a namespace's ``agentrun.dev/tenant`` label, set by an admin.
 
 As the real users, with the shipped validating policies in force (``serial``): ``bob``,
 an editor of his own tenant's namespace only, can neither list nor annotate the slots of

@@ -1,4 +1,4 @@
-"""Synchronous rejection by the shipped ValidatingAdmissionPolicies (issue 7, item 2).
+"""Synchronous rejection by the shipped ValidatingAdmissionPolicies.
 
 With ``manifests/admission/validating.yaml`` installed (``serial``: cluster-wide; removed
 after), as the real users: ``kubectl annotate`` itself fails, with the policy's message,

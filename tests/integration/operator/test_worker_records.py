@@ -1,4 +1,4 @@
-"""Records over real attempt Leases, written by the SDK with pod-bound tokens (issue 10, 3-4).
+"""Records over real attempt Leases, written by the SDK with pod-bound tokens.
 
 With the shipped validating policies in force (``serial``), no operator and no node: the
 admin plays the operator (creates the attempt Leases, tombstones one), each attempt's Pod

@@ -1,4 +1,4 @@
-"""The Lease as the claim's commit point (issue 9): Lease, Pod, one status write.
+"""The Lease as the claim's commit point: Lease, Pod, one status write.
 
 A claim under way is not a status: it is the slot's own untombstoned Lease of attempt
 n+1 (n = attemptCount), found in the world. These cases drive ``steps.next_step`` over

@@ -1,4 +1,4 @@
-"""Unresolved effects in the core (issue 10, item 5): observed, shown, holding claims, resolved.
+"""Unresolved effects in the core: observed, shown, holding claims, resolved.
 
 Covers, each by the exact step and its content:
 - a ``.unresolved`` record on the prior attempt's Lease: one status write (point

@@ -1,4 +1,4 @@
-"""Lease expiry on the pinned duration and the operator's monotonic clock (issue 7, item 6).
+"""Lease expiry on the pinned duration and the operator's monotonic clock.
 
 Covers:
 - a worker that writes ``leaseDurationSeconds: 86400`` on its own Lease is still judged by
