@@ -54,7 +54,7 @@ def wait_released(worker, name, timeout=120):
         if time.monotonic() > deadline:
             raise SystemExit("the test never released " + name)
         worker.keeper.ensure_live()
-        time.sleep(0.3)
+        time.sleep(0.3)  # in the pod: the poll of a wait-for-condition (the release)
 """
 RELEASE_FENCE = "test"
 

@@ -60,7 +60,7 @@ while time.monotonic() < deadline:
         break
     except keeper.LeaseLapsed as error:
         say(stopped="LeaseLapsed", n=n, at=time.time(), why=str(error))
-    time.sleep(0.5)
+    time.sleep(0.5)  # in the pod: the worker's pace, a poll of its lease between effects
 worker.stop()
 """
 

@@ -37,7 +37,7 @@ with Worker.from_env() as worker:
     deadline = time.monotonic() + 6
     while time.monotonic() < deadline:  # the worker's work, effects guarded
         worker.keeper.ensure_live()
-        time.sleep(0.5)
+        time.sleep(0.5)  # in the pod: the worker's supervision of its lease while it works
     print(json.dumps({"run": c.run, "slot": c.slot, "node": c.node, "attempt": c.attempt,
                       "token": c.fencing_token, "lease": c.lease,
                       "config": {k: p.text for k, p in c.pinned.items()},
