@@ -24,7 +24,10 @@ The worker's own bad input is covered where it is written: a record nested past 
 bound (400 and 1,000 levels) and a full Lease (``RecordLimit``, the sidecar's 422) in
 ``test_worker_records.py``; control and format characters in what the plugin prints in
 ``tests/unit/test_plugin*.py``; an impostor pod's renewals and records in
-``test_lease_policy.py`` and ``tests/integration/node/test_impostor.py``.
+``test_lease_policy.py`` and ``tests/integration/node/test_impostor.py``. A namespace
+the LaunchSpec's pod cannot meet (a ResourceQuota counting limits it lacks, a LimitRange
+its resources exceed) is ``test_quotas.py``'s and ``test_crash_quota.py``'s: the
+LaunchSpec says why (``Valid`` False) and no attempt is spent.
 
 Commands are written through the API (as ``admin``, stamped by admission): a 200 KiB
 value does not fit on a command line.

@@ -30,12 +30,11 @@ from agentrun.api.configs import MAX_NODES
 
 # The lay-out pass: one list, 256 creates, one status write. Its thread's CPU time grows
 # with the machine's load (on 2 shared vCPUs a busy neighbour's steal and cache misses are
-# charged to it): 0.35 s alone, 0.51 to 0.63 s with one other process busy (the same
-# figures before and after the change that first met this bound, 0.6 s: the bound, not the
-# pass, moved), 0.81 s in the whole suite. Per pass, not summed: the passes an event
-# causes afterwards (0.07 to 0.12 s each) are not the lay-out. A re-read or a retry per
-# slot (256 x a few ms, on top) would still exceed it; the requests themselves are
-# counted exactly below (slot lists, creates, status writes), whatever the load.
+# charged to it): 0.35 s alone, 0.51 to 0.63 s with one other process busy, 0.81 s in
+# the whole suite. Per pass, not summed: the passes an event causes afterwards (0.07 to
+# 0.12 s each) are not the lay-out. A re-read or a retry per slot (256 x a few ms, on
+# top) would still exceed it; the requests themselves are counted exactly below (slot
+# lists, creates, status writes), whatever the load.
 RUN_CPU_SECONDS = 1.0
 RUN_PASSES = 8  # passes logged for the run: a pass per slot would be 256
 # The whole process while the run is laid out: the run's passes, plus each slot's first
