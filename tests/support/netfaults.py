@@ -65,7 +65,11 @@ class _Link:
         self.stranded = False
         for sock in (client, upstream):
             sock.settimeout(POLL)
-        for source, sink in ((client, upstream), (upstream, client)):
+
+    def start(self) -> None:
+        """Copy both ways: called once the proxy knows the link, so a byte the link copies
+        (a client's first answer) never precedes the link being counted live or cut."""
+        for source, sink in ((self.client, self.upstream), (self.upstream, self.client)):
             threading.Thread(target=self._copy, args=(source, sink), daemon=True).start()
 
     def forwarding(self) -> bool:
@@ -158,6 +162,7 @@ class Proxy:
             with self._lock:
                 self._links.add(link)
                 self.accepted += 1
+            link.start()
 
     def forget(self, link: _Link) -> None:
         with self._lock:
