@@ -1,8 +1,8 @@
 """Generated deployment manifests: the operator's RBAC, Deployment and admission policies.
 
 One source of truth: the rules here are the operator's needs written once, and the
-admission policies come from :mod:`agentrun.core.admission`, built from the command
-shapes of :mod:`agentrun.core.commands`, so a new command cannot be forgotten by the
+admission policies come from :mod:`agentrun.core.policies.admission`, built from the command
+shapes of :mod:`agentrun.core.commands.parsing`, so a new command cannot be forgotten by the
 policy that stamps its actor (and the operator compares the live policy with that build).
 ``python -m agentrun.manifests --out manifests`` writes them; ``--check`` fails on drift.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from agentrun.api import crds, names
-from agentrun.core import admission, leasepolicy, tokenpolicy, validating
+from agentrun.core.policies import admission, leasepolicy, tokenpolicy, validating
 
 STAMP_POLICY = names.STAMP_POLICY
 OPERATOR_ROLE = "agentrun-operator"
@@ -58,7 +58,7 @@ OPERATOR_RULES: list[Rule] = [
     rule(["admissionregistration.k8s.io"],
          ["mutatingadmissionpolicies", "mutatingadmissionpolicybindings"], ["get"]),
 ]
-# In its own namespace only: the stamping epoch Secret (core.stamping), which it alone
+# In its own namespace only: the stamping epoch Secret (core.policies.stamping), which it alone
 # writes. `create` cannot be limited to a name; get and update are.
 OPERATOR_NAMESPACE_RULES: list[dict[str, Any]] = [
     rule([""], ["secrets"], ["create"]),
@@ -129,7 +129,7 @@ def user_roles() -> list[dict[str, Any]]:
     GitOps identity, bound by hand) owns LaunchSpecs and configuration ConfigMaps and may
     ``accept`` configuration; ``agentrun-tenant-admin`` (bound by hand) may ``assign`` a
     namespace's tenant label. The verbs ``override``, ``accept`` and ``assign`` are
-    checked by the admission policies (``core.admission``, ``core.validating``).
+    checked by the admission policies (``core.policies.admission``, ``core.policies.validating``).
     """
     group = [names.GROUP]
     return [
@@ -241,7 +241,7 @@ def validating_policies() -> list[dict[str, Any]]:
 
 def mutating_policies() -> list[dict[str, Any]]:
     """What admission stamps: commands' actors, and each attempt Lease's holder uid
-    (``core.leasepolicy.bind_holders``, which the validating Lease policy relies on)."""
+    (``core.policies.leasepolicy.bind_holders``, which the validating Lease policy relies on)."""
     return [*stamp_policy(), *leasepolicy.bind_holders()]
 
 
@@ -250,7 +250,7 @@ WORKER_ROLE = "agentrun-worker"
 # Lease and writes renewTime back with an update (PUT) under the resourceVersion it read;
 # records (agentrun.worker.records) are added by a merge patch carrying that
 # resourceVersion, and a successor lists its slot's attempt Leases (agentrun.worker.prefix,
-# by the slot label). Admission (core.leasepolicy) limits every write to the holder's own.
+# by the slot label). Admission (core.policies.leasepolicy) limits every write to the holder's own.
 WORKER_RULES: list[Rule] = [rule(["coordination.k8s.io"], ["leases"],
                                  ["get", "list", "update", "patch"])]
 

@@ -19,7 +19,7 @@ from operators import OperatorProcess
 from scenarios import Scenario, request_id
 from waiting import wait_for
 
-from agentrun.core import commands
+from agentrun.core.commands import parsing
 
 ANN = "agentrun.dev/"
 OPERATOR_USER = "operator"
@@ -77,7 +77,7 @@ def annotations_of(obj: Object | None) -> dict[str, str]:
 
 
 def command_annotations(slot: Object) -> list[str]:
-    return sorted(k for k in annotations_of(slot) if k in commands.ALL_KEYS)
+    return sorted(k for k in annotations_of(slot) if k in parsing.ALL_KEYS)
 
 
 def ledger(slot: Object) -> list[str]:

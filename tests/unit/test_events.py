@@ -8,13 +8,13 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from agentrun.core import guards
+from agentrun.core.base.events import Event
 from agentrun.kube import events, rest
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 SUBJECT = {"apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",
            "metadata": {"name": "s", "namespace": "ns", "uid": "u1"}}
-EVENT = guards.Event(type="Warning", reason="ClaimFailed", message="no")
+EVENT = Event(type="Warning", reason="ClaimFailed", message="no")
 
 
 class Recording:
@@ -86,5 +86,5 @@ def test_an_event_that_cannot_be_posted_is_dropped() -> None:
 def test_the_memory_is_bounded() -> None:
     made, _, _ = poster()
     for index in range(events.REMEMBERED + 10):
-        made.post(SUBJECT, guards.Event(type="Normal", reason="Ready", message=str(index)))
+        made.post(SUBJECT, Event(type="Normal", reason="Ready", message=str(index)))
     assert len(made._posted) == events.REMEMBERED

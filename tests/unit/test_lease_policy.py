@@ -9,7 +9,7 @@ from typing import Any
 
 from agentrun import manifests
 from agentrun.api import bounds, names
-from agentrun.core import leasepolicy
+from agentrun.core.policies import leasepolicy
 from agentrun.worker import records
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from agentrun import manifests
-from agentrun.core import commands
+from agentrun.core.commands import parsing
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 
@@ -20,7 +20,7 @@ def test_files_match_the_generator() -> None:
 def test_every_command_kind_has_its_actor_stamped() -> None:
     policy, binding = manifests.stamp_policy()
     expressions = [m["jsonPatch"]["expression"] for m in policy["spec"]["mutations"]]
-    for shape in commands.SHAPES:
+    for shape in parsing.SHAPES:
         stamps = [e for e in expressions if f"'{shape.id}' in variables.new" in e]
         assert len(stamps) == 1, shape.kind
         assert shape.actor.replace("/", "~1") in stamps[0]
@@ -99,7 +99,7 @@ def test_operator_writes_only_the_status_it_owns() -> None:
 
 
 def test_every_command_kind_is_validated_and_every_policy_is_bound_to_deny() -> None:
-    from agentrun.core import validating
+    from agentrun.core.policies import validating
 
     documents = validating.validating_policies()
     policies = {d["metadata"]["name"]: d for d in documents
@@ -110,7 +110,7 @@ def test_every_command_kind_is_validated_and_every_policy_is_bound_to_deny() -> 
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings.values())
     assert all(p["spec"]["failurePolicy"] == "Fail" for p in policies.values())
     checks = policies[validating.SLOT_COMMANDS]["spec"]["validations"]
-    for shape in commands.SHAPES:
+    for shape in parsing.SHAPES:
         mine = [c for c in checks if f"variables.{validating._variable(shape)} ||" in
                 c["expression"]]
         assert any(f"['{shape.id}'].size() <= 253" in c["expression"] for c in mine), shape

@@ -1,6 +1,6 @@
 """The operator's metrics: what each applied write counts for, the flags, and the endpoint.
 
-Pure tallies (``core.tallies``) and the registry they feed (``controller.metrics``); the
+Pure tallies (``core.slots.tallies``) and the registry they feed (``controller.metrics``); the
 one socket is the endpoint's, on 127.0.0.1 and a port the OS picks.
 """
 
@@ -24,7 +24,7 @@ from agentrun.api.slots import (
     SlotStatus,
 )
 from agentrun.controller import metrics
-from agentrun.core import tallies
+from agentrun.core.slots import tallies
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 

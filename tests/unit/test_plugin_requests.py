@@ -9,7 +9,7 @@ import pytest
 
 from agentrun.api import bounds, names
 from agentrun.api.slots import CommandKind, Predicate
-from agentrun.core import commands
+from agentrun.core.commands import parsing
 from agentrun.plugin import requests
 from agentrun.plugin.requests import Request
 
@@ -24,8 +24,8 @@ def test_a_reassignment_writes_its_id_and_fields_and_nothing_stamped() -> None:
         names.REASSIGN_WORKER_CLASS: "gpu", names.REASSIGN_RUN: "study"}
 
 
-@pytest.mark.parametrize("shape", commands.SHAPES, ids=lambda s: str(s.kind))
-def test_no_command_writes_what_admission_stamps(shape: commands.Shape) -> None:
+@pytest.mark.parametrize("shape", parsing.SHAPES, ids=lambda s: str(s.kind))
+def test_no_command_writes_what_admission_stamps(shape: parsing.Shape) -> None:
     values = {"reason": "why", "worker_class": "cpu", "run": "study", "tenant": "team-a",
               "effect_key": "publish", "outcome": "applied", "result": "{}"}
     request = Request(kind=shape.kind, request_id=RID,
@@ -35,7 +35,7 @@ def test_no_command_writes_what_admission_stamps(shape: commands.Shape) -> None:
     assert written[shape.id] == RID
     assert set(written) <= set(shape.keys)
     # What the plugin writes is what the operator reads back as the same command.
-    pending = commands.pending(written)
+    pending = parsing.pending(written)
     assert pending is not None and pending.malformed is None
     assert pending.command.kind is shape.kind and pending.command.request_id == RID
 
@@ -81,14 +81,14 @@ def test_the_largest_values_within_bounds_pass() -> None:
 def test_fresh_request_ids_are_valid_and_distinct() -> None:
     ids = {requests.new_request_id() for _ in range(100)}
     assert len(ids) == 100
-    assert all(commands.request_id_problem("id", i) is None for i in ids)
+    assert all(parsing.request_id_problem("id", i) is None for i in ids)
 
 
 @pytest.mark.parametrize("rid", [RID, "a" * bounds.REQUEST_ID_CHARS])
 def test_the_resend_id_is_derived_valid_and_new(rid: str) -> None:
     again = requests.resend_id(rid)
     assert again != rid and again.endswith(".resend")
-    assert commands.request_id_problem("id", again) is None
+    assert parsing.request_id_problem("id", again) is None
     assert requests.resend_id(rid) == again  # deterministic: the same request
 
 

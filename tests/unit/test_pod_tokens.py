@@ -14,7 +14,7 @@ from typing import Any
 
 from agentrun import manifests
 from agentrun.api import names
-from agentrun.core import tokenpolicy, validating
+from agentrun.core.policies import tokenpolicy, validating
 
 AS_A_POD = {"serviceaccounts/token", "pods/exec", "pods/attach", "pods/ephemeralcontainers",
             "pods", "serviceaccounts", "users", "groups"}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrun.controller import stamping as keeping
-from agentrun.core import stamping
+from agentrun.core.policies import stamping
 from agentrun.kube import writes
 
 ONE = stamping.Identity(policy="p-1/1", binding="b-1/1")

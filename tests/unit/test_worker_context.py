@@ -21,7 +21,8 @@ from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.meta import ObjectMeta, OwnerReference
 from agentrun.api.runs import Pin, Pins
 from agentrun.api.slots import PinnedLaunchSpec, Slot, SlotSpec
-from agentrun.core import attemptobjects, naming
+from agentrun.core.attempts import attemptobjects
+from agentrun.core.base import naming
 from agentrun.worker import context, sdk
 from agentrun.worker.context import Context, WorkerContextError
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentrun.api import bounds, slots
-from agentrun.core import effectrecords
+from agentrun.core.attempts import effectrecords
 from agentrun.worker import effects, records
 
 from .test_worker_effects import IDEM, Owner, intent, ledger

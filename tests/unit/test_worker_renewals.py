@@ -19,8 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentrun.api import names
-from agentrun.core import observations
-from agentrun.core.observations import LeaseView
+from agentrun.core.attempts import observations
+from agentrun.core.attempts.observations import LeaseView
 from agentrun.worker import renewals
 from agentrun.worker.renewals import Verdict
 

@@ -120,7 +120,8 @@ class Sidecar(Model):
     check_in_seconds: int = Field(default=SIDECAR_DEFAULT_CHECK_IN, ge=SIDECAR_MIN_CHECK_IN,
                                   le=SIDECAR_MAX_CHECK_IN)
     # None (not the defaults) when left out: the digest of a spec pinned before this field
-    # existed stays the same (core.launchpins), and the pod builder applies the defaults.
+    # existed stays the same (core.launchspecs.launchpins), and the pod builder applies the
+    # defaults.
     resources: SidecarResources | None = None
 
     def container_resources(self) -> dict[str, object]:

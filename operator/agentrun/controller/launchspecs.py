@@ -15,7 +15,8 @@ from datetime import datetime, timedelta
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec
 from agentrun.controller import reconcilers
-from agentrun.core import launchspecstatus, refusals
+from agentrun.core.base import refusals
+from agentrun.core.launchspecs import launchspecstatus
 from agentrun.kube import rest
 
 MIN_INTERVAL = timedelta(seconds=5)

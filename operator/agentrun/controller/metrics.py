@@ -6,7 +6,7 @@ label takes one of a fixed set of values (a state, an outcome, a command kind, a
 predicate, a key's kind, an Event reason of the core's), so the series stay few.
 
 Where counting happens: where the operator *applies* a result, after its write
-succeeded. A slot's status write is tallied (``core.tallies``) right after
+succeeded. A slot's status write is tallied (``core.slots.tallies``) right after
 ``writes.Writer.slot_status`` returned, against the status it replaced; a run's Event is
 counted once its status write returned. A reconcile that is retried reads the written
 status back and finds nothing new, so nothing is counted twice; a crash between the
@@ -35,7 +35,7 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from agentrun.core import tallies
+from agentrun.core.slots import tallies
 
 KEY_KINDS = ("AgentRun", "Slot", "LaunchSpec")  # what the work queue's keys name
 # Claim latency: a claim is a few API writes (tens of ms) unless a quota or a person delays it.

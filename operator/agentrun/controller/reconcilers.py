@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from agentrun.core import clocks
-from agentrun.kube import reads, writes
+from agentrun.kube import clocks, reads, writes
 
 
 def settle(step: Callable[[], bool], *, what: str, logger: logging.Logger,

@@ -1,6 +1,6 @@
 """Reconciling one run: read its world, take the core's next step, apply it, repeat.
 
-The decisions are ``core.runsteps.next_step``'s; this loop only reads what it needs
+The decisions are ``core.runs.runsteps.next_step``'s; this loop only reads what it needs
 (candidate ConfigMaps and the run's snapshots while unpinned, the pinned workflow and
 the slots once pinned) and applies the step through ``writes.Writer``. A batch of
 creates is applied whole: an AlreadyExists is remembered (``RunWorld.taken``) for the
@@ -18,7 +18,9 @@ from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun
 from agentrun.controller import reconcilers
-from agentrun.core import actions, guards, resolution, runobjects, runsteps
+from agentrun.core.base import events
+from agentrun.core.runs import resolution, runobjects, runsteps
+from agentrun.core.slots import actions
 from agentrun.kube import reads, writes
 
 MAX_STEPS = 16
@@ -26,7 +28,7 @@ MAX_STEPS = 16
 
 @dataclass
 class Result:
-    events: list[tuple[AgentRun, guards.Event]] = field(default_factory=list)
+    events: list[tuple[AgentRun, events.Event]] = field(default_factory=list)
     until: datetime | None = None
     retry: bool = False  # it stopped on an error: look again after a backoff
 

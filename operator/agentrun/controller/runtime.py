@@ -28,8 +28,7 @@ import kubernetes
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import SlotState
 from agentrun.controller import launchspecs, metrics, queues, runs, scheduling, slots, stamping
-from agentrun.core import clocks
-from agentrun.kube import clients, events, reads, rest, stores, throttle, writes
+from agentrun.kube import clients, clocks, events, reads, rest, stores, throttle, writes
 
 Key = scheduling.Key
 T = TypeVar("T")
@@ -272,7 +271,7 @@ class Operator:
 
     def wake_pending(self, namespace: str, *, claiming: bool = False) -> None:
         """Pending slots look again; with ``claiming`` (a LaunchSpec changed) also claims
-        under way, which may wait on their LaunchSpec (core.refusedclaims)."""
+        under way, which may wait on their LaunchSpec (core.slots.refusedclaims)."""
         woken = (SlotState.PENDING, SlotState.CLAIMING) if claiming else (SlotState.PENDING,)
         for key, state in list(self.states.items()):
             if key[1] == namespace and state in woken:

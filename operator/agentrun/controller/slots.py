@@ -16,17 +16,10 @@ from datetime import datetime, timedelta
 
 from agentrun.api.slots import Slot, SlotState
 from agentrun.controller import reconcilers
-from agentrun.core import (
-    actions,
-    attemptlife,
-    guards,
-    inputs,
-    observations,
-    runs,
-    specsnapshots,
-    steps,
-    tallies,
-)
+from agentrun.core.attempts import observations
+from agentrun.core.base import events
+from agentrun.core.runs import rollup
+from agentrun.core.slots import actions, attemptlife, inputs, specsnapshots, steps, tallies
 from agentrun.kube import reads, writes
 
 MAX_STEPS = 32
@@ -38,7 +31,7 @@ ObservationKey = tuple[str, str, str]  # namespace, lease name, lease uid
 class Result:
     """What one reconciliation did: the Events to post and when to look again."""
 
-    events: list[tuple[Slot, guards.Event]] = field(default_factory=list)
+    events: list[tuple[Slot, events.Event]] = field(default_factory=list)
     wait: actions.Wait | None = None
     state: SlotState | None = None
     run: str | None = None
@@ -137,7 +130,7 @@ class SlotReconciler(reconcilers.Reconciler):
         dependencies: dict[str, SlotState] = {}
         active_in_run = 0
         if run is not None and needs.siblings:
-            siblings = runs.own_slots(run=run, slots=reader.slots_of(namespace, slot.spec.run))
+            siblings = rollup.own_slots(run=run, slots=reader.slots_of(namespace, slot.spec.run))
             dependencies = {node: s.status.state for node, s in siblings.items()}
             if run.spec.max_active is not None:
                 active_in_run = sum(1 for s in siblings.values() if s.metadata.name != name
@@ -184,7 +177,7 @@ class SlotReconciler(reconcilers.Reconciler):
             observation=observation, ticks=ticks, first_seen=first_seen,
             first_ticks=first_ticks,
             active_in_run=active_in_run, pins_problem=pins_problem,
-            # Read after the slot: see core.stamping for why the order matters.
+            # Read after the slot: see core.policies.stamping for why the order matters.
             stamping=reader.stamping() if needs.stamping else None)
 
     @staticmethod
@@ -243,7 +236,7 @@ class SlotReconciler(reconcilers.Reconciler):
             except writes.Rejected as rejected:
                 decided = attemptlife.on_rejected(world, create=step, status=rejected.status,
                                                    message=str(rejected))
-                if isinstance(decided, guards.Event):
+                if isinstance(decided, events.Event):
                     result.events.append((slot, decided))
                     raise
                 then = decided
@@ -255,7 +248,7 @@ class SlotReconciler(reconcilers.Reconciler):
         elif isinstance(step, actions.DeletePod):
             self.writer.delete_pod(namespace=namespace, name=step.name, uid=step.uid,
                                    point=step.point)
-            result.events.append((slot, guards.Event(type="Normal", reason="PodDeleted",
+            result.events.append((slot, events.Event(type="Normal", reason="PodDeleted",
                                                      message=step.message)))
         elif isinstance(step, actions.Tombstone):
             assert world.attempt is not None and world.attempt.lease is not None

@@ -1,6 +1,6 @@
 """Keeping the stamping epoch: mint a new one once the policy and binding are stable.
 
-The rule (``core.stamping``): a new epoch is minted only after quorum reads have found the
+The rule (``core.policies.stamping``): a new epoch is minted only after quorum reads have found the
 actor-stamping policy and its binding as shipped, with the same uid and generation, for
 ``ENFORCEMENT_DELAY_SECONDS``, so that every API server enforces them by the time the
 epoch exists. What is remembered here (the identity first seen, and when) is only a delay:
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agentrun.core import stamping
+from agentrun.core.policies import stamping
 from agentrun.kube import reads, writes
 
 

@@ -25,8 +25,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agentrun.api import bounds
-from agentrun.core import clocks, guards
-from agentrun.kube import rest
+from agentrun.core.base.events import Event
+from agentrun.kube import clocks, rest
 
 Object = dict[str, Any]
 WINDOW = timedelta(minutes=10)  # client-go's EventCorrelator aggregates over 10 minutes
@@ -61,7 +61,7 @@ class Poster:
             collections.OrderedDict())
         self._lock = threading.Lock()  # workers post from several threads
 
-    def post(self, subject: Object, event: guards.Event) -> None:
+    def post(self, subject: Object, event: Event) -> None:
         """Post ``event`` about ``subject`` (an object's wire form); a repeat is folded."""
         message = bounds.clip(event.message, limit=bounds.MESSAGE_CHARS)
         self.logger.info("%s %s: %s", event.type, event.reason, message)
@@ -109,7 +109,7 @@ class Poster:
             raise
         return True
 
-    def _create(self, subject: Object, event: guards.Event, *, message: str, namespace: str,
+    def _create(self, subject: Object, event: Event, *, message: str, namespace: str,
                 now: datetime) -> str:
         meta = subject.get("metadata") or {}
         name = f"{meta.get('name', 'object')}.{secrets.token_hex(8)}"

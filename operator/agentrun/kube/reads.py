@@ -12,7 +12,7 @@ Two more reads are cached because their answers change rarely and are asked ofte
 namespace's tenant (a few seconds: see :meth:`Reader.tenant`), and the content of an
 immutable LaunchSpec snapshot (forever: it cannot change). Whether actor stamping is in
 force is never cached: it is read afresh, after the command, each time a command is
-decided (``core.stamping``).
+decided (``core.policies.stamping``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import owners, runobjects, specsnapshots, stamping
+from agentrun.core.base import owners
+from agentrun.core.policies import stamping
+from agentrun.core.runs import runobjects
+from agentrun.core.slots import specsnapshots
 from agentrun.kube import rest, stores
 
 Object = dict[str, Any]
@@ -201,7 +204,7 @@ class Reader:
         """The pinned spec from its snapshot, or why it cannot be had.
 
         ``slot_uid``: the uid that must control the snapshot: its run's for a per-run
-        copy, the slot's own for one pinned before (``core.specsnapshots.owner_uid``).
+        copy, the slot's own for one pinned before (``core.slots.specsnapshots.owner_uid``).
         """
         key = (namespace, pinned.snapshot)
         if key in self._snapshots:
@@ -220,7 +223,7 @@ class Reader:
         return spec, None
 
     def stamping(self) -> stamping.Stamping:
-        """Is actor stamping in force now, under which epoch (``core.stamping.assess``)?
+        """Is actor stamping in force now, under which epoch (``core.policies.stamping.assess``)?
 
         Three reads without a resourceVersion, so each is a quorum read served at the
         latest state; called after the command was read, never cached.

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import kubernetes
 
-from agentrun.core import clocks
+from agentrun.kube import clocks
 from agentrun.kube import throttle as throttles
 
 Object = dict[str, Any]

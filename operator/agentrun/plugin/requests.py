@@ -9,7 +9,7 @@ Terms:
 
 The actor, epoch and override annotations are never written here: admission stamps them.
 Every value is checked against the bounds the operator parses with
-(:data:`agentrun.core.commands.BOUNDS`), so the plugin refuses locally (exit 2) what the
+(:data:`agentrun.core.commands.parsing.BOUNDS`), so the plugin refuses locally (exit 2) what the
 operator would only record as ``Malformed``.
 """
 
@@ -22,14 +22,14 @@ from typing import Any
 
 from agentrun.api import bounds
 from agentrun.api.slots import CommandKind, Predicate
-from agentrun.core import commands
+from agentrun.core.commands import parsing
 
 Object = dict[str, Any]
 
 ACCEPTED, REJECTED, USAGE, FAILED = 0, 1, 2, 3  # the plugin's exit codes
 UNPROVEN = frozenset({Predicate.COMMANDS_REFUSED, Predicate.UNSTAMPED, Predicate.STALE_EPOCH})
 RESEND_SUFFIX = ".resend"
-SHAPES: Mapping[CommandKind, commands.Shape] = {shape.kind: shape for shape in commands.SHAPES}
+SHAPES: Mapping[CommandKind, parsing.Shape] = {shape.kind: shape for shape in parsing.SHAPES}
 # The fields each command's flags fill (besides run and tenant, which the plugin fills).
 FIELD_LABELS = {"reason": "--reason", "worker_class": "--class", "tenant": "--tenant",
                 "effect_key": "--key", "outcome": "--outcome", "result": "--result",
@@ -42,7 +42,8 @@ class BadInput(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class Request:
-    """One command to send: ``fields`` are :class:`agentrun.core.commands.Shape` field names."""
+    """One command to send: ``fields`` are the field names of
+    :class:`agentrun.core.commands.parsing.Shape`."""
 
     kind: CommandKind
     request_id: str
@@ -74,7 +75,7 @@ def check(kind: CommandKind, fields: Mapping[str, str]) -> None:
     for name, value in fields.items():
         if name not in shape.fields:
             raise BadInput(f"{FIELD_LABELS.get(name, name)} does not apply to {kind}")
-        bound = commands.BOUNDS[name]
+        bound = parsing.BOUNDS[name]
         flag = FIELD_LABELS.get(name, name)
         if bound.in_bytes:
             why = bounds.problem(key=flag, value=value, max_bytes=bound.chars)

@@ -1,6 +1,6 @@
 """What a worker knows about itself: its attempt, from the environment and the mounted pins.
 
-The operator builds every worker pod (:mod:`agentrun.core.attemptobjects`) with:
+The operator builds every worker pod (:mod:`agentrun.core.attempts.attemptobjects`) with:
 - the environment: ``AGENTRUN_NAMESPACE`` (downward API), ``AGENTRUN_RUN``,
   ``AGENTRUN_RUN_UID`` (the run's ``metadata.uid``: a recreated run of the same name is
   another run, so effects' idempotency keys are derived from it),
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentrun.api import bounds, names
-from agentrun.core.attemptobjects import ENV_PINNED_SHA256
+from agentrun.core.attempts.attemptobjects import ENV_PINNED_SHA256
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")

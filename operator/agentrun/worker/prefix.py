@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from agentrun.api import names
-from agentrun.core import attemptobjects, observations
+from agentrun.core.attempts import attemptobjects, observations
 from agentrun.kube import rest
 from agentrun.worker import records
 

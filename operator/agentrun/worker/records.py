@@ -44,7 +44,7 @@ from agentrun.api.records import (  # re-exported: the SDK's callers use them fr
     text_nesting,
     written_by,
 )
-from agentrun.core import observations
+from agentrun.core.attempts import observations
 from agentrun.kube import rest
 
 __all__ = ["DEEP", "JSON", "PREFIX", "Kind", "Record", "RecordError", "canonical", "check_key",

@@ -12,7 +12,7 @@ Terms:
 
 A renewal changes ``spec.renewTime`` only, under the resourceVersion it read: a
 concurrent tombstone makes the write a 409 and the next reading sees the tombstone.
-The operator compares ``renewTime`` for change only (:mod:`agentrun.core.observations`),
+The operator compares ``renewTime`` for change only (:mod:`agentrun.core.attempts.observations`),
 so the worker's clock needs no agreement with anyone's.
 """
 
@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from agentrun.core.observations import LeaseView
+from agentrun.core.attempts.observations import LeaseView
 
 # The LaunchSpec's default lease duration, for a Lease that does not say (it always does
 # when the operator made it).

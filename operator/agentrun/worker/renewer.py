@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import kubernetes
 import urllib3
 
-from agentrun.core import observations
+from agentrun.core.attempts import observations
 from agentrun.kube import rest
 from agentrun.worker import renewals
 

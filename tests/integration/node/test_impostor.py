@@ -29,7 +29,7 @@ from workers import (
 )
 
 from agentrun.api import names
-from agentrun.core.leasepolicy import ATTEMPT_LEASES
+from agentrun.core.policies.leasepolicy import ATTEMPT_LEASES
 from agentrun.worker import records
 from integration.operator import conftest as operator_fixtures
 

@@ -40,7 +40,7 @@ from workers import (
     worker_user,
 )
 
-from agentrun.core.leasepolicy import ATTEMPT_LEASES
+from agentrun.core.policies.leasepolicy import ATTEMPT_LEASES
 from agentrun.kube import rest
 from agentrun.worker import effects, records, renewals
 from integration.node import stale

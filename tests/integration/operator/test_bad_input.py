@@ -45,7 +45,8 @@ from scenarios import Object, Scenario, exhausted_beside_active, holds_throughou
 from waiting import wait_for, wait_for_default_service_account
 
 from agentrun.api import bounds
-from agentrun.core import commands, tokenpolicy
+from agentrun.core.commands import parsing
+from agentrun.core.policies import tokenpolicy
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +100,7 @@ def test_a_garbage_command_never_stops_an_active_attempt_from_ending(
     # The pod failed before any renewal: the attempt ends at once, command or not.
     ended = scenario.wait_state(slot, "RetryWait", timeout=15)["status"]
     assert (ended["attempts"][-1]["outcome"], ended["attempts"][-1]["exitCode"]) == ("Failed", 3)
-    ledger_id = commands.invalid_id("agentrun.dev/reassign-id", raw_id)
+    ledger_id = parsing.invalid_id("agentrun.dev/reassign-id", raw_id)
     after, entry = decided(scenario, slot, ledger_id, id_key="agentrun.dev/reassign-id")
     assert (entry["outcome"], entry["predicate"]) == ("Rejected", "Malformed")
     assert "agentrun.dev/reassign-id is 300 characters long" in entry["message"]
@@ -174,8 +175,8 @@ def test_the_bad_input_matrix_changes_nothing_but_the_ledger(
         keys[f"agentrun.dev/{case.kind}-id"] = case.request_id
         write(scenario, slot, keys)
         id_key = f"agentrun.dev/{case.kind}-id"
-        ledger_id = (case.request_id if commands.request_id_problem(id_key, case.request_id)
-                     is None else commands.invalid_id(id_key, case.request_id))
+        ledger_id = (case.request_id if parsing.request_id_problem(id_key, case.request_id)
+                     is None else parsing.invalid_id(id_key, case.request_id))
         after, entry = decided(scenario, slot, ledger_id, id_key=id_key)
         assert (entry["outcome"], entry["predicate"]) == ("Rejected", case.predicate), case.name
         assert entry["message"], case.name

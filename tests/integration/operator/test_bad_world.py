@@ -32,7 +32,8 @@ from scenarios import Object, Scenario, condition_of, exhausted_beside_active, r
 from waiting import wait_for
 
 from agentrun.api import bounds
-from agentrun.core import naming, resolution
+from agentrun.core.base import naming
+from agentrun.core.runs import resolution
 
 pytestmark = pytest.mark.integration
 GROUP, VERSION = "agentrun.dev", "v1alpha1"

@@ -1,7 +1,7 @@
 """Admission and the operator agree on every command bound.
 
 Both read ``agentrun.api.bounds``: the validating policy with CEL (``size()``,
-``bytes().size()``, ``matches()``), the operator's parser (``commands.pending``) in
+``bytes().size()``, ``matches()``), the operator's parser (``parsing.pending``) in
 Python. With the shipped validating policies installed (``serial``), on a RetryWait slot
 that accepts every kind of command from its owner (held by her before the release
 commands: only a held slot may be released), for each command kind and each bounded
@@ -19,7 +19,7 @@ from scenarios import Scenario, request_id
 
 from agentrun.api import bounds
 from agentrun.api.slots import CommandKind
-from agentrun.core import commands
+from agentrun.core.commands import parsing
 
 pytestmark = pytest.mark.serial
 
@@ -46,7 +46,7 @@ PAST_BOUND = {
 }
 
 
-def command(shape: commands.Shape, *, field: str | None = None, value: str = "",
+def command(shape: parsing.Shape, *, field: str | None = None, value: str = "",
             tenant: str) -> dict[str, str]:
     """A good command of ``shape``, with ``field`` (or the request id, "id") set to ``value``."""
     values = {**GOOD, "tenant": tenant}
@@ -64,8 +64,8 @@ def dry_run(scenario: Scenario, slot: str, annotations: dict[str, str]) -> tuple
     return result.returncode == 0, result.stderr
 
 
-def operator_problem(shape: commands.Shape, annotations: dict[str, str]) -> str | None:
-    pending = commands.pending({**annotations, shape.actor: "alice", shape.epoch: "e"})
+def operator_problem(shape: parsing.Shape, annotations: dict[str, str]) -> str | None:
+    pending = parsing.pending({**annotations, shape.actor: "alice", shape.epoch: "e"})
     assert pending is not None and pending.command.kind is shape.kind
     return pending.malformed
 
@@ -78,7 +78,7 @@ def test_a_value_admission_accepts_is_one_the_operator_parses_and_vice_versa(
     hold: str | None = None
     # A release needs a held slot (and a held slot refuses a reassignment or a claim):
     # the release shapes come last, after alice holds the slot.
-    for shape in sorted(commands.SHAPES, key=lambda s: s.kind is CommandKind.RELEASE):
+    for shape in sorted(parsing.SHAPES, key=lambda s: s.kind is CommandKind.RELEASE):
         if shape.kind is CommandKind.RELEASE and hold is None:
             hold = request_id()
             assert scenario.annotate(slot, user="alice", hold_id=hold,
@@ -107,5 +107,5 @@ def test_a_value_admission_accepts_is_one_the_operator_parses_and_vice_versa(
                 checked += 1
     assert checked > 60
     written = scenario.slot(slot)["metadata"].get("annotations") or {}
-    assert not set(written) & commands.ALL_KEYS  # the dry runs wrote nothing
+    assert not set(written) & parsing.ALL_KEYS  # the dry runs wrote nothing
     assert [c["requestId"] for c in scenario.slot(slot)["status"]["commands"]][-1] == hold

@@ -24,8 +24,8 @@ from waiting import wait_for, wait_for_default_service_account
 
 from agentrun import manifests
 from agentrun.api import names
-from agentrun.core import leasepolicy, tokenpolicy
-from agentrun.core.validating import OPERATOR_OBJECTS
+from agentrun.core.policies import leasepolicy, tokenpolicy
+from agentrun.core.policies.validating import OPERATOR_OBJECTS
 from agentrun.worker import records
 
 pytestmark = pytest.mark.serial

@@ -32,7 +32,7 @@ from operators import OperatorProcess
 from scenarios import Scenario, holds_throughout
 from waiting import wait_for, wait_for_default_service_account
 
-from agentrun.core import guards
+from agentrun.core.base.events import Event
 from agentrun.kube import events, rest
 
 pytestmark = pytest.mark.integration
@@ -192,10 +192,10 @@ def test_a_repeated_event_is_folded_into_one_series(cluster: Cluster, namespace:
     subject = {"apiVersion": "v1", "kind": "ConfigMap", **subject}
     poster = events.Poster(rest.Rest(cluster.client("operator")),
                            logger=logging.getLogger("test"))
-    again = guards.Event(type="Warning", reason="ClaimFailed", message="the same words")
+    again = Event(type="Warning", reason="ClaimFailed", message="the same words")
     for _ in range(3):
         poster.post(subject, again)
-    poster.post(subject, guards.Event(type="Warning", reason="ClaimFailed", message="other"))
+    poster.post(subject, Event(type="Warning", reason="ClaimFailed", message="other"))
 
     def posted() -> list[kubernetes.client.CoreV1Event] | None:
         found = [e for e in core.list_namespaced_event(namespace).items

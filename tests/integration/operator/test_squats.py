@@ -21,7 +21,9 @@ from waiting import wait_for, wait_for_default_service_account
 
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec
-from agentrun.core import launchpins, naming, resolution
+from agentrun.core.base import naming
+from agentrun.core.launchspecs import launchpins
+from agentrun.core.runs import resolution
 
 pytestmark = pytest.mark.integration
 GROUP, VERSION = "agentrun.dev", "v1alpha1"

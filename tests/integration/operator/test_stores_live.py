@@ -26,8 +26,7 @@ from waiting import wait_for
 from watchfeed import Feed
 
 from agentrun.api import names
-from agentrun.core import clocks
-from agentrun.kube import reads, rest, stores, writes
+from agentrun.kube import clocks, reads, rest, stores, writes
 
 pytestmark = pytest.mark.integration
 TIMEOUT = 30

@@ -1,6 +1,6 @@
 """Cheap builders of API objects for the core's unit tests (no cluster, no I/O).
 
-The last section builds :class:`agentrun.core.inputs.World` values for ``steps.next_step``:
+The last section builds :class:`agentrun.core.slots.inputs.World` values for ``steps.next_step``:
 slot statuses by state, an attempt's Pod and Lease as the API returns them, an AgentRun,
 and command annotations.
 """
@@ -24,8 +24,11 @@ from agentrun.api.slots import (
     SlotState,
     SlotStatus,
 )
-from agentrun.core import inputs, launchpins, naming, stamping
-from agentrun.core.observations import LeaseObservation
+from agentrun.core.attempts.observations import LeaseObservation
+from agentrun.core.base import naming
+from agentrun.core.launchspecs import launchpins
+from agentrun.core.policies import stamping
+from agentrun.core.slots import inputs
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 NS = "team-a"

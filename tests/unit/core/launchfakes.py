@@ -9,7 +9,7 @@ from agentrun.api import names
 from agentrun.api.meta import ObjectMeta, OwnerReference
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Slot, SlotSpec, SlotState, SlotStatus
-from agentrun.core import naming
+from agentrun.core.base import naming
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 NS = "team-a"

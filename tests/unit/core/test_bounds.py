@@ -44,9 +44,12 @@ from agentrun.api.slots import (
     SlotState,
     SlotStatus,
 )
-from agentrun.core import commands, guards, observations, retries, steps
-from agentrun.core.actions import RemoveCommand, WriteStatus
-from agentrun.core.inputs import World
+from agentrun.core.attempts import observations
+from agentrun.core.commands import guards, parsing
+from agentrun.core.machine import retries
+from agentrun.core.slots import steps
+from agentrun.core.slots.actions import RemoveCommand, WriteStatus
+from agentrun.core.slots.inputs import World
 
 API_OBJECT_LIMIT = 1536 * 1024  # etcd's default request limit, what an object must stay under
 ANNOTATIONS_LIMIT = 256 * 1024
@@ -234,7 +237,7 @@ def test_the_attempt_number_cap_rejects_more_attempts(kind: str) -> None:
 def test_a_value_out_of_its_bound_is_malformed_when_parsed(field: str, value: str,
                                                            predicate: Predicate) -> None:
     fields = {"reason": "ok", "worker_class": "cpu", "run": f.RUN, field: value}
-    pending = commands.pending(f.command("reassign", **fields))
+    pending = parsing.pending(f.command("reassign", **fields))
     assert pending is not None and pending.malformed is not None
     assert pending.predicate is predicate
     assert value not in pending.malformed  # the message names the bound, not the value

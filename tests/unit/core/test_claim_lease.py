@@ -19,8 +19,10 @@ from corefakes import expect
 from agentrun.api import names
 from agentrun.api.meta import ObjectMeta, OwnerReference
 from agentrun.api.slots import CommandKind, Outcome, SlotState, SlotStatus
-from agentrun.core import attemptlife, guards, inputs, steps, transitions
-from agentrun.core.actions import Create, RemoveCommand, Wait, WriteStatus
+from agentrun.core.base import events
+from agentrun.core.machine import transitions
+from agentrun.core.slots import attemptlife, inputs, steps
+from agentrun.core.slots.actions import Create, RemoveCommand, Wait, WriteStatus
 
 
 def own_lease(number: int, *, owner: str | None = None, request_id: str | None = None,
@@ -192,7 +194,7 @@ def test_a_refused_snapshot_is_an_event_and_the_error_stands() -> None:
     create = expect(steps.next_step(world), Create)
     assert create.point == "launch-spec-snapshot"
     event = attemptlife.on_rejected(world, create=create, status=403, message="no")
-    assert isinstance(event, guards.Event) and event.reason == "CreateFailed"
+    assert isinstance(event, events.Event) and event.reason == "CreateFailed"
 
 
 # --- wind-down ------------------------------------------------------------------------------

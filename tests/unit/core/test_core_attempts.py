@@ -8,8 +8,8 @@ import corefakes as f
 import pytest
 
 from agentrun.api.slots import Outcome
-from agentrun.core import attempts, observations
-from agentrun.core.observations import LeaseStatus, LeaseView, PodPhase, PodView
+from agentrun.core.attempts import ending, observations
+from agentrun.core.attempts.observations import LeaseStatus, LeaseView, PodPhase, PodView
 
 # The table, as written in DESIGN.md section 4: (pod, lease) -> (ended, delete the pod).
 # "renewed" lets expiry be a lost lease (True) or a start timeout (False).
@@ -44,10 +44,10 @@ OUTCOMES = {
 @pytest.mark.parametrize("renewed", [True, False])
 def test_truth_table(pod: str, lease: str, renewed: bool) -> None:
     """DESIGN.md section 4: when an attempt has ended, and when to fence it."""
-    verdict = attempts.judge(pod=PodView(phase=PodPhase(pod), exit_code=3),
+    verdict = ending.judge(pod=PodView(phase=PodPhase(pod), exit_code=3),
                              lease=LeaseStatus(lease), renewed=renewed)
     ended, delete = TABLE[(pod, lease)]
-    assert attempts.is_terminal(pod=PodPhase(pod), lease=LeaseStatus(lease)) is ended
+    assert ending.is_terminal(pod=PodPhase(pod), lease=LeaseStatus(lease)) is ended
     if lease == "Held" and not renewed and pod in ("Succeeded", "Failed", "Gone"):
         ended, delete = YES  # never renewed: the start deadline's window, not a held lease
     assert (verdict.ended, verdict.delete_pod) == (ended, delete)
@@ -118,10 +118,10 @@ def test_start_deadline_governs_until_the_first_renewal() -> None:
     assert observations.observe(previous=None, lease=view, now=f.T0) is None
     assert status_at(f.T0 + f.seconds(299), None, view) is LeaseStatus.HELD
     assert status_at(f.T0 + f.seconds(300), None, view) is LeaseStatus.EXPIRED
-    running = attempts.judge(pod=PodView(phase=PodPhase.PENDING), lease=LeaseStatus.EXPIRED,
+    running = ending.judge(pod=PodView(phase=PodPhase.PENDING), lease=LeaseStatus.EXPIRED,
                              renewed=False)
     assert running.delete_pod and not running.ended
-    gone = attempts.judge(pod=PodView(phase=PodPhase.GONE), lease=LeaseStatus.EXPIRED,
+    gone = ending.judge(pod=PodView(phase=PodPhase.GONE), lease=LeaseStatus.EXPIRED,
                           renewed=False)
     assert gone.ended and gone.outcome is Outcome.START_TIMEOUT
 

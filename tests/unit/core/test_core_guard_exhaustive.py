@@ -19,8 +19,8 @@ import corefakes as f
 
 from agentrun.api.conditions import Condition
 from agentrun.api.slots import CommandKind, CommandRecord, Predicate, SlotState, SlotStatus
-from agentrun.core import guards
-from agentrun.core.observations import LeaseStatus, PodPhase
+from agentrun.core.attempts.observations import LeaseStatus, PodPhase
+from agentrun.core.commands import guards
 
 # --- The independent oracle ------------------------------------------------------------
 

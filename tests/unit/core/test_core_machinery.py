@@ -10,7 +10,11 @@ import pytest
 from agentrun.api import names
 from agentrun.api.policies import Backoff, RetryPolicy
 from agentrun.api.slots import COMMANDS_KEPT, CommandKind, Outcome, Predicate, SlotState, SlotStatus
-from agentrun.core import attemptobjects, guards, naming, retries, selection, transitions
+from agentrun.core.attempts import attemptobjects
+from agentrun.core.base import naming
+from agentrun.core.commands import guards
+from agentrun.core.launchspecs import selection
+from agentrun.core.machine import retries, transitions
 
 # --- selection ---------------------------------------------------------------------------
 

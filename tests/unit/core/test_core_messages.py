@@ -13,8 +13,12 @@ import corefakes as f
 import pytest
 
 from agentrun.api.slots import CommandKind, Outcome, Predicate, SlotState, SlotStatus
-from agentrun.core import attempts, guards, launchpins, transitions
-from agentrun.core.observations import LeaseStatus, PodPhase, PodView
+from agentrun.core.attempts import ending
+from agentrun.core.attempts.observations import LeaseStatus, PodPhase, PodView
+from agentrun.core.base import events
+from agentrun.core.commands import guards
+from agentrun.core.launchspecs import launchpins
+from agentrun.core.machine import transitions
 
 S = f.SLOT
 FENCE = "deleting the pod to fence the attempt"
@@ -39,16 +43,16 @@ VERDICTS = [
 @pytest.mark.parametrize(("pod", "lease", "renewed", "message"), VERDICTS)
 def test_verdict_messages(pod: str, lease: str, renewed: bool, message: str) -> None:
     exit_code = None if pod == "Gone" else 7
-    verdict = attempts.judge(pod=PodView(phase=PodPhase(pod), exit_code=exit_code),
+    verdict = ending.judge(pod=PodView(phase=PodPhase(pod), exit_code=exit_code),
                              lease=LeaseStatus(lease), renewed=renewed)
     assert verdict.message == message
 
 
 def test_exit_code_omitted_when_unknown() -> None:
-    verdict = attempts.judge(pod=PodView(phase=PodPhase.FAILED), lease=LeaseStatus.MISSING,
+    verdict = ending.judge(pod=PodView(phase=PodPhase.FAILED), lease=LeaseStatus.MISSING,
                              renewed=True)
     assert verdict.message == "the pod Failed; the lease is missing"
-    assert verdict == attempts.Verdict(ended=True, outcome=Outcome.FAILED, delete_pod=False,
+    assert verdict == ending.Verdict(ended=True, outcome=Outcome.FAILED, delete_pod=False,
                                        exit_code=None, message=verdict.message)
 
 
@@ -111,7 +115,7 @@ def test_rejection_messages(change: dict[str, object], predicate: Predicate,
     entry = decision.status.commands[-1]
     assert (decision.accepted, decision.duplicate, decision.predicate) == (False, False, predicate)
     assert (entry.outcome, entry.predicate, entry.message) == ("Rejected", predicate, message)
-    assert decision.event == guards.Event(
+    assert decision.event == events.Event(
         type="Warning", reason="CommandRejected",
         message=f"Reassign r1 rejected ({predicate}): {message}")
     rejected = next(c for c in decision.status.conditions if c.type == "CommandRejected")
@@ -126,7 +130,7 @@ def test_acceptance_record_and_event() -> None:
                "class 'gpu'; its scope covers every run and node, priority 0); reason: "
                "evicted; the next claim creates attempt 2")
     assert (decision.accepted, decision.duplicate, decision.predicate) == (True, False, None)
-    assert decision.event == guards.Event(type="Normal", reason="Reassigned", message=message)
+    assert decision.event == events.Event(type="Normal", reason="Reassigned", message=message)
     entry = decision.status.commands[-1]
     assert entry.model_dump() == {
         "request_id": "r1", "kind": CommandKind.REASSIGN, "actor": "alice", "reason": "evicted",
@@ -150,7 +154,7 @@ def test_digest_and_pin() -> None:
     canonical = json.dumps(GPU.spec.wire(), sort_keys=True, separators=(",", ":"))
     assert launchpins.digest(GPU.spec) == hashlib.sha256(canonical.encode()).hexdigest()
     assert canonical.startswith('{"claim":{"workerClasses":["gpu"]},"lease":')
-    from agentrun.core import selection
+    from agentrun.core.launchspecs import selection
     pinned = launchpins.pin(run=f.RUN, choice=selection.Choice(spec=GPU, reason="why"))
     assert (pinned.name, pinned.uid, pinned.generation, pinned.reason) == (
         "gpu-spec", "uid-gpu-spec", 1, "why")
@@ -173,7 +177,7 @@ def test_claim_command_words() -> None:
     waiting = f.retry_wait(retry_at=f.T0 + f.seconds(100))
     decision = other(waiting, CommandKind.CLAIM, actor="carol", tenant=f.TENANT)
     assert (decision.accepted, decision.predicate) == (True, None)
-    assert decision.event == guards.Event(type="Normal", reason="Claimed",
+    assert decision.event == events.Event(type="Normal", reason="Claimed",
                                           message="claim requested by carol: attempt 2 is next")
     assert decision.status.next_owner_actor == "carol"
     held = transitions.hold(waiting, reason="x", now=f.T0)
@@ -190,13 +194,13 @@ def test_claim_command_words() -> None:
 def test_hold_release_words() -> None:
     held = other(f.retry_wait(), CommandKind.HOLD, reason="investigate", tenant=f.TENANT)
     assert (held.accepted, held.predicate) == (True, None)
-    assert held.event == guards.Event(type="Normal", reason="Held",
+    assert held.event == events.Event(type="Normal", reason="Held",
                                       message="held by alice: investigate")
     condition = next(c for c in held.status.conditions if c.type == "Held")
     assert (condition.status, condition.message) == ("True", "held by alice: investigate")
     released = other(held.status, CommandKind.RELEASE, "c2")
     assert (released.accepted, released.predicate) == (True, None)
-    assert released.event == guards.Event(type="Normal", reason="Released",
+    assert released.event == events.Event(type="Normal", reason="Released",
                                           message="released by alice")
     again = other(released.status, CommandKind.RELEASE, "c3")
     assert (again.accepted, again.predicate) == (False, Predicate.NOT_HELD)
@@ -211,7 +215,7 @@ def test_hold_release_words() -> None:
 
 def test_give_up_words() -> None:
     decision = other(f.retry_wait(), CommandKind.GIVE_UP, reason="stop")
-    assert decision.event == guards.Event(type="Normal", reason="GaveUp",
+    assert decision.event == events.Event(type="Normal", reason="GaveUp",
                                           message="given up by alice: stop")
     assert (decision.accepted, decision.predicate) == (True, None)
     failed = next(c for c in decision.status.conditions if c.type == "Succeeded")

@@ -6,8 +6,9 @@ import corefakes as f
 import pytest
 
 from agentrun.api.slots import CommandKind, Outcome, Predicate, SlotState, SlotStatus
-from agentrun.core import guards, retries, transitions
-from agentrun.core.observations import LeaseStatus, PodPhase
+from agentrun.core.attempts.observations import LeaseStatus, PodPhase
+from agentrun.core.commands import guards
+from agentrun.core.machine import retries, transitions
 
 GPU = f.launch_spec("gpu-spec", classes=["gpu"])
 TERMINAL = guards.Prior(pod=PodPhase.FAILED, lease=LeaseStatus.RELEASED)

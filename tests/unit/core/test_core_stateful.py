@@ -20,8 +20,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from agentrun.api.slots import COMMANDS_KEPT, CommandKind, SlotState, SlotStatus
-from agentrun.core import attempts, guards, observations, retries, transitions
-from agentrun.core.observations import LeaseObservation, LeaseStatus, LeaseView, PodPhase, PodView
+from agentrun.core.attempts import ending, observations
+from agentrun.core.attempts.observations import (
+    LeaseObservation,
+    LeaseStatus,
+    LeaseView,
+    PodPhase,
+    PodView,
+)
+from agentrun.core.commands import guards
+from agentrun.core.machine import retries, transitions
 
 POLICY = retries.effective(node=None, run=None)
 SPECS = [f.launch_spec("gpu-spec", classes=["gpu"], runs=[f.RUN]),
@@ -193,7 +201,7 @@ class SlotLife(RuleBasedStateMachine):
         if n is None:
             return
         lease, renewed = self.lease_status(n)
-        verdict = attempts.judge(pod=PodView(phase=self.pods[n]), lease=lease, renewed=renewed)
+        verdict = ending.judge(pod=PodView(phase=self.pods[n]), lease=lease, renewed=renewed)
         if verdict.delete_pod:
             STATS["fenced"] += 1
             self.pods[n] = PodPhase.TERMINATING

@@ -25,7 +25,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from agentrun.api import names
 from agentrun.api.runs import Pin, Pins
 from agentrun.controller.slots import SlotReconciler
-from agentrun.core import naming, runobjects
+from agentrun.core.base import naming
+from agentrun.core.runs import runobjects
 from agentrun.kube import reads, rest, writes
 
 APPLIED = {"examples": 0, "reconciles": 0, "crashes": 0, "conflicts": 0, "active": 0}

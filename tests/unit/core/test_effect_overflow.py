@@ -29,8 +29,9 @@ from test_effect_unresolved import lease_with, unresolved_record
 
 from agentrun.api import bounds, names, records
 from agentrun.api.slots import EffectEntry, EffectState, Predicate, SlotState, SlotStatus
-from agentrun.core import effectrecords, effectsteps, steps
-from agentrun.core.actions import Create, WriteStatus
+from agentrun.core.attempts import effectrecords
+from agentrun.core.slots import effectsteps, steps
+from agentrun.core.slots.actions import Create, WriteStatus
 
 CONDITION = names.EFFECT_UNRESOLVED_CONDITION
 KEPT = bounds.EFFECTS_KEPT

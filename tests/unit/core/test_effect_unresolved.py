@@ -39,9 +39,11 @@ from agentrun.api.slots import (
     SlotState,
     SlotStatus,
 )
-from agentrun.core import commands, effectrecords, guards, steps
-from agentrun.core.actions import Create, RemoveCommand, Wait, WriteStatus
-from agentrun.core.inputs import World
+from agentrun.core.attempts import effectrecords
+from agentrun.core.commands import guards, parsing
+from agentrun.core.slots import steps
+from agentrun.core.slots.actions import Create, RemoveCommand, Wait, WriteStatus
+from agentrun.core.slots.inputs import World
 
 IDEM = "f" * 64
 CONDITION = names.EFFECT_UNRESOLVED_CONDITION
@@ -284,7 +286,7 @@ def test_the_command_shape_is_read_stamped_and_removed() -> None:
     annotations = {**f.command("resolve-effect", key="publish", outcome="not-applied",
                                reason="they have no trace of it"),
                    names.RESOLVE_EFFECT_OVERRIDE: "false"}
-    pending = commands.pending(annotations)
+    pending = parsing.pending(annotations)
     assert pending is not None and pending.malformed is None
     assert (pending.command.kind, pending.command.effect_key, pending.command.outcome) == (
         CommandKind.RESOLVE_EFFECT, "publish", "not-applied")
@@ -301,9 +303,9 @@ def test_the_command_shape_is_read_stamped_and_removed() -> None:
 
 
 def test_the_stamping_policy_and_the_command_policy_cover_resolve_effect() -> None:
-    from agentrun.core import admission, validating
+    from agentrun.core.policies import admission, validating
 
-    shape = next(s for s in commands.SHAPES if s.kind is CommandKind.RESOLVE_EFFECT)
+    shape = next(s for s in parsing.SHAPES if s.kind is CommandKind.RESOLVE_EFFECT)
     assert shape.override == names.RESOLVE_EFFECT_OVERRIDE
     mutations = json.dumps(admission.stamp_policy_spec()["mutations"])
     assert "resolve-effect-actor" in mutations and "resolve-effect-override" in mutations

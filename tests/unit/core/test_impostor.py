@@ -29,9 +29,10 @@ from corefakes import expect
 
 from agentrun.api import names, records
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
-from agentrun.core import attempts, commandsteps, effectrecords, steps
-from agentrun.core.actions import Create, DeletePod, Tombstone, Wait, WriteStatus
-from agentrun.core.observations import LeaseStatus, LeaseView, lease_view, renewals_count
+from agentrun.core.attempts import effectrecords, ending
+from agentrun.core.attempts.observations import LeaseStatus, LeaseView, lease_view, renewals_count
+from agentrun.core.slots import commandsteps, steps
+from agentrun.core.slots.actions import Create, DeletePod, Tombstone, Wait, WriteStatus
 
 OWN, IMPOSTOR = "uid-pod-1", "uid-impostor"
 
@@ -215,7 +216,7 @@ def test_the_prior_attempts_lease_bound_to_another_pod_is_not_held_by_its_renewa
                         attempt=f.objects(1, pod=None, lease=bound_lease(bound)))
         prior = commandsteps.prior(world)
         assert prior is not None and prior.lease is held
-        assert attempts.is_terminal(pod=prior.pod, lease=prior.lease) is (bound == IMPOSTOR)
+        assert ending.is_terminal(pod=prior.pod, lease=prior.lease) is (bound == IMPOSTOR)
 
 
 @pytest.mark.parametrize("uid", [OWN, None])

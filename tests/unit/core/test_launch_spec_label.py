@@ -12,9 +12,9 @@ from corefakes import expect
 
 from agentrun.api import names
 from agentrun.api.slots import CommandKind, CommandRecord
-from agentrun.core import steps
-from agentrun.core.actions import RemoveCommand, Wait
-from agentrun.core.inputs import World
+from agentrun.core.slots import steps
+from agentrun.core.slots.actions import RemoveCommand, Wait
+from agentrun.core.slots.inputs import World
 
 
 def unlabelled(world: World) -> World:

@@ -14,7 +14,7 @@ import pytest
 
 from agentrun.api import conditions
 from agentrun.api.launchspecs import GENERATIONS_KEPT
-from agentrun.core import launchspecstatus
+from agentrun.core.launchspecs import launchspecstatus
 
 
 def pinning(generation: int, uid: str = "uid-cpu-spec") -> object:

@@ -13,8 +13,9 @@ from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, Pins
 from agentrun.api.slots import Slot, SlotSpec
-from agentrun.core import naming, resolution, runobjects
-from agentrun.core.resolution import Resolution
+from agentrun.core.base import naming
+from agentrun.core.runs import resolution, runobjects
+from agentrun.core.runs.resolution import Resolution
 
 
 def resolved_for(run: AgentRun, **overrides: list[dict[str, Any]]) -> Resolution:

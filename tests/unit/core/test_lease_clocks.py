@@ -23,9 +23,9 @@ from corefakes import expect
 
 from agentrun.api import bounds
 from agentrun.controller import slots
-from agentrun.core import steps
-from agentrun.core.actions import DeletePod, Wait
-from agentrun.core.inputs import World
+from agentrun.core.slots import steps
+from agentrun.core.slots.actions import DeletePod, Wait
+from agentrun.core.slots.inputs import World
 from agentrun.kube import reads, writes
 
 PINNED_SECONDS = 5

@@ -12,8 +12,8 @@ from corefakes import expect
 
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Predicate, SlotState
-from agentrun.core import steps
-from agentrun.core.actions import Create, Wait, WriteStatus
+from agentrun.core.slots import steps
+from agentrun.core.slots.actions import Create, Wait, WriteStatus
 
 
 def limited(max_active: int | None) -> AgentRun:

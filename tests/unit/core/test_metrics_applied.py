@@ -14,7 +14,7 @@ import pytest
 
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
 from agentrun.controller import metrics, slots
-from agentrun.core import actions
+from agentrun.core.slots import actions
 from agentrun.kube import writes
 
 

@@ -13,8 +13,9 @@ from corefakes import expect
 
 from agentrun.api import conditions
 from agentrun.api.slots import SlotState
-from agentrun.core import attemptlife, steps, transitions
-from agentrun.core.actions import Wait, WriteStatus
+from agentrun.core.machine import transitions
+from agentrun.core.slots import attemptlife, steps
+from agentrun.core.slots.actions import Wait, WriteStatus
 
 REFUSED = ('pods "x-1" is forbidden: exceeded quota: compute, requested: pods=1, '
            "used: pods=0, limited: pods=0")

@@ -1,6 +1,6 @@
-"""A claim whose Pod the LaunchSpec can never make spends no attempt (``core.refusedclaims``).
+"""A claim whose Pod the LaunchSpec can never make spends no attempt (``core.slots.refusedclaims``).
 
-Covers: how a refusal is told apart (``core.refusals``: a full quota, the LaunchSpec's,
+Covers: how a refusal is told apart (``core.base.refusals``: a full quota, the LaunchSpec's,
 other); a Pod refused as invalid, for "must specify" limits or by a LimitRange keeps the
 claim under way
 (Claiming, the same attempt number, nothing recorded, never AwaitingReassignment even with
@@ -21,17 +21,11 @@ from corefakes import expect
 from agentrun.api import conditions, names
 from agentrun.api.launchspecs import LaunchSpec
 from agentrun.api.slots import PinnedLaunchSpec, SlotState, SlotStatus
-from agentrun.core import (
-    attemptlife,
-    inputs,
-    launchpins,
-    refusals,
-    refusedclaims,
-    selection,
-    steps,
-    transitions,
-)
-from agentrun.core.actions import AnnotateLease, Create, Wait, WriteStatus
+from agentrun.core.base import refusals
+from agentrun.core.launchspecs import launchpins, selection
+from agentrun.core.machine import transitions
+from agentrun.core.slots import attemptlife, inputs, refusedclaims, steps
+from agentrun.core.slots.actions import AnnotateLease, Create, Wait, WriteStatus
 
 MUST_SPECIFY = ('pods "x-1" is forbidden: failed quota: compute: must specify limits.cpu '
                 "for: worker; limits.memory for: worker")

@@ -9,8 +9,8 @@ import pytest
 
 from agentrun.api import names
 from agentrun.api.runs import ConfigRef
-from agentrun.core import resolution
-from agentrun.core.resolution import Problem, Resolution, Resolved
+from agentrun.core.runs import resolution
+from agentrun.core.runs.resolution import Problem, Resolution, Resolved
 
 
 def choose(kind: str, maps: list[dict[str, Any]],

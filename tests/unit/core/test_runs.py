@@ -10,8 +10,8 @@ import pytest
 from agentrun.api import conditions
 from agentrun.api.runs import AgentRun, AgentRunStatus, SlotCounts
 from agentrun.api.slots import Slot, SlotState
-from agentrun.core import resolution, runobjects, runs
-from agentrun.core.resolution import Problem, Resolution
+from agentrun.core.runs import resolution, rollup, runobjects
+from agentrun.core.runs.resolution import Problem, Resolution
 
 S = SlotState
 NODES = ["research", "report", "review"]
@@ -22,13 +22,14 @@ def pinned_run(*, deadline: int | None = None, generation: int = 3,
     base = lf.run(deadline=deadline, generation=generation)
     found = resolution.resolve(run=base, config_maps=lf.config_maps())
     assert isinstance(found, Resolution)
-    pinned = runs.record_pins(run=base, pins=runobjects.pins(run=base, resolution=found), now=lf.T0)
+    pins = runobjects.pins(run=base, resolution=found)
+    pinned = rollup.record_pins(run=base, pins=pins, now=lf.T0)
     return base.model_copy(update={"status": status or pinned})
 
 
 def derive(run: AgentRun, slots: list[Slot], *, after: float = 60,
            nodes: list[str] | None = None) -> AgentRunStatus:
-    return runs.derive(run=run, nodes=NODES if nodes is None else nodes, slots=slots,
+    return rollup.derive(run=run, nodes=NODES if nodes is None else nodes, slots=slots,
                        now=lf.T0 + timedelta(seconds=after))
 
 
@@ -53,8 +54,8 @@ def states(*pairs: tuple[str, SlotState]) -> list[Slot]:
 def test_counts_over_a_mixed_set() -> None:
     slots = states(("a", S.PENDING), ("b", S.READY), ("c", S.CLAIMING), ("d", S.ACTIVE),
                    ("e", S.RETRY_WAIT), ("f", S.SUCCEEDED), ("g", S.FAILED))
-    own = runs.own_slots(run=pinned_run(), slots=slots)
-    counts = runs.count(nodes=[*"abcdefg", "h"], slots=own)
+    own = rollup.own_slots(run=pinned_run(), slots=slots)
+    counts = rollup.count(nodes=[*"abcdefg", "h"], slots=own)
     assert counts == SlotCounts(total=8, pending=1, ready=1, active=2, retry_wait=1,
                                 succeeded=1, failed=1)
 
@@ -71,7 +72,7 @@ def test_slots_of_another_run_are_not_counted() -> None:
 
 def test_unpinned_run_shows_its_problem() -> None:
     problem = Problem(reason="ConfigNotFound", message="workflow 'x': not found")
-    status = runs.derive(run=lf.run(), nodes=[], slots=[], now=lf.T0, problem=problem)
+    status = rollup.derive(run=lf.run(), nodes=[], slots=[], now=lf.T0, problem=problem)
     assert cond(status, "Pinned") == ("False", "ConfigNotFound")
     assert message(status, "Pinned") == problem.message
     assert cond(status, "Ready") == ("False", "NotPinned")
@@ -83,7 +84,7 @@ def test_unpinned_run_shows_its_problem() -> None:
 
 
 def test_unpinned_run_without_a_problem_is_resolving() -> None:
-    status = runs.derive(run=lf.run(), nodes=[], slots=[], now=lf.T0)
+    status = rollup.derive(run=lf.run(), nodes=[], slots=[], now=lf.T0)
     assert cond(status, "Pinned") == ("Unknown", "Resolving")
 
 
@@ -92,12 +93,12 @@ def test_record_pins_sets_pins_and_start_time_once() -> None:
     assert run.status.pinned is not None
     assert run.status.start_time == lf.T0
     assert cond(run.status, "Pinned") == ("True", "Pinned")
-    later = runs.record_pins(run=run, pins=run.status.pinned, now=lf.T0 + timedelta(hours=1))
+    later = rollup.record_pins(run=run, pins=run.status.pinned, now=lf.T0 + timedelta(hours=1))
     assert later == run.status
     other = run.status.pinned.model_copy(update={
         "workflow": run.status.pinned.workflow.model_copy(update={"revision": 2})})
     with pytest.raises(ValueError, match="already pinned"):
-        runs.record_pins(run=run, pins=other, now=lf.T0)
+        rollup.record_pins(run=run, pins=other, now=lf.T0)
 
 
 def test_all_slots_created_and_running_is_ready() -> None:
@@ -134,7 +135,7 @@ def test_a_failed_slot_with_every_slot_terminal_fails_the_run() -> None:
     assert cond(status, "Failed") == ("True", "SlotsFailed")
     assert cond(status, "Succeeded") == ("False", "SlotsFailed")
     assert "report, review" in message(status, "Failed")
-    assert runs.is_finished(status)
+    assert rollup.is_finished(status)
 
 
 def test_a_missing_slot_is_not_terminal() -> None:
@@ -148,7 +149,7 @@ def test_every_slot_succeeded_is_success() -> None:
     assert cond(status, "Failed") == ("False", "Succeeded")
     assert cond(status, "Ready") == ("True", "SlotsCreated")
     assert status.done == "3/3"
-    assert runs.is_finished(status)
+    assert rollup.is_finished(status)
 
 
 def test_observed_generation_and_stable_transition_times() -> None:
@@ -186,17 +187,17 @@ def test_verdicts_are_sticky() -> None:
 
 def test_deadline_counts_from_start_time() -> None:
     run = pinned_run(deadline=600)
-    assert runs.deadline(run) == lf.T0 + timedelta(seconds=600)
-    assert not runs.deadline_passed(run=run, now=lf.T0 + timedelta(seconds=599))
-    assert runs.deadline_passed(run=run, now=lf.T0 + timedelta(seconds=600))
+    assert rollup.deadline(run) == lf.T0 + timedelta(seconds=600)
+    assert not rollup.deadline_passed(run=run, now=lf.T0 + timedelta(seconds=599))
+    assert rollup.deadline_passed(run=run, now=lf.T0 + timedelta(seconds=600))
 
 
 def test_no_deadline_without_the_setting_or_before_pinning() -> None:
-    assert runs.deadline(pinned_run()) is None
-    assert not runs.deadline_passed(run=pinned_run(), now=lf.T0 + timedelta(days=365))
+    assert rollup.deadline(pinned_run()) is None
+    assert not rollup.deadline_passed(run=pinned_run(), now=lf.T0 + timedelta(days=365))
     unpinned = lf.run(deadline=1)
-    assert runs.deadline(unpinned) is None
-    assert not runs.deadline_passed(run=unpinned, now=lf.T0 + timedelta(days=1))
+    assert rollup.deadline(unpinned) is None
+    assert not rollup.deadline_passed(run=unpinned, now=lf.T0 + timedelta(days=1))
 
 
 def test_a_passed_deadline_fails_the_run_with_slots_still_open() -> None:
@@ -223,4 +224,4 @@ def test_a_slot_of_a_deleted_same_name_run_is_not_the_runs_own() -> None:
     run = pinned_run()
     stale = lf.slot("research", S.SUCCEEDED, run_uid="uid-deleted-run")
     fresh = lf.slot("report", S.PENDING)
-    assert set(runs.own_slots(run=run, slots=[stale, fresh])) == {"report"}
+    assert set(rollup.own_slots(run=run, slots=[stale, fresh])) == {"report"}

@@ -1,4 +1,4 @@
-"""A run's next step from its world (``core.runsteps``): every branch of the sequence.
+"""A run's next step from its world (``core.runs.runsteps``): every branch of the sequence.
 
 Covers: tenancy and resolution problems (one write, then waiting without a write), the
 snapshot batch, a snapshot found ours or squatted, the pinned write, the pinned workflow
@@ -20,8 +20,9 @@ from agentrun.api import conditions, names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Slot, SlotState
-from agentrun.core import actions, resolution, runobjects, runs, runsteps, squats
-from agentrun.core.resolution import Resolution
+from agentrun.core.runs import resolution, rollup, runobjects, runsteps
+from agentrun.core.runs.resolution import Resolution
+from agentrun.core.slots import actions, squats
 
 NOW = lf.T0 + timedelta(seconds=5)
 
@@ -50,7 +51,7 @@ def unpinned_world(run: AgentRun | None = None, **changes: Any) -> runsteps.RunW
 
 def pinned(run: AgentRun | None = None) -> AgentRun:
     base = run or lf.run()
-    status = runs.record_pins(run=base, pins=runobjects.pins(run=base, resolution=resolved(base)),
+    status = rollup.record_pins(run=base, pins=runobjects.pins(run=base, resolution=resolved(base)),
                               now=lf.T0)
     return base.model_copy(update={"status": status})
 
@@ -92,7 +93,7 @@ def test_a_namespace_without_a_tenant_is_said_once_then_waited_on() -> None:
     world = unpinned_world(tenant=None, config_maps={})
     step = runsteps.next_step(world)
     assert isinstance(step, runsteps.WriteRun) and step.point == "run-status"
-    assert cond(step.status, runs.PINNED) == ("False", resolution.NOT_A_TENANT)
+    assert cond(step.status, rollup.PINNED) == ("False", resolution.NOT_A_TENANT)
     assert step.event is not None and step.event.reason == resolution.NOT_A_TENANT
     again = runsteps.next_step(unpinned_world(written(world.run, step), tenant=None))
     assert isinstance(again, actions.Wait) and again.until is None
@@ -101,7 +102,7 @@ def test_a_namespace_without_a_tenant_is_said_once_then_waited_on() -> None:
 def test_a_missing_configuration_is_shown_with_its_reason() -> None:
     step = runsteps.next_step(unpinned_world(config_maps=lf.config_maps(workflow=[])))
     assert isinstance(step, runsteps.WriteRun) and step.event is not None
-    assert cond(step.status, runs.PINNED) == ("False", resolution.CONFIG_NOT_FOUND)
+    assert cond(step.status, rollup.PINNED) == ("False", resolution.CONFIG_NOT_FOUND)
     assert step.status.pinned is None
 
 
@@ -143,7 +144,7 @@ def test_a_squatted_snapshot_is_said_once_and_never_used() -> None:
     assert isinstance(step, runsteps.WriteRun) and step.point == "run-status"
     assert step.status.pinned is None
     assert cond(step.status, squats.NAME_SQUATTED) == ("True", "NameSquatted")
-    assert cond(step.status, runs.PINNED) == ("False", "NameSquatted")
+    assert cond(step.status, rollup.PINNED) == ("False", "NameSquatted")
     assert step.event is not None and name in step.event.message
     assert step.until == NOW + squats.SQUAT_WAIT
     again = runsteps.next_step(unpinned_world(written(run, step), taken={name: stranger}))
@@ -220,7 +221,7 @@ def test_a_slot_found_ours_on_create_is_not_created_again() -> None:
     step = runsteps.next_step(laid_out_world(
         run, slots=[lf.slot("research")], taken={report["metadata"]["name"]: report}))
     assert isinstance(step, runsteps.WriteRun)  # the status, the slot not yet listed
-    assert cond(step.status, runs.READY) == ("False", "SlotsMissing")
+    assert cond(step.status, rollup.READY) == ("False", "SlotsMissing")
 
 
 def test_a_squatted_slot_is_said_after_the_others_are_created() -> None:
@@ -247,7 +248,7 @@ def test_the_squat_is_cleared_once_the_slot_is_ours() -> None:
         run, slots=[lf.slot("research"), lf.slot("report")]))
     assert isinstance(step, runsteps.WriteRun)
     assert conditions.find(step.status.conditions, squats.NAME_SQUATTED) is None
-    assert cond(step.status, runs.READY) == ("True", "SlotsCreated")
+    assert cond(step.status, rollup.READY) == ("True", "SlotsCreated")
 
 
 def test_the_status_is_written_once_then_never_while_nothing_changes() -> None:
@@ -275,4 +276,4 @@ def test_a_finished_run_has_no_next_look() -> None:
     slots = [lf.slot("research", SlotState.SUCCEEDED), lf.slot("report", SlotState.SUCCEEDED)]
     step = runsteps.next_step(laid_out_world(run, slots=slots))
     assert isinstance(step, runsteps.WriteRun) and step.until is None
-    assert cond(step.status, runs.SUCCEEDED) == ("True", "AllSlotsSucceeded")
+    assert cond(step.status, rollup.SUCCEEDED) == ("True", "AllSlotsSucceeded")

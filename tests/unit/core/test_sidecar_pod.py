@@ -25,7 +25,8 @@ from pydantic import ValidationError
 
 from agentrun.api import conditions, names
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec, Sidecar
-from agentrun.core import attemptobjects, launchpins, launchspecstatus
+from agentrun.core.attempts import attemptobjects
+from agentrun.core.launchspecs import launchpins, launchspecstatus
 
 IMAGE = "localhost/agentrun/agentrun-operator:abc"
 

@@ -1,4 +1,4 @@
-"""``core.stamping.assess``: when a stamped actor can be believed (no cluster).
+"""``core.policies.stamping.assess``: when a stamped actor can be believed (no cluster).
 
 Covers: in force only with the policy and binding as shipped *and* as recorded with the
 epoch; missing, edited (spec differs), re-created (uid differs) or changed (generation
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentrun.core import admission, stamping
+from agentrun.core.policies import admission, stamping
 
 Object = dict[str, Any]
 

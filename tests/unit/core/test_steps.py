@@ -30,8 +30,11 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
-from agentrun.core import guards, launchpins, naming, selection, specsnapshots, steps, transitions
-from agentrun.core.actions import Create, DeletePod, Tombstone, Wait, WriteStatus
+from agentrun.core.base import events, naming
+from agentrun.core.launchspecs import launchpins, selection
+from agentrun.core.machine import transitions
+from agentrun.core.slots import specsnapshots, steps
+from agentrun.core.slots.actions import Create, DeletePod, Tombstone, Wait, WriteStatus
 
 # --- run gone, observed generation -------------------------------------------------------
 
@@ -150,7 +153,7 @@ def test_a_passed_deadline_fails_an_open_slot(state: str) -> None:
     assert step.status.state is SlotState.FAILED
     succeeded = f.condition(step.status, transitions.SUCCEEDED)
     assert (succeeded.status, succeeded.reason) == ("False", "DeadlineExceeded")
-    assert step.event == guards.Event(
+    assert step.event == events.Event(
         type="Warning", reason="DeadlineExceeded",
         message="the run's activeDeadlineSeconds (600) has passed")
     if state in ("Claiming", "Active"):  # the live attempt is closed, then fenced
@@ -200,7 +203,7 @@ def test_a_failed_dependency_fails_the_slot() -> None:
     step = expect(steps.next_step(world), WriteStatus)
     assert step.status.state is SlotState.FAILED
     assert f.condition(step.status, transitions.SUCCEEDED).reason == "DependencyFailed"
-    assert step.event == guards.Event(type="Warning", reason="DependencyFailed",
+    assert step.event == events.Event(type="Warning", reason="DependencyFailed",
                                       message="dependency parse failed; this slot cannot run")
 
 

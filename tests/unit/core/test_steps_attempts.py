@@ -29,18 +29,13 @@ from hypothesis import strategies as st
 
 from agentrun.api import names
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
-from agentrun.core import (
-    attemptlife,
-    attemptobjects,
-    guards,
-    inputs,
-    squats,
-    steps,
-    transitions,
-)
-from agentrun.core.actions import Create, DeletePod, Wait, WriteStatus
-from agentrun.core.inputs import World
-from agentrun.core.stamping import Stamping
+from agentrun.core.attempts import attemptobjects
+from agentrun.core.base import events
+from agentrun.core.machine import transitions
+from agentrun.core.policies.stamping import Stamping
+from agentrun.core.slots import attemptlife, inputs, squats, steps
+from agentrun.core.slots.actions import Create, DeletePod, Wait, WriteStatus
+from agentrun.core.slots.inputs import World
 
 # --- Claiming ----------------------------------------------------------------------------------
 
@@ -87,7 +82,7 @@ def test_claiming_with_both_objects_records_the_attempt_as_active(
     assert status.next_owner_actor is None
     # At most one Event per pod on a first claim: none for an automatic claim (its status
     # says it), one for a claim a person asked for.
-    assert step.event == (None if says is None else guards.Event(
+    assert step.event == (None if says is None else events.Event(
         type="Normal", reason="Claimed",
         message=f"attempt 1 claimed: pod and lease {f.worker(1)} from LaunchSpec cpu-spec@1"
                 + says))

@@ -27,19 +27,20 @@ from corefakes import expect
 
 from agentrun.api import conditions, names
 from agentrun.api.slots import CommandKind, CommandRecord, Outcome, Predicate, SlotState, SlotStatus
-from agentrun.core import (
-    attemptlife,
-    commands,
-    commandsteps,
-    inputs,
-    launchpins,
-    specsnapshots,
-    steps,
-    transitions,
+from agentrun.core.commands import parsing
+from agentrun.core.launchspecs import launchpins
+from agentrun.core.machine import transitions
+from agentrun.core.policies.stamping import Stamping
+from agentrun.core.slots import attemptlife, commandsteps, inputs, specsnapshots, steps
+from agentrun.core.slots.actions import (
+    Create,
+    DeletePod,
+    RemoveCommand,
+    Tombstone,
+    Wait,
+    WriteStatus,
 )
-from agentrun.core.actions import Create, DeletePod, RemoveCommand, Tombstone, Wait, WriteStatus
-from agentrun.core.inputs import World
-from agentrun.core.stamping import Stamping
+from agentrun.core.slots.inputs import World
 
 NOT_IN_FORCE = Stamping(epoch=None, problem="actors cannot be verified: the policy is missing")
 GPU_SPEC = f.launch_spec("gpu-spec", classes=["gpu"], runs=[f.RUN])
@@ -77,7 +78,7 @@ def test_a_malformed_request_id_is_rejected_into_the_ledger_under_a_derived_id(
     annotations = f.command("hold", request_id, reason="look")
     step = expect(steps.next_step(f.world(f.ready(), annotations=annotations)), WriteStatus)
     entry = ledger_entry(step)
-    assert entry.request_id == commands.invalid_id(names.HOLD_ID, request_id)
+    assert entry.request_id == parsing.invalid_id(names.HOLD_ID, request_id)
     assert (entry.outcome, entry.predicate) == ("Rejected", Predicate.MALFORMED)
     assert entry.message.startswith("agentrun.dev/hold-id ")
     assert step.event is not None
@@ -100,7 +101,7 @@ def test_a_malformed_command_is_judged_by_its_stamp_before_its_content(
     step = expect(steps.next_step(f.world(f.ready(), annotations=annotations)), WriteStatus)
     entry = ledger_entry(step)
     assert (entry.request_id, entry.outcome, entry.predicate) == (
-        commands.invalid_id(names.HOLD_ID, "no spaces!"), "Rejected", predicate)
+        parsing.invalid_id(names.HOLD_ID, "no spaces!"), "Rejected", predicate)
     believed = f.command("hold", "no spaces!", reason="x" * 2000)
     step = expect(steps.next_step(f.world(f.ready(), annotations=believed)), WriteStatus)
     assert ledger_entry(step).predicate == Predicate.MALFORMED

@@ -14,8 +14,16 @@ import dataclasses
 import corefakes as f
 
 from agentrun.api.slots import CommandKind, Outcome, Predicate, SlotState
-from agentrun.core import guards, steps
-from agentrun.core.actions import Create, DeletePod, RemoveCommand, Tombstone, Wait, WriteStatus
+from agentrun.core.commands import guards
+from agentrun.core.slots import steps
+from agentrun.core.slots.actions import (
+    Create,
+    DeletePod,
+    RemoveCommand,
+    Tombstone,
+    Wait,
+    WriteStatus,
+)
 
 expect = f.expect
 

@@ -29,7 +29,9 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.runs import Pins
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import effectrecords, naming, owners, transitions
+from agentrun.core.attempts import effectrecords
+from agentrun.core.base import naming, owners
+from agentrun.core.machine import transitions
 
 COORDINATION_API_VERSION = "coordination.k8s.io/v1"
 CONFIG_VOLUME_PREFIX = "agentrun-config-"
@@ -70,7 +72,7 @@ def lease_body(
     ``request_id``: the claim command this attempt serves (a Manual claim), so that the
     command's ledger entry can be rebuilt from the Lease after a crash. The owner's
     answers to the slot's resolved effects ride along as ``<key>.resolved`` records of
-    this attempt (``core.effectrecords``): the successor's ledger reads them.
+    this attempt (``core.attempts.effectrecords``): the successor's ledger reads them.
     """
     name = naming.attempt_name(slot=slot.metadata.name, number=attempt)
     return {

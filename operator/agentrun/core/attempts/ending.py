@@ -3,7 +3,7 @@
 An attempt *has ended* when both its pod and its lease are terminal: no process of it
 can still run, and no process of it can still believe it owns the slot. Only then may a
 successor be admitted (automatically after a retry wait, or by a reassignment). Lease
-statuses come from :func:`agentrun.core.observations.lease_status`, so "expired" already
+statuses come from :func:`agentrun.core.attempts.observations.lease_status`, so "expired" already
 means "no renewal observed for its duration" (or, before the first renewal, "past the
 start deadline").
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentrun.api.slots import Outcome
-from agentrun.core.observations import LeaseStatus, PodPhase, PodView
+from agentrun.core.attempts.observations import LeaseStatus, PodPhase, PodView
 
 FINISHED = frozenset({PodPhase.SUCCEEDED, PodPhase.FAILED, PodPhase.GONE})
 """Pod phases in which no container of the attempt can run again."""

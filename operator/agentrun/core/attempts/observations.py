@@ -13,7 +13,7 @@ Terms:
 
 Expiry follows client-go's leader election: a lease expires when the operator has not
 *seen* ``renewTime`` change for the lease duration on its own *monotonic* clock (the
-``ticks`` of :mod:`agentrun.core.clocks`), so a step of the wall clock cannot end a
+``ticks`` of :mod:`agentrun.kube.clocks`), so a step of the wall clock cannot end a
 renewing attempt early. The duration is the one pinned in the slot's LaunchSpec, never
 the Lease's own ``leaseDurationSeconds``: the holder can write that field. A worker's
 clock may be minutes off; comparing its timestamps with ours would be wrong both ways.
@@ -23,9 +23,9 @@ Until the first renewal, the start deadline (counted from the claim, a time the 
 wrote itself) governs instead of the lease duration.
 
 Whose renewals: admission binds a Lease to the uid of the first pod that writes it as a
-worker (``agentrun.dev/holder-uid``, :mod:`agentrun.core.leasepolicy`). Renewals count only
+worker (``agentrun.dev/holder-uid``, :mod:`agentrun.core.policies.leasepolicy`). Renewals count only
 while that uid is the one of the attempt's pod (:func:`renewals_count`; which pod that is:
-:mod:`agentrun.core.attemptpods`); a Lease bound to another pod (one run under the
+:mod:`agentrun.core.slots.attemptpods`); a Lease bound to another pod (one run under the
 attempt's name after its own pod was deleted) is judged as never renewed, however often.
 """
 

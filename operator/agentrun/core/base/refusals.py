@@ -1,7 +1,7 @@
 """Why the API server refused to create a Pod, as far as the operator acts on it.
 
-One rule for the LaunchSpec's dry run (``core.launchspecstatus``) and for a claim's Pod
-(``core.attemptlife``), so that what makes a LaunchSpec ``Valid`` False is exactly what
+One rule for the LaunchSpec's dry run (``core.launchspecs.launchspecstatus``) and for a claim's Pod
+(``core.slots.attemptlife``), so that what makes a LaunchSpec ``Valid`` False is exactly what
 a claim does not spend an attempt on:
 
 - *full*: a ResourceQuota has no room now (403 "exceeded quota"). Room may come when

@@ -24,7 +24,7 @@ order, is the one reported (the ledger's ``predicate``):
    requested worker class for this run and node.
 
 A resolve-effect is checked like a give-up (open slot, a reason, the
-owner or ``override``), then by :mod:`agentrun.core.effectrecords` (the key names an open
+owner or ``override``), then by :mod:`agentrun.core.attempts.effectrecords` (the key names an open
 unresolved effect); a claim command is rejected ``EffectUnresolved`` while one is open.
 
 The decision is data: the exact new status, one Event, and (when accepted) the chosen
@@ -49,8 +49,11 @@ from agentrun.api.slots import (
     SlotState,
     SlotStatus,
 )
-from agentrun.core import attempts, effectrecords, launchpins, selection, transitions
-from agentrun.core.observations import LeaseStatus, PodPhase
+from agentrun.core.attempts import effectrecords, ending
+from agentrun.core.attempts.observations import LeaseStatus, PodPhase
+from agentrun.core.base.events import Event
+from agentrun.core.launchspecs import launchpins, selection
+from agentrun.core.machine import transitions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,13 +79,6 @@ class Prior:
 
     pod: PodPhase
     lease: LeaseStatus
-
-
-@dataclass(frozen=True, kw_only=True)
-class Event:
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,7 +202,7 @@ def _reassign_failure(
         return (Predicate.HELD,
                 f"slot {name!r} is held; release it (agentrun.dev/release-id) first")
     if status.prior_worker is not None and (
-            prior is None or not attempts.is_terminal(pod=prior.pod, lease=prior.lease)):
+            prior is None or not ending.is_terminal(pod=prior.pod, lease=prior.lease)):
         seen_as = f"pod {prior.pod}, lease {prior.lease}" if prior else "not observed"
         return (Predicate.PRIOR_NOT_TERMINAL,
                 f"the prior attempt {status.prior_worker!r} is not terminal ({seen_as}); "

@@ -6,7 +6,7 @@ command's fields, and admission stamps ``<kind>-actor`` from the authenticated u
 in the order of :data:`ORDER`; its annotations are removed once it is in the ledger.
 
 Admission also stamps ``<kind>-epoch`` (the epoch of stamping in force when the command
-was written, see :mod:`agentrun.core.stamping`) and, on the commands an owner check guards,
+was written, see :mod:`agentrun.core.policies.stamping`) and, on the commands an owner check guards,
 ``<kind>-override`` (``"true"`` when the writer holds the verb ``override`` on the slot).
 A command without them cannot be trusted: it is refused, never guessed.
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from agentrun.api import bounds, names
 from agentrun.api.slots import CommandKind, Predicate
-from agentrun.core import guards
+from agentrun.core.commands import guards
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,7 +143,7 @@ def pending(annotations: Mapping[str, str]) -> Pending | None:
     """The first pending command on a slot, in :data:`ORDER`, or None.
 
     ``command.override`` is the stamped ``<kind>-override``; whether it, the actor and the
-    epoch can be believed is :func:`agentrun.core.stamping.refusal`'s to say.
+    epoch can be believed is :func:`agentrun.core.policies.stamping.refusal`'s to say.
     """
     for shape in SHAPES:
         request_id = annotations.get(shape.id)

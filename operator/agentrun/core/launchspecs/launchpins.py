@@ -12,7 +12,8 @@ import json
 
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.slots import PinnedLaunchSpec
-from agentrun.core import naming, selection
+from agentrun.core.base import naming
+from agentrun.core.launchspecs import selection
 
 
 def digest(spec: LaunchSpecSpec) -> str:

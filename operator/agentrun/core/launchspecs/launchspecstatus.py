@@ -1,10 +1,10 @@
 """A LaunchSpec's status: is its pod template valid, and which slots pin it.
 
 *Valid* comes from a server-side dry run of the Pod a claim would create from the spec
-(:func:`dry_run_pod`: the same builder, ``core.attemptobjects.pod_body``, with its sidecar,
+(:func:`dry_run_pod`: the same builder, ``core.attempts.attemptobjects.pod_body``, with its sidecar,
 mounts and environment, for a stand-in slot; nothing is created), through the API
 server's own validation and admission: condition ``Valid`` True (``DryRunSucceeded``);
-False when the pod can never be made as the spec makes it (``core.refusals``): invalid
+False when the pod can never be made as the spec makes it (``core.base.refusals``): invalid
 (``InvalidTemplate``, 400 or 422), lacking resources a ResourceQuota of the namespace
 counts (``QuotaRequiresResources``) or with resources outside a LimitRange of the
 namespace (``LimitRangeRefused``), with the server's words; Unknown (``DryRunRefused``)
@@ -33,7 +33,9 @@ from agentrun.api.launchspecs import (
 from agentrun.api.meta import ObjectMeta
 from agentrun.api.runs import Pin, Pins
 from agentrun.api.slots import PinnedLaunchSpec, Slot, SlotSpec
-from agentrun.core import attemptobjects, launchpins, naming, refusals
+from agentrun.core.attempts import attemptobjects
+from agentrun.core.base import naming, refusals
+from agentrun.core.launchspecs import launchpins
 
 VALID = "Valid"
 

@@ -28,7 +28,8 @@ from agentrun.api.slots import (
     SlotState,
     SlotStatus,
 )
-from agentrun.core import naming, retries
+from agentrun.core.base import naming
+from agentrun.core.machine import retries
 
 # Slot condition types (DESIGN.md section 14).
 HELD = "Held"
@@ -37,10 +38,10 @@ AWAITING_REASSIGNMENT = "AwaitingReassignment"
 COMMAND_REJECTED = "CommandRejected"
 SUCCEEDED = "Succeeded"
 QUOTA_EXCEEDED = "QuotaExceeded"  # a claim waits for a ResourceQuota (no attempt spent)
-# A claim waits for a LaunchSpec that can make its pod (no attempt spent: core.refusedclaims).
+# A claim waits for a LaunchSpec that can make its pod (no attempt spent: core.slots.refusedclaims).
 LAUNCH_SPEC_REFUSED = "LaunchSpecRefused"
 CLAIM_WAITS = (QUOTA_EXCEEDED, LAUNCH_SPEC_REFUSED)  # what a claim's end clears
-NAME_SQUATTED = "NameSquatted"  # an object under one of our names is not ours (core.squats)
+NAME_SQUATTED = "NameSquatted"  # an object under one of our names is not ours (core.slots.squats)
 
 OPEN_STATES = frozenset({SlotState.PENDING, SlotState.READY, SlotState.CLAIMING,
                          SlotState.ACTIVE, SlotState.RETRY_WAIT})

@@ -3,7 +3,7 @@
 :func:`stamp_policy` is the MutatingAdmissionPolicy that stamps every command's actor,
 epoch and override, and its binding. They live in the core, not only in the manifest
 generator, because the operator compares the live objects with them
-(:mod:`agentrun.core.stamping`): a policy edited in any way is not the shipped one.
+(:mod:`agentrun.core.policies.stamping`): a policy edited in any way is not the shipped one.
 
 Every field the API server would default is written out, so that the shipped spec is
 exactly what a read returns and "as shipped" is plain equality.
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentrun.api import names
-from agentrun.core import commands
+from agentrun.core.commands import parsing
 
 Object = dict[str, Any]
 ADMISSION_API = "admissionregistration.k8s.io/v1"
@@ -46,7 +46,7 @@ def overrides(*, namespace: str = "object.metadata.namespace",
             f".name({name}).check('{names.OVERRIDE_VERB}').allowed()")
 
 
-def stamp_expression(shape: commands.Shape) -> str:
+def stamp_expression(shape: parsing.Shape) -> str:
     keys = ", ".join(f"'{key}'" for key in shape.keys)
     patches = [_add(shape.actor, "request.userInfo.username"),
                _add(shape.epoch, f"params.data['{EPOCH_KEY}']")]
@@ -82,7 +82,7 @@ def stamp_policy_spec() -> Object:
         ],
         "mutations": [{"patchType": "JSONPatch",
                        "jsonPatch": {"expression": stamp_expression(shape)}}
-                      for shape in commands.SHAPES],
+                      for shape in parsing.SHAPES],
         "failurePolicy": "Fail",
         "reinvocationPolicy": "Never",
     }

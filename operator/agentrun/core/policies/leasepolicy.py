@@ -15,7 +15,7 @@ of their own under the same name and ServiceAccount, whose token carries the sam
 none (a write that is then refused leaves nothing stamped), and this policy refuses any
 worker write whose token's pod uid is not that annotation's, or that changes or removes
 it. The first pod to renew wins the binding; the operator trusts it only when it is the
-uid of the pod it created (``core.observations.renewals_count``), and a successor drops
+uid of the pod it created (``core.attempts.observations.renewals_count``), and a successor drops
 the records of a Lease bound to another pod than that one (``api.records.written_by``;
 with no uid recorded for the attempt's pod it trusts the bound writer).
 
@@ -39,7 +39,7 @@ without the controller's rights; nothing of the namespace will outlive it).
 from __future__ import annotations
 
 from agentrun.api import bounds, names
-from agentrun.core import admission, validating
+from agentrun.core.policies import admission, validating
 
 Object = validating.Object
 validation = validating.validation

@@ -30,7 +30,8 @@ from typing import Any
 
 from agentrun.api import names
 from agentrun.api.slots import Predicate
-from agentrun.core import admission, commands
+from agentrun.core.commands import parsing
+from agentrun.core.policies import admission
 
 Object = dict[str, Any]
 ENFORCEMENT_DELAY_SECONDS = 5.0
@@ -146,7 +147,7 @@ class Refusal:
     not_in_force: bool = False
 
 
-def refusal(pending: commands.Pending, stamping: Stamping | None) -> Refusal | None:
+def refusal(pending: parsing.Pending, stamping: Stamping | None) -> Refusal | None:
     """Why a command's stamped actor cannot be believed, or None when it can."""
     command = pending.command
     what = f"{command.kind} {command.request_id}"

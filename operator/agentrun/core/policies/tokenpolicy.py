@@ -1,7 +1,7 @@
 """The ValidatingAdmissionPolicy on pod-bound tokens: in a tenant's namespace, a node's alone.
 
 A record on an attempt's Lease is trusted because only a token bound to the attempt's pod
-may write it (:mod:`agentrun.core.leasepolicy`). Such a token is what a kubelet requests
+may write it (:mod:`agentrun.core.policies.leasepolicy`). Such a token is what a kubelet requests
 to project a pod's ServiceAccount token: a TokenRequest (``create`` on
 ``serviceaccounts/token``) whose ``spec.boundObjectRef`` is the Pod. The standard ``edit``
 role grants that ``create`` for every ServiceAccount of the namespace, so without this
@@ -12,7 +12,7 @@ records the successor would take as that attempt's.
 In a tenant's namespace (label ``agentrun.dev/tenant``: agentrun runs attempts nowhere
 else), a TokenRequest bound to a Pod is refused unless the requester is a node (group
 ``system:nodes``: the kubelet; the NodeRestriction admission plugin already limits a node
-to the pods bound to it) or the controller (:func:`agentrun.core.validating.controller`:
+to the pods bound to it) or the controller (:func:`agentrun.core.policies.validating.controller`:
 the operator, cluster admins). Tokens bound to nothing, to a Secret or to a Node stay
 anyone's to mint as RBAC allows: they carry no pod name, so the attempt-Lease policy
 refuses every write they attempt. A refusal is a 403 that names the pod and the way out.
@@ -21,7 +21,7 @@ refuses every write they attempt. A refusal is a 403 that names the pod and the 
 from __future__ import annotations
 
 from agentrun.api import names
-from agentrun.core import validating
+from agentrun.core.policies import validating
 
 POD_TOKENS = "agentrun-pod-tokens"
 NODES = "system:nodes"

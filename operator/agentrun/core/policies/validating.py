@@ -1,6 +1,6 @@
 """The ValidatingAdmissionPolicies that reject bad writes synchronously.
 
-Built from the command shapes of :mod:`agentrun.core.commands` and the bounds of
+Built from the command shapes of :mod:`agentrun.core.commands.parsing` and the bounds of
 :mod:`agentrun.api.bounds`, so that ``kubectl annotate`` fails at once with a message a
 person can act on. The operator still decides every command itself: these policies only
 refuse earlier what it would refuse anyway.
@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentrun.api import bounds, names
-from agentrun.core import admission, commands
+from agentrun.core.commands import parsing
+from agentrun.core.policies import admission
 
 Object = dict[str, Any]
 SLOT_COMMANDS = "agentrun-slot-commands"
@@ -116,11 +117,11 @@ STATUS = [
 ]
 
 
-def _variable(shape: commands.Shape) -> str:
+def _variable(shape: parsing.Shape) -> str:
     return shape.kind.lower().replace("giveup", "give_up")
 
 
-def touched(shape: commands.Shape) -> str:
+def touched(shape: parsing.Shape) -> str:
     keys = _strings(shape.keys)
     return (f"('{shape.id}' in variables.new) && {keys}.exists(k, "
             "(k in variables.new) != (k in variables.old) || "
@@ -144,7 +145,7 @@ def matches(value: str, pattern: str) -> str:
 
 # Field -> (required, CEL over {value}, message about {key}); the tenant is checked apart
 # (its message names the namespace's tenant). The same bounds and patterns as the
-# operator's parsing (``commands.BOUNDS``), so what admission lets through the operator
+# operator's parsing (``parsing.BOUNDS``), so what admission lets through the operator
 # does not reject as Malformed.
 FIELD_CHECKS: dict[str, tuple[bool, str, str]] = {
     "reason": (True, f"bytes({{value}}).size() <= {bounds.REASON_BYTES} && "
@@ -170,7 +171,7 @@ FIELD_CHECKS: dict[str, tuple[bool, str, str]] = {
 }
 
 
-def command_checks(shape: commands.Shape) -> list[Object]:
+def command_checks(shape: parsing.Shape) -> list[Object]:
     """Every check of one command kind, each guarded by "this request writes it"."""
     when = f"!variables.{_variable(shape)} || "
     new = "variables.new"
@@ -227,7 +228,7 @@ def command_checks(shape: commands.Shape) -> list[Object]:
     return checks
 
 
-def _state_check(shape: commands.Shape) -> tuple[str, str] | None:
+def _state_check(shape: parsing.Shape) -> tuple[str, str] | None:
     """The states of ``oldObject.status`` that may accept the command, and why not."""
     kind = str(shape.kind)
     if kind == "Reassign":
@@ -246,8 +247,8 @@ def _state_check(shape: commands.Shape) -> tuple[str, str] | None:
 def slot_commands() -> list[Object]:
     variables = [*ANNOTATIONS, *STATUS, *({"name": _variable(shape),
                                             "expression": touched(shape)}
-                                           for shape in commands.SHAPES)]
-    checks = [check for shape in commands.SHAPES for check in command_checks(shape)]
+                                           for shape in parsing.SHAPES)]
+    checks = [check for shape in parsing.SHAPES for check in command_checks(shape)]
     return policy_pair(SLOT_COMMANDS, variables=variables, validations=checks,
                    rules=[match_rule(names.GROUP, names.VERSION, ["slots"], ["CREATE", "UPDATE"])])
 
@@ -255,7 +256,7 @@ def slot_commands() -> list[Object]:
 def slot_changes() -> list[Object]:
     """People (anyone but the controller) change only command annotations of a Slot."""
     ours = (f"variables.{{side}}.filter(k, k.startsWith('{names.GROUP}/') && "
-            f"!(k in {_strings(tuple(sorted(commands.ALL_KEYS)))}))")
+            f"!(k in {_strings(tuple(sorted(parsing.ALL_KEYS)))}))")
     mine, theirs = ours.format(side="new"), ours.format(side="old")
     kept = "kept by the operator: people may change only a slot's command annotations"
     return policy_pair(
@@ -356,6 +357,6 @@ def tenant_values() -> list[Object]:
 
 
 def validating_policies() -> list[Object]:
-    """Every policy but the attempt Leases' (``core.leasepolicy``, which builds on these)."""
+    """Every policy but the attempt Leases' (``core.policies.leasepolicy``: builds on these)."""
     return [*slot_commands(), *slot_changes(), *accepted_configuration(), *operator_objects(),
             *namespace_tenant(), *tenant_values()]

@@ -31,7 +31,7 @@ from agentrun.api import conditions
 from agentrun.api.conditions import Condition, ConditionStatus
 from agentrun.api.runs import AgentRun, AgentRunStatus, Pins, SlotCounts
 from agentrun.api.slots import TERMINAL_STATES, Slot, SlotState
-from agentrun.core.resolution import Problem
+from agentrun.core.runs.resolution import Problem
 
 # Run condition types (DESIGN.md section 14).
 PINNED: Final = "Pinned"

@@ -1,6 +1,6 @@
 """Launching a run: pin its resolved configuration into snapshots and lay out its slots.
 
-DESIGN.md section 7. Once :mod:`agentrun.core.resolution` has chosen and validated the
+DESIGN.md section 7. Once :mod:`agentrun.core.runs.resolution` has chosen and validated the
 package, workflow and bindings, the operator copies each into an immutable snapshot
 ConfigMap owned by the run, writes ``status.pinned`` once and creates one Slot per
 workflow node. Bodies are plain dicts, as the API server takes them; the ``matches_*``
@@ -16,8 +16,8 @@ from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument, WorkflowNode
 from agentrun.api.runs import AgentRun, Pin, Pins
 from agentrun.api.slots import SlotSpec
-from agentrun.core import naming, owners
-from agentrun.core.resolution import Resolution, Resolved, sha256_of
+from agentrun.core.base import naming, owners
+from agentrun.core.runs.resolution import Resolution, Resolved, sha256_of
 
 
 def needs_pinning(run: AgentRun) -> bool:

@@ -1,6 +1,6 @@
 """A run's next step, decided purely from what the operator read for it (its *world*).
 
-The run side of :mod:`agentrun.core.steps`: a :class:`RunWorld` is everything one
+The run side of :mod:`agentrun.core.slots.steps`: a :class:`RunWorld` is everything one
 decision about a run needs, read at ``now``; :func:`next_step` maps it to one step:
 
 - :class:`Creates`: create a batch of objects (the run's configuration snapshots, or
@@ -28,7 +28,9 @@ from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, AgentRunStatus
 from agentrun.api.slots import Slot
-from agentrun.core import actions, guards, resolution, runobjects, runs, squats
+from agentrun.core.base import events
+from agentrun.core.runs import resolution, rollup, runobjects
+from agentrun.core.slots import actions, squats
 
 Object = Mapping[str, Any]
 
@@ -68,7 +70,7 @@ class WriteRun:
     """Replace the run's status under the resourceVersion read; then look at ``until``."""
 
     status: AgentRunStatus
-    event: guards.Event | None = None
+    event: events.Event | None = None
     point: str = "run-status"
     until: datetime | None = None
 
@@ -83,7 +85,7 @@ def next_step(world: RunWorld) -> RunStep:
     return _lay_out(world)
 
 
-def _write(world: RunWorld, status: AgentRunStatus, *, event: guards.Event | None = None,
+def _write(world: RunWorld, status: AgentRunStatus, *, event: events.Event | None = None,
            point: str = "run-status", until: datetime | None = None,
            waiting: str = "the run's status is up to date") -> RunStep:
     """Write ``status`` unless it is the run's own already (then wait: nothing changes).
@@ -97,9 +99,9 @@ def _write(world: RunWorld, status: AgentRunStatus, *, event: guards.Event | Non
 
 def _problem(world: RunWorld, problem: resolution.Problem, *,
              nodes: Sequence[str] = ()) -> RunStep:
-    status = runs.derive(run=world.run, nodes=nodes, slots=[], now=world.now,
+    status = rollup.derive(run=world.run, nodes=nodes, slots=[], now=world.now,
                          problem=problem)
-    return _write(world, status, event=guards.Event(
+    return _write(world, status, event=events.Event(
         type="Warning", reason=problem.reason, message=problem.message),
         waiting=problem.message)
 
@@ -110,7 +112,7 @@ def _squatted(world: RunWorld, status: AgentRunStatus, *, kind: str, name: str,
     text = squats.message(kind=kind, name=name, namespace=world.run.metadata.namespace,
                           what=what)
     new = squats.on_run(status, message=text, now=world.now)
-    return _write(world, new, event=guards.Event(
+    return _write(world, new, event=events.Event(
         type="Warning", reason="NameSquatted", message=text),
         until=world.now + squats.SQUAT_WAIT, waiting=text)
 
@@ -133,7 +135,7 @@ def _pin(world: RunWorld) -> RunStep:
             what = f"run {run.metadata.name}'s pinned {chosen.kind} snapshot"
             text = squats.message(kind="ConfigMap", name=name,
                                   namespace=run.metadata.namespace, what=what)
-            status = runs.derive(run=run, nodes=[], slots=[], now=world.now,
+            status = rollup.derive(run=run, nodes=[], slots=[], now=world.now,
                                  problem=resolution.Problem(reason="NameSquatted",
                                                             message=text))
             return _squatted(world, status, kind="ConfigMap", name=name, what=what)
@@ -144,8 +146,8 @@ def _pin(world: RunWorld) -> RunStep:
                         for kind, pin in (("package", pins.package),
                                           ("workflow", pins.workflow),
                                           ("bindings", pins.bindings)))
-    return WriteRun(status=runs.record_pins(run=run, pins=pins, now=world.now),
-                    event=guards.Event(type="Normal", reason="Pinned",
+    return WriteRun(status=rollup.record_pins(run=run, pins=pins, now=world.now),
+                    event=events.Event(type="Normal", reason="Pinned",
                                        message=f"pinned {summary}"),
                     point="pinned", until=world.now)  # then lay out the slots at once
 
@@ -157,7 +159,7 @@ def _lay_out(world: RunWorld) -> RunStep:
     if isinstance(workflow, resolution.Problem):
         return _problem(world, workflow)
     nodes = [node.name for node in workflow.nodes]
-    own = runs.own_slots(run=run, slots=world.slots)
+    own = rollup.own_slots(run=run, slots=world.slots)
     uid = run.metadata.uid or ""
     missing: list[actions.Create] = []
     squatter: tuple[str, str] | None = None
@@ -173,12 +175,12 @@ def _lay_out(world: RunWorld) -> RunStep:
     if missing:
         return Creates(creates=tuple(missing))
     if squatter is not None:
-        status = runs.derive(run=run, nodes=nodes, slots=world.slots, now=world.now)
+        status = rollup.derive(run=run, nodes=nodes, slots=world.slots, now=world.now)
         return _squatted(world, status, kind="Slot", name=squatter[0],
                          what=f"node {squatter[1]} of run {run.metadata.name}")
-    status = squats.run_cleared(runs.derive(run=run, nodes=nodes, slots=world.slots,
+    status = squats.run_cleared(rollup.derive(run=run, nodes=nodes, slots=world.slots,
                                             now=world.now))
-    until = None if runs.is_finished(status) else runs.deadline(run)
+    until = None if rollup.is_finished(status) else rollup.deadline(run)
     return _write(world, status, until=until)
 
 

@@ -1,8 +1,8 @@
 """The writes a slot's decision may ask for (*actions*), one per step, or :class:`Wait`.
 
 Each is performed by the applier with its precondition (``agentrun.kube.writes``); the
-decisions that choose one are in :mod:`agentrun.core.steps`, over the
-:class:`~agentrun.core.inputs.World` they read.
+decisions that choose one are in :mod:`agentrun.core.slots.steps`, over the
+:class:`~agentrun.core.slots.inputs.World` they read.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from datetime import datetime
 from typing import Any
 
 from agentrun.api.slots import SlotStatus
-from agentrun.core import guards
-from agentrun.core.inputs import World
+from agentrun.core.base import events
+from agentrun.core.slots.inputs import World
 
 
 @dataclass(frozen=True, kw_only=True)
 class WriteStatus:
     status: SlotStatus
-    event: guards.Event | None = None
+    event: events.Event | None = None
     point: str = "status"
 
 
@@ -67,7 +67,7 @@ class RemoveCommand:
     """A metadata patch of the slot: remove command annotations, and set ``labels``."""
 
     keys: tuple[str, ...]
-    event: guards.Event | None = None
+    event: events.Event | None = None
     point: str = "remove-command"
     labels: dict[str, str] | None = None
 

@@ -1,8 +1,8 @@
 """The steps of an attempt's life: claiming its objects, judging it, fencing it after.
 
-Split from :mod:`agentrun.core.steps` (which decides *which* concern comes first) by
-what they hold: each function here maps a :class:`~agentrun.core.inputs.World` whose
-slot has an attempt in hand (Claiming, Active, or an ended prior) to the next write.
+:mod:`agentrun.core.slots.steps` decides *which* concern comes first; each function here
+maps a :class:`~agentrun.core.slots.inputs.World` whose slot has an attempt in hand
+(Claiming, Active, or an ended prior) to the next write.
 
 The claim: 1. create the Lease
 ``<slot>-<n+1>`` (the commit point), 2. create the Pod, 3. one status write (Active and
@@ -22,28 +22,19 @@ from typing import Any
 
 from agentrun.api import bounds, conditions, names
 from agentrun.api.slots import Outcome
-from agentrun.core import (
-    actions,
-    attemptobjects,
-    attemptpods,
-    attempts,
-    guards,
-    inputs,
-    owners,
-    refusals,
-    refusedclaims,
-    retries,
-    squats,
-    transitions,
-)
-from agentrun.core.attemptpods import attempt_pod, recorded_pod_uid
-from agentrun.core.observations import (
+from agentrun.core.attempts import attemptobjects, ending
+from agentrun.core.attempts.observations import (
     LeaseStatus,
     LeaseView,
     lease_status,
     lease_view,
     pod_view,
 )
+from agentrun.core.base import events, owners, refusals
+from agentrun.core.commands import guards
+from agentrun.core.machine import retries, transitions
+from agentrun.core.slots import actions, attemptpods, inputs, refusedclaims, squats
+from agentrun.core.slots.attemptpods import attempt_pod, recorded_pod_uid
 
 GONE_WAIT = timedelta(seconds=2)  # how soon to look again for a leftover being collected
 
@@ -70,7 +61,7 @@ def fence_step(world: inputs.World) -> actions.Step | None:
         return found
 
     pod = attempt_pod(world, objects=dataclasses.replace(objects, pod=ours(objects.pod)))
-    if pod.phase in attempts.LIVE:
+    if pod.phase in ending.LIVE:
         return actions.DeletePod(name=objects.name, uid=pod.uid,
                                 message=f"fencing attempt {objects.name}: the slot has moved on")
     lease = ours(objects.lease)
@@ -138,7 +129,7 @@ def claiming_step(world: inputs.World, *, request_id: str | None = None) -> acti
     attempt ended (an operator that fell behind, or a person, closed it), so its number
     is spent as ClaimFailed and the next claim takes a new one. Likewise a Lease naming
     another LaunchSpec than the one pinned now (the pin was re-chosen after a crash),
-    unless the claim waits on its LaunchSpec and was re-pinned (``core.refusedclaims``):
+    unless the claim waits on its LaunchSpec and was re-pinned (``core.slots.refusedclaims``):
     then the Lease is made to name the new one.
     """
     status = world.slot.status
@@ -201,7 +192,7 @@ def claiming_step(world: inputs.World, *, request_id: str | None = None) -> acti
     owner = status.next_owner_actor
     # One Event at most per pod on a first claim: only a claim a person asked for (a claim
     # command, or the claim after a reassignment) says so; an automatic one is in status.
-    event = None if owner is None else guards.Event(
+    event = None if owner is None else events.Event(
         type="Normal", reason="Claimed",
         message=f"attempt {number} claimed: pod and lease {worker} from LaunchSpec "
                 f"{pinned.name}@{pinned.generation}, owner {owner}")
@@ -227,24 +218,24 @@ def quota_refused(world: inputs.World, *, kind: str, message: str) -> actions.St
         status.conditions, type_=transitions.QUOTA_EXCEEDED, status="True",
         reason="QuotaExceeded", message=text, now=world.now)})
     if new != status:
-        return actions.WriteStatus(status=new, point="quota-exceeded", event=guards.Event(
+        return actions.WriteStatus(status=new, point="quota-exceeded", event=events.Event(
             type="Warning", reason="QuotaExceeded", message=text))
     return actions.Wait(message=text, until=world.now + QUOTA_WAIT)
 
 
 def on_rejected(world: inputs.World, *, create: actions.Create, status: int,
-                message: str) -> actions.Step | guards.Event:
+                message: str) -> actions.Step | events.Event:
     """A create the API server refused: what next (the applier only performs it).
 
-    A claim's Lease or Pod (``core.refusals``): a full quota waits (no attempt spent), a
-    Pod refused for the LaunchSpec's reason waits too (``core.refusedclaims``), anything
+    A claim's Lease or Pod (``core.base.refusals``): a full quota waits (no attempt spent), a
+    Pod refused for the LaunchSpec's reason waits too (``core.slots.refusedclaims``), anything
     else ends the attempt as ClaimFailed, decided in the claiming world the create came
     from. Any other object (the run's LaunchSpec snapshot): the Warning Event to post; the
     error stands (the reconcile is retried with a backoff).
     """
     kind = create.body["kind"]
     if not create.claim:
-        return guards.Event(type="Warning", reason="CreateFailed",
+        return events.Event(type="Warning", reason="CreateFailed",
                             message=f"could not create {kind} "
                                     f"{create.body['metadata']['name']}: {message}")
     within = create.within or world
@@ -262,7 +253,7 @@ def claim_failed(world: inputs.World, *, message: str) -> actions.WriteStatus:
     full = f"attempt {status.pending_worker} could not be created: {message}"
     return actions.WriteStatus(
         status=transitions.fail_claim(status, message=full, policy=policy(world), now=world.now),
-        event=guards.Event(type="Warning", reason="ClaimFailed", message=full),
+        event=events.Event(type="Warning", reason="ClaimFailed", message=full),
         point="claim-failed")
 
 
@@ -281,7 +272,7 @@ def active_step(world: inputs.World) -> actions.Step:
                           claimed_at=started, start_deadline_seconds=deadline,
                           lease_duration_seconds=duration, ticks=world.ticks,
                           blind=world.blind)
-    verdict = attempts.judge(pod=pod, lease=judged, renewed=observation is not None)
+    verdict = ending.judge(pod=pod, lease=judged, renewed=observation is not None)
     seen = pod_view(objects.pod)
     stranger = None if seen.uid in (None, pod.uid) else (
         f"the pod now named {objects.name} is another pod (uid {seen.uid}), not the "
@@ -305,7 +296,7 @@ def active_step(world: inputs.World) -> actions.Step:
         status=transitions.end_attempt(status, outcome=verdict.outcome, message=said,
                                        exit_code=verdict.exit_code, policy=policy(world),
                                        now=world.now),
-        event=guards.Event(type="Normal" if verdict.outcome is Outcome.SUCCEEDED else "Warning",
+        event=events.Event(type="Normal" if verdict.outcome is Outcome.SUCCEEDED else "Warning",
                            reason="AttemptEnded", message=message),
         point="attempt-ended")
 

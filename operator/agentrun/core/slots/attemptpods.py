@@ -1,7 +1,7 @@
 """Which pod is an attempt's own, and whose renewals of its Lease count.
 
 Admission binds an attempt Lease to the uid of the first pod that writes it as a worker
-(``agentrun.dev/holder-uid``, :mod:`agentrun.core.leasepolicy`). The operator records the
+(``agentrun.dev/holder-uid``, :mod:`agentrun.core.policies.leasepolicy`). The operator records the
 uid of the pod it created for an attempt in the attempt's record (``pod_uid``) when the
 claim ends, and judges by it: a pod of the attempt's name with another uid is someone
 else's (read by name, it is not watched), and a Lease bound to another pod is judged as
@@ -16,8 +16,7 @@ an upgrade would end every live attempt whose Lease its own pod binds at its nex
 from __future__ import annotations
 
 from agentrun.api import bounds
-from agentrun.core import inputs, owners
-from agentrun.core.observations import (
+from agentrun.core.attempts.observations import (
     GONE_POD,
     LeaseObservation,
     LeaseView,
@@ -25,6 +24,8 @@ from agentrun.core.observations import (
     pod_view,
     renewals_count,
 )
+from agentrun.core.base import owners
+from agentrun.core.slots import inputs
 
 UID_CHARS = 64  # of a uid quoted in a message (a real one has 36)
 

@@ -1,30 +1,22 @@
 """The steps of a pending command (annotations): refused, rejected, or decided into the ledger.
 
-Split from :mod:`agentrun.core.steps` (which decides *when* a command is looked at): a
-command is refused unless its stamping can be believed, rejected when malformed (out of
-its bounds) or when a claim is not possible now, else decided by :mod:`agentrun.core.guards`
-into the ledger; once it is there its annotations are removed (with the slot's LaunchSpec
-label riding on that patch). An accepted claim command starts the claim itself: its first
-write is the claim's Lease (``attemptlife.claiming_step``).
-"""
+:mod:`agentrun.core.slots.steps` decides *when* a command is looked at; here, what it
+becomes: a command is refused unless its stamping can be believed, rejected when malformed
+(out of its bounds) or when a claim is not possible now, else decided by
+:mod:`agentrun.core.commands.guards` into the ledger; once it is there its annotations are
+removed (with the slot's LaunchSpec label riding on that patch). An accepted claim command
+starts the claim itself: its first write is the claim's Lease
+(``attemptlife.claiming_step``). """
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from agentrun.api import conditions, names
-from agentrun.api.slots import CommandKind, Predicate, SlotStatus
-from agentrun.core import (
-    actions,
-    attemptlife,
-    attemptpods,
-    commands,
-    guards,
-    inputs,
-    specsnapshots,
-    stamping,
-)
-from agentrun.core.observations import lease_status, lease_view
+from agentrun.api.slots import CommandKind, Predicate
+from agentrun.core.attempts.observations import lease_status, lease_view
+from agentrun.core.base import events, slotconditions
+from agentrun.core.commands import guards, parsing
+from agentrun.core.policies import stamping
+from agentrun.core.slots import actions, attemptlife, attemptpods, inputs, specsnapshots
 
 COMMANDS_REFUSED = "CommandsRefused"
 
@@ -45,7 +37,7 @@ def pinned_label(world: inputs.World) -> dict[str, str] | None:
     return {names.LAUNCH_SPEC_LABEL: pinned.name}
 
 
-def command_step(world: inputs.World, pending: commands.Pending) -> actions.Step:
+def command_step(world: inputs.World, pending: parsing.Pending) -> actions.Step:
     """Decide a pending command into the ledger; once it is there, remove its annotations."""
     status = world.slot.status
     command = pending.command
@@ -56,7 +48,7 @@ def command_step(world: inputs.World, pending: commands.Pending) -> actions.Step
             # own); a rejected command's removal changes nothing else on the slot.
             return actions.RemoveCommand(keys=pending.keys, labels=pinned_label(world)
                                         if seen.outcome == "Accepted" else None)
-        return actions.RemoveCommand(keys=pending.keys, event=guards.Event(
+        return actions.RemoveCommand(keys=pending.keys, event=events.Event(
             type="Warning", reason="CommandRejected",
             message=(f"{command.kind} {command.request_id} not processed: the request id was "
                      f"already used by a {seen.kind} command; use a new request id")))
@@ -66,11 +58,11 @@ def command_step(world: inputs.World, pending: commands.Pending) -> actions.Step
                                  message=refused.message, now=world.now)
         new = decision.status
         if refused.not_in_force:
-            new = set_condition(new, COMMANDS_REFUSED, "True", refused.reason, refused.message,
-                       world.now)
+            new = slotconditions.set_condition(new, COMMANDS_REFUSED, "True", refused.reason,
+                                               refused.message, world.now)
         return actions.WriteStatus(status=new, event=decision.event, point="command-ledger")
     if conditions.is_true(status.conditions, COMMANDS_REFUSED):
-        status = set_condition(status, COMMANDS_REFUSED, "False", "StampingInForce",
+        status = slotconditions.set_condition(status, COMMANDS_REFUSED, "False", "StampingInForce",
                       "the actor-stamping admission policy is in force", world.now)
     if pending.malformed is not None:
         # After the stamping check: an out-of-bounds command is rejected into the ledger
@@ -131,11 +123,5 @@ def prior(world: inputs.World) -> guards.Prior | None:
         start_deadline_seconds=attemptlife.start_deadline(world),
         lease_duration_seconds=attemptlife.lease_duration(world, lease), ticks=world.ticks,
         blind=world.blind))
-
-
-def set_condition(status: SlotStatus, type_: str, value: conditions.ConditionStatus, reason: str,
-         message: str, now: datetime) -> SlotStatus:
-    return status.model_copy(update={"conditions": conditions.set_condition(
-        status.conditions, type_=type_, status=value, reason=reason, message=message, now=now)})
 
 

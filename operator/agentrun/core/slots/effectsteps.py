@@ -5,13 +5,13 @@
 ``EffectUnresolved`` and a Warning Event, once; those that do not fit are counted
 (``status.effectsNotShown``) and told in the condition and the Event. :func:`gate` keeps
 a Ready or RetryWait slot from claiming while one is open. The decisions are
-:mod:`agentrun.core.effectrecords`'s.
+:mod:`agentrun.core.attempts.effectrecords`'s.
 
 Why nothing is missed before a claim: a claim of a slot whose attempt ended starts only
 after that attempt's Lease was tombstoned (``attemptlife.fence_step``), under a
 ``resourceVersion`` precondition on the Lease read; records are write-once and the
 tombstone seals them, so the Lease the claim is decided on holds every record the worker
-committed, and this step, ahead of the claim in :func:`agentrun.core.steps.next_step`,
+committed, and this step, ahead of the claim in :func:`agentrun.core.slots.steps.next_step`,
 has seen them.
 """
 
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from agentrun.api import bounds, names
 from agentrun.api.slots import TERMINAL_STATES
-from agentrun.core import actions, effectrecords, guards, inputs
+from agentrun.core.attempts import effectrecords
+from agentrun.core.base import events
+from agentrun.core.slots import actions, inputs
 
 
 def observe_step(world: inputs.World) -> actions.WriteStatus | None:
@@ -36,7 +38,7 @@ def observe_step(world: inputs.World) -> actions.WriteStatus | None:
     told = [effectrecords.describe(entry, slot=name) for entry in found]
     if new.effects_not_shown > status.effects_not_shown:
         told.append(effectrecords.not_shown(new))
-    event = guards.Event(type="Warning", reason=names.EFFECT_UNRESOLVED_CONDITION,
+    event = events.Event(type="Warning", reason=names.EFFECT_UNRESOLVED_CONDITION,
                          message=bounds.clip("; ".join(told))) if told else None
     return actions.WriteStatus(status=new, point="effect-unresolved", event=event)
 

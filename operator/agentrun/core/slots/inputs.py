@@ -2,8 +2,8 @@
 
 A :class:`World` is a snapshot of everything a decision about one slot needs, read at
 ``now`` on the operator's clock. The writes a decision may ask for are in
-:mod:`agentrun.core.actions`; the decisions that map one to the other are in
-:mod:`agentrun.core.steps`; the applier that performs an action, each with its
+:mod:`agentrun.core.slots.actions`; the decisions that map one to the other are in
+:mod:`agentrun.core.slots.steps`; the applier that performs an action, each with its
 precondition, is ``agentrun.controller.slots`` over ``agentrun.kube.writes``.
 """
 
@@ -19,9 +19,12 @@ from agentrun.api import conditions
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import CommandKind, Slot, SlotState, SlotStatus
-from agentrun.core import attemptobjects, commands, guards, naming, owners, transitions
-from agentrun.core.observations import LeaseObservation
-from agentrun.core.stamping import Stamping
+from agentrun.core.attempts import attemptobjects
+from agentrun.core.attempts.observations import LeaseObservation
+from agentrun.core.base import naming, owners
+from agentrun.core.commands import guards, parsing
+from agentrun.core.machine import transitions
+from agentrun.core.policies.stamping import Stamping
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,7 +147,7 @@ def next_worker(slot: Slot) -> str | None:
 def reads_for(slot: Slot, *, max_active: bool) -> Reads:
     """A pure function of the slot (and whether its run limits maxActive): see :class:`Reads`."""
     status = slot.status
-    pending = commands.pending(slot.metadata.annotations)
+    pending = parsing.pending(slot.metadata.annotations)
     reassigning = pending is not None and pending.command.kind is CommandKind.REASSIGN
     pending_state = status.state is SlotState.PENDING
     return Reads(

@@ -1,7 +1,7 @@
 """A claim whose Pod was refused for the LaunchSpec's reason: no attempt is spent.
 
 The Pod as the pinned LaunchSpec makes it can never be created in this namespace
-(``core.refusals``: invalid, or lacking the limits or requests a ResourceQuota counts).
+(``core.base.refusals``: invalid, or lacking the limits or requests a ResourceQuota counts).
 That is not the attempt's fault, and spending attempts on it would only burn them all
 (``ClaimFailed`` each time, then ``AwaitingReassignment``). So the claim stays under way:
 the slot stays Claiming with its attempt number pending (the number is not spent on a
@@ -23,8 +23,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from agentrun.api import conditions, names
-from agentrun.core import actions, guards, inputs, launchpins, selection, specsnapshots
-from agentrun.core import transitions as t
+from agentrun.core.base import events
+from agentrun.core.launchspecs import launchpins, selection
+from agentrun.core.machine import transitions as t
+from agentrun.core.slots import actions, inputs, specsnapshots
 
 REFUSED_WAIT = timedelta(seconds=30)  # how soon to ask again for a pod refused as made
 
@@ -52,7 +54,7 @@ def refused(world: inputs.World, *, message: str) -> actions.Step:
         status.conditions, type_=t.LAUNCH_SPEC_REFUSED, status="True", reason="PodRefused",
         message=text, now=world.now)})
     if new != status:
-        return actions.WriteStatus(status=new, point="launch-spec-refused", event=guards.Event(
+        return actions.WriteStatus(status=new, point="launch-spec-refused", event=events.Event(
             type="Warning", reason=t.LAUNCH_SPEC_REFUSED, message=text))
     return actions.Wait(message=text, until=world.now + REFUSED_WAIT)
 
@@ -81,7 +83,7 @@ def repin_step(world: inputs.World) -> actions.Step | None:
                "could not make its pod")
     return actions.WriteStatus(
         status=status.model_copy(update={"launch_spec": new}), point="launch-spec-repinned",
-        event=guards.Event(type="Normal", reason="LaunchSpecRepinned", message=message))
+        event=events.Event(type="Normal", reason="LaunchSpecRepinned", message=message))
 
 
 def lease_step(world: inputs.World) -> actions.Step | None:

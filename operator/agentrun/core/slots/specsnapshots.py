@@ -20,7 +20,9 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core import actions, inputs, launchpins, naming, owners
+from agentrun.core.base import naming, owners
+from agentrun.core.launchspecs import launchpins
+from agentrun.core.slots import actions, inputs
 
 DATA_KEY = "launchspec.json"
 

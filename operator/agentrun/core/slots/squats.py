@@ -14,7 +14,9 @@ from datetime import datetime, timedelta
 from agentrun.api import conditions
 from agentrun.api.runs import AgentRunStatus
 from agentrun.api.slots import SlotStatus
-from agentrun.core import actions, guards, inputs, transitions
+from agentrun.core.base import events
+from agentrun.core.machine import transitions
+from agentrun.core.slots import actions, inputs
 
 NAME_SQUATTED = transitions.NAME_SQUATTED
 SQUAT_WAIT = timedelta(seconds=10)  # how soon to look again for the squatter to be gone
@@ -35,7 +37,7 @@ def slot_step(world: inputs.World, *, kind: str, name: str, what: str) -> action
         status.conditions, type_=NAME_SQUATTED, status="True", reason="NameSquatted",
         message=text, now=world.now)})
     if new != status:
-        return actions.WriteStatus(status=new, event=guards.Event(
+        return actions.WriteStatus(status=new, event=events.Event(
             type="Warning", reason="NameSquatted", message=text))
     return actions.Wait(message=text, until=world.now + SQUAT_WAIT)
 

@@ -6,7 +6,7 @@ it returns, every write with a precondition. It stops at a :class:`Wait`. Becaus
 step is decided afresh from what is in the API server, a crash between any two writes
 is harmless: the restarted operator reads where the last one stopped and takes the next
 step. Names are deterministic, so a repeated create finds its own object. The steps of
-an attempt in hand (claiming, judging, fencing) are in :mod:`agentrun.core.attemptlife`.
+an attempt in hand (claiming, judging, fencing) are in :mod:`agentrun.core.slots.attemptlife`.
 
 Order of concerns, first match wins:
 1. no live run to serve (gone, being deleted, not this slot's), or the slot being
@@ -14,7 +14,7 @@ Order of concerns, first match wins:
 2. an ended attempt not yet fenced: kill its live pod, tombstone its lease, so that a
    command is judged against the attempt's final record; an Active attempt whose end
    (pod finished, lease expired) is due is judged before any command; then an effect
-   the latest attempt recorded unresolved is shown (``core.effectsteps``), so no
+   the latest attempt recorded unresolved is shown (``core.slots.effectsteps``), so no
    command or claim is decided without it;
 3. a pending command (annotations): refused unless its stamping can be believed, then
    rejected when malformed (out of its bounds), else decided into the ledger; then removed;
@@ -37,24 +37,22 @@ from agentrun.api.slots import (
     TERMINAL_STATES,
     SlotState,
 )
-from agentrun.core import (
+from agentrun.core.attempts import attemptobjects, ending
+from agentrun.core.attempts.observations import LeaseStatus
+from agentrun.core.base import events, slotconditions
+from agentrun.core.commands import parsing
+from agentrun.core.launchspecs import launchpins, selection
+from agentrun.core.machine import transitions
+from agentrun.core.slots import (
     actions,
     attemptlife,
-    attemptobjects,
     attemptpods,
-    attempts,
-    commands,
     commandsteps,
     effectsteps,
-    guards,
     inputs,
-    launchpins,
-    selection,
     specsnapshots,
     squats,
-    transitions,
 )
-from agentrun.core.observations import LeaseStatus
 
 LAUNCH_SPEC_SELECTED = "LaunchSpecSelected"
 ENDED_STATES = frozenset({SlotState.RETRY_WAIT, SlotState.SUCCEEDED, SlotState.FAILED})
@@ -90,7 +88,7 @@ def _next_step(world: inputs.World) -> actions.Step:
         if not isinstance(judged, actions.Wait):
             return judged
     # An effect the worker left unresolved is shown before anything else is decided, so
-    # that neither a command nor a claim is decided without it (see core.effectsteps).
+    # that neither a command nor a claim is decided without it (see core.slots.effectsteps).
     observed = effectsteps.observe_step(world)
     if observed is not None:
         return observed
@@ -114,7 +112,7 @@ def _next_step(world: inputs.World) -> actions.Step:
 def _decide(world: inputs.World) -> actions.Step:
     status = world.slot.status
     assert world.run is not None
-    pending = commands.pending(world.slot.metadata.annotations)
+    pending = parsing.pending(world.slot.metadata.annotations)
     if pending is not None:
         return commandsteps.command_step(world, pending)
     if status.state in TERMINAL_STATES:
@@ -125,7 +123,7 @@ def _decide(world: inputs.World) -> actions.Step:
         return actions.WriteStatus(
             status=transitions.fail(status, reason="DeadlineExceeded", message=message,
                                     now=world.now),
-            event=guards.Event(type="Warning", reason="DeadlineExceeded", message=message))
+            event=events.Event(type="Warning", reason="DeadlineExceeded", message=message))
     if status.state is SlotState.PENDING:
         return by_deadline(world, pending_step(world))
     if status.state in (SlotState.READY, SlotState.RETRY_WAIT):
@@ -232,7 +230,7 @@ def ready_world(world: inputs.World) -> inputs.World | actions.Step:
         return actions.WriteStatus(
             status=transitions.fail(status, reason="DependencyFailed", message=message,
                                     now=world.now),
-            event=guards.Event(type="Warning", reason="DependencyFailed", message=message))
+            event=events.Event(type="Warning", reason="DependencyFailed", message=message))
     waiting = [node for node in spec.depends_on
                if world.dependencies.get(node) is not SlotState.SUCCEEDED]
     if waiting:
@@ -242,11 +240,11 @@ def ready_world(world: inputs.World) -> inputs.World | actions.Step:
                               namespace=world.slot.metadata.namespace or "",
                               run=spec.run, node=spec.node, worker_class=worker_class)
     if isinstance(chosen, selection.NoChoice):
-        new = commandsteps.set_condition(status, LAUNCH_SPEC_SELECTED, "False",
+        new = slotconditions.set_condition(status, LAUNCH_SPEC_SELECTED, "False",
                                          str(chosen.predicate), chosen.message, world.now)
         if new == status:
             return actions.Wait(message=chosen.message)
-        return actions.WriteStatus(status=new, event=guards.Event(
+        return actions.WriteStatus(status=new, event=events.Event(
             type="Warning", reason=str(chosen.predicate), message=chosen.message))
     pinned = launchpins.pin(run=spec.run, choice=chosen)
     if pinned.snapshot not in world.snapshots and world.run is not None:
@@ -254,7 +252,7 @@ def ready_world(world: inputs.World) -> inputs.World | actions.Step:
         return specsnapshots.create(world, pinned=pinned, spec=chosen.spec.spec)
     ready = transitions.deps_met(status, worker_class=worker_class, launch_spec=pinned,
                                  now=world.now)
-    ready = commandsteps.set_condition(ready, LAUNCH_SPEC_SELECTED, "True", "Selected",
+    ready = slotconditions.set_condition(ready, LAUNCH_SPEC_SELECTED, "True", "Selected",
                                        chosen.reason, world.now)
     return dataclasses.replace(inputs.with_status(world, ready), launch_spec=chosen.spec.spec,
                                launch_spec_error=None)
@@ -268,7 +266,7 @@ def claim_step(world: inputs.World) -> actions.Step:
         return actions.Wait(message="the run is suspended")
     prior = None if status.prior_worker is None or world.attempt is None else \
         attemptpods.attempt_pod(world, objects=world.attempt)
-    if prior is not None and prior.phase not in attempts.FINISHED:
+    if prior is not None and prior.phase not in ending.FINISHED:
         # A replacement only once the predecessor's pod is gone or finished (its lease is
         # tombstoned by then): a pod still Terminating on a lost node may still act.
         return actions.Wait(message=f"waiting until the pod of {status.prior_worker} is gone "

@@ -10,7 +10,7 @@ read (``old``): nothing is remembered between writes, so a reconcile that is ret
   predicate)``; the predicate is ``""`` for an accepted command). A duplicate command
   writes nothing, so it is never counted.
 - *lease expiry*: an attempt that ended ``Lost`` or ``StartTimeout``, the two outcomes
-  that mean its lease was not held when it ended (``core.attempts.judge``), as opposed
+  that mean its lease was not held when it ended (``core.attempts.ending.judge``), as opposed
   to a pod that finished by itself or a give-up.
 - *claim latency*: for each attempt started in this write (its record added without an
   outcome, by ``transitions.finish_claim``), the seconds from when the slot became
