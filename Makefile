@@ -18,7 +18,7 @@ help:
 	@echo "make operator  run the operator in the foreground against \$$KUBECONFIG (default .cluster/kubeconfig)"
 	@echo "make install   apply CRDs, operator RBAC and admission policies to that cluster"
 	@echo "make test      install everything and run the whole suite (what CI runs)"
-	@echo "make crds      regenerate manifests/crds/ from the models"
+	@echo "make crds      regenerate crds/ (the CRDs and their kustomization.yaml) from the models"
 	@echo "make image    build the pause and project images into ~/.cache/agentrun/images (no registry)"
 	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
 	@echo "make demo      the recovery trace with real worker pods on a local cluster it starts and removes"
@@ -67,19 +67,21 @@ lint: venv
 	$(VENV)/bin/ruff check operator tests demo bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(PY) -m agentrun.api.crds --out manifests/crds --check
+	$(PY) -m agentrun.api.crds --out crds --check
 	$(PY) -m agentrun.manifests --out manifests --check
-	$(PY) -m agentrun.chart --out charts/agentrun-operator --check
+	$(PY) -m agentrun.chart --out charts/agentrun-operator --crds crds --check
 
 test: controlplane imagetools nodedeps helm lint
 	$(VENV)/bin/pytest -q -ra
 
+# crds/ is the CRDs' one copy: manifests/ names it as a kustomization (../crds), and the
+# chart's crds/ is copied from it, so `make manifests` regenerates it first.
 crds: venv
-	$(PY) -m agentrun.api.crds --out manifests/crds
+	$(PY) -m agentrun.api.crds --out crds
 
-manifests: venv
+manifests: venv crds
 	$(PY) -m agentrun.manifests --out manifests
-	$(PY) -m agentrun.chart --out charts/agentrun-operator
+	$(PY) -m agentrun.chart --out charts/agentrun-operator --crds crds
 
 # Helm from its Go module, built once into ~/.cache/agentrun/helm (tests/support/helm.py);
 # prints the binary's path.
@@ -96,9 +98,13 @@ KUBECTL ?= $(if $(wildcard $(CLUSTER_DIR)/bin/kubectl),$(CLUSTER_DIR)/bin/kubect
 LOCAL_CLUSTER := $(filter $(abspath $(KUBECONFIG_LOCAL)),$(KUBECONFIG))
 OPERATOR_CONTEXT ?= $(if $(LOCAL_CLUSTER),operator,)
 
+# crds/ holds its kustomization.yaml, which `-f crds/` would send as an object: the CRDs
+# are applied as the kustomization, and waited for by their files (wait has no -k).
+CRD_FILES = $(wildcard crds/agentrun.dev_*.yaml)
+
 install: venv
-	$(KUBECTL) apply --server-side -f manifests/crds/
-	$(KUBECTL) wait --for=condition=Established --timeout=60s -f manifests/crds/
+	$(KUBECTL) apply --server-side -k crds
+	$(KUBECTL) wait --for=condition=Established --timeout=60s $(addprefix -f ,$(CRD_FILES))
 	$(KUBECTL) apply --server-side -f manifests/rbac/ -f manifests/admission/ \
 		$(if $(LOCAL_CLUSTER),-f manifests/local/,)
 

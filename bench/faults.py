@@ -40,7 +40,7 @@ from clusters import Cluster  # noqa: E402
 from faultkit import Context, Fault, Outcome  # noqa: E402
 from images import project_image  # noqa: E402
 from localnode import running  # noqa: E402
-from operators import install_for_tests  # noqa: E402
+from operators import install_crds, install_for_tests  # noqa: E402
 from provenance import machine_commit_date  # noqa: E402
 from report import write_section  # noqa: E402
 
@@ -84,12 +84,7 @@ def header(args: argparse.Namespace, chosen: list[Fault]) -> str:
 
 
 def install(cluster: Cluster) -> None:
-    crds = str(REPO / "manifests" / "crds")
-    applied = cluster.kubectl("apply", "--server-side", "-f", crds)
-    assert applied.returncode == 0, applied.stderr
-    established = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                                  "-f", crds)
-    assert established.returncode == 0, established.stderr
+    install_crds(cluster.kubectl)
     install_for_tests(cluster)
 
 

@@ -25,6 +25,7 @@ import audit
 import kubernetes
 import yaml
 from localcluster import LocalCluster, build
+from operators import install_crds
 from waiting import wait_for, wait_for_default_service_account
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,9 +112,7 @@ class Bench:
         self.core = kubernetes.client.CoreV1Api(api)
         self.custom = kubernetes.client.CustomObjectsApi(api)
         self.batch = kubernetes.client.BatchV1Api(api)
-        self.kubectl("apply", "--server-side", "-f", str(REPO / "manifests" / "crds"))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f",
-                     str(REPO / "manifests" / "crds"))
+        install_crds(self.cluster.kubectl)
         for path in ("rbac", "local", "admission/stamp-actors.yaml"):
             self.kubectl("apply", "--server-side", "-f", str(REPO / "manifests" / path))
         subprocess.run([sys.executable, "-m", "agentrun.cli", "stamping", "--context",

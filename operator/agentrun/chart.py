@@ -7,9 +7,11 @@ it is first set to a *sentinel* (``__HELM_NAME__``, a string no manifest holds),
 ``yaml.safe_dump`` the sentinel is replaced by a Helm template expression: a *scalar*
 sentinel by an inline expression, a *block* sentinel (alone on its line) by template lines
 at that line's indentation. Any ``{{`` a manifest might hold is escaped first, so Helm
-renders it literally. ``crds/`` is a copy of the project's CRDs (``agentrun.api.crds``),
-and ``values.yaml``/``values.schema.json`` come from :mod:`agentrun.chartvalues`, whose
-defaults are the manifests' own. Chart.yaml, NOTES.txt and README.md are written by hand.
+renders it literally. ``crds/`` is a copy, byte for byte, of the CRD files in the
+project's top-level ``crds/`` (written from the models by ``agentrun.api.crds``; not its
+kustomization.yaml, which Helm would send as an object), and ``values.yaml`` and
+``values.schema.json`` come from :mod:`agentrun.chartvalues`, whose defaults are the
+manifests' own. Chart.yaml, NOTES.txt and README.md are written by hand.
 
 ``python -m agentrun.chart --out charts/agentrun-operator`` writes the files; ``--check``
 writes nothing and exits 1 with a diff when they differ (``make lint``).
@@ -126,8 +128,9 @@ def metrics_service() -> str:
             + "{{- end }}\n")
 
 
-def rendered() -> dict[str, str]:
-    """Relative path under the chart folder -> file content (the generated files only)."""
+def rendered(crd_source: Path = crds.DIRECTORY) -> dict[str, str]:
+    """Relative path under the chart folder -> file content (the generated files only);
+    the CRDs are read from ``crd_source``, the project's ``crds/``."""
     files = {
         "templates/namespace-guard.yaml": NAMESPACE_GUARD,
         "templates/rbac.yaml": template(without_namespaces(manifests.operator_rbac())),
@@ -142,7 +145,7 @@ def rendered() -> dict[str, str]:
     }
     files = {path: (content if path.endswith(".json") else HEADER + content)
              for path, content in files.items()}
-    files.update({f"crds/{name}": content for name, content in crds.rendered().items()})
+    files.update({f"crds/{name}": (crd_source / name).read_text() for name in crds.file_names()})
     return files
 
 
@@ -156,10 +159,12 @@ def strays(out: Path, expected: dict[str, str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=CHART)
+    parser.add_argument("--crds", type=Path, default=crds.DIRECTORY,
+                        help=f"the CRDs to copy (default: {crds.DIRECTORY})")
     parser.add_argument("--check", action="store_true", help="fail if files differ")
     args = parser.parse_args(argv)
     out: Path = args.out
-    expected = rendered()
+    expected = rendered(args.crds)
     drift = manifests.sync(expected, out=out, check=args.check)
     for stray in strays(out, expected):
         if args.check:

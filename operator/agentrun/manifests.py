@@ -270,10 +270,11 @@ BASE_FILES = ["rbac/operator.yaml", "rbac/roles.yaml", "rbac/worker.yaml",
 
 
 def kustomization() -> dict[str, Any]:
-    """The base's kustomization: the CRDs (``manifests/crds``, from the models) and the
-    files above, listed here so a new generated file cannot be left out of it."""
+    """The base's kustomization: the CRDs, as the top-level ``crds/`` folder (its own
+    kustomization, from the models, lists them), and the files above, listed here so a
+    new generated file cannot be left out of it."""
     return {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-            "resources": [*(f"crds/{name}" for name in crds.rendered()), *BASE_FILES]}
+            "resources": [f"../{crds.DIRECTORY.as_posix()}", *BASE_FILES]}
 
 
 def rendered() -> dict[str, str]:

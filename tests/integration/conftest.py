@@ -16,7 +16,7 @@ from waiting import wait_for
 
 from agentrun.api import names
 
-CRD_DIR = pathlib.Path(__file__).resolve().parents[2] / "manifests" / "crds"
+CRD_DIR = pathlib.Path(__file__).resolve().parents[2] / "crds"
 ESTABLISH_TIMEOUT = 60.0
 
 
@@ -47,11 +47,12 @@ def _discovered(api: kubernetes.client.CustomObjectsApi, plural: str) -> bool:
 
 @pytest.fixture(scope="session")
 def crds(api_client: kubernetes.client.ApiClient) -> list[str]:
-    """Apply ``manifests/crds/*.yaml``; wait until each is Established and served; names."""
+    """Apply ``crds/agentrun.dev_*.yaml`` (not the folder's kustomization.yaml); wait until
+    each is Established and served; names."""
     extensions = kubernetes.client.ApiextensionsV1Api(api_client)
     custom = kubernetes.client.CustomObjectsApi(api_client)
     applied: list[tuple[str, str]] = []
-    for path in sorted(CRD_DIR.glob("*.yaml")):
+    for path in sorted(CRD_DIR.glob(f"{names.GROUP}_*.yaml")):
         body = yaml.safe_load(path.read_text())
         _apply(extensions, body)
         applied.append((body["metadata"]["name"], body["spec"]["names"]["plural"]))

@@ -54,7 +54,7 @@ def numbers(schema: dict[str, Any], path: tuple[str, ...] = ()) -> Iterator[
 def spec_numbers() -> list[tuple[str, tuple[str, ...], dict[str, Any]]]:
     found = []
     for kind, file_name in CRDS.items():
-        crd = yaml.safe_load((ROOT / "manifests" / "crds" / file_name).read_text())
+        crd = yaml.safe_load((ROOT / "crds" / file_name).read_text())
         schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
         found += [(kind, ("spec", *path), field) for path, field in numbers(schema)]
     return found

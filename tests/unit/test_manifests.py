@@ -17,6 +17,13 @@ def test_files_match_the_generator() -> None:
     assert manifests.main(["--out", str(MANIFESTS), "--check"]) == 0
 
 
+def test_the_base_takes_the_crds_as_the_top_level_kustomization() -> None:
+    resources = manifests.kustomization()["resources"]
+    assert resources[0] == "../crds"
+    assert (MANIFESTS / resources[0] / "kustomization.yaml").is_file()
+    assert not any(r.endswith(".yaml") and "crds" in r for r in resources)
+
+
 def test_every_command_kind_has_its_actor_stamped() -> None:
     policy, binding = manifests.stamp_policy()
     expressions = [m["jsonPatch"]["expression"] for m in policy["spec"]["mutations"]]
