@@ -35,10 +35,10 @@ from agentrun.controller import handlers, metrics
 from agentrun.controller import stamping as stamping_keeper
 from agentrun.kube import clients, reads, rest, throttle, writes
 
-# Bounds of the operator's own flags (see docs/decisions.md, "The work queue").
+# Bounds of the operator's own flags (see docs/design/caches-and-queue.md, "The work queue").
 WORKERS = (1, 64, 5)  # least, most, default: kube-controller-manager's --concurrent-*-syncs
 # 0: no limit. Default 100/150: the Job controller's 20 pods/s at its 20 QPS, for our ~4.4
-# writes a pod (docs/decisions.md, "The operator's default QPS").
+# writes a pod (docs/design/caches-and-queue.md, "The client-side rate limit").
 QPS = (0.0, 10_000.0, 100.0)
 BURST = (1, 20_000, 150)
 RECONCILE_TIMEOUT = (1.0, 3600.0, 60.0)

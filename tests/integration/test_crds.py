@@ -2,7 +2,7 @@
 
 What this proves that the unit tests cannot: the API server accepts the schemas
 (structural, CEL rules within the cost budget), and its validation — OpenAPI and CEL,
-including transition rules against ``oldSelf`` — rejects what DESIGN.md says it must,
+including transition rules against ``oldSelf`` — rejects what docs/design/ says it must,
 with the messages written in the models. No operator runs here: every status write is
 the test's own, through the status subresource.
 """

@@ -4,7 +4,7 @@ They are read as kustomize renders them (``kubectl kustomize``: what ``kubectl a
 sends; tests/support/examples.py). Each object parses with its model (AgentRun and
 LaunchSpec with the API models, configuration ConfigMaps with ``configs.parse_document``)
 and conforms to the generated CRD schema; the configuration is generated immutable and
-labelled as DESIGN.md section 14 says; the bindings cover the workflow; the run names
+labelled as docs/design/names.md says; the bindings cover the workflow; the run names
 configuration that exists; some LaunchSpec serves every worker class the workflow asks
 for. tests/integration/test_kustomize.py applies them to a real API server.
 """

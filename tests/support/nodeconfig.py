@@ -1,9 +1,9 @@
 """The node's configuration files, as data: containerd, CNI, kubelet, kube-proxy.
 
-Why apart from :mod:`localnode`: every setting here is a decision (see docs/decisions.md,
-"Real node") and reads better without the process handling around it. The rule they
-share: every listener bound to an explicit address, loopback or the node IP, never a
-wildcard; nothing routed or masqueraded off the machine.
+Why apart from :mod:`localnode`: every setting here is a decision (see
+docs/design/testing-and-tooling.md, "The real node") and reads better without the process
+handling around it. The rule they share: every listener bound to an explicit address,
+loopback or the node IP, never a wildcard; nothing routed or masqueraded off the machine.
 """
 
 from __future__ import annotations

@@ -5,10 +5,11 @@ iptables chains, cgroups, mounts), so everything the node changes on the host is
 listed and undone here, in one place, and a crashed run's left-overs are found by the
 same code at the next start. :mod:`localnode` runs the programs.
 
-Network shape (see docs/decisions.md, "Real node"): a bridge ``agentrun0`` whose gateway
-address is the node IP, in a private /24 clear of the machine's own addresses and of the
-Service range; pods get routes to that /24 and the Service range only, no masquerade,
-and our own iptables chains drop anything between the bridge and any other interface.
+Network shape (see docs/design/testing-and-tooling.md, "The real node"): a bridge
+``agentrun0`` whose gateway address is the node IP, in a private /24 clear of the
+machine's own addresses and of the Service range; pods get routes to that /24 and the
+Service range only, no masquerade, and our own iptables chains drop anything between the
+bridge and any other interface.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Drift: regenerating from the models must reproduce the files byte for byte (``ma
 crds`` fixes a failure). Structure: the rules of a *structural* schema that the API
 server enforces on CRD creation, checked here without a server so that a model change
 that breaks them fails in seconds. The CEL rules, printer columns and names listed in
-DESIGN.md sections 2, 3 and 14 are present.
+docs/design/api-and-crds.md and names.md are present.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ with :func:`clip`. Together with the list caps (``ATTEMPTS_KEPT``, ``COMMANDS_KE
 (:data:`SLOT_STATUS_BYTES`), so no input can grow an object past the API server's limit
 or make a write of it fail.
 
-*Characters* are Unicode code points; a reason's bound is in UTF-8 bytes (DESIGN.md:
-"≤ 1 KiB"). JSON may escape one character as up to six bytes (``\\u003c``), which the
-worst-case size accounts for.
+*Characters* are Unicode code points; a reason's bound is in UTF-8 bytes ("≤ 1 KiB").
+JSON may escape one character as up to six bytes (``\\u003c``), which the worst-case size
+accounts for.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pydantic import BeforeValidator, Field
 
 from agentrun.api import configs, names
 
-# Command annotations (DESIGN.md section 5). Admission enforces the same bounds.
+# Command annotations (docs/design/commands-and-trust.md). Admission enforces the same bounds.
 REQUEST_ID_CHARS: Final = 253
 REQUEST_ID_PATTERN: Final = r"^[A-Za-z0-9]([A-Za-z0-9._:@/+=-]*[A-Za-z0-9])?$"
 REASON_BYTES: Final = names.MAX_REASON_BYTES

@@ -1,7 +1,7 @@
-"""Every name the project's objects, tests and people rely on (DESIGN.md section 14).
+"""Every name the project's objects, tests and people rely on (docs/design/names.md).
 
-One place, so that a label or annotation is never spelt twice. ``docs/names.md`` is the
-human-readable copy of this table.
+One place, so that a label or annotation is never spelt twice. ``docs/design/names.md`` is
+the human-readable copy of this table.
 """
 
 from typing import Final

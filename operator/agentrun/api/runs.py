@@ -83,7 +83,8 @@ class SlotCounts(Model):
     failed: int = 0
 
 
-# Write-once pins (DESIGN.md section 7), checked by the API server on every status write.
+# Write-once pins (docs/design/runs-and-configuration.md), checked by the API server on
+# every status write.
 # At ``status`` level because ``pinned`` is optional: a transition rule on the field itself
 # would not run when a write drops it. The root rule covers a write that drops ``status``.
 PINNED_WRITE_ONCE: JsonDict = {

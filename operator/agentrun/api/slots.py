@@ -64,7 +64,7 @@ class CommandKind(StrEnum):
 
 
 class Predicate(StrEnum):
-    """Why a command was rejected: one id per guard predicate (DESIGN.md section 5)."""
+    """Why a command was rejected: one id per guard predicate (docs/design/names.md)."""
 
     WRONG_TENANT = "WrongTenant"
     WRONG_RUN = "WrongRun"

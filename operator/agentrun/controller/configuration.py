@@ -1,4 +1,4 @@
-"""Kopf configured for this operator (DESIGN.md section 12).
+"""Kopf configured for this operator (docs/design/caches-and-queue.md).
 
 - Our own finalizer and progress/diff-base prefix, so none of Kopf's default
   annotations is ever written to a user's object (and with event handlers only, nothing

@@ -6,7 +6,7 @@ watches and by the writer's answers; the API is asked only where the store canno
 does not index). Without (``stores=None``, the CLI), every read goes to the API.
 :meth:`Reader.fresh` reads from the API (quorum reads) and writes each answer through into
 the same stores: the controller uses it before a step a cache must not decide
-(docs/decisions.md, "What a cache may decide").
+(docs/design/caches-and-queue.md, "Stores: what a cache may decide").
 
 Two more reads are cached because their answers change rarely and are asked often: a
 namespace's tenant (a few seconds: see :meth:`Reader.tenant`), and the content of an

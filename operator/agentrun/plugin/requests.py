@@ -60,7 +60,7 @@ def resend_id(request_id: str) -> str:
 
     Not the same id: the operator records the refusal under the first id and would drop a
     command carrying it again as already decided (``guards.seen``); a derived id keeps the
-    two recognisably one request (docs/decisions.md, "The kubectl agentrun plugin").
+    two recognisably one request (docs/design/operating.md, "The kubectl agentrun plugin").
     """
     return request_id[:bounds.REQUEST_ID_CHARS - len(RESEND_SUFFIX)] + RESEND_SUFFIX
 

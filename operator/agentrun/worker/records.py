@@ -2,7 +2,7 @@
 
 A *record* is one small JSON document stored as the annotation
 ``record.agentrun.dev/<key>`` of the Lease of the attempt that wrote it (where and why:
-docs/decisions.md, "Where records live"). It carries its key, its kind, the attempt
+docs/design/workers-and-records.md). It carries its key, its kind, the attempt
 number (provenance: admission checks that it is the Lease's own), the sha256 of its
 payload, and the payload itself (inline, when its canonical JSON is at most
 :data:`~agentrun.api.bounds.INLINE_PAYLOAD_BYTES`) or a reference (a URI in a

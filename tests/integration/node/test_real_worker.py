@@ -1,6 +1,6 @@
 """The operator with real workers: pods that run, renew their own Lease, crash and are killed.
 
-Issue 8's "Must show" on the node: each worker pod runs the project's image as
+What real pods must show on the node: each worker pod runs the project's image as
 ``agentrun-worker run -- python3 -c <script>`` with the LaunchSpec's service account, so
 every Lease renewal is the pod's own (pod-bound token, in-cluster configuration through
 the ``kubernetes`` Service) and every ``pods/status`` write is the kubelet's. Nothing

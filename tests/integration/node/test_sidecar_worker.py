@@ -138,7 +138,7 @@ def test_a_hung_main_container_is_not_kept_alive(
     ended = scenario.wait_slot(slot, lambda s: "outcome" in (
         (s.get("status", {}).get("attempts") or [{}])[-1]), message="the attempt ended",
         timeout=60)["status"]
-    # The operator fenced it for its expired lease (DESIGN.md section 4): the pod deleted,
+    # The operator fenced it for its expired lease (docs/design/states.md): the pod deleted,
     # then seen Failed (killed, 137) or gone (Lost), whichever the kubelet reports first.
     attempt = ended["attempts"][-1]
     assert attempt["outcome"] in ("Lost", "Failed"), ended

@@ -1,6 +1,6 @@
 """A run's life, end to end: dependencies, verdicts, suspend, deadline, give-up, deletion.
 
-Covers DESIGN.md sections 3 and 4 beyond a single attempt:
+Covers docs/design/states.md and runs-and-configuration.md beyond a single attempt:
 
 - ``dependsOn`` (research → report): report stays Pending until research Succeeds, then
   runs; when both succeed the run gets ``Succeeded=True`` (``kubectl wait`` returns 0);

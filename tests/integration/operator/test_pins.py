@@ -1,4 +1,4 @@
-"""Pinned configuration (DESIGN.md section 7), end to end.
+"""Pinned configuration (docs/design/runs-and-configuration.md), end to end.
 
 A run resolves its package, workflow and bindings once, at launch, copies them into
 immutable snapshot ConfigMaps it owns and writes ``status.pinned``; after that a newer

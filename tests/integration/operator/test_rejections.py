@@ -1,6 +1,6 @@
 """Rejected commands, end to end: each one changes nothing but the ledger.
 
-Covers the reassignment guard of DESIGN.md section 5 against a real API server, one
+Covers the reassignment guard of docs/design/commands-and-trust.md against a real API server, one
 failed predicate at a time: ``NotRetryWait`` (an Active slot, also when its pod failed but
 its lease is still renewed, and when its lease expired but its pod still runs, before the
 operator fences it), ``WrongRun``, ``WrongTenant``, ``UnknownWorkerClass``,

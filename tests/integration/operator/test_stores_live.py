@@ -1,4 +1,4 @@
-"""The operator's stores against the real API server (timeouts of item 2).
+"""The operator's stores against the real API server (their request timeouts too).
 
 The Reader and Writer are the operator's, as the ``operator`` user, over ``Stores`` primed
 by LIST and fed by a real watch (tests/support/watchfeed.py, the role Kopf's handlers play

@@ -1,10 +1,10 @@
 """The write budget of one recovery cycle, counted in the API server's audit log.
 
-Issue 9: a failure → retry-wait → reassignment → claim cycle costs 7 operator writes
-(slot to RetryWait, lease tombstone, ledger+reopen, annotation removal, Lease, Pod,
-Active): the design's 8 less the ``Claiming`` write (the Lease is the claim's commit
-point), plus Events, none of them Kopf bookkeeping. A reassignment to a class whose
-LaunchSpec snapshot the run does not have yet costs one more (the run's snapshot). Under
+A failure → retry-wait → reassignment → claim cycle costs 7 operator writes (slot to
+RetryWait, lease tombstone, ledger+reopen, annotation removal, Lease, Pod, Active; no
+``Claiming`` write: the Lease is the claim's commit point), plus Events, none of them
+Kopf bookkeeping. A reassignment to a class whose LaunchSpec snapshot the run does not
+have yet costs one more (the run's snapshot). Under
 ``claimPolicy: Manual`` the claim is a command: its ledger entry rides on the Active
 write, then its annotations are removed (one write more than Automatic). A first claim
 costs at most 3 writes per pod beyond the slot's creation: Lease, Pod, one status.

@@ -1,4 +1,4 @@
-"""The ended-attempt truth table (DESIGN.md section 4) and lease expiry under clock skew."""
+"""The ended-attempt truth table (docs/design/states.md) and lease expiry under clock skew."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from agentrun.api.slots import Outcome
 from agentrun.core.attempts import ending, observations
 from agentrun.core.attempts.observations import LeaseStatus, LeaseView, PodPhase, PodView
 
-# The table, as written in DESIGN.md section 4: (pod, lease) -> (ended, delete the pod).
+# The table, as written in docs/design/states.md: (pod, lease) -> (ended, delete the pod).
 # "renewed" lets expiry be a lost lease (True) or a start timeout (False).
 NO, FENCE, YES = (False, False), (False, True), (True, False)
 TABLE = {
@@ -32,8 +32,8 @@ TABLE = {
 }
 # Outcomes: pod Succeeded -> Succeeded; Failed -> Failed; gone -> Lost, or StartTimeout
 # when it went after the start deadline passed with no renewal ever seen (deleted for it).
-# A lease never renewed is not "held" (DESIGN.md: "renewed within its duration, as
-# observed"): in its start-deadline window, a pod that finished or is gone ends at once.
+# A lease never renewed is not "held" ("renewed within its duration, as observed"):
+# in its start-deadline window, a pod that finished or is gone ends at once.
 OUTCOMES = {
     ("Succeeded", True): "Succeeded", ("Succeeded", False): "Succeeded",
     ("Failed", True): "Failed", ("Gone", True): "Lost",
@@ -43,9 +43,9 @@ OUTCOMES = {
 @pytest.mark.parametrize(("pod", "lease"), sorted(TABLE))
 @pytest.mark.parametrize("renewed", [True, False])
 def test_truth_table(pod: str, lease: str, renewed: bool) -> None:
-    """DESIGN.md section 4: when an attempt has ended, and when to fence it."""
+    """docs/design/states.md: when an attempt has ended, and when to fence it."""
     verdict = ending.judge(pod=PodView(phase=PodPhase(pod), exit_code=3),
-                             lease=LeaseStatus(lease), renewed=renewed)
+                           lease=LeaseStatus(lease), renewed=renewed)
     ended, delete = TABLE[(pod, lease)]
     assert ending.is_terminal(pod=PodPhase(pod), lease=LeaseStatus(lease)) is ended
     if lease == "Held" and not renewed and pod in ("Succeeded", "Failed", "Gone"):

@@ -6,7 +6,7 @@ terminal prior attempt can be reopened and that the selected launch specificatio
 matches the requested class."
 
 The expected outcome comes from the table of predicates below, written from the paper
-and DESIGN.md section 5, never from the code under test.
+and docs/design/commands-and-trust.md, never from the code under test.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from agentrun.core.commands import guards
 
 # --- The independent oracle ------------------------------------------------------------
 
-# DESIGN.md section 4: an attempt is terminal ("yes") only in these cells.
+# docs/design/states.md: an attempt is terminal ("yes") only in these cells.
 TERMINAL_CELLS = {
     (pod, lease)
     for pod in ("Succeeded", "Failed", "Gone")

@@ -1,6 +1,7 @@
 """The exact words a person reads: verdicts, ledger messages, Events, and what a decision returns.
 
-"...with the failed predicate named in words a person can act on" (DESIGN.md section 5).
+"...with the failed predicate named in words a person can act on"
+(docs/design/commands-and-trust.md).
 The wording is part of the interface, so it is pinned here whole.
 """
 

@@ -1,4 +1,7 @@
-"""Pinning a run (snapshots, pins) and laying out its slots (DESIGN.md sections 2, 3, 7)."""
+"""Pinning a run (snapshots, pins) and laying out its slots.
+
+See docs/design/runs-and-configuration.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Resolving a run's configuration (DESIGN.md section 7): which revision, and is it valid."""
+"""Resolving a run's configuration: which revision, and is it valid.
+
+See docs/design/runs-and-configuration.md.
+"""
 
 from __future__ import annotations
 

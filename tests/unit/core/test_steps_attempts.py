@@ -7,7 +7,7 @@ Covers, each by the exact step type and its key content:
   name that is not this attempt's (labels, owner or content) waits under NameSquatted,
   spending nothing; no readable pinned spec ends the attempt as ClaimFailed (RetryWait,
   or AwaitingReassignment once exhausted);
-- Active: the attempt table of DESIGN.md section 4: wait while the lease is held (until
+- Active: the attempt table of docs/design/states.md: wait while the lease is held (until
   its observed expiry, or the start deadline before the first renewal), fence a live pod
   whose lease is not held, wait for a terminating pod, end as Succeeded, Failed, Lost or
   StartTimeout with the AttemptEnded Event; the run's retry policy decides exhaustion;

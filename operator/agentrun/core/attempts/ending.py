@@ -1,4 +1,4 @@
-"""When has an attempt ended? The truth table of DESIGN.md section 4, and nothing else.
+"""When has an attempt ended? The truth table of docs/design/states.md, and nothing else.
 
 An attempt *has ended* when both its pod and its lease are terminal: no process of it
 can still run, and no process of it can still believe it owns the slot. Only then may a
@@ -62,7 +62,7 @@ def judge(*, pod: PodView, lease: LeaseStatus, renewed: bool) -> Verdict:
     """Decide for an Active attempt from its pod and lease (the table above).
 
     ``renewed`` says whether the worker was ever seen renewing. A lease is *held* only
-    once renewed (DESIGN.md: "renewed within its duration, as observed"); before the first
+    once renewed ("renewed within its duration, as observed"); before the first
     renewal the start deadline governs, and a pod that has already finished or is gone
     without ever renewing ends its attempt at once: no worker ever took ownership, and
     none can now. Outcomes: pod Succeeded → Succeeded; pod Failed → Failed; pod gone →

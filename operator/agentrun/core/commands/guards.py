@@ -1,4 +1,6 @@
-"""The guarded commands: reassignment (DESIGN.md section 5), and claim, hold, release, give up.
+"""The guarded commands: reassignment, and claim, hold, release, give up.
+
+The design, with its reasons: docs/design/commands-and-trust.md.
 
 A *command* is a set of annotations a person put on a Slot, with the *actor* stamped by
 admission from the authenticated user (never from the person's text) and ``override``

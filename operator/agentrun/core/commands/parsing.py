@@ -1,4 +1,4 @@
-"""Reading commands from a Slot's annotations (DESIGN.md section 5).
+"""Reading commands from a Slot's annotations (docs/design/commands-and-trust.md).
 
 A person writes a command with ``kubectl annotate`` (or the plugin): a request id, the
 command's fields, and admission stamps ``<kind>-actor`` from the authenticated user. A

@@ -1,6 +1,6 @@
 """The slot state machine: one pure function per legal transition, SlotStatus to SlotStatus.
 
-States (DESIGN.md section 4): ``Pending`` (waiting for dependencies), ``Ready`` (a launch
+States (docs/design/states.md): ``Pending`` (waiting for dependencies), ``Ready`` (a launch
 spec pinned, no attempt yet), ``Claiming`` (``pendingWorker`` set: the next attempt's
 objects are being created; mostly a state decided in memory, its Lease
 being the claim's commit point, and written only while a claim waits), ``Active``
@@ -31,7 +31,7 @@ from agentrun.api.slots import (
 from agentrun.core.base import naming
 from agentrun.core.machine import retries
 
-# Slot condition types (DESIGN.md section 14).
+# Slot condition types (docs/design/names.md).
 HELD = "Held"
 REOPENED = "Reopened"
 AWAITING_REASSIGNMENT = "AwaitingReassignment"
@@ -83,7 +83,7 @@ def launch_spec_ref(pinned: PinnedLaunchSpec) -> str:
 
 
 def is_claimable(status: SlotStatus, *, now: datetime, claim_policy: ClaimPolicy) -> bool:
-    """May the operator claim the next attempt by itself now (DESIGN.md section 6)?
+    """May the operator claim the next attempt by itself now (docs/design/states.md)?
 
     Only under ``Automatic`` policy, and when :func:`may_be_claimed`; a claim command
     (under either policy) is judged by :func:`may_be_claimed` alone.
@@ -279,7 +279,9 @@ def fail(status: SlotStatus, *, reason: str, message: str, now: datetime) -> Slo
 
 def reopen(status: SlotStatus, *, worker_class: str, launch_spec: PinnedLaunchSpec,
            owner_actor: str | None, message: str, now: datetime) -> SlotStatus:
-    """RetryWait → RetryWait, reopened: the accepted reassignment (DESIGN.md section 5).
+    """RetryWait → RetryWait, reopened: the accepted reassignment.
+
+    See docs/design/commands-and-trust.md.
 
     Pins ``launch_spec``, sets the worker class, clears pending/active workers and
     ``retryAt``, keeps ``priorWorker`` and identity, sets ``Reopened`` and clears

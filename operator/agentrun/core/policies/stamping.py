@@ -1,4 +1,6 @@
-"""Whether a command's stamped actor can be believed: stamping *epochs* (docs/decisions.md).
+"""Whether a command's stamped actor can be believed: stamping *epochs*.
+
+The argument for it: docs/design/commands-and-trust.md.
 
 Admission stamps a command's actor only while the MutatingAdmissionPolicy
 ``agentrun-stamp-actors`` and its binding are in force as shipped. Neither the existence of

@@ -1,6 +1,6 @@
 """Resolving a run's configuration: which ConfigMap revisions it pins, and are they valid.
 
-DESIGN.md section 7. A run names its package, workflow and bindings (``{name,
+docs/design/runs-and-configuration.md. A run names its package, workflow and bindings (``{name,
 revision?}``). Each is resolved to one source ConfigMap, labelled
 ``agentrun.dev/config-kind``, ``-config-name``, ``-revision`` (a positive integer) and
 ``agentrun.dev/accepted: "true"``: the named revision, or the highest accepted one
@@ -33,7 +33,7 @@ from agentrun.api.configs import (
 )
 from agentrun.api.runs import AgentRun, ConfigRef
 
-# ``Pinned`` condition reasons when a run cannot be pinned (DESIGN.md section 14 style).
+# ``Pinned`` condition reasons when a run cannot be pinned (docs/design/names.md).
 CONFIG_NOT_FOUND: Final = "ConfigNotFound"
 CONFIG_NOT_ACCEPTED: Final = "ConfigNotAccepted"
 CONFIG_INVALID: Final = "ConfigInvalid"

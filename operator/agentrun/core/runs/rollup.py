@@ -1,4 +1,6 @@
-"""A run's status, derived purely from the run and its slots (DESIGN.md sections 3 and 14).
+"""A run's status, derived purely from the run and its slots.
+
+See docs/design/runs-and-configuration.md.
 
 The run's status is a *view*: slot counts, ``done`` (succeeded/total, for the printer
 column) and four conditions, recomputed from the slots on every reconcile, so a restart
@@ -33,7 +35,7 @@ from agentrun.api.runs import AgentRun, AgentRunStatus, Pins, SlotCounts
 from agentrun.api.slots import TERMINAL_STATES, Slot, SlotState
 from agentrun.core.runs.resolution import Problem
 
-# Run condition types (DESIGN.md section 14).
+# Run condition types (docs/design/names.md).
 PINNED: Final = "Pinned"
 READY: Final = "Ready"
 SUCCEEDED: Final = "Succeeded"

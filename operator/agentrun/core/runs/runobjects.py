@@ -1,10 +1,11 @@
 """Launching a run: pin its resolved configuration into snapshots and lay out its slots.
 
-DESIGN.md section 7. Once :mod:`agentrun.core.runs.resolution` has chosen and validated the
-package, workflow and bindings, the operator copies each into an immutable snapshot
-ConfigMap owned by the run, writes ``status.pinned`` once and creates one Slot per
-workflow node. Bodies are plain dicts, as the API server takes them; the ``matches_*``
-functions tell an ``AlreadyExists`` after a crash (our object: success) from a stranger.
+See docs/design/runs-and-configuration.md. Once :mod:`agentrun.core.runs.resolution` has chosen
+and validated the package, workflow and bindings, the operator copies each into an
+immutable snapshot ConfigMap owned by the run, writes ``status.pinned`` once and creates
+one Slot per workflow node. Bodies are plain dicts, as the API server takes them; the
+``matches_*`` functions tell an ``AlreadyExists`` after a crash (our object: success) from
+a stranger.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ decision about a run needs, read at ``now``; :func:`next_step` maps it to one st
   ``until``; never returned when the status would not change;
 - ``actions.Wait``: nothing to write now; look again at ``until`` (None: on a change).
 
-The sequence (DESIGN.md section 7): while unpinned, resolve, create the immutable
+The sequence (docs/design/runs-and-configuration.md): while unpinned, resolve, create the immutable
 snapshots (deterministic names), then write ``status.pinned``; once pinned, never resolve
 again: lay out the slots from the pinned workflow, then derive the status from them.
 A status write ends a reconcile (the caller stops there), so one reconcile writes the

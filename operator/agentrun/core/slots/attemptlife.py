@@ -258,7 +258,7 @@ def claim_failed(world: inputs.World, *, message: str) -> actions.WriteStatus:
 
 
 def active_step(world: inputs.World) -> actions.Step:
-    """Active: the ended-attempt table of DESIGN.md section 4."""
+    """Active: the ended-attempt table of docs/design/states.md."""
     status = world.slot.status
     objects = world.attempt
     assert objects is not None and objects.name == status.active_worker

@@ -159,7 +159,7 @@ def under_way(world: inputs.World) -> inputs.World | actions.Step | None:
 def wind_down(world: inputs.World) -> actions.Step:
     """No run to serve, or the slot is being deleted: no claim and no command, only fencing.
 
-    An Active attempt is followed to its end (the table of DESIGN.md section 4) so that its
+    An Active attempt is followed to its end (the table of docs/design/states.md) so that its
     lease is tombstoned with a true outcome; a claim under way fails (its run is gone): no
     Pod, the attempt is recorded as ClaimFailed, and its Lease is then tombstoned.
     """
