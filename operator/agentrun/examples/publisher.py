@@ -1,6 +1,6 @@
 """The example's client of its effect's owner: the publishing service (HTTP + JSON).
 
-The owner is what the SDK's effect ledger expects of one (:mod:`agentrun.worker.effects`):
+The owner is what the SDK's effect ledger expects of one (:mod:`agentrun.worker._effects`):
 ``POST <url>/effects`` with ``{"key", "token", "fence", "payload"}`` applies the effect
 once per idempotency ``key`` and rejects (409) a fencing ``token`` lower than the highest
 it has seen within ``fence``; ``GET <url>/effects/<key>`` answers a reconcile. The
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from agentrun.worker import effects
+from agentrun.worker import _effects as effects
 
 REQUEST_TIMEOUT_SECONDS = 10.0
 # A POST waits while the owner applies (an owner may take long); bounded all the same.

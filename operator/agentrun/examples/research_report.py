@@ -2,7 +2,7 @@
 
 Run as the worker pod's command (``python3 -m agentrun.examples.research_report``; the
 SDK's keeper is its only lease renewer). Every stage is a step of the worker SDK
-(:meth:`agentrun.worker.sdk.Worker.step`), so a successor attempt skips what an earlier
+(:meth:`agentrun.worker._sdk.Worker.step`), so a successor attempt skips what an earlier
 attempt committed and repeats only what was never externalized:
 
 1. *gather*: one tool call per source topic, each its own step ``source-<n>`` (kind
@@ -42,9 +42,12 @@ import yaml
 from agentrun.api import bounds, configs
 from agentrun.examples import faults
 from agentrun.examples.publisher import Publisher, PublishError
-from agentrun.worker import effects, keeper, prefix, records
-from agentrun.worker.context import Context, PinnedConfig, WorkerContextError
-from agentrun.worker.sdk import Worker
+from agentrun.worker import _effects as effects
+from agentrun.worker import _keeper as keeper
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
+from agentrun.worker._context import Context, PinnedConfig, WorkerContextError
+from agentrun.worker._sdk import Worker
 
 DEFAULT_TOPICS = ("lease fencing for workers", "journaled step results",
                   "idempotent external effects")
@@ -63,7 +66,7 @@ class ConfigError(ValueError):
 
 
 class AgentWorker(Protocol):
-    """What the agent uses of :class:`agentrun.worker.sdk.Worker` (a fake in unit tests)."""
+    """What the agent uses of :class:`agentrun.worker._sdk.Worker` (a fake in unit tests)."""
 
     @property
     def context(self) -> Context: ...

@@ -55,7 +55,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agentrun.api import bounds, names
-from agentrun.worker import prefix, records
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
 
 JSON = records.JSON
 INTENT, OUTCOME, UNRESOLVED = "intent", "outcome", "unresolved"
@@ -66,7 +67,7 @@ OWNER_ANSWERED_UNKNOWN, NO_RECONCILE = "owner-answered-unknown", "no-reconcile" 
 
 
 class Live(Protocol):
-    """The lease keeper's side the ledger needs (``agentrun.worker.keeper``)."""
+    """The lease keeper's side the ledger needs (``agentrun.worker._keeper``)."""
 
     def ensure_live(self) -> None:
         """Return while effects may start; raise (``LeaseLapsed``) once they may not."""

@@ -6,11 +6,11 @@
         worker.effect("publish", key="publish", call=send, reconcile=ask)
 
 :meth:`Worker.step` is "skip if committed, else do and commit" over the slot's
-recoverable prefix (:mod:`agentrun.worker.prefix`), read once, on first use, from the
+recoverable prefix (:mod:`agentrun.worker._prefix`), read once, on first use, from the
 sealed Leases of earlier attempts and this attempt's own. :meth:`Worker.effect` is the
-effect ledger (:mod:`agentrun.worker.effects`): intent, call, outcome; an ambiguous one is
+effect ledger (:mod:`agentrun.worker._effects`): intent, call, outcome; an ambiguous one is
 asked about, never assumed. Records go on the attempt's own Lease
-(:mod:`agentrun.worker.records`); payloads over the inline bound go to ``store``.
+(:mod:`agentrun.worker._records`); payloads over the inline bound go to ``store``.
 
 Leaving the ``with`` block (or :meth:`Worker.stop`) stops renewing; the operator then sees
 the attempt end by the pod's exit. A :class:`keeper.LeaseLost` means exit now: a
@@ -29,9 +29,13 @@ from types import FrameType, TracebackType
 import kubernetes
 
 from agentrun.kube import clients, rest
-from agentrun.worker import effects, keeper, prefix, records, renewer
-from agentrun.worker.context import Context
-from agentrun.worker.renewals import Verdict
+from agentrun.worker import _effects as effects
+from agentrun.worker import _keeper as keeper
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
+from agentrun.worker import _renewer as renewer
+from agentrun.worker._context import Context
+from agentrun.worker._renewals import Verdict
 
 # Every connection and read of the keeper's requests times out after this (urllib3's own
 # retries are off): a hung request must not keep the keeper from renewing again for long.

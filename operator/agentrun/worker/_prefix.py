@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from agentrun.api import names
 from agentrun.core import attemptobjects, observations
 from agentrun.kube import rest
-from agentrun.worker import records
+from agentrun.worker import _records as records
 
 Record = records.Record
 
