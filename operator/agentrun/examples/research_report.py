@@ -35,7 +35,7 @@ import random
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import yaml
 
@@ -43,7 +43,6 @@ from agentrun.api import bounds, configs
 from agentrun.examples import faults
 from agentrun.examples.publisher import Publisher, PublishError
 from agentrun.worker import (
-    JSON,
     Call,
     Context,
     EffectStopped,
@@ -68,6 +67,7 @@ REPORT_BYTES = bounds.INLINE_PAYLOAD_BYTES - 64
 ANGLES = ("failure-first", "cost-first", "operator's view", "agent author's view")
 EXIT_CONFIG, EXIT_EFFECT_STOPPED, EXIT_LEASE = 2, 3, 4
 Emit = Callable[[dict[str, Any]], None]
+T = TypeVar("T")  # a step's or the effect's result type
 
 
 class ConfigError(ValueError):
@@ -83,12 +83,11 @@ class AgentWorker(Protocol):
     @property
     def steps(self) -> Steps: ...
 
-    def step(self, key: str, *, do: Callable[[], JSON],
-             kind: Kind = Kind.STEP_RESULT) -> JSON: ...
+    def step(self, key: str, *, do: Callable[[], T], kind: Kind = Kind.STEP_RESULT) -> T: ...
 
-    def effect(self, name: str, *, key: str, call: Call,
+    def effect(self, name: str, *, key: str, call: Call[T],
                reconcile: Reconcile | None = None,
-               owner: str | None = None) -> JSON: ...
+               owner: str | None = None) -> T: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,8 +172,8 @@ class Agent:
     model: Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]] = stand_in_model
     via: list[str] = field(default_factory=list)  # what the effect did, in order
 
-    def _step(self, key: str, *, kind: Kind, do: Callable[[], Any]) -> Any:
-        def run() -> Any:
+    def _step(self, key: str, *, kind: Kind, do: Callable[[], T]) -> T:
+        def run() -> T:
             result = do()
             self.pauses.at(f"before-commit:{key}")
             return result

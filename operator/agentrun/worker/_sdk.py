@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType, TracebackType
+from typing import TypeVar
 
 import kubernetes
 
@@ -42,6 +43,7 @@ from agentrun.worker._renewals import Verdict
 REQUEST_TIMEOUT_SECONDS = 5.0
 START_TIMEOUT_SECONDS = 60.0
 TERMINATED_EXIT = 128 + signal.SIGTERM  # 143, the shell's code for "ended by SIGTERM"
+T = TypeVar("T")  # the caller's result type: what a step's ``do`` or an effect's ``call`` returns
 
 
 def _terminated(signum: int, _frame: FrameType | None) -> None:
@@ -110,18 +112,21 @@ class Worker:
                                             lease=c.lease, attempt=c.attempt))
         return self._steps
 
-    def step(self, key: str, *, do: Callable[[], records.JSON],
-             kind: records.Kind = records.Kind.STEP_RESULT) -> records.JSON:
-        """Skip if committed (its result returned), else ``do()`` and commit its result."""
+    def step(self, key: str, *, do: Callable[[], T],
+             kind: records.Kind = records.Kind.STEP_RESULT) -> T:
+        """Skip if committed (its result returned), else ``do()`` and commit its result.
+        Typed as ``do``'s result; a skipped step's is read back as JSON (see
+        :meth:`prefix.Steps.step`)."""
         return self.steps.step(key, do=do, kind=kind)
 
-    def effect(self, name: str, *, key: str, call: effects.Call,
+    def effect(self, name: str, *, key: str, call: effects.Call[T],
                reconcile: effects.Reconcile | None = None,
-               owner: str | None = None) -> records.JSON:
+               owner: str | None = None) -> T:
         """Perform the external effect ``name`` under the ledger (see
         :meth:`effects.Ledger.effect`; ``owner`` names the service that owns it, shown
         to a person if it is ever unresolved); raises :class:`effects.EffectStopped` when
-        the attempt must stop, and ``LeaseLapsed`` when the lease may have lapsed."""
+        the attempt must stop, and ``LeaseLapsed`` when the lease may have lapsed. Typed
+        as ``call``'s result (what that promises: :meth:`effects.Ledger.effect`)."""
         ledger = effects.Ledger(steps=self.steps, keeper=self.keeper,
                                 run_uid=self.context.run_uid, slot=self.context.slot)
         return ledger.effect(name, key=key, call=call, reconcile=reconcile, owner=owner)

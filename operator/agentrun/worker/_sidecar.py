@@ -117,7 +117,7 @@ class Backend(Protocol):
     def step(self, key: str, *, do: Callable[[], JSON],
              kind: records.Kind = records.Kind.STEP_RESULT) -> JSON: ...
 
-    def effect(self, name: str, *, key: str, call: effects.Call,
+    def effect(self, name: str, *, key: str, call: effects.Call[JSON],
                reconcile: effects.Reconcile | None = None,
                owner: str | None = None) -> JSON: ...
 
