@@ -32,7 +32,7 @@ from faultkit import bounded  # noqa: E402
 from provenance import machine_commit_date  # noqa: E402
 from report import BENCHMARKS, write_section  # noqa: E402
 
-from agentrun.worker.renewals import interval  # noqa: E402
+from agentrun.worker._renewals import interval  # noqa: E402
 
 SECTION = "## Renewals"
 

@@ -227,7 +227,7 @@ def notes(args: argparse.Namespace, points: list[Point], resyncs: list[Resync],
     said = [f"Leases of {args.lease} s, each renewed once per {args.renew_every:g} s by the "
             f"load generator ({renewer.renewed:,} renewals sent, {renewer.failed} failed); "
             "the worker's own cadence is a third of the lease but at most 10 s "
-            "(agentrun.worker.renewals.MAX_INTERVAL_SECONDS), which at 10,000 slots would "
+            "(agentrun.worker._renewals.MAX_INTERVAL_SECONDS), which at 10,000 slots would "
             "be 1,000 renewals/s: the cadence here is what 2 cores afford, not the worker's.",
             f"Each figure over {args.window:g} s with every slot idle and Active; runs of "
             f"{args.nodes} nodes; the operator unthrottled; reads as in `## Control loop`."]

@@ -31,7 +31,7 @@ from waiting import wait_for
 
 from agentrun.api import names
 from agentrun.kube import rest
-from agentrun.worker import renewals
+from agentrun.worker import _renewals as renewals
 
 Object = dict[str, Any]
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -136,7 +136,7 @@ def sample(operator: Operator, *, seconds: float) -> tuple[float, float]:
 class Renewer:
     """Renews each held attempt Lease of ``namespace`` once per ``every`` seconds, spread
     evenly over that period, as the worker does (``spec.renewTime`` only, under the
-    resourceVersion read: :func:`agentrun.worker.renewals.renewed`), until stopped.
+    resourceVersion read: :func:`agentrun.worker._renewals.renewed`), until stopped.
 
     Leases are listed at the start of each round, so those made meanwhile join the next.
     A conflict (the operator wrote the Lease meanwhile) reads it again and retries once.

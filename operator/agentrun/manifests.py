@@ -246,10 +246,10 @@ def mutating_policies() -> list[dict[str, Any]]:
 
 
 WORKER_ROLE = "agentrun-worker"
-# Exactly what the worker calls: the lease renewer (agentrun.worker.renewer) reads its
+# Exactly what the worker calls: the lease renewer (agentrun.worker._renewer) reads its
 # Lease and writes renewTime back with an update (PUT) under the resourceVersion it read;
-# records (agentrun.worker.records) are added by a merge patch carrying that
-# resourceVersion, and a successor lists its slot's attempt Leases (agentrun.worker.prefix,
+# records (agentrun.worker._records) are added by a merge patch carrying that
+# resourceVersion, and a successor lists its slot's attempt Leases (agentrun.worker._prefix,
 # by the slot label). Admission (core.policies.leasepolicy) limits every write to the holder's own.
 WORKER_RULES: list[Rule] = [rule(["coordination.k8s.io"], ["leases"],
                                  ["get", "list", "update", "patch"])]

@@ -106,7 +106,7 @@ def _run_in(ref: str, script: str) -> str:
 
 def test_the_project_image_holds_the_renewer(project: imagestore.ImageArchive) -> None:
     out = _run_in(project.ref, "id -u; agentrun-worker run --help; agentrun-operator --help;"
-                  " python3 -c 'import agentrun.worker.renewer, kopf; print(\"imports\")'")
+                  " python3 -c 'import agentrun.worker._renewer, kopf; print(\"imports\")'")
     lines = out.splitlines()
     assert lines[0] == "65532"
     assert "usage: agentrun-worker run" in out

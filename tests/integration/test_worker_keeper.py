@@ -35,9 +35,11 @@ from waiting import wait_for
 
 from agentrun.api import names
 from agentrun.kube import rest
-from agentrun.worker import keeper, renewer, sdk
-from agentrun.worker.keeper import LeaseLapsed, LeaseLost
-from agentrun.worker.renewals import Standing
+from agentrun.worker import _keeper as keeper
+from agentrun.worker import _renewer as renewer
+from agentrun.worker import _sdk as sdk
+from agentrun.worker._keeper import LeaseLapsed, LeaseLost
+from agentrun.worker._renewals import Standing
 from integration import test_worker_renewer as renewer_test
 
 POD = renewer_test.POD

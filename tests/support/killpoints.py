@@ -37,7 +37,7 @@ from scenarios import Object, Scenario, workflow
 from waiting import ConditionTimeout, wait_for
 from workers import agent_events, agent_launch_spec, grant_worker_role, kill_when_paused
 
-from agentrun.worker import effects
+from agentrun.worker import _effects as effects
 
 STEPS = ("source-1", "source-2", "source-3", "decision", "report")
 EFFECT = "publish"

@@ -47,8 +47,8 @@ from agentrun.api import names
 
 WORKER = """
 import json, os, sys, time, urllib.request
-from agentrun.worker import keeper
-from agentrun.worker.sdk import Worker
+from agentrun.worker import _keeper as keeper
+from agentrun.worker._sdk import Worker
 OWNER = os.environ["EFFECT_OWNER"]
 def say(**fields):
     print(json.dumps(fields), flush=True)

@@ -1,5 +1,5 @@
-"""The sidecar's real HTTP server (``agentrun.worker.sidecarserver``) on 127.0.0.1, port
-chosen by the kernel, over a given :class:`~agentrun.worker.sidecar.Sidecar`, and a
+"""The sidecar's real HTTP server (``agentrun.worker._sidecarserver``) on 127.0.0.1, port
+chosen by the kernel, over a given :class:`~agentrun.worker._sidecar.Sidecar`, and a
 client that answers (status, parsed JSON body or None)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from agentrun.worker import sidecarserver
-from agentrun.worker.sidecar import Sidecar
+from agentrun.worker import _sidecarserver as sidecarserver
+from agentrun.worker._sidecar import Sidecar
 
 Ask = Callable[..., tuple[int, Any]]  # (method, path, body=b"", headers=None)
 

@@ -10,10 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrun.worker import effects, keeper, prefix, records
-from agentrun.worker.renewals import Standing
-from agentrun.worker.sidecar import CheckIns, Sidecar
-from agentrun.worker.sidecarsessions import Reply
+from agentrun.worker import _effects as effects
+from agentrun.worker import _keeper as keeper
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
+from agentrun.worker._renewals import Standing
+from agentrun.worker._sidecar import CheckIns, Sidecar
+from agentrun.worker._sidecarsessions import Reply
 
 UID, SLOT, ATTEMPT = "uid-run", "study-research", 2
 POD = f"{SLOT}-{ATTEMPT}"

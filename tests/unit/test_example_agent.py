@@ -21,8 +21,10 @@ from effectowner import EffectOwner
 from agentrun.examples import faults, research_report
 from agentrun.examples.publisher import Publisher, PublishError
 from agentrun.examples.research_report import Agent, Brief, ConfigError
-from agentrun.worker import effects, prefix, records
-from agentrun.worker.context import Context
+from agentrun.worker import _effects as effects
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
+from agentrun.worker._context import Context
 
 RUN_UID = "5f0c2d1e-0000-4000-8000-000000000001"
 SLOT = "study-0a1b2c3d"

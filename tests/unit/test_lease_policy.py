@@ -10,7 +10,7 @@ from typing import Any
 from agentrun import manifests
 from agentrun.api import bounds, names
 from agentrun.core.policies import leasepolicy
-from agentrun.worker import records
+from agentrun.worker import _records as records
 
 
 def policy() -> dict[str, Any]:

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from agentrun.api import bounds
-from agentrun.worker import prefix, records
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
 
 from .sidecarfakes import Memory
 

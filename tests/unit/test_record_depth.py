@@ -21,7 +21,9 @@ from sidecarhttp import serving
 
 from agentrun.api import bounds
 from agentrun.api.records import nesting
-from agentrun.worker import effects, prefix, records
+from agentrun.worker import _effects as effects
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
 
 from .sidecarfakes import Memory, make
 

@@ -23,8 +23,9 @@ from agentrun.api.runs import Pin, Pins
 from agentrun.api.slots import PinnedLaunchSpec, Slot, SlotSpec
 from agentrun.core.attempts import attemptobjects
 from agentrun.core.base import naming
-from agentrun.worker import context, sdk
-from agentrun.worker.context import Context, WorkerContextError
+from agentrun.worker import _context as context
+from agentrun.worker import _sdk as sdk
+from agentrun.worker._context import Context, WorkerContextError
 
 RUN = "research-1"
 TEXTS = {"package": "name: research\nsteps: [gather, decide]\n",

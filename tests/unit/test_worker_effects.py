@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from agentrun.worker import effects, prefix, records
+from agentrun.worker import _effects as effects
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
 
 Answer, Step = effects.Answer, effects.Step
 

@@ -15,7 +15,8 @@ import pytest
 
 from agentrun.api import bounds, slots
 from agentrun.core.attempts import effectrecords
-from agentrun.worker import effects, records
+from agentrun.worker import _effects as effects
+from agentrun.worker import _records as records
 
 from .test_worker_effects import IDEM, Owner, intent, ledger
 

@@ -30,10 +30,12 @@ import pytest
 import urllib3
 
 from agentrun.kube import rest
-from agentrun.worker import keeper, renewer, sdk
-from agentrun.worker.context import Context
-from agentrun.worker.keeper import LeaseLapsed, LeaseLost
-from agentrun.worker.renewals import Standing
+from agentrun.worker import _keeper as keeper
+from agentrun.worker import _renewer as renewer
+from agentrun.worker import _sdk as sdk
+from agentrun.worker._context import Context
+from agentrun.worker._keeper import LeaseLapsed, LeaseLost
+from agentrun.worker._renewals import Standing
 
 POD = "slot-a-1"
 DURATION = 10  # interval 10/3 s, margin 2 s: a renewal sent at t vouches until t + 8

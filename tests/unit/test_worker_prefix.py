@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from agentrun.api import bounds
-from agentrun.worker import prefix, records
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
 
 Kind = records.Kind
 

@@ -14,7 +14,7 @@ import pytest
 
 from agentrun.api import bounds
 from agentrun.kube import rest
-from agentrun.worker import records
+from agentrun.worker import _records as records
 
 Kind = records.Kind
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from agentrun.api import names
 from agentrun.core.attempts import observations
 from agentrun.core.attempts.observations import LeaseView
-from agentrun.worker import renewals
-from agentrun.worker.renewals import Verdict
+from agentrun.worker import _renewals as renewals
+from agentrun.worker._renewals import Verdict
 
 POD = "slot-a-1"
 

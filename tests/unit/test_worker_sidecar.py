@@ -24,10 +24,12 @@ from typing import Any
 import pytest
 from sidecarhttp import serving
 
-from agentrun.worker import keeper, records, renewer
-from agentrun.worker.renewals import Standing
-from agentrun.worker.sidecar import CheckIns
-from agentrun.worker.sidecarsessions import Reply
+from agentrun.worker import _keeper as keeper
+from agentrun.worker import _records as records
+from agentrun.worker import _renewer as renewer
+from agentrun.worker._renewals import Standing
+from agentrun.worker._sidecar import CheckIns
+from agentrun.worker._sidecarsessions import Reply
 
 from .sidecarfakes import ATTEMPT, IDEM, POD, Clock, FakeWorker, intent, make, send
 
@@ -185,7 +187,7 @@ def test_a_full_lease_is_not_a_lost_lease(refusal: records.RecordError, status: 
 
 
 def test_the_server_listens_on_localhost_and_moves_json() -> None:
-    from agentrun.worker import sidecarserver
+    from agentrun.worker import _sidecarserver as sidecarserver
 
     sidecar, worker = make()
     with serving(sidecar) as (ask, (host, port)):

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from agentrun.worker.renewals import Standing
-from agentrun.worker.sidecar import Sidecar
-from agentrun.worker.sidecarsessions import Reply
+from agentrun.worker._renewals import Standing
+from agentrun.worker._sidecar import Sidecar
+from agentrun.worker._sidecarsessions import Reply
 
 from .sidecarfakes import ATTEMPT, IDEM, FakeWorker, intent, make, send
 

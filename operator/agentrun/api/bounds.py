@@ -47,7 +47,7 @@ MAX_LEASE_SECONDS: Final = 3600
 MAX_ATTEMPT_NUMBER: Final = 1000  # attempt numbers (and so Lease records) per slot
 
 # Durable records: annotations ``record.agentrun.dev/<key>`` on the
-# attempt's own Lease, each a small JSON document (agentrun.worker.records). Admission
+# attempt's own Lease, each a small JSON document (agentrun.worker._records). Admission
 # (core.policies.leasepolicy) enforces the count and the size; the key's shape is the API server's
 # own (an annotation name is at most 63 characters). Worst case: 64 x (2 KiB + key) is
 # about 134 KiB, well under the API server's 256 KiB for all of a Lease's annotations, and

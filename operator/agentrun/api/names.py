@@ -106,6 +106,11 @@ ENV_ATTEMPT: Final = "AGENTRUN_ATTEMPT"
 ENV_FENCING_TOKEN: Final = "AGENTRUN_FENCING_TOKEN"
 ENV_LEASE: Final = "AGENTRUN_LEASE"
 ENV_CONFIG_DIR: Final = "AGENTRUN_CONFIG_DIR"
+# The pinned digest of each configuration snapshot (``AGENTRUN_PACKAGE_SHA256`` ...): the
+# operator's pod builder sets them, the worker verifies the mounted snapshots against them
+# without reading the run (its ServiceAccount may read only its Lease).
+ENV_PINNED_SHA256: Final = {kind: f"AGENTRUN_{kind.upper()}_SHA256"
+                            for kind in CONFIG_KINDS}
 CONFIG_MOUNT_ROOT: Final = "/etc/agentrun/config"
 # The worker sidecar (LaunchSpec ``spec.sidecar``): its init container's name, and where
 # every main container finds it (``http://127.0.0.1:<port>``).

@@ -1,7 +1,7 @@
 """The durable records' encoding and decoding: one codec for the SDK and the operator.
 
 A *record* is one small JSON document stored as the annotation
-``record.agentrun.dev/<key>`` of an attempt's Lease (``agentrun.worker.records`` writes
+``record.agentrun.dev/<key>`` of an attempt's Lease (``agentrun.worker._records`` writes
 them; the operator reads an effect's ``<key>.unresolved`` and writes ``<key>.resolved``
 on a successor's Lease). Pure: no I/O, so ``agentrun.core`` may use it
 and the worker's module re-exports it (one decoder).

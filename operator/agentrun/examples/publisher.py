@@ -1,6 +1,6 @@
 """The example's client of its effect's owner: the publishing service (HTTP + JSON).
 
-The owner is what the SDK's effect ledger expects of one (:mod:`agentrun.worker.effects`):
+The owner is what the SDK's effect ledger expects of one (:meth:`agentrun.worker.Worker.effect`):
 ``POST <url>/effects`` with ``{"key", "token", "fence", "payload"}`` applies the effect
 once per idempotency ``key`` and rejects (409) a fencing ``token`` lower than the highest
 it has seen within ``fence``; ``GET <url>/effects/<key>`` answers a reconcile. The
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from agentrun.worker import effects
+from agentrun.worker import Answer, Reconciled
 
 REQUEST_TIMEOUT_SECONDS = 10.0
 # A POST waits while the owner applies (an owner may take long); bounded all the same.
@@ -74,16 +74,16 @@ class Publisher:
                                "has spoken to it")
         raise PublishError(f"the owner answered {status}: {str(answer)[:200]}")
 
-    def reconcile(self, idempotency_key: str) -> effects.Reconciled:
+    def reconcile(self, idempotency_key: str) -> Reconciled:
         """The owner's answer about ``idempotency_key``."""
         status, answer = self._request("GET", "/effects/" + quote(idempotency_key, safe=""),
                                        timeout=REQUEST_TIMEOUT_SECONDS)
         try:
-            said = effects.Answer(str(answer.get("answer")))
+            said = Answer(str(answer.get("answer")))
         except ValueError:
             said = None
         if status != 200 or said is None:
             raise PublishError(f"the owner's reconcile answer ({status}) is not one of "
-                               f"{', '.join(a.value for a in effects.Answer)}: "
+                               f"{', '.join(a.value for a in Answer)}: "
                                f"{str(answer)[:200]}")
-        return effects.Reconciled(answer=said, result=answer.get("result"))
+        return Reconciled(answer=said, result=answer.get("result"))

@@ -2,7 +2,7 @@
 
 Run as the worker pod's command (``python3 -m agentrun.examples.research_report``; the
 SDK's keeper is its only lease renewer). Every stage is a step of the worker SDK
-(:meth:`agentrun.worker.sdk.Worker.step`), so a successor attempt skips what an earlier
+(:meth:`agentrun.worker.Worker.step`), so a successor attempt skips what an earlier
 attempt committed and repeats only what was never externalized:
 
 1. *gather*: one tool call per source topic, each its own step ``source-<n>`` (kind
@@ -35,16 +35,27 @@ import random
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import yaml
 
 from agentrun.api import bounds, configs
 from agentrun.examples import faults
 from agentrun.examples.publisher import Publisher, PublishError
-from agentrun.worker import effects, keeper, prefix, records
-from agentrun.worker.context import Context, PinnedConfig, WorkerContextError
-from agentrun.worker.sdk import Worker
+from agentrun.worker import (
+    Call,
+    Context,
+    EffectStopped,
+    Kind,
+    LeaseLapsed,
+    PinnedConfig,
+    Reconcile,
+    Reconciled,
+    Steps,
+    Worker,
+    WorkerContextError,
+    canonical,
+)
 
 DEFAULT_TOPICS = ("lease fencing for workers", "journaled step results",
                   "idempotent external effects")
@@ -56,6 +67,7 @@ REPORT_BYTES = bounds.INLINE_PAYLOAD_BYTES - 64
 ANGLES = ("failure-first", "cost-first", "operator's view", "agent author's view")
 EXIT_CONFIG, EXIT_EFFECT_STOPPED, EXIT_LEASE = 2, 3, 4
 Emit = Callable[[dict[str, Any]], None]
+T = TypeVar("T")  # a step's or the effect's result type
 
 
 class ConfigError(ValueError):
@@ -63,20 +75,19 @@ class ConfigError(ValueError):
 
 
 class AgentWorker(Protocol):
-    """What the agent uses of :class:`agentrun.worker.sdk.Worker` (a fake in unit tests)."""
+    """What the agent uses of :class:`agentrun.worker.Worker` (a fake in unit tests)."""
 
     @property
     def context(self) -> Context: ...
 
     @property
-    def steps(self) -> prefix.Steps: ...
+    def steps(self) -> Steps: ...
 
-    def step(self, key: str, *, do: Callable[[], records.JSON],
-             kind: records.Kind = records.Kind.STEP_RESULT) -> records.JSON: ...
+    def step(self, key: str, *, do: Callable[[], T], kind: Kind = Kind.STEP_RESULT) -> T: ...
 
-    def effect(self, name: str, *, key: str, call: effects.Call,
-               reconcile: effects.Reconcile | None = None,
-               owner: str | None = None) -> records.JSON: ...
+    def effect(self, name: str, *, key: str, call: Call[T],
+               reconcile: Reconcile | None = None,
+               owner: str | None = None) -> T: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,7 +155,7 @@ def write_report(*, outcome: str, decision: Mapping[str, Any],
     lines = [f"# {title}", "", f"Angle: {decision['angle']}.", ""]
     lines += [f"- {by_source[s]['note']}" for s in decision["order"] if s in by_source]
     text = "\n".join(lines)
-    while len(records.canonical({"title": title, "text": text})) > REPORT_BYTES:
+    while len(canonical({"title": title, "text": text})) > REPORT_BYTES:
         text = bounds.clip(text, limit=len(text) - 32)
     return {"title": title, "text": text}
 
@@ -161,8 +172,8 @@ class Agent:
     model: Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]] = stand_in_model
     via: list[str] = field(default_factory=list)  # what the effect did, in order
 
-    def _step(self, key: str, *, kind: records.Kind, do: Callable[[], Any]) -> Any:
-        def run() -> Any:
+    def _step(self, key: str, *, kind: Kind, do: Callable[[], T]) -> T:
+        def run() -> T:
             result = do()
             self.pauses.at(f"before-commit:{key}")
             return result
@@ -176,12 +187,12 @@ class Agent:
 
     def run(self) -> dict[str, Any]:
         """Gather, decide, write, publish; the owner's result of the publication."""
-        notes = [self._step(f"source-{n}", kind=records.Kind.SOURCE_NOTES,
+        notes = [self._step(f"source-{n}", kind=Kind.SOURCE_NOTES,
                             do=functools.partial(self.tool, topic, n))
                  for n, topic in enumerate(self.brief.topics, start=1)]
-        decision = self._step("decision", kind=records.Kind.DECISION,
+        decision = self._step("decision", kind=Kind.DECISION,
                               do=lambda: self.model(notes))
-        report = self._step("report", kind=records.Kind.STEP_RESULT, do=lambda: write_report(
+        report = self._step("report", kind=Kind.STEP_RESULT, do=lambda: write_report(
             outcome=self.brief.outcome, decision=decision, notes=notes))
         sha256 = hashlib.sha256(str(report["text"]).encode()).hexdigest()
         context = self.worker.context
@@ -197,7 +208,7 @@ class Agent:
             self.pauses.at("after-call:publish")
             return result
 
-        def reconcile(idempotency_key: str) -> effects.Reconciled:
+        def reconcile(idempotency_key: str) -> Reconciled:
             answer = owner.reconcile(idempotency_key)
             self.via.append("reconcile")
             self.emit({"event": "effect-reconciled", "effect": "publish",
@@ -243,12 +254,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         pauses.at("start")
         Agent(worker=worker, brief=brief, pauses=pauses, emit=emit).run()
         return 0
-    except effects.EffectStopped as error:
+    except EffectStopped as error:
         emit({"event": "stopped", "why": str(error), "idempotencyKey": error.idempotency_key})
         return EXIT_EFFECT_STOPPED
-    except (keeper.LeaseLapsed, PublishError) as error:
+    except (LeaseLapsed, PublishError) as error:
         emit({"event": "stopped", "why": f"{type(error).__name__}: {error}"})
-        return EXIT_LEASE if isinstance(error, keeper.LeaseLapsed) else 1
+        return EXIT_LEASE if isinstance(error, LeaseLapsed) else 1
     finally:
         worker.stop()
 

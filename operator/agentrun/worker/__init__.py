@@ -1,10 +1,83 @@
-"""What runs inside a worker pod: the worker SDK, so far its context and lease keeper.
+"""The worker SDK: what an agent author uses in a worker pod (docs/worker-sdk.md).
 
-:mod:`context` reads the attempt (run, slot, node, attempt, fencing token, lease) from the
-environment the operator sets and the pinned configuration from the mounted snapshots,
-verified against their digests. :mod:`keeper` renews the attempt's Lease in the
-background and guards new effects (``ensure_live``); :mod:`renewals` holds its pure
-decisions, :mod:`renewer` one renewal's reads and writes. :mod:`sdk` puts them together
-as ``Worker.from_env()``. ``agentrun-worker run -- <command...>`` (:mod:`cli`) keeps the
-lease while a command that does not use the SDK runs.
+Public, the names in ``__all__`` (import them from here: ``from agentrun.worker import
+Worker``):
+
+- :class:`Worker` (``Worker.from_env()``, ``with``, ``step``, ``effect``) and what it
+  hands out: :class:`Context` (``worker.context``) with its :class:`PinnedConfig`
+  snapshots, and :class:`Steps` (``worker.steps``: what was skipped, what ran again);
+- the errors an author catches: :class:`WorkerContextError` (not in a pod the operator
+  claimed); :class:`LeaseLapsed` (wait and retry) and :class:`LeaseLost` (exit: a
+  successor may be running); :class:`EffectStopped` (stop the attempt) and its kinds
+  :class:`AmbiguousEffect` and :class:`EffectStillInProgress`; :class:`RecordError` and
+  its kinds :class:`ResultNotStored`, :class:`RecordLimit`, :class:`RecordRefused` and
+  :class:`RecordConflict`;
+- the types ``step`` and ``effect`` take: :data:`Call` and :data:`Reconcile` (the effect's
+  owner, called and asked), :class:`Reconciled` and :class:`Answer` (the owner's answer),
+  :class:`Kind` (a record's kind), :data:`JSON`; the payload store for results too large
+  to keep inline (:class:`PayloadStore`, :class:`FsspecStore`), and :func:`canonical`,
+  the bytes a payload is measured by.
+
+Everything else is in private modules: the context's checks (``_context``), the lease
+keeper (``_keeper``, its pure decisions ``_renewals``, one renewal's reads and writes
+``_renewer``), the recoverable prefix (``_prefix``), the records on the Lease
+(``_records``), the effect ledger (``_effects``), the ``Worker`` that puts them together
+(``_sdk``) and the sidecar (``_sidecar``, ``_sidecarsessions``, ``_sidecarserver``). Why:
+they are how the guarantees are kept, and they change with the operator (what a record
+looks like, how a renewal is timed); a name exported here is one the project keeps for
+agents, a private one is not. The one public submodule is :mod:`agentrun.worker.cli`, the
+``agentrun-worker`` command the operator's pods run (``run``, ``sidecar``, ``ready``).
 """
+
+from agentrun.worker._context import Context, PinnedConfig, WorkerContextError
+from agentrun.worker._effects import (
+    AmbiguousEffect,
+    Answer,
+    Call,
+    EffectStillInProgress,
+    EffectStopped,
+    Reconcile,
+    Reconciled,
+    ResultNotStored,
+)
+from agentrun.worker._keeper import LeaseLapsed, LeaseLost
+from agentrun.worker._prefix import Steps
+from agentrun.worker._records import (
+    JSON,
+    FsspecStore,
+    Kind,
+    PayloadStore,
+    RecordConflict,
+    RecordError,
+    RecordLimit,
+    RecordRefused,
+    canonical,
+)
+from agentrun.worker._sdk import Worker
+
+__all__ = [
+    "JSON",
+    "AmbiguousEffect",
+    "Answer",
+    "Call",
+    "Context",
+    "EffectStillInProgress",
+    "EffectStopped",
+    "FsspecStore",
+    "Kind",
+    "LeaseLapsed",
+    "LeaseLost",
+    "PayloadStore",
+    "PinnedConfig",
+    "Reconcile",
+    "Reconciled",
+    "RecordConflict",
+    "RecordError",
+    "RecordLimit",
+    "RecordRefused",
+    "ResultNotStored",
+    "Steps",
+    "Worker",
+    "WorkerContextError",
+    "canonical",
+]

@@ -1,7 +1,7 @@
 """``agentrun-worker run -- <command...>``: run a worker command while keeping its lease.
 
 (``agentrun-worker sidecar`` serves the SDK to a main container in any language, and
-``agentrun-worker ready`` is its startup probe: :mod:`agentrun.worker.sidecarserver`.)
+``agentrun-worker ready`` is its startup probe: :mod:`agentrun.worker._sidecarserver`.)
 
 In a worker pod the operator sets ``AGENTRUN_NAMESPACE`` and ``AGENTRUN_LEASE``; the
 pod's name (``HOSTNAME``) is the lease's holder. The :class:`keeper.Keeper` first renews
@@ -35,8 +35,12 @@ from types import FrameType
 from typing import Any, Protocol
 
 from agentrun.api import names
-from agentrun.worker import keeper, renewals, renewer, sdk, sidecarserver
-from agentrun.worker.context import DNS_LABEL, DNS_SUBDOMAIN
+from agentrun.worker import _keeper as keeper
+from agentrun.worker import _renewals as renewals
+from agentrun.worker import _renewer as renewer
+from agentrun.worker import _sdk as sdk
+from agentrun.worker import _sidecarserver as sidecarserver
+from agentrun.worker._context import DNS_LABEL, DNS_SUBDOMAIN
 
 EXIT_NOT_OURS = 3  # the lease is not this pod's: the command never ran
 EXIT_NO_FIRST_RENEWAL = 4  # the lease could not be renewed before --start-timeout

@@ -26,8 +26,10 @@ from workers import OWNER_ENV, grant_worker_role, node_address, real_launch_spec
 
 PRELUDE = """
 import json, os, sys, time, urllib.request
-from agentrun.worker import effects, keeper, prefix
-from agentrun.worker.sdk import Worker
+from agentrun.worker import _effects as effects
+from agentrun.worker import _keeper as keeper
+from agentrun.worker import _prefix as prefix
+from agentrun.worker._sdk import Worker
 OWNER = os.environ["EFFECT_OWNER"]
 def say(**fields):
     print(json.dumps(fields), flush=True)

@@ -29,7 +29,7 @@ from operators import install_for_tests
 from scenarios import GROUP, VERSION, condition
 
 from agentrun.api import records
-from agentrun.worker import effects
+from agentrun.worker import _effects as effects
 
 pytestmark = pytest.mark.kubelet
 REPO = Path(__file__).resolve().parents[3]

@@ -30,7 +30,7 @@ from workers import (
 
 from agentrun.api import names
 from agentrun.core.policies.leasepolicy import ATTEMPT_LEASES
-from agentrun.worker import records
+from agentrun.worker import _records as records
 from integration.operator import conftest as operator_fixtures
 
 pytestmark = [pytest.mark.kubelet, pytest.mark.serial]  # the shipped policies: cluster-wide
@@ -40,8 +40,9 @@ IMPOSTOR = """
 import json, os, time
 from datetime import UTC, datetime
 from agentrun.kube import rest
-from agentrun.worker import records, renewals
-from agentrun.worker.sdk import pod_api
+from agentrun.worker import _records as records
+from agentrun.worker import _renewals as renewals
+from agentrun.worker._sdk import pod_api
 api, lease = pod_api(), os.environ["LEASE"]
 namespace = open("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read()
 path = rest.namespaced(group="coordination.k8s.io", version="v1", plural="leases",

@@ -33,7 +33,8 @@ from workers import (
     wait_pod_phase,
 )
 
-from agentrun.worker import effects, records
+from agentrun.worker import _effects as effects
+from agentrun.worker import _records as records
 
 pytestmark = pytest.mark.kubelet
 SOURCES = ["source-1", "source-2", "source-3"]

@@ -47,7 +47,7 @@ from workers import (
     worker_user,
 )
 
-from agentrun.worker import effects
+from agentrun.worker import _effects as effects
 
 pytestmark = pytest.mark.kubelet
 NODE_USER = f"system:node:{NODE_NAME}"

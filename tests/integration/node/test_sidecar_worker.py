@@ -34,7 +34,7 @@ from workers import (
     worker_user,
 )
 
-from agentrun.worker import records
+from agentrun.worker import _records as records
 
 pytestmark = pytest.mark.kubelet
 CHECK_IN_SECONDS = 5  # the bound's minimum: the hung case ends soon

@@ -42,7 +42,9 @@ from workers import (
 
 from agentrun.core.policies.leasepolicy import ATTEMPT_LEASES
 from agentrun.kube import rest
-from agentrun.worker import effects, records, renewals
+from agentrun.worker import _effects as effects
+from agentrun.worker import _records as records
+from agentrun.worker import _renewals as renewals
 from integration.node import stale
 from integration.operator import conftest as operator_fixtures
 

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.kubelet
 # The SDK worker: reads its context, keeps its lease for a few renewals, prints, exits 0.
 SDK_WORKER = """
 import json, time
-from agentrun.worker.sdk import Worker
+from agentrun.worker._sdk import Worker
 with Worker.from_env() as worker:
     c = worker.context
     deadline = time.monotonic() + 6

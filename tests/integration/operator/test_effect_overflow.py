@@ -20,7 +20,8 @@ from operators import OperatorProcess
 from scenarios import Scenario, condition_of, request_id
 from waiting import wait_for
 
-from agentrun.worker import effects, records
+from agentrun.worker import _effects as effects
+from agentrun.worker import _records as records
 
 from .test_effect_unresolved import (
     CONDITION,

@@ -34,7 +34,9 @@ from waiting import wait_for
 from agentrun import manifests
 from agentrun.api import bounds, names
 from agentrun.kube import rest
-from agentrun.worker import effects, prefix, records
+from agentrun.worker import _effects as effects
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
 
 from .test_worker_records import Attempt, annotation, attempts  # noqa: F401 (a fixture)
 

@@ -35,7 +35,8 @@ from scenarios import HAND_PLAYED, Scenario
 from waiting import wait_for, wait_for_default_service_account
 
 from agentrun.api import names
-from agentrun.worker import prefix, records
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
 
 pytestmark = pytest.mark.serial
 POLICY = "agentrun-attempt-leases"

@@ -26,7 +26,7 @@ from agentrun import manifests
 from agentrun.api import names
 from agentrun.core.policies import leasepolicy, tokenpolicy
 from agentrun.core.policies.validating import OPERATOR_OBJECTS
-from agentrun.worker import records
+from agentrun.worker import _records as records
 
 pytestmark = pytest.mark.serial
 ACCOUNT, SLOT = "agentrun-worker", "study-research-0a1b2c3d"

@@ -40,11 +40,16 @@ from waiting import wait_for, wait_for_default_service_account
 from agentrun import manifests
 from agentrun.api import bounds, names
 from agentrun.kube import rest
-from agentrun.worker import effects, keeper, prefix, records, renewer, sdk
-from agentrun.worker.context import Context
-from agentrun.worker.renewals import Verdict
-from agentrun.worker.sdk import Worker
-from agentrun.worker.sidecar import CheckIns, Sidecar
+from agentrun.worker import _effects as effects
+from agentrun.worker import _keeper as keeper
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
+from agentrun.worker import _renewer as renewer
+from agentrun.worker import _sdk as sdk
+from agentrun.worker._context import Context
+from agentrun.worker._renewals import Verdict
+from agentrun.worker._sdk import Worker
+from agentrun.worker._sidecar import CheckIns, Sidecar
 
 pytestmark = pytest.mark.serial
 SLOT, RUN, ACCOUNT = "s", "r", "worker"

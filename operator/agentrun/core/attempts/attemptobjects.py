@@ -92,10 +92,9 @@ def lease_body(
     }
 
 
-# The pinned digest of each configuration snapshot, so that the worker can verify what is
-# mounted without reading the run (its ServiceAccount may read only its Lease).
-ENV_PINNED_SHA256: dict[str, str] = {kind: f"AGENTRUN_{kind.upper()}_SHA256"
-                                     for kind in names.CONFIG_KINDS}
+# The pinned digest of each configuration snapshot: shared with the worker, so it lives in
+# agentrun.api.names (kept here under its old name for this module's callers).
+ENV_PINNED_SHA256 = names.ENV_PINNED_SHA256
 
 
 def environment(*, slot: Slot, attempt: int, pins: Pins) -> list[dict[str, Any]]:

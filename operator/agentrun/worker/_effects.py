@@ -52,12 +52,14 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from agentrun.api import bounds, names
-from agentrun.worker import prefix, records
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
 
 JSON = records.JSON
+T = TypeVar("T")  # the caller's result type: what ``call`` returns
 INTENT, OUTCOME, UNRESOLVED = "intent", "outcome", "unresolved"
 DEFAULT_WAIT_SECONDS = 300.0  # how long "in progress" is waited out before stopping
 DEFAULT_POLL_SECONDS = 5.0
@@ -66,7 +68,7 @@ OWNER_ANSWERED_UNKNOWN, NO_RECONCILE = "owner-answered-unknown", "no-reconcile" 
 
 
 class Live(Protocol):
-    """The lease keeper's side the ledger needs (``agentrun.worker.keeper``)."""
+    """The lease keeper's side the ledger needs (``agentrun.worker._keeper``)."""
 
     def ensure_live(self) -> None:
         """Return while effects may start; raise (``LeaseLapsed``) once they may not."""
@@ -174,7 +176,8 @@ def _not_stored(*, name: str, key: str, idem: str, why: str) -> ResultNotStored:
                            f"stored: {why}", key=key, idempotency_key=idem)
 
 
-Call = Callable[[str, int], JSON]  # (idempotency key, fencing token) -> the owner's result
+# (idempotency key, fencing token) -> the owner's result; ``Call[T]``: a result of type T
+Call = Callable[[str, int], T]
 Reconcile = Callable[[str], Reconciled]  # idempotency key -> the owner's answer
 
 
@@ -205,7 +208,7 @@ class Ledger:
         ``effect`` of the key in this attempt sees it as a successor would)."""
         self.steps.commit(self._record(key, suffix, kind, payload))
 
-    def _call(self, *, key: str, name: str, idem: str, call: Call, owner: str) -> JSON:
+    def _call(self, *, key: str, name: str, idem: str, call: Call[T], owner: str) -> T:
         self.keeper.ensure_live()
         intent = self.steps.ledger.commit(self._record(
             key, INTENT, records.Kind.EFFECT_INTENT,
@@ -220,7 +223,7 @@ class Ledger:
         return self._applied(key=key, name=name, idem=idem, result=call(idem, self.token),
                              via="call")
 
-    def _applied(self, *, key: str, name: str, idem: str, result: JSON, via: str) -> JSON:
+    def _applied(self, *, key: str, name: str, idem: str, result: T, via: str) -> T:
         """Commit the outcome of an effect the owner applied; ``result``, or
         :class:`ResultNotStored` when the fact can be kept but the result cannot (the call
         already happened: losing the fact would send it again, or ask the owner again)."""
@@ -291,8 +294,8 @@ class Ledger:
             return True, None
         return True, Reconciled(answer=Answer(answer), result=payload.get("result"))
 
-    def effect(self, name: str, *, key: str, call: Call,
-               reconcile: Reconcile | None = None, owner: str | None = None) -> JSON:
+    def effect(self, name: str, *, key: str, call: Call[T],
+               reconcile: Reconcile | None = None, owner: str | None = None) -> T:
         """Perform the effect ``name`` once per slot, or return its recorded result.
 
         ``call(idempotency_key, fencing_token)`` sends it to the owner; ``reconcile
@@ -300,6 +303,10 @@ class Ledger:
         that owns the effect (at most 63 characters; default ``name``), for the person
         who may have to ask it. Raises :class:`EffectStopped` when the attempt must stop
         (see the module docstring).
+
+        The result is typed as ``call``'s. Unless ``call`` ran now, it is the recorded
+        outcome read back as JSON, or the owner's ``Reconciled.result``: the same type
+        only if ``call`` returns plain JSON and ``reconcile`` answers in its shape.
         """
         records.check_step_key(key)
         owner = name if owner is None else owner
@@ -330,7 +337,7 @@ class Ledger:
                 if "unstorable" in outcome:
                     raise _not_stored(name=name, key=key, idem=idem,
                                       why=str(outcome["unstorable"]))
-                return outcome.get("result")
+                return cast(T, outcome.get("result"))  # recorded: see the docstring
             if step is Step.STOP_UNRESOLVED:
                 raise self._unanswered(key=key, name=name, idem=idem, owner=owner)
             if step in (Step.CALL, Step.RESEND):
@@ -344,7 +351,7 @@ class Ledger:
             if step is Step.RECORD_APPLIED:
                 assert reconciled is not None
                 return self._applied(key=key, name=name, idem=idem,
-                                     result=reconciled.result, via=via)
+                                     result=cast(T, reconciled.result), via=via)
             if step is Step.STOP_IN_PROGRESS:
                 raise EffectStillInProgress(
                     f"effect {name} ({key}, idempotency key {idem}): the owner still "

@@ -1,6 +1,6 @@
 """The lease keeper: renews the attempt's Lease in the background and guards new effects.
 
-Terms (the pure rules are in :mod:`agentrun.worker.renewals`):
+Terms (the pure rules are in :mod:`agentrun.worker._renewals`):
 - *renewal*: one read of the Lease and, if it is still this pod's, one write of
   ``spec.renewTime`` under the resourceVersion read (:class:`renewer.Renewer`), with the
   pod's own service-account token. Every :func:`renewals.interval` (a third of the lease).
@@ -41,8 +41,9 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 
-from agentrun.worker import renewals, renewer
-from agentrun.worker.renewals import Standing, Verdict
+from agentrun.worker import _renewals as renewals
+from agentrun.worker import _renewer as renewer
+from agentrun.worker._renewals import Standing, Verdict
 
 logger = logging.getLogger("agentrun.worker")
 Callback = Callable[[str], None]

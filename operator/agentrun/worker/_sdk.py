@@ -6,11 +6,11 @@
         worker.effect("publish", key="publish", call=send, reconcile=ask)
 
 :meth:`Worker.step` is "skip if committed, else do and commit" over the slot's
-recoverable prefix (:mod:`agentrun.worker.prefix`), read once, on first use, from the
+recoverable prefix (:mod:`agentrun.worker._prefix`), read once, on first use, from the
 sealed Leases of earlier attempts and this attempt's own. :meth:`Worker.effect` is the
-effect ledger (:mod:`agentrun.worker.effects`): intent, call, outcome; an ambiguous one is
+effect ledger (:mod:`agentrun.worker._effects`): intent, call, outcome; an ambiguous one is
 asked about, never assumed. Records go on the attempt's own Lease
-(:mod:`agentrun.worker.records`); payloads over the inline bound go to ``store``.
+(:mod:`agentrun.worker._records`); payloads over the inline bound go to ``store``.
 
 Leaving the ``with`` block (or :meth:`Worker.stop`) stops renewing; the operator then sees
 the attempt end by the pod's exit. A :class:`keeper.LeaseLost` means exit now: a
@@ -25,19 +25,25 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType, TracebackType
+from typing import TypeVar
 
 import kubernetes
 
 from agentrun.kube import clients, rest
-from agentrun.worker import effects, keeper, prefix, records, renewer
-from agentrun.worker.context import Context
-from agentrun.worker.renewals import Verdict
+from agentrun.worker import _effects as effects
+from agentrun.worker import _keeper as keeper
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
+from agentrun.worker import _renewer as renewer
+from agentrun.worker._context import Context
+from agentrun.worker._renewals import Verdict
 
 # Every connection and read of the keeper's requests times out after this (urllib3's own
 # retries are off): a hung request must not keep the keeper from renewing again for long.
 REQUEST_TIMEOUT_SECONDS = 5.0
 START_TIMEOUT_SECONDS = 60.0
 TERMINATED_EXIT = 128 + signal.SIGTERM  # 143, the shell's code for "ended by SIGTERM"
+T = TypeVar("T")  # the caller's result type: what a step's ``do`` or an effect's ``call`` returns
 
 
 def _terminated(signum: int, _frame: FrameType | None) -> None:
@@ -106,18 +112,21 @@ class Worker:
                                             lease=c.lease, attempt=c.attempt))
         return self._steps
 
-    def step(self, key: str, *, do: Callable[[], records.JSON],
-             kind: records.Kind = records.Kind.STEP_RESULT) -> records.JSON:
-        """Skip if committed (its result returned), else ``do()`` and commit its result."""
+    def step(self, key: str, *, do: Callable[[], T],
+             kind: records.Kind = records.Kind.STEP_RESULT) -> T:
+        """Skip if committed (its result returned), else ``do()`` and commit its result.
+        Typed as ``do``'s result; a skipped step's is read back as JSON (see
+        :meth:`prefix.Steps.step`)."""
         return self.steps.step(key, do=do, kind=kind)
 
-    def effect(self, name: str, *, key: str, call: effects.Call,
+    def effect(self, name: str, *, key: str, call: effects.Call[T],
                reconcile: effects.Reconcile | None = None,
-               owner: str | None = None) -> records.JSON:
+               owner: str | None = None) -> T:
         """Perform the external effect ``name`` under the ledger (see
         :meth:`effects.Ledger.effect`; ``owner`` names the service that owns it, shown
         to a person if it is ever unresolved); raises :class:`effects.EffectStopped` when
-        the attempt must stop, and ``LeaseLapsed`` when the lease may have lapsed."""
+        the attempt must stop, and ``LeaseLapsed`` when the lease may have lapsed. Typed
+        as ``call``'s result (what that promises: :meth:`effects.Ledger.effect`)."""
         ledger = effects.Ledger(steps=self.steps, keeper=self.keeper,
                                 run_uid=self.context.run_uid, slot=self.context.slot)
         return ledger.effect(name, key=key, call=call, reconcile=reconcile, owner=owner)

@@ -1,6 +1,6 @@
 """The sidecar's protocol: the worker SDK over HTTP for a main container in any language.
 
-``agentrun-worker sidecar`` (:mod:`agentrun.worker.sidecarserver`) runs as a native
+``agentrun-worker sidecar`` (:mod:`agentrun.worker._sidecarserver`) runs as a native
 sidecar (an init container with ``restartPolicy: Always``) beside the main container, and
 serves it on 127.0.0.1 only; docs/worker-sidecar.md is the protocol's reference. Terms:
 
@@ -41,9 +41,10 @@ from typing import Protocol
 
 from agentrun.api import bounds
 from agentrun.kube import rest
-from agentrun.worker import effects, records
-from agentrun.worker.renewals import Standing
-from agentrun.worker.sidecarsessions import (
+from agentrun.worker import _effects as effects
+from agentrun.worker import _records as records
+from agentrun.worker._renewals import Standing
+from agentrun.worker._sidecarsessions import (
     BadRequest,
     Conflict,
     Reply,
@@ -105,7 +106,7 @@ class Committed(Protocol):
 
 
 class Backend(Protocol):
-    """What the protocol needs of a :class:`agentrun.worker.sdk.Worker`."""
+    """What the protocol needs of a :class:`agentrun.worker._sdk.Worker`."""
 
     @property
     def keeper(self) -> Guard: ...
@@ -116,7 +117,7 @@ class Backend(Protocol):
     def step(self, key: str, *, do: Callable[[], JSON],
              kind: records.Kind = records.Kind.STEP_RESULT) -> JSON: ...
 
-    def effect(self, name: str, *, key: str, call: effects.Call,
+    def effect(self, name: str, *, key: str, call: effects.Call[JSON],
                reconcile: effects.Reconcile | None = None,
                owner: str | None = None) -> JSON: ...
 

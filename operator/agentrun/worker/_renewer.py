@@ -2,7 +2,7 @@
 
 The only API calls a worker makes here are ``get`` and ``update`` on its own Lease (the
 ``agentrun-worker`` ClusterRole grants exactly those). Decisions come from
-:mod:`agentrun.worker.renewals`; this module only performs them.
+:mod:`agentrun.worker._renewals`; this module only performs them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import urllib3
 
 from agentrun.core.attempts import observations
 from agentrun.kube import rest
-from agentrun.worker import renewals
+from agentrun.worker import _renewals as renewals
 
 logger = logging.getLogger("agentrun.worker")
 FAILURES = (rest.ApiError, urllib3.exceptions.HTTPError, OSError,

@@ -1,4 +1,4 @@
-"""The sidecar's wire and its effect sessions (the protocol: :mod:`agentrun.worker.sidecar`).
+"""The sidecar's wire and its effect sessions (the protocol: :mod:`agentrun.worker._sidecar`).
 
 *Reply*: one HTTP answer (status, JSON body). *Bad request*: answered 400 with a message
 that says what to change; nothing was changed. *Conflict*: 409. Every body is at most
@@ -24,7 +24,9 @@ from typing import Any
 
 from agentrun.api import bounds
 from agentrun.kube import rest
-from agentrun.worker import effects, keeper, records
+from agentrun.worker import _effects as effects
+from agentrun.worker import _keeper as keeper
+from agentrun.worker import _records as records
 
 logger = logging.getLogger("agentrun.worker")
 JSON = records.JSON

@@ -26,14 +26,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from agentrun.api import names
 from agentrun.core.attempts import attemptobjects, observations
 from agentrun.kube import rest
-from agentrun.worker import records
+from agentrun.worker import _records as records
 
 Record = records.Record
+T = TypeVar("T")  # a step's result type: what ``do`` returns
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,18 +127,20 @@ class Steps:
         except records.RecordError:
             return False, None
 
-    def step(self, key: str, *, do: Callable[[], records.JSON],
-             kind: records.Kind = records.Kind.STEP_RESULT) -> records.JSON:
+    def step(self, key: str, *, do: Callable[[], T],
+             kind: records.Kind = records.Kind.STEP_RESULT) -> T:
         """Skip if committed, else do and commit: ``do()``'s result, once, durably.
 
         A step is repeated when its record is missing or unreadable; ``do`` must then be
         safe to run again (an external effect is not a step: use the effect ledger).
+        The result is typed as ``do``'s; a skipped step's is its record read back as JSON,
+        the same type only if ``do`` returns plain JSON (a tuple comes back a list).
         """
         records.check_step_key(key)
-        done, result = self.committed(key)
+        done, committed = self.committed(key)
         if done:
             self.done.append(key)
-            return result
+            return cast(T, committed)  # read back as JSON: see the docstring
         if self.prefix.get(key) is not None:
             self.repeated.append(key)
         result = do()

@@ -5,7 +5,7 @@ the operator when the LaunchSpec sets ``spec.sidecar``): ``Worker.from_env()``, 
 listens on 127.0.0.1:``--port`` only (never the pod's IP: other pods must not speak for
 this attempt), renews once, and keeps renewing while the main container checks in within
 ``--check-in-seconds`` (:class:`sidecar.CheckIns`, the keeper's renew gate). The protocol
-is :mod:`agentrun.worker.sidecar`; docs/worker-sidecar.md its reference.
+is :mod:`agentrun.worker._sidecar`; docs/worker-sidecar.md its reference.
 
 It exits 0 on SIGTERM (the kubelet's, once the main containers have ended). It does not
 exit when the lease is lost: it answers 410 to every request instead, so a sidecar that
@@ -27,10 +27,11 @@ from types import FrameType
 
 from agentrun.api import launchspecs
 from agentrun.kube import rest
-from agentrun.worker import keeper, sdk
-from agentrun.worker.context import WorkerContextError
-from agentrun.worker.sidecar import CheckIns, Sidecar
-from agentrun.worker.sidecarsessions import MAX_BODY_BYTES, Reply, error
+from agentrun.worker import _keeper as keeper
+from agentrun.worker import _sdk as sdk
+from agentrun.worker._context import WorkerContextError
+from agentrun.worker._sidecar import CheckIns, Sidecar
+from agentrun.worker._sidecarsessions import MAX_BODY_BYTES, Reply, error
 
 logger = logging.getLogger("agentrun.worker")
 HOST = "127.0.0.1"

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentrun.api import bounds, names
-from agentrun.core.attempts.attemptobjects import ENV_PINNED_SHA256
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
@@ -138,7 +137,7 @@ class Context:
 def _pinned(kind: str, *, root: Path, env: Mapping[str, str],
             problems: list[str]) -> PinnedConfig | None:
     """The mounted snapshot of ``kind``, verified; None (and a problem noted) if it is not."""
-    key = ENV_PINNED_SHA256[kind]
+    key = names.ENV_PINNED_SHA256[kind]
     digest = env.get(key, "")
     if not SHA256.fullmatch(digest):
         problems.append(f"${key} is not set" if not digest

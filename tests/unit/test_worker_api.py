@@ -1,0 +1,93 @@
+"""The worker SDK's public API: ``agentrun.worker.__all__``, and nothing else outside it.
+
+The package's modules are private but for the ``agentrun-worker`` command
+(``agentrun.worker.cli``), the example agents, written as an author would write one,
+import only the public names, and ``step`` and ``effect`` give the caller's own result
+type (this module is type-checked by ``make lint``).
+"""
+
+from __future__ import annotations
+
+import ast
+import pkgutil
+from pathlib import Path
+from typing import assert_type
+
+import agentrun.worker
+from agentrun import examples
+from agentrun.worker import Kind, Steps, Worker
+from agentrun.worker._effects import Ledger
+from agentrun.worker._prefix import Prefix
+from agentrun.worker._records import Record
+
+EXAMPLES = Path(examples.__file__).parent
+
+
+def test_every_public_name_is_there() -> None:
+    missing = [name for name in agentrun.worker.__all__ if not hasattr(agentrun.worker, name)]
+    assert missing == []
+
+
+def test_the_modules_are_private_but_the_command() -> None:
+    public = [m.name for m in pkgutil.iter_modules(agentrun.worker.__path__)
+              if not m.name.startswith("_")]
+    assert public == ["cli"]
+
+
+def test_the_examples_import_only_public_names() -> None:
+    found: list[str] = []
+    for path in sorted(EXAMPLES.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                found += [f"{path.name}: import {a.name}" for a in node.names
+                          if a.name.startswith("agentrun.worker.")]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "agentrun.worker"):
+                found += [f"{path.name}: from {node.module} import {a.name}" for a in node.names
+                          if node.module != "agentrun.worker"
+                          or a.name not in agentrun.worker.__all__]
+    assert found == []
+
+
+# The result types of step and effect: checked by mypy (``make lint`` checks this module
+# too), so a step or an effect typed ``Any`` again fails there; assert_type does nothing
+# when run.
+
+class Memory:
+    def __init__(self) -> None:
+        self.committed: dict[str, Record] = {}
+
+    def commit(self, record: Record) -> Record:
+        self.committed[record.key] = record
+        return record
+
+
+class AlwaysLive:
+    def ensure_live(self) -> None:
+        return None
+
+
+def typed_worker(worker: Worker) -> None:
+    """Never called: the types a Worker's step and effect give its caller."""
+    assert_type(worker.step("count", do=lambda: 3), int)
+    assert_type(worker.step("notes", do=lambda: ["a", "b"], kind=Kind.SOURCE_NOTES), list[str])
+    assert_type(worker.effect("publish", key="publish", call=lambda key, token: {"id": key}),
+                dict[str, str])
+
+
+def test_step_and_effect_give_the_callers_type() -> None:
+    memory = Memory()
+    for attempt in (1, 2):  # the second attempt skips the step and returns the outcome
+        steps = Steps(prefix=Prefix(attempt=attempt, committed=dict(memory.committed)),
+                      ledger=memory)
+        ledger = Ledger(steps=steps, keeper=AlwaysLive(), run_uid="uid-1", slot="s")
+
+        def publish(key: str, token: int) -> dict[str, int]:
+            return {"token": token}
+
+        notes = steps.step("notes", do=lambda: {"count": 2})
+        sent = ledger.effect("publish", key="publish", call=publish)
+        assert_type(notes, dict[str, int])
+        assert_type(sent, dict[str, int])
+        assert (notes, sent) == ({"count": 2}, {"token": 1})
+    assert steps.done == ["notes"]
