@@ -39,7 +39,7 @@ godeps:
 	cd tests/controlplane && go mod download
 
 controlplane: venv godeps
-	$(PY) tests/support/localcluster.py build
+	$(PY) -m tests.support.cluster.localcluster build
 
 # Image builders from Debian, installed only when missing (buildah: images without a
 # daemon or registry; mmdebstrap: the Debian base standing in for python:3.11-slim).
@@ -48,7 +48,7 @@ imagetools:
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y buildah mmdebstrap; }
 
 image: venv godeps imagetools
-	$(PY) tests/support/images.py build all
+	$(PY) -m tests.support.cluster.images build all
 
 # The node's runtime: runc, the CNI plugins and iptables (and libfaketime, for the
 # clock-skew scenario's operator) from Debian, installed only
@@ -58,10 +58,10 @@ nodedeps: venv imagetools
 		test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || \
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
 			runc containernetworking-plugins iptables libfaketime; }
-	$(PY) tests/support/localnode.py build
+	$(PY) -m tests.support.cluster.localnode build
 
 cluster: controlplane $(if $(WITH_NODE),nodedeps,)
-	$(PY) tests/support/localnode.py up --dir $(CLUSTER_DIR) $(if $(WITH_NODE),,--no-node)
+	$(PY) -m tests.support.cluster.localnode up --dir $(CLUSTER_DIR) $(if $(WITH_NODE),,--no-node)
 
 lint: venv
 	$(VENV)/bin/ruff check operator tests demo bench
@@ -81,10 +81,10 @@ manifests: venv
 	$(PY) -m agentrun.manifests --out manifests
 	$(PY) -m agentrun.chart --out charts/agentrun-operator
 
-# Helm from its Go module, built once into ~/.cache/agentrun/helm (tests/support/helm.py);
+# Helm from its Go module, built once into ~/.cache/agentrun/helm (tests/support/cluster/helm.py);
 # prints the binary's path.
 helm: venv
-	@$(PY) tests/support/helm.py build
+	@$(PY) -m tests.support.cluster.helm build
 
 # Against $$KUBECONFIG (default: the local control plane's); the local cluster's
 # operator runs as its own `operator` user, so it has only the rights RBAC gives it.

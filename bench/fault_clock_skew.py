@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-import clockskew
-import fakeclock
 from faultkit import Context, Fault, Outcome, bounded, seconds, served
+
+from tests.support.faults import clockskew, fakeclock
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-import killpoints
 from faultkit import Context, Fault, Outcome, bounded, served
+
+from tests.support.faults import killpoints
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

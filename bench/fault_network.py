@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-import netplay
 from faultkit import Context, Fault, Outcome, bounded, drop, fresh_namespace, seconds
-from netfaults import THEN
-from scenarios import Scenario
+
+from tests.support.faults import netplay
+from tests.support.faults.netfaults import THEN
+from tests.support.plays.scenarios import Scenario
 
 MAX_HOLE_SECONDS = 120.0  # bounded: two minutes of partition is a long one already
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 
-import pausedserver
 from faultkit import Context, Fault, Outcome, bounded, seconds, served
-from processfaults import apiserver
+
+from tests.support.faults import pausedserver
+from tests.support.faults.processfaults import apiserver
 
 # Kubernetes 1.37's node-monitor grace period is 50 s: a longer pause would also have the
 # node marked NotReady (another scenario); keep a margin for the kubelet's next report.

@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-import racing
 from faultkit import Context, Fault, Outcome, bounded, drop, fresh_namespace, seconds
-from operators import OperatorProcess
-from scenarios import Scenario
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.faults import racing
+from tests.support.plays.scenarios import Scenario
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,20 +29,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "support"))
+sys.path.insert(0, str(REPO))
 
 import fault_clock_skew  # noqa: E402
 import fault_kill_points  # noqa: E402
 import fault_network  # noqa: E402
 import fault_paused  # noqa: E402
 import fault_racing  # noqa: E402
-from clusters import Cluster  # noqa: E402
 from faultkit import Context, Fault, Outcome  # noqa: E402
-from images import project_image  # noqa: E402
-from localnode import running  # noqa: E402
-from operators import install_for_tests  # noqa: E402
 from provenance import machine_commit_date  # noqa: E402
 from report import write_section  # noqa: E402
+
+from tests.support.actors.operators import install_for_tests  # noqa: E402
+from tests.support.cluster.clusters import Cluster  # noqa: E402
+from tests.support.cluster.images import project_image  # noqa: E402
+from tests.support.cluster.localnode import running  # noqa: E402
 
 SECTION = "## Faults"
 FAULTS: tuple[Fault, ...] = (fault_paused.FAULT, fault_network.CUT, fault_network.HOLE,

@@ -16,7 +16,6 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-import audit
 import kubernetes
 from latencysupport import (
     Feed,
@@ -27,6 +26,8 @@ from latencysupport import (
     wait_first,
 )
 from loopsupport import IMAGE, Bench, workflow_configs
+
+from tests.support.cluster import audit
 
 GROUP, VERSION = "agentrun.dev", "v1alpha1"
 LEASE_SECONDS = 5  # the CRD's minimum

@@ -21,11 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import audit
 import kubernetes
 import yaml
-from localcluster import LocalCluster, build
-from waiting import wait_for, wait_for_default_service_account
+
+from tests.support.cluster import audit
+from tests.support.cluster.localcluster import LocalCluster, build
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 REPO = Path(__file__).resolve().parents[1]
 UNTHROTTLED_QPS = 10_000.0  # the controller-manager's --kube-api-qps when "unthrottled"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "support"))
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from faultkit import bounded  # noqa: E402
@@ -127,14 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     import kubernetes
     import renewalsupport as support
-    from clusters import Cluster
     from faultkit import Context, served
     from faults import install
-    from images import project_image
-    from localnode import running
-    from processfaults import apiserver
-    from waiting import wait_for
-    from workers import LOCAL_OPERATOR_USER, worker_user
+
+    from tests.support.actors.workers import LOCAL_OPERATOR_USER, worker_user
+    from tests.support.cluster.clusters import Cluster
+    from tests.support.cluster.images import project_image
+    from tests.support.cluster.localnode import running
+    from tests.support.faults.processfaults import apiserver
+    from tests.support.waiting import wait_for
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="agentrun-renewals-") as folder:

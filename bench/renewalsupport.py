@@ -18,10 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-from effectowner import EffectOwner
-from scenarios import Scenario
-from waiting import wait_for
-from workers import OWNER_ENV, audit_log, grant_worker_role, printed, real_launch_spec
+
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.workers import (
+    OWNER_ENV,
+    audit_log,
+    grant_worker_role,
+    printed,
+    real_launch_spec,
+)
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for
 
 # The worker's script: the renewer (``agentrun-worker run``) renews its Lease; the script
 # idles until the effect owner says ``finish`` (the bench's word), then exits 0.

@@ -39,10 +39,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "support"))
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import audit  # noqa: E402
 from faultkit import bounded  # noqa: E402
 from loopsupport import Bench, run_body, workflow_configs  # noqa: E402
 from provenance import machine_commit_date  # noqa: E402
@@ -55,7 +54,9 @@ from scalesupport import (  # noqa: E402
     received,
     start_operator,
 )
-from waiting import wait_for  # noqa: E402
+
+from tests.support.cluster import audit  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 SECTION = "## Scale"
 GOAL_MIB_PER_1000 = 40.0

@@ -26,12 +26,12 @@ from typing import Any
 
 import kubernetes
 from loopsupport import Bench, launch_spec_body
-from processes import free_port
-from waiting import wait_for
 
 from agentrun.api import names
 from agentrun.kube import rest
 from agentrun.worker import renewals
+from tests.support.cluster.processes import free_port
+from tests.support.waiting import wait_for
 
 Object = dict[str, Any]
 TICKS = os.sysconf("SC_CLK_TCK")

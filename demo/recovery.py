@@ -28,23 +28,23 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "support"))
+sys.path.insert(0, str(REPO))
 
-import helm  # noqa: E402
 import kubernetes  # noqa: E402
 import stage  # noqa: E402
-from clusters import Cluster  # noqa: E402
-from effectowner import EffectOwner  # noqa: E402
-from localcluster import NODE_NAME, LocalCluster  # noqa: E402
-from localnode import SOCKET, containerd_dir, running  # noqa: E402
-from nodehost import NodeUnavailable  # noqa: E402
-from scenarios import Scenario, condition  # noqa: E402
-from waiting import wait_for  # noqa: E402
-from workers import agent_events, kill_when_paused, wait_pod_phase  # noqa: E402
 
 from agentrun.api import records  # noqa: E402
 from agentrun.plugin.views import parse_time  # noqa: E402
 from agentrun.worker import effects  # noqa: E402
+from tests.support.actors.effectowner import EffectOwner  # noqa: E402
+from tests.support.actors.workers import agent_events, kill_when_paused, wait_pod_phase  # noqa: E402
+from tests.support.cluster import helm  # noqa: E402
+from tests.support.cluster.clusters import Cluster  # noqa: E402
+from tests.support.cluster.localcluster import NODE_NAME, LocalCluster  # noqa: E402
+from tests.support.cluster.localnode import SOCKET, containerd_dir, running  # noqa: E402
+from tests.support.cluster.nodehost import NodeUnavailable  # noqa: E402
+from tests.support.plays.scenarios import Scenario, condition  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 STEP_TIMEOUT = 150.0  # one step on a busy 2-core machine (a cold pod start included)
 

@@ -19,12 +19,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import examples
-import helm
 import kubernetes
 import yaml
-from clusters import Cluster
-from waiting import delete_namespace, wait_for
+
+from tests.support.cluster import helm
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays import examples
+from tests.support.waiting import delete_namespace, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "agentrun-demo"

@@ -27,9 +27,10 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from clusters import Cluster, docker_and_kind_available
-from localnode import running
-from nodehost import NodeUnavailable
+
+from tests.support.cluster.clusters import Cluster, docker_and_kind_available
+from tests.support.cluster.localnode import running
+from tests.support.cluster.nodehost import NodeUnavailable
 
 TENANT_LABEL = "agentrun.dev/tenant"
 

@@ -14,10 +14,10 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from clusters import Cluster
-from helm import CHART, NAMESPACE, RELEASE, helm_binary
 
 from agentrun import manifests
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.helm import CHART, NAMESPACE, RELEASE, helm_binary
 
 IMAGE = "localhost/agentrun-operator:test"
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 import yaml
-from clusters import Cluster
-from examples import EXAMPLES, rendered
-from images import PROJECT_DEV_REF
 
 from agentrun.api import configs, crds, launchspecs, names, runs, schema
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.images import PROJECT_DEV_REF
+from tests.support.plays.examples import EXAMPLES, rendered
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "agentrun-demo"

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import images
-import imagestore
 import pytest
+
+from tests.support.cluster import images, imagestore
 
 
 class OciArchive:

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "support"))
 
 from latency import main
 from latencysupport import attempt_outcome, indexes, ledger_outcome, percentile

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from effectowner import EffectOwner
 
 from agentrun.examples import faults, research_report
 from agentrun.examples.publisher import Publisher, PublishError
 from agentrun.examples.research_report import Agent, Brief, ConfigError
 from agentrun.worker import effects, prefix, records
 from agentrun.worker.context import Context
+from tests.support.actors.effectowner import EffectOwner
 
 RUN_UID = "5f0c2d1e-0000-4000-8000-000000000001"
 SLOT = "study-0a1b2c3d"

@@ -17,11 +17,11 @@ import json
 from typing import Any
 
 import pytest
-from sidecarhttp import serving
 
 from agentrun.api import bounds
 from agentrun.api.records import nesting
 from agentrun.worker import effects, prefix, records
+from tests.support.actors.sidecarhttp import serving
 
 from .sidecarfakes import Memory, make
 

@@ -22,12 +22,12 @@ import logging
 from typing import Any
 
 import pytest
-from sidecarhttp import serving
 
 from agentrun.worker import keeper, records, renewer
 from agentrun.worker.renewals import Standing
 from agentrun.worker.sidecar import CheckIns
 from agentrun.worker.sidecarsessions import Reply
+from tests.support.actors.sidecarhttp import serving
 
 from .sidecarfakes import ATTEMPT, IDEM, POD, Clock, FakeWorker, intent, make, send
 

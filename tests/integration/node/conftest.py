@@ -12,15 +12,15 @@ from typing import Any
 
 import kubernetes
 import pytest
-from clusters import Cluster
-from effectowner import EffectOwner
-from images import project_image
-from localnode import LocalNode
-from scenarios import Scenario
-from waiting import wait_for, wait_for_default_service_account
-from workers import node_address
 
-from integration.operator import conftest as operator_fixtures
+from tests.integration.operator import conftest as operator_fixtures
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.workers import node_address
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.images import project_image
+from tests.support.cluster.localnode import LocalNode
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 # The operator's fixtures (RBAC installed, a Scenario, the operator as a subprocess), for
 # the tests here whose workers are served by it.

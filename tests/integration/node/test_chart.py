@@ -25,17 +25,17 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from clusters import Cluster
-from helm import CHART, NAMESPACE, RELEASE, Release
-from operators import install_for_tests
-from recovery import play_recovery_trace
-from scenarios import Scenario
-from scrapes import Series, parse, value
-from waiting import wait_for
 
 from agentrun import manifests
 from agentrun.api import names
-from integration.node.conftest import wait_phase
+from tests.integration.node.conftest import wait_phase
+from tests.support.actors.operators import install_for_tests
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.helm import CHART, NAMESPACE, RELEASE, Release
+from tests.support.plays.recovery import play_recovery_trace
+from tests.support.plays.scenarios import Scenario
+from tests.support.scrapes import Series, parse, value
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.kubelet, pytest.mark.serial]
 GROUP, VERSION = names.GROUP, names.VERSION

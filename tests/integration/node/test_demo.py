@@ -21,15 +21,15 @@ from typing import Any
 
 import kubernetes
 import pytest
-from clusters import Cluster
-from effectowner import EffectOwner
-from helm import NAMESPACE as SYSTEM_NAMESPACE
-from helm import RELEASE, SELECTOR, helm_binary
-from operators import install_for_tests
-from scenarios import GROUP, VERSION, condition
 
 from agentrun.api import records
 from agentrun.worker import effects
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.operators import install_for_tests
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.helm import NAMESPACE as SYSTEM_NAMESPACE
+from tests.support.cluster.helm import RELEASE, SELECTOR, helm_binary
+from tests.support.plays.scenarios import GROUP, VERSION, condition
 
 pytestmark = pytest.mark.kubelet
 REPO = Path(__file__).resolve().parents[3]

@@ -20,13 +20,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clockskew import SKEW, operator_env, play
-from clusters import Cluster
-from effectowner import EffectOwner
-from fakeclock import LIBFAKETIME
-from localnode import LocalNode
-from operators import OperatorProcess
-from scenarios import Scenario
+
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.localnode import LocalNode
+from tests.support.faults.clockskew import SKEW, operator_env, play
+from tests.support.faults.fakeclock import LIBFAKETIME
+from tests.support.plays.scenarios import Scenario
 
 pytestmark = pytest.mark.kubelet
 

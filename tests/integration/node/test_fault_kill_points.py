@@ -15,11 +15,12 @@ ledger empty (no command sent), and no slot stuck beyond the scenario's bound.
 from __future__ import annotations
 
 import pytest
-from effectowner import EffectOwner
-from killpoints import play
-from localnode import LocalNode
-from operators import OperatorProcess
-from scenarios import Scenario
+
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.localnode import LocalNode
+from tests.support.faults.killpoints import play
+from tests.support.plays.scenarios import Scenario
 
 pytestmark = pytest.mark.kubelet
 

@@ -21,11 +21,12 @@ stuck beyond the scenario's bounds.
 from __future__ import annotations
 
 import pytest
-from effectowner import EffectOwner
-from operators import OperatorProcess
-from pausedserver import STARTING_DEADLINE, play
-from processfaults import apiserver, state
-from scenarios import Scenario
+
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.operators import OperatorProcess
+from tests.support.faults.pausedserver import STARTING_DEADLINE, play
+from tests.support.faults.processfaults import apiserver, state
+from tests.support.plays.scenarios import Scenario
 
 pytestmark = [pytest.mark.kubelet, pytest.mark.serial]  # pauses the session's API server
 

@@ -24,11 +24,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from localnode import LocalNode
-from operators import OperatorProcess
-from scenarios import Scenario
-from waiting import wait_for
-from workers import (
+
+from agentrun.core.leasepolicy import ATTEMPT_LEASES
+from agentrun.kube import rest
+from agentrun.worker import effects, records, renewals
+from tests.integration.node import stale
+from tests.integration.operator import conftest as operator_fixtures
+from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.workers import (
     container_pid,
     kill_on_node,
     printed,
@@ -39,12 +42,9 @@ from workers import (
     wait_printed,
     worker_user,
 )
-
-from agentrun.core.leasepolicy import ATTEMPT_LEASES
-from agentrun.kube import rest
-from agentrun.worker import effects, records, renewals
-from integration.node import stale
-from integration.operator import conftest as operator_fixtures
+from tests.support.cluster.localnode import LocalNode
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kubelet
 validating = operator_fixtures.validating  # the shipped policies (cluster-wide: serial)

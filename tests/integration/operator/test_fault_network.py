@@ -26,11 +26,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusters import Cluster
-from netfaults import Proxy
-from netplay import operator_behind_proxy, play
-from operators import OperatorProcess
-from scenarios import Scenario
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.faults.netfaults import Proxy
+from tests.support.faults.netplay import operator_behind_proxy, play
+from tests.support.plays.scenarios import Scenario
 
 SLOTS = 4
 LEASE_SECONDS = 5

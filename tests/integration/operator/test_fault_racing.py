@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusters import Cluster
-from operators import OperatorProcess
-from racing import play
-from scenarios import Scenario
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.faults.racing import play
+from tests.support.plays.scenarios import Scenario
 
 SLOTS = 8
 LEASE_SECONDS = 10

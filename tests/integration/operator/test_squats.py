@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from operators import OperatorProcess
-from scenarios import Object, Scenario, condition_of
-from waiting import wait_for, wait_for_default_service_account
 
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec
 from agentrun.core import launchpins, naming, resolution
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import Object, Scenario, condition_of
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 pytestmark = pytest.mark.integration
 GROUP, VERSION = "agentrun.dev", "v1alpha1"

@@ -21,13 +21,13 @@ from datetime import timedelta
 import kubernetes
 import pytest
 import urllib3
-from clusters import Cluster
-from waiting import wait_for
-from watchfeed import Feed
 
 from agentrun.api import names
 from agentrun.core import clocks
 from agentrun.kube import reads, rest, stores, writes
+from tests.support.actors.watchfeed import Feed
+from tests.support.cluster.clusters import Cluster
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 TIMEOUT = 30

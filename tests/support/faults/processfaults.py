@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from localcluster import LocalCluster
+from tests.support.cluster.localcluster import LocalCluster
 
 Process = subprocess.Popen[bytes] | int
 

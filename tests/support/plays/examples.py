@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from clusters import Cluster
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
+from tests.support.cluster.clusters import Cluster
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
 BASE = EXAMPLES.parent
 
 

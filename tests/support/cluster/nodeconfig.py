@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nodehost import BRIDGE, SERVICE_RANGE, Network
+from tests.support.cluster.nodehost import BRIDGE, SERVICE_RANGE, Network
 
 # Where every registry resolves to: a loopback port nothing serves. Nothing can be pulled
 # here, and trying must not send a packet (not even a DNS query) off the machine.

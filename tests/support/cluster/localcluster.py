@@ -39,9 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from processes import die_with_parent, end_processes, free_port
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.cluster.processes import die_with_parent, end_processes, free_port
+
+REPO = Path(__file__).resolve().parents[3]
 SOURCE = REPO / "tests" / "controlplane"
 BINARY_NAME = "agentrun-controlplane"
 USERS: dict[str, list[str]] = {

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import imagestore
+from tests.support.cluster import imagestore
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")  # host and image
 SLEEPFIX_SOURCE = Path(__file__).with_name("sleepfix.c")

@@ -17,9 +17,10 @@ from typing import Any
 
 import kubernetes
 import yaml
-from clusters import Cluster
 from kubernetes.client.rest import ApiException
-from waiting import wait_for, wait_for_default_service_account
+
+from tests.support.cluster.clusters import Cluster
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 GROUP, VERSION = "agentrun.dev", "v1alpha1"
 Object = dict[str, Any]

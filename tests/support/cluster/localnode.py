@@ -33,18 +33,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nodehost
 import yaml
-from images import PROJECT_DEV_REF, pause_image, project_image
-from localcluster import NODE_NAME, USERS, LocalCluster, build
-from nodeconfig import (
+
+from tests.support.cluster import nodehost
+from tests.support.cluster.images import PROJECT_DEV_REF, pause_image, project_image
+from tests.support.cluster.localcluster import NODE_NAME, USERS, LocalCluster, build
+from tests.support.cluster.nodeconfig import (
     cni_conflist,
     containerd_toml,
     kubelet_config,
     proxy_config,
     registry_hosts,
 )
-from processes import die_with_parent, end_processes, free_port
+from tests.support.cluster.processes import die_with_parent, end_processes, free_port
 
 CONTAINERD_VERSION = "v2.4.2"
 CONTAINERD_PROGRAMS = ("containerd", "containerd-shim-runc-v2", "ctr")

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-from audit import Write, writes
-from localnode import LocalNode
-from scenarios import GROUP, VERSION, Object, Scenario
-from waiting import wait_for
 
 from agentrun.kube import rest
+from tests.support.cluster.audit import Write, writes
+from tests.support.cluster.localnode import LocalNode
+from tests.support.plays.scenarios import GROUP, VERSION, Object, Scenario
+from tests.support.waiting import wait_for
 
 WORKER_ACCOUNT = "worker"
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
@@ -262,7 +262,8 @@ def agent_configs(scenario: Scenario, *, owner_url: str, name: str = "study") ->
     """Package, a one-node workflow (``research``, class cpu) and bindings whose
     ``publish.url`` is the test's effect owner, as revision 1 of ``name``."""
     import yaml
-    from scenarios import workflow
+
+    from tests.support.plays.scenarios import workflow
 
     scenario.config(kind="package", name=name, revision=1, text=yaml.safe_dump(
         {"outcome": "A sourced report on recovery", "sources": ["leases", "records", "effects"]}))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import subprocess
 
-from clusters import Cluster
-from waiting import wait_for
+from tests.support.cluster.clusters import Cluster
+from tests.support.waiting import wait_for
 
 REFUSING = "agentrun-test-canary"  # a ValidatingAdmissionPolicy: refuses its ConfigMap
 MUTATING = "agentrun-test-mutating-canary"  # a MutatingAdmissionPolicy: annotates it

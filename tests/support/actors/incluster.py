@@ -15,12 +15,12 @@ from typing import Any
 
 import kubernetes
 import yaml
-from clusters import Cluster
-from waiting import wait_for
 
 from agentrun import manifests
+from tests.support.cluster.clusters import Cluster
+from tests.support.waiting import wait_for
 
-DEPLOY = Path(__file__).resolve().parents[2] / "manifests" / "deploy" / "operator.yaml"
+DEPLOY = Path(__file__).resolve().parents[3] / "manifests" / "deploy" / "operator.yaml"
 SYSTEM_NAMESPACE = "agentrun-system"
 NAME = "agentrun-operator"
 OPERATOR_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{NAME}"

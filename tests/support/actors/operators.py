@@ -15,11 +15,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import canaries
-from clusters import Cluster
-from waiting import wait_for
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays import canaries
+from tests.support.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MANIFESTS = REPO / "manifests"
 # What the suite installs once (``installed``): the RBAC, the local `operator` user's
 # binding and the actor-stamping policy. The validating policies are installed only by

@@ -40,21 +40,28 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from effectowner import EffectOwner
-from fakeclock import IMAGE_SLEEPFIX, faked_env, sleepfix_library, step
-from localnode import LocalNode
-from pausedserver import FINISH_FENCE, FINISH_KEY, WORKER, active, renew_times, status, timed
-from scenarios import Object, Scenario
-from waiting import wait_for
-from workers import (
+from agentrun.api import names
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.workers import (
     OWNER_ENV,
     container_pid,
     grant_worker_role,
     node_launch_spec,
     printed,
 )
-
-from agentrun.api import names
+from tests.support.cluster.localnode import LocalNode
+from tests.support.faults.fakeclock import IMAGE_SLEEPFIX, faked_env, sleepfix_library, step
+from tests.support.faults.pausedserver import (
+    FINISH_FENCE,
+    FINISH_KEY,
+    WORKER,
+    active,
+    renew_times,
+    status,
+    timed,
+)
+from tests.support.plays.scenarios import Object, Scenario
+from tests.support.waiting import wait_for
 
 SKEW = "+600s"
 STEPPED = "-600s"

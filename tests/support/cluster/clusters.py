@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kubernetes
-from localcluster import LocalCluster
-from localnode import LocalNode
+
+from tests.support.cluster.localcluster import LocalCluster
+from tests.support.cluster.localnode import LocalNode
 
 
 def docker_and_kind_available() -> bool:

@@ -34,11 +34,11 @@ import tomllib
 from dataclasses import asdict
 from pathlib import Path
 
-import fakeclock
-import imagestore
-from imagestore import ImageArchive, buildah, cache_root, locked, run
+from tests.support.cluster import imagestore
+from tests.support.cluster.imagestore import ImageArchive, buildah, cache_root, locked, run
+from tests.support.faults import fakeclock
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CONTROLPLANE = REPO / "tests" / "controlplane"
 # Bumped whenever the way an image is made changes, so old cache entries stop matching.
 RECIPE = "1"

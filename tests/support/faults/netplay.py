@@ -38,10 +38,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clusters import Cluster
-from netfaults import Proxy, hold_black_hole, proxied_kubeconfig, upstream_of
-from operators import OperatorProcess
-from pausedserver import (
+from agentrun.api import names
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.faults.netfaults import Proxy, hold_black_hole, proxied_kubeconfig, upstream_of
+from tests.support.faults.pausedserver import (
     command_violations,
     decided,
     lease_outcome,
@@ -49,10 +50,8 @@ from pausedserver import (
     status,
     timed,
 )
-from scenarios import Object, Scenario, request_id
-from waiting import wait_for, wait_for_default_service_account
-
-from agentrun.api import names
+from tests.support.plays.scenarios import Object, Scenario, request_id
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 CUT_GAP = 2.0  # seconds between two cuts: the operator reconnects, then loses it again
 ACTIVE_BOUND = 60.0  # the first run's slots Active (claims: a Lease, a Pod, a status each)

@@ -31,13 +31,14 @@ from types import TracebackType
 from typing import Any
 
 import kubernetes
-from waiting import wait_for
+
+from tests.support.waiting import wait_for
 
 HELM_MODULE = "helm.sh/helm/v4"
 HELM_VERSION = "v4.3.1"
 # The release's own version string (go install leaves the source's "v4.3").
 LDFLAGS = f"-s -w -X {HELM_MODULE}/internal/version.version={HELM_VERSION}"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "agentrun-operator"
 RELEASE = "agentrun-operator"
 NAMESPACE = "agentrun-system"

@@ -31,13 +31,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from effectowner import EffectOwner, Request
-from localnode import LocalNode
-from scenarios import Object, Scenario, workflow
-from waiting import ConditionTimeout, wait_for
-from workers import agent_events, agent_launch_spec, grant_worker_role, kill_when_paused
 
 from agentrun.worker import effects
+from tests.support.actors.effectowner import EffectOwner, Request
+from tests.support.actors.workers import (
+    agent_events,
+    agent_launch_spec,
+    grant_worker_role,
+    kill_when_paused,
+)
+from tests.support.cluster.localnode import LocalNode
+from tests.support.plays.scenarios import Object, Scenario, workflow
+from tests.support.waiting import ConditionTimeout, wait_for
 
 STEPS = ("source-1", "source-2", "source-3", "decision", "report")
 EFFECT = "publish"

@@ -20,10 +20,10 @@ record), one ledger entry per command, no command annotation left, no slot stuck
 
 from __future__ import annotations
 
-import netplay
-from netplay import Play, Workers, status, timed
-from scenarios import Scenario, request_id
-from waiting import wait_for, wait_for_default_service_account
+from tests.support.faults import netplay
+from tests.support.faults.netplay import Play, Workers, status, timed
+from tests.support.plays.scenarios import Scenario, request_id
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 RUN = "race"
 PHASE_BOUND = 90.0  # seconds: every slot of a phase Active on its attempt (two operators)

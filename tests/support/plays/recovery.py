@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import time
 
-from scenarios import Scenario, condition, request_id, unchanged
-from waiting import wait_for
+from tests.support.plays.scenarios import Scenario, condition, request_id, unchanged
+from tests.support.waiting import wait_for
 
 ANN = "agentrun.dev/"
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import audit
 import kubernetes
-from clusters import Cluster
-from operators import OperatorProcess
-from scenarios import Scenario, request_id
-from waiting import wait_for
 
 from agentrun.core import commands
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster import audit
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.scenarios import Scenario, request_id
+from tests.support.waiting import wait_for
 
 ANN = "agentrun.dev/"
 OPERATOR_USER = "operator"

@@ -37,13 +37,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from effectowner import EffectOwner
-from processfaults import Pause, hold_paused
-from scenarios import Object, Scenario, request_id
-from waiting import ConditionTimeout, wait_for
-from workers import OWNER_ENV, grant_worker_role, printed, real_launch_spec
-
 from agentrun.api import names
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.workers import OWNER_ENV, grant_worker_role, printed, real_launch_spec
+from tests.support.faults.processfaults import Pause, hold_paused
+from tests.support.plays.scenarios import Object, Scenario, request_id
+from tests.support.waiting import ConditionTimeout, wait_for
 
 WORKER = """
 import json, os, sys, time, urllib.request

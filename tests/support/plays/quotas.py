@@ -4,8 +4,8 @@ quota cases and their crash cases): every container of a pod must then give limi
 
 from __future__ import annotations
 
-from scenarios import GROUP, VERSION, Object, Scenario
-from waiting import wait_for
+from tests.support.plays.scenarios import GROUP, VERSION, Object, Scenario
+from tests.support.waiting import wait_for
 
 IMAGE = "localhost/agentrun/agentrun-operator:dev"
 LIMITED = {"limits": {"cpu": "500m", "memory": "128Mi"}}
