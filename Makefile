@@ -112,44 +112,44 @@ mutate: venv
 	$(VENV)/bin/mutmut run
 	$(VENV)/bin/mutmut results
 
-# The control-loop benchmark (bench/control_loop.py): its own control plane without a
+# The control-loop benchmark (bench/loop, bench/README.md): its own control plane without a
 # node, the operator vs an Indexed Job; prints figures and writes docs/benchmarks.md.
 # UNITS=40,100 for a quick look.
 UNITS ?= 200,1000
 .PHONY: bench-loop
 bench-loop: controlplane
-	$(PY) bench/control_loop.py --units $(UNITS)
+	$(PY) -m bench.loop --units $(UNITS)
 
-# The scale benchmark (bench/scale.py): its own control plane without a node, the operator's
+# The scale benchmark (bench/scale): its own control plane without a node, the operator's
 # RSS/CPU idle and at each size of live Active slots (leases renewed by a load generator),
 # steady reads, the resync of the largest size after a restart. SCALE=200,1000 for a look.
 SCALE ?= 1000,10000
 .PHONY: bench-scale
 bench-scale: controlplane
-	$(PY) bench/scale.py --slots $(SCALE)
+	$(PY) -m bench.scale --slots $(SCALE)
 
-# The latency benchmark (bench/latency.py): failure detection, replacement, reassignment
+# The latency benchmark (bench/latency): failure detection, replacement, reassignment
 # and recovery, the operator beside an Indexed Job and a bare client's floor.
 LATENCY_COUNT ?= 200
 .PHONY: bench-latency
 bench-latency: controlplane
-	$(PY) bench/latency.py --count $(LATENCY_COUNT)
+	$(PY) -m bench.latency --count $(LATENCY_COUNT)
 
 # Every benchmark, one after the other, each writing its own section of docs/benchmarks.md
-# (bench/report.py): figures with the machine, the commit and the date; never a test.
+# (bench/common/report.py): figures with the machine, the commit and the date; never a test.
 .PHONY: bench
 bench: bench-loop
 bench: bench-scale
 bench: bench-latency
 bench: bench-renewals
 
-# The renewals benchmark (bench/renewals.py): its own control plane WITH its node, WORKERS
+# The renewals benchmark (bench/renewals): its own control plane WITH its node, WORKERS
 # real workers renewing their leases, the renewals per second and their API and operator
 # cost over a window; writes its section of docs/benchmarks.md.
 WORKERS ?= 40
 .PHONY: bench-renewals
 bench-renewals: controlplane nodedeps image
-	$(PY) bench/renewals.py --workers $(WORKERS)
+	$(PY) -m bench.renewals --workers $(WORKERS)
 
 # The recovery trace with real workers (demo/recovery.py --up): starts the control plane
 # and its node, installs the operator as a pod, plays, tears everything down (Ctrl-C too).
@@ -157,7 +157,7 @@ bench-renewals: controlplane nodedeps image
 demo: controlplane nodedeps image helm
 	$(PY) demo/recovery.py --up
 
-# Fault scenarios (bench/faults.py): their own control plane WITH its node, each scenario
+# Fault scenarios (bench/faults): their own control plane WITH its node, each scenario
 # played COUNT times, a table scenario × count × violations; nothing written unless
 # FAULTS_ARGS has --write. Stops by itself; exit 1 on any violation. Every scenario once
 # takes about 25 min on 2 cores (kill-points, 200 worker pods killed, most of it);
@@ -166,4 +166,4 @@ COUNT ?= 1
 FAULTS_ARGS ?=
 .PHONY: faults
 faults: controlplane nodedeps image
-	$(PY) bench/faults.py --count $(COUNT) $(FAULTS_ARGS)
+	$(PY) -m bench.faults --count $(COUNT) $(FAULTS_ARGS)

@@ -36,17 +36,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from latencyplays import Plays  # noqa: E402
-from latencysupport import percentile, summary  # noqa: E402
-from loopsupport import JOB_CONTROLLER_QPS, Bench  # noqa: E402
-from provenance import machine_commit_date  # noqa: E402
-from report import BENCHMARKS, write_section  # noqa: E402
-
-from agentrun import cli  # noqa: E402
+from agentrun import cli
+from bench.common.provenance import machine_commit_date
+from bench.common.report import BENCHMARKS, write_section
+from bench.latency.plays import Plays
+from bench.latency.support import percentile, summary
+from bench.loop.support import JOB_CONTROLLER_QPS, Bench
 
 SECTION = "## Latency"
 JOB_BACKOFF_SECONDS = 10.0  # the Job controller's pod-failure backoff, first failure

@@ -41,12 +41,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from goals import goal_table  # noqa: E402
-from loopsupport import (  # noqa: E402
+from agentrun import cli
+from bench.common.provenance import machine_commit_date
+from bench.common.report import BENCHMARKS, write_section
+from bench.loop.goals import goal_table
+from bench.loop.support import (
     JOB_CONTROLLER_BURST,
     JOB_CONTROLLER_QPS,
     UNTHROTTLED_QPS,
@@ -57,10 +56,6 @@ from loopsupport import (  # noqa: E402
     run_body,
     workflow_configs,
 )
-from provenance import machine_commit_date  # noqa: E402
-from report import BENCHMARKS, write_section  # noqa: E402
-
-from agentrun import cli  # noqa: E402
 
 SECTION = "## Control loop"
 

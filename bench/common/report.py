@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 TITLE = "# Benchmarks"
-BENCHMARKS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 
 
 def write_section(path: Path, *, heading: str, text: str) -> None:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from faultkit import Context, Fault, Outcome, bounded, seconds, served
-
+from bench.faults.support import Context, Fault, Outcome, bounded, seconds, served
 from tests.support.faults import pausedserver
 from tests.support.faults.processfaults import apiserver
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from faultkit import Context, Fault, Outcome, bounded, drop, fresh_namespace, seconds
-
+from bench.faults.support import Context, Fault, Outcome, bounded, drop, fresh_namespace, seconds
 from tests.support.faults import netplay
 from tests.support.faults.netfaults import THEN
 from tests.support.plays.scenarios import Scenario

@@ -38,15 +38,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from faultkit import bounded  # noqa: E402
-from loopsupport import Bench, run_body, workflow_configs  # noqa: E402
-from provenance import machine_commit_date  # noqa: E402
-from report import BENCHMARKS, write_section  # noqa: E402
-from scalesupport import (  # noqa: E402
+from bench.common.provenance import machine_commit_date
+from bench.common.report import BENCHMARKS, write_section
+from bench.faults.support import bounded
+from bench.loop.support import Bench, run_body, workflow_configs
+from bench.scale.support import (
     Operator,
     Renewer,
     audit_events,
@@ -54,9 +50,8 @@ from scalesupport import (  # noqa: E402
     received,
     start_operator,
 )
-
-from tests.support.cluster import audit  # noqa: E402
-from tests.support.waiting import wait_for  # noqa: E402
+from tests.support.cluster import audit
+from tests.support.waiting import wait_for
 
 SECTION = "## Scale"
 GOAL_MIB_PER_1000 = 40.0

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from faultkit import Context, Fault, Outcome, bounded, served
-
+from bench.faults.support import Context, Fault, Outcome, bounded, served
 from tests.support.faults import killpoints
 
 

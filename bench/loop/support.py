@@ -28,7 +28,7 @@ from tests.support.cluster import audit
 from tests.support.cluster.localcluster import LocalCluster, build
 from tests.support.waiting import wait_for, wait_for_default_service_account
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 UNTHROTTLED_QPS = 10_000.0  # the controller-manager's --kube-api-qps when "unthrottled"
 JOB_CONTROLLER_QPS = 20.0  # kube-controller-manager's --kube-api-qps default (burst 30)
 JOB_CONTROLLER_BURST = 30

@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from faultkit import Context, Fault, Outcome, bounded, drop, fresh_namespace, seconds
-
+from bench.faults.support import Context, Fault, Outcome, bounded, drop, fresh_namespace, seconds
 from tests.support.actors.operators import OperatorProcess
 from tests.support.faults import racing
 from tests.support.plays.scenarios import Scenario

@@ -19,18 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import kubernetes
 
-import kubernetes  # noqa: E402
-
-from agentrun.api import names  # noqa: E402
-from tests.support.actors.effectowner import EffectOwner  # noqa: E402
-from tests.support.actors.operators import OperatorProcess  # noqa: E402
-from tests.support.cluster.clusters import Cluster  # noqa: E402
-from tests.support.plays.scenarios import Scenario  # noqa: E402
-from tests.support.waiting import wait_for, wait_for_default_service_account  # noqa: E402
+from agentrun.api import names
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 NAMESPACE_GONE_SECONDS = 120.0
 

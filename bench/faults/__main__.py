@@ -28,23 +28,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.common.provenance import machine_commit_date
+from bench.common.report import write_section
+from bench.faults import clock_skew as fault_clock_skew
+from bench.faults import kill_points as fault_kill_points
+from bench.faults import network as fault_network
+from bench.faults import paused as fault_paused
+from bench.faults import racing as fault_racing
+from bench.faults.support import Context, Fault, Outcome
+from tests.support.actors.operators import install_for_tests
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.images import project_image
+from tests.support.cluster.localnode import running
 
-import fault_clock_skew  # noqa: E402
-import fault_kill_points  # noqa: E402
-import fault_network  # noqa: E402
-import fault_paused  # noqa: E402
-import fault_racing  # noqa: E402
-from faultkit import Context, Fault, Outcome  # noqa: E402
-from provenance import machine_commit_date  # noqa: E402
-from report import write_section  # noqa: E402
-
-from tests.support.actors.operators import install_for_tests  # noqa: E402
-from tests.support.cluster.clusters import Cluster  # noqa: E402
-from tests.support.cluster.images import project_image  # noqa: E402
-from tests.support.cluster.localnode import running  # noqa: E402
-
+REPO = Path(__file__).resolve().parents[2]
 SECTION = "## Faults"
 FAULTS: tuple[Fault, ...] = (fault_paused.FAULT, fault_network.CUT, fault_network.HOLE,
                              fault_racing.FAULT, fault_clock_skew.FAULT,

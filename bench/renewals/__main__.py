@@ -24,15 +24,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from faultkit import bounded  # noqa: E402
-from provenance import machine_commit_date  # noqa: E402
-from report import BENCHMARKS, write_section  # noqa: E402
-
-from agentrun.worker.renewals import interval  # noqa: E402
+from agentrun.worker.renewals import interval
+from bench.common.provenance import machine_commit_date
+from bench.common.report import BENCHMARKS, write_section
+from bench.faults.support import bounded
 
 SECTION = "## Renewals"
 
@@ -126,10 +121,10 @@ def section(args: argparse.Namespace, figures: Figures, *, pod_limit: str,
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     import kubernetes
-    import renewalsupport as support
-    from faultkit import Context, served
-    from faults import install
 
+    from bench.faults.__main__ import install
+    from bench.faults.support import Context, served
+    from bench.renewals import support
     from tests.support.actors.workers import LOCAL_OPERATOR_USER, worker_user
     from tests.support.cluster.clusters import Cluster
     from tests.support.cluster.images import project_image

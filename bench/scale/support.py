@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-from loopsupport import Bench, launch_spec_body
 
 from agentrun.api import names
 from agentrun.kube import rest
 from agentrun.worker import renewals
+from bench.loop.support import Bench, launch_spec_body
 from tests.support.cluster.processes import free_port
 from tests.support.waiting import wait_for
 

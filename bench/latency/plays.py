@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kubernetes
-from latencysupport import (
+
+from bench.latency.support import (
     Feed,
     attempt_outcome,
     indexes,
@@ -25,8 +26,7 @@ from latencysupport import (
     pod_phase,
     wait_first,
 )
-from loopsupport import IMAGE, Bench, workflow_configs
-
+from bench.loop.support import IMAGE, Bench, workflow_configs
 from tests.support.cluster import audit
 
 GROUP, VERSION = "agentrun.dev", "v1alpha1"
