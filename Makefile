@@ -151,11 +151,11 @@ WORKERS ?= 40
 bench-renewals: controlplane nodedeps image
 	$(PY) -m bench.renewals --workers $(WORKERS)
 
-# The recovery trace with real workers (demo/recovery.py --up): starts the control plane
-# and its node, installs the operator as a pod, plays, tears everything down (Ctrl-C too).
+# The recovery trace with real workers (python -m demo.recovery --up): starts the control
+# plane and its node, installs the operator as a pod, plays, tears everything down (Ctrl-C too).
 .PHONY: demo
 demo: controlplane nodedeps image helm
-	$(PY) demo/recovery.py --up
+	$(PY) -m demo.recovery --up
 
 # Fault scenarios (bench/faults): their own control plane WITH its node, each scenario
 # played COUNT times, a table scenario × count × violations; nothing written unless

@@ -33,7 +33,7 @@ from tests.support.plays.scenarios import GROUP, VERSION, condition
 
 pytestmark = pytest.mark.kubelet
 REPO = Path(__file__).resolve().parents[3]
-DEMO = REPO / "demo" / "recovery.py"
+DEMO = "demo.recovery"  # run by name from the repository root
 NAMESPACE = "agentrun-demo"
 DEMO_TIMEOUT = 420
 
@@ -90,8 +90,8 @@ def test_the_demo_plays_the_trace_publishes_once_and_leaves_nothing(
     runs, leases = Watched(api, kind="AgentRun"), Watched(api, kind="Lease")
     try:
         played = subprocess.run(
-            [sys.executable, str(DEMO), "--kubeconfig", str(cluster.kubeconfig),
-             "--image", worker_image, "--owner-url", owner.url],
+            [sys.executable, "-m", DEMO, "--kubeconfig", str(cluster.kubeconfig),
+             "--image", worker_image, "--owner-url", owner.url], cwd=REPO,
             capture_output=True, text=True, timeout=DEMO_TIMEOUT, check=False)
     finally:
         owner.stop()
