@@ -8,7 +8,7 @@ notes, publishes the report once at the effect owner, and the run succeeds. Each
 is printed only once the object it reports says so (never after a sleep).
 
 - ``python -m demo.recovery`` (or ``--up``): start the control plane and its node
-  (``tests/support/localnode.py``), play, tear everything down (Ctrl-C too);
+  (``tests/support/cluster/localnode.py``), play, tear everything down (Ctrl-C too);
 - ``python -m demo.recovery --kubeconfig PATH --image REF``: play against a running
   local cluster with its node (the test's), removing what the demo created.
 """

@@ -7,7 +7,7 @@ table of requests per second and latency percentiles. A benchmark, never a test:
 
     make cluster   # in another terminal
     .venv/bin/pip install -e ".[bench]"
-    KUBECONFIG=.cluster/kubeconfig .venv/bin/python bench/client_latency.py [--rounds 300]
+    KUBECONFIG=.cluster/kubeconfig .venv/bin/python -m bench.client [--rounds 300]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``make faults``: fault scenarios played against the operator, counted, not timed.
 
-On a local control plane of its own WITH its node (``tests/support/localnode.running``:
+On a local control plane of its own WITH its node (``tests/support/cluster/localnode.running``:
 the node's lock is held, so it waits for no other node but fails fast if one runs; no
 node when none of the chosen scenarios needs one, ``Fault.node``), with
 agentrun installed as the tests install it, each scenario of :data:`FAULTS` (or of
@@ -10,10 +10,10 @@ scenario x count x violations, the violations themselves, and each play's figure
 stops by itself:
 
     make faults                                     # every scenario, --count 1
-    .venv/bin/python bench/faults.py --count 1 --scenarios paused-apiserver --slots 4
-    .venv/bin/python bench/faults.py --write docs/benchmarks.md   # also that file's section
+    .venv/bin/python -m bench.faults --count 1 --scenarios paused-apiserver --slots 4
+    .venv/bin/python -m bench.faults --write docs/benchmarks.md   # also that file's section
 
-A scenario is a :class:`faultkit.Fault` in a module ``bench/fault_<name>.py``, listed in
+A scenario is a :class:`support.Fault` in a module ``bench/faults/<name>.py``, listed in
 :data:`FAULTS`. Nothing is written to the repository unless ``--write`` names a file; there
 the section ``## Faults`` is replaced (or appended), with the machine, the commit and the
 date. The exit status is 1 when any play had a violation.
@@ -75,7 +75,7 @@ def header(args: argparse.Namespace, chosen: list[Fault]) -> str:
     said = " ".join(f"{f.describe(args)}" for f in chosen if f.describe(args))
     names = ",".join(f.name for f in chosen)
     bounds = ", ".join(f"{f.name}: `{f.bounds}`" for f in chosen)
-    return (f"{SECTION}\n\n{machine_commit_date()} Made by `bench/faults.py --count "
+    return (f"{SECTION}\n\n{machine_commit_date()} Made by `python -m bench.faults --count "
             f"{args.count} --scenarios {names}{' ' + said if said else ''}` (`make faults`) "
             f"on a local control plane{' with its node' if any(f.node for f in chosen) else ''}"
             f"; the bounds are stated in {bounds}.\n")

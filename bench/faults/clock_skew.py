@@ -2,7 +2,7 @@
 ``+600s``, stepped to ``-600s`` and back mid-run (the monotonic clock left alone), with
 ``--clock-skew-slots`` real SDK workers on the node under libfaketime too, their clocks
 ``-600s`` stepped the other way at the same moments, one of them SIGSTOPped at the end
-(``tests/support/clockskew.py`` plays and checks it;
+(``tests/support/faults/clockskew.py`` plays and checks it;
 ``tests/integration/node/test_fault_clock_skew.py`` is its reduced form).
 """
 
@@ -51,7 +51,7 @@ def play(context: Context, number: int) -> Outcome:
         return Outcome(violations=played.violations, figures=figures(played))
 
 
-FAULT = Fault(name="clock-skew", play=play, bounds="tests/support/clockskew.py",
+FAULT = Fault(name="clock-skew", play=play, bounds="tests/support/faults/clockskew.py",
               add_arguments=add_arguments, check=check,
               describe=lambda a: (f"--clock-skew-slots {a.clock_skew_slots} "
                                   f"--clock-skew-lease {a.clock_skew_lease}"))

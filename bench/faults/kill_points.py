@@ -1,7 +1,7 @@
 """``make faults``' scenario ``kill-points``: every attempt 1 of ``--kill-points-slots``
 slots per interruption point (``before-commit:source-2``, ``after-step:source-2``,
 ``after-intent:publish``, ``after-call:publish``) SIGKILLed there, attempt 2 completing,
-in runs of at most ``--kill-points-batch`` slots at once (``tests/support/killpoints.py``
+in runs of at most ``--kill-points-batch`` slots at once (``tests/support/faults/killpoints.py``
 plays and checks it; ``tests/integration/node/test_fault_kill_points.py`` is its reduced
 form).
 """
@@ -41,7 +41,7 @@ def play(context: Context, number: int) -> Outcome:
         return Outcome(violations=played.violations, figures=figures(played))
 
 
-FAULT = Fault(name="kill-points", play=play, bounds="tests/support/killpoints.py",
+FAULT = Fault(name="kill-points", play=play, bounds="tests/support/faults/killpoints.py",
               add_arguments=add_arguments,
               describe=lambda a: (f"--kill-points-slots {a.kill_points_slots} "
                                   f"--kill-points-batch {a.kill_points_batch}"))

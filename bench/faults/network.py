@@ -3,7 +3,7 @@ the API server, through a fault proxy on loopback, cut (RST and FIN, watches inc
 ``--watch-cut-cuts`` times, or black-holed (no FIN, no RST) for ``--half-open-seconds``,
 more than the lease, then healed, cut or stranded (``--half-open-then``), with
 ``--*-slots`` workers played by hand (no node: their pods never run; the scenario renews
-their leases). ``tests/support/netplay.py`` plays and checks them;
+their leases). ``tests/support/faults/netplay.py`` plays and checks them;
 ``tests/integration/operator/test_fault_network.py`` is their reduced form.
 """
 
@@ -92,11 +92,11 @@ def play_hole(context: Context, number: int) -> Outcome:
                   then=args.half_open_then)
 
 
-CUT = Fault(name="watch-cut", play=play_cut, bounds="tests/support/netplay.py", node=False,
+CUT = Fault(name="watch-cut", play=play_cut, bounds="tests/support/faults/netplay.py", node=False,
             add_arguments=add_cut_arguments,
             describe=lambda a: (f"--watch-cut-slots {a.watch_cut_slots} --watch-cut-cuts "
                                 f"{a.watch_cut_cuts} --watch-cut-lease {a.watch_cut_lease}"))
-HOLE = Fault(name="half-open", play=play_hole, bounds="tests/support/netplay.py", node=False,
+HOLE = Fault(name="half-open", play=play_hole, bounds="tests/support/faults/netplay.py", node=False,
              add_arguments=add_hole_arguments, check=check_hole,
              describe=lambda a: (f"--half-open-slots {a.half_open_slots} --half-open-lease "
                                  f"{a.half_open_lease} --half-open-seconds "

@@ -1,6 +1,6 @@
 """``make faults``' scenario ``paused-apiserver``: the API server (with its etcd)
 SIGSTOPped for ``--pause`` seconds, longer than the ``--lease``, then SIGCONTed, with
-``--slots`` real SDK workers on the node (``tests/support/pausedserver.py`` plays and
+``--slots`` real SDK workers on the node (``tests/support/faults/pausedserver.py`` plays and
 checks it; ``tests/integration/node/test_fault_paused_apiserver.py`` is its reduced form).
 """
 
@@ -54,6 +54,6 @@ def play(context: Context, number: int) -> Outcome:
         return Outcome(violations=played.violations, figures=figures(played))
 
 
-FAULT = Fault(name="paused-apiserver", play=play, bounds="tests/support/pausedserver.py",
+FAULT = Fault(name="paused-apiserver", play=play, bounds="tests/support/faults/pausedserver.py",
               add_arguments=add_arguments, check=check,
               describe=lambda a: f"--slots {a.slots} --lease {a.lease} --pause {a.pause:g}")

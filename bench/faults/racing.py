@@ -1,7 +1,7 @@
 """``make faults``' scenario ``racing-operators``: two operator processes of the same
 install serve one namespace at once (peering off), ``--racing-slots`` slots, pods failed
 so retries happen, twice-failed slots reassigned, the workers played by hand (no node).
-``tests/support/racing.py`` plays and checks it;
+``tests/support/faults/racing.py`` plays and checks it;
 ``tests/integration/operator/test_fault_racing.py`` is its reduced form.
 """
 
@@ -46,7 +46,7 @@ def play(context: Context, number: int) -> Outcome:
         drop(cluster, namespace)
 
 
-FAULT = Fault(name="racing-operators", play=play, bounds="tests/support/racing.py",
+FAULT = Fault(name="racing-operators", play=play, bounds="tests/support/faults/racing.py",
               add_arguments=add_arguments, node=False,
               describe=lambda a: f"--racing-slots {a.racing_slots} --racing-lease "
                                  f"{a.racing_lease}")

@@ -1,4 +1,4 @@
-"""What every ``make faults`` scenario is made of (``bench/faults.py`` plays them).
+"""What every ``make faults`` scenario is made of (``bench/faults`` plays them).
 
 A :class:`Fault` is a named scenario: ``add_arguments`` adds its own options (prefixed by
 its name, so scenarios never clash), ``play`` plays it once in a fresh namespace of the
@@ -55,7 +55,7 @@ class Outcome:
 class Fault:
     name: str
     play: Callable[[Context, int], Outcome]  # (context, play number from 1)
-    bounds: str  # where its bounds are stated, e.g. "tests/support/pausedserver.py"
+    bounds: str  # where its bounds are stated, e.g. "tests/support/faults/pausedserver.py"
     add_arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
     describe: Callable[[argparse.Namespace], str] = lambda args: ""  # its options, said
     # refuses bad option values with parser.error (a clear message, exit 2)

@@ -20,12 +20,12 @@ documented default --qps 100) is the bottleneck:
    receipt plus ``leaseDurationSeconds``), the pod made Failed first and the lease renewed
    once, then left to expire (the CRD's minimum lease, 5 s).
 
-Every time is a receipt time on this process's monotonic clock (bench/latencysupport.py:
+Every time is a receipt time on this process's monotonic clock (bench/latency/support.py:
 watches of pods, slots, leases and the Job); a write's time is taken just before it is
 sent. A benchmark prints figures, it is never a test:
 
     make bench-latency                                    # --count 200
-    .venv/bin/python bench/latency.py --count 20 --out /tmp/benchmarks.md
+    .venv/bin/python -m bench.latency --count 20 --out /tmp/benchmarks.md
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def checks(plays: Plays) -> list[str]:
 def header(args: argparse.Namespace) -> str:
     who = (f"at its documented defaults (--qps {cli.QPS[2]:g} --burst {cli.BURST[2]}, "
            "no flags given)")
-    return (f"{SECTION}\n\n{machine_commit_date()} Made by `bench/latency.py --count "
+    return (f"{SECTION}\n\n{machine_commit_date()} Made by `python -m bench.latency --count "
             f"{args.count} --every {args.every:g} --alone-every {args.alone_every:g}` "
             "(`make bench-latency`) on one local control "
             f"plane without a node; the operator {who}, the Job controller at "

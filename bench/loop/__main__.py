@@ -22,7 +22,7 @@ API server's /metrics, delta over ``--window`` seconds), which must not grow wit
 number of slots. A benchmark prints figures, it is never a test:
 
     make bench-loop                                   # --units 200,1000
-    .venv/bin/python bench/control_loop.py --units 40,100 --out /tmp/benchmarks.md
+    .venv/bin/python -m bench.loop --units 40,100 --out /tmp/benchmarks.md
 
 It prints a markdown table and writes it as the ``## Control loop`` section of ``--out``
 (default docs/benchmarks.md; the other sections are left as they are) with the machine,
@@ -239,7 +239,7 @@ def checks(rows: list[Row], steadies: list[Steady]) -> list[str]:
 
 def header() -> str:
     return (f"{SECTION}\n\n{machine_commit_date()} Made by "
-            "`bench/control_loop.py` (`make bench-loop`) on one local control plane without "
+            "`python -m bench.loop` (`make bench-loop`) on one local control plane without "
             "a node.\n")
 
 

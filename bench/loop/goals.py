@@ -1,7 +1,7 @@
 """The control-loop benchmark's closing table: the issue's goals against the figures.
 
 Pure: rows in, a markdown table out ("goal | figure | reference | ratio | met"), one block
-per size, so that ``control_loop.py`` stays a runner and the goals are read in one place.
+per size, so that ``bench/loop/__main__.py`` stays a runner and the goals are read in one place.
 The goals: (a) at equal QPS the operator's pods/s within 10% of QPS / its writes
 per pod; (b) at both tools' documented defaults its time to all pods no more than the Job
 controller's; (c) unthrottled, pods/s at least 0.5x the Job controller's with API-server

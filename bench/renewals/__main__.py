@@ -1,7 +1,7 @@
 """``make bench-renewals``: lease renewals of N real workers on the node, and what they cost.
 
-On a local control plane of its own WITH its node (``tests/support/localnode.running``,
-as ``bench/faults.py`` makes it), agentrun installed as the tests install it and an
+On a local control plane of its own WITH its node (``tests/support/cluster/localnode.running``,
+as ``bench/faults`` makes it), agentrun installed as the tests install it and an
 operator serving a fresh namespace, ``--workers`` real workers (``agentrun-worker run``
 renewing a ``--lease`` Lease around a script that idles until told to finish) are started;
 once every attempt is Active and renewing, ``--window`` seconds are measured: renewTime
@@ -12,7 +12,7 @@ expected rate ``workers / interval(lease)`` and the ratio measured/expected. It 
 table and replaces (or appends) the ``## Renewals`` section of ``--write``
 (default docs/benchmarks.md; ``--write -``: none), then tells the workers to exit:
 
-    .venv/bin/python bench/renewals.py --workers 4 --window 15 --write -
+    .venv/bin/python -m bench.renewals --workers 4 --window 15 --write -
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def said(requests: dict[str, int]) -> str:
 
 def section(args: argparse.Namespace, figures: Figures, *, pod_limit: str,
             workers: dict[str, int], operator: dict[str, int]) -> str:
-    return (f"{SECTION}\n\n{machine_commit_date()} Made by `bench/renewals.py --workers "
+    return (f"{SECTION}\n\n{machine_commit_date()} Made by `python -m bench.renewals --workers "
             f"{args.workers} --lease {args.lease} --window {args.window}` (`make "
             f"bench-renewals`) on a local control plane with its node (pod limit "
             f"{pod_limit}): {args.workers} real workers (`agentrun-worker run` renewing "

@@ -1,8 +1,8 @@
-"""The node side of ``bench/renewals.py``: N real workers on the node renewing their Leases,
+"""The node side of ``bench/renewals``: N real workers on the node renewing their Leases,
 watched over a window (renewTime changes), with the CPU time of the API server and of the
 operator read from ``/proc`` around it.
 
-Why a module of its own: ``bench/renewals.py`` keeps the options and the figures (pure,
+Why a module of its own: ``bench/renewals`` keeps the options and the figures (pure,
 unit-tested in ``tests/unit/test_bench_renewals.py``); this one needs the control plane.
 """
 

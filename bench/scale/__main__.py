@@ -21,7 +21,7 @@ spread evenly; the lease is ``--lease`` seconds long so that the renewals are af
 A benchmark prints figures, it is never a test:
 
     make bench-scale                                  # --slots 1000,10000
-    .venv/bin/python bench/scale.py --slots 200,1000 --out /tmp/benchmarks.md
+    .venv/bin/python -m bench.scale --slots 200,1000 --out /tmp/benchmarks.md
 
 It prints a table (each figure with its goal) and writes the ``## Scale`` section of
 ``--out`` (default docs/benchmarks.md) with the machine, the commit and the date.
@@ -247,7 +247,7 @@ def notes(args: argparse.Namespace, points: list[Point], resyncs: list[Resync],
 
 def header(args: argparse.Namespace) -> str:
     arenas = f" --arenas {args.arenas}" if args.arenas else ""
-    return (f"{SECTION}\n\n{machine_commit_date()} Made by `bench/scale.py --slots "
+    return (f"{SECTION}\n\n{machine_commit_date()} Made by `python -m bench.scale --slots "
             f"{args.slots}{arenas}` (`make bench-scale`) on one local control plane without "
             "a node.\n")
 

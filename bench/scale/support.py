@@ -1,4 +1,4 @@
-"""The scale benchmark's machinery beyond :class:`loopsupport.Bench`: the operator with a
+"""The scale benchmark's machinery beyond :class:`bench.loop.support.Bench`: the operator with a
 metrics port of its own (``/readyz``), a load generator renewing every attempt's Lease as
 its worker would, and the operator's CPU time from ``/proc``.
 

@@ -1,7 +1,7 @@
 """The samples in ``manifests/examples`` are valid, and valid together.
 
 They are read as kustomize renders them (``kubectl kustomize``: what ``kubectl apply -k``
-sends; tests/support/examples.py). Each object parses with its model (AgentRun and
+sends; tests/support/plays/examples.py). Each object parses with its model (AgentRun and
 LaunchSpec with the API models, configuration ConfigMaps with ``configs.parse_document``)
 and conforms to the generated CRD schema; the configuration is generated immutable and
 labelled as DESIGN.md section 14 says; the bindings cover the workflow; the run names

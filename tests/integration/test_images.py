@@ -1,4 +1,4 @@
-"""The images built without a registry (tests/support/images.py), opened and run.
+"""The images built without a registry (tests/support/cluster/images.py), opened and run.
 
 Covers: the pause image is the static binary from the pinned Kubernetes source, run as
 nobody; the project image runs as uid 65532 with the operator as entrypoint and holds the

@@ -1,5 +1,5 @@
 """A heap breakdown of a process started with this folder on PYTHONPATH and
-``AGENTRUN_HEAPDUMP=<file>`` (bench/scale.py ``--heap``): tracemalloc from the start, and
+``AGENTRUN_HEAPDUMP=<file>`` (bench/scale ``--heap``): tracemalloc from the start, and
 on SIGUSR2 the traced total, the largest allocation sites and the live objects by type
 appended to that file. For diagnosis only: tracing slows the process and adds memory."""
 

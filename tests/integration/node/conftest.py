@@ -1,6 +1,6 @@
 """Fixtures for tests on the real node: the node itself and the image its pods run.
 
-Pods here run the project's own image (``tests/support/images.py``), imported into the
+Pods here run the project's own image (``tests/support/cluster/images.py``), imported into the
 node's containerd once per session; nothing is ever pulled (``imagePullPolicy: Never``).
 """
 
@@ -90,7 +90,7 @@ def wait_phase(cluster: Cluster, namespace: str, name: str, phases: set[str], *,
 
 @pytest.fixture
 def owner(scenario: Scenario) -> Iterator[EffectOwner]:
-    """A test's effect owner (tests/support/effectowner.py) where the node's pods reach the
+    """A test's effect owner (tests/support/actors/effectowner.py) where the node's pods reach the
     host: the node bridge's address. Its request log is printed at the end."""
     started = EffectOwner(host=node_address(scenario)).start()
     yield started

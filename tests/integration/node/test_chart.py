@@ -3,7 +3,7 @@
 On the suite's control plane and node, with the project image loaded into the node
 (``pullPolicy: Never``) and ``watchNamespaces`` the test's namespace only: install (the
 operator pod Running and Ready, through its readiness probe), the recovery trace of
-``tests/support/recovery.py`` served by that pod, its counters scraped through the
+``tests/support/plays/recovery.py`` served by that pod, its counters scraped through the
 chart's metrics Service (its ClusterIP, from a pod on the node: the host is outside the
 node's network, and kube-proxy's rules serve pods), ``helm upgrade`` (a Recreate
 rollout to one new Ready pod that serves), and ``helm uninstall``, after which only the

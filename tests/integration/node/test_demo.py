@@ -1,6 +1,6 @@
 """``make demo``'s script against the suite's cluster: the trace plays, nothing stays.
 
-The demo (``demo/recovery.py --kubeconfig``) runs as a person runs it, a subprocess; it
+The demo (``python -m demo.recovery --kubeconfig``) runs as a person runs it, a subprocess; it
 publishes to this test's effect owner (``--owner-url``), so "published once" is read at
 the owner, not from the demo's words. What the demo's objects went through is read from
 the API while it runs (watches of the demo namespace's AgentRuns and Leases from before

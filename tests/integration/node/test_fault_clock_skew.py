@@ -1,7 +1,7 @@
 """The operator's and the workers' wall clocks skewed by 10 min (opposite ways) and
 stepped by 20 min mid-run.
 
-The reduced form of ``make faults``' scenario ``clock-skew`` (``tests/support/
+The reduced form of ``make faults``' scenario ``clock-skew`` (``tests/support/faults/
 clockskew.py``): two real SDK workers on the node, a 10 s lease; the operator (its own
 process, under libfaketime, its monotonic clock left alone) starts at ``+600s``, is
 stepped to ``-600s`` once every worker renews, and back to ``+600s`` while a later run's

@@ -1,7 +1,7 @@
 """The API server paused (SIGSTOP) for longer than a lease, then resumed.
 
-The reduced form of ``make faults``' first scenario (``tests/support/pausedserver.py``;
-``bench/faults.py`` plays it many times, with more slots): once, with three real SDK
+The reduced form of ``make faults``' first scenario (``tests/support/faults/pausedserver.py``;
+``bench/faults`` plays it many times, with more slots): once, with three real SDK
 workers on the node, a 10 s lease and a 25 s pause. 25 s is 2.5 leases, and well under
 the controller-manager's node-monitor grace period (50 s in Kubernetes 1.37, its
 ``nodelifecycle`` defaults; 40 s before 1.32): a longer pause would also have the node

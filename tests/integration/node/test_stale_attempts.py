@@ -3,7 +3,7 @@
 Each run here has one node, Automatic claims and two attempts; attempt 1 ends (exits 3, or
 is SIGKILLed on the node) and its pod stays, Failed; the operator sees its lease expire,
 tombstones it, and claims attempt 2. Workers are SDK scripts (``stale.PRELUDE``) beside the test's
-effect owner (``tests/support/effectowner.py``) on the node bridge's address.
+effect owner (``tests/support/actors/effectowner.py``) on the node bridge's address.
 
 - the stale attempt: attempt 1's pod-bound token still authenticates (SelfSubjectReview,
   as its pod), yet it cannot renew its lease, commit a record on its own sealed Lease or

@@ -2,7 +2,7 @@
 the reduced forms of ``make faults``' ``watch-cut`` and ``half-open``.
 
 The operator talks to the API server only through a fault proxy on loopback
-(``tests/support/netfaults.py``); the scenario (``tests/support/netplay.py``) plays
+(``tests/support/faults/netfaults.py``); the scenario (``tests/support/faults/netplay.py``) plays
 the workers by hand, renewing their leases directly, so no node is needed. Small: four
 slots, a 5 s lease.
 

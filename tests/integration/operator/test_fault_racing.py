@@ -1,5 +1,5 @@
 """Two operators racing on one namespace: the reduced form of
-``make faults``' ``racing-operators`` (``tests/support/racing.py``).
+``make faults``' ``racing-operators`` (``tests/support/faults/racing.py``).
 
 Two operator processes, same install, same namespace, peering off: eight slots, every
 second one's pod fails (a retry), two of those fail again and are reassigned. Covers: no

@@ -1,5 +1,5 @@
 """The seed paper's recovery trace, end to end, with real users on a real API server,
-served by the operator as a subprocess (the trace itself: ``tests/support/recovery.py``)."""
+served by the operator as a subprocess (the trace itself: ``tests/support/plays/recovery.py``)."""
 
 from __future__ import annotations
 

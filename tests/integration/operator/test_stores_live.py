@@ -1,7 +1,7 @@
 """The operator's stores against the real API server (timeouts of item 2).
 
 The Reader and Writer are the operator's, as the ``operator`` user, over ``Stores`` primed
-by LIST and fed by a real watch (tests/support/watchfeed.py, the role Kopf's handlers play
+by LIST and fed by a real watch (tests/support/actors/watchfeed.py, the role Kopf's handlers play
 in the operator). Covers: write-through (a status write read back at once, before the
 watch delivered it, and the late, older watch events not regressing it); a deleted
 object leaving the store; a tombstoned Lease leaving it and being read back from the API

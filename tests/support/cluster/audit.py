@@ -1,6 +1,6 @@
 """Reading the local API server's audit log: which writes a user made, in order.
 
-The local control plane (``tests/support/localcluster.py``) logs every request except
+The local control plane (``tests/support/cluster/localcluster.py``) logs every request except
 get/list/watch (those only for the ``operator`` user) at level ``Metadata`` (no bodies)
 as JSON lines. A *write* here is a
 request with verb create, update, patch or delete. Each one is reported once, at stage

@@ -25,7 +25,7 @@ class Cluster:
     """A cluster the tests may use, however it was obtained.
 
     ``node`` is set when the local control plane runs with the node of
-    ``tests/support/localnode.py`` (the default). ``users`` maps a user name to a
+    ``tests/support/cluster/localnode.py`` (the default). ``users`` maps a user name to a
     kubeconfig context of its own (local control plane),
     or is empty, in which case :meth:`client` impersonates the user from the admin
     context. ``audit_log`` is set only where this suite started the API server.

@@ -7,7 +7,7 @@ the Go toolchain's version and the link flags (a new Go or Helm gives a new bina
 old one stays until the cache is cleared). A file lock makes a second builder wait and then find the
 binary (the model is ``localnode.build_containerd``).
 
-- ``python tests/support/helm.py build``: build if needed, print the binary's path
+- ``python -m tests.support.cluster.helm build``: build if needed, print the binary's path
   (``make helm``);
 - :func:`install_args`: the ``helm upgrade --install`` arguments of the chart for an image
   loaded into the node (``pullPolicy: Never``) serving the given namespaces;

@@ -12,7 +12,7 @@ buildah (a maintained Debian package) in a storage of our own, saved as OCI arch
 - the *project* image: the repository's ``Dockerfile`` built on that base with the wheels
   the host downloaded (the build itself runs with no network).
 
-``python tests/support/images.py build [pause|project|all]`` prints one JSON line per
+``python -m tests.support.cluster.images build [pause|project|all]`` prints one JSON line per
 image (``ref``, ``path``); :func:`pause_image` and :func:`project_image` do the same
 from Python. Terms: a *key* is the hex digest of an image's inputs; an image's tag is
 its key, so a changed input is a new image and nothing stale is ever run. Where images
@@ -51,7 +51,7 @@ PROJECT_DEV_REF = f"{PROJECT_REPOSITORY}:dev"
 # The stand-in for python:3.11-slim: bookworm's python3 is 3.11; passwd for useradd;
 # curl for the shell-script main containers of the sidecar tests; libfaketime (with the
 # sleepfix preload, fakeclock.IMAGE_SLEEPFIX) for the workers whose wall clock the
-# clock-skew fault fakes (tests/support/clockskew.py).
+# clock-skew fault fakes (tests/support/faults/clockskew.py).
 SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "passwd", "curl", "libfaketime")
 BASE_GLIBC_MINOR = 36  # bookworm's glibc 2.36: the newest manylinux tag its wheels may carry

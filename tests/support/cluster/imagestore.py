@@ -1,4 +1,4 @@
-"""The image store and cache of tests/support/images.py: buildah on storage of our own.
+"""The image store and cache of tests/support/cluster/images.py: buildah on storage of our own.
 
 Why a module of its own: the recipes (:mod:`images`) say *what* each image is made of;
 this says *where* images live and how the cache behaves: ``~/.cache/agentrun/images``

@@ -7,7 +7,7 @@ only our own assumptions. This module builds ``tests/controlplane`` (kube-apiser
 with embedded etcd, kube-controller-manager and kubectl from ``k8s.io/kubernetes``)
 once into a cache outside the clone, and runs it:
 
-- ``python tests/support/localcluster.py build``: build only, print the binary's path;
+- ``python -m tests.support.cluster.localcluster build``: build only, print the binary's path;
 - :class:`LocalCluster`: the control plane from Python; with ``node_ip`` set it serves
   that address too and is ready for the node of :mod:`localnode` (whose command line,
   ``localnode.py up``, is ``make cluster``).

@@ -6,15 +6,15 @@ the control plane's own multi-call binary (``tests/controlplane``); containerd v
 its Go module, built once into a cache keyed by version; runc and the CNI plugins from
 Debian (``make nodedeps``). :mod:`nodehost` makes and undoes the host side.
 
-- ``python tests/support/localnode.py up [--dir .cluster] [--no-node]``: the control
+- ``python -m tests.support.cluster.localnode up [--dir .cluster] [--no-node]``: the control
   plane and (unless ``--no-node``) the node, in the foreground until Ctrl-C (``make
   cluster``);
-- ``python tests/support/localnode.py build``: build containerd if needed;
-- ``python tests/support/localnode.py cleanup``: undo what a crashed node left;
+- ``python -m tests.support.cluster.localnode build``: build containerd if needed;
+- ``python -m tests.support.cluster.localnode cleanup``: undo what a crashed node left;
 - :func:`running`: the same from Python, for the pytest session fixture.
 
 Images: nothing can be pulled here; :meth:`LocalNode.load_image` imports an OCI archive
-(``tests/support/images.py``) and pods use ``imagePullPolicy: Never``.
+(``tests/support/cluster/images.py``) and pods use ``imagePullPolicy: Never``.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ NEEDS = {RUNC: "runc", CNI_BIN / "bridge": "containernetworking-plugins",
          CNI_BIN / "host-local": "containernetworking-plugins",
          CNI_BIN / "loopback": "containernetworking-plugins",
          Path("/usr/sbin/iptables"): "iptables",
-         # the clock-skew scenario's operator reads a faked wall clock (tests/support/clockskew.py)
+         # the clock-skew scenario's operator reads a faked wall clock
+         # (tests/support/faults/clockskew.py)
          Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"): "libfaketime"}
 SOCKET = nodehost.RUN_DIR / "containerd.sock"
 KUBELET_PORT = 10250

@@ -1,6 +1,6 @@
 """The fault scenario "the operator's and the workers' wall clocks skewed and stepped".
 
-One play (:func:`play`), shared by ``make faults`` (``bench/faults.py``: ``clock-skew``)
+One play (:func:`play`), shared by ``make faults`` (``bench/faults``: ``clock-skew``)
 and ``make test`` (``tests/integration/node/test_fault_clock_skew.py``). Every clock is
 faked by libfaketime, the monotonic clock left alone (:mod:`fakeclock`): the operator's,
 a process on the host (:func:`operator_env`), from ``+600s``; each worker's, a real SDK

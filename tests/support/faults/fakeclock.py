@@ -1,6 +1,6 @@
 """A process's wall clock faked and stepped from a file, its monotonic clock left alone.
 
-What the clock-skew fault (``tests/support/clockskew.py``) runs its operator and its
+What the clock-skew fault (``tests/support/faults/clockskew.py``) runs its operator and its
 workers under. Terms: the *timestamp file* holds an offset such as ``+600s``; the process
 reads it on every clock call (``FAKETIME_NO_CACHE=1``), so rewriting it *steps* the clock
 (:func:`step`). Made of two preloads:

@@ -1,6 +1,6 @@
 """The fault scenario "workers SIGKILLed at the seed's interruption points, at scale".
 
-One play (:func:`play`), shared by ``make faults`` (``bench/faults.py``: ``kill-points``,
+One play (:func:`play`), shared by ``make faults`` (``bench/faults``: ``kill-points``,
 many slots per point) and ``make test``
 (``tests/integration/node/test_fault_kill_points.py``: a few slots at two points). What
 ``tests/integration/node/test_interruptions.py`` shows once with one slot per point, here

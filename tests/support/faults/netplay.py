@@ -1,6 +1,6 @@
 """The fault scenarios "watch streams cut" and "a half-open connection".
 
-One play (:func:`play`), shared by ``make faults`` (``bench/fault_network.py``: scenarios
+One play (:func:`play`), shared by ``make faults`` (``bench/faults/network.py``: scenarios
 ``watch-cut`` and ``half-open``) and ``make test``
 (``tests/integration/operator/test_fault_network.py``). The operator talks to the API
 server only through a :class:`netfaults.Proxy`; the scenario plays the workers by hand,

@@ -1,6 +1,6 @@
 """The fault scenario "the API server paused for longer than a lease, then resumed".
 
-One play (:func:`play`), shared by ``make faults`` (``bench/faults.py``, many plays) and
+One play (:func:`play`), shared by ``make faults`` (``bench/faults``, many plays) and
 ``make test`` (``tests/integration/node/test_fault_paused_apiserver.py``, one):
 
 1. a run of ``slots`` nodes whose workers are real pods on the node running the SDK

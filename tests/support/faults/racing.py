@@ -2,7 +2,7 @@
 the same install serve one namespace at once (peering off: nothing but the API server's
 preconditions keeps them from acting twice).
 
-One play (:func:`play`), shared by ``make faults`` (``bench/fault_racing.py``) and
+One play (:func:`play`), shared by ``make faults`` (``bench/faults/racing.py``) and
 ``make test`` (``tests/integration/operator/test_fault_racing.py``); the caller starts the
 operators. The workers are played by hand (no node: :class:`Following` renews the lease
 of each Active slot's current attempt every second):
