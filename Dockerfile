@@ -2,9 +2,9 @@
 #
 # The build needs no network: the context holds this file and wheels/ (the project's wheel
 # and every dependency's, downloaded by the host). Make that context with
-#   python tests/support/images.py context --out DIR
+#   python -m tests.support.cluster.images context --out DIR
 # then `docker build DIR` (BASE defaults to python:3.11-slim), or let
-# `python tests/support/images.py build project` build it with buildah on a Debian base.
+# `python -m tests.support.cluster.images build project` build it with buildah on a Debian base.
 ARG BASE=python:3.11-slim
 
 FROM ${BASE} AS install

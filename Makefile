@@ -39,7 +39,7 @@ godeps:
 	cd tests/controlplane && go mod download
 
 controlplane: venv godeps
-	$(PY) tests/support/localcluster.py build
+	$(PY) -m tests.support.cluster.localcluster build
 
 # Image builders from Debian, installed only when missing (buildah: images without a
 # daemon or registry; mmdebstrap: the Debian base standing in for python:3.11-slim).
@@ -48,7 +48,7 @@ imagetools:
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y buildah mmdebstrap; }
 
 image: venv godeps imagetools
-	$(PY) tests/support/images.py build all
+	$(PY) -m tests.support.cluster.images build all
 
 # The node's runtime: runc, the CNI plugins and iptables (and libfaketime, for the
 # clock-skew scenario's operator) from Debian, installed only
@@ -58,10 +58,10 @@ nodedeps: venv imagetools
 		test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || \
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
 			runc containernetworking-plugins iptables libfaketime; }
-	$(PY) tests/support/localnode.py build
+	$(PY) -m tests.support.cluster.localnode build
 
 cluster: controlplane $(if $(WITH_NODE),nodedeps,)
-	$(PY) tests/support/localnode.py up --dir $(CLUSTER_DIR) $(if $(WITH_NODE),,--no-node)
+	$(PY) -m tests.support.cluster.localnode up --dir $(CLUSTER_DIR) $(if $(WITH_NODE),,--no-node)
 
 lint: venv
 	$(VENV)/bin/ruff check operator tests demo bench
@@ -83,10 +83,10 @@ manifests: venv crds
 	$(PY) -m agentrun.manifests --out manifests
 	$(PY) -m agentrun.chart --out charts/agentrun-operator --crds crds
 
-# Helm from its Go module, built once into ~/.cache/agentrun/helm (tests/support/helm.py);
+# Helm from its Go module, built once into ~/.cache/agentrun/helm (tests/support/cluster/helm.py);
 # prints the binary's path.
 helm: venv
-	@$(PY) tests/support/helm.py build
+	@$(PY) -m tests.support.cluster.helm build
 
 # Against $$KUBECONFIG (default: the local control plane's); the local cluster's
 # operator runs as its own `operator` user, so it has only the rights RBAC gives it.
@@ -118,52 +118,52 @@ mutate: venv
 	$(VENV)/bin/mutmut run
 	$(VENV)/bin/mutmut results
 
-# The control-loop benchmark (bench/control_loop.py): its own control plane without a
+# The control-loop benchmark (bench/loop, bench/README.md): its own control plane without a
 # node, the operator vs an Indexed Job; prints figures and writes docs/benchmarks.md.
 # UNITS=40,100 for a quick look.
 UNITS ?= 200,1000
 .PHONY: bench-loop
 bench-loop: controlplane
-	$(PY) bench/control_loop.py --units $(UNITS)
+	$(PY) -m bench.loop --units $(UNITS)
 
-# The scale benchmark (bench/scale.py): its own control plane without a node, the operator's
+# The scale benchmark (bench/scale): its own control plane without a node, the operator's
 # RSS/CPU idle and at each size of live Active slots (leases renewed by a load generator),
 # steady reads, the resync of the largest size after a restart. SCALE=200,1000 for a look.
 SCALE ?= 1000,10000
 .PHONY: bench-scale
 bench-scale: controlplane
-	$(PY) bench/scale.py --slots $(SCALE)
+	$(PY) -m bench.scale --slots $(SCALE)
 
-# The latency benchmark (bench/latency.py): failure detection, replacement, reassignment
+# The latency benchmark (bench/latency): failure detection, replacement, reassignment
 # and recovery, the operator beside an Indexed Job and a bare client's floor.
 LATENCY_COUNT ?= 200
 .PHONY: bench-latency
 bench-latency: controlplane
-	$(PY) bench/latency.py --count $(LATENCY_COUNT)
+	$(PY) -m bench.latency --count $(LATENCY_COUNT)
 
 # Every benchmark, one after the other, each writing its own section of docs/benchmarks.md
-# (bench/report.py): figures with the machine, the commit and the date; never a test.
+# (bench/common/report.py): figures with the machine, the commit and the date; never a test.
 .PHONY: bench
 bench: bench-loop
 bench: bench-scale
 bench: bench-latency
 bench: bench-renewals
 
-# The renewals benchmark (bench/renewals.py): its own control plane WITH its node, WORKERS
+# The renewals benchmark (bench/renewals): its own control plane WITH its node, WORKERS
 # real workers renewing their leases, the renewals per second and their API and operator
 # cost over a window; writes its section of docs/benchmarks.md.
 WORKERS ?= 40
 .PHONY: bench-renewals
 bench-renewals: controlplane nodedeps image
-	$(PY) bench/renewals.py --workers $(WORKERS)
+	$(PY) -m bench.renewals --workers $(WORKERS)
 
-# The recovery trace with real workers (demo/recovery.py --up): starts the control plane
-# and its node, installs the operator as a pod, plays, tears everything down (Ctrl-C too).
+# The recovery trace with real workers (python -m demo.recovery --up): starts the control
+# plane and its node, installs the operator as a pod, plays, tears everything down (Ctrl-C too).
 .PHONY: demo
 demo: controlplane nodedeps image helm
-	$(PY) demo/recovery.py --up
+	$(PY) -m demo.recovery --up
 
-# Fault scenarios (bench/faults.py): their own control plane WITH its node, each scenario
+# Fault scenarios (bench/faults): their own control plane WITH its node, each scenario
 # played COUNT times, a table scenario × count × violations; nothing written unless
 # FAULTS_ARGS has --write. Stops by itself; exit 1 on any violation. Every scenario once
 # takes about 25 min on 2 cores (kill-points, 200 worker pods killed, most of it);
@@ -172,4 +172,4 @@ COUNT ?= 1
 FAULTS_ARGS ?=
 .PHONY: faults
 faults: controlplane nodedeps image
-	$(PY) bench/faults.py --count $(COUNT) $(FAULTS_ARGS)
+	$(PY) -m bench.faults --count $(COUNT) $(FAULTS_ARGS)

@@ -7,9 +7,9 @@ to ``gpu`` reopens the slot; her claim starts attempt 2, which resumes from the 
 notes, publishes the report once at the effect owner, and the run succeeds. Each line
 is printed only once the object it reports says so (never after a sleep).
 
-- ``python demo/recovery.py`` (or ``--up``): start the control plane and its node
-  (``tests/support/localnode.py``), play, tear everything down (Ctrl-C too);
-- ``python demo/recovery.py --kubeconfig PATH --image REF``: play against a running
+- ``python -m demo.recovery`` (or ``--up``): start the control plane and its node
+  (``tests/support/cluster/localnode.py``), play, tear everything down (Ctrl-C too);
+- ``python -m demo.recovery --kubeconfig PATH --image REF``: play against a running
   local cluster with its node (the test's), removing what the demo created.
 """
 
@@ -27,24 +27,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "support"))
+import kubernetes
 
-import helm  # noqa: E402
-import kubernetes  # noqa: E402
-import stage  # noqa: E402
-from clusters import Cluster  # noqa: E402
-from effectowner import EffectOwner  # noqa: E402
-from localcluster import NODE_NAME, LocalCluster  # noqa: E402
-from localnode import SOCKET, containerd_dir, running  # noqa: E402
-from nodehost import NodeUnavailable  # noqa: E402
-from scenarios import Scenario, condition  # noqa: E402
-from waiting import wait_for  # noqa: E402
-from workers import agent_events, kill_when_paused, wait_pod_phase  # noqa: E402
-
-from agentrun.api import records  # noqa: E402
-from agentrun.plugin.views import parse_time  # noqa: E402
-from agentrun.worker import effects  # noqa: E402
+from agentrun.api import records
+from agentrun.plugin.views import parse_time
+from agentrun.worker import idempotency_key
+from demo import stage
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.workers import agent_events, kill_when_paused, wait_pod_phase
+from tests.support.cluster import helm
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.localcluster import NODE_NAME, LocalCluster
+from tests.support.cluster.localnode import SOCKET, containerd_dir, running
+from tests.support.cluster.nodehost import NodeUnavailable
+from tests.support.plays.scenarios import Scenario, condition
+from tests.support.waiting import wait_for
 
 STEP_TIMEOUT = 150.0  # one step on a busy 2-core machine (a cold pod start included)
 
@@ -185,7 +182,7 @@ def trace(cluster: Cluster, node: Any, owner: EffectOwner | None, owner_url: str
          f"ran {', '.join(ran)}")
 
     run = scenario.agentrun(stage.RUN)
-    key = effects.idempotency_key(run_uid=run["metadata"]["uid"], slot=slot, key="publish")
+    key = idempotency_key(run_uid=run["metadata"]["uid"], slot=slot, key="publish")
     if owner is not None:
         wait_for(lambda: owner.applied.get(key), timeout=STEP_TIMEOUT,
                  message=f"the owner applied {key}")

@@ -5,8 +5,8 @@ Which cluster, in this order:
    other users are reached through impersonation, so the tests run on any cluster.
 2. ``--kind`` given and a Docker engine and kind available: a kind cluster through
    pytest-kind (the only choice with a kubelet, so tests marked ``kubelet`` run).
-3. Otherwise: the local control plane of ``tests/support/localcluster.py`` and its
-   node (``tests/support/localnode.py``: kubelet, containerd, kube-proxy), built from
+3. Otherwise: the local control plane of ``tests/support/cluster/localcluster.py`` and its
+   node (``tests/support/cluster/localnode.py``: kubelet, containerd, kube-proxy), built from
    source, started once per session and stopped at its end; with
    ``AGENTRUN_TEST_NO_KUBELET=1``, the control plane alone.
 
@@ -27,9 +27,10 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from clusters import Cluster, docker_and_kind_available
-from localnode import running
-from nodehost import NodeUnavailable
+
+from tests.support.cluster.clusters import Cluster, docker_and_kind_available
+from tests.support.cluster.localnode import running
+from tests.support.cluster.nodehost import NodeUnavailable
 
 TENANT_LABEL = "agentrun.dev/tenant"
 

@@ -12,9 +12,9 @@ import kubernetes
 import pytest
 import yaml
 from kubernetes.client.rest import ApiException
-from waiting import wait_for
 
 from agentrun.api import names
+from tests.support.waiting import wait_for
 
 CRD_DIR = pathlib.Path(__file__).resolve().parents[2] / "crds"
 ESTABLISH_TIMEOUT = 60.0

@@ -1,6 +1,6 @@
 """The Helm chart, without a node: lint, one source, server-side validation, bad values.
 
-Helm is the project's own build (``tests/support/helm.py``); the API server is the
+Helm is the project's own build (``tests/support/cluster/helm.py``); the API server is the
 suite's. Nothing here runs the operator: that is ``tests/integration/node/test_chart.py``.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from clusters import Cluster
-from helm import CHART, NAMESPACE, RELEASE, helm_binary
 
 from agentrun import manifests
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.helm import CHART, NAMESPACE, RELEASE, helm_binary
 
 IMAGE = "localhost/agentrun-operator:test"
 

@@ -14,10 +14,11 @@ import uuid
 
 import kubernetes
 import pytest
-from clusters import Cluster
 from kubernetes.client.rest import ApiException
-from scenarios import HAND_PLAYED
-from waiting import wait_for, wait_for_default_service_account
+
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.scenarios import HAND_PLAYED
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 
 def core(cluster: Cluster, user: str = "admin") -> kubernetes.client.CoreV1Api:

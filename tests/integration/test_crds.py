@@ -15,15 +15,15 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
-import examples
 import kubernetes
 import pytest
 import yaml
-from clusters import Cluster
-from images import PROJECT_DEV_REF
 from kubernetes.client.rest import ApiException
 
 from agentrun.api import names
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.images import PROJECT_DEV_REF
+from tests.support.plays import examples
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("crds")]
 

@@ -1,7 +1,7 @@
 """The samples in ``manifests/examples`` are valid, and valid together.
 
 They are read as kustomize renders them (``kubectl kustomize``: what ``kubectl apply -k``
-sends; tests/support/examples.py). Each object parses with its model (AgentRun and
+sends; tests/support/plays/examples.py). Each object parses with its model (AgentRun and
 LaunchSpec with the API models, configuration ConfigMaps with ``configs.parse_document``)
 and conforms to the generated CRD schema; the configuration is generated immutable and
 labelled as docs/design/names.md says; the bindings cover the workflow; the run names
@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 import yaml
-from clusters import Cluster
-from examples import EXAMPLES, rendered
-from images import PROJECT_DEV_REF
 
 from agentrun.api import configs, crds, launchspecs, names, runs, schema
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.images import PROJECT_DEV_REF
+from tests.support.plays.examples import EXAMPLES, rendered
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "agentrun-demo"

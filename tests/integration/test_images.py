@@ -1,4 +1,4 @@
-"""The images built without a registry (tests/support/images.py), opened and run.
+"""The images built without a registry (tests/support/cluster/images.py), opened and run.
 
 Covers: the pause image is the static binary from the pinned Kubernetes source, run as
 nobody; the project image runs as uid 65532 with the operator as entrypoint and holds the
@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import images
-import imagestore
 import pytest
+
+from tests.support.cluster import images, imagestore
 
 
 class OciArchive:

@@ -16,11 +16,11 @@ from collections.abc import Iterator
 
 import kubernetes
 import pytest
-from clusters import Cluster
-from examples import BASE, EXAMPLES, rendered
-from waiting import delete_namespace, namespace_gone, wait_for
 
 from agentrun.api import names
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.examples import BASE, EXAMPLES, rendered
+from tests.support.waiting import delete_namespace, namespace_gone, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("crds")]
 

@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusters import Cluster
 
 from agentrun import manifests
+from tests.support.cluster.clusters import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.last]
 

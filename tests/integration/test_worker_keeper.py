@@ -29,9 +29,7 @@ from typing import Any
 
 import kubernetes
 import pytest
-from clusters import Cluster
 from kubernetes.config.incluster_config import InClusterConfigLoader
-from waiting import wait_for
 
 from agentrun.api import names
 from agentrun.kube import rest
@@ -40,7 +38,9 @@ from agentrun.worker import _renewer as renewer
 from agentrun.worker import _sdk as sdk
 from agentrun.worker._keeper import LeaseLapsed, LeaseLost
 from agentrun.worker._renewals import Standing
-from integration import test_worker_renewer as renewer_test
+from tests.integration import test_worker_renewer as renewer_test
+from tests.support.cluster.clusters import Cluster
+from tests.support.waiting import wait_for
 
 POD = renewer_test.POD
 DURATION = renewer_test.DURATION  # 6 s: renewals every 2 s, lapse point 4.8 s after a send

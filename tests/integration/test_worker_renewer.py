@@ -29,19 +29,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import audit
-import images
-import imagestore
 import kubernetes
 import pytest
 import yaml
-from clusters import Cluster
 from kubernetes.client.rest import ApiException
-from waiting import wait_for, wait_for_default_service_account
 
 from agentrun import manifests
 from agentrun.api import names
 from agentrun.worker import cli
+from tests.support.cluster import audit, images, imagestore
+from tests.support.cluster.clusters import Cluster
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 POD = "w-1"
 SERVICE_ACCOUNT = "worker"

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from goals import goal_table
+from bench.loop.goals import goal_table
 
 
 @dataclass
@@ -57,7 +53,7 @@ def test_a_size_without_its_rows_has_no_goal_lines() -> None:
 
 
 def test_cpu_seconds_of_this_process_grow() -> None:
-    from loopsupport import cpu_seconds  # imports the test support's kubernetes machinery
+    from bench.loop.support import cpu_seconds  # imports the test support's kubernetes machinery
 
     before = cpu_seconds(os.getpid())
     sum(i * i for i in range(3_000_000))

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "support"))
-
-from latency import main
-from latencysupport import attempt_outcome, indexes, ledger_outcome, percentile
+from bench.latency.__main__ import main
+from bench.latency.support import attempt_outcome, indexes, ledger_outcome, percentile
 
 
 def test_failed_indexes_are_read_as_the_job_controller_writes_them() -> None:

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "support"))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import renewals  # noqa: E402
+from bench.renewals import __main__ as renewals
 
 
 def figures(**changed: float) -> renewals.Figures:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from report import TITLE, write_section
+from bench.common.report import TITLE, write_section
 
 
 def test_a_new_file_gets_the_title_and_the_section(tmp_path: Path) -> None:

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "support"))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import scale  # noqa: E402
+from bench.scale import __main__ as scale
 
 
 @pytest.mark.parametrize(("argv", "said"), [

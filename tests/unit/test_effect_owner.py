@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from effectowner import EffectOwner
-from waiting import wait_for
+
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture

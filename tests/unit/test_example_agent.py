@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from effectowner import EffectOwner
 
 from agentrun.examples import faults, research_report
 from agentrun.examples.publisher import Publisher, PublishError
@@ -25,6 +24,7 @@ from agentrun.worker import _effects as effects
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
 from agentrun.worker._context import Context
+from tests.support.actors.effectowner import EffectOwner
 
 RUN_UID = "5f0c2d1e-0000-4000-8000-000000000001"
 SLOT = "study-0a1b2c3d"

@@ -12,9 +12,9 @@ import os
 import platform
 from pathlib import Path
 
-import images
-import imagestore
 import pytest
+
+from tests.support.cluster import images, imagestore
 
 
 def test_a_key_changes_with_any_input() -> None:

@@ -10,7 +10,8 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from netfaults import Proxy
+
+from tests.support.faults.netfaults import Proxy
 
 REPLY = 2.0  # seconds: an answer that did not come by then is not coming
 

@@ -17,13 +17,13 @@ import json
 from typing import Any
 
 import pytest
-from sidecarhttp import serving
 
 from agentrun.api import bounds
 from agentrun.api.records import nesting
 from agentrun.worker import _effects as effects
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
+from tests.support.actors.sidecarhttp import serving
 
 from .sidecarfakes import Memory, make
 

@@ -22,7 +22,6 @@ import logging
 from typing import Any
 
 import pytest
-from sidecarhttp import serving
 
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _records as records
@@ -30,6 +29,7 @@ from agentrun.worker import _renewer as renewer
 from agentrun.worker._renewals import Standing
 from agentrun.worker._sidecar import CheckIns
 from agentrun.worker._sidecarsessions import Reply
+from tests.support.actors.sidecarhttp import serving
 
 from .sidecarfakes import ATTEMPT, IDEM, POD, Clock, FakeWorker, intent, make, send
 

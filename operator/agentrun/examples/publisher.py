@@ -5,7 +5,7 @@ The owner is what the SDK's effect ledger expects of one (:meth:`agentrun.worker
 once per idempotency ``key`` and rejects (409) a fencing ``token`` lower than the highest
 it has seen within ``fence``; ``GET <url>/effects/<key>`` answers a reconcile. The
 *fence* here is ``<run uid>/<slot>``: the scope in which the slot's attempt numbers (the
-tokens) grow. ``tests/support/effectowner.py`` is such an owner.
+tokens) grow. ``tests/support/actors/effectowner.py`` is such an owner.
 
 Errors are raised, never turned into an answer: an owner that cannot be reached has not
 said "unknown" (that would stop retries until a person resolves the effect); the

@@ -16,7 +16,9 @@ Worker``):
   owner, called and asked), :class:`Reconciled` and :class:`Answer` (the owner's answer),
   :class:`Kind` (a record's kind), :data:`JSON`; the payload store for results too large
   to keep inline (:class:`PayloadStore`, :class:`FsspecStore`), and :func:`canonical`,
-  the bytes a payload is measured by.
+  the bytes a payload is measured by;
+- :func:`idempotency_key`: the key an effect's owner deduplicates by (the same in every
+  attempt of a slot), for an owner or a check that must compute it too.
 
 Everything else is in private modules: the context's checks (``_context``), the lease
 keeper (``_keeper``, its pure decisions ``_renewals``, one renewal's reads and writes
@@ -39,6 +41,7 @@ from agentrun.worker._effects import (
     Reconcile,
     Reconciled,
     ResultNotStored,
+    idempotency_key,
 )
 from agentrun.worker._keeper import LeaseLapsed, LeaseLost
 from agentrun.worker._prefix import Steps
@@ -80,4 +83,5 @@ __all__ = [
     "Worker",
     "WorkerContextError",
     "canonical",
+    "idempotency_key",
 ]

@@ -1,6 +1,6 @@
 """Fixtures for tests on the real node: the node itself and the image its pods run.
 
-Pods here run the project's own image (``tests/support/images.py``), imported into the
+Pods here run the project's own image (``tests/support/cluster/images.py``), imported into the
 node's containerd once per session; nothing is ever pulled (``imagePullPolicy: Never``).
 """
 
@@ -12,15 +12,15 @@ from typing import Any
 
 import kubernetes
 import pytest
-from clusters import Cluster
-from effectowner import EffectOwner
-from images import project_image
-from localnode import LocalNode
-from scenarios import Scenario
-from waiting import wait_for, wait_for_default_service_account
-from workers import node_address
 
-from integration.operator import conftest as operator_fixtures
+from tests.integration.operator import conftest as operator_fixtures
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.workers import node_address
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.images import project_image
+from tests.support.cluster.localnode import LocalNode
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 # The operator's fixtures (RBAC installed, a Scenario, the operator as a subprocess), for
 # the tests here whose workers are served by it.
@@ -90,7 +90,7 @@ def wait_phase(cluster: Cluster, namespace: str, name: str, phases: set[str], *,
 
 @pytest.fixture
 def owner(scenario: Scenario) -> Iterator[EffectOwner]:
-    """A test's effect owner (tests/support/effectowner.py) where the node's pods reach the
+    """A test's effect owner (tests/support/actors/effectowner.py) where the node's pods reach the
     host: the node bridge's address. Its request log is printed at the end."""
     started = EffectOwner(host=node_address(scenario)).start()
     yield started

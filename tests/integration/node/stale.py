@@ -20,9 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from effectowner import EffectOwner
-from scenarios import Scenario
-from workers import OWNER_ENV, grant_worker_role, node_address, real_launch_spec
+
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.workers import (
+    OWNER_ENV,
+    grant_worker_role,
+    node_address,
+    real_launch_spec,
+)
+from tests.support.plays.scenarios import Scenario
 
 PRELUDE = """
 import json, os, sys, time, urllib.request

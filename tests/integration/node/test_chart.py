@@ -3,7 +3,7 @@
 On the suite's control plane and node, with the project image loaded into the node
 (``pullPolicy: Never``) and ``watchNamespaces`` the test's namespace only: install (the
 operator pod Running and Ready, through its readiness probe), the recovery trace of
-``tests/support/recovery.py`` served by that pod, its counters scraped through the
+``tests/support/plays/recovery.py`` served by that pod, its counters scraped through the
 chart's metrics Service (its ClusterIP, from a pod on the node: the host is outside the
 node's network, and kube-proxy's rules serve pods), ``helm upgrade`` (a Recreate
 rollout to one new Ready pod that serves), and ``helm uninstall``, after which only the
@@ -25,17 +25,17 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from clusters import Cluster
-from helm import CHART, NAMESPACE, RELEASE, Release
-from operators import install_for_tests
-from recovery import play_recovery_trace
-from scenarios import Scenario
-from scrapes import Series, parse, value
-from waiting import wait_for
 
 from agentrun import manifests
 from agentrun.api import names
-from integration.node.conftest import wait_phase
+from tests.integration.node.conftest import wait_phase
+from tests.support.actors.operators import install_for_tests
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.helm import CHART, NAMESPACE, RELEASE, Release
+from tests.support.plays.recovery import play_recovery_trace
+from tests.support.plays.scenarios import Scenario
+from tests.support.scrapes import Series, parse, value
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.kubelet, pytest.mark.serial]
 GROUP, VERSION = names.GROUP, names.VERSION

@@ -1,6 +1,6 @@
 """``make demo``'s script against the suite's cluster: the trace plays, nothing stays.
 
-The demo (``demo/recovery.py --kubeconfig``) runs as a person runs it, a subprocess; it
+The demo (``python -m demo.recovery --kubeconfig``) runs as a person runs it, a subprocess; it
 publishes to this test's effect owner (``--owner-url``), so "published once" is read at
 the owner, not from the demo's words. What the demo's objects went through is read from
 the API while it runs (watches of the demo namespace's AgentRuns and Leases from before
@@ -21,19 +21,19 @@ from typing import Any
 
 import kubernetes
 import pytest
-from clusters import Cluster
-from effectowner import EffectOwner
-from helm import NAMESPACE as SYSTEM_NAMESPACE
-from helm import RELEASE, SELECTOR, helm_binary
-from operators import install_for_tests
-from scenarios import GROUP, VERSION, condition
 
 from agentrun.api import records
 from agentrun.worker import _effects as effects
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.operators import install_for_tests
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.helm import NAMESPACE as SYSTEM_NAMESPACE
+from tests.support.cluster.helm import RELEASE, SELECTOR, helm_binary
+from tests.support.plays.scenarios import GROUP, VERSION, condition
 
 pytestmark = pytest.mark.kubelet
 REPO = Path(__file__).resolve().parents[3]
-DEMO = REPO / "demo" / "recovery.py"
+DEMO = "demo.recovery"  # run by name from the repository root
 NAMESPACE = "agentrun-demo"
 DEMO_TIMEOUT = 420
 
@@ -90,8 +90,8 @@ def test_the_demo_plays_the_trace_publishes_once_and_leaves_nothing(
     runs, leases = Watched(api, kind="AgentRun"), Watched(api, kind="Lease")
     try:
         played = subprocess.run(
-            [sys.executable, str(DEMO), "--kubeconfig", str(cluster.kubeconfig),
-             "--image", worker_image, "--owner-url", owner.url],
+            [sys.executable, "-m", DEMO, "--kubeconfig", str(cluster.kubeconfig),
+             "--image", worker_image, "--owner-url", owner.url], cwd=REPO,
             capture_output=True, text=True, timeout=DEMO_TIMEOUT, check=False)
     finally:
         owner.stop()

@@ -1,7 +1,7 @@
 """The operator's and the workers' wall clocks skewed by 10 min (opposite ways) and
 stepped by 20 min mid-run.
 
-The reduced form of ``make faults``' scenario ``clock-skew`` (``tests/support/
+The reduced form of ``make faults``' scenario ``clock-skew`` (``tests/support/faults/
 clockskew.py``): two real SDK workers on the node, a 10 s lease; the operator (its own
 process, under libfaketime, its monotonic clock left alone) starts at ``+600s``, is
 stepped to ``-600s`` once every worker renews, and back to ``+600s`` while a later run's
@@ -20,13 +20,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clockskew import SKEW, operator_env, play
-from clusters import Cluster
-from effectowner import EffectOwner
-from fakeclock import LIBFAKETIME
-from localnode import LocalNode
-from operators import OperatorProcess
-from scenarios import Scenario
+
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.localnode import LocalNode
+from tests.support.faults.clockskew import SKEW, operator_env, play
+from tests.support.faults.fakeclock import LIBFAKETIME
+from tests.support.plays.scenarios import Scenario
 
 pytestmark = pytest.mark.kubelet
 

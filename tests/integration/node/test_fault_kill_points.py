@@ -1,7 +1,7 @@
 """Workers SIGKILLed at the seed's interruption points, several slots at once.
 
-The reduced form of ``make faults``' scenario ``kill-points`` (``tests/support/
-killpoints.py``; ``bench/faults.py`` plays every point with up to 50 slots): three slots
+The reduced form of ``make faults``' scenario ``kill-points`` (``tests/support/faults/
+killpoints.py``; ``bench/faults`` plays every point with up to 50 slots): three slots
 of one run at each of two points, ``after-step:source-2`` (which
 ``test_interruptions.py`` does not play) and ``after-call:publish`` (the point where a
 resend would apply twice). Every attempt 1 is SIGKILLed at its point, attempt 2 completes.
@@ -15,11 +15,12 @@ ledger empty (no command sent), and no slot stuck beyond the scenario's bound.
 from __future__ import annotations
 
 import pytest
-from effectowner import EffectOwner
-from killpoints import play
-from localnode import LocalNode
-from operators import OperatorProcess
-from scenarios import Scenario
+
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.localnode import LocalNode
+from tests.support.faults.killpoints import play
+from tests.support.plays.scenarios import Scenario
 
 pytestmark = pytest.mark.kubelet
 

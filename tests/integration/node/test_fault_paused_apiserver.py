@@ -1,7 +1,7 @@
 """The API server paused (SIGSTOP) for longer than a lease, then resumed.
 
-The reduced form of ``make faults``' first scenario (``tests/support/pausedserver.py``;
-``bench/faults.py`` plays it many times, with more slots): once, with three real SDK
+The reduced form of ``make faults``' first scenario (``tests/support/faults/pausedserver.py``;
+``bench/faults`` plays it many times, with more slots): once, with three real SDK
 workers on the node, a 10 s lease and a 25 s pause. 25 s is 2.5 leases, and well under
 the controller-manager's node-monitor grace period (50 s in Kubernetes 1.37, its
 ``nodelifecycle`` defaults; 40 s before 1.32): a longer pause would also have the node
@@ -21,11 +21,12 @@ stuck beyond the scenario's bounds.
 from __future__ import annotations
 
 import pytest
-from effectowner import EffectOwner
-from operators import OperatorProcess
-from pausedserver import STARTING_DEADLINE, play
-from processfaults import apiserver, state
-from scenarios import Scenario
+
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.operators import OperatorProcess
+from tests.support.faults.pausedserver import STARTING_DEADLINE, play
+from tests.support.faults.processfaults import apiserver, state
+from tests.support.plays.scenarios import Scenario
 
 pytestmark = [pytest.mark.kubelet, pytest.mark.serial]  # pauses the session's API server
 

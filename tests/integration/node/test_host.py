@@ -13,9 +13,10 @@ import os
 import subprocess
 from pathlib import Path
 
-import nodehost
 import pytest
-from clusters import Cluster
+
+from tests.support.cluster import nodehost
+from tests.support.cluster.clusters import Cluster
 
 pytestmark = pytest.mark.kubelet
 

@@ -16,10 +16,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from operators import OperatorProcess
-from scenarios import Scenario
-from waiting import wait_for
-from workers import (
+
+from agentrun.api import names
+from agentrun.core.policies.leasepolicy import ATTEMPT_LEASES
+from agentrun.worker import _records as records
+from tests.integration.operator import conftest as operator_fixtures
+from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.workers import (
     WORKER_ACCOUNT,
     grant_worker_role,
     printed,
@@ -27,11 +30,8 @@ from workers import (
     wait_pod_phase,
     wait_renewed,
 )
-
-from agentrun.api import names
-from agentrun.core.policies.leasepolicy import ATTEMPT_LEASES
-from agentrun.worker import _records as records
-from integration.operator import conftest as operator_fixtures
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.kubelet, pytest.mark.serial]  # the shipped policies: cluster-wide
 validating = operator_fixtures.validating

@@ -19,12 +19,12 @@ import signal
 from typing import Any
 
 import pytest
-from effectowner import EffectOwner
-from localnode import LocalNode
-from operators import OperatorProcess
-from scenarios import Scenario, request_id
-from waiting import wait_for
-from workers import (
+
+from agentrun.worker import _effects as effects
+from agentrun.worker import _records as records
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.workers import (
     agent_configs,
     agent_events,
     agent_launch_spec,
@@ -32,9 +32,9 @@ from workers import (
     kill_when_paused,
     wait_pod_phase,
 )
-
-from agentrun.worker import _effects as effects
-from agentrun.worker import _records as records
+from tests.support.cluster.localnode import LocalNode
+from tests.support.plays.scenarios import Scenario, request_id
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kubelet
 SOURCES = ["source-1", "source-2", "source-3"]

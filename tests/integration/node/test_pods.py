@@ -15,12 +15,13 @@ from typing import Any
 
 import kubernetes
 import pytest
-from audit import writes
-from clusters import Cluster
-from localcluster import NODE_NAME
-from nodeconfig import NO_REGISTRY
-from nodehost import SERVICE_RANGE
-from waiting import wait_for
+
+from tests.support.cluster.audit import writes
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.localcluster import NODE_NAME
+from tests.support.cluster.nodeconfig import NO_REGISTRY
+from tests.support.cluster.nodehost import SERVICE_RANGE
+from tests.support.waiting import wait_for
 
 from .conftest import wait_phase
 

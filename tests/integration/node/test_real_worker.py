@@ -16,20 +16,14 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import examples
 import pytest
 import yaml
-from audit import writes
-from clusters import Cluster
-from effectowner import EffectOwner
-from images import PROJECT_DEV_REF
-from incluster import OPERATOR_USER, InClusterOperator
-from localcluster import NODE_NAME
-from localnode import LocalNode
-from operators import OperatorProcess
-from scenarios import Scenario, condition, request_id
-from waiting import wait_for
-from workers import (
+
+from agentrun.worker import _effects as effects
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.incluster import OPERATOR_USER, InClusterOperator
+from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.workers import (
     LEASE_SECONDS,
     LOCAL_OPERATOR_USER,
     agent_events,
@@ -46,8 +40,14 @@ from workers import (
     wait_renewed,
     worker_user,
 )
-
-from agentrun.worker import _effects as effects
+from tests.support.cluster.audit import writes
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.images import PROJECT_DEV_REF
+from tests.support.cluster.localcluster import NODE_NAME
+from tests.support.cluster.localnode import LocalNode
+from tests.support.plays import examples
+from tests.support.plays.scenarios import Scenario, condition, request_id
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kubelet
 NODE_USER = f"system:node:{NODE_NAME}"

@@ -19,11 +19,10 @@ import json
 from typing import Any
 
 import pytest
-from localcluster import NODE_NAME
-from operators import OperatorProcess
-from scenarios import GROUP, VERSION, Object, Scenario
-from waiting import wait_for
-from workers import (
+
+from agentrun.worker import _records as records
+from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.workers import (
     LEASE_SECONDS,
     START_DEADLINE_SECONDS,
     WORKER_ACCOUNT,
@@ -33,8 +32,9 @@ from workers import (
     wait_pod_phase,
     worker_user,
 )
-
-from agentrun.worker import _records as records
+from tests.support.cluster.localcluster import NODE_NAME
+from tests.support.plays.scenarios import GROUP, VERSION, Object, Scenario
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kubelet
 CHECK_IN_SECONDS = 5  # the bound's minimum: the hung case ends soon

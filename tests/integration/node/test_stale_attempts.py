@@ -3,7 +3,7 @@
 Each run here has one node, Automatic claims and two attempts; attempt 1 ends (exits 3, or
 is SIGKILLed on the node) and its pod stays, Failed; the operator sees its lease expire,
 tombstones it, and claims attempt 2. Workers are SDK scripts (``stale.PRELUDE``) beside the test's
-effect owner (``tests/support/effectowner.py``) on the node bridge's address.
+effect owner (``tests/support/actors/effectowner.py``) on the node bridge's address.
 
 - the stale attempt: attempt 1's pod-bound token still authenticates (SelfSubjectReview,
   as its pod), yet it cannot renew its lease, commit a record on its own sealed Lease or
@@ -24,11 +24,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from localnode import LocalNode
-from operators import OperatorProcess
-from scenarios import Scenario
-from waiting import wait_for
-from workers import (
+
+from agentrun.core.policies.leasepolicy import ATTEMPT_LEASES
+from agentrun.kube import rest
+from agentrun.worker import _effects as effects
+from agentrun.worker import _records as records
+from agentrun.worker import _renewals as renewals
+from tests.integration.node import stale
+from tests.integration.operator import conftest as operator_fixtures
+from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.workers import (
     container_pid,
     kill_on_node,
     printed,
@@ -39,14 +44,9 @@ from workers import (
     wait_printed,
     worker_user,
 )
-
-from agentrun.core.policies.leasepolicy import ATTEMPT_LEASES
-from agentrun.kube import rest
-from agentrun.worker import _effects as effects
-from agentrun.worker import _records as records
-from agentrun.worker import _renewals as renewals
-from integration.node import stale
-from integration.operator import conftest as operator_fixtures
+from tests.support.cluster.localnode import LocalNode
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kubelet
 validating = operator_fixtures.validating  # the shipped policies (cluster-wide: serial)

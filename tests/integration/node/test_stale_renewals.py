@@ -25,11 +25,10 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from audit import Write, writes
-from operators import OperatorProcess
-from scenarios import Scenario
-from waiting import wait_for
-from workers import (
+
+from tests.integration.node import stale
+from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.workers import (
     LEASE_SECONDS,
     audit_log,
     follow_logs,
@@ -38,8 +37,9 @@ from workers import (
     wait_renewed,
     worker_user,
 )
-
-from integration.node import stale
+from tests.support.cluster.audit import Write, writes
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.kubelet, pytest.mark.serial]  # a cluster-wide policy
 owner = stale.owner

@@ -17,15 +17,17 @@ import sys
 import time
 from pathlib import Path
 
-import nodehost
 import pytest
-from clusters import Cluster
-from images import pause_image
-from waiting import wait_for
+
+from tests.support.cluster import nodehost
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.images import pause_image
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kubelet
 STOPS_THE_SESSION_CLUSTER = True
-LAUNCHER = Path(__file__).resolve().parents[2] / "support" / "localnode.py"
+REPO = Path(__file__).resolve().parents[3]
+LAUNCHER = "tests.support.cluster.localnode"  # run by name from the repository root
 START_TIMEOUT = 180.0
 
 
@@ -35,7 +37,7 @@ class Launcher:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.process = subprocess.Popen(
-            [sys.executable, str(LAUNCHER), "up", "--dir", str(workdir)],
+            [sys.executable, "-m", LAUNCHER, "up", "--dir", str(workdir)], cwd=REPO,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True)
         self.output: list[str] = []

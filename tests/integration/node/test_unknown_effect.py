@@ -13,12 +13,12 @@ same idempotency key without asking again, and the owner applies the publication
 from __future__ import annotations
 
 import pytest
-from effectowner import EffectOwner
-from localnode import LocalNode
-from operators import OperatorProcess
-from scenarios import Scenario, condition_of, request_id
-from waiting import wait_for
-from workers import (
+
+from agentrun.worker import _effects as effects
+from agentrun.worker import _records as records
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.workers import (
     agent_configs,
     agent_events,
     agent_launch_spec,
@@ -26,9 +26,9 @@ from workers import (
     kill_when_paused,
     wait_pod_phase,
 )
-
-from agentrun.worker import _effects as effects
-from agentrun.worker import _records as records
+from tests.support.cluster.localnode import LocalNode
+from tests.support.plays.scenarios import Scenario, condition_of, request_id
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kubelet
 CONDITION = "EffectUnresolved"

@@ -15,10 +15,9 @@ import json
 from typing import Any
 
 import pytest
-from localcluster import NODE_NAME
-from operators import OperatorProcess
-from scenarios import GROUP, VERSION, Scenario
-from workers import (
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.workers import (
     LEASE_SECONDS,
     START_DEADLINE_SECONDS,
     WORKER_ACCOUNT,
@@ -26,6 +25,8 @@ from workers import (
     renewed_by_its_pod_then_tombstoned,
     wait_pod_phase,
 )
+from tests.support.cluster.localcluster import NODE_NAME
+from tests.support.plays.scenarios import GROUP, VERSION, Scenario
 
 pytestmark = pytest.mark.kubelet
 # The SDK worker: reads its context, keeps its lease for a few renewals, prints, exits 0.

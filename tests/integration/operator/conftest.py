@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import canaries
 import kubernetes
 import pytest
-from clusters import Cluster
-from operators import OperatorProcess, install_for_tests
-from scenarios import Scenario
-from waiting import wait_for_default_service_account
+
+from tests.support.actors.operators import OperatorProcess, install_for_tests
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays import canaries
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for_default_service_account
 
 MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
 VALIDATING = MANIFESTS / "admission" / "validating.yaml"

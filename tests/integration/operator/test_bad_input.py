@@ -40,13 +40,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from operators import OperatorProcess
-from scenarios import Object, Scenario, exhausted_beside_active, holds_throughout, unchanged
-from waiting import wait_for, wait_for_default_service_account
 
 from agentrun.api import bounds
 from agentrun.core.commands import parsing
 from agentrun.core.policies import tokenpolicy
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import (
+    Object,
+    Scenario,
+    exhausted_beside_active,
+    holds_throughout,
+    unchanged,
+)
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 pytestmark = pytest.mark.integration
 

@@ -27,13 +27,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
-from operators import OperatorProcess
-from scenarios import Object, Scenario, condition_of, exhausted_beside_active, request_id, unchanged
-from waiting import wait_for
 
 from agentrun.api import bounds
 from agentrun.core.base import naming
 from agentrun.core.runs import resolution
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import (
+    Object,
+    Scenario,
+    condition_of,
+    exhausted_beside_active,
+    request_id,
+    unchanged,
+)
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 GROUP, VERSION = "agentrun.dev", "v1alpha1"

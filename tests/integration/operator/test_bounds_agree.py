@@ -14,12 +14,12 @@ admission with a message naming that annotation, and is malformed to the operato
 from __future__ import annotations
 
 import pytest
-from operators import OperatorProcess
-from scenarios import Scenario, request_id
 
 from agentrun.api import bounds
 from agentrun.api.slots import CommandKind
 from agentrun.core.commands import parsing
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import Scenario, request_id
 
 pytestmark = pytest.mark.serial
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import audit
 import kubernetes
 import pytest
-from clusters import Cluster
-from convergence import (
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster import audit
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.convergence import (
     ANN,
     OPERATOR_USER,
     assert_converged,
@@ -31,9 +33,8 @@ from convergence import (
     status,
     tombstoned,
 )
-from operators import OperatorProcess
-from scenarios import Scenario, request_id
-from waiting import wait_for, wait_for_default_service_account
+from tests.support.plays.scenarios import Scenario, request_id
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 
 @pytest.fixture

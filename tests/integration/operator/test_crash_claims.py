@@ -11,8 +11,10 @@ write, the write visible, the next one not; the restart converges with nothing d
 from __future__ import annotations
 
 import pytest
-from clusters import Cluster
-from convergence import (
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.convergence import (
     ANN,
     Object,
     annotations_of,
@@ -26,9 +28,8 @@ from convergence import (
     slots,
     status,
 )
-from operators import OperatorProcess
-from scenarios import Scenario, request_id
-from waiting import wait_for
+from tests.support.plays.scenarios import Scenario, request_id
+from tests.support.waiting import wait_for
 
 CLAIM_POINTS = ["claim-lease", "claim-pod", "active"]  # as in test_crashes.py
 

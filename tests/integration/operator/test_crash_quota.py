@@ -17,12 +17,20 @@ The restarted operator makes that same attempt 1 Active from the fixed generatio
 from __future__ import annotations
 
 import pytest
-from clusters import Cluster
-from convergence import assert_converged, assert_nothing_stray, condition, crashed, publish, status
-from operators import OperatorProcess
-from quotas import IMAGE, limits_quota, patch_spec
-from scenarios import Scenario, condition_of
-from waiting import wait_for
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.convergence import (
+    assert_converged,
+    assert_nothing_stray,
+    condition,
+    crashed,
+    publish,
+    status,
+)
+from tests.support.plays.quotas import IMAGE, limits_quota, patch_spec
+from tests.support.plays.scenarios import Scenario, condition_of
+from tests.support.waiting import wait_for
 
 
 def test_crash_after_quota_exceeded(scenario: Scenario, cluster: Cluster,

@@ -35,8 +35,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from clusters import Cluster
-from convergence import (
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.convergence import (
     ANN,
     annotations_of,
     assert_converged,
@@ -53,9 +55,8 @@ from convergence import (
     status,
     tombstoned,
 )
-from operators import OperatorProcess
-from scenarios import Scenario
-from waiting import wait_for
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for
 
 SOURCE = Path(__file__).resolve().parents[3] / "operator" / "agentrun"
 Object = dict[str, object]

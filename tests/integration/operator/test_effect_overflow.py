@@ -16,12 +16,12 @@ attempt 3 carrying it.
 from __future__ import annotations
 
 import pytest
-from operators import OperatorProcess
-from scenarios import Scenario, condition_of, request_id
-from waiting import wait_for
 
 from agentrun.worker import _effects as effects
 from agentrun.worker import _records as records
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import Scenario, condition_of, request_id
+from tests.support.waiting import wait_for
 
 from .test_effect_unresolved import (
     CONDITION,

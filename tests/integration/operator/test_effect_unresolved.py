@@ -25,11 +25,6 @@ from typing import Any
 
 import kubernetes
 import pytest
-from clusters import Cluster
-from convergence import assert_converged, assert_nothing_stray, crashed
-from operators import OperatorProcess
-from scenarios import Scenario, condition_of, holds_throughout, request_id
-from waiting import wait_for
 
 from agentrun import manifests
 from agentrun.api import bounds, names
@@ -37,6 +32,11 @@ from agentrun.kube import rest
 from agentrun.worker import _effects as effects
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.convergence import assert_converged, assert_nothing_stray, crashed
+from tests.support.plays.scenarios import Scenario, condition_of, holds_throughout, request_id
+from tests.support.waiting import wait_for
 
 from .test_worker_records import Attempt, annotation, attempts  # noqa: F401 (a fixture)
 

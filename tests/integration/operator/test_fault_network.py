@@ -2,7 +2,7 @@
 the reduced forms of ``make faults``' ``watch-cut`` and ``half-open``.
 
 The operator talks to the API server only through a fault proxy on loopback
-(``tests/support/netfaults.py``); the scenario (``tests/support/netplay.py``) plays
+(``tests/support/faults/netfaults.py``); the scenario (``tests/support/faults/netplay.py``) plays
 the workers by hand, renewing their leases directly, so no node is needed. Small: four
 slots, a 5 s lease.
 
@@ -26,11 +26,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusters import Cluster
-from netfaults import Proxy
-from netplay import operator_behind_proxy, play
-from operators import OperatorProcess
-from scenarios import Scenario
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.faults.netfaults import Proxy
+from tests.support.faults.netplay import operator_behind_proxy, play
+from tests.support.plays.scenarios import Scenario
 
 SLOTS = 4
 LEASE_SECONDS = 5

@@ -1,5 +1,5 @@
 """Two operators racing on one namespace: the reduced form of
-``make faults``' ``racing-operators`` (``tests/support/racing.py``).
+``make faults``' ``racing-operators`` (``tests/support/faults/racing.py``).
 
 Two operator processes, same install, same namespace, peering off: eight slots, every
 second one's pod fails (a retry), two of those fail again and are reassigned. Covers: no
@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusters import Cluster
-from operators import OperatorProcess
-from racing import play
-from scenarios import Scenario
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.faults.racing import play
+from tests.support.plays.scenarios import Scenario
 
 SLOTS = 8
 LEASE_SECONDS = 10

@@ -15,10 +15,11 @@ right after the status write (``launch-spec-status``) or after a slot's first la
 from __future__ import annotations
 
 import pytest
-from convergence import crashed
-from operators import OperatorProcess
-from scenarios import GROUP, VERSION, Object, Scenario, condition_of
-from waiting import wait_for, wait_for_default_service_account
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.convergence import crashed
+from tests.support.plays.scenarios import GROUP, VERSION, Object, Scenario, condition_of
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 pytestmark = pytest.mark.integration
 

@@ -30,13 +30,13 @@ from datetime import UTC, datetime
 
 import kubernetes
 import pytest
-from operators import OperatorProcess
-from scenarios import HAND_PLAYED, Scenario
-from waiting import wait_for, wait_for_default_service_account
 
 from agentrun.api import names
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import HAND_PLAYED, Scenario
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 pytestmark = pytest.mark.serial
 POLICY = "agentrun-attempt-leases"

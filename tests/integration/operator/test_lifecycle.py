@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 
-from operators import OperatorProcess
-from scenarios import (
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import (
     Object,
     Scenario,
     condition,
@@ -28,7 +28,7 @@ from scenarios import (
     holds_throughout,
     request_id,
 )
-from waiting import wait_for, wait_for_default_service_account
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 ANN = "agentrun.dev/"
 Nodes = tuple[tuple[str, str, list[str]], ...]

@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 import pytest
-from operators import OperatorProcess
-from scenarios import Scenario, holds_throughout
-from waiting import wait_for, wait_for_default_service_account
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import Scenario, holds_throughout
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 pytestmark = pytest.mark.integration
 

@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusters import Cluster
-from operators import OperatorProcess
-from processes import free_port
-from scenarios import Scenario, request_id
-from scrapes import Series, value
-from scrapes import scrape as scrape_url
-from waiting import wait_for
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.processes import free_port
+from tests.support.plays.scenarios import Scenario, request_id
+from tests.support.scrapes import Series, value
+from tests.support.scrapes import scrape as scrape_url
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ the slot up, recorded the same way.
 
 from __future__ import annotations
 
-from operators import OperatorProcess
-from scenarios import Scenario, request_id, unchanged
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import Scenario, request_id, unchanged
 
 OVERRIDE_RULE = {"apiGroups": ["agentrun.dev"], "resources": ["slots"], "verbs": ["override"]}
 

@@ -15,9 +15,10 @@ configuration later lets it pin.
 from __future__ import annotations
 
 import yaml
-from operators import OperatorProcess
-from scenarios import Object, Scenario, condition, condition_of, workflow
-from waiting import wait_for, wait_for_default_service_account
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import Object, Scenario, condition, condition_of, workflow
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 KINDS = ("package", "workflow", "bindings")
 

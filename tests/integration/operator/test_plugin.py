@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from clusters import Cluster
-from operators import OperatorProcess
-from scenarios import Scenario, request_id, unchanged
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.scenarios import Scenario, request_id, unchanged
 
 PLUGIN = Path(sys.executable).parent / "kubectl-agentrun"
 

@@ -19,14 +19,14 @@ import json
 
 import kubernetes
 import pytest
-from scenarios import Scenario
-from waiting import wait_for, wait_for_default_service_account
 
 from agentrun import manifests
 from agentrun.api import names
 from agentrun.core.policies import leasepolicy, tokenpolicy
 from agentrun.core.policies.validating import OPERATOR_OBJECTS
 from agentrun.worker import _records as records
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 pytestmark = pytest.mark.serial
 ACCOUNT, SLOT = "agentrun-worker", "study-research-0a1b2c3d"

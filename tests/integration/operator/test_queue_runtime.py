@@ -27,13 +27,13 @@ from pathlib import Path
 import kubernetes
 import pytest
 import yaml
-from clusters import Cluster
-from operators import OperatorProcess
-from scenarios import Scenario, holds_throughout
-from waiting import wait_for, wait_for_default_service_account
 
 from agentrun.core.base.events import Event
 from agentrun.kube import events, rest
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.scenarios import Scenario, holds_throughout
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 pytestmark = pytest.mark.integration
 WEBHOOK = "agentrun-test-hang"

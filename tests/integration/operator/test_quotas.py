@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from operators import OperatorProcess
-from quotas import IMAGE, SIDECAR_DEFAULTS, limits_quota, patch_spec
-from scenarios import GROUP, VERSION, Object, Scenario, condition_of
-from waiting import wait_for, wait_for_default_service_account
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.quotas import IMAGE, SIDECAR_DEFAULTS, limits_quota, patch_spec
+from tests.support.plays.scenarios import GROUP, VERSION, Object, Scenario, condition_of
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 pytestmark = pytest.mark.integration
 

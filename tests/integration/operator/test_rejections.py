@@ -22,9 +22,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from clusters import Cluster
-from operators import OperatorProcess
-from scenarios import (
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.scenarios import (
     Object,
     Scenario,
     actor_stamping_works,
@@ -34,7 +35,7 @@ from scenarios import (
     request_id,
     unchanged,
 )
-from waiting import wait_for, wait_for_default_service_account
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 ANN = "agentrun.dev/"
 MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"

@@ -9,9 +9,9 @@ ledger saying so; a ServiceAccount with ``view`` may read slots but not write co
 
 from __future__ import annotations
 
-from operators import OperatorProcess
-from scenarios import Scenario, request_id
-from waiting import wait_for, wait_for_default_service_account
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import Scenario, request_id
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 
 def bind(scenario: Scenario, role: str, subject: dict[str, str]) -> None:

@@ -14,9 +14,10 @@ from typing import Any
 
 import kubernetes
 import pytest
-from operators import OperatorProcess
-from scenarios import GROUP, VERSION, Object, Scenario, condition_of
-from waiting import wait_for, wait_for_default_service_account
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import GROUP, VERSION, Object, Scenario, condition_of
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 pytestmark = pytest.mark.integration
 IMAGE = "localhost/agentrun/agentrun-operator:dev"

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from operators import OperatorProcess
-from scenarios import Object, Scenario, condition_of
-from waiting import wait_for, wait_for_default_service_account
 
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec
 from agentrun.core.base import naming
 from agentrun.core.launchspecs import launchpins
 from agentrun.core.runs import resolution
+from tests.support.actors.operators import OperatorProcess
+from tests.support.plays.scenarios import Object, Scenario, condition_of
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 pytestmark = pytest.mark.integration
 GROUP, VERSION = "agentrun.dev", "v1alpha1"

@@ -27,10 +27,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusters import Cluster
-from operators import OperatorProcess, stamping_in_force
-from scenarios import Object, Scenario, condition_of, request_id, unchanged
-from waiting import wait_for
+
+from tests.support.actors.operators import OperatorProcess, stamping_in_force
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.scenarios import Object, Scenario, condition_of, request_id, unchanged
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.serial
 

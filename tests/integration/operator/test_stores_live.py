@@ -1,7 +1,7 @@
 """The operator's stores against the real API server (their request timeouts too).
 
 The Reader and Writer are the operator's, as the ``operator`` user, over ``Stores`` primed
-by LIST and fed by a real watch (tests/support/watchfeed.py, the role Kopf's handlers play
+by LIST and fed by a real watch (tests/support/actors/watchfeed.py, the role Kopf's handlers play
 in the operator). Covers: write-through (a status write read back at once, before the
 watch delivered it, and the late, older watch events not regressing it); a deleted
 object leaving the store; a tombstoned Lease leaving it and being read back from the API
@@ -21,12 +21,12 @@ from datetime import timedelta
 import kubernetes
 import pytest
 import urllib3
-from clusters import Cluster
-from waiting import wait_for
-from watchfeed import Feed
 
 from agentrun.api import names
 from agentrun.kube import clocks, reads, rest, stores, writes
+from tests.support.actors.watchfeed import Feed
+from tests.support.cluster.clusters import Cluster
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 TIMEOUT = 30

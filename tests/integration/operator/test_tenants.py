@@ -16,9 +16,10 @@ from collections.abc import Iterator
 
 import kubernetes
 import pytest
-from clusters import Cluster
-from operators import OperatorProcess
-from scenarios import EDITOR_RULES, Scenario, request_id
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.scenarios import EDITOR_RULES, Scenario, request_id
 
 pytestmark = pytest.mark.serial
 TENANT = "agentrun.dev/tenant"

@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from clusters import Cluster
-from operators import OperatorProcess
-from scenarios import Scenario, request_id
-from waiting import wait_for
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.scenarios import Scenario, request_id
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.serial
 

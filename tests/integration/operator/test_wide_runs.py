@@ -20,13 +20,12 @@ import json
 import os
 from pathlib import Path
 
-import audit
-from convergence import OPERATOR_USER
-from operators import OperatorProcess
-from scenarios import Scenario
-from waiting import wait_for
-
 from agentrun.api.configs import MAX_NODES
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster import audit
+from tests.support.plays.convergence import OPERATOR_USER
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for
 
 # The lay-out pass: one list, 256 creates, one status write. Its thread's CPU time grows
 # with the machine's load (on 2 shared vCPUs a busy neighbour's steal and cache misses are

@@ -32,10 +32,6 @@ from typing import Any
 
 import kubernetes
 import pytest
-from clusters import Cluster
-from effectowner import EffectOwner
-from sidecarhttp import Ask, serving
-from waiting import wait_for, wait_for_default_service_account
 
 from agentrun import manifests
 from agentrun.api import bounds, names
@@ -50,6 +46,10 @@ from agentrun.worker._context import Context
 from agentrun.worker._renewals import Verdict
 from agentrun.worker._sdk import Worker
 from agentrun.worker._sidecar import CheckIns, Sidecar
+from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.sidecarhttp import Ask, serving
+from tests.support.cluster.clusters import Cluster
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 pytestmark = pytest.mark.serial
 SLOT, RUN, ACCOUNT = "s", "r", "worker"

@@ -25,11 +25,13 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import audit
 import kubernetes
 import pytest
-from clusters import Cluster
-from convergence import (
+
+from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster import audit
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.convergence import (
     OPERATOR_USER,
     Object,
     condition,
@@ -39,9 +41,8 @@ from convergence import (
     status,
     tombstoned,
 )
-from operators import OperatorProcess
-from scenarios import Scenario, holds_throughout, request_id
-from waiting import wait_for, wait_for_default_service_account
+from tests.support.plays.scenarios import Scenario, holds_throughout, request_id
+from tests.support.waiting import wait_for, wait_for_default_service_account
 
 SETTLE_SECONDS = 1.5  # after Active: any write the cycle still made would show up here
 Expected = list[tuple[tuple[str, str, str, str], str]]

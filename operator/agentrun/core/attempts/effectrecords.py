@@ -2,7 +2,7 @@
 
 An *unresolved effect* is one a worker could not settle: an intent without an outcome
 whose owner answered "unknown", or that had no ``reconcile`` to ask. The worker commits
-the record ``<key>.unresolved`` on its own Lease and stops (``agentrun.worker.effects``).
+the record ``<key>.unresolved`` on its own Lease and stops (``agentrun.worker._effects``).
 The operator *observes* it (:func:`observed`) into ``status.effects`` (at most
 :data:`~agentrun.api.bounds.EFFECTS_KEPT` entries) and the condition ``EffectUnresolved``;
 while one is *open* (observed, not resolved) no claim starts, automatic or commanded.
@@ -17,7 +17,7 @@ To make room, only resolved entries of earlier attempts go. What does not fit (a
 that recorded more than fit, which the SDK does not do) is *not shown*: counted in
 ``status.effectsNotShown`` and the condition, never an error; it does not hold claims,
 since nobody could answer it now, and a later attempt that meets it records it again on
-its own Lease (``agentrun.worker.effects``), where it is shown and answered.
+its own Lease (``agentrun.worker._effects``), where it is shown and answered.
 Pure: no I/O.
 """
 
@@ -253,7 +253,7 @@ def resolved_payload(entry: EffectEntry) -> dict[str, records.JSON]:
 
 def resolved_annotations(status: SlotStatus, *, attempt: int) -> dict[str, str]:
     """The ``<key>.resolved`` records for attempt ``attempt``'s Lease: per key, the
-    answer to its latest resolved entry (as ``agentrun.worker.records`` encodes them)."""
+    answer to its latest resolved entry (as ``agentrun.worker._records`` encodes them)."""
     latest: dict[str, EffectEntry] = {}
     for entry in status.effects:
         if entry.state is EffectState.RESOLVED and entry.attempt < attempt and (

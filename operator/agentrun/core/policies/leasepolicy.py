@@ -24,7 +24,7 @@ A *record* is an annotation under ``record.agentrun.dev/``
 changes or goes), at most :data:`~agentrun.api.bounds.MAX_RECORDS` of them, each at most
 :data:`~agentrun.api.bounds.RECORD_BYTES` bytes, whose JSON document starts with the
 Lease's own attempt number and names its own key (the encoding is canonical:
-``agentrun.worker.records``), so no record can claim another attempt. CEL cannot parse
+``agentrun.worker._records``), so no record can claim another attempt. CEL cannot parse
 JSON; the rest of a record's shape is checked where it is read. A record whose key ends
 in ``.resolved`` is the operator's alone (the owner's answer a person recorded for an
 unresolved effect): a holder cannot add one. The tombstone seals the

@@ -1,0 +1,1 @@
+"""The latency benchmark (``python -m bench.latency``, ``make bench-latency``)."""

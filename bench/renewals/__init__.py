@@ -1,0 +1,1 @@
+"""The renewals benchmark (``python -m bench.renewals``, ``make bench-renewals``)."""

@@ -1,0 +1,2 @@
+"""The scale benchmark (``python -m bench.scale``, ``make bench-scale``); ``heapdump/`` is its
+``--heap`` preload."""

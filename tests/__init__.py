@@ -1,0 +1,1 @@
+"""The project's tests: ``unit/``, ``integration/`` and the helpers they share, ``support/``."""

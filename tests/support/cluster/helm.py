@@ -1,0 +1,223 @@
+"""Helm for the chart's tests and the demo: built from its Go module, cached, locked.
+
+Why: nothing can be downloaded at run time but Go modules, so Helm comes from
+``helm.sh/helm/v4`` through the Go module proxy, built once into
+``~/.cache/agentrun/helm/<key>/helm`` where *key* is a digest of the module, its version,
+the Go toolchain's version and the link flags (a new Go or Helm gives a new binary; the
+old one stays until the cache is cleared). A file lock makes a second builder wait and then find the
+binary (the model is ``localnode.build_containerd``).
+
+- ``python -m tests.support.cluster.helm build``: build if needed, print the binary's path
+  (``make helm``);
+- :func:`install_args`: the ``helm upgrade --install`` arguments of the chart for an image
+  loaded into the node (``pullPolicy: Never``) serving the given namespaces;
+- :class:`Release`: the chart installed for the span of a ``with`` block, its operator pod
+  Ready inside it, uninstalled (and what it took over restored) at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import kubernetes
+
+from tests.support.waiting import wait_for
+
+HELM_MODULE = "helm.sh/helm/v4"
+HELM_VERSION = "v4.3.1"
+# The release's own version string (go install leaves the source's "v4.3").
+LDFLAGS = f"-s -w -X {HELM_MODULE}/internal/version.version={HELM_VERSION}"
+REPO = Path(__file__).resolve().parents[3]
+CHART = REPO / "charts" / "agentrun-operator"
+RELEASE = "agentrun-operator"
+NAMESPACE = "agentrun-system"
+SELECTOR = "app.kubernetes.io/name=agentrun-operator"
+TIMEOUT = "120s"  # helm's --wait: the pod's image is local, so it is Ready in seconds
+
+
+def go_version() -> str:
+    """The toolchain's version (``go env GOVERSION``): part of the cache key."""
+    return subprocess.run(["go", "env", "GOVERSION"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def helm_dir() -> Path:
+    """The cache folder of this module, version and toolchain."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    key = hashlib.sha256(f"{HELM_MODULE}@{HELM_VERSION} {go_version()} {LDFLAGS}".encode())
+    return Path(base) / "agentrun" / "helm" / key.hexdigest()[:16]
+
+
+def helm_binary(*, log: bool = True) -> Path:
+    """The cached ``helm`` binary, built with ``go install`` under a file lock if missing."""
+    target = helm_dir()
+    binary = target / "helm"
+    if binary.exists():
+        return binary
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.exists():
+            return binary
+        partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=target))
+        if log:
+            print(f"helm: building {HELM_MODULE} {HELM_VERSION} into {target} (first time only)",
+                  file=sys.stderr, flush=True)
+        subprocess.run(
+            ["go", "install", "-trimpath", f"-ldflags={LDFLAGS}",
+             f"{HELM_MODULE}/cmd/helm@{HELM_VERSION}"],
+            env={**os.environ, "GOBIN": str(partial), "CGO_ENABLED": "0"},
+            cwd=partial, check=True,
+        )
+        (partial / "helm").rename(binary)
+        partial.rmdir()
+    return binary
+
+
+def install_args(*, image: str, namespaces: list[str],
+                 extra: dict[str, str] | None = None) -> list[str]:
+    """``helm upgrade --install`` of the chart (without the binary and kubeconfig).
+
+    ``image`` is ``repository:tag`` (a registry port before the last ``/`` is not a tag),
+    loaded into the node, so ``pullPolicy: Never``; ``namespaces`` the watched ones;
+    ``extra`` more ``--set key=value`` pairs (e.g. ``{"logLevel": "debug"}``).
+    """
+    repository, _, tag = image.rpartition(":")
+    if not repository or "/" in tag:
+        raise ValueError(f"image {image!r} must be repository:tag")
+    sets = {"image.repository": repository, "image.tag": tag, "image.pullPolicy": "Never",
+            **(extra or {})}
+    return ["upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+            "--create-namespace", "--wait", "--timeout", TIMEOUT,
+            *(arg for key, value in sets.items() for arg in ("--set-string" if key in {
+                "image.repository", "image.tag"} else "--set", f"{key}={value}")),
+            "--set-json", f"watchNamespaces={json.dumps(namespaces)}"]
+
+
+class Release:
+    """The chart installed on the cluster of ``kubeconfig`` (its current context), as a
+    context manager: ``__enter__`` installs and waits for the operator pod Ready;
+    ``__exit__`` uninstalls if still installed, waits until no operator pod is left, then
+    calls ``restore`` (for a cluster where objects the chart took over, with
+    ``take_ownership``, existed before the install and must exist after it)."""
+
+    def __init__(self, kubeconfig: Path, *, image: str, namespaces: list[str],
+                 take_ownership: bool = False,
+                 restore: Callable[[], None] | None = None) -> None:
+        self.kubeconfig = kubeconfig
+        self.image = image
+        self.namespaces = namespaces
+        self.take_ownership = take_ownership
+        self.restore = restore
+        self.installed = False
+        self.values: dict[str, str] = {}
+        self.core = kubernetes.client.CoreV1Api(
+            kubernetes.config.new_client_from_config(config_file=str(kubeconfig)))
+
+    def helm(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run helm against this cluster; the result (the caller checks its return code)."""
+        return subprocess.run([str(helm_binary()), "--kubeconfig", str(self.kubeconfig), *args],
+                              capture_output=True, text=True, check=False, timeout=timeout)
+
+    def __enter__(self) -> Release:
+        try:
+            self._install(ownership=self.take_ownership)
+        except BaseException as error:  # a half-made install is undone, and restored
+            self.__exit__(type(error), error, error.__traceback__)
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        try:
+            if self.installed:
+                self.uninstall()
+            else:
+                self.wait_gone()
+        finally:
+            if self.restore is not None:
+                self.restore()
+
+    def _install(self, *, ownership: bool) -> None:
+        args = install_args(image=self.image, namespaces=self.namespaces, extra=self.values)
+        result = self.helm(*args, *(["--take-ownership"] if ownership else []))
+        self.installed = True  # even a failed install may have left a release to remove
+        assert result.returncode == 0, (
+            f"helm {' '.join(args)} failed:\n{result.stdout}{result.stderr}\n{self.events()}")
+        self.wait_ready()
+
+    def upgrade(self, extra: dict[str, str]) -> None:
+        """``helm upgrade`` with more values; returns once one operator pod is Ready (the
+        Recreate rollout ended: the old pod gone, the new one serving)."""
+        self.values = {**self.values, **extra}
+        self._install(ownership=False)
+
+    def uninstall(self) -> None:
+        """``helm uninstall`` and wait until no operator pod is left."""
+        result = self.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait",
+                           "--timeout", TIMEOUT)
+        assert result.returncode == 0 or "not found" in result.stderr, (
+            f"helm uninstall failed:\n{result.stdout}{result.stderr}")
+        self.installed = False
+        self.wait_gone()
+
+    def pods(self) -> list[dict[str, Any]]:
+        """The operator's pods (the Deployment's), as plain dicts."""
+        found: list[dict[str, Any]] = self.core.api_client.sanitize_for_serialization(
+            self.core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items)
+        return found
+
+    def wait_ready(self, *, timeout: float = 120) -> dict[str, Any]:
+        """The one operator pod, once it is Ready and no other (an old one) is left."""
+        def ready() -> dict[str, Any] | None:
+            pods = self.pods()
+            if len(pods) != 1 or pods[0]["metadata"].get("deletionTimestamp"):
+                return None
+            conditions = pods[0]["status"].get("conditions") or []
+            return pods[0] if any(c["type"] == "Ready" and c["status"] == "True"
+                                  for c in conditions) else None
+        pod: dict[str, Any] = wait_for(ready, timeout=timeout,
+                                       message=f"the chart's operator pod Ready; {self.events()}")
+        return pod
+
+    def wait_gone(self, *, timeout: float = 90) -> None:
+        wait_for(lambda: self.pods() == [], timeout=timeout,
+                 message="the chart's operator pod gone")
+
+    def logs(self, *, tail: int = 80) -> str:
+        """The operator container's last log lines (for a failing test's message)."""
+        lines = []
+        for pod in self.pods():
+            try:
+                lines.append(self.core.read_namespaced_pod_log(
+                    pod["metadata"]["name"], NAMESPACE, tail_lines=tail))
+            except kubernetes.client.ApiException as error:
+                lines.append(f"(no log of {pod['metadata']['name']}: {error.reason})")
+        return "\n".join(lines)
+
+    def events(self) -> list[str]:
+        return [f"{e.involved_object.name}: {e.reason}: {e.message}" for e in
+                self.core.list_namespaced_event(NAMESPACE).items][-6:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["build"])
+    parser.parse_args(argv)
+    print(helm_binary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
