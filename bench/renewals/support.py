@@ -3,7 +3,7 @@ watched over a window (renewTime changes), with the CPU time of the API server a
 operator read from ``/proc`` around it.
 
 Why a module of its own: ``bench/renewals`` keeps the options and the figures (pure,
-unit-tested in ``tests/unit/test_bench_renewals.py``); this one needs the control plane.
+unit-tested in ``tests/unit/bench/test_renewals.py``); this one needs the control plane.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ EFFECTS_KEPT: Final = 8
 EFFECT_NAME_CHARS: Final = 63  # an effect's name and its owner's, as the worker gives them
 IDEMPOTENCY_KEY_CHARS: Final = 64  # sha256, hex
 
-# The worst-case JSON size of a Slot's status (checked by tests/unit/core/test_bounds.py).
+# The worst-case JSON size of a Slot's status (checked by tests/unit/core/commands/test_bounds.py).
 SLOT_STATUS_BYTES: Final = 1024 * 1024
 
 

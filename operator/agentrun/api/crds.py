@@ -7,7 +7,7 @@ top-level folder, the CRDs' one copy), and beside them the ``kustomization.yaml`
 makes the folder a kustomization: the base in ``manifests/`` names it as ``../crds``, and
 the Helm chart copies its CRD files. ``--check`` exits 1 with a diff when the files on
 disk differ from what the models give (CI and ``make lint`` run it, and
-``tests/unit/test_crds.py`` does the same).
+``tests/unit/api/test_crds.py`` does the same).
 
 Everything except :func:`main` is pure: the builders return plain dicts and strings.
 CEL rules live on the models (``json_schema_extra``) next to the fields they guard;

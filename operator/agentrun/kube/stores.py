@@ -117,7 +117,7 @@ def parse_selector(selector: str | None) -> list[tuple[str, str | None, bool]] |
 def _compact(value: Any) -> Any:
     """A copy with keys and short strings interned: each parsed event holds its own copy of
     the same keys and most values; unshared they took 1.8 times the memory (25.8 against
-    14.2 MiB per 1,000 live slots, tests/unit/test_stores_memory.py)."""
+    14.2 MiB per 1,000 live slots, tests/unit/kube/test_stores_memory.py)."""
     if isinstance(value, dict):
         return {sys.intern(k): _compact(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -1,0 +1,1 @@
+"""Unit tests of ``agentrun.api``: no cluster, no clock of their own."""

@@ -1,0 +1,1 @@
+"""Unit tests of the benchmarks' own arithmetic and reports (bench/)."""

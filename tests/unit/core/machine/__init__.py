@@ -1,0 +1,1 @@
+"""Unit tests of ``agentrun.core.machine``: no cluster, no clock of their own."""

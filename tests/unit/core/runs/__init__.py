@@ -1,0 +1,1 @@
+"""Unit tests of ``agentrun.core.runs``: no cluster, no clock of their own."""

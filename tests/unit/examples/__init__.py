@@ -1,0 +1,1 @@
+"""Unit tests of ``agentrun.examples``: no cluster, no clock of their own."""

@@ -1,0 +1,1 @@
+"""Unit tests of ``agentrun.plugin``: no cluster, no clock of their own."""

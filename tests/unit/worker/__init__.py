@@ -1,0 +1,1 @@
+"""Unit tests of ``agentrun.worker``: no cluster, no clock of their own."""
