@@ -29,7 +29,6 @@ SNAPSHOT_LABEL: Final = "agentrun.dev/snapshot-of"
 LAUNCH_SPEC_LABEL: Final = "agentrun.dev/launch-spec"  # on a Slot: the LaunchSpec it pins
 
 # Command annotations on a Slot. Every command has an id, and admission stamps an actor.
-REASSIGN_PREFIX: Final = "agentrun.dev/reassign-"
 REASSIGN_REASON: Final = "agentrun.dev/reassign-reason"
 REASSIGN_WORKER_CLASS: Final = "agentrun.dev/reassign-worker-class"
 REASSIGN_RUN: Final = "agentrun.dev/reassign-run"

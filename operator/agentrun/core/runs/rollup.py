@@ -41,10 +41,8 @@ READY: Final = "Ready"
 SUCCEEDED: Final = "Succeeded"
 FAILED: Final = "Failed"
 
-# Reasons other modules act on: the deadline fails open slots, a failed dependency fails
-# its dependants (``transitions.fail(reason=...)``).
+# A reason other modules act on: the deadline fails open slots (``transitions.fail(reason=...)``).
 DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
-DEPENDENCY_FAILED: Final = "DependencyFailed"
 
 
 def _controller_uid(slot: Slot) -> str | None:

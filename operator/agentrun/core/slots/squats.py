@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 
 from agentrun.api import conditions
 from agentrun.api.runs import AgentRunStatus
-from agentrun.api.slots import SlotStatus
 from agentrun.core.base import events
 from agentrun.core.machine import transitions
 from agentrun.core.slots import actions, inputs
@@ -40,11 +39,6 @@ def slot_step(world: inputs.World, *, kind: str, name: str, what: str) -> action
         return actions.WriteStatus(status=new, event=events.Event(
             type="Warning", reason="NameSquatted", message=text))
     return actions.Wait(message=text, until=world.now + SQUAT_WAIT)
-
-
-def cleared(status: SlotStatus) -> SlotStatus:
-    return status.model_copy(update={"conditions": conditions.remove(status.conditions,
-                                                                     NAME_SQUATTED)})
 
 
 def on_run(status: AgentRunStatus, *, message: str, now: datetime) -> AgentRunStatus:
