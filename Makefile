@@ -72,7 +72,7 @@ lint: venv
 	$(PY) -m agentrun.chart --out charts/agentrun-operator --crds crds --check
 
 test: controlplane imagetools nodedeps helm lint
-	$(VENV)/bin/pytest -q -ra
+	$(VENV)/bin/pytest -q -ra --durations=25
 
 # crds/ is the CRDs' one copy: manifests/ names it as a kustomization (../crds), and the
 # chart's crds/ is copied from it, so `make manifests` regenerates it first.
