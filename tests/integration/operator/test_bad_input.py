@@ -45,16 +45,15 @@ from scenarios import Object, Scenario, exhausted_beside_active, holds_throughou
 from waiting import wait_for, wait_for_default_service_account
 
 from agentrun.api import bounds
-from agentrun.core.commands import parsing
+from agentrun.core.commands import parsing, registry
 from agentrun.core.policies import tokenpolicy
 
 pytestmark = pytest.mark.integration
 
 GROUP, VERSION = "agentrun.dev", "v1alpha1"
 HUGE = "x" * 200_000
-KINDS = {"reassign": ("reason", "worker-class", "run", "tenant"), "hold": ("reason",),
-         "give-up": ("reason",), "claim": (), "release": (),
-         "resolve-effect": ("key", "outcome", "reason", "result")}
+# Every registered command, by its word, and the suffixes of its fields' annotations.
+KINDS = {spec.word: tuple(field.suffix for field in spec.takes) for spec in registry.COMMANDS}
 
 
 def launched(scenario: Scenario, *, nodes: tuple[tuple[str, str, list[str]], ...] = (
@@ -127,6 +126,7 @@ def cases() -> list[Case]:
             "hold": {"reason": "look first"}, "give-up": {}, "claim": {}, "release": {},
             "resolve-effect": {"key": "publish", "outcome": "applied",
                                "reason": "the owner has it"}}
+    assert set(good) == set(KINDS), "a good value for every registered command"
     found = []
     for kind in KINDS:
         for variant, rid in (("blank", "  "), ("oversize", "r" * 254),
