@@ -13,7 +13,8 @@ about one kind of command, so that none of them compares kinds:
 - the *Python check* (``check``: the first failed predicate, or None) and the *apply*
   (``apply``: the decision of a command that passed its check);
 - the *admission* fragments: the states that may accept it, further checks, and whose
-  attempt it acts on (``owner``: that is also what makes admission stamp ``-override``).
+  attempt it acts on (``owner``: that is also what makes admission stamp ``-override``);
+- what the slot's step does around it (``selects``, ``claims``, ``opens``).
 
 Admission's expressions are built by :mod:`agentrun.core.policies`; the helpers here that
 write one validation (:func:`validation`, :func:`matches`) are below them, so a field
@@ -110,6 +111,11 @@ class CommandSpec:
     admission: tuple[tuple[str, str], ...] = ()  # (CEL, message): further checks
     examples: tuple[str, ...] = ()  # the plugin's help
     shown: int = 0  # its place among the plugin's commands (the registry's is decision order)
+    # What the slot's step does around the decision (agentrun.core.slots):
+    selects: bool = False  # deciding it needs the LaunchSpecs read (a reassignment pins one)
+    claims: bool = False  # accepted, it starts a claim: the run's suspend and maxActive come
+    # first, and the claim's Lease is its first write (the ledger entry goes with Active)
+    opens: bool = False  # accepted, it lets the next attempt start: claim latency counts from it
     flag_order: tuple[str, ...] = ()  # the plugin's flags, when not in field order
 
     @property

@@ -19,14 +19,13 @@ from typing import Any
 
 from agentrun.api import bounds, names
 from agentrun.core.commands import parsing, registry, spec
-from agentrun.core.commands.spec import TERMINAL as TERMINAL
-from agentrun.core.commands.spec import CommandSpec
-from agentrun.core.commands.spec import dynamic_validation as dynamic_validation
-from agentrun.core.commands.spec import matches as matches
-from agentrun.core.commands.spec import validation as validation
+from agentrun.core.commands.spec import CommandSpec, matches
 from agentrun.core.policies import admission
 
 Object = dict[str, Any]
+# One validation, written where a command's field can use it too (below the policies).
+validation = spec.validation
+dynamic_validation = spec.dynamic_validation
 SLOT_COMMANDS = "agentrun-slot-commands"
 SLOT_CHANGES = "agentrun-slot-changes"
 ACCEPTED_CONFIG = "agentrun-accepted-configuration"

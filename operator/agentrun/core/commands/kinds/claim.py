@@ -39,6 +39,7 @@ def apply(context: Context) -> Decision:
 
 SPEC = CommandSpec(
     kind=CommandKind.CLAIM, word="claim", check=check, apply=apply, shown=2,
+    claims=True, opens=True,
     help="start the slot's next attempt now (Manual runs, or after reassign)",
     state=("variables.state in ['Ready', 'RetryWait'] && !variables.held",
            "a claim needs a Ready or RetryWait slot that is not held"),

@@ -88,6 +88,7 @@ def apply(context: Context) -> Decision:
 
 SPEC = CommandSpec(
     kind=CommandKind.REASSIGN, word="reassign", check=check, apply=apply, shown=1,
+    selects=True, opens=True,
     help="reopen a RetryWait slot, optionally on another class",
     takes=(fields.REASON, fields.WORKER_CLASS, fields.RUN, fields.TENANT),
     flag_order=("worker_class", "reason", "tenant"), owner="prior",

@@ -26,7 +26,7 @@ def apply(context: Context) -> Decision:
 
 
 SPEC = CommandSpec(
-    kind=CommandKind.RELEASE, word="release", check=check, apply=apply, shown=4,
+    kind=CommandKind.RELEASE, word="release", check=check, apply=apply, shown=4, opens=True,
     help="let a held slot start attempts again",
     state=("variables.held", "only a held slot can be released"),
     examples=("kubectl agentrun release study-research-1a2b3c4d",))
