@@ -2,7 +2,7 @@
 
 One source of truth: the rules here are the operator's needs written once, and the
 admission policies come from :mod:`agentrun.core.policies.admission`, built from the command
-shapes of :mod:`agentrun.core.commands.parsing`, so a new command cannot be forgotten by the
+registry (:mod:`agentrun.core.commands.registry`), so a new command cannot be forgotten by the
 policy that stamps its actor (and the operator compares the live policy with that build).
 ``python -m agentrun.manifests --out manifests`` writes them; ``--check`` fails on drift.
 """

@@ -12,7 +12,8 @@ import-linter ``layers`` contract in ``pyproject.toml``), top to bottom:
   step: commands applied, attempts claimed, judged and fenced, names someone else took;
 - :mod:`~agentrun.core.policies`: the admission policies the operator ships, built from
   the commands, and whether a stamped actor can be believed;
-- :mod:`~agentrun.core.commands`: commands read from annotations and decided by guards;
+- :mod:`~agentrun.core.commands`: one module per command and their registry; commands
+  read from annotations and decided by the guard;
 - :mod:`~agentrun.core.launchspecs`: which LaunchSpec starts a worker, pinned by digest,
   and a LaunchSpec's own status;
 - :mod:`~agentrun.core.attempts`: what the operator sees of an attempt's Pod and Lease,

@@ -20,30 +20,25 @@ from datetime import UTC, datetime
 from typing import NoReturn, TextIO
 
 from agentrun.api import bounds
-from agentrun.api.slots import CommandKind
+from agentrun.core.commands import registry
+from agentrun.core.commands.spec import Field
 from agentrun.plugin import client, requests, terminal, views
 from agentrun.plugin.requests import Object
 
 TIMEOUT = (1.0, 3600.0, 60.0)  # --timeout: least, most, default seconds
 NAME_CHARS = 253
 
-EXAMPLES = """\
-examples:
-  kubectl agentrun status study                       # the run's tree: slots, attempts
-  kubectl agentrun history study-research-1a2b3c4d    # attempts and the command ledger
-  kubectl agentrun reassign study-research-1a2b3c4d --class gpu \\
-      --reason "the cpu worker ran out of memory twice"
-  kubectl agentrun claim study-research-1a2b3c4d      # start the next attempt (Manual runs)
-  kubectl agentrun hold study-research-1a2b3c4d --reason "investigating the source"
-  kubectl agentrun release study-research-1a2b3c4d
-  kubectl agentrun give-up study-research-1a2b3c4d --reason "the source is gone"
-  kubectl agentrun resolve-effect study-research-1a2b3c4d --key publish \\
-      --outcome applied --reason "the report is on the site" --result '{"id": 42}'
-  kubectl agentrun -n team-a --context alice status study -o json | jq .slots
-
-exit codes: 0 accepted, 1 rejected (the message says why), 2 usage or bad input,
-3 timeout or API error
-"""
+COMMANDS = sorted(registry.COMMANDS, key=lambda spec: spec.shown)  # as the help lists them
+EXAMPLES = "\n".join((
+    "examples:",
+    "  kubectl agentrun status study                       # the run's tree: slots, attempts",
+    "  kubectl agentrun history study-research-1a2b3c4d    # attempts and the command ledger",
+    *(f"  {line}" for spec in COMMANDS for line in spec.examples),
+    "  kubectl agentrun -n team-a --context alice status study -o json | jq .slots",
+    "",
+    "exit codes: 0 accepted, 1 rejected (the message says why), 2 usage or bad input,",
+    "3 timeout or API error",
+    ""))
 
 
 def write(lines: Sequence[str], *, file: TextIO | None = None) -> None:
@@ -83,12 +78,20 @@ def _timeout(text: str) -> float:
 
 
 NAME = _bounded_text("the name", chars=NAME_CHARS, pattern=bounds.RUN_PATTERN)
-REASON = _bounded_text("--reason", max_bytes=bounds.REASON_BYTES)
-CLASS = _bounded_text("--class", chars=bounds.WORKER_CLASS_CHARS,
-                      pattern=bounds.WORKER_CLASS_PATTERN)
-TENANT = _bounded_text("--tenant", chars=bounds.TENANT_CHARS, pattern=bounds.TENANT_PATTERN)
-KEY = _bounded_text("--key", chars=bounds.STEP_KEY_CHARS, pattern=bounds.STEP_KEY_PATTERN)
-RESULT = _bounded_text("--result", max_bytes=bounds.RESOLVE_RESULT_BYTES)
+
+
+def _flag(made: argparse.ArgumentParser, field: Field) -> None:
+    """The flag that fills ``field``: its choices, or its bound checked as it is typed."""
+    assert field.flag is not None
+    bound = field.bound
+    if field.choices:
+        made.add_argument(field.flag, dest=field.name, required=field.required,
+                          choices=field.choices, help=field.help, metavar=field.metavar)
+        return
+    kind = _bounded_text(field.flag, max_bytes=bound.chars) if bound.in_bytes else _bounded_text(
+        field.flag, chars=bound.chars, pattern=bound.pattern)
+    made.add_argument(field.flag, dest=field.name, required=field.required, type=kind,
+                      help=field.help, metavar=field.metavar)
 
 
 def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -128,41 +131,20 @@ def parser() -> argparse.ArgumentParser:
     command("status", "a run's tree: slots and attempts (state, class, spec, pod, lease)",
             target="RUN")
     command("history", "a slot's attempts and command ledger (who, why, which spec)")
-    reassign = command("reassign", "reopen a RetryWait slot, optionally on another class")
-    reassign.add_argument("--class", dest="worker_class", type=CLASS,
-                          help="the worker class of the next attempt (default: the slot's)")
-    reassign.add_argument("--reason", required=True, type=REASON, help="why (recorded)")
-    reassign.add_argument("--tenant", type=TENANT,
-                          help="assert the slot's tenant (rejected if it is another's)")
-    command("claim", "start the slot's next attempt now (Manual runs, or after reassign)")
-    command("hold", "stop the slot from starting attempts").add_argument(
-        "--reason", required=True, type=REASON, help="why (recorded)")
-    command("release", "let a held slot start attempts again")
-    command("give-up", "end the slot Failed (GaveUp)").add_argument(
-        "--reason", required=True, type=REASON, help="why (recorded)")
-    resolve = command("resolve-effect", "record the effect owner's answer about an "
-                      "unresolved effect (status.effects)")
-    resolve.add_argument("--key", required=True, type=KEY, help="the effect's key")
-    resolve.add_argument("--outcome", required=True, choices=("applied", "not-applied"))
-    resolve.add_argument("--reason", required=True, type=REASON, help="why (recorded)")
-    resolve.add_argument("--result", type=RESULT, help="the owner's result: JSON or text")
+    for spec in COMMANDS:
+        made = command(spec.word, spec.help)
+        for field in spec.flags:
+            _flag(made, field)
     return top
 
 
-KINDS = {"reassign": CommandKind.REASSIGN, "claim": CommandKind.CLAIM,
-         "hold": CommandKind.HOLD, "release": CommandKind.RELEASE,
-         "give-up": CommandKind.GIVE_UP, "resolve-effect": CommandKind.RESOLVE_EFFECT}
+KINDS = {spec.word: spec.kind for spec in registry.COMMANDS}
 
 
 def fields(args: argparse.Namespace, *, run: str) -> dict[str, str]:
     """The command's fields from its flags; the run is the slot's own (``spec.run``)."""
-    found = {"reason": getattr(args, "reason", None),
-             "worker_class": getattr(args, "worker_class", None),
-             "tenant": getattr(args, "tenant", None), "effect_key": getattr(args, "key", None),
-             "outcome": getattr(args, "outcome", None),
-             "result": getattr(args, "result", None)}
-    if args.command == "reassign":
-        found["run"] = run
+    takes = registry.BY_WORD[args.command].takes
+    found = {f.name: getattr(args, f.name, None) if f.flag else run for f in takes}
     return {name: value for name, value in found.items() if value is not None}
 
 

@@ -22,18 +22,16 @@ from typing import Any
 
 from agentrun.api import bounds
 from agentrun.api.slots import CommandKind, Predicate
-from agentrun.core.commands import parsing
+from agentrun.core.commands import parsing, registry
 
 Object = dict[str, Any]
 
 ACCEPTED, REJECTED, USAGE, FAILED = 0, 1, 2, 3  # the plugin's exit codes
 UNPROVEN = frozenset({Predicate.COMMANDS_REFUSED, Predicate.UNSTAMPED, Predicate.STALE_EPOCH})
 RESEND_SUFFIX = ".resend"
-SHAPES: Mapping[CommandKind, parsing.Shape] = {shape.kind: shape for shape in parsing.SHAPES}
-# The fields each command's flags fill (besides run and tenant, which the plugin fills).
-FIELD_LABELS = {"reason": "--reason", "worker_class": "--class", "tenant": "--tenant",
-                "effect_key": "--key", "outcome": "--outcome", "result": "--result",
-                "run": "the slot's run"}
+SHAPES: Mapping[CommandKind, parsing.Shape] = registry.BY_KIND
+# How a field is named in an error: its flag, or what fills it (the slot's run).
+FIELD_LABELS = {name: field.label for name, field in registry.FIELDS.items()}
 
 
 class BadInput(ValueError):
@@ -42,8 +40,8 @@ class BadInput(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class Request:
-    """One command to send: ``fields`` are the field names of
-    :class:`agentrun.core.commands.parsing.Shape`."""
+    """One command to send: ``fields`` are the field names of its spec
+    (:class:`agentrun.core.commands.spec.CommandSpec`)."""
 
     kind: CommandKind
     request_id: str

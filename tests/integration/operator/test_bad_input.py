@@ -42,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentrun.api import bounds
-from agentrun.core.commands import parsing
+from agentrun.core.commands import parsing, registry
 from agentrun.core.policies import tokenpolicy
 from tests.support.actors.operators import OperatorProcess
 from tests.support.plays.scenarios import (
@@ -58,9 +58,8 @@ pytestmark = pytest.mark.integration
 
 GROUP, VERSION = "agentrun.dev", "v1alpha1"
 HUGE = "x" * 200_000
-KINDS = {"reassign": ("reason", "worker-class", "run", "tenant"), "hold": ("reason",),
-         "give-up": ("reason",), "claim": (), "release": (),
-         "resolve-effect": ("key", "outcome", "reason", "result")}
+# Every registered command, by its word, and the suffixes of its fields' annotations.
+KINDS = {spec.word: tuple(field.suffix for field in spec.takes) for spec in registry.COMMANDS}
 
 
 def launched(scenario: Scenario, *, nodes: tuple[tuple[str, str, list[str]], ...] = (
@@ -133,6 +132,7 @@ def cases() -> list[Case]:
             "hold": {"reason": "look first"}, "give-up": {}, "claim": {}, "release": {},
             "resolve-effect": {"key": "publish", "outcome": "applied",
                                "reason": "the owner has it"}}
+    assert set(good) == set(KINDS), "a good value for every registered command"
     found = []
     for kind in KINDS:
         for variant, rid in (("blank", "  "), ("oversize", "r" * 254),

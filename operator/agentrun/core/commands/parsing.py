@@ -3,7 +3,9 @@
 A person writes a command with ``kubectl annotate`` (or the plugin): a request id, the
 command's fields, and admission stamps ``<kind>-actor`` from the authenticated user. A
 *pending command* is one whose id annotation is present. Only one is decided at a time,
-in the order of :data:`ORDER`; its annotations are removed once it is in the ledger.
+in the order of :data:`ORDER` (the registry's); its annotations are removed once it is in
+the ledger. Each kind's annotations and bounds are its spec's
+(:data:`agentrun.core.commands.registry.COMMANDS`): nothing here names a kind.
 
 Admission also stamps ``<kind>-epoch`` (the epoch of stamping in force when the command
 was written, see :mod:`agentrun.core.policies.stamping`) and, on the commands an owner check guards,
@@ -24,54 +26,14 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agentrun.api import bounds, names
-from agentrun.api.slots import CommandKind, Predicate
-from agentrun.core.commands import guards
+from agentrun.api import bounds
+from agentrun.api.slots import Predicate
+from agentrun.core.commands import ledger, registry
+from agentrun.core.commands.spec import Bound, CommandSpec
 
-
-@dataclass(frozen=True, kw_only=True)
-class Shape:
-    """The annotations one kind of command uses."""
-
-    kind: CommandKind
-    id: str
-    actor: str
-    epoch: str
-    fields: Mapping[str, str]  # guards.Command field -> annotation
-    override: str | None = None  # stamped only where an owner check applies
-
-    @property
-    def stamped(self) -> tuple[str, ...]:
-        """The annotations admission stamps (a person's value for them never stands)."""
-        return (self.actor, self.epoch, *((self.override,) if self.override else ()))
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return (self.id, *self.stamped, *self.fields.values())
-
-
-SHAPES = (
-    Shape(kind=CommandKind.REASSIGN, id=names.REASSIGN_ID, actor=names.REASSIGN_ACTOR,
-          epoch=names.REASSIGN_EPOCH, override=names.REASSIGN_OVERRIDE,
-          fields={"reason": names.REASSIGN_REASON, "worker_class": names.REASSIGN_WORKER_CLASS,
-                  "run": names.REASSIGN_RUN, "tenant": names.REASSIGN_TENANT}),
-    Shape(kind=CommandKind.RESOLVE_EFFECT, id=names.RESOLVE_EFFECT_ID,
-          actor=names.RESOLVE_EFFECT_ACTOR, epoch=names.RESOLVE_EFFECT_EPOCH,
-          override=names.RESOLVE_EFFECT_OVERRIDE,
-          fields={"effect_key": names.RESOLVE_EFFECT_KEY,
-                  "outcome": names.RESOLVE_EFFECT_OUTCOME,
-                  "reason": names.RESOLVE_EFFECT_REASON,
-                  "result": names.RESOLVE_EFFECT_RESULT}),
-    Shape(kind=CommandKind.CLAIM, id=names.CLAIM_ID, actor=names.CLAIM_ACTOR,
-          epoch=names.CLAIM_EPOCH, fields={}),
-    Shape(kind=CommandKind.HOLD, id=names.HOLD_ID, actor=names.HOLD_ACTOR,
-          epoch=names.HOLD_EPOCH, fields={"reason": names.HOLD_REASON}),
-    Shape(kind=CommandKind.RELEASE, id=names.RELEASE_ID, actor=names.RELEASE_ACTOR,
-          epoch=names.RELEASE_EPOCH, fields={}),
-    Shape(kind=CommandKind.GIVE_UP, id=names.GIVE_UP_ID, actor=names.GIVE_UP_ACTOR,
-          epoch=names.GIVE_UP_EPOCH, override=names.GIVE_UP_OVERRIDE,
-          fields={"reason": names.GIVE_UP_REASON}),
-)
+# A command's shape: its annotations, derived from its word (``CommandSpec``'s properties).
+Shape = CommandSpec
+SHAPES = registry.COMMANDS
 ORDER = tuple(shape.kind for shape in SHAPES)
 ALL_KEYS = frozenset(key for shape in SHAPES for key in shape.keys)
 
@@ -80,7 +42,7 @@ ALL_KEYS = frozenset(key for shape in SHAPES for key in shape.keys)
 class Pending:
     """A pending command as written, and the annotations that carry it."""
 
-    command: guards.Command
+    command: ledger.Command
     keys: tuple[str, ...]
     stamped: bool
     epoch: str | None = None
@@ -88,24 +50,9 @@ class Pending:
     predicate: Predicate = Predicate.MALFORMED
 
 
-@dataclass(frozen=True, kw_only=True)
-class Bound:
-    """The bound on one command field: characters or UTF-8 bytes, and a pattern."""
-
-    chars: int
-    pattern: str | None = None
-    in_bytes: bool = False
-
-
 BOUNDS: Mapping[str, Bound] = {
-    "reason": Bound(chars=bounds.REASON_BYTES, in_bytes=True),
-    "worker_class": Bound(chars=bounds.WORKER_CLASS_CHARS, pattern=bounds.WORKER_CLASS_PATTERN),
-    "run": Bound(chars=bounds.RUN_CHARS, pattern=bounds.RUN_PATTERN),
-    "tenant": Bound(chars=bounds.TENANT_CHARS, pattern=bounds.TENANT_PATTERN),
+    **{name: field.bound for name, field in registry.FIELDS.items()},
     "actor": Bound(chars=bounds.ACTOR_CHARS),
-    "effect_key": Bound(chars=bounds.STEP_KEY_CHARS, pattern=bounds.STEP_KEY_PATTERN),
-    "outcome": Bound(chars=bounds.RESOLVE_OUTCOME_CHARS, pattern=bounds.RESOLVE_OUTCOME_PATTERN),
-    "result": Bound(chars=bounds.RESOLVE_RESULT_BYTES, in_bytes=True),
 }
 
 
@@ -163,12 +110,10 @@ def pending(annotations: Mapping[str, str]) -> Pending | None:
                 if malformed is not None and field == "reason":
                     predicate = Predicate.BLANK_REASON
         clip = {field: _clipped(value, BOUNDS[field]) for field, value in values.items()}
-        command = guards.Command(
+        command = ledger.Command(
             kind=shape.kind, request_id=request_id, actor=_clipped(actor, BOUNDS["actor"]),
-            reason=clip.get("reason"), worker_class=clip.get("worker_class"),
-            run=clip.get("run"), tenant=clip.get("tenant"), effect_key=clip.get("effect_key"),
-            outcome=clip.get("outcome"), result=clip.get("result"),
-            override=shape.override is not None and annotations.get(shape.override) == "true")
+            override=shape.override is not None and annotations.get(shape.override) == "true",
+            **clip)
         keys = tuple(k for k in shape.keys if k in annotations)
         epoch = annotations.get(shape.epoch) or None
         return Pending(command=command, keys=keys, stamped=actor is not None,

@@ -1,4 +1,4 @@
-"""The admission policies the operator ships, built from the command shapes (one source).
+"""The admission policies the operator ships, built from the commands' specs (one source).
 
 :func:`stamp_policy` is the MutatingAdmissionPolicy that stamps every command's actor,
 epoch and override, and its binding. They live in the core, not only in the manifest
@@ -22,7 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentrun.api import names
-from agentrun.core.commands import parsing
+from agentrun.core.commands import registry
+from agentrun.core.commands.spec import CommandSpec
 
 Object = dict[str, Any]
 ADMISSION_API = "admissionregistration.k8s.io/v1"
@@ -46,7 +47,7 @@ def overrides(*, namespace: str = "object.metadata.namespace",
             f".name({name}).check('{names.OVERRIDE_VERB}').allowed()")
 
 
-def stamp_expression(shape: parsing.Shape) -> str:
+def stamp_expression(shape: CommandSpec) -> str:
     keys = ", ".join(f"'{key}'" for key in shape.keys)
     patches = [_add(shape.actor, "request.userInfo.username"),
                _add(shape.epoch, f"params.data['{EPOCH_KEY}']")]
@@ -82,7 +83,7 @@ def stamp_policy_spec() -> Object:
         ],
         "mutations": [{"patchType": "JSONPatch",
                        "jsonPatch": {"expression": stamp_expression(shape)}}
-                      for shape in parsing.SHAPES],
+                      for shape in registry.COMMANDS],
         "failurePolicy": "Fail",
         "reinvocationPolicy": "Never",
     }

@@ -1,6 +1,7 @@
 """The ValidatingAdmissionPolicies that reject bad writes synchronously.
 
-Built from the command shapes of :mod:`agentrun.core.commands.parsing` and the bounds of
+Built from the commands' specs (:data:`agentrun.core.commands.registry.COMMANDS`: each
+command's fields, states, further checks and owner) and the bounds of
 :mod:`agentrun.api.bounds`, so that ``kubectl annotate`` fails at once with a message a
 person can act on. The operator still decides every command itself: these policies only
 refuse earlier what it would refuse anyway.
@@ -17,17 +18,20 @@ from __future__ import annotations
 from typing import Any
 
 from agentrun.api import bounds, names
-from agentrun.core.commands import parsing
+from agentrun.core.commands import parsing, registry, spec
+from agentrun.core.commands.spec import CommandSpec, matches
 from agentrun.core.policies import admission
 
 Object = dict[str, Any]
+# One validation, written where a command's field can use it too (below the policies).
+validation = spec.validation
+dynamic_validation = spec.dynamic_validation
 SLOT_COMMANDS = "agentrun-slot-commands"
 SLOT_CHANGES = "agentrun-slot-changes"
 ACCEPTED_CONFIG = "agentrun-accepted-configuration"
 OPERATOR_OBJECTS = "agentrun-operator-objects"
 OPERATOR_LABELS = (names.RUN_LABEL, names.NODE_LABEL, names.SLOT_LABEL, names.ATTEMPT_LABEL,
                    names.SNAPSHOT_LABEL)
-TERMINAL = "['Succeeded', 'Failed']"
 ACCEPT_VERB, CONFIGURATIONS = "accept", "configurations"
 NAMESPACE_TENANT = "agentrun-namespace-tenant"
 TENANT_VALUES = "agentrun-tenant-values"
@@ -79,16 +83,6 @@ def policy_pair(name: str, *, rules: list[Object], validations: list[Object],
     ]
 
 
-def validation(expression: str, message: str) -> Object:
-    return {"expression": expression, "message": message, "reason": "Invalid"}
-
-
-def dynamic_validation(expression: str, message_expression: str, *,
-                       reason: str = "Invalid") -> Object:
-    return {"expression": expression, "messageExpression": message_expression,
-            "reason": reason}
-
-
 ANNOTATIONS = [
     {"name": "new", "expression": "object.metadata.?annotations.orValue({})"},
     {"name": "old", "expression": "oldObject == null ? {} : "
@@ -117,11 +111,11 @@ STATUS = [
 ]
 
 
-def _variable(shape: parsing.Shape) -> str:
+def _variable(shape: CommandSpec) -> str:
     return shape.kind.lower().replace("giveup", "give_up")
 
 
-def touched(shape: parsing.Shape) -> str:
+def touched(shape: CommandSpec) -> str:
     keys = _strings(shape.keys)
     return (f"('{shape.id}' in variables.new) && {keys}.exists(k, "
             "(k in variables.new) != (k in variables.old) || "
@@ -133,46 +127,10 @@ def _owned(owners: str) -> str:
             "variables.override")
 
 
-def matches(value: str, pattern: str) -> str:
-    """CEL: ``value`` matches ``pattern``, as the operator's parsing checks it.
-
-    RE2 searches, but the bounds' patterns are anchored (``^...$``), so this is Python's
-    ``re.fullmatch``. They hold no quote or backslash to escape in a CEL string.
-    """
-    assert "'" not in pattern and "\\" not in pattern, pattern
-    return f"{value}.matches('{pattern}')"
-
-
-# Field -> (required, CEL over {value}, message about {key}); the tenant is checked apart
-# (its message names the namespace's tenant). The same bounds and patterns as the
-# operator's parsing (``parsing.BOUNDS``), so what admission lets through the operator
-# does not reject as Malformed.
-FIELD_CHECKS: dict[str, tuple[bool, str, str]] = {
-    "reason": (True, f"bytes({{value}}).size() <= {bounds.REASON_BYTES} && "
-                     "{value}.trim().size() > 0",
-               f"{{key}} is required: say why, non-blank, in at most {bounds.REASON_BYTES} "
-               "bytes"),
-    "run": (True, f"{{value}}.size() <= {bounds.RUN_CHARS} && "
-                  f"{matches('{value}', bounds.RUN_PATTERN)} && {{value}} == object.spec.run",
-            "{key} is required and must name the slot's run (its spec.run): set "
-            "{key}=<run> to the run you mean"),
-    "worker_class": (False, f"{{value}}.size() <= {bounds.WORKER_CLASS_CHARS} && "
-                            f"{matches('{value}', bounds.WORKER_CLASS_PATTERN)}",
-                     "{key} must be a worker class name (lower-case letters, digits, '-' and "
-                     f"'.', at most {bounds.WORKER_CLASS_CHARS} characters)"),
-    "effect_key": (True, f"{{value}}.size() <= {bounds.STEP_KEY_CHARS} && "
-                         f"{matches('{value}', bounds.STEP_KEY_PATTERN)}",
-                   "{key} is required: the effect's record key as status.effects shows it "
-                   f"(lower-case letters, digits and '-', at most {bounds.STEP_KEY_CHARS})"),
-    "outcome": (True, f"{matches('{value}', bounds.RESOLVE_OUTCOME_PATTERN)}",
-                "{key} is required: applied or not-applied (the effect owner's answer)"),
-    "result": (False, f"bytes({{value}}).size() <= {bounds.RESOLVE_RESULT_BYTES}",
-               f"{{key}} must be at most {bounds.RESOLVE_RESULT_BYTES} bytes (JSON, or text)"),
-}
-
-
-def command_checks(shape: parsing.Shape) -> list[Object]:
-    """Every check of one command kind, each guarded by "this request writes it"."""
+def command_checks(shape: CommandSpec) -> list[Object]:
+    """Every check of one command kind, each guarded by "this request writes it": its
+    request id, each field's own check, the states that may accept it, its further
+    checks, and whose attempt it acts on, all as its spec declares them."""
     when = f"!variables.{_variable(shape)} || "
     new = "variables.new"
     others = _strings(tuple(k for k in shape.keys if k != shape.id))
@@ -186,40 +144,17 @@ def command_checks(shape: parsing.Shape) -> list[Object]:
         f"{matches(request, bounds.REQUEST_ID_PATTERN)})",
         f"{shape.id} must be a request id of at most {bounds.REQUEST_ID_CHARS} characters: "
         "letters and digits, inside also any of . _ : @ / + = - (no spaces)")]
-    for field, key in shape.fields.items():
-        if field in FIELD_CHECKS:
-            required, valid, message = FIELD_CHECKS[field]
-            value = f"{new}['{key}']"
-            present = f"('{key}' in {new} && " if required else f"(!('{key}' in {new}) || "
-            checks.append(validation(f"{when}{present}{valid.format(value=value)})",
-                                 message.format(key=key)))
-    tenant = shape.fields.get("tenant")
-    if tenant:
-        value = f"{new}['{tenant}']"
-        checks.append(dynamic_validation(
-            f"{when}!('{tenant}' in {new}) || ({value}.size() <= {bounds.TENANT_CHARS} && "
-            f"{matches(value, bounds.TENANT_PATTERN)} && {value} == "
-            f"namespaceObject.metadata.?labels.orValue({{}})[?'{names.TENANT_LABEL}']"
-            ".orValue(''))",
-            f"'{tenant} must be the namespace\\'s tenant (its label {names.TENANT_LABEL}'"
-            f" + ', here ' + namespaceObject.metadata.?labels.orValue({{}})"
-            f"[?'{names.TENANT_LABEL}'].orValue('none') + ')'"))
-    state = _state_check(shape)
-    if state is not None:
-        checks.append(dynamic_validation(f"{when}oldObject == null || ({state[0]})",
-                               f"'{shape.id}: the slot is ' + variables.state + "
-                               f"(variables.held ? ' and held' : '') + ': {state[1]}'"))
-    if str(shape.kind) == "Claim":
-        checks.append(validation(
-            f"{when}oldObject == null || !variables.unresolved",
-            f"{shape.id}: an effect of this slot is unresolved (condition "
-            f"{names.EFFECT_UNRESOLVED_CONDITION}, status.effects): no attempt may start "
-            f"until its owner's answer is recorded ({names.RESOLVE_EFFECT_ID} and -key, "
-            "-outcome, -reason) or the slot is given up"))
-    owners = {"Reassign": "variables.priorOwner", "GiveUp": "variables.liveOwner",
-              "ResolveEffect": "variables.liveOwner"}.get(
-        str(shape.kind))
-    if owners:
+    checks.extend(field.admission(spec.key(shape.word, field.suffix), when)
+                  for field in shape.takes if field.admission is not None)
+    if shape.state is not None:
+        state, why = shape.state
+        checks.append(dynamic_validation(f"{when}oldObject == null || ({state})",
+                                         f"'{shape.id}: the slot is ' + variables.state + "
+                                         f"(variables.held ? ' and held' : '') + ': {why}'"))
+    checks.extend(validation(f"{when}{expression}", message)
+                  for expression, message in shape.admission)
+    if shape.owner is not None:
+        owners = f"variables.{shape.owner}Owner"
         checks.append(dynamic_validation(
             f"{when}oldObject == null || {_owned(owners)}",
             f"'{shape.id}: the attempt is owned by ' + {owners}.join(', ') + ', not ' + "
@@ -228,27 +163,11 @@ def command_checks(shape: parsing.Shape) -> list[Object]:
     return checks
 
 
-def _state_check(shape: parsing.Shape) -> tuple[str, str] | None:
-    """The states of ``oldObject.status`` that may accept the command, and why not."""
-    kind = str(shape.kind)
-    if kind == "Reassign":
-        return ("variables.state == 'RetryWait' && !variables.held",
-                "only a RetryWait slot, not held, whose last attempt ended can be reassigned")
-    if kind == "Claim":
-        return ("variables.state in ['Ready', 'RetryWait'] && !variables.held",
-                "a claim needs a Ready or RetryWait slot that is not held")
-    if kind == "Release":
-        return ("variables.held", "only a held slot can be released")
-    if kind in ("Hold", "GiveUp", "ResolveEffect"):
-        return (f"!(variables.state in {TERMINAL})", "the slot has already finished")
-    return None
-
-
 def slot_commands() -> list[Object]:
     variables = [*ANNOTATIONS, *STATUS, *({"name": _variable(shape),
                                             "expression": touched(shape)}
-                                           for shape in parsing.SHAPES)]
-    checks = [check for shape in parsing.SHAPES for check in command_checks(shape)]
+                                           for shape in registry.COMMANDS)]
+    checks = [check for shape in registry.COMMANDS for check in command_checks(shape)]
     return policy_pair(SLOT_COMMANDS, variables=variables, validations=checks,
                    rules=[match_rule(names.GROUP, names.VERSION, ["slots"], ["CREATE", "UPDATE"])])
 

@@ -11,10 +11,10 @@ starts the claim itself: its first write is the claim's Lease
 from __future__ import annotations
 
 from agentrun.api import conditions, names
-from agentrun.api.slots import CommandKind, Predicate
+from agentrun.api.slots import Predicate
 from agentrun.core.attempts.observations import lease_status, lease_view
 from agentrun.core.base import events, slotconditions
-from agentrun.core.commands import guards, parsing
+from agentrun.core.commands import guards, parsing, registry
 from agentrun.core.policies import stamping
 from agentrun.core.slots import actions, attemptlife, attemptpods, inputs, specsnapshots
 
@@ -76,7 +76,8 @@ def command_step(world: inputs.World, pending: parsing.Pending) -> actions.Step:
     assert world.run is not None
     limit = world.run.spec.max_active
     busy = limit is not None and world.active_in_run >= limit
-    if command.kind is CommandKind.CLAIM and (world.run.spec.suspend or busy):
+    claims = registry.BY_KIND[command.kind].claims
+    if claims and (world.run.spec.suspend or busy):
         why = ("the run is suspended (spec.suspend); resume it first" if world.run.spec.suspend
                else f"the run already has {world.active_in_run} attempts Claiming or Active, "
                     f"its spec.maxActive ({limit}); claim again when one has ended")
@@ -100,7 +101,7 @@ def command_step(world: inputs.World, pending: parsing.Pending) -> actions.Step:
         assert pinned is not None
         if pinned.snapshot not in world.snapshots:
             return specsnapshots.create(world, pinned=pinned, spec=decision.choice.spec.spec)
-    if decision.accepted and command.kind is CommandKind.CLAIM:
+    if decision.accepted and claims:
         # The claim's first write is its Lease (carrying the request id); the ledger
         # entry goes with the claim's one status write (Active, or ClaimFailed).
         return attemptlife.claiming_step(attemptlife.claiming_world(

@@ -18,11 +18,11 @@ from typing import Any
 from agentrun.api import conditions
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
-from agentrun.api.slots import CommandKind, Slot, SlotState, SlotStatus
+from agentrun.api.slots import Slot, SlotState, SlotStatus
 from agentrun.core.attempts import attemptobjects
 from agentrun.core.attempts.observations import LeaseObservation
 from agentrun.core.base import naming, owners
-from agentrun.core.commands import guards, parsing
+from agentrun.core.commands import guards, parsing, registry
 from agentrun.core.machine import transitions
 from agentrun.core.policies.stamping import Stamping
 
@@ -148,7 +148,7 @@ def reads_for(slot: Slot, *, max_active: bool) -> Reads:
     """A pure function of the slot (and whether its run limits maxActive): see :class:`Reads`."""
     status = slot.status
     pending = parsing.pending(slot.metadata.annotations)
-    reassigning = pending is not None and pending.command.kind is CommandKind.REASSIGN
+    reassigning = pending is not None and registry.BY_KIND[pending.command.kind].selects
     pending_state = status.state is SlotState.PENDING
     return Reads(
         siblings=(pending_state and bool(slot.spec.depends_on)) or (

@@ -30,14 +30,14 @@ from datetime import datetime
 
 from agentrun.api.slots import (
     AttemptRecord,
-    CommandKind,
     EffectState,
     Outcome,
     SlotStatus,
 )
+from agentrun.core.commands import registry
 
 LEASE_OUTCOMES = frozenset({Outcome.LOST, Outcome.START_TIMEOUT})
-OPENING_COMMANDS = frozenset({CommandKind.CLAIM, CommandKind.REASSIGN, CommandKind.RELEASE})
+OPENING_COMMANDS = frozenset(spec.kind for spec in registry.COMMANDS if spec.opens)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,102 @@
+"""The fields commands carry, each with its bound, its admission check and its plugin flag.
+
+Several commands share a field (a reason is given to a reassignment, a hold, a give-up and
+a resolve-effect): each is declared here once, so its bound, its admission check and its
+flag cannot drift apart between the commands. A command with a field of its own declares
+it in its own module the same way. The bounds are :mod:`agentrun.api.bounds`'s; admission
+checks the same bounds and patterns, so what admission lets through the operator does not
+reject as Malformed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agentrun.api import bounds, names
+from agentrun.core.commands.spec import (
+    Bound,
+    Field,
+    Object,
+    dynamic_validation,
+    matches,
+    validation,
+)
+
+NEW = "variables.new"
+
+
+def static(*, required: bool, valid: str, message: str) -> Callable[[str, str], Object]:
+    """An admission check: ``valid`` (CEL over ``{value}``) whenever the annotation is
+    written, which must be (``required``) or may be; ``message`` is about ``{key}``."""
+    def check(key: str, when: str) -> Object:
+        value = f"{NEW}['{key}']"
+        present = f"('{key}' in {NEW} && " if required else f"(!('{key}' in {NEW}) || "
+        return validation(f"{when}{present}{valid.format(value=value)})", message.format(key=key))
+    return check
+
+
+def _tenant_check(key: str, when: str) -> Object:
+    """The tenant's message names the namespace's tenant: a message expression."""
+    value = f"{NEW}['{key}']"
+    return dynamic_validation(
+        f"{when}!('{key}' in {NEW}) || ({value}.size() <= {bounds.TENANT_CHARS} && "
+        f"{matches(value, bounds.TENANT_PATTERN)} && {value} == "
+        f"namespaceObject.metadata.?labels.orValue({{}})[?'{names.TENANT_LABEL}']"
+        ".orValue(''))",
+        f"'{key} must be the namespace\\'s tenant (its label {names.TENANT_LABEL}'"
+        f" + ', here ' + namespaceObject.metadata.?labels.orValue({{}})"
+        f"[?'{names.TENANT_LABEL}'].orValue('none') + ')'")
+
+
+REASON = Field(
+    name="reason", suffix="reason", label="--reason", flag="--reason", required=True,
+    help="why (recorded)", bound=Bound(chars=bounds.REASON_BYTES, in_bytes=True),
+    admission=static(required=True, valid=f"bytes({{value}}).size() <= {bounds.REASON_BYTES}"
+                     " && {value}.trim().size() > 0",
+                     message=f"{{key}} is required: say why, non-blank, in at most "
+                             f"{bounds.REASON_BYTES} bytes"))
+WORKER_CLASS = Field(
+    name="worker_class", suffix="worker-class", label="--class", flag="--class",
+    help="the worker class of the next attempt (default: the slot's)",
+    bound=Bound(chars=bounds.WORKER_CLASS_CHARS, pattern=bounds.WORKER_CLASS_PATTERN),
+    admission=static(required=False, valid=f"{{value}}.size() <= {bounds.WORKER_CLASS_CHARS}"
+                     f" && {matches('{value}', bounds.WORKER_CLASS_PATTERN)}",
+                     message="{key} must be a worker class name (lower-case letters, digits, "
+                             "'-' and '.', at most "
+                             f"{bounds.WORKER_CLASS_CHARS} characters)"))
+RUN = Field(  # no flag: the plugin fills in the slot's own run
+    name="run", suffix="run", label="the slot's run",
+    bound=Bound(chars=bounds.RUN_CHARS, pattern=bounds.RUN_PATTERN),
+    admission=static(required=True, valid=f"{{value}}.size() <= {bounds.RUN_CHARS} && "
+                     f"{matches('{value}', bounds.RUN_PATTERN)} && {{value}} == object.spec.run",
+                     message="{key} is required and must name the slot's run (its spec.run): "
+                             "set {key}=<run> to the run you mean"))
+TENANT = Field(
+    name="tenant", suffix="tenant", label="--tenant", flag="--tenant",
+    help="assert the slot's tenant (rejected if it is another's)",
+    bound=Bound(chars=bounds.TENANT_CHARS, pattern=bounds.TENANT_PATTERN),
+    admission=_tenant_check)
+EFFECT_KEY = Field(
+    name="effect_key", suffix="key", label="--key", flag="--key", required=True,
+    metavar="KEY", help="the effect's key",
+    bound=Bound(chars=bounds.STEP_KEY_CHARS, pattern=bounds.STEP_KEY_PATTERN),
+    admission=static(required=True, valid=f"{{value}}.size() <= {bounds.STEP_KEY_CHARS} && "
+                     f"{matches('{value}', bounds.STEP_KEY_PATTERN)}",
+                     message="{key} is required: the effect's record key as status.effects "
+                             "shows it (lower-case letters, digits and '-', at most "
+                             f"{bounds.STEP_KEY_CHARS})"))
+OUTCOME = Field(
+    name="outcome", suffix="outcome", label="--outcome", flag="--outcome", required=True,
+    choices=("applied", "not-applied"),
+    bound=Bound(chars=bounds.RESOLVE_OUTCOME_CHARS, pattern=bounds.RESOLVE_OUTCOME_PATTERN),
+    admission=static(required=True, valid=matches('{value}', bounds.RESOLVE_OUTCOME_PATTERN),
+                     message="{key} is required: applied or not-applied (the effect owner's "
+                             "answer)"))
+RESULT = Field(
+    name="result", suffix="result", label="--result", flag="--result",
+    help="the owner's result: JSON or text",
+    bound=Bound(chars=bounds.RESOLVE_RESULT_BYTES, in_bytes=True),
+    admission=static(required=False,
+                     valid=f"bytes({{value}}).size() <= {bounds.RESOLVE_RESULT_BYTES}",
+                     message=f"{{key}} must be at most {bounds.RESOLVE_RESULT_BYTES} bytes "
+                             "(JSON, or text)"))

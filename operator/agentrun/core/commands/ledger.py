@@ -1,0 +1,222 @@
+"""What every command's decision is made of: the command read, the decision, the ledger.
+
+Shared by the per-command modules (:mod:`.reassign`, :mod:`.claim`, ...), which decide
+one kind each, and by :mod:`.guards`, which answers duplicates and tenancy for all of them
+first. The *ledger* (``status.commands``) records every decision by request id; a request
+id already there is a no-op (``Duplicate``), so a crash between the status write and the
+annotation removal can never apply a command twice or flip a rejection into an acceptance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from agentrun.api import bounds, conditions, names
+from agentrun.api.launchspecs import LaunchSpec
+from agentrun.api.slots import (
+    COMMANDS_KEPT,
+    CommandKind,
+    CommandRecord,
+    Predicate,
+    Slot,
+    SlotStatus,
+)
+from agentrun.core.attempts.observations import LeaseStatus, PodPhase
+from agentrun.core.base.events import Event
+from agentrun.core.launchspecs import selection
+from agentrun.core.machine import transitions
+
+# A failed predicate and the message a person reads (the ledger's and the Event's).
+Failure = tuple[Predicate, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    """One command read from a Slot's annotations, with the stamped actor."""
+
+    kind: CommandKind
+    request_id: str
+    actor: str | None
+    override: bool = False
+    reason: str | None = None
+    worker_class: str | None = None
+    run: str | None = None
+    tenant: str | None = None
+    effect_key: str | None = None  # resolve-effect: the effect's key, outcome and result
+    outcome: str | None = None
+    result: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prior:
+    """The prior attempt's pod phase and lease status, as observed now."""
+
+    pod: PodPhase
+    lease: LeaseStatus
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """The outcome of one command.
+
+    ``status``: the exact new SlotStatus to write (with a resourceVersion precondition);
+    for a duplicate, the unchanged status (write nothing). ``event``: the Event to emit
+    (none for a duplicate). ``choice``: for an accepted reassignment, the LaunchSpec whose
+    spec must be copied into the snapshot ``status.launchSpec.snapshot``. An accepted
+    give-up makes the live attempt the prior worker; the fencing that follows is decided
+    from the new status (``attemptlife.fence_step``), not carried here.
+    """
+
+    accepted: bool
+    duplicate: bool = False
+    predicate: Predicate | None = None
+    status: SlotStatus
+    event: Event | None = None
+    choice: selection.Choice | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """Everything one command is decided from: one argument, so every kind's check and
+    apply have the same signature and the registry can hold them side by side.
+
+    ``prior`` may be None only when the slot has no prior worker.
+    """
+
+    command: Command
+    slot: Slot
+    tenant: str | None
+    prior: Prior | None
+    launch_specs: Iterable[LaunchSpec]
+    now: datetime
+
+
+def is_blank(reason: str | None) -> bool:
+    """Empty, whitespace only, or longer than 1 KiB (UTF-8) counts as no usable reason."""
+    return (reason is None or not reason.strip()
+            or len(reason.encode()) > names.MAX_REASON_BYTES)
+
+
+def owner_of(status: SlotStatus, worker: str | None) -> str | None:
+    """The owner actor recorded on the attempt ``worker``, if any."""
+    return next((a.owner_actor for a in status.attempts if a.pod == worker), None)
+
+
+def seen(status: SlotStatus, request_id: str) -> CommandRecord | None:
+    return next((c for c in status.commands if c.request_id == request_id), None)
+
+
+def _record(command: Command, *, outcome: Literal["Accepted", "Rejected"],
+            predicate: Predicate | None, message: str, now: datetime) -> CommandRecord:
+    clip = bounds.clip
+    return CommandRecord(
+        request_id=command.request_id[:bounds.REQUEST_ID_CHARS], kind=command.kind,
+        actor=bounds.optional_clip(command.actor, limit=bounds.ACTOR_CHARS),
+        reason=None if command.reason is None else bounds.clip_bytes(
+            command.reason, limit=bounds.REASON_BYTES),
+        worker_class=bounds.optional_clip(command.worker_class, limit=names.MAX_NAME),
+        run=bounds.optional_clip(command.run, limit=names.MAX_NAME),
+        outcome=outcome, predicate=predicate,
+        message=clip(message, limit=bounds.RECORD_MESSAGE_CHARS), time=now)
+
+
+def _ledger(status: SlotStatus, record: CommandRecord) -> SlotStatus:
+    return status.model_copy(update={"commands": [*status.commands, record][-COMMANDS_KEPT:]})
+
+
+def reject(*, command: Command, status: SlotStatus, predicate: Predicate, message: str,
+           now: datetime) -> Decision:
+    """Ledger entry, condition CommandRejected and a Warning Event; nothing else changes."""
+    new = _ledger(status, _record(command, outcome="Rejected", predicate=predicate,
+                                  message=message, now=now))
+    new = new.model_copy(update={"conditions": conditions.set_condition(
+        new.conditions, type_=transitions.COMMAND_REJECTED, status="True",
+        reason=str(predicate), message=f"{command.kind} {command.request_id}: {message}",
+        now=now)})
+    return Decision(accepted=False, predicate=predicate, status=new,
+                    event=Event(type="Warning", reason="CommandRejected",
+                                message=f"{command.kind} {command.request_id} rejected "
+                                        f"({predicate}): {message}"))
+
+
+def accept(*, command: Command, status: SlotStatus, message: str, reason: str,
+           now: datetime) -> tuple[SlotStatus, Event]:
+    """The ledger entry of an accepted command and its Normal Event (``reason``)."""
+    new = _ledger(status, _record(command, outcome="Accepted", predicate=None,
+                                  message=message, now=now))
+    return new, Event(type="Normal", reason=reason, message=message)
+
+
+def overridden(status: SlotStatus, *, command: Command, owner: str | None) -> SlotStatus:
+    """Mark the ledger entry just added when only ``override`` let the actor act on
+    another person's attempt (the audited admin path)."""
+    if owner is None or command.actor == owner:
+        return status
+    last = status.commands[-1].model_copy(update={"override": True})
+    return status.model_copy(update={"commands": [*status.commands[:-1], last]})
+
+
+def live_owner(status: SlotStatus) -> str | None:
+    """The owner a give-up is checked against: a claim under way has no attempt record
+    yet, its owner is the one it serves."""
+    if status.pending_worker is not None:
+        return status.next_owner_actor
+    return owner_of(status, status.active_worker or status.prior_worker)
+
+
+def tenancy(command: Command, *, slot: Slot, tenant: str | None) -> Failure | None:
+    """``WrongTenant``, checked first for every kind: a command naming another tenant."""
+    if command.tenant is not None and command.tenant != tenant:
+        return (Predicate.WRONG_TENANT,
+                f"the command names tenant {command.tenant!r} but slot "
+                f"{slot.metadata.name!r} belongs to tenant {tenant!r} (its namespace's)")
+    return None
+
+
+def attempt_limit(status: SlotStatus, *, name: str) -> Failure | None:
+    """Every attempt leaves a Lease record: a slot has at most ``MAX_ATTEMPT_NUMBER``."""
+    if status.attempt_count < bounds.MAX_ATTEMPT_NUMBER:
+        return None
+    return (Predicate.ATTEMPT_LIMIT,
+            f"slot {name!r} has used all {bounds.MAX_ATTEMPT_NUMBER} attempt numbers a slot "
+            "may have; give it up (agentrun.dev/give-up-*) and start a new run")
+
+
+def ending_failure(context: Context, *, what: str) -> Failure | None:
+    """The checks of a command that ends or settles the live attempt (give-up,
+    resolve-effect): an open slot, a reason, and the owner (or ``override``)."""
+    command, status, name = context.command, context.slot.status, context.slot.metadata.name
+    if status.state not in transitions.OPEN_STATES:
+        return (Predicate.NOT_RETRY_WAIT,
+                f"slot {name!r} has already finished ({status.state}); nothing to give up")
+    if is_blank(command.reason):
+        return blank_reason()
+    owner = live_owner(status)
+    if owner is not None and command.actor != owner and not command.override:
+        return (Predicate.NOT_OWNER,
+                f"the attempt is owned by {owner!r}, not {command.actor!r}; only the "
+                f"owner, or an admin with the 'override' verb on slots, may {what}")
+    return None
+
+
+def blank_reason() -> Failure:
+    return (Predicate.BLANK_REASON,
+            f"the reason must be non-blank and at most {names.MAX_REASON_BYTES} bytes")
+
+
+def claim_accepted(status: SlotStatus, *, request_id: str, actor: str | None,
+                   now: datetime) -> SlotStatus:
+    """The ledger entry of an accepted claim command, its actor the next attempt's owner.
+
+    Written in the claim's one status write (with Active, or with ClaimFailed); until then
+    the claim's Lease carries the request id and the actor, so the entry is rebuilt from
+    the Lease after a crash (``attemptlife.claiming_world``).
+    """
+    command = Command(kind=CommandKind.CLAIM, request_id=request_id, actor=actor)
+    message = f"claim requested by {actor}: attempt {status.attempt_count + 1} is next"
+    new = _ledger(status, _record(command, outcome="Accepted", predicate=None,
+                                  message=message, now=now))
+    return new.model_copy(update={"next_owner_actor": actor})

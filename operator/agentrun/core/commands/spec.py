@@ -1,0 +1,157 @@
+"""What a command is, declared once: the shape every per-command module fills in.
+
+A :class:`CommandSpec` says everything the operator, admission and the plugin need to know
+about one kind of command, so that none of them compares kinds:
+
+- the *kind* (:class:`~agentrun.api.slots.CommandKind`, the ledger's ``kind``) and the
+  resource it is sent to (``target``: ``slots`` today; a Run's commands name ``agentruns``);
+- its *word*, from which every annotation name is derived (``agentrun.dev/<word>-id``,
+  ``-actor``, ``-epoch``, ``-override`` and ``-<suffix>`` of each field): a name is never
+  spelt twice;
+- its *fields* (:class:`Field`): the bound each is parsed with, its admission check, and
+  the plugin flag that fills it;
+- the *Python check* (``check``: the first failed predicate, or None) and the *apply*
+  (``apply``: the decision of a command that passed its check);
+- the *admission* fragments: the states that may accept it, further checks, and whose
+  attempt it acts on (``owner``: that is also what makes admission stamp ``-override``);
+- what the slot's step does around it (``selects``, ``claims``, ``opens``).
+
+Admission's expressions are built by :mod:`agentrun.core.policies`; the helpers here that
+write one validation (:func:`validation`, :func:`matches`) are below them, so a field
+can carry its own check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agentrun.api import names
+from agentrun.api.slots import CommandKind
+from agentrun.core.commands.ledger import Context, Decision, Failure
+
+Object = dict[str, Any]
+TERMINAL = "['Succeeded', 'Failed']"  # CEL: the states a slot never leaves
+
+
+def validation(expression: str, message: str) -> Object:
+    return {"expression": expression, "message": message, "reason": "Invalid"}
+
+
+def dynamic_validation(expression: str, message_expression: str, *,
+                       reason: str = "Invalid") -> Object:
+    return {"expression": expression, "messageExpression": message_expression,
+            "reason": reason}
+
+
+def matches(value: str, pattern: str) -> str:
+    """CEL: ``value`` matches ``pattern``, as the operator's parsing checks it.
+
+    RE2 searches, but the bounds' patterns are anchored (``^...$``), so this is Python's
+    ``re.fullmatch``. They hold no quote or backslash to escape in a CEL string.
+    """
+    assert "'" not in pattern and "\\" not in pattern, pattern
+    return f"{value}.matches('{pattern}')"
+
+
+def key(word: str, suffix: str) -> str:
+    """The annotation ``agentrun.dev/<word>-<suffix>``: every command name is made here."""
+    return f"{names.GROUP}/{word}-{suffix}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bound:
+    """The bound on one command field: characters or UTF-8 bytes, and a pattern."""
+
+    chars: int
+    pattern: str | None = None
+    in_bytes: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Field:
+    """One value a command carries in an annotation.
+
+    ``name``: the :class:`~agentrun.core.commands.ledger.Command` attribute it fills;
+    ``suffix``: its annotation is ``agentrun.dev/<word>-<suffix>``; ``bound``: what the
+    operator parses it with (out of bound: ``Malformed``); ``admission``: its admission
+    check, given the annotation and the "this request writes the command" guard.
+    ``flag``: the plugin's flag (None: the plugin fills it, ``from_run``), ``label``: how
+    the plugin names it in an error; ``required``: the flag must be given.
+    """
+
+    name: str
+    suffix: str
+    bound: Bound
+    admission: Callable[[str, str], Object] | None
+    label: str
+    flag: str | None = None
+    required: bool = False
+    help: str | None = None
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandSpec:
+    """One kind of command (see the module docstring). Its per-name properties keep the
+    shape :mod:`.parsing` always had (``id``, ``actor``, ``epoch``, ``override``,
+    ``fields``, ``stamped``, ``keys``), now derived from ``word``."""
+
+    kind: CommandKind
+    word: str
+    help: str
+    check: Callable[[Context], Failure | None]
+    apply: Callable[[Context], Decision]
+    target: Literal["slots"] = "slots"
+    takes: tuple[Field, ...] = ()
+    owner: Literal["prior", "live"] | None = None
+    state: tuple[str, str] | None = None  # CEL over the old status, and why not
+    admission: tuple[tuple[str, str], ...] = ()  # (CEL, message): further checks
+    examples: tuple[str, ...] = ()  # the plugin's help
+    shown: int = 0  # its place among the plugin's commands (the registry's is decision order)
+    # What the slot's step does around the decision (agentrun.core.slots):
+    selects: bool = False  # deciding it needs the LaunchSpecs read (a reassignment pins one)
+    claims: bool = False  # accepted, it starts a claim: the run's suspend and maxActive come
+    # first, and the claim's Lease is its first write (the ledger entry goes with Active)
+    opens: bool = False  # accepted, it lets the next attempt start: claim latency counts from it
+    flag_order: tuple[str, ...] = ()  # the plugin's flags, when not in field order
+
+    @property
+    def id(self) -> str:
+        return key(self.word, "id")
+
+    @property
+    def actor(self) -> str:
+        return key(self.word, "actor")
+
+    @property
+    def epoch(self) -> str:
+        return key(self.word, "epoch")
+
+    @property
+    def override(self) -> str | None:
+        """Stamped only where an owner check applies."""
+        return key(self.word, "override") if self.owner else None
+
+    @property
+    def fields(self) -> Mapping[str, str]:
+        """Command field -> annotation."""
+        return {f.name: key(self.word, f.suffix) for f in self.takes}
+
+    @property
+    def stamped(self) -> tuple[str, ...]:
+        """The annotations admission stamps (a person's value for them never stands)."""
+        return (self.actor, self.epoch, *((self.override,) if self.override else ()))
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.id, *self.stamped, *self.fields.values())
+
+    @property
+    def flags(self) -> tuple[Field, ...]:
+        """The fields a person gives on the plugin's command line, in the order listed."""
+        given = tuple(f for f in self.takes if f.flag is not None)
+        order = self.flag_order or tuple(f.name for f in given)
+        return tuple(sorted(given, key=lambda f: order.index(f.name)))
