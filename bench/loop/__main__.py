@@ -26,7 +26,7 @@ number of slots. A benchmark prints figures, it is never a test:
 
 It prints a markdown table and writes it as the ``## Control loop`` section of ``--out``
 (default docs/benchmarks.md; the other sections are left as they are) with the machine,
-the commit and the date, and ends it with the issue's goals, "goal | figure | reference |
+the commit and the date, and ends it with the project's goals, "goal | figure | reference |
 ratio | met", for every size.
 """
 
@@ -215,7 +215,7 @@ def table(rows: list[Row], steadies: list[Steady], *, notes: list[str]) -> str:
 
 
 def checks(rows: list[Row], steadies: list[Steady]) -> list[str]:
-    """The issue's "Must show" figures, said as they came out (a benchmark judges nothing)."""
+    """The figures the goals are judged by, said as they came out (a benchmark judges nothing)."""
     said = []
     for units in sorted({r.units for r in rows}):
         for row in (r for r in rows if r.units == units and r.who.startswith("agentrun")):
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
              f"request the API server counted over {args.window:g} s with every slot idle "
              "and Active, divided by the window; the operator's resources are AgentRuns, "
              "Slots, LaunchSpecs, Pods, ConfigMaps, Leases, Namespaces and Secrets.",
-             "", *checks(rows, steadies), "", "The issue's goals, per size:", "",
+             "", *checks(rows, steadies), "", "The goals, per size:", "",
              goal_table(rows)]
     text = header() + "\n" + table(rows, steadies, notes=notes) + "\n"
     print(text)

@@ -1,4 +1,4 @@
-"""The control-loop benchmark's closing table: the issue's goals against the figures.
+"""The control-loop benchmark's closing table: the project's goals against the figures.
 
 Pure: rows in, a markdown table out ("goal | figure | reference | ratio | met"), one block
 per size, so that ``bench/loop/__main__.py`` stays a runner and the goals are read in one place.

@@ -18,7 +18,7 @@ from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun
 from agentrun.controller import reconcilers
-from agentrun.core.base import events
+from agentrun.core.base.events import Event
 from agentrun.core.runs import resolution, runobjects, runsteps
 from agentrun.core.slots import actions
 from agentrun.kube import reads, writes
@@ -28,7 +28,7 @@ MAX_STEPS = 16
 
 @dataclass
 class Result:
-    events: list[tuple[AgentRun, events.Event]] = field(default_factory=list)
+    events: list[tuple[AgentRun, Event]] = field(default_factory=list)
     until: datetime | None = None
     retry: bool = False  # it stopped on an error: look again after a backoff
 

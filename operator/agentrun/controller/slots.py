@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from agentrun.api.slots import Slot, SlotState
 from agentrun.controller import reconcilers
 from agentrun.core.attempts import observations
-from agentrun.core.base import events
+from agentrun.core.base.events import Event
 from agentrun.core.runs import rollup
 from agentrun.core.slots import actions, attemptlife, inputs, specsnapshots, steps, tallies
 from agentrun.kube import reads, writes
@@ -31,7 +31,7 @@ ObservationKey = tuple[str, str, str]  # namespace, lease name, lease uid
 class Result:
     """What one reconciliation did: the Events to post and when to look again."""
 
-    events: list[tuple[Slot, events.Event]] = field(default_factory=list)
+    events: list[tuple[Slot, Event]] = field(default_factory=list)
     wait: actions.Wait | None = None
     state: SlotState | None = None
     run: str | None = None
@@ -236,7 +236,7 @@ class SlotReconciler(reconcilers.Reconciler):
             except writes.Rejected as rejected:
                 decided = attemptlife.on_rejected(world, create=step, status=rejected.status,
                                                    message=str(rejected))
-                if isinstance(decided, events.Event):
+                if isinstance(decided, Event):
                     result.events.append((slot, decided))
                     raise
                 then = decided
@@ -248,7 +248,7 @@ class SlotReconciler(reconcilers.Reconciler):
         elif isinstance(step, actions.DeletePod):
             self.writer.delete_pod(namespace=namespace, name=step.name, uid=step.uid,
                                    point=step.point)
-            result.events.append((slot, events.Event(type="Normal", reason="PodDeleted",
+            result.events.append((slot, Event(type="Normal", reason="PodDeleted",
                                                      message=step.message)))
         elif isinstance(step, actions.Tombstone):
             assert world.attempt is not None and world.attempt.lease is not None

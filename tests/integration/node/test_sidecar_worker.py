@@ -6,7 +6,7 @@ is ``sh -c <script>`` using curl on ``$AGENTRUN_SIDECAR_URL``. Covers: the scrip
 in, finds its step not committed (404), commits it (201), checks in over more than a
 lease duration and exits 0 → the slot Succeeded; every renewal before the operator's
 tombstone is the pod's service account's (its pod-bound token); the record is on the
-attempt's Lease as ``record.agentrun.dev/<key>`` and decodes with ``worker.records``.
+attempt's Lease as ``record.agentrun.dev/<key>`` and decodes with the SDK's record codec.
 Then a main container that checks in once and hangs: the sidecar stops renewing after
 the window (it says so, once), the lease expires, the operator deletes the pod to fence
 it and ends the attempt (``Failed`` when the killed pod is seen Failed, ``Lost`` when it

@@ -23,7 +23,7 @@ Covers, against a real API server with the operator running:
 The worker's own bad input is covered where it is written: a record nested past the
 bound (400 and 1,000 levels) and a full Lease (``RecordLimit``, the sidecar's 422) in
 ``test_worker_records.py``; control and format characters in what the plugin prints in
-``tests/unit/test_plugin*.py``; an impostor pod's renewals and records in
+``tests/unit/plugin/``; an impostor pod's renewals and records in
 ``test_lease_policy.py`` and ``tests/integration/node/test_impostor.py``. A namespace
 the LaunchSpec's pod cannot meet (a ResourceQuota counting limits it lacks, a LimitRange
 its resources exceed) is ``test_quotas.py``'s and ``test_crash_quota.py``'s: the

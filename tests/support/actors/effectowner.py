@@ -1,6 +1,6 @@
 """A small effect owner for tests: the external service a worker's effect changes.
 
-It is what the issue asks a real owner to be: it deduplicates by the
+It is what a real owner must be: it deduplicates by the
 idempotency key (a re-send of an applied key is answered with the first result, applied
 once) and fences by token: per *fence* (a scope the caller names, the run's uid and the
 slot), a request whose fencing token is lower than the highest it has seen is rejected

@@ -1,4 +1,4 @@
-"""bench/goals.py: the issue's goals judged from rows, each goal able to fail."""
+"""bench/loop/goals.py: the control loop's goals judged from rows, each goal able to fail."""
 
 from __future__ import annotations
 

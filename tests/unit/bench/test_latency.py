@@ -1,4 +1,4 @@
-"""bench/latency.py's pure pieces: the Job's failedIndexes, the percentiles, the options."""
+"""bench/latency/'s pure pieces: the Job's failedIndexes, the percentiles, the options."""
 
 from __future__ import annotations
 

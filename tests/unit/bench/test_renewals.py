@@ -1,4 +1,4 @@
-"""bench/renewals.py's pure parts: its figures and its options (bad input: exit 2)."""
+"""bench/renewals/'s pure parts: its figures and its options (bad input: exit 2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bench/scale.py's options: bad input is a clear error and exit 2, before any cluster."""
+"""bench/scale/'s options: bad input is a clear error and exit 2, before any cluster."""
 
 from __future__ import annotations
 

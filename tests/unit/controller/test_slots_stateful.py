@@ -1,6 +1,6 @@
 """A slot's life through the *real* applier, over an in-memory API server.
 
-Extends ``test_core_stateful.py`` (the core's decisions over a simulated world) one layer
+Extends ``core/commands/test_guards_stateful.py`` (the core's decisions, simulated) one layer
 down: ``SlotReconciler`` with its real ``Reader`` and ``Writer`` reads and writes
 :mod:`apifake`, which keeps resourceVersions and answers 409 to a stale write. Between
 reconciles workers renew, pods finish or vanish, time passes; a reconcile may meet an

@@ -2,7 +2,7 @@
 
 The fake Worker is the SDK's own step and effect machinery (:class:`prefix.Steps`,
 :class:`effects.Ledger`) over an in-memory record store instead of a Lease; the owner is
-``tests/support/effectowner.py`` on 127.0.0.1 (real HTTP). An attempt "killed" at a
+``tests/support/actors/effectowner.py`` on 127.0.0.1 (real HTTP). An attempt "killed" at a
 point is one whose pause ends at once (:class:`faults.PausedTooLong`): what it committed
 before the point is what its successor finds. The real-pod version of each case, with a
 real SIGKILL, is ``tests/integration/node/test_interruptions.py``.

@@ -1,4 +1,4 @@
-"""The tests' effect owner (tests/support/effectowner.py) over real HTTP on loopback:
+"""The tests' effect owner (tests/support/actors/effectowner.py) over real HTTP on loopback:
 deduplication by key, fencing by token per fence, and the reconcile answers."""
 
 from __future__ import annotations

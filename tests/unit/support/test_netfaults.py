@@ -1,4 +1,4 @@
-"""The fault proxy (tests/support/netfaults.py) against a plain echo server on loopback:
+"""The fault proxy (tests/support/faults/netfaults.py) against a plain echo server on loopback:
 each fault does what the network scenarios say it does, so their findings are the
 operator's, not the proxy's."""
 

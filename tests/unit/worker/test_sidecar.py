@@ -11,7 +11,7 @@ content again 200, other content 409, bad keys, bodies and sizes 400 changing no
 lost → 410, not yet renewed → 503 for ready; a full Lease (RecordLimit) → 422, not the
 410 of a refusal that means the lease is lost; the server on localhost moving JSON; a
 restarted sidecar reconciles its own attempt's intent first. The effect protocol is in
-test_worker_sidecar_effects.py; the fakes in sidecarfakes.py.
+test_sidecar_effects.py; the fakes in sidecarfakes.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,6 @@
 Selection (:mod:`.selection`) chooses among the LaunchSpecs listing a worker class; a pin
 (:mod:`.launchpins`) records the choice with the digest of its spec; a LaunchSpec's own
 status (:mod:`.launchspecstatus`) says whether its pod template is valid and which slots
-pin it. Imports the attempts' builders (to build the Pod a claim would create), the
-state machine and the base.
+pin it. Imports the attempts' builders (to build the Pod a claim would create) and the
+base.
 """

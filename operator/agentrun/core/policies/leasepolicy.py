@@ -152,7 +152,7 @@ def record_checks() -> list[Object]:
         validation(f"request.operation != 'UPDATE' || {shaped}",
                    f"a record ({PREFIX}<key>) is at most {bounds.RECORD_BYTES} bytes of "
                    "canonical JSON that starts with the Lease's attempt number and names "
-                   "its own key (write it with agentrun.worker.records)"),
+                   "its own key (write it with the worker SDK, agentrun.worker)"),
         validation(f"request.operation != 'UPDATE' || variables.added.all(k, "
                    f"!k.endsWith('{names.RESOLVED_SUFFIX}'))",
                    f"a record <key>{names.RESOLVED_SUFFIX} is the owner's answer to an "

@@ -6,7 +6,8 @@ becomes: a command is refused unless its stamping can be believed, rejected when
 :mod:`agentrun.core.commands.guards` into the ledger; once it is there its annotations are
 removed (with the slot's LaunchSpec label riding on that patch). An accepted claim command
 starts the claim itself: its first write is the claim's Lease
-(``attemptlife.claiming_step``). """
+(``attemptlife.claiming_step``).
+"""
 
 from __future__ import annotations
 
@@ -124,5 +125,3 @@ def prior(world: inputs.World) -> guards.Prior | None:
         start_deadline_seconds=attemptlife.start_deadline(world),
         lease_duration_seconds=attemptlife.lease_duration(world, lease), ticks=world.ticks,
         blind=world.blind))
-
-

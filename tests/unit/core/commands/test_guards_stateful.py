@@ -6,7 +6,7 @@ at most one live attempt; attempt numbers strictly increase and none is lost; id
 never changes; reassignment never creates an attempt; a claim creates exactly one; every
 request id appears once in the ledger.
 
-``test_core_stateful_applier.py`` drives the same decisions end to end through the real
+``controller/test_slots_stateful.py`` drives the same decisions end to end through the real
 applier over an in-memory API server, with conflicts and crashes between writes.
 """
 

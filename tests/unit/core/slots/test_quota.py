@@ -3,7 +3,7 @@
 Covers: the first refusal writes the condition (and a Warning Event) and keeps the slot
 Claiming with the same attempt number; the next identical refusal only waits
 (``QUOTA_WAIT``); the claim that finally succeeds clears the condition. How a full quota
-is told from other refusals: test_refused_claims.py.
+is told from other refusals: test_refusedclaims.py.
 """
 
 from __future__ import annotations
