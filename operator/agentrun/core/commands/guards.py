@@ -55,7 +55,7 @@ def decide(
     if seen(status, command.request_id) is not None:
         return Decision(accepted=False, duplicate=True, predicate=Predicate.DUPLICATE,
                         status=status)
-    context = ledger.Context(command=command, slot=slot, tenant=tenant, prior=prior,
+    context = ledger.Context(command=command, slot=slot, prior=prior,
                              launch_specs=launch_specs, now=now)
     spec = registry.BY_KIND[command.kind]
     failed = ledger.tenancy(command, slot=slot, tenant=tenant) or spec.check(context)

@@ -88,7 +88,6 @@ class Context:
 
     command: Command
     slot: Slot
-    tenant: str | None
     prior: Prior | None
     launch_specs: Iterable[LaunchSpec]
     now: datetime

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agentrun.api import bounds
 from agentrun.api.slots import COMMANDS_KEPT, CommandKind, Outcome, Predicate, SlotState, SlotStatus
 from agentrun.core.commands import guards
 from agentrun.core.machine import transitions
@@ -71,3 +72,24 @@ def test_ledger_keeps_the_last_commands() -> None:
         status = decide(status, command(CommandKind.HOLD, f"h{i}", reason="r")).status
     assert len(status.commands) == COMMANDS_KEPT
     assert status.commands[0].request_id == "h5"
+
+
+def test_a_give_up_by_override_of_another_persons_attempt_is_marked_in_the_ledger() -> None:
+    owned = transitions.finish_claim(transitions.start_claim(
+        f.retry_wait(owner="bob", retry_at=f.T0), slot=f.SLOT, now=f.T0), now=f.T0)
+    owned = owned.model_copy(update={"attempts": [
+        *owned.attempts[:-1], owned.attempts[-1].model_copy(update={"owner_actor": "bob"})]})
+    by_admin = decide(owned, command(CommandKind.GIVE_UP, reason="stuck", override=True))
+    assert by_admin.accepted and by_admin.status.commands[-1].override is True
+    by_owner = decide(owned, command(CommandKind.GIVE_UP, reason="stuck", actor="bob"))
+    assert by_owner.accepted and not by_owner.status.commands[-1].override
+
+
+def test_the_attempt_limit_says_how_to_go_on() -> None:
+    spent = SlotStatus(state=SlotState.READY, worker_class="cpu", launch_spec=f.PINNED,
+                       attempt_count=bounds.MAX_ATTEMPT_NUMBER)
+    decision = decide(spent, command(CommandKind.CLAIM))
+    assert decision.predicate is Predicate.ATTEMPT_LIMIT
+    assert decision.event is not None and decision.event.message.endswith(
+        f"has used all {bounds.MAX_ATTEMPT_NUMBER} attempt numbers a slot may have; give it up "
+        "(agentrun.dev/give-up-*) and start a new run")
