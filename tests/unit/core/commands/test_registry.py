@@ -48,7 +48,7 @@ def test_a_commands_annotations_are_derived_from_its_word(spec: CommandSpec) -> 
     assert all(key.startswith(prefix) for key in spec.keys)
     assert len(set(spec.keys)) == len(spec.keys)
     assert (spec.override is not None) == (spec.owner is not None)
-    # Where api/names.py (and docs/names.md) name one of its annotations, it is this one.
+    # Where api/names.py (and docs/design/names.md) name one of its annotations, it is this one.
     constant = spec.word.upper().replace("-", "_") + "_"
     named = {name: value for name, value in vars(names).items()
              if name.startswith(constant) and isinstance(value, str)}
