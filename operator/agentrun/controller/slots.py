@@ -207,7 +207,9 @@ class SlotReconciler(reconcilers.Reconciler):
 
         A create that failed is reported by the applier; what follows is the core's
         decision (``steps.on_exists``, ``attemptlife.on_rejected``), in the world the
-        create was decided in, and is applied in turn.
+        create was decided in, and is applied in turn: a claim's create with its
+        claiming world, any other step settled in the world read (as ``steps.decide``
+        settles it), so that a failed create is always judged where it was decided.
         """
         slot = world.slot
         target = applier.Target(slot=slot, lease=world.attempt.lease
@@ -226,7 +228,7 @@ class SlotReconciler(reconcilers.Reconciler):
                 then = steps.on_exists(decision.world, create=step, found=outcome.found)
                 if then is None:
                     return False
-                decision = then
+                decision = decisions.settled(then, world=world)
             elif isinstance(outcome, applier.Refused):
                 assert isinstance(step, actions.Create)
                 decided = attemptlife.on_rejected(decision.world, create=step,
@@ -235,7 +237,7 @@ class SlotReconciler(reconcilers.Reconciler):
                 if isinstance(decided, Event):
                     result.events.append((slot, decided))
                     raise outcome.error
-                decision = decisions.Decision(step=decided, world=decision.world)
+                decision = decisions.settled(decided, world=world)
             else:
                 record(slot, step, result)
                 return False

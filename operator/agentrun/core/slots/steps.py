@@ -302,10 +302,13 @@ def claim_step(world: inputs.World) -> decisions.Decided:
 
 
 def on_exists(world: inputs.World, *, create: actions.Create,
-              found: Mapping[str, Any]) -> decisions.Decision | None:
+              found: Mapping[str, Any]) -> decisions.Decided | None:
     """A create met AlreadyExists with ``found`` under the name: what next (None: it is
     ours, read again and go on), decided in ``world``, the world the create was decided in
-    (:attr:`Decision.world <agentrun.core.slots.decisions.Decision.world>`).
+    (:attr:`Decision.world <agentrun.core.slots.decisions.Decision.world>`). A claim's
+    create comes back as a :class:`~agentrun.core.slots.decisions.Decision` (with its
+    claiming world); any other step bare, as :func:`decide` would settle it in the world
+    read.
 
     A claim's Lease or Pod: the claim is decided again in its claiming world with the
     object found in it, so a tombstoned or foreign Lease never leads to a Pod (the same
@@ -315,11 +318,9 @@ def on_exists(world: inputs.World, *, create: actions.Create,
     kind = create.body["kind"]
     name = create.body["metadata"]["name"]
     if create.claim:
-        claiming = inputs.with_found(world, kind=kind, found=found)
-        return decisions.settled(attemptlife.claiming_step(claiming), world=claiming)
+        return attemptlife.claiming_step(inputs.with_found(world, kind=kind, found=found))
     run_uid = (world.run.metadata.uid or "") if world.run is not None else ""
     if specsnapshots.is_own(found, body=create.body, owner_uid=run_uid):
         return None
-    return decisions.settled(squats.slot_step(
-        world, kind=kind, name=name, what=f"run {world.slot.spec.run}'s LaunchSpec snapshot"),
-        world=world)
+    return squats.slot_step(world, kind=kind, name=name,
+                            what=f"run {world.slot.spec.run}'s LaunchSpec snapshot")

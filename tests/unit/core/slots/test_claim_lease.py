@@ -20,7 +20,7 @@ from agentrun.api.slots import CommandKind, Outcome, SlotState, SlotStatus
 from agentrun.core.base import events
 from agentrun.core.base.actions import Create, DeletePod, RemoveCommand, Wait, WriteStatus
 from agentrun.core.machine import transitions
-from agentrun.core.slots import attemptlife, commandsteps, inputs, steps
+from agentrun.core.slots import attemptlife, commandsteps, decisions, inputs, steps
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect
 
@@ -135,8 +135,7 @@ def test_a_lease_found_tombstoned_on_already_exists_never_leads_to_a_pod() -> No
     create = expect(decision.step, Create)
     found = own_lease(1, holder=False, outcome="Succeeded")
     then = steps.on_exists(decision.world, create=create, found=found)
-    assert then is not None
-    then = expect(then.step, WriteStatus)
+    then = expect(then, WriteStatus)
     assert then.point == "claim-failed"
     assert then.status.attempts[-1].outcome is Outcome.CLAIM_FAILED
 
@@ -146,9 +145,8 @@ def test_a_foreign_lease_on_already_exists_is_a_squat_and_spends_nothing() -> No
     create = expect(decision.step, Create)
     foreign = f.lease(1, owner_uid="someone-else")
     foreign["metadata"]["ownerReferences"] = []
-    found = steps.on_exists(decision.world, create=create, found=foreign)
-    assert found is not None
-    then = expect(found.step, WriteStatus)
+    then = expect(steps.on_exists(decision.world, create=create, found=foreign),
+                  WriteStatus)
     assert f.condition(then.status, transitions.NAME_SQUATTED).status == "True"
     assert then.status.attempts == []
 
@@ -156,8 +154,8 @@ def test_a_foreign_lease_on_already_exists_is_a_squat_and_spends_nothing() -> No
 def test_an_own_live_lease_on_already_exists_goes_on_to_the_pod() -> None:
     decision = steps.decide(f.world(f.ready(), next_attempt=f.objects(1)))
     create = expect(decision.step, Create)
-    found = steps.on_exists(decision.world, create=create, found=own_lease(1))
-    assert found is not None
+    found = expect(steps.on_exists(decision.world, create=create, found=own_lease(1)),
+                   decisions.Decision)
     then = expect(found.step, Create)
     assert then.point == "claim-pod"
 
