@@ -1,8 +1,8 @@
-"""The slot applier tallies a status write only once it was written (for the metrics).
+"""The slot reconciler tallies a status write only once it was written (for the metrics).
 
-The real ``SlotReconciler.apply`` over a writer that refuses (409) or accepts the write:
-a refused write counts nothing, so the retry that follows (reading the slot again)
-is the only one that counts.
+The real ``SlotReconciler.apply`` (the applier under it) over a writer that refuses (409)
+or accepts the write: a refused write counts nothing, so the retry that follows (reading
+the slot again) is the only one that counts.
 """
 
 from __future__ import annotations

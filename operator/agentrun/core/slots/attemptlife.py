@@ -227,7 +227,7 @@ def quota_refused(world: inputs.World, *, kind: str, message: str) -> actions.St
 def on_rejected(world: inputs.World, *, create: actions.Create, status: int,
                 message: str) -> actions.Step | events.Event:
     """A create the API server refused: what next, decided in ``world``, the world the
-    create was decided in (``steps.Decision.world``); the applier only reports the refusal.
+    create was decided in (``decisions.Decision.world``); the applier only reports the refusal.
 
     A claim's Lease or Pod (``core.base.refusals``): a full quota waits (no attempt spent), a
     Pod refused for the LaunchSpec's reason waits too (``core.slots.refusedclaims``), anything

@@ -1,11 +1,14 @@
 """The next write for a slot: one pure function over everything the operator read.
 
 The operator reconciles a slot by repeating three moves: read the *world* (the slot, its
-run, the attempt's pod and lease, ...), ask :func:`next_step`, and apply the one *step*
-it returns, every write with a precondition. It stops at a :class:`Wait`. Because each
-step is decided afresh from what is in the API server, a crash between any two writes
-is harmless: the restarted operator reads where the last one stopped and takes the next
-step. Names are deterministic, so a repeated create finds its own object. The steps of
+run, the attempt's pod and lease, ...), ask :func:`decide`, and apply the one *step*
+it returns (``core.base.actions``), every write with a precondition. It stops at a
+``Wait``. :func:`decide` hands the step out with the world it was decided in (a claim's:
+its claiming world), which the loop gives back to :func:`on_exists` or
+``attemptlife.on_rejected`` should the create fail; :func:`next_step` is its step alone.
+Because each step is decided afresh from what is in the API server, a crash between any
+two writes is harmless: the restarted operator reads where the last one stopped and takes
+the next step. Names are deterministic, so a repeated create finds its own object. The steps of
 an attempt in hand (claiming, judging, fencing) are in :mod:`agentrun.core.slots.attemptlife`.
 
 Order of concerns, first match wins:
