@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrun.api import names
+from agentrun.api.meta import ObjectMeta
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Slot
 from agentrun.core.base import actions
@@ -110,19 +111,11 @@ class Applier:
                 keys=step.keys, point=step.point, labels=step.labels)
         elif isinstance(step, actions.WriteRun):
             assert on.run is not None
-            run = on.run
-            writer.custom_status({
-                "apiVersion": names.API_VERSION, "kind": "AgentRun",
-                "metadata": {"name": run.metadata.name, "namespace": run.metadata.namespace,
-                             "resourceVersion": run.metadata.resource_version},
-                "status": step.status.wire()}, point=step.point)
+            writer.custom_status(status_body(kind="AgentRun", read=on.run.metadata,
+                                             status=step.status.wire()), point=step.point)
         elif isinstance(step, actions.WriteLaunchSpec):
-            spec = step.spec
-            writer.custom_status({
-                "apiVersion": names.API_VERSION, "kind": "LaunchSpec",
-                "metadata": {"name": spec.metadata.name, "namespace": spec.metadata.namespace,
-                             "resourceVersion": spec.metadata.resource_version},
-                "status": step.status.wire()}, point=step.point)
+            writer.custom_status(status_body(kind="LaunchSpec", read=step.spec.metadata,
+                                             status=step.status.wire()), point=step.point)
         else:
             assert isinstance(step, actions.MintEpoch)
             writer.stamping_secret(step.body)
@@ -144,10 +137,18 @@ class Applier:
         """Create every object of the batch, in order; a rejection stops it (raised)."""
         taken: dict[str, reads.Object] = {}
         for create in step.creates:
-            try:
-                self.writer.create(create.body, point=create.point)
-            except writes.Exists as exists:
-                if exists.found is None:
-                    raise writes.Conflict("created and deleted meanwhile") from None
-                taken[create.body["metadata"]["name"]] = exists.found
+            outcome = self.create(create)
+            if isinstance(outcome, Refused):
+                raise outcome.error
+            if isinstance(outcome, Found):
+                taken[create.body["metadata"]["name"]] = outcome.found
         return Taken(found=taken)
+
+
+def status_body(*, kind: str, read: ObjectMeta, status: dict[str, Any]) -> dict[str, Any]:
+    """The body replacing a custom object's status: ``read``'s resourceVersion is the
+    precondition (the server takes only ``status`` from it)."""
+    return {"apiVersion": names.API_VERSION, "kind": kind,
+            "metadata": {"name": read.name, "namespace": read.namespace,
+                         "resourceVersion": read.resource_version},
+            "status": status}
