@@ -223,7 +223,7 @@ class SlotReconciler(reconcilers.Reconciler):
             if isinstance(outcome, applier.Found):
                 assert isinstance(step, actions.Create)
                 self.logger.info("slot %s/%s: %s %s exists already; reading again",
-                                 slot.metadata.namespace, slot.metadata.name,
+                                 slot.metadata.namespace or "", slot.metadata.name,
                                  step.body["kind"], step.body["metadata"]["name"])
                 then = steps.on_exists(decision.world, create=step, found=outcome.found)
                 if then is None:
