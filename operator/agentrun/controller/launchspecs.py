@@ -12,10 +12,9 @@ import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec
 from agentrun.controller import reconcilers
-from agentrun.core.base import refusals
+from agentrun.core.base import actions, refusals
 from agentrun.core.launchspecs import launchspecstatus
 from agentrun.kube import rest
 
@@ -74,11 +73,7 @@ class LaunchSpecReconciler(reconcilers.Reconciler):
                                          now=self.clock())
         if status == spec.status:
             return True
-        self.writer.custom_status({
-            "apiVersion": names.API_VERSION, "kind": "LaunchSpec",
-            "metadata": {"name": name, "namespace": namespace,
-                         "resourceVersion": spec.metadata.resource_version},
-            "status": status.wire()}, point="launch-spec-status")
+        self.applier.apply(actions.WriteLaunchSpec(spec=spec, status=status))
         self.written_at[(namespace, name)] = ticks
         return True
 

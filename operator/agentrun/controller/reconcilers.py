@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from agentrun.controller import applier
 from agentrun.kube import clocks, reads, writes
 
 
@@ -44,3 +45,8 @@ class Reconciler:
         self.clock = clock
         self.ticks = ticks  # monotonic: what lease expiry is measured on
         self.logger = logger or logging.getLogger(self.logger_name)
+
+    @property
+    def applier(self) -> applier.Applier:
+        """Every write goes through it (over the writer this reconciler holds now)."""
+        return applier.Applier(writer=self.writer)

@@ -2,9 +2,10 @@
 
 The decisions are ``core.runs.runsteps.next_step``'s; this loop only reads what it needs
 (candidate ConfigMaps and the run's snapshots while unpinned, the pinned workflow and
-the slots once pinned) and applies the step through ``writes.Writer``. A batch of
-creates is applied whole: an AlreadyExists is remembered (``RunWorld.taken``) for the
-core to judge on the next look, ours or a squatter's. A status write ends the
+the slots once pinned) and applies the step through the applier
+(``controller.applier``). A batch of creates is applied whole: what an AlreadyExists found
+is remembered (``RunWorld.taken``) for the core to judge on the next look, ours or a
+squatter's. A status write ends the
 reconcile, so one reconcile writes the run's status at most once.
 """
 
@@ -17,11 +18,11 @@ from datetime import datetime
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun
-from agentrun.controller import reconcilers
+from agentrun.controller import applier, reconcilers
+from agentrun.core.base import actions
 from agentrun.core.base.events import Event
 from agentrun.core.runs import resolution, runobjects, runsteps
-from agentrun.core.slots import actions
-from agentrun.kube import reads, writes
+from agentrun.kube import reads
 
 MAX_STEPS = 16
 
@@ -53,10 +54,14 @@ class RunReconciler(reconcilers.Reconciler):
             if isinstance(decided, actions.Wait):
                 result.until = decided.until
                 return True
-            if isinstance(decided, runsteps.Creates):
-                self.create(decided, taken=taken)
+            outcome = self.applier.apply(decided, target=applier.Target(run=world.run))
+            if isinstance(outcome, applier.Taken):
+                taken.update(outcome.found)  # judged by the core on the next look
                 return False
-            self.write(world.run, decided, result)
+            assert isinstance(decided, actions.WriteRun)
+            if decided.event is not None:
+                result.events.append((world.run, decided.event))
+            result.until = decided.until
             return True
 
         result.retry = not reconcilers.settle(step, what=f"run {namespace}/{name}",
@@ -94,23 +99,3 @@ class RunReconciler(reconcilers.Reconciler):
         if isinstance(found, WorkflowDocument):
             self._workflows[key] = found
         return found
-
-    def create(self, step: runsteps.Creates, *, taken: dict[str, reads.Object]) -> None:
-        """Create every object of the batch; remember what was found under a taken name."""
-        for create in step.creates:
-            try:
-                self.writer.create(create.body, point=create.point)
-            except writes.Exists as exists:
-                if exists.found is None:
-                    raise writes.Conflict("created and deleted meanwhile") from None
-                taken[create.body["metadata"]["name"]] = exists.found
-
-    def write(self, run: AgentRun, step: runsteps.WriteRun, result: Result) -> None:
-        self.writer.custom_status({
-            "apiVersion": names.API_VERSION, "kind": "AgentRun",
-            "metadata": {"name": run.metadata.name, "namespace": run.metadata.namespace,
-                         "resourceVersion": run.metadata.resource_version},
-            "status": step.status.wire()}, point=step.point)
-        if step.event is not None:
-            result.events.append((run, step.event))
-        result.until = step.until

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from agentrun.api.slots import Slot, SlotState
-from agentrun.controller import reconcilers
+from agentrun.controller import applier, reconcilers
 from agentrun.core.attempts import observations
+from agentrun.core.base import actions
 from agentrun.core.base.events import Event
 from agentrun.core.runs import rollup
-from agentrun.core.slots import actions, attemptlife, inputs, specsnapshots, steps, tallies
-from agentrun.kube import reads, writes
+from agentrun.core.slots import attemptlife, decisions, inputs, specsnapshots, steps, tallies
+from agentrun.kube import reads
 
 MAX_STEPS = 32
 _LOCKS = threading.Lock()
@@ -38,11 +39,6 @@ class Result:
     launch_spec: str | None = None  # the pinned LaunchSpec's name, when pinned
     retry: bool = False  # it stopped on an error: look again after a backoff
     tallies: list[tallies.Tally] = field(default_factory=list)  # of each status written
-
-
-def shared_create(step: actions.Step) -> bool:
-    """Is ``step`` the create of an object the run's slots share (its LaunchSpec snapshot)?"""
-    return isinstance(step, actions.Create) and step.point == "launch-spec-snapshot"
 
 
 class SlotReconciler(reconcilers.Reconciler):
@@ -82,26 +78,25 @@ class SlotReconciler(reconcilers.Reconciler):
         def decide(world: inputs.World | None, *, locked: bool = False) -> bool:
             if world is None:
                 return True
-            decided = steps.next_step(world)
-            if not locked and shared_create(decided):
+            decision = steps.decide(world)
+            if not locked and isinstance(decision.step, actions.Create) and (
+                    decision.step.shared):
                 # The run's LaunchSpec snapshot is shared by its slots: those deciding at
                 # once in this process create it once (the others read it, written through).
                 with self.run_lock(namespace, world.slot.spec.run):
                     return decide(self.read_world(namespace, name), locked=True)
-            if steps.needs_fresh(world, decided):
+            if isinstance(decision.step, actions.WriteStatus | actions.DeletePod) and (
+                    decision.step.fresh):
                 # A cache must not decide this one: read from the API and decide again.
                 world = self.read_world(namespace, name, reader=self.reader.fresh())
                 if world is None:
                     return True
-                decided = steps.next_step(world)
+                decision = steps.decide(world)
             result.state = world.slot.status.state
             result.run = world.slot.spec.run
             pinned = world.slot.status.launch_spec
             result.launch_spec = pinned.name if pinned is not None else None
-            if isinstance(decided, actions.Wait):
-                result.wait = decided
-                return True
-            return self.apply(world, decided, result)
+            return self.apply(world, decision, result)
 
         result.retry = not reconcilers.settle(step, what=f"slot {namespace}/{name}",
                                               logger=self.logger, max_steps=MAX_STEPS)
@@ -206,62 +201,59 @@ class SlotReconciler(reconcilers.Reconciler):
             self.renewals[key] = observed
         return observed
 
-    def apply(self, world: inputs.World, step: actions.Step, result: Result) -> bool:
-        """Perform one step; True when it ended in a Wait (a create refused by a quota).
+    def apply(self, world: inputs.World, decision: decisions.Decision, result: Result) -> bool:
+        """Apply the decision's step; True when it ended in a Wait (a create refused by a
+        quota), False once a write is made (read again).
 
-        What follows a create that failed is the core's decision (``steps.on_exists``,
-        ``attemptlife.on_rejected``); this only performs it.
+        A create that failed is reported by the applier; what follows is the core's
+        decision (``steps.on_exists``, ``attemptlife.on_rejected``), in the world the
+        create was decided in, and is applied in turn: a claim's create with its
+        claiming world, any other step settled in the world read (as ``steps.decide``
+        settles it), so that a failed create is always judged where it was decided.
         """
         slot = world.slot
-        namespace = slot.metadata.namespace or ""
-        then: actions.Step | None = None
-        if isinstance(step, actions.WriteStatus):
-            self.writer.slot_status(slot, step.status, point=step.point)
-            # Tallied only once written: a retried reconcile reads it back, counts nothing.
-            result.tallies.append(tallies.of_slot_write(
-                old=slot.status, new=step.status, created=slot.metadata.creation_timestamp,
-                has_dependencies=bool(slot.spec.depends_on)))
-            if step.event is not None:
-                result.events.append((slot, step.event))
-        elif isinstance(step, actions.Create):
-            try:
-                self.writer.create(step.body, point=step.point)
-            except writes.Exists as exists:
+        target = applier.Target(slot=slot, lease=world.attempt.lease
+                                if world.attempt is not None else None)
+        while True:
+            step = decision.step
+            if isinstance(step, actions.Wait):
+                result.wait = step
+                return True
+            outcome = self.applier.apply(step, target=target)
+            if isinstance(outcome, applier.Found):
+                assert isinstance(step, actions.Create)
                 self.logger.info("slot %s/%s: %s %s exists already; reading again",
-                                 namespace, slot.metadata.name, step.body["kind"],
-                                 step.body["metadata"]["name"])
-                if exists.found is None:
-                    raise writes.Conflict("created and deleted meanwhile") from None
-                then = steps.on_exists(world, create=step, found=exists.found)
-            except writes.Rejected as rejected:
-                decided = attemptlife.on_rejected(world, create=step, status=rejected.status,
-                                                   message=str(rejected))
+                                 slot.metadata.namespace or "", slot.metadata.name,
+                                 step.body["kind"], step.body["metadata"]["name"])
+                then = steps.on_exists(decision.world, create=step, found=outcome.found)
+                if then is None:
+                    return False
+                decision = decisions.settled(then, world=world)
+            elif isinstance(outcome, applier.Refused):
+                assert isinstance(step, actions.Create)
+                decided = attemptlife.on_rejected(decision.world, create=step,
+                                                  status=outcome.status,
+                                                  message=outcome.message)
                 if isinstance(decided, Event):
                     result.events.append((slot, decided))
-                    raise
-                then = decided
-            if isinstance(then, actions.Wait):
-                result.wait = then
-                return True
-            if then is not None:
-                return self.apply(world, then, result)
-        elif isinstance(step, actions.DeletePod):
-            self.writer.delete_pod(namespace=namespace, name=step.name, uid=step.uid,
-                                   point=step.point)
-            result.events.append((slot, Event(type="Normal", reason="PodDeleted",
-                                                     message=step.message)))
-        elif isinstance(step, actions.Tombstone):
-            assert world.attempt is not None and world.attempt.lease is not None
-            self.writer.tombstone(lease=dict(world.attempt.lease),
-                                  annotations=step.annotations, point=step.point)
-        elif isinstance(step, actions.AnnotateLease):
-            self.writer.annotate_lease(lease=dict(step.lease), annotations=step.annotations,
-                                       point=step.point)
-        elif isinstance(step, actions.RemoveCommand):
-            self.writer.remove_annotations(
-                kind="Slot", namespace=namespace, name=slot.metadata.name,
-                resource_version=slot.metadata.resource_version, keys=step.keys,
-                point=step.point, labels=step.labels)
-            if step.event is not None:
-                result.events.append((slot, step.event))
-        return False
+                    raise outcome.error
+                decision = decisions.settled(decided, world=world)
+            else:
+                record(slot, step, result)
+                return False
+
+
+def record(slot: Slot, step: actions.Write, result: Result) -> None:
+    """What a step written says: its Event, and a status write's tallies (only once
+    written: a retried reconcile reads it back and counts nothing)."""
+    if isinstance(step, actions.WriteStatus):
+        result.tallies.append(tallies.of_slot_write(
+            old=slot.status, new=step.status, created=slot.metadata.creation_timestamp,
+            has_dependencies=bool(slot.spec.depends_on)))
+        if step.event is not None:
+            result.events.append((slot, step.event))
+    elif isinstance(step, actions.DeletePod):
+        result.events.append((slot, Event(type="Normal", reason="PodDeleted",
+                                          message=step.message)))
+    elif isinstance(step, actions.RemoveCommand) and step.event is not None:
+        result.events.append((slot, step.event))

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from agentrun.controller import applier
+from agentrun.core.base import actions
 from agentrun.core.policies import stamping
 from agentrun.kube import reads, writes
 
@@ -47,7 +49,7 @@ class Keeper:
                                     identity=found.identity,
                                     resource_version=found.secret_version)
         try:
-            self.writer.stamping_secret(body)
+            applier.Applier(writer=self.writer).apply(actions.MintEpoch(body=body))
         except writes.Conflict:
             return found  # another operator minted first: read again next pass
         self._candidate = None

@@ -1,4 +1,7 @@
-"""The applier: every write the operator makes, each with its precondition.
+"""The writer: every write the operator makes, each with its precondition.
+
+The steps the core decides are mapped to these calls in one place, the applier
+(``agentrun.controller.applier``); the writes themselves:
 
 - status: PUT to the status subresource carrying ``metadata.resourceVersion`` (the server
   takes only ``status`` from it, and answers 409 if the object changed since it was read);

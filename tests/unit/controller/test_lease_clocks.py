@@ -20,8 +20,8 @@ from typing import Any, cast
 
 from agentrun.api import bounds
 from agentrun.controller import slots
+from agentrun.core.base.actions import DeletePod, Wait
 from agentrun.core.slots import steps
-from agentrun.core.slots.actions import DeletePod, Wait
 from agentrun.core.slots.inputs import World
 from agentrun.kube import reads, writes
 from tests.unit.core import corefakes as f

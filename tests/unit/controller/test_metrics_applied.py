@@ -1,8 +1,8 @@
-"""The slot applier tallies a status write only once it was written (for the metrics).
+"""The slot reconciler tallies a status write only once it was written (for the metrics).
 
-The real ``SlotReconciler.apply`` over a writer that refuses (409) or accepts the write:
-a refused write counts nothing, so the retry that follows (reading the slot again)
-is the only one that counts.
+The real ``SlotReconciler.apply`` (the applier under it) over a writer that refuses (409)
+or accepts the write: a refused write counts nothing, so the retry that follows (reading
+the slot again) is the only one that counts.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
 from agentrun.controller import metrics, slots
-from agentrun.core.slots import actions
+from agentrun.core.base import actions
+from agentrun.core.slots import decisions
 from agentrun.kube import writes
 from tests.unit.core import corefakes as f
 
@@ -44,10 +45,10 @@ def test_a_refused_write_counts_nothing_and_its_retry_counts_once() -> None:
         update={"attempts": [f.attempt(1, outcome=Outcome.LOST)]}))
     refused = slots.Result()
     with pytest.raises(writes.Conflict):
-        reconciler.apply(world, step, refused)
+        reconciler.apply(world, decisions.Decision(step=step, world=world), refused)
     assert refused.tallies == []
     applied = slots.Result()
-    assert reconciler.apply(world, step, applied) is False
+    assert reconciler.apply(world, decisions.Decision(step=step, world=world), applied) is False
     assert len(writer.written) == 1
     meters = metrics.Metrics()
     for tally in [*refused.tallies, *applied.tallies]:
@@ -63,5 +64,6 @@ def test_a_write_that_changes_nothing_counted_is_tallied_empty() -> None:
     reconciler = applier(Writer(conflicts=0))
     world = f.world(f.active())
     result = slots.Result()
-    reconciler.apply(world, actions.WriteStatus(status=f.active()), result)
+    reconciler.apply(world, decisions.Decision(step=actions.WriteStatus(status=f.active()),
+                                               world=world), result)
     assert [t.transitions for t in result.tallies] == [[]]

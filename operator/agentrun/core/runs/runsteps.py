@@ -3,10 +3,10 @@
 The run side of :mod:`agentrun.core.slots.steps`: a :class:`RunWorld` is everything one
 decision about a run needs, read at ``now``; :func:`next_step` maps it to one step:
 
-- :class:`Creates`: create a batch of objects (the run's configuration snapshots, or
+- ``actions.Creates``: create a batch of objects (the run's configuration snapshots, or
   every missing Slot at once, whatever the workflow's width), each a ``actions.Create``;
   an AlreadyExists is judged per object on the next look, from ``RunWorld.taken``;
-- :class:`WriteRun`: replace the run's status (with its Event), then look again at
+- ``actions.WriteRun``: replace the run's status (with its Event), then look again at
   ``until``; never returned when the status would not change;
 - ``actions.Wait``: nothing to write now; look again at ``until`` (None: on a change).
 
@@ -28,9 +28,9 @@ from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, AgentRunStatus
 from agentrun.api.slots import Slot
-from agentrun.core.base import events
+from agentrun.core.base import actions, events
 from agentrun.core.runs import resolution, rollup, runobjects
-from agentrun.core.slots import actions, squats
+from agentrun.core.slots import squats
 
 Object = Mapping[str, Any]
 
@@ -58,24 +58,7 @@ class RunWorld:
     taken: Mapping[str, Object] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Creates:
-    """Create every object of ``creates`` in one pass (none depends on another)."""
-
-    creates: tuple[actions.Create, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class WriteRun:
-    """Replace the run's status under the resourceVersion read; then look at ``until``."""
-
-    status: AgentRunStatus
-    event: events.Event | None = None
-    point: str = "run-status"
-    until: datetime | None = None
-
-
-RunStep = Creates | WriteRun | actions.Wait
+RunStep = actions.Creates | actions.WriteRun | actions.Wait
 
 
 def next_step(world: RunWorld) -> RunStep:
@@ -94,7 +77,7 @@ def _write(world: RunWorld, status: AgentRunStatus, *, event: events.Event | Non
     """
     if status == world.run.status:
         return actions.Wait(message=waiting, until=until)
-    return WriteRun(status=status, event=event, point=point, until=until)
+    return actions.WriteRun(status=status, event=event, point=point, until=until)
 
 
 def _problem(world: RunWorld, problem: resolution.Problem, *,
@@ -140,13 +123,13 @@ def _pin(world: RunWorld) -> RunStep:
                                                             message=text))
             return _squatted(world, status, kind="ConfigMap", name=name, what=what)
     if missing:
-        return Creates(creates=tuple(missing))
+        return actions.Creates(creates=tuple(missing))
     pins = runobjects.pins(run=run, resolution=resolved)
     summary = "; ".join(f"{kind} revision {pin.revision} as {pin.snapshot}"
                         for kind, pin in (("package", pins.package),
                                           ("workflow", pins.workflow),
                                           ("bindings", pins.bindings)))
-    return WriteRun(status=rollup.record_pins(run=run, pins=pins, now=world.now),
+    return actions.WriteRun(status=rollup.record_pins(run=run, pins=pins, now=world.now),
                     event=events.Event(type="Normal", reason="Pinned",
                                        message=f"pinned {summary}"),
                     point="pinned", until=world.now)  # then lay out the slots at once
@@ -173,7 +156,7 @@ def _lay_out(world: RunWorld) -> RunStep:
         elif not runobjects.matches_slot(found, run_uid=uid, node=node):
             squatter = squatter or (name, node)
     if missing:
-        return Creates(creates=tuple(missing))
+        return actions.Creates(creates=tuple(missing))
     if squatter is not None:
         status = rollup.derive(run=run, nodes=nodes, slots=world.slots, now=world.now)
         return _squatted(world, status, kind="Slot", name=squatter[0],

@@ -30,10 +30,10 @@ from agentrun.core.attempts.observations import (
     lease_view,
     pod_view,
 )
-from agentrun.core.base import events, owners, refusals
+from agentrun.core.base import actions, events, owners, refusals
 from agentrun.core.commands import guards
 from agentrun.core.machine import retries, transitions
-from agentrun.core.slots import actions, attemptpods, inputs, refusedclaims, squats
+from agentrun.core.slots import attemptpods, decisions, inputs, refusedclaims, squats
 from agentrun.core.slots.attemptpods import attempt_pod, recorded_pod_uid
 
 GONE_WAIT = timedelta(seconds=2)  # how soon to look again for a leftover being collected
@@ -121,7 +121,8 @@ def under_way(world: inputs.World) -> inputs.World | None:
     return claiming_world(world, lease=objects.lease)
 
 
-def claiming_step(world: inputs.World, *, request_id: str | None = None) -> actions.Step:
+def claiming_step(world: inputs.World, *,
+                  request_id: str | None = None) -> decisions.Decided:
     """Claiming: create the Lease, then the Pod, then record the attempt as Active.
 
     ``request_id``: the claim command being served (it goes on the Lease). A Lease of
@@ -172,11 +173,11 @@ def claiming_step(world: inputs.World, *, request_id: str | None = None) -> acti
         return squats.slot_step(world, kind=kind, name=worker,
                                 what=f"attempt {number} of slot {slot.metadata.name}")
     if objects.lease is None:
-        return actions.Create(claim=True, point="claim-lease", within=world,
-                             body=attemptobjects.lease_body(
+        return decisions.Decision(world=world, step=actions.Create(
+            claim=True, point="claim-lease", body=attemptobjects.lease_body(
             slot=slot, attempt=number, owner_actor=status.next_owner_actor, tenant=world.tenant,
             launch_spec=pinned, lease_duration_seconds=world.launch_spec.lease.duration_seconds,
-            request_id=request_id))
+            request_id=request_id)))
     if objects.pod is None and world.pins_problem is not None:
         return claim_failed(world, message=world.pins_problem)
     if objects.pod is None:
@@ -184,11 +185,11 @@ def claiming_step(world: inputs.World, *, request_id: str | None = None) -> acti
         repinned = refusedclaims.repin_step(world)
         if repinned is not None:
             return repinned
-        return actions.Create(
-            claim=True, point="claim-pod", within=world, body=attemptobjects.pod_body(
+        return decisions.Decision(world=world, step=actions.Create(
+            claim=True, point="claim-pod", body=attemptobjects.pod_body(
                 slot=slot, pins=world.run.status.pinned, launch_spec=world.launch_spec,
                 pinned=pinned, attempt=number, owner_actor=status.next_owner_actor,
-                tenant=world.tenant))
+                tenant=world.tenant)))
     owner = status.next_owner_actor
     # One Event at most per pod on a first claim: only a claim a person asked for (a claim
     # command, or the claim after a reassignment) says so; an automatic one is in status.
@@ -225,26 +226,25 @@ def quota_refused(world: inputs.World, *, kind: str, message: str) -> actions.St
 
 def on_rejected(world: inputs.World, *, create: actions.Create, status: int,
                 message: str) -> actions.Step | events.Event:
-    """A create the API server refused: what next (the applier only performs it).
+    """A create the API server refused: what next, decided in ``world``, the world the
+    create was decided in (``decisions.Decision.world``); the applier only reports the refusal.
 
     A claim's Lease or Pod (``core.base.refusals``): a full quota waits (no attempt spent), a
     Pod refused for the LaunchSpec's reason waits too (``core.slots.refusedclaims``), anything
-    else ends the attempt as ClaimFailed, decided in the claiming world the create came
-    from. Any other object (the run's LaunchSpec snapshot): the Warning Event to post; the
-    error stands (the reconcile is retried with a backoff).
+    else ends the attempt as ClaimFailed. Any other object (the run's LaunchSpec snapshot):
+    the Warning Event to post; the error stands (the reconcile is retried with a backoff).
     """
     kind = create.body["kind"]
     if not create.claim:
         return events.Event(type="Warning", reason="CreateFailed",
                             message=f"could not create {kind} "
                                     f"{create.body['metadata']['name']}: {message}")
-    within = create.within or world
     refusal = refusals.of(status=status, message=message)
     if refusal is refusals.Refusal.QUOTA_FULL:
-        return quota_refused(within, kind=kind, message=message)
+        return quota_refused(world, kind=kind, message=message)
     if refusal is refusals.Refusal.LAUNCH_SPEC and kind == "Pod":
-        return refusedclaims.refused(within, message=message)
-    return claim_failed(within, message=message)
+        return refusedclaims.refused(world, message=message)
+    return claim_failed(world, message=message)
 
 
 def claim_failed(world: inputs.World, *, message: str) -> actions.WriteStatus:
@@ -298,7 +298,7 @@ def active_step(world: inputs.World) -> actions.Step:
                                        now=world.now),
         event=events.Event(type="Normal" if verdict.outcome is Outcome.SUCCEEDED else "Warning",
                            reason="AttemptEnded", message=message),
-        point="attempt-ended")
+        point="attempt-ended", fresh=True)  # ends the attempt: never on a cache's word
 
 
 def lease_duration(world: inputs.World, lease: LeaseView) -> int:

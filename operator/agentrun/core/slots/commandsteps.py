@@ -12,12 +12,12 @@ starts the claim itself: its first write is the claim's Lease
 from __future__ import annotations
 
 from agentrun.api import conditions, names
-from agentrun.api.slots import Predicate
-from agentrun.core.attempts.observations import lease_status, lease_view
-from agentrun.core.base import events, slotconditions
+from agentrun.api.slots import Predicate, SlotStatus
+from agentrun.core.attempts.observations import LeaseStatus, lease_status, lease_view
+from agentrun.core.base import actions, events, slotconditions
 from agentrun.core.commands import guards, parsing, registry
 from agentrun.core.policies import stamping
-from agentrun.core.slots import actions, attemptlife, attemptpods, inputs, specsnapshots
+from agentrun.core.slots import attemptlife, attemptpods, decisions, inputs, specsnapshots
 
 COMMANDS_REFUSED = "CommandsRefused"
 
@@ -38,7 +38,7 @@ def pinned_label(world: inputs.World) -> dict[str, str] | None:
     return {names.LAUNCH_SPEC_LABEL: pinned.name}
 
 
-def command_step(world: inputs.World, pending: parsing.Pending) -> actions.Step:
+def command_step(world: inputs.World, pending: parsing.Pending) -> decisions.Decided:
     """Decide a pending command into the ledger; once it is there, remove its annotations."""
     status = world.slot.status
     command = pending.command
@@ -61,7 +61,7 @@ def command_step(world: inputs.World, pending: parsing.Pending) -> actions.Step:
         if refused.not_in_force:
             new = slotconditions.set_condition(new, COMMANDS_REFUSED, "True", refused.reason,
                                                refused.message, world.now)
-        return actions.WriteStatus(status=new, event=decision.event, point="command-ledger")
+        return ledger(world, status=new, event=decision.event)
     if conditions.is_true(status.conditions, COMMANDS_REFUSED):
         status = slotconditions.set_condition(status, COMMANDS_REFUSED, "False", "StampingInForce",
                       "the actor-stamping admission policy is in force", world.now)
@@ -71,8 +71,7 @@ def command_step(world: inputs.World, pending: parsing.Pending) -> actions.Step:
         decision = guards.reject(command=command, status=status, predicate=pending.predicate,
                                  message=f"{pending.malformed}; fix the command and re-issue "
                                          "it with a new request id", now=world.now)
-        return actions.WriteStatus(status=decision.status, event=decision.event,
-                                  point="command-ledger")
+        return ledger(world, status=decision.status, event=decision.event)
     slot = world.slot.model_copy(update={"status": status})
     assert world.run is not None
     limit = world.run.spec.max_active
@@ -84,8 +83,7 @@ def command_step(world: inputs.World, pending: parsing.Pending) -> actions.Step:
                     f"its spec.maxActive ({limit}); claim again when one has ended")
         decision = guards.reject(command=command, status=status,
                                  predicate=Predicate.NOT_CLAIMABLE, message=why, now=world.now)
-        return actions.WriteStatus(status=decision.status, event=decision.event,
-                                  point="command-ledger")
+        return ledger(world, status=decision.status, event=decision.event)
     try:
         decision = guards.decide(
             command=command,
@@ -107,7 +105,20 @@ def command_step(world: inputs.World, pending: parsing.Pending) -> actions.Step:
         # entry goes with the claim's one status write (Active, or ClaimFailed).
         return attemptlife.claiming_step(attemptlife.claiming_world(
             inputs.with_status(world, new), lease=None), request_id=command.request_id)
-    return actions.WriteStatus(status=new, event=decision.event, point="command-ledger")
+    return ledger(world, status=new, event=decision.event)
+
+
+def ledger(world: inputs.World, *, status: SlotStatus,
+           event: events.Event | None) -> actions.WriteStatus:
+    """The status write recording a command in the ledger.
+
+    It is ``fresh`` (decided again from a quorum read first) when the prior attempt's lease
+    is judged expired: a cache that stopped receiving events must never let a command be
+    accepted on a lease it only believes expired.
+    """
+    judged = prior(world)
+    return actions.WriteStatus(status=status, event=event, point="command-ledger",
+                               fresh=judged is not None and judged.lease is LeaseStatus.EXPIRED)
 
 
 def prior(world: inputs.World) -> guards.Prior | None:

@@ -20,8 +20,8 @@ from __future__ import annotations
 from agentrun.api import bounds, names
 from agentrun.api.slots import TERMINAL_STATES
 from agentrun.core.attempts import effectrecords
-from agentrun.core.base import events
-from agentrun.core.slots import actions, inputs
+from agentrun.core.base import actions, events
+from agentrun.core.slots import inputs
 
 
 def observe_step(world: inputs.World) -> actions.WriteStatus | None:

@@ -2,9 +2,9 @@
 
 A :class:`World` is a snapshot of everything a decision about one slot needs, read at
 ``now`` on the operator's clock. The writes a decision may ask for are in
-:mod:`agentrun.core.slots.actions`; the decisions that map one to the other are in
-:mod:`agentrun.core.slots.steps`; the applier that performs an action, each with its
-precondition, is ``agentrun.controller.slots`` over ``agentrun.kube.writes``.
+:mod:`agentrun.core.base.actions`; the decisions that map one to the other are in
+:mod:`agentrun.core.slots.steps`; the applier that performs a step, each write with its
+precondition, is ``agentrun.controller.applier`` over ``agentrun.kube.writes``.
 """
 
 from __future__ import annotations

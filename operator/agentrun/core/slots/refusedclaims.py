@@ -23,10 +23,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from agentrun.api import conditions, names
-from agentrun.core.base import events
+from agentrun.core.base import actions, events
 from agentrun.core.launchspecs import launchpins, selection
 from agentrun.core.machine import transitions as t
-from agentrun.core.slots import actions, inputs, specsnapshots
+from agentrun.core.slots import inputs, specsnapshots
 
 REFUSED_WAIT = timedelta(seconds=30)  # how soon to ask again for a pod refused as made
 

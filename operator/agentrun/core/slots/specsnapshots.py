@@ -20,9 +20,9 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core.base import naming, owners
+from agentrun.core.base import actions, naming, owners
 from agentrun.core.launchspecs import launchpins
-from agentrun.core.slots import actions, inputs
+from agentrun.core.slots import inputs
 
 DATA_KEY = "launchspec.json"
 
@@ -88,4 +88,5 @@ def create(world: inputs.World, *, pinned: PinnedLaunchSpec,
     """The step creating the run's snapshot of ``pinned`` (one per run and digest)."""
     assert world.run is not None
     return actions.Create(body=body(run=world.run, pinned=pinned, spec=spec,
-                                   tenant=world.tenant), point="launch-spec-snapshot")
+                                   tenant=world.tenant), point="launch-spec-snapshot",
+                          shared=True)

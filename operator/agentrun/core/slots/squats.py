@@ -13,9 +13,9 @@ from datetime import datetime, timedelta
 
 from agentrun.api import conditions
 from agentrun.api.runs import AgentRunStatus
-from agentrun.core.base import events
+from agentrun.core.base import actions, events
 from agentrun.core.machine import transitions
-from agentrun.core.slots import actions, inputs
+from agentrun.core.slots import inputs
 
 NAME_SQUATTED = transitions.NAME_SQUATTED
 SQUAT_WAIT = timedelta(seconds=10)  # how soon to look again for the squatter to be gone

@@ -1,11 +1,14 @@
 """The next write for a slot: one pure function over everything the operator read.
 
 The operator reconciles a slot by repeating three moves: read the *world* (the slot, its
-run, the attempt's pod and lease, ...), ask :func:`next_step`, and apply the one *step*
-it returns, every write with a precondition. It stops at a :class:`Wait`. Because each
-step is decided afresh from what is in the API server, a crash between any two writes
-is harmless: the restarted operator reads where the last one stopped and takes the next
-step. Names are deterministic, so a repeated create finds its own object. The steps of
+run, the attempt's pod and lease, ...), ask :func:`decide`, and apply the one *step*
+it returns (``core.base.actions``), every write with a precondition. It stops at a
+``Wait``. :func:`decide` hands the step out with the world it was decided in (a claim's:
+its claiming world), which the loop gives back to :func:`on_exists` or
+``attemptlife.on_rejected`` should the create fail; :func:`next_step` is its step alone.
+Because each step is decided afresh from what is in the API server, a crash between any
+two writes is harmless: the restarted operator reads where the last one stopped and takes
+the next step. Names are deterministic, so a repeated create finds its own object. The steps of
 an attempt in hand (claiming, judging, fencing) are in :mod:`agentrun.core.slots.attemptlife`.
 
 Order of concerns, first match wins:
@@ -38,16 +41,15 @@ from agentrun.api.slots import (
     SlotState,
 )
 from agentrun.core.attempts import attemptobjects, ending
-from agentrun.core.attempts.observations import LeaseStatus
-from agentrun.core.base import events, slotconditions
+from agentrun.core.base import actions, events, slotconditions
 from agentrun.core.commands import parsing
 from agentrun.core.launchspecs import launchpins, selection
 from agentrun.core.machine import transitions
 from agentrun.core.slots import (
-    actions,
     attemptlife,
     attemptpods,
     commandsteps,
+    decisions,
     effectsteps,
     inputs,
     specsnapshots,
@@ -58,21 +60,31 @@ LAUNCH_SPEC_SELECTED = "LaunchSpecSelected"
 ENDED_STATES = frozenset({SlotState.RETRY_WAIT, SlotState.SUCCEEDED, SlotState.FAILED})
 
 
-def next_step(world: inputs.World) -> actions.Step:
-    """The one next write for this slot; when it is to wait, first its LaunchSpec label."""
-    step = _next_step(world)
+def decide(world: inputs.World) -> decisions.Decision:
+    """The one next write for this slot, with the world it was decided in (a claim's: its
+    claiming world, for what follows a failed create); when it is to wait, first its
+    LaunchSpec label."""
+    decided = decisions.settled(_next_step(world), world=world)
+    step = decided.step
     if isinstance(step, actions.WriteStatus) and step.status == world.slot.status:
-        return actions.Wait(message="nothing to write: the status is as decided")
+        return decisions.Decision(step=actions.Wait(
+            message="nothing to write: the status is as decided"), world=world)
     labels = commandsteps.pinned_label(world)
     if (isinstance(step, actions.Wait) and labels is not None
             and world.slot.status.state is SlotState.READY):
         # Only a slot that waits Ready (not claimed at once) gets it on its own; otherwise
         # it rides on a command's annotation removal (no write of its own).
-        return actions.RemoveCommand(keys=(), labels=labels, point="label")
-    return step
+        return decisions.Decision(step=actions.RemoveCommand(
+            keys=(), labels=labels, point="label"), world=world)
+    return decided
 
 
-def _next_step(world: inputs.World) -> actions.Step:
+def next_step(world: inputs.World) -> actions.Step:
+    """The one next write for this slot (:func:`decide`'s step)."""
+    return decide(world).step
+
+
+def _next_step(world: inputs.World) -> decisions.Decided:
     """The one next write for this slot (see the module docstring for the order)."""
     status = world.slot.status
     if world.run is None or world.slot.metadata.deletion_timestamp is not None:
@@ -109,7 +121,7 @@ def _next_step(world: inputs.World) -> actions.Step:
     return step
 
 
-def _decide(world: inputs.World) -> actions.Step:
+def _decide(world: inputs.World) -> decisions.Decided:
     status = world.slot.status
     assert world.run is not None
     pending = parsing.pending(world.slot.metadata.annotations)
@@ -194,7 +206,7 @@ def deadline_passed(world: inputs.World) -> bool:
     return limit is not None and world.now >= limit
 
 
-def by_deadline(world: inputs.World, step: actions.Step) -> actions.Step:
+def by_deadline(world: inputs.World, step: decisions.Decided) -> decisions.Decided:
     """A waiting open slot looks again at the run's deadline at the latest, to fail then."""
     limit = deadline(world)
     if not isinstance(step, actions.Wait) or limit is None or (
@@ -203,7 +215,7 @@ def by_deadline(world: inputs.World, step: actions.Step) -> actions.Step:
     return dataclasses.replace(step, until=limit)
 
 
-def pending_step(world: inputs.World) -> actions.Step:
+def pending_step(world: inputs.World) -> decisions.Decided:
     """Pending: once every dependency succeeded and a launch spec is pinned, claim.
 
     The Ready status (pin, worker class) is decided in memory and written with the
@@ -258,7 +270,7 @@ def ready_world(world: inputs.World) -> inputs.World | actions.Step:
                                launch_spec_error=None)
 
 
-def claim_step(world: inputs.World) -> actions.Step:
+def claim_step(world: inputs.World) -> decisions.Decided:
     """Ready or RetryWait: start a claim when claimable, else wait (for retryAt)."""
     status = world.slot.status
     assert world.run is not None
@@ -293,9 +305,13 @@ def claim_step(world: inputs.World) -> actions.Step:
 
 
 def on_exists(world: inputs.World, *, create: actions.Create,
-              found: Mapping[str, Any]) -> actions.Step | None:
+              found: Mapping[str, Any]) -> decisions.Decided | None:
     """A create met AlreadyExists with ``found`` under the name: what next (None: it is
-    ours, read again and go on).
+    ours, read again and go on), decided in ``world``, the world the create was decided in
+    (:attr:`Decision.world <agentrun.core.slots.decisions.Decision.world>`). A claim's
+    create comes back as a :class:`~agentrun.core.slots.decisions.Decision` (with its
+    claiming world); any other step bare, as :func:`decide` would settle it in the world
+    read.
 
     A claim's Lease or Pod: the claim is decided again in its claiming world with the
     object found in it, so a tombstoned or foreign Lease never leads to a Pod (the same
@@ -305,29 +321,9 @@ def on_exists(world: inputs.World, *, create: actions.Create,
     kind = create.body["kind"]
     name = create.body["metadata"]["name"]
     if create.claim:
-        return attemptlife.claiming_step(inputs.with_found(create.within or world, kind=kind,
-                                                            found=found))
+        return attemptlife.claiming_step(inputs.with_found(world, kind=kind, found=found))
     run_uid = (world.run.metadata.uid or "") if world.run is not None else ""
     if specsnapshots.is_own(found, body=create.body, owner_uid=run_uid):
         return None
     return squats.slot_step(world, kind=kind, name=name,
                             what=f"run {world.slot.spec.run}'s LaunchSpec snapshot")
-
-
-FRESH_POINTS = frozenset({"attempt-ended", "delete-pod"})
-
-
-def needs_fresh(world: inputs.World, step: actions.Step) -> bool:
-    """Must ``step`` be decided again from a fresh read (the API, not a cache) first?
-
-    A cache that stopped receiving events must never end an attempt, delete its pod, or
-    let a command be accepted on a lease judged expired: those steps are decided again
-    from quorum reads (``Reader.fresh``) before they are taken.
-    """
-    if isinstance(step, actions.DeletePod) or (
-            isinstance(step, actions.WriteStatus) and step.point in FRESH_POINTS):
-        return True
-    if not isinstance(step, actions.WriteStatus) or step.point != "command-ledger":
-        return False
-    judged = commandsteps.prior(world)
-    return judged is not None and judged.lease is LeaseStatus.EXPIRED

@@ -43,10 +43,10 @@ from agentrun.api.slots import (
     SlotStatus,
 )
 from agentrun.core.attempts import observations
+from agentrun.core.base.actions import RemoveCommand, WriteStatus
 from agentrun.core.commands import guards, parsing
 from agentrun.core.machine import retries
 from agentrun.core.slots import steps
-from agentrun.core.slots.actions import RemoveCommand, WriteStatus
 from agentrun.core.slots.inputs import World
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect

@@ -19,9 +19,10 @@ from agentrun.api import conditions, names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Slot, SlotState
+from agentrun.core.base import actions
 from agentrun.core.runs import resolution, rollup, runobjects, runsteps
 from agentrun.core.runs.resolution import Resolution
-from agentrun.core.slots import actions, squats
+from agentrun.core.slots import squats
 from tests.unit.core import launchfakes as lf
 
 NOW = lf.T0 + timedelta(seconds=5)
@@ -83,7 +84,7 @@ def cond(run_status: Any, type_: str) -> tuple[str, str]:
 
 def written(run: AgentRun, step: runsteps.RunStep) -> AgentRun:
     """The run as it reads after ``step`` (a status write) was applied."""
-    assert isinstance(step, runsteps.WriteRun)
+    assert isinstance(step, actions.WriteRun)
     return run.model_copy(update={"status": step.status})
 
 
@@ -92,7 +93,7 @@ def written(run: AgentRun, step: runsteps.RunStep) -> AgentRun:
 def test_a_namespace_without_a_tenant_is_said_once_then_waited_on() -> None:
     world = unpinned_world(tenant=None, config_maps={})
     step = runsteps.next_step(world)
-    assert isinstance(step, runsteps.WriteRun) and step.point == "run-status"
+    assert isinstance(step, actions.WriteRun) and step.point == "run-status"
     assert cond(step.status, rollup.PINNED) == ("False", resolution.NOT_A_TENANT)
     assert step.event is not None and step.event.reason == resolution.NOT_A_TENANT
     again = runsteps.next_step(unpinned_world(written(world.run, step), tenant=None))
@@ -101,7 +102,7 @@ def test_a_namespace_without_a_tenant_is_said_once_then_waited_on() -> None:
 
 def test_a_missing_configuration_is_shown_with_its_reason() -> None:
     step = runsteps.next_step(unpinned_world(config_maps=lf.config_maps(workflow=[])))
-    assert isinstance(step, runsteps.WriteRun) and step.event is not None
+    assert isinstance(step, actions.WriteRun) and step.event is not None
     assert cond(step.status, rollup.PINNED) == ("False", resolution.CONFIG_NOT_FOUND)
     assert step.status.pinned is None
 
@@ -109,7 +110,7 @@ def test_a_missing_configuration_is_shown_with_its_reason() -> None:
 def test_missing_snapshots_are_created_in_one_batch() -> None:
     world = unpinned_world()
     step = runsteps.next_step(world)
-    assert isinstance(step, runsteps.Creates)
+    assert isinstance(step, actions.Creates)
     assert [c.point for c in step.creates] == ["pin-snapshots"] * 3
     assert {c.body["metadata"]["name"] for c in step.creates} == set(snapshots(world.run))
 
@@ -119,7 +120,7 @@ def test_only_the_snapshots_not_found_are_created() -> None:
     found = snapshots(run)
     first = sorted(found)[0]
     step = runsteps.next_step(unpinned_world(run, snapshots={first: found[first]}))
-    assert isinstance(step, runsteps.Creates)
+    assert isinstance(step, actions.Creates)
     assert first not in {c.body["metadata"]["name"] for c in step.creates}
     assert len(step.creates) == 2
 
@@ -128,7 +129,7 @@ def test_only_the_snapshots_not_found_are_created() -> None:
 def test_snapshots_found_ours_lead_to_the_pinned_write(where: str) -> None:
     run = lf.run()
     step = runsteps.next_step(unpinned_world(run, **{where: snapshots(run)}))
-    assert isinstance(step, runsteps.WriteRun) and step.point == "pinned"
+    assert isinstance(step, actions.WriteRun) and step.point == "pinned"
     assert step.status.pinned == runobjects.pins(run=run, resolution=resolved(run))
     assert step.event is not None and step.event.reason == "Pinned"
     assert step.until == NOW  # the slots are laid out at once, in the next reconcile
@@ -141,7 +142,7 @@ def test_a_squatted_snapshot_is_said_once_and_never_used() -> None:
     stranger = {**found[name], "metadata": {**found[name]["metadata"], "ownerReferences": []}}
     world = unpinned_world(run, taken={name: stranger})
     step = runsteps.next_step(world)
-    assert isinstance(step, runsteps.WriteRun) and step.point == "run-status"
+    assert isinstance(step, actions.WriteRun) and step.point == "run-status"
     assert step.status.pinned is None
     assert cond(step.status, squats.NAME_SQUATTED) == ("True", "NameSquatted")
     assert cond(step.status, rollup.PINNED) == ("False", "NameSquatted")
@@ -170,7 +171,7 @@ def test_a_missing_or_altered_workflow_snapshot_is_a_problem(text: str | None) -
     found = runsteps.pinned_workflow(run=run, snapshot=snapshot)
     assert isinstance(found, resolution.Problem) and found.reason == "SnapshotMissing"
     step = runsteps.next_step(laid_out_world(run, flow=found))
-    assert isinstance(step, runsteps.WriteRun) and step.event is not None
+    assert isinstance(step, actions.WriteRun) and step.event is not None
     assert step.event.reason == "SnapshotMissing"
 
 
@@ -202,7 +203,7 @@ def test_a_pinned_world_without_its_workflow_waits() -> None:
 @pytest.mark.parametrize("width", [1, 20, 256])
 def test_every_missing_slot_is_created_in_one_batch(width: int) -> None:
     step = runsteps.next_step(laid_out_world(pinned(), flow=workflow(width)))
-    assert isinstance(step, runsteps.Creates)
+    assert isinstance(step, actions.Creates)
     assert len(step.creates) == width
     assert {c.point for c in step.creates} == {"slots"}
     assert len({c.body["metadata"]["name"] for c in step.creates}) == width
@@ -211,7 +212,7 @@ def test_every_missing_slot_is_created_in_one_batch(width: int) -> None:
 def test_only_the_missing_slots_are_created() -> None:
     run = pinned()
     step = runsteps.next_step(laid_out_world(run, slots=[lf.slot("research")]))
-    assert isinstance(step, runsteps.Creates)
+    assert isinstance(step, actions.Creates)
     assert [c.body["spec"]["node"] for c in step.creates] == ["report"]
 
 
@@ -220,7 +221,7 @@ def test_a_slot_found_ours_on_create_is_not_created_again() -> None:
     report = runobjects.slot_body(run=run, node=workflow().nodes[1], tenant=lf.TENANT)
     step = runsteps.next_step(laid_out_world(
         run, slots=[lf.slot("research")], taken={report["metadata"]["name"]: report}))
-    assert isinstance(step, runsteps.WriteRun)  # the status, the slot not yet listed
+    assert isinstance(step, actions.WriteRun)  # the status, the slot not yet listed
     assert cond(step.status, rollup.READY) == ("False", "SlotsMissing")
 
 
@@ -230,11 +231,11 @@ def test_a_squatted_slot_is_said_after_the_others_are_created() -> None:
     name = report["metadata"]["name"]
     stranger = {**report, "metadata": {**report["metadata"], "ownerReferences": []}}
     first = runsteps.next_step(laid_out_world(run, taken={name: stranger}))
-    assert isinstance(first, runsteps.Creates)
+    assert isinstance(first, actions.Creates)
     assert [c.body["spec"]["node"] for c in first.creates] == ["research"]
     step = runsteps.next_step(laid_out_world(run, slots=[lf.slot("research")],
                                              taken={name: stranger}))
-    assert isinstance(step, runsteps.WriteRun) and step.event is not None
+    assert isinstance(step, actions.WriteRun) and step.event is not None
     assert step.event.reason == "NameSquatted" and name in step.event.message
     assert cond(step.status, squats.NAME_SQUATTED) == ("True", "NameSquatted")
     assert step.until == NOW + squats.SQUAT_WAIT
@@ -246,7 +247,7 @@ def test_the_squat_is_cleared_once_the_slot_is_ours() -> None:
     run = run.model_copy(update={"status": squatted})
     step = runsteps.next_step(laid_out_world(
         run, slots=[lf.slot("research"), lf.slot("report")]))
-    assert isinstance(step, runsteps.WriteRun)
+    assert isinstance(step, actions.WriteRun)
     assert conditions.find(step.status.conditions, squats.NAME_SQUATTED) is None
     assert cond(step.status, rollup.READY) == ("True", "SlotsCreated")
 
@@ -255,7 +256,7 @@ def test_the_status_is_written_once_then_never_while_nothing_changes() -> None:
     run = pinned()
     slots = [lf.slot("research"), lf.slot("report")]
     step = runsteps.next_step(laid_out_world(run, slots=slots))
-    assert isinstance(step, runsteps.WriteRun) and step.event is None
+    assert isinstance(step, actions.WriteRun) and step.event is None
     assert step.status.slots.pending == 2 and step.until is None
     again = runsteps.next_step(laid_out_world(written(run, step), slots=slots))
     assert isinstance(again, actions.Wait) and again.until is None
@@ -265,7 +266,7 @@ def test_the_deadline_is_the_next_look_with_or_without_a_write() -> None:
     run = pinned(lf.run(deadline=600))
     slots = [lf.slot("research"), lf.slot("report")]
     step = runsteps.next_step(laid_out_world(run, slots=slots))
-    assert isinstance(step, runsteps.WriteRun)
+    assert isinstance(step, actions.WriteRun)
     assert step.until == lf.T0 + timedelta(seconds=600)
     again = runsteps.next_step(laid_out_world(written(run, step), slots=slots))
     assert isinstance(again, actions.Wait) and again.until == lf.T0 + timedelta(seconds=600)
@@ -275,5 +276,5 @@ def test_a_finished_run_has_no_next_look() -> None:
     run = pinned(lf.run(deadline=600))
     slots = [lf.slot("research", SlotState.SUCCEEDED), lf.slot("report", SlotState.SUCCEEDED)]
     step = runsteps.next_step(laid_out_world(run, slots=slots))
-    assert isinstance(step, runsteps.WriteRun) and step.until is None
+    assert isinstance(step, actions.WriteRun) and step.until is None
     assert cond(step.status, rollup.SUCCEEDED) == ("True", "AllSlotsSucceeded")

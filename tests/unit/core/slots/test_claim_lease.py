@@ -18,9 +18,9 @@ from agentrun.api import names
 from agentrun.api.meta import ObjectMeta, OwnerReference
 from agentrun.api.slots import CommandKind, Outcome, SlotState, SlotStatus
 from agentrun.core.base import events
+from agentrun.core.base.actions import Create, DeletePod, RemoveCommand, Wait, WriteStatus
 from agentrun.core.machine import transitions
-from agentrun.core.slots import attemptlife, inputs, steps
-from agentrun.core.slots.actions import Create, RemoveCommand, Wait, WriteStatus
+from agentrun.core.slots import attemptlife, commandsteps, decisions, inputs, steps
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect
 
@@ -131,28 +131,32 @@ def test_a_tombstoned_own_lease_spends_the_attempt_as_claim_failed_and_no_pod() 
 
 
 def test_a_lease_found_tombstoned_on_already_exists_never_leads_to_a_pod() -> None:
-    create = expect(steps.next_step(f.world(f.ready(), next_attempt=f.objects(1))), Create)
+    decision = steps.decide(f.world(f.ready(), next_attempt=f.objects(1)))
+    create = expect(decision.step, Create)
     found = own_lease(1, holder=False, outcome="Succeeded")
-    then = steps.on_exists(f.world(f.ready()), create=create, found=found)
+    then = steps.on_exists(decision.world, create=create, found=found)
     then = expect(then, WriteStatus)
     assert then.point == "claim-failed"
     assert then.status.attempts[-1].outcome is Outcome.CLAIM_FAILED
 
 
 def test_a_foreign_lease_on_already_exists_is_a_squat_and_spends_nothing() -> None:
-    create = expect(steps.next_step(f.world(f.ready(), next_attempt=f.objects(1))), Create)
+    decision = steps.decide(f.world(f.ready(), next_attempt=f.objects(1)))
+    create = expect(decision.step, Create)
     foreign = f.lease(1, owner_uid="someone-else")
     foreign["metadata"]["ownerReferences"] = []
-    then = expect(steps.on_exists(f.world(f.ready()), create=create, found=foreign),
+    then = expect(steps.on_exists(decision.world, create=create, found=foreign),
                   WriteStatus)
     assert f.condition(then.status, transitions.NAME_SQUATTED).status == "True"
     assert then.status.attempts == []
 
 
 def test_an_own_live_lease_on_already_exists_goes_on_to_the_pod() -> None:
-    create = expect(steps.next_step(f.world(f.ready(), next_attempt=f.objects(1))), Create)
-    then = expect(steps.on_exists(f.world(f.ready()), create=create, found=own_lease(1)),
-                  Create)
+    decision = steps.decide(f.world(f.ready(), next_attempt=f.objects(1)))
+    create = expect(decision.step, Create)
+    found = expect(steps.on_exists(decision.world, create=create, found=own_lease(1)),
+                   decisions.Decision)
+    then = expect(found.step, Create)
     assert then.point == "claim-pod"
 
 
@@ -168,9 +172,9 @@ def test_a_lease_naming_another_launch_spec_than_the_pin_never_leads_to_a_pod() 
 
 
 def test_a_quota_refusing_the_pod_waits_and_spends_no_attempt() -> None:
-    world = after_lease()
-    create = expect(steps.next_step(world), Create)
-    then = expect(attemptlife.on_rejected(world, create=create, status=403,
+    decision = steps.decide(after_lease())
+    create = expect(decision.step, Create)
+    then = expect(attemptlife.on_rejected(decision.world, create=create, status=403,
                                            message="pods is forbidden: exceeded quota"),
                   WriteStatus)
     assert then.point == "quota-exceeded"
@@ -180,9 +184,9 @@ def test_a_quota_refusing_the_pod_waits_and_spends_no_attempt() -> None:
 
 
 def test_a_pod_refused_by_a_policy_ends_the_attempt_as_claim_failed() -> None:
-    world = after_lease()
-    create = expect(steps.next_step(world), Create)
-    then = expect(attemptlife.on_rejected(world, create=create, status=403,
+    decision = steps.decide(after_lease())
+    create = expect(decision.step, Create)
+    then = expect(attemptlife.on_rejected(decision.world, create=create, status=403,
                                            message="violates PodSecurity"), WriteStatus)
     assert then.point == "claim-failed"
     assert (then.status.state, then.status.prior_worker) == (SlotState.RETRY_WAIT,
@@ -319,26 +323,26 @@ def test_ending_an_attempt_and_deleting_a_pod_need_a_fresh_read() -> None:
     ended = f.world(f.active(1), attempt=f.objects(1, pod=f.pod(1, "Failed"), lease=None))
     step = steps.next_step(ended)
     assert isinstance(step, WriteStatus) and step.point == "attempt-ended"
-    assert steps.needs_fresh(ended, step)
+    assert step.fresh
     expired = f.world(f.active(1), now=f.T0 + f.seconds(100), ticks=f.T0 + f.seconds(100),
                       attempt=f.objects(1, pod=f.pod(1), lease=f.lease(1, renew_time="r")),
                       observation=f.observed(f.T0, "r"))
     delete = steps.next_step(expired)
-    assert type(delete).__name__ == "DeletePod" and steps.needs_fresh(expired, delete)
-    claim = steps.next_step(f.world(f.ready(), next_attempt=f.objects(1)))
-    assert not steps.needs_fresh(f.world(f.ready()), claim)
+    assert isinstance(delete, DeletePod) and delete.fresh
+    claim = expect(steps.next_step(f.world(f.ready(), next_attempt=f.objects(1))), Create)
+    assert not hasattr(claim, "fresh")  # a claim's create is never decided again first
 
 
 def test_a_command_judged_on_an_expired_prior_lease_needs_a_fresh_read() -> None:
     status = f.retry_wait(owner="alice")
-    ledger = WriteStatus(status=status, point="command-ledger")
     late: dict[str, Any] = {"now": f.T0 + f.seconds(100), "ticks": f.T0 + f.seconds(100)}
     expired = f.world(status, observation=f.observed(f.T0, "r"), **late,
                       attempt=f.objects(1, pod=None, lease=f.lease(1, renew_time="r")))
-    assert steps.needs_fresh(expired, ledger)
+    ledger = commandsteps.ledger(expired, status=status, event=None)
+    assert ledger.point == "command-ledger" and ledger.fresh
     released = f.world(status, **late, attempt=f.objects(
         1, pod=None, lease=f.lease(1, holder=False, outcome="Failed")))
-    assert not steps.needs_fresh(released, ledger)
+    assert not commandsteps.ledger(released, status=status, event=None).fresh
 
 
 def test_the_operators_blind_time_never_counts_toward_expiry() -> None:

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from agentrun.api import bounds, names, records
 from agentrun.api.slots import EffectEntry, EffectState, Predicate, SlotState, SlotStatus
 from agentrun.core.attempts import effectrecords
+from agentrun.core.base.actions import Create, WriteStatus
 from agentrun.core.slots import effectsteps, steps
-from agentrun.core.slots.actions import Create, WriteStatus
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect
 

@@ -38,9 +38,9 @@ from agentrun.api.slots import (
     SlotStatus,
 )
 from agentrun.core.attempts import effectrecords
+from agentrun.core.base.actions import Create, RemoveCommand, Wait, WriteStatus
 from agentrun.core.commands import guards, parsing
 from agentrun.core.slots import steps
-from agentrun.core.slots.actions import Create, RemoveCommand, Wait, WriteStatus
 from agentrun.core.slots.inputs import World
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect

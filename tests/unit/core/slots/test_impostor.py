@@ -29,8 +29,8 @@ from agentrun.api import names, records
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
 from agentrun.core.attempts import effectrecords, ending
 from agentrun.core.attempts.observations import LeaseStatus, LeaseView, lease_view, renewals_count
+from agentrun.core.base.actions import Create, DeletePod, Tombstone, Wait, WriteStatus
 from agentrun.core.slots import commandsteps, steps
-from agentrun.core.slots.actions import Create, DeletePod, Tombstone, Wait, WriteStatus
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from agentrun.api import names
 from agentrun.api.slots import CommandKind, CommandRecord
+from agentrun.core.base.actions import RemoveCommand, Wait
 from agentrun.core.slots import steps
-from agentrun.core.slots.actions import RemoveCommand, Wait
 from agentrun.core.slots.inputs import World
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect

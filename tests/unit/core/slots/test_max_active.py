@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Predicate, SlotState
+from agentrun.core.base.actions import Create, Wait, WriteStatus
 from agentrun.core.slots import steps
-from agentrun.core.slots.actions import Create, Wait, WriteStatus
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect
 

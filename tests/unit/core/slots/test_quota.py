@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from agentrun.api import conditions
 from agentrun.api.slots import SlotState
+from agentrun.core.base.actions import Wait, WriteStatus
 from agentrun.core.machine import transitions
 from agentrun.core.slots import attemptlife, steps
-from agentrun.core.slots.actions import Wait, WriteStatus
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect
 

@@ -20,10 +20,10 @@ from agentrun.api import conditions, names
 from agentrun.api.launchspecs import LaunchSpec
 from agentrun.api.slots import PinnedLaunchSpec, SlotState, SlotStatus
 from agentrun.core.base import refusals
+from agentrun.core.base.actions import AnnotateLease, Create, Wait, WriteStatus
 from agentrun.core.launchspecs import launchpins, selection
 from agentrun.core.machine import transitions
 from agentrun.core.slots import attemptlife, inputs, refusedclaims, steps
-from agentrun.core.slots.actions import AnnotateLease, Create, Wait, WriteStatus
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect
 
@@ -76,9 +76,10 @@ def refused_claim(status: int = 403, message: str = MUST_SPECIFY) -> WriteStatus
     ready = f.ready().model_copy(update={"launch_spec": pin(f.CPU_SPEC)})
     world = f.world(ready, run=f.agent_run(max_attempts=1),
                     next_attempt=f.objects(1, lease=lease()))
-    create = expect(steps.next_step(world), Create)
+    decision = steps.decide(world)
+    create = expect(decision.step, Create)
     assert create.point == "claim-pod"
-    return expect(attemptlife.on_rejected(world, create=create, status=status,
+    return expect(attemptlife.on_rejected(decision.world, create=create, status=status,
                                           message=message), WriteStatus)
 
 
@@ -106,9 +107,10 @@ def waiting(status: SlotStatus, **kw: Any) -> inputs.World:
 
 def test_the_waiting_claim_asks_again_as_pinned_and_only_waits_on_the_same_answer() -> None:
     world = waiting(refused_claim().status)
-    again = expect(steps.next_step(world), Create)
+    decision = steps.decide(world)
+    again = expect(decision.step, Create)
     assert (again.point, again.body["metadata"]["name"]) == ("claim-pod", f.worker(1))
-    waited = expect(attemptlife.on_rejected(world, create=again, status=403,
+    waited = expect(attemptlife.on_rejected(decision.world, create=again, status=403,
                                             message=MUST_SPECIFY), Wait)
     assert waited.until == f.T0 + refusedclaims.REFUSED_WAIT
 

@@ -29,10 +29,10 @@ from agentrun.api.launchspecs import LaunchSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
 from agentrun.core.base import events, naming
+from agentrun.core.base.actions import Create, DeletePod, Tombstone, Wait, WriteStatus
 from agentrun.core.launchspecs import launchpins, selection
 from agentrun.core.machine import transitions
 from agentrun.core.slots import specsnapshots, steps
-from agentrun.core.slots.actions import Create, DeletePod, Tombstone, Wait, WriteStatus
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect
 
@@ -57,9 +57,10 @@ def test_a_slot_with_work_to_do_writes_no_status_of_its_own_first() -> None:
     """The observed generation rides on the next status write (here: the claim's)."""
     world = f.world(generation=3, snapshots=frozenset({f.PINNED_RUN_SNAPSHOT}),
                     next_attempt=f.objects(1))
-    claim = expect(steps.next_step(world), Create)
-    assert claim.point == "claim-lease" and claim.within is not None
-    assert claim.within.slot.status.observed_generation == 3
+    decision = steps.decide(world)
+    claim = expect(decision.step, Create)
+    assert claim.point == "claim-lease"
+    assert decision.world.slot.status.observed_generation == 3
 
 
 def test_a_pending_command_carries_the_observed_generation_in_its_ledger_write() -> None:
@@ -251,13 +252,14 @@ def test_a_serving_launch_spec_is_snapshotted_then_the_slot_is_ready() -> None:
 
     # Claimable at once (Automatic): no Ready write; the claim's Lease is the next write
     # and the Ready status (the pin) rides in its claiming world to the one status write.
-    claim = expect(steps.next_step(f.world(launch_specs=world.launch_specs,
-                                           next_attempt=f.objects(1),
-                                           snapshots=frozenset({snapshot}))), Create)
-    assert claim.point == "claim-lease" and claim.within is not None
-    claiming = claim.within.slot.status
+    decision = steps.decide(f.world(launch_specs=world.launch_specs,
+                                    next_attempt=f.objects(1),
+                                    snapshots=frozenset({snapshot})))
+    claim = expect(decision.step, Create)
+    assert claim.point == "claim-lease"
+    claiming = decision.world.slot.status
     assert claiming.launch_spec is not None and claiming.launch_spec.snapshot == snapshot
-    assert claim.within.launch_spec == spec.spec
+    assert decision.world.launch_spec == spec.spec
 
     # A slot that must wait (Manual: no claim command yet) gets its Ready status written.
     ready = expect(steps.next_step(
@@ -303,19 +305,20 @@ TOMBSTONED_PRIOR = f.objects(1, pod=f.pod(1, "Failed"), lease=f.lease(1, outcome
 
 def test_a_ready_slot_is_claimed_automatically() -> None:
     """The claim's first write is the Lease of attempt 1 (no Claiming status first)."""
-    step = expect(steps.next_step(f.world(f.ready(), next_attempt=f.objects(1))), Create)
+    decision = steps.decide(f.world(f.ready(), next_attempt=f.objects(1)))
+    step = expect(decision.step, Create)
     assert (step.point, step.claim, step.body["kind"]) == ("claim-lease", True, "Lease")
     assert step.body["metadata"]["name"] == f.worker(1)
-    assert step.within is not None and step.within.slot.status.attempt_count == 1
+    assert decision.world.slot.status.attempt_count == 1
 
 
 def test_a_retry_wait_slot_is_claimed_once_retry_at_has_passed() -> None:
     world = f.world(f.retry_wait(retry_at=f.T0 + f.seconds(10)), now=f.T0 + f.seconds(10),
                     attempt=TOMBSTONED_PRIOR, next_attempt=f.objects(2))
-    step = expect(steps.next_step(world), Create)
+    decision = steps.decide(world)
+    step = expect(decision.step, Create)
     assert (step.point, step.body["metadata"]["name"]) == ("claim-lease", f.worker(2))
-    assert step.within is not None
-    claiming = step.within.slot.status
+    claiming = decision.world.slot.status
     assert (claiming.attempt_count, claiming.retry_at, claiming.prior_worker) == (
         2, None, f.worker(1))
 

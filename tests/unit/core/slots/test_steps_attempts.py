@@ -29,10 +29,10 @@ from agentrun.api import names
 from agentrun.api.slots import Outcome, SlotState, SlotStatus
 from agentrun.core.attempts import attemptobjects
 from agentrun.core.base import events
+from agentrun.core.base.actions import Create, DeletePod, Wait, WriteStatus
 from agentrun.core.machine import transitions
 from agentrun.core.policies.stamping import Stamping
 from agentrun.core.slots import attemptlife, inputs, squats, steps
-from agentrun.core.slots.actions import Create, DeletePod, Wait, WriteStatus
 from agentrun.core.slots.inputs import World
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect

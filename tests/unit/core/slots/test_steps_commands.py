@@ -25,12 +25,7 @@ import pytest
 
 from agentrun.api import conditions, names
 from agentrun.api.slots import CommandKind, CommandRecord, Outcome, Predicate, SlotState, SlotStatus
-from agentrun.core.commands import parsing
-from agentrun.core.launchspecs import launchpins
-from agentrun.core.machine import transitions
-from agentrun.core.policies.stamping import Stamping
-from agentrun.core.slots import attemptlife, commandsteps, inputs, specsnapshots, steps
-from agentrun.core.slots.actions import (
+from agentrun.core.base.actions import (
     Create,
     DeletePod,
     RemoveCommand,
@@ -38,6 +33,11 @@ from agentrun.core.slots.actions import (
     Wait,
     WriteStatus,
 )
+from agentrun.core.commands import parsing
+from agentrun.core.launchspecs import launchpins
+from agentrun.core.machine import transitions
+from agentrun.core.policies.stamping import Stamping
+from agentrun.core.slots import attemptlife, commandsteps, inputs, specsnapshots, steps
 from agentrun.core.slots.inputs import World
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect
@@ -237,14 +237,14 @@ def test_an_accepted_claim_starts_with_its_lease_carrying_the_request(status: Sl
                     run=f.agent_run(claim_policy="Manual"), now=f.T0 + f.seconds(1),
                     attempt=TERMINAL_PRIOR if status.prior_worker else None,
                     next_attempt=f.objects(number))
-    step = expect(steps.next_step(world), Create)
+    decision = steps.decide(world)
+    step = expect(decision.step, Create)
     assert (step.point, step.body["kind"], step.body["metadata"]["name"]) == (
         "claim-lease", "Lease", worker)
     annotations = step.body["metadata"]["annotations"]
     assert (annotations["agentrun.dev/claim-id"], annotations["agentrun.dev/owner-actor"]) == (
         "req-1", "bob")
-    assert step.within is not None
-    new = step.within.slot.status
+    new = decision.world.slot.status
     entry = new.commands[-1]
     assert (entry.kind, entry.outcome, entry.actor) == (CommandKind.CLAIM, "Accepted", "bob")
     assert (new.pending_worker, new.attempt_count, new.next_owner_actor) == (

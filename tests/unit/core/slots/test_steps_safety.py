@@ -12,9 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from agentrun.api.slots import CommandKind, Outcome, Predicate, SlotState
-from agentrun.core.commands import guards
-from agentrun.core.slots import steps
-from agentrun.core.slots.actions import (
+from agentrun.core.base.actions import (
     Create,
     DeletePod,
     RemoveCommand,
@@ -22,6 +20,8 @@ from agentrun.core.slots.actions import (
     Wait,
     WriteStatus,
 )
+from agentrun.core.commands import guards
+from agentrun.core.slots import steps
 from tests.unit.core import corefakes as f
 
 expect = f.expect
