@@ -71,8 +71,11 @@ lint: venv
 	$(PY) -m agentrun.manifests --out manifests --check
 	$(PY) -m agentrun.chart --out charts/agentrun-operator --crds crds --check
 
+# One cluster for the suite: its independent integration tests in concurrent workers
+# (AGENTRUN_TEST_WORKERS, default 4), then the serial ones one at a time beside the unit
+# tests, then the teardown test on a cluster of its own (tests/support/cluster/session.py).
 test: controlplane imagetools nodedeps helm lint
-	$(VENV)/bin/pytest -q -ra --durations=25
+	$(PY) -m tests.support.cluster.session -q -ra --durations=25
 
 # crds/ is the CRDs' one copy: manifests/ names it as a kustomization (../crds), and the
 # chart's crds/ is copied from it, so `make manifests` regenerates it first.

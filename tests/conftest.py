@@ -1,6 +1,10 @@
 """Session fixtures: a real Kubernetes API server for every integration test.
 
 Which cluster, in this order:
+0. ``AGENTRUN_TEST_CLUSTER`` set (by ``make test``'s driver,
+   :mod:`tests.support.cluster.session`): the local control plane and node it started,
+   attached through the file it names (:mod:`tests.support.cluster.handle`); this
+   process never stops them.
 1. ``AGENTRUN_TEST_KUBECONFIG`` set: that cluster, as its current context (admin);
    other users are reached through impersonation, so the tests run on any cluster.
 2. ``--kind`` given and a Docker engine and kind available: a kind cluster through
@@ -28,6 +32,8 @@ from pathlib import Path
 import kubernetes
 import pytest
 
+from tests.support import parts
+from tests.support.cluster import handle
 from tests.support.cluster.clusters import Cluster, docker_and_kind_available
 from tests.support.cluster.localnode import running
 from tests.support.cluster.nodehost import NodeUnavailable
@@ -38,12 +44,21 @@ TENANT_LABEL = "agentrun.dev/tenant"
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--kind", action="store_true", default=False,
                      help="run integration tests on a kind cluster (needs Docker and kind)")
+    parser.addoption("--part", choices=parts.PARTS, default=None,
+                     help="only one part of the suite (make test runs each in turn: "
+                          "see tests/support/cluster/session.py)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.integration)
+    config.stash[parts.COLLECTED] = frozenset(str(item.path) for item in items)
+    part = config.getoption("--part")
+    if part is not None:
+        kept = [item for item in items if parts.part_of(item) == part]
+        config.hook.pytest_deselected(items=[i for i in items if parts.part_of(i) != part])
+        items[:] = kept
     # Tests marked `last` read what the whole session did (the audit log): after the rest;
     # a module that stops the session's cluster (to check what stopping leaves) after them.
     items.sort(key=lambda item: (
@@ -56,6 +71,14 @@ NO_KUBELET = os.environ.get("AGENTRUN_TEST_NO_KUBELET") == "1"
 
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    attached = os.environ.get(handle.ENV)
+    if attached:
+        found = handle.attach(Path(attached))
+        yield Cluster(kubeconfig=found.cluster.kubeconfig, kind="local",
+                      has_kubelet=found.node is not None, local=found.cluster,
+                      node=found.node, no_kubelet_reason=found.no_kubelet_reason,
+                      owner=found.owner, prepared=True)
+        return
     existing = os.environ.get("AGENTRUN_TEST_KUBECONFIG")
     if existing:
         yield Cluster(kubeconfig=Path(existing), kind="existing",

@@ -89,6 +89,7 @@ def pins(sha256: str) -> dict[str, Any]:
     return {kind: pin(kind) for kind in names.CONFIG_KINDS}
 
 
+@pytest.mark.serial  # dry-runs the examples' namespace (agentrun-demo): absent meanwhile
 def test_every_example_is_accepted(
     api_client: kubernetes.client.ApiClient, cluster: Cluster, namespace: str
 ) -> None:

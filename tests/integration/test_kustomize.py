@@ -55,6 +55,7 @@ def demo_namespace(api_client: kubernetes.client.ApiClient) -> Iterator[str]:
     delete_namespace(api_client, DEMO)
 
 
+@pytest.mark.serial  # the examples' fixed namespace (agentrun-demo), as the demo's
 def test_the_examples_apply_and_their_revisions_are_immutable(
         cluster: Cluster, api_client: kubernetes.client.ApiClient, demo_namespace: str) -> None:
     first = cluster.kubectl("apply", "-k", str(EXAMPLES))

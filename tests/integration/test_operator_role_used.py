@@ -15,6 +15,7 @@ logged that user's reads as well as its writes (``AUDIT_POLICY``). From the audi
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 
 from agentrun import manifests
 from tests.support.cluster.clusters import Cluster
+from tests.support.parts import AFTER_PARALLEL, COLLECTED
 
 pytestmark = [pytest.mark.integration, pytest.mark.last]
 
@@ -60,11 +62,15 @@ def key(event: dict[str, object]) -> Key:
 
 
 def whole_suite(session: pytest.Session) -> bool:
-    """Every integration module collected and nothing deselected by -k or -m."""
+    """Every integration module collected and nothing deselected by -k or -m; in a part
+    of make test's suite (``--part serial``), the parallel part ran before it on this
+    cluster (tests/support/cluster/session.py)."""
     on_disk = {p.resolve() for p in INTEGRATION.rglob("test_*.py")}
-    collected = {Path(str(item.path)).resolve() for item in session.items}
+    collected = {Path(path).resolve() for path in session.config.stash[COLLECTED]}
     option = session.config.option
-    return on_disk <= collected and not option.keyword and not option.markexpr
+    part = option.part
+    return (on_disk <= collected and not option.keyword and not option.markexpr
+            and (part is None or os.environ.get(AFTER_PARALLEL) == "1"))
 
 
 # 403s the suite causes on purpose, each where the operator reports it and goes on:

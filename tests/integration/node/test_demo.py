@@ -31,7 +31,9 @@ from tests.support.cluster.helm import NAMESPACE as SYSTEM_NAMESPACE
 from tests.support.cluster.helm import RELEASE, SELECTOR, helm_binary
 from tests.support.plays.scenarios import GROUP, VERSION, condition
 
-pytestmark = pytest.mark.kubelet
+# serial: the demo installs the operator with its chart (CRDs, cluster roles, admission
+# policies: cluster-wide) and uses the examples' fixed namespace, agentrun-demo.
+pytestmark = [pytest.mark.kubelet, pytest.mark.serial]
 REPO = Path(__file__).resolve().parents[3]
 DEMO = "demo.recovery"  # run by name from the repository root
 NAMESPACE = "agentrun-demo"

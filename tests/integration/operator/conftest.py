@@ -28,7 +28,8 @@ VALIDATING = MANIFESTS / "admission" / "validating.yaml"
 
 @pytest.fixture(scope="session")
 def installed(cluster: Cluster, crds: list[str]) -> None:
-    install_for_tests(cluster)
+    if not cluster.prepared:  # else make test's driver installed it, before its workers
+        install_for_tests(cluster)
 
 
 @pytest.fixture

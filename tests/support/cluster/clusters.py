@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import kubernetes
@@ -39,6 +40,12 @@ class Cluster:
     no_kubelet_reason: str = ""  # why has_kubelet is False, for the failing test to say
     # Stops what this session started, early: only the suite's last test calls it.
     shutdown: Callable[[], None] | None = None
+    # The process that started the local cluster (and holds the node's lock): this one,
+    # or make test's driver when attached (tests/support/cluster/handle.py).
+    owner: int = field(default_factory=os.getpid)
+    # Set when make test's driver already applied the CRDs and the test install, before
+    # its concurrent workers started: a worker then does not install again.
+    prepared: bool = False
 
     @property
     def audit_log(self) -> Path | None:

@@ -165,8 +165,15 @@ class LocalNode:
                 and self.network.node_ip in endpoints)
 
     def load_image(self, path: Path) -> None:
-        """Import an image archive into the node's containerd, for pods to run."""
-        result = self.ctr("images", "import", "--local", str(path))
+        """Import an image archive into the node's containerd, for pods to run.
+
+        One import at a time on the machine (an exclusive ``flock``): the test processes
+        attached to one node (:mod:`tests.support.cluster.handle`) import the same image,
+        and containerd refuses a second ingest of content another one holds locked.
+        """
+        with open(self.confdir / "import.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            result = self.ctr("images", "import", "--local", str(path))
         if result.returncode != 0:
             raise RuntimeError(f"ctr images import {path} failed: {result.stderr.strip()}")
 

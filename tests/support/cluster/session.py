@@ -1,0 +1,180 @@
+"""``make test``'s driver: one local cluster, the suite in four parts, a summary.
+
+Why: most integration tests wait on timers (leases, deadlines, a pod starting), not on
+the machine, and each works in a namespace of its own with an operator of its own; run
+one after another they kept the CPU about half idle. So the suite runs in parts
+(``tests/support/parts.py`` says which test is in which):
+
+- *parallel*: every integration test not marked ``serial`` or ``last``, in ``--workers``
+  pytest-xdist workers at once, all attached to the one cluster and node started here
+  (:mod:`tests.support.cluster.handle`);
+- *serial*: the ``serial`` tests (they change cluster-wide objects: admission policies
+  and bindings, the stamping epoch, the API server paused) and the ``last`` ones (they
+  read what the whole session did, e.g. the audit log), one at a time in one process, on
+  the same cluster, after the parallel part;
+- *unit*: ``tests/unit`` (no cluster), in one process beside the serial part, whose
+  tests mostly wait;
+- *alone*: the modules that stop the session's cluster (``STOPS_THE_SESSION_CLUSTER``),
+  in a pytest session of their own that starts and stops its own cluster, once this one
+  has stopped.
+
+Every collected test runs in exactly one part. Each part writes a JUnit report; the
+summary sums them. The exit status is the first failing part's (a part with nothing
+selected passes).
+
+Usage: ``python -m tests.support.cluster.session [--workers N] [pytest arguments]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from tests.support import parts
+from tests.support.actors.operators import install_for_tests
+from tests.support.cluster import handle
+from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.crds import apply_crds
+from tests.support.cluster.localnode import running
+from tests.support.cluster.nodehost import NodeUnavailable
+
+REPO = Path(__file__).resolve().parents[3]
+NO_TESTS = 5  # pytest's exit status when the selection is empty
+
+
+@dataclass(frozen=True)
+class Outcome:
+    part: str
+    status: int
+    seconds: float
+    counts: dict[str, int]
+
+
+def counts(report: Path) -> dict[str, int]:
+    """Tests, failures, errors and skipped, from a part's JUnit report (none: zeros)."""
+    keys = ("tests", "failures", "errors", "skipped")
+    if not report.exists():
+        return dict.fromkeys(keys, 0)
+    root = ElementTree.parse(report).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root)
+    return {key: sum(int(s.get(key, "0")) for s in suites) for key in keys}
+
+
+def start_part(part: str, *, args: list[str], workdir: Path, attached: Path | None,
+               workers: int = 0, output: Path | None = None) -> Running:
+    """Start pytest on one part; ``output``: its output to that file, not to ours."""
+    report = workdir / f"{part}.xml"
+    env = {k: v for k, v in os.environ.items() if k not in (handle.ENV, parts.AFTER_PARALLEL)}
+    if attached is not None:
+        env[handle.ENV] = str(attached)
+    if part == "serial":
+        env[parts.AFTER_PARALLEL] = "1"
+    # worksteal: an idle worker takes tests queued on a busy one (the integration tests'
+    # lengths differ by 100 times, so a fixed share leaves workers idle at the end).
+    concurrent = ["-n", str(workers), "--dist", "worksteal"] if workers > 1 else []
+    argv = [sys.executable, "-m", "pytest", "--part", part, *concurrent,
+            f"--junitxml={report}", *args]
+    print(f"\n=== make test, part {part}: {' '.join(argv[1:])}"
+          + (" (its output after the serial part's)" if output else ""), flush=True)
+    sink = open(output, "w") if output else None  # noqa: SIM115 - closed in Running.wait
+    process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=sink,
+                               stderr=subprocess.STDOUT if sink else None)
+    return Running(part=part, process=process, started=time.monotonic(), report=report,
+                   output=output, sink=sink)
+
+
+@dataclass
+class Running:
+    part: str
+    process: subprocess.Popen[bytes]
+    started: float
+    report: Path
+    output: Path | None
+    sink: IO[str] | None
+
+    def wait(self) -> Outcome:
+        status = self.process.wait()
+        seconds = time.monotonic() - self.started
+        if self.sink is not None and self.output is not None:
+            self.sink.close()
+            print(f"\n=== make test, part {self.part}'s output:", flush=True)
+            print(self.output.read_text(), end="", flush=True)
+        return Outcome(part=self.part, status=0 if status == NO_TESTS else status,
+                       seconds=seconds, counts=counts(self.report))
+
+
+@contextlib.contextmanager
+def shared_cluster(workdir: Path) -> Iterator[Path]:
+    """Start the control plane and node, prepare them, describe them in a file: its path."""
+    no_kubelet = os.environ.get("AGENTRUN_TEST_NO_KUBELET") == "1"
+    reason = "AGENTRUN_TEST_NO_KUBELET=1" if no_kubelet else ""
+    with contextlib.ExitStack() as stack:
+        try:
+            local, node = stack.enter_context(running(workdir / "cluster", node=not no_kubelet))
+        except NodeUnavailable as why:  # as the session fixture: the rest still runs
+            reason = str(why)
+            local, node = stack.enter_context(running(workdir / "cluster", node=False))
+        cluster = Cluster(kubeconfig=local.kubeconfig, kind="local",
+                          has_kubelet=node is not None, local=local, node=node)
+        apply_crds(cluster.client())
+        install_for_tests(cluster)
+        path = workdir / "cluster.json"
+        handle.write(path, cluster=local, node=node, no_kubelet_reason=reason)
+        yield path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int,
+                        default=int(os.environ.get("AGENTRUN_TEST_WORKERS", "4")),
+                        help="concurrent workers of the parallel part (default 4, or "
+                             "AGENTRUN_TEST_WORKERS)")
+    known, rest = parser.parse_known_args(argv)
+    if not 1 <= known.workers <= 16:
+        parser.error(f"--workers {known.workers}: between 1 and 16")
+
+    def on_term(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt  # stop the cluster on the way out, as Ctrl-C does
+
+    signal.signal(signal.SIGTERM, on_term)
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="agentrun-session-"))
+    outcomes: list[Outcome] = []
+    try:
+        with shared_cluster(workdir) as attached:
+            print(f"make test: one cluster for the parallel and serial parts, ready in "
+                  f"{time.monotonic() - started:.0f} s", flush=True)
+            outcomes.append(start_part("parallel", args=rest, workdir=workdir,
+                                       attached=attached, workers=known.workers).wait())
+            unit = start_part("unit", args=rest, workdir=workdir, attached=None,
+                              output=workdir / "unit.out")
+            outcomes.append(start_part("serial", args=rest, workdir=workdir,
+                                       attached=attached).wait())
+            outcomes.append(unit.wait())
+        outcomes.append(start_part("alone", args=rest, workdir=workdir, attached=None).wait())
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    total = {key: sum(o.counts[key] for o in outcomes) for key in outcomes[0].counts}
+    print("\n=== make test: " + "; ".join(
+        f"{o.part} {o.counts['tests']} tests in {o.seconds:.0f} s (exit {o.status})"
+        for o in outcomes))
+    print(f"=== make test: {total['tests']} tests, {total['failures']} failed, "
+          f"{total['errors']} errors, {total['skipped']} skipped; "
+          f"{time.monotonic() - started:.0f} s in all", flush=True)
+    return next((o.status for o in outcomes if o.status != 0), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
