@@ -53,11 +53,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/integration" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.integration)
-    config.stash[parts.COLLECTED] = frozenset(str(item.path) for item in items)
     part = config.getoption("--part")
+    config.stash[parts.PART_DESELECTED] = frozenset()
     if part is not None:
         kept = [item for item in items if parts.part_of(item) == part]
-        config.hook.pytest_deselected(items=[i for i in items if parts.part_of(i) != part])
+        others = [item for item in items if parts.part_of(item) != part]
+        config.stash[parts.PART_DESELECTED] = frozenset(str(item.path) for item in others)
+        config.hook.pytest_deselected(items=others)
         items[:] = kept
     # Tests marked `last` read what the whole session did (the audit log): after the rest;
     # a module that stops the session's cluster (to check what stopping leaves) after them.

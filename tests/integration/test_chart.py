@@ -127,6 +127,7 @@ BAD = [
 ]
 
 
+@pytest.mark.serial  # "creates nothing": no namespace or Deployment appears cluster-wide
 @pytest.mark.parametrize(("values", "release_namespace", "says"), BAD)
 def test_a_bad_value_is_refused_with_a_clear_message_and_creates_nothing(
         cluster: Cluster, api_client: kubernetes.client.ApiClient, crds: list[str],

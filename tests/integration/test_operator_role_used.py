@@ -24,7 +24,7 @@ import pytest
 
 from agentrun import manifests
 from tests.support.cluster.clusters import Cluster
-from tests.support.parts import AFTER_PARALLEL, COLLECTED
+from tests.support.parts import AFTER_PARALLEL, PART_DESELECTED
 
 pytestmark = [pytest.mark.integration, pytest.mark.last]
 
@@ -66,11 +66,11 @@ def whole_suite(session: pytest.Session) -> bool:
     of make test's suite (``--part serial``), the parallel part ran before it on this
     cluster (tests/support/cluster/session.py)."""
     on_disk = {p.resolve() for p in INTEGRATION.rglob("test_*.py")}
-    collected = {Path(path).resolve() for path in session.config.stash[COLLECTED]}
+    ran = {str(item.path) for item in session.items} | session.config.stash[PART_DESELECTED]
     option = session.config.option
-    part = option.part
-    return (on_disk <= collected and not option.keyword and not option.markexpr
-            and (part is None or os.environ.get(AFTER_PARALLEL) == "1"))
+    return (on_disk <= {Path(path).resolve() for path in ran} and not option.keyword
+            and not option.markexpr and not option.lf and not option.deselect
+            and (option.part is None or os.environ.get(AFTER_PARALLEL) == "1"))
 
 
 # 403s the suite causes on purpose, each where the operator reports it and goes on:

@@ -109,17 +109,28 @@ class Worker:
 
 
 def _ensure_worker_role(rbac: kubernetes.client.RbacAuthorizationV1Api) -> None:
-    """The generated ClusterRole, exactly (created, or replaced if an older one is there)."""
+    """The generated ClusterRole, exactly (created, or replaced if an older one is there).
+
+    A conflict on the replace is another test, run concurrently, replacing it first: read
+    again and replace (identical content: a no-op then)."""
     (role,) = manifests.worker_rbac()
     try:
         rbac.create_cluster_role(role)
+        return
     except ApiException as error:
         if error.status != 409:
             raise
+    for _ in range(5):
         current = rbac.read_cluster_role(manifests.WORKER_ROLE)
-        rbac.replace_cluster_role(manifests.WORKER_ROLE, {
-            **role, "metadata": {**role["metadata"],
-                                 "resourceVersion": current.metadata.resource_version}})
+        try:
+            rbac.replace_cluster_role(manifests.WORKER_ROLE, {
+                **role, "metadata": {**role["metadata"],
+                                     "resourceVersion": current.metadata.resource_version}})
+            return
+        except ApiException as error:
+            if error.status != 409:
+                raise
+    raise AssertionError(f"ClusterRole {manifests.WORKER_ROLE}: 5 conflicts in a row")
 
 
 def _credentials(cluster: Cluster, *, token: str, namespace: str,

@@ -12,9 +12,10 @@ import os
 import pytest
 
 PARTS = ("unit", "parallel", "serial", "alone")
-# The paths of every test collected, before ``--part`` deselected any: what a ``last``
-# test asks to know whether the whole suite runs (tests/integration/test_operator_role_used.py).
-COLLECTED = pytest.StashKey[frozenset[str]]()
+# The paths of the tests ``--part`` deselected (they run in another part): with the
+# session's items, what a ``last`` test asks to know whether the whole suite runs
+# (tests/integration/test_operator_role_used.py).
+PART_DESELECTED = pytest.StashKey[frozenset[str]]()
 # Set by the driver for the serial part: the parallel part ran before it on this cluster.
 AFTER_PARALLEL = "AGENTRUN_TEST_AFTER_PARALLEL"
 

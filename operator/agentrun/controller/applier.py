@@ -68,11 +68,18 @@ Outcome = Applied | Found | Taken | Refused
 class Target:
     """The object a step writes to, as read: the slot (with its attempt's lease, which a
     :class:`~actions.Tombstone` replaces) or the run. A create, a LaunchSpec status and
-    the stamping epoch carry their object in the step."""
+    the stamping epoch carry their object in the step.
+
+    ``taken``: the run reconcile's record of the objects found under names a batch of
+    creates met taken, filled in place as the batch goes, so that what was found before a
+    create raised (a conflict: read again) is still judged on the next look, not created
+    again.
+    """
 
     slot: Slot | None = None
     lease: Mapping[str, Any] | None = None
     run: AgentRun | None = None
+    taken: dict[str, reads.Object] | None = field(default=None, compare=False)
 
 
 class Applier:
@@ -88,7 +95,7 @@ class Applier:
         if isinstance(step, actions.Create):
             return self.create(step)
         if isinstance(step, actions.Creates):
-            return self.creates(step)
+            return self.creates(step, into={} if on.taken is None else on.taken)
         if isinstance(step, actions.WriteStatus):
             assert on.slot is not None
             writer.slot_status(on.slot, step.status, point=step.point)
@@ -133,16 +140,16 @@ class Applier:
             return Refused(error=rejected)
         return Applied()
 
-    def creates(self, step: actions.Creates) -> Taken:
-        """Create every object of the batch, in order; a rejection stops it (raised)."""
-        taken: dict[str, reads.Object] = {}
+    def creates(self, step: actions.Creates, *, into: dict[str, reads.Object]) -> Taken:
+        """Create every object of the batch, in order, recording in ``into`` (as it goes)
+        what was found under a name taken; a rejection stops it (raised)."""
         for create in step.creates:
             outcome = self.create(create)
             if isinstance(outcome, Refused):
                 raise outcome.error
             if isinstance(outcome, Found):
-                taken[create.body["metadata"]["name"]] = outcome.found
-        return Taken(found=taken)
+                into[create.body["metadata"]["name"]] = outcome.found
+        return Taken(found=dict(into))
 
 
 def status_body(*, kind: str, read: ObjectMeta, status: dict[str, Any]) -> dict[str, Any]:

@@ -54,10 +54,10 @@ class RunReconciler(reconcilers.Reconciler):
             if isinstance(decided, actions.Wait):
                 result.until = decided.until
                 return True
-            outcome = self.applier.apply(decided, target=applier.Target(run=world.run))
+            outcome = self.applier.apply(decided, target=applier.Target(run=world.run,
+                                                                        taken=taken))
             if isinstance(outcome, applier.Taken):
-                taken.update(outcome.found)  # judged by the core on the next look
-                return False
+                return False  # what was found is in `taken`: the core judges it next look
             assert isinstance(decided, actions.WriteRun)
             if decided.event is not None:
                 result.events.append((world.run, decided.event))

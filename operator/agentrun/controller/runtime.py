@@ -44,7 +44,7 @@ SLOW_PASS_SECONDS = 0.05  # a run's pass that takes this much CPU is logged at I
 
 
 def views(client: rest.Rest, store: stores.Stores) -> tuple[reads.Reader, writes.Writer]:
-    """The reader and applier over ``store``: reads from memory, writes through into it."""
+    """The reader and writer over ``store``: reads from memory, writes through into it."""
     return reads.Reader(client, stores=store), writes.Writer(client, stores=store)
 
 

@@ -5,9 +5,11 @@ by LIST and fed by a real watch (tests/support/actors/watchfeed.py, the role Kop
 in the operator). Covers: write-through (a status write read back at once, before the
 watch delivered it, and the late, older watch events not regressing it); a deleted
 object leaving the store; a tombstoned Lease leaving it and being read back from the API
-on demand; ``blind_time`` growing while requests get no answer (a listener on 127.0.0.1
-that accepts and never answers, so each request ends by its own timeout, once: no
-retries) and staying zero against the real server.
+on demand; an unprimed store asking the API for a LaunchSpec (the path the LaunchSpec
+reconcile takes before its namespace is listed) and holding the answer; ``blind_time``
+growing while requests get no answer (a listener on 127.0.0.1 that accepts and never
+answers, so each request ends by its own timeout, once: no retries) and staying zero
+against the real server.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from agentrun.api import names
 from agentrun.kube import clocks, reads, rest, stores, writes
 from tests.support.actors.watchfeed import Feed
 from tests.support.cluster.clusters import Cluster
+from tests.support.plays.scenarios import Scenario
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -42,6 +45,25 @@ def held(cluster: Cluster, namespace: str, installed: None) -> stores.Stores:
 def operator_pair(cluster: Cluster, held: stores.Stores) -> tuple[reads.Reader, writes.Writer]:
     client = rest.Rest(cluster.client("operator"))
     return reads.Reader(client, stores=held), writes.Writer(client, stores=held)
+
+
+def test_an_unprimed_store_reads_a_launch_spec_from_the_api_and_holds_it(
+        cluster: Cluster, namespace: str, installed: None) -> None:
+    """A miss where the store was never primed is "not known": the reader asks the API (as
+    the operator, with its role's ``get`` on launchspecs) and the store keeps what it got
+    (observed: known from then on). Deterministic here; in the operator it happens only
+    when a LaunchSpec's reconcile runs before its namespace was listed."""
+    made = Scenario(cluster=cluster, namespace=namespace).launch_spec("cpu", classes=["cpu"])
+    held = stores.Stores()
+    assert not held.get(kind="LaunchSpec", namespace=namespace, name="cpu").known
+    reader, _ = operator_pair(cluster, held)
+    found = reader.custom_object("launchspecs", namespace, "cpu")
+    assert found is not None
+    assert found["metadata"]["uid"] == made["metadata"]["uid"]
+    kept = held.get(kind="LaunchSpec", namespace=namespace, name="cpu")
+    assert kept.known and kept.body is not None
+    assert kept.body["metadata"]["uid"] == made["metadata"]["uid"]
+    assert reader.custom_object("launchspecs", namespace, "absent") is None
 
 
 def create_slot(api: kubernetes.client.ApiClient, namespace: str, name: str) -> None:

@@ -52,6 +52,12 @@ class Attached:
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
 
+    def wait(self, timeout: float | None = None) -> int:
+        """Refused: what waits for a program is what stops it (``LocalCluster.stop``), and
+        an attached process never stops the cluster: its starter does."""
+        raise RuntimeError(f"pid {self.pid} belongs to the process that started the "
+                           "cluster; an attached process never stops it")
+
 
 def write(path: Path, *, cluster: LocalCluster, node: LocalNode | None,
           no_kubelet_reason: str = "") -> None:

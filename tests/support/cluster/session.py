@@ -52,6 +52,9 @@ from tests.support.cluster.nodehost import NodeUnavailable
 
 REPO = Path(__file__).resolve().parents[3]
 NO_TESTS = 5  # pytest's exit status when the selection is empty
+KEYS = ("tests", "failures", "errors", "skipped")
+STOP_GRACE = 60.0
+LIVE: list[Running] = []  # the parts started and not yet stopped
 
 
 @dataclass(frozen=True)
@@ -62,24 +65,33 @@ class Outcome:
     counts: dict[str, int]
 
 
-def counts(report: Path) -> dict[str, int]:
-    """Tests, failures, errors and skipped, from a part's JUnit report (none: zeros)."""
-    keys = ("tests", "failures", "errors", "skipped")
-    if not report.exists():
-        return dict.fromkeys(keys, 0)
-    root = ElementTree.parse(report).getroot()
+def counts(report: Path) -> dict[str, int] | None:
+    """Tests, failures, errors and skipped, from a part's JUnit report; None when the
+    report is missing or unreadable (the part did not end as pytest ends)."""
+    try:
+        root = ElementTree.parse(report).getroot()
+    except (OSError, ElementTree.ParseError):
+        return None
     suites = [root] if root.tag == "testsuite" else list(root)
-    return {key: sum(int(s.get(key, "0")) for s in suites) for key in keys}
+    found = {key: sum(int(s.get(key, "0")) for s in suites) for key in KEYS}
+    found["seconds"] = round(sum(float(s.get("time", "0")) for s in suites))
+    return found
 
 
 def start_part(part: str, *, args: list[str], workdir: Path, attached: Path | None,
-               workers: int = 0, output: Path | None = None) -> Running:
-    """Start pytest on one part; ``output``: its output to that file, not to ours."""
+               workers: int = 0, output: Path | None = None,
+               after_parallel: bool = False) -> Running:
+    """Start pytest on one part; ``output``: its output to that file, not to ours.
+
+    Each part is a session (and process group) of its own, so that the driver alone
+    decides when it stops: on the way out it interrupts every part still running
+    (:meth:`Running.stop`) before it stops the cluster under them.
+    """
     report = workdir / f"{part}.xml"
     env = {k: v for k, v in os.environ.items() if k not in (handle.ENV, parts.AFTER_PARALLEL)}
     if attached is not None:
         env[handle.ENV] = str(attached)
-    if part == "serial":
+    if after_parallel:
         env[parts.AFTER_PARALLEL] = "1"
     # worksteal: an idle worker takes tests queued on a busy one (the integration tests'
     # lengths differ by 100 times, so a fixed share leaves workers idle at the end).
@@ -90,9 +102,12 @@ def start_part(part: str, *, args: list[str], workdir: Path, attached: Path | No
           + (" (its output after the serial part's)" if output else ""), flush=True)
     sink = open(output, "w") if output else None  # noqa: SIM115 - closed in Running.wait
     process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=sink,
-                               stderr=subprocess.STDOUT if sink else None)
-    return Running(part=part, process=process, started=time.monotonic(), report=report,
-                   output=output, sink=sink)
+                               stderr=subprocess.STDOUT if sink else None,
+                               start_new_session=True)
+    running = Running(part=part, process=process, started=time.monotonic(), report=report,
+                      output=output, sink=sink)
+    LIVE.append(running)
+    return running
 
 
 @dataclass
@@ -105,14 +120,46 @@ class Running:
     sink: IO[str] | None
 
     def wait(self) -> Outcome:
+        """Its outcome once it ends; a report missing or unreadable fails it."""
         status = self.process.wait()
         seconds = time.monotonic() - self.started
+        self.show_output()
+        found = counts(self.report)
+        if status == NO_TESTS:
+            status = 0
+        elif found is None:
+            print(f"=== make test, part {self.part}: no readable report {self.report} "
+                  f"(exit {status})", flush=True)
+            status = status or 1
+        return Outcome(part=self.part, status=status, seconds=seconds,
+                       counts=found or dict.fromkeys((*KEYS, "seconds"), 0))
+
+    def show_output(self) -> None:
         if self.sink is not None and self.output is not None:
             self.sink.close()
+            self.sink = None
             print(f"\n=== make test, part {self.part}'s output:", flush=True)
             print(self.output.read_text(), end="", flush=True)
-        return Outcome(part=self.part, status=0 if status == NO_TESTS else status,
-                       seconds=seconds, counts=counts(self.report))
+
+    def stop(self) -> None:
+        """Interrupt it (its fixtures tear down: operators stop) and wait; kill what is
+        left after :data:`STOP_GRACE` seconds."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(timeout=STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.show_output()
+
+
+def stop_parts() -> None:
+    """Stop every part still running (interrupted, or the driver failed)."""
+    while LIVE:
+        LIVE.pop().stop()
 
 
 @contextlib.contextmanager
@@ -145,30 +192,47 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= known.workers <= 16:
         parser.error(f"--workers {known.workers}: between 1 and 16")
 
-    def on_term(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt  # stop the cluster on the way out, as Ctrl-C does
+    def on_signal(signum: int, _frame: object) -> None:
+        # The first one ends the run, cleanly: the parts, then the cluster. Later ones
+        # are ignored so that they cannot cut that cleanup short.
+        for each in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(each, signal.SIG_IGN)
+        raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_term)
+    for each in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(each, on_signal)
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="agentrun-session-"))
     outcomes: list[Outcome] = []
     try:
         with shared_cluster(workdir) as attached:
-            print(f"make test: one cluster for the parallel and serial parts, ready in "
-                  f"{time.monotonic() - started:.0f} s", flush=True)
-            outcomes.append(start_part("parallel", args=rest, workdir=workdir,
-                                       attached=attached, workers=known.workers).wait())
-            unit = start_part("unit", args=rest, workdir=workdir, attached=None,
-                              output=workdir / "unit.out")
-            outcomes.append(start_part("serial", args=rest, workdir=workdir,
-                                       attached=attached).wait())
-            outcomes.append(unit.wait())
-        outcomes.append(start_part("alone", args=rest, workdir=workdir, attached=None).wait())
+            try:
+                print(f"make test: one cluster for the parallel and serial parts, ready in "
+                      f"{time.monotonic() - started:.0f} s", flush=True)
+                parallel = start_part("parallel", args=rest, workdir=workdir,
+                                      attached=attached, workers=known.workers).wait()
+                outcomes.append(parallel)
+                unit = start_part("unit", args=rest, workdir=workdir, attached=None,
+                                  output=workdir / "unit.out")
+                outcomes.append(start_part("serial", args=rest, workdir=workdir,
+                                           attached=attached,
+                                           after_parallel=parallel.status in (0, 1)).wait())
+                outcomes.append(unit.wait())
+                LIVE.clear()
+            finally:
+                stop_parts()  # before the cluster goes from under them
+        try:
+            outcomes.append(start_part("alone", args=rest, workdir=workdir,
+                                       attached=None).wait())
+            LIVE.clear()
+        finally:
+            stop_parts()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    total = {key: sum(o.counts[key] for o in outcomes) for key in outcomes[0].counts}
+    total = {key: sum(o.counts[key] for o in outcomes) for key in KEYS}
     print("\n=== make test: " + "; ".join(
-        f"{o.part} {o.counts['tests']} tests in {o.seconds:.0f} s (exit {o.status})"
+        f"{o.part} {o.counts['tests']} tests in {o.counts['seconds']} s of pytest, "
+        f"{o.seconds:.0f} s until waited for (exit {o.status})"
         for o in outcomes))
     print(f"=== make test: {total['tests']} tests, {total['failures']} failed, "
           f"{total['errors']} errors, {total['skipped']} skipped; "

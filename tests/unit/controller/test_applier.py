@@ -171,6 +171,17 @@ def test_a_batch_is_created_in_order_and_reports_the_names_taken() -> None:
     assert [kw["name"] for _, kw in writer.calls] == ["a", "b", "c"]
 
 
+def test_what_a_batch_found_before_a_conflict_is_kept_in_the_reconciles_record() -> None:
+    found = {"metadata": {"name": "a"}}
+    writer = Writer(creates=[writes.Exists(found), writes.Exists(None)])
+    taken: dict[str, Any] = {}
+    with pytest.raises(writes.Conflict):
+        applier.Applier(writer=writer).apply(  # type: ignore[arg-type]
+            actions.Creates(creates=(create("a"), create("b"))),
+            target=applier.Target(taken=taken))
+    assert taken == {"a": found}
+
+
 def test_a_rejection_stops_a_batch() -> None:
     writer = Writer(creates=[writes.Rejected(422, "invalid")])
     with pytest.raises(writes.Rejected):

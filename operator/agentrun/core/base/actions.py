@@ -44,7 +44,7 @@ class Create:
     """Create an object; AlreadyExists is success only if the object found is judged ours.
 
     ``claim``: the Lease or Pod of a claim, whose failure ends the attempt as ClaimFailed
-    (decided in the claiming world the create came from: ``steps.Decision.world``).
+    (decided in the claiming world the create came from: ``decisions.Decision.world``).
     ``shared``: an object the run's slots share (its LaunchSpec snapshot), which slots
     deciding at once in one process create once.
     """
