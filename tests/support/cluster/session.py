@@ -184,8 +184,10 @@ def shared_cluster(workdir: Path) -> Iterator[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # A string default goes through `type` too: a bad AGENTRUN_TEST_WORKERS is refused by
+    # argparse with its name and value, as a bad --workers is.
     parser.add_argument("--workers", type=int,
-                        default=int(os.environ.get("AGENTRUN_TEST_WORKERS", "4")),
+                        default=os.environ.get("AGENTRUN_TEST_WORKERS", "4"),
                         help="concurrent workers of the parallel part (default 4, or "
                              "AGENTRUN_TEST_WORKERS)")
     known, rest = parser.parse_known_args(argv)
