@@ -116,6 +116,22 @@ CONFIG_MOUNT_ROOT: Final = "/etc/agentrun/config"
 SIDECAR_CONTAINER: Final = "agentrun-worker"
 ENV_SIDECAR_URL: Final = "AGENTRUN_SIDECAR_URL"
 
+# The slot's journal (docs/design/journal.md): where it lives, pinned on the run at launch
+# (``status.pinned.journal``) and given to every worker container; and the head of an
+# attempt's journal on its Lease, which only the holder advances (admission).
+ENV_JOURNAL_ENDPOINT: Final = "AGENTRUN_JOURNAL_ENDPOINT"  # the S3 API's URL
+ENV_JOURNAL_BUCKET: Final = "AGENTRUN_JOURNAL_BUCKET"
+ENV_JOURNAL_PREFIX: Final = "AGENTRUN_JOURNAL_PREFIX"  # the run's own: <base>/<namespace>/<run uid>
+ENV_JOURNAL_REGION: Final = "AGENTRUN_JOURNAL_REGION"
+# A directory holding the pinned Secret's keys as files (accessKeyId, secretAccessKey),
+# mounted so that a rotated Secret reaches running workers; absent: unsigned requests.
+ENV_JOURNAL_CREDENTIALS: Final = "AGENTRUN_JOURNAL_CREDENTIALS"
+JOURNAL_CREDENTIALS_MOUNT: Final = "/var/run/agentrun/journal"
+JOURNAL_CREDENTIALS_VOLUME: Final = "agentrun-journal-credentials"
+JOURNAL_ACCESS_KEY: Final = "accessKeyId"
+JOURNAL_SECRET_KEY: Final = "secretAccessKey"
+JOURNAL_HEAD_ANNOTATION: Final = "journal.agentrun.dev/head"
+
 # Length limits. A slot name plus "-<attempt>" (up to 4 digits) must stay a DNS label.
 MAX_NAME: Final = 63
 MAX_ATTEMPT_SUFFIX: Final = 5  # "-9999"
