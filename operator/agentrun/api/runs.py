@@ -7,10 +7,11 @@ CEL) and never resolves again.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field
 from pydantic.config import JsonDict
 
 from agentrun.api import bounds, names
@@ -63,10 +64,134 @@ class Pin(Model):
         description="the immutable ConfigMap, owned by the run, that workers read")
 
 
+# Where a run's journal lives (docs/design/runs-and-configuration.md, "Where the journal
+# lives"). Each check is one function, used by the models and by the operator's flags alike.
+JOURNAL_ENDPOINT_CHARS: Final = 512
+# http or https, a host name, an IPv4 address or a bracketed IPv6 address, an optional
+# port; nothing else (no user, path, query or fragment: the bucket and prefix say the rest).
+JOURNAL_ENDPOINT_PATTERN: Final = (
+    r"^https?://([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$")
+JOURNAL_BUCKET_PATTERN: Final = r"^[a-z0-9][-a-z0-9.]{1,61}[a-z0-9]$"  # S3's naming rules
+JOURNAL_PREFIX_CHARS: Final = 512
+# Segments of [A-Za-z0-9._-] joined by "/", none "." or "..": an HTTP client may normalise
+# those away, and the object written would not be the one the prefix names.
+_SEGMENT = r"(\.\.[-A-Za-z0-9._]+|\.?[-A-Za-z0-9_][-A-Za-z0-9._]*)"
+JOURNAL_PREFIX_PATTERN: Final = rf"^{_SEGMENT}(/{_SEGMENT})*$"
+JOURNAL_REGION_CHARS: Final = 64
+JOURNAL_REGION_PATTERN: Final = r"^[A-Za-z0-9]([-A-Za-z0-9._]*[A-Za-z0-9])?$"
+JOURNAL_REGION: Final = "us-east-1"  # what S3-compatible stores accept when they ignore it
+JOURNAL_SECRET_CHARS: Final = 253
+# The operator's base prefix leaves room for "/<namespace>/<run uid>" (a DNS label, a UUID).
+JOURNAL_BASE_PREFIX_CHARS: Final = JOURNAL_PREFIX_CHARS - len("/") - 63 - len("/") - 36
+JOURNAL_BASE_PREFIX: Final = "agentrun"
+
+
+def _checked(text: str, *, pattern: str, most: int, what: str, shape: str) -> str:
+    if len(text) > most or re.fullmatch(pattern, text) is None:
+        shown = text if len(text) <= 60 else f"{text[:60]}…"
+        raise ValueError(f"{what} must be {shape} (at most {most} characters), not {shown!r}")
+    return text
+
+
+def journal_endpoint(text: str) -> str:
+    """The S3 API's URL, checked: an http(s) URL with a host and an optional port only."""
+    _checked(text, pattern=JOURNAL_ENDPOINT_PATTERN, most=JOURNAL_ENDPOINT_CHARS,
+             what="the journal endpoint", shape="an http:// or https:// URL with a host and an "
+             "optional port and nothing else (no path, not even '/', no query, no user), "
+             "such as http://minio.storage:9000")
+    found = re.fullmatch(JOURNAL_ENDPOINT_PATTERN, text)
+    port = found.group(3) if found is not None else None  # ":<digits>", or None: no port
+    if port is not None and not 1 <= int(port[1:]) <= 65535:
+        raise ValueError(f"the journal endpoint's port must be between 1 and 65535, "
+                         f"not {port[1:]}")
+    return text
+
+
+def journal_bucket(text: str) -> str:
+    return _checked(text, pattern=JOURNAL_BUCKET_PATTERN, most=63, what="the journal bucket",
+                    shape="an S3 bucket name: 3 or more lowercase letters, digits, dots and "
+                    "hyphens, starting and ending with a letter or digit")
+
+
+def journal_prefix(text: str, *, most: int = JOURNAL_PREFIX_CHARS) -> str:
+    return _checked(text, pattern=JOURNAL_PREFIX_PATTERN, most=most, what="the journal prefix",
+                    shape="segments of letters, digits, '.', '_' and '-' joined by '/', with no "
+                    "leading or trailing '/' and no '.' or '..' segment")
+
+
+def journal_base_prefix(text: str) -> str:
+    """The operator's own prefix: may be empty (runs' journals at the bucket's root)."""
+    return text if text == "" else journal_prefix(text, most=JOURNAL_BASE_PREFIX_CHARS)
+
+
+def journal_region(text: str) -> str:
+    return _checked(text, pattern=JOURNAL_REGION_PATTERN, most=JOURNAL_REGION_CHARS,
+                    what="the journal region", shape="letters, digits, '.', '_' and '-', such "
+                    f"as {JOURNAL_REGION}")
+
+
+def journal_secret(text: str) -> str:
+    return _checked(text, pattern=CONFIG_NAME_PATTERN, most=JOURNAL_SECRET_CHARS,
+                    what="the journal Secret", shape="a Secret's name (a DNS subdomain: "
+                    "lowercase letters, digits, '.' and '-')")
+
+
+JournalEndpoint = Annotated[str, Field(min_length=1, max_length=JOURNAL_ENDPOINT_CHARS,
+                                       json_schema_extra={"pattern": JOURNAL_ENDPOINT_PATTERN}),
+                            AfterValidator(journal_endpoint)]
+JournalBucket = Annotated[str, Field(min_length=3, max_length=63,
+                                     json_schema_extra={"pattern": JOURNAL_BUCKET_PATTERN}),
+                          AfterValidator(journal_bucket)]
+JournalRegion = Annotated[str, Field(min_length=1, max_length=JOURNAL_REGION_CHARS,
+                                     json_schema_extra={"pattern": JOURNAL_REGION_PATTERN}),
+                          AfterValidator(journal_region)]
+JournalSecret = Annotated[str, Field(min_length=1, max_length=JOURNAL_SECRET_CHARS,
+                                     json_schema_extra={"pattern": CONFIG_NAME_PATTERN}),
+                          AfterValidator(journal_secret)]
+
+
+class JournalPin(Model):
+    """Where the run's journal lives: an S3-compatible bucket, under the run's own prefix.
+
+    Chosen by the platform (the operator's configuration) and pinned at launch like the
+    configuration, so that an operator reconfigured later moves only new runs: a running
+    run's journal must stay where its earlier attempts wrote it.
+    """
+
+    endpoint: JournalEndpoint = Field(description="the S3 API's URL, such as "
+                                                  "http://minio.storage:9000")
+    bucket: JournalBucket
+    prefix: Annotated[str, Field(min_length=1, max_length=JOURNAL_PREFIX_CHARS,
+                                 json_schema_extra={"pattern": JOURNAL_PREFIX_PATTERN}),
+                      AfterValidator(journal_prefix)] = Field(
+        description="the run's own: <operator prefix>/<namespace>/<run uid>, so a run "
+                    "recreated under the same name never shares a journal")
+    region: JournalRegion = JOURNAL_REGION
+    secret: JournalSecret | None = Field(
+        default=None,
+        description="a Secret in the run's namespace with the keys accessKeyId and "
+                    "secretAccessKey, mounted into the workers; absent: unsigned requests")
+
+
+class JournalSettings(Model):
+    """The operator's journal configuration (its ``--journal-*`` flags): where new runs'
+    journals go. Not an API document; each run gets its own :class:`JournalPin` from it."""
+
+    endpoint: JournalEndpoint
+    bucket: JournalBucket
+    prefix: Annotated[str, Field(max_length=JOURNAL_BASE_PREFIX_CHARS),
+                      AfterValidator(journal_base_prefix)] = JOURNAL_BASE_PREFIX
+    region: JournalRegion = JOURNAL_REGION
+    secret: JournalSecret | None = None
+
+
 class Pins(Model):
     package: Pin
     workflow: Pin
     bindings: Pin
+    journal: JournalPin | None = Field(
+        default=None, description="where the run's journal lives; absent: the operator had "
+                                  "none configured when the run was pinned")
 
     def snapshot_names(self) -> dict[str, str]:
         return {"package": self.package.snapshot, "workflow": self.workflow.snapshot,
