@@ -3,9 +3,10 @@
 See docs/design/runs-and-configuration.md. Once :mod:`agentrun.core.runs.resolution` has chosen
 and validated the package, workflow and bindings, the operator copies each into an
 immutable snapshot ConfigMap owned by the run, writes ``status.pinned`` once and creates
-one Slot per workflow node. Bodies are plain dicts, as the API server takes them; the
-``matches_*`` functions tell an ``AlreadyExists`` after a crash (our object: success) from
-a stranger.
+one Slot per workflow node. When the operator is configured with a journal store, the
+run's journal location is pinned with the configuration (:func:`journal_pin`). Bodies are
+plain dicts, as the API server takes them; the ``matches_*`` functions tell an
+``AlreadyExists`` after a crash (our object: success) from a stranger.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument, WorkflowNode
-from agentrun.api.runs import AgentRun, Pin, Pins
+from agentrun.api.runs import AgentRun, JournalPin, JournalSettings, Pin, Pins
 from agentrun.api.slots import SlotSpec
 from agentrun.core.base import naming, owners
 from agentrun.core.runs.resolution import Resolution, Resolved, sha256_of
@@ -90,10 +91,32 @@ def pin(*, run: AgentRun, resolved: Resolved) -> Pin:
                sha256=resolved.sha256, snapshot=snapshot_name(run=run, resolved=resolved))
 
 
-def pins(*, run: AgentRun, resolution: Resolution) -> Pins:
+def journal_pin(*, run: AgentRun, journal: JournalSettings | None) -> JournalPin | None:
+    """Where this run's journal lives, from the operator's settings at launch (None: none).
+
+    The prefix is ``<settings' prefix>/<namespace>/<run uid>``: the uid, not the name, so a
+    run deleted and recreated under the same name starts an empty journal instead of
+    reading the old run's progress. Pinned, so that settings changed later leave this run's
+    journal where its attempts wrote it.
+    """
+    if journal is None:
+        return None
+    namespace, uid = run.metadata.namespace, run.metadata.uid
+    if not namespace or not uid:  # the API server gives every run both
+        raise ValueError(f"run {run.metadata.name!r} has no namespace or uid: its journal "
+                         "prefix needs both")
+    prefix = "/".join(part for part in (journal.prefix, namespace, uid) if part)
+    return JournalPin(endpoint=journal.endpoint, bucket=journal.bucket, prefix=prefix,
+                      region=journal.region, secret=journal.secret)
+
+
+def pins(*, run: AgentRun, resolution: Resolution, journal: JournalSettings | None) -> Pins:
+    """``status.pinned``: the three configurations and, if the operator has a journal
+    store configured (``journal``), where the run's journal lives."""
     return Pins(package=pin(run=run, resolved=resolution.package),
                 workflow=pin(run=run, resolved=resolution.workflow),
-                bindings=pin(run=run, resolved=resolution.bindings))
+                bindings=pin(run=run, resolved=resolution.bindings),
+                journal=journal_pin(run=run, journal=journal))
 
 
 def slot_body(*, run: AgentRun, node: WorkflowNode, tenant: str | None) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
-from agentrun.api.runs import AgentRun, AgentRunStatus
+from agentrun.api.runs import AgentRun, AgentRunStatus, JournalSettings
 from agentrun.api.slots import Slot
 from agentrun.core.base import actions, events
 from agentrun.core.runs import resolution, rollup, runobjects
@@ -45,7 +45,9 @@ class RunWorld:
     pinned workflow read back from its snapshot, or why it cannot be (None: not pinned).
     ``slots``: the slots whose ``spec.run`` is the run (the run's own are picked by uid).
     ``taken``: objects found under a name the last batch tried to create (AlreadyExists),
-    by name: ours counts as created, anything else is a squatter.
+    by name: ours counts as created, anything else is a squatter. ``journal``: the
+    operator's journal settings (its flags, not read from the cluster), pinned on the run
+    at launch; None: the operator has no journal store and runs get no journal pin.
     """
 
     run: AgentRun
@@ -56,6 +58,7 @@ class RunWorld:
     workflow: WorkflowDocument | resolution.Problem | None = None
     slots: Sequence[Slot] = ()
     taken: Mapping[str, Object] = field(default_factory=dict)
+    journal: JournalSettings | None = None
 
 
 RunStep = actions.Creates | actions.WriteRun | actions.Wait
@@ -124,11 +127,14 @@ def _pin(world: RunWorld) -> RunStep:
             return _squatted(world, status, kind="ConfigMap", name=name, what=what)
     if missing:
         return actions.Creates(creates=tuple(missing))
-    pins = runobjects.pins(run=run, resolution=resolved)
+    pins = runobjects.pins(run=run, resolution=resolved, journal=world.journal)
     summary = "; ".join(f"{kind} revision {pin.revision} as {pin.snapshot}"
                         for kind, pin in (("package", pins.package),
                                           ("workflow", pins.workflow),
                                           ("bindings", pins.bindings)))
+    if pins.journal is not None:
+        summary += (f"; journal in bucket {pins.journal.bucket} under {pins.journal.prefix}"
+                    f" at {pins.journal.endpoint}")
     return actions.WriteRun(status=rollup.record_pins(run=run, pins=pins, now=world.now),
                     event=events.Event(type="Normal", reason="Pinned",
                                        message=f"pinned {summary}"),

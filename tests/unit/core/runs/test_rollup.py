@@ -22,7 +22,7 @@ def pinned_run(*, deadline: int | None = None, generation: int = 3,
     base = lf.run(deadline=deadline, generation=generation)
     found = resolution.resolve(run=base, config_maps=lf.config_maps())
     assert isinstance(found, Resolution)
-    pins = runobjects.pins(run=base, resolution=found)
+    pins = runobjects.pins(run=base, resolution=found, journal=None)
     pinned = rollup.record_pins(run=base, pins=pins, now=lf.T0)
     return base.model_copy(update={"status": status or pinned})
 

@@ -13,7 +13,7 @@ import pytest
 
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
-from agentrun.api.runs import AgentRun, Pins
+from agentrun.api.runs import JOURNAL_BASE_PREFIX_CHARS, AgentRun, JournalPin, JournalSettings, Pins
 from agentrun.api.slots import Slot, SlotSpec
 from agentrun.core.base import naming
 from agentrun.core.runs import resolution, runobjects
@@ -41,7 +41,8 @@ def resolved(run: AgentRun) -> Resolution:
 
 def test_needs_pinning_only_while_unpinned(run: AgentRun, resolved: Resolution) -> None:
     assert runobjects.needs_pinning(run)
-    pinned = lf.run(status={"pinned": runobjects.pins(run=run, resolution=resolved).wire()})
+    pins = runobjects.pins(run=run, resolution=resolved, journal=None)
+    pinned = lf.run(status={"pinned": pins.wire()})
     assert not runobjects.needs_pinning(pinned)
 
 
@@ -53,7 +54,7 @@ def test_a_run_being_deleted_is_not_pinned(run: AgentRun) -> None:
 
 def test_a_newer_revision_leaves_a_pinned_run_and_its_snapshot_alone(
         run: AgentRun, resolved: Resolution) -> None:
-    pins = runobjects.pins(run=run, resolution=resolved)
+    pins = runobjects.pins(run=run, resolution=resolved, journal=None)
     body = runobjects.snapshot_body(run=run, resolved=resolved.workflow, tenant=lf.TENANT)
     pinned = lf.run(status={"pinned": pins.wire()})
     newer = "nodes:\n  - {name: research, workerClass: gpu}\n  - {name: report, workerClass: cpu}\n"
@@ -152,7 +153,7 @@ def test_matches_snapshot(run: AgentRun, resolved: Resolution) -> None:
 
 
 def test_pins(run: AgentRun, resolved: Resolution) -> None:
-    pins = runobjects.pins(run=run, resolution=resolved)
+    pins = runobjects.pins(run=run, resolution=resolved, journal=None)
     assert isinstance(pins, Pins)
     assert pins.workflow.source == "report-flow-r1"
     assert pins.workflow.revision == 1
@@ -207,3 +208,52 @@ def test_matches_slot(run: AgentRun, resolved: Resolution) -> None:
     stranger = copy.deepcopy(body)
     stranger["metadata"]["ownerReferences"] = []
     assert not runobjects.matches_slot(stranger, run_uid=lf.RUN_UID, node="research")
+
+
+# --- journal_pin: the operator's journal settings, made the run's own at launch -----------
+
+SETTINGS = JournalSettings(endpoint="https://s3.example:443", bucket="journals",
+                           prefix="platform/agentrun", region="eu-central-1",
+                           secret="journal-keys")
+
+
+def test_the_journal_prefix_is_the_runs_own_by_uid(run: AgentRun) -> None:
+    found = runobjects.journal_pin(run=run, journal=SETTINGS)
+    assert found == JournalPin(endpoint="https://s3.example:443", bucket="journals",
+                               prefix=f"platform/agentrun/{lf.NS}/{lf.RUN_UID}",
+                               region="eu-central-1", secret="journal-keys")
+    recreated = run.model_copy(update={"metadata": run.metadata.model_copy(
+        update={"uid": "uid-run-2"})})
+    again = runobjects.journal_pin(run=recreated, journal=SETTINGS)
+    assert again is not None and again.prefix == f"platform/agentrun/{lf.NS}/uid-run-2"
+
+
+def test_no_settings_no_journal_pin(run: AgentRun, resolved: Resolution) -> None:
+    assert runobjects.journal_pin(run=run, journal=None) is None
+    assert runobjects.pins(run=run, resolution=resolved, journal=None).journal is None
+    with_journal = runobjects.pins(run=run, resolution=resolved, journal=SETTINGS)
+    assert with_journal.journal == runobjects.journal_pin(run=run, journal=SETTINGS)
+    assert with_journal.model_copy(update={"journal": None}) == runobjects.pins(
+        run=run, resolution=resolved, journal=None)
+
+
+def test_an_empty_settings_prefix_puts_journals_at_the_buckets_root(run: AgentRun) -> None:
+    found = runobjects.journal_pin(run=run, journal=SETTINGS.model_copy(update={"prefix": ""}))
+    assert found is not None and found.prefix == f"{lf.NS}/{lf.RUN_UID}"
+    assert found.region == "eu-central-1"
+
+
+def test_the_longest_settings_prefix_still_fits_the_pin(run: AgentRun) -> None:
+    longest = JournalSettings(endpoint="http://m", bucket="abc",
+                              prefix="p" * JOURNAL_BASE_PREFIX_CHARS)
+    uid = "0d9c5a4e-7f2b-4b39-9c1e-3f0b8a6f2d11"
+    widest = run.model_copy(update={"metadata": run.metadata.model_copy(
+        update={"namespace": "n" * 63, "uid": uid})})
+    found = runobjects.journal_pin(run=widest, journal=longest)
+    assert found is not None and len(found.prefix) == 512
+
+
+def test_a_run_without_a_uid_gets_no_shared_prefix(run: AgentRun) -> None:
+    nameless = run.model_copy(update={"metadata": run.metadata.model_copy(update={"uid": None})})
+    with pytest.raises(ValueError, match="uid"):
+        runobjects.journal_pin(run=nameless, journal=SETTINGS)

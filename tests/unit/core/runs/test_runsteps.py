@@ -17,7 +17,7 @@ import pytest
 
 from agentrun.api import conditions, names
 from agentrun.api.configs import WorkflowDocument
-from agentrun.api.runs import AgentRun
+from agentrun.api.runs import AgentRun, JournalPin, JournalSettings
 from agentrun.api.slots import Slot, SlotState
 from agentrun.core.base import actions
 from agentrun.core.runs import resolution, rollup, runobjects, runsteps
@@ -52,8 +52,8 @@ def unpinned_world(run: AgentRun | None = None, **changes: Any) -> runsteps.RunW
 
 def pinned(run: AgentRun | None = None) -> AgentRun:
     base = run or lf.run()
-    status = rollup.record_pins(run=base, pins=runobjects.pins(run=base, resolution=resolved(base)),
-                              now=lf.T0)
+    pins = runobjects.pins(run=base, resolution=resolved(base), journal=None)
+    status = rollup.record_pins(run=base, pins=pins, now=lf.T0)
     return base.model_copy(update={"status": status})
 
 
@@ -130,9 +130,50 @@ def test_snapshots_found_ours_lead_to_the_pinned_write(where: str) -> None:
     run = lf.run()
     step = runsteps.next_step(unpinned_world(run, **{where: snapshots(run)}))
     assert isinstance(step, actions.WriteRun) and step.point == "pinned"
-    assert step.status.pinned == runobjects.pins(run=run, resolution=resolved(run))
+    assert step.status.pinned == runobjects.pins(run=run, resolution=resolved(run), journal=None)
     assert step.event is not None and step.event.reason == "Pinned"
     assert step.until == NOW  # the slots are laid out at once, in the next reconcile
+
+
+def test_the_operators_journal_is_pinned_with_the_configuration() -> None:
+    run = lf.run()
+    settings = JournalSettings(endpoint="http://minio:9000", bucket="journal", prefix="base",
+                               secret="journal-keys")
+    step = runsteps.next_step(unpinned_world(run, snapshots=snapshots(run), journal=settings))
+    assert isinstance(step, actions.WriteRun) and step.status.pinned is not None
+    assert step.status.pinned.journal == JournalPin(
+        endpoint="http://minio:9000", bucket="journal", prefix=f"base/{lf.NS}/{lf.RUN_UID}",
+        secret="journal-keys")
+    assert step.event is not None
+    assert f"journal in bucket journal under base/{lf.NS}/{lf.RUN_UID}" in step.event.message
+
+
+def test_a_pinned_run_keeps_its_journal_whatever_the_operator_says_now() -> None:
+    """Settings changed (or removed) after launch reach new runs only."""
+    run = lf.run()
+    first = JournalSettings(endpoint="http://minio:9000", bucket="journal")
+    step = runsteps.next_step(unpinned_world(run, snapshots=snapshots(run), journal=first))
+    assert isinstance(step, actions.WriteRun)
+    launched = run.model_copy(update={"status": step.status})
+    later = JournalSettings(endpoint="https://s3.example", bucket="elsewhere")
+    assert launched.status.pinned is not None and launched.status.pinned.journal is not None
+    missing = resolution.Problem(reason="SnapshotMissing", message="gone")
+    for settings in (later, None):
+        step = runsteps.next_step(laid_out_world(launched, journal=settings))
+        assert isinstance(step, actions.Creates)  # lays out the slots; never pins again
+        step = runsteps.next_step(laid_out_world(launched, flow=missing, journal=settings))
+        assert isinstance(step, actions.WriteRun)  # a status write keeps the pins as they are
+        assert step.status.pinned == launched.status.pinned
+    assert launched.status.pinned.journal.bucket == "journal"
+
+
+def test_no_journal_configured_pins_none() -> None:
+    run = lf.run()
+    step = runsteps.next_step(unpinned_world(run, snapshots=snapshots(run)))
+    assert isinstance(step, actions.WriteRun) and step.status.pinned is not None
+    assert step.status.pinned.journal is None
+    assert "journal" not in (step.status.pinned.wire())
+    assert step.event is not None and "journal" not in step.event.message
 
 
 def test_a_squatted_snapshot_is_said_once_and_never_used() -> None:
