@@ -1,7 +1,7 @@
 """``agentrun-operator``: run the operator in the foreground.
 
 ``agentrun-operator run [--context NAME] [--namespace GLOB ...] [--workers N] [--qps Q]
-[--burst B] [--reconcile-timeout SECONDS]`` starts Kopf with the handlers of
+[--burst B] [--reconcile-timeout SECONDS] [--journal-* ...]`` starts Kopf with the handlers of
 :mod:`agentrun.controller.handlers`, peering off (one replica), JSON logs on stderr.
 Without ``--namespace`` it watches every namespace. ``--workers``: reconciles at once
 (the work queue's workers); ``--qps``/``--burst``: the client-side rate limit on every
@@ -12,6 +12,10 @@ request the process makes, Kopf's watches and our Events included (``--qps 0``: 
 (:mod:`agentrun.controller.metrics`; port 0: not served; the address is an IP address,
 127.0.0.1 by default so a local run is not reachable from the network; the chart sets
 0.0.0.0). A port that cannot be bound stops the operator at once, with the reason.
+``--journal-endpoint``/``--journal-bucket`` (both or neither), ``--journal-prefix``,
+``--journal-region``, ``--journal-secret``: the S3-compatible store where slots keep their
+journals; each run launched pins them, its prefix made its own
+(``<prefix>/<namespace>/<run uid>``); without them runs get no journal.
 
 ``agentrun-operator stamping [--context NAME] [--timeout SECONDS]`` mints the stamping
 epoch when due and waits until actor stamping is in force (exit 0), else prints why not
@@ -31,6 +35,7 @@ from types import SimpleNamespace
 
 import kopf
 
+from agentrun.api import runs as run_api
 from agentrun.controller import handlers, metrics
 from agentrun.controller import stamping as stamping_keeper
 from agentrun.kube import clients, reads, rest, throttle, writes
@@ -76,6 +81,34 @@ def bounded(kind: Callable[[str], float], least: float, most: float,
     return parse
 
 
+def checked(check: Callable[[str], str]) -> Callable[[str], str]:
+    """An argparse type: ``check`` (one of ``agentrun.api.runs``'s, the same the pinned
+    model applies) turned into a clear error naming what is wanted."""
+    def parse(text: str) -> str:
+        try:
+            return check(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return parse
+
+
+JOURNAL_FLAGS = ("endpoint", "bucket", "prefix", "region", "secret")
+
+
+def journal_settings(args: argparse.Namespace) -> run_api.JournalSettings | None:
+    """The ``--journal-*`` flags as settings, or None when none was given; a partial set
+    (a bucket without an endpoint, a secret without both) is an error, not a guess."""
+    given = {name: getattr(args, f"journal_{name}") for name in JOURNAL_FLAGS}
+    given = {name: value for name, value in given.items() if value is not None}
+    if not given:
+        return None
+    if "endpoint" not in given or "bucket" not in given:
+        raise ValueError("--journal-endpoint and --journal-bucket go together: give both "
+                         "(the journal store) or no --journal-* flag at all (runs get no "
+                         f"journal); given: {', '.join(f'--journal-{n}' for n in given)}")
+    return run_api.JournalSettings.model_validate(given)
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agentrun-operator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,12 +135,33 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--metrics-address", type=ip_address, default=METRICS_ADDRESS,
                      help=f"address serving /metrics (default {METRICS_ADDRESS}; "
                           "0.0.0.0 to be scraped from other pods)")
+    run.add_argument("--journal-endpoint", type=checked(run_api.journal_endpoint),
+                     help="the journal store's S3 API, such as http://minio.storage:9000 (with "
+                          "--journal-bucket; neither: runs get no journal)")
+    run.add_argument("--journal-bucket", type=checked(run_api.journal_bucket),
+                     help="the bucket holding every run's journal")
+    run.add_argument("--journal-prefix", type=checked(run_api.journal_base_prefix),
+                     help="where in the bucket; each run's journal goes under "
+                          f"<prefix>/<namespace>/<run uid> (default {run_api.JOURNAL_BASE_PREFIX}; "
+                          f"at most {run_api.JOURNAL_BASE_PREFIX_CHARS} characters)")
+    run.add_argument("--journal-region", type=checked(run_api.journal_region),
+                     help=f"the store's region (default {run_api.JOURNAL_REGION})")
+    run.add_argument("--journal-secret", type=checked(run_api.journal_secret),
+                     help="a Secret, in each run's namespace, with the keys accessKeyId and "
+                          "secretAccessKey, mounted into its workers (default: none, unsigned "
+                          "requests)")
     run.add_argument("--verbose", "-v", action="store_true")
     stamp = sub.add_parser("stamping", help="mint the stamping epoch when due; wait until "
                                             "actor stamping is in force")
     stamp.add_argument("--context", help="kubeconfig context (default: current, else in-cluster)")
     stamp.add_argument("--timeout", type=float, default=60.0)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        try:
+            args.journal = journal_settings(args)
+        except ValueError as error:
+            parser.error(str(error))
+    return args
 
 
 def stamping(*, context: str | None, timeout: float) -> int:
@@ -157,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                                            args.metrics_address, server.port)
     memo = SimpleNamespace(context=args.context, namespaces=list(args.namespace),
                            workers=int(args.workers), bucket=bucket,
-                           reconcile_timeout=args.reconcile_timeout, meters=meters)
+                           reconcile_timeout=args.reconcile_timeout, meters=meters,
+                           journal=args.journal)
     try:
         asyncio.run(kopf.operator(
             registry=handlers.registry(),

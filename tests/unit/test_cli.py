@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentrun import cli
+from agentrun.api.runs import JournalSettings
 
 
 def test_the_defaults_are_the_documented_ones() -> None:
@@ -37,3 +38,63 @@ def test_out_of_bounds_is_refused_clearly(flag: str, value: str, says: str,
 def test_tick_is_gone() -> None:
     with pytest.raises(SystemExit):
         cli.parse(["run", "--tick", "1"])
+
+
+# --- the journal store: flags checked where parsed, both-or-neither, into settings --------
+
+JOURNAL = ["--journal-endpoint", "http://minio.storage:9000", "--journal-bucket", "journals"]
+
+
+def test_no_journal_flags_no_journal() -> None:
+    assert cli.parse(["run"]).journal is None
+
+
+def test_journal_flags_become_settings_with_defaults() -> None:
+    found = cli.parse(["run", *JOURNAL]).journal
+    assert found == JournalSettings(endpoint="http://minio.storage:9000", bucket="journals",
+                                    prefix="agentrun", region="us-east-1", secret=None)
+    every = cli.parse(["run", *JOURNAL, "--journal-prefix", "platform/runs", "--journal-region",
+                       "eu-west-1", "--journal-secret", "journal-keys"]).journal
+    assert every is not None
+    assert (every.prefix, every.region, every.secret) == (
+        "platform/runs", "eu-west-1", "journal-keys")
+    assert found is not None
+    at_root = cli.parse(["run", *JOURNAL, "--journal-prefix", ""]).journal
+    assert at_root == found.model_copy(update={"prefix": ""})
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--journal-endpoint", "http://minio:9000"], "--journal-endpoint and --journal-bucket go "
+                                                  "together"),
+    (["--journal-bucket", "journals"], "given: --journal-bucket"),
+    (["--journal-secret", "keys"], "go together"),
+    (["--journal-prefix", "p"], "go together"),
+])
+def test_a_partial_journal_is_refused(args: list[str], says: str,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.parse(["run", *args])
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "value", "says"), [
+    ("--journal-endpoint", "minio:9000", "the journal endpoint must be an http:// or https://"),
+    ("--journal-endpoint", "http://minio:9000/path", "no path"),
+    ("--journal-endpoint", "http://minio:99999", "between 1 and 65535"),
+    ("--journal-endpoint", "http://" + "m" * 600, "at most 512 characters"),
+    ("--journal-bucket", "Journals", "the journal bucket must be an S3 bucket name"),
+    ("--journal-bucket", "ab", "S3 bucket name"),
+    ("--journal-prefix", "/abs", "no leading or trailing '/'"),
+    ("--journal-prefix", "a/../b", "no '.' or '..' segment"),
+    ("--journal-prefix", "p" * 412, "at most 411 characters"),
+    ("--journal-region", "r" * 65, "at most 64 characters"),
+    ("--journal-secret", "Keys", "the journal Secret must be a Secret's name"),
+])
+def test_journal_flags_out_of_bounds_are_refused_clearly(
+        flag: str, value: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.parse(["run", *JOURNAL, flag, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: " in err and says in err

@@ -42,7 +42,8 @@ async def startup(*, settings: kopf.OperatorSettings, memo: Any,
     configuration.configure(settings)
     operator = runtime.Operator.build(
         context=memo.context, bucket=memo.bucket, workers=memo.workers,
-        timeout=memo.reconcile_timeout, meters=memo.meters, logger=logging.getLogger("agentrun"))
+        timeout=memo.reconcile_timeout, meters=memo.meters, journal=memo.journal,
+        logger=logging.getLogger("agentrun"))
     memo.operator = operator
     await operator.begin(namespaces=memo.namespaces)
     logger.info("agentrun operator started")

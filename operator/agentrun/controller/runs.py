@@ -12,17 +12,18 @@ reconcile, so one reconcile writes the run's status at most once.
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
-from agentrun.api.runs import AgentRun
+from agentrun.api.runs import AgentRun, JournalSettings
 from agentrun.controller import applier, reconcilers
 from agentrun.core.base import actions
 from agentrun.core.base.events import Event
 from agentrun.core.runs import resolution, runobjects, runsteps
-from agentrun.kube import reads
+from agentrun.kube import clocks, reads, writes
 
 MAX_STEPS = 16
 
@@ -36,6 +37,14 @@ class Result:
 
 class RunReconciler(reconcilers.Reconciler):
     logger_name = "agentrun.runs"
+
+    def __init__(self, *, reader: reads.Reader, writer: writes.Writer,
+                 journal: JournalSettings | None = None, clock: clocks.Clock = clocks.system,
+                 ticks: clocks.Clock = clocks.ticks, logger: logging.Logger | None = None) -> None:
+        """``journal``: the operator's journal settings (its flags), handed to each unpinned
+        run's world to be pinned at launch; None: runs get no journal pin."""
+        super().__init__(reader=reader, writer=writer, clock=clock, ticks=ticks, logger=logger)
+        self.journal = journal
 
     @functools.cached_property
     def _workflows(self) -> dict[tuple[str, str], WorkflowDocument]:
@@ -83,7 +92,8 @@ class RunReconciler(reconcilers.Reconciler):
                 namespace, selector=f"{names.RUN_LABEL}={name},{names.SNAPSHOT_LABEL}")
             return runsteps.RunWorld(
                 run=run, tenant=tenant, now=self.clock(), config_maps=candidates,
-                snapshots={cm["metadata"]["name"]: cm for cm in found}, taken=taken)
+                snapshots={cm["metadata"]["name"]: cm for cm in found}, taken=taken,
+                journal=self.journal)
         return runsteps.RunWorld(run=run, tenant=tenant, now=self.clock(),
                                  workflow=self.workflow(run),
                                  slots=reader.slots_of(namespace, name), taken=taken)

@@ -25,7 +25,7 @@ import aiohttp
 import kopf
 import kubernetes
 
-from agentrun.api.runs import AgentRun
+from agentrun.api.runs import AgentRun, JournalSettings
 from agentrun.api.slots import SlotState
 from agentrun.controller import launchspecs, metrics, queues, runs, scheduling, slots, stamping
 from agentrun.kube import clients, clocks, events, reads, rest, stores, throttle, writes
@@ -109,13 +109,17 @@ class Operator:
     @classmethod
     def build(cls, *, context: str | None, bucket: throttle.Bucket | None, workers: int,
               timeout: float, logger: logging.Logger,
-              meters: metrics.Metrics | None = None) -> Operator:
+              meters: metrics.Metrics | None = None,
+              journal: JournalSettings | None = None) -> Operator:
+        """The operator over one client; ``journal``: where new runs' journals go (pinned
+        on each at launch), None: runs get no journal."""
         client = rest.Rest(clients.configure(context=context), throttle=bucket)
         store = stores.Stores()
         reader, writer = views(client, store)
         return cls(client=client, stores=store,
                    slots=slots.SlotReconciler(reader=reader, writer=writer, logger=logger),
-                   runs=runs.RunReconciler(reader=reader, writer=writer, logger=logger),
+                   runs=runs.RunReconciler(reader=reader, writer=writer, journal=journal,
+                                           logger=logger),
                    launch_specs=launchspecs.LaunchSpecReconciler(
                        reader=reader, writer=writer, logger=logger),
                    keeper=stamping.Keeper(reader=reader, writer=writer, logger=logger),

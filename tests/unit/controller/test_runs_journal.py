@@ -1,0 +1,41 @@
+"""The operator's journal settings reach an unpinned run's world, where launch pins them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrun.api.runs import AgentRun, JournalSettings
+from agentrun.controller.runs import RunReconciler
+from tests.unit.core import launchfakes as lf
+
+SETTINGS = JournalSettings(endpoint="http://minio:9000", bucket="journals")
+
+
+class Reads:
+    """The reads a run's world takes while it is unpinned: the run, its tenant, ConfigMaps."""
+
+    def __init__(self, run: AgentRun) -> None:
+        self.found = run
+
+    def run(self, namespace: str, name: str) -> AgentRun | None:
+        return self.found
+
+    def tenant(self, namespace: str) -> str | None:
+        return lf.TENANT
+
+    def configmaps(self, namespace: str, *, selector: str) -> list[dict[str, Any]]:
+        return []
+
+
+def world_of(journal: JournalSettings | None) -> Any:
+    reconciler = RunReconciler(reader=Reads(lf.run()), writer=None,  # type: ignore[arg-type]
+                               journal=journal)
+    return reconciler.read_world(lf.NS, lf.RUN, taken={})
+
+
+def test_the_settings_are_in_the_unpinned_runs_world() -> None:
+    assert world_of(SETTINGS).journal == SETTINGS
+
+
+def test_no_settings_none_in_the_world() -> None:
+    assert world_of(None).journal is None
