@@ -15,8 +15,9 @@ The Pod comes from the pinned LaunchSpec's template with ``restartPolicy: Never`
 is one attempt; retries are new attempts), the three pinned configuration snapshots
 mounted read-only by exact name at ``/etc/agentrun/config/{package,workflow,bindings}/``
 in every container and init container, and the worker environment (the attempt number
-is the fencing token; each snapshot's pinned sha256 is there too). Bodies are plain
-dicts, as the API takes them.
+is the fencing token; each snapshot's pinned sha256 is there too). A run with a pinned
+journal adds where it lives to that environment and, with its Secret, the Secret mounted
+read-only at ``/var/run/agentrun/journal``. Bodies are plain dicts, as the API takes them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpecSpec
-from agentrun.api.runs import Pins
+from agentrun.api.runs import JournalPin, Pins
 from agentrun.api.slots import PinnedLaunchSpec, Slot
 from agentrun.core.attempts import effectrecords
 from agentrun.core.base import naming, owners
@@ -114,8 +115,48 @@ def environment(*, slot: Slot, attempt: int, pins: Pins) -> list[dict[str, Any]]
         {"name": names.ENV_LEASE, "value": lease},
         {"name": names.ENV_CONFIG_DIR, "value": names.CONFIG_MOUNT_ROOT},
     ]
-    return found + [{"name": ENV_PINNED_SHA256[kind], "value": digests[kind]}
-                    for kind in names.CONFIG_KINDS]
+    found += [{"name": ENV_PINNED_SHA256[kind], "value": digests[kind]}
+              for kind in names.CONFIG_KINDS]
+    return found + journal_environment(pins.journal)
+
+
+def journal_environment(journal: JournalPin | None) -> list[dict[str, Any]]:
+    """Where the run's journal lives, for every container (none: the run has no journal).
+
+    The credentials are a path, not values: the Secret is mounted (:func:`journal_volume`),
+    so a rotated Secret reaches workers already running, where an env ``secretKeyRef``
+    would keep the old keys for the pod's life.
+    """
+    if journal is None:
+        return []
+    found = [{"name": names.ENV_JOURNAL_ENDPOINT, "value": journal.endpoint},
+             {"name": names.ENV_JOURNAL_BUCKET, "value": journal.bucket},
+             {"name": names.ENV_JOURNAL_PREFIX, "value": journal.prefix},
+             {"name": names.ENV_JOURNAL_REGION, "value": journal.region}]
+    if journal.secret is not None:
+        found.append({"name": names.ENV_JOURNAL_CREDENTIALS,
+                      "value": names.JOURNAL_CREDENTIALS_MOUNT})
+    return found
+
+
+def journal_volume(journal: JournalPin | None) -> tuple[list[dict[str, Any]],
+                                                        list[dict[str, Any]]]:
+    """The pinned Secret as a volume and its read-only mount (none without a Secret).
+
+    Only its two keys are projected, so another key in the Secret never reaches a worker.
+    Not optional: a pod whose Secret is missing waits in ContainerCreating (the kubelet
+    says why in an Event) and its start deadline ends the attempt, instead of a worker
+    starting to write its journal unsigned.
+    """
+    if journal is None or journal.secret is None:
+        return [], []
+    keys = (names.JOURNAL_ACCESS_KEY, names.JOURNAL_SECRET_KEY)
+    volume = {"name": names.JOURNAL_CREDENTIALS_VOLUME,
+              "secret": {"secretName": journal.secret,
+                         "items": [{"key": key, "path": key} for key in keys]}}
+    mount = {"name": names.JOURNAL_CREDENTIALS_VOLUME,
+             "mountPath": names.JOURNAL_CREDENTIALS_MOUNT, "readOnly": True}
+    return [volume], [mount]
 
 
 def _with_agentrun(container: Mapping[str, Any], *, env: list[dict[str, Any]],
@@ -148,6 +189,9 @@ def pod_body(
     mounts = [{"name": f"{CONFIG_VOLUME_PREFIX}{kind}",
                "mountPath": f"{names.CONFIG_MOUNT_ROOT}/{kind}/", "readOnly": True}
               for kind in names.CONFIG_KINDS]
+    journal_volumes, journal_mounts = journal_volume(pins.journal)
+    volumes += journal_volumes
+    mounts += journal_mounts
     env = environment(slot=slot, attempt=attempt, pins=pins)
     ours = {v["name"] for v in volumes}
     spec["volumes"] = [v for v in spec.get("volumes") or [] if v.get("name") not in ours] + volumes
