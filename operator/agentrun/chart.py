@@ -59,6 +59,24 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
         '{{- if eq .Values.logLevel "debug" }}',
         f"{indent}- --verbose",
         "{{- end }}"],
+    # `- __HELM_ARGS_JOURNAL__` -> the --journal-* flags when journal.endpoint and bucket
+    # are set; one without the other (or a secretName without both) fails the render.
+    "ARGS_JOURNAL": lambda indent, lead: [
+        "{{- with .Values.journal }}",
+        "{{- if or .endpoint .bucket .secretName }}",
+        "{{- if not (and .endpoint .bucket) }}",
+        '{{- fail "journal.endpoint and journal.bucket go together: set both (the journal '
+        'store) or neither (runs get no journal)" }}',
+        "{{- end }}",
+        *[line for flag, key in (("endpoint", "endpoint"), ("bucket", "bucket"),
+                                 ("prefix", "prefix"), ("region", "region"))
+          for line in (f"{indent}- --journal-{flag}", f"{indent}- {{{{ .{key} | quote }}}}")],
+        "{{- if .secretName }}",
+        f"{indent}- --journal-secret",
+        f"{indent}- {{{{ .secretName | quote }}}}",
+        "{{- end }}",
+        "{{- end }}",
+        "{{- end }}"],
 }
 SENTINEL = re.compile(r"__HELM_([A-Z_]+?)__")
 BLOCK_LINE = re.compile(r"^(?P<indent> *)(?P<lead>- |[\w.-]+: )__HELM_(?P<name>[A-Z_]+?)__$")
@@ -105,7 +123,8 @@ def without_namespaces(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def deployment() -> list[dict[str, Any]]:
     """``manifests.deployment`` (ServiceAccount and Deployment), values-dependent fields as
-    sentinels: image, pull policy, metrics port, resources, watched namespaces, log level."""
+    sentinels: image, pull policy, metrics port, resources, watched namespaces, log level,
+    the journal store."""
     documents = copy.deepcopy(without_namespaces(manifests.deployment(image=sentinel("IMAGE"))))
     (found,) = [d for d in documents if d["kind"] == "Deployment"]
     (container,) = found["spec"]["template"]["spec"]["containers"]
@@ -113,6 +132,7 @@ def deployment() -> list[dict[str, Any]]:
     args: list[str] = container["args"]
     args[args.index(str(manifests.METRICS_PORT))] = sentinel("PORT_ARG")
     args.append(sentinel("ARGS_EXTRA"))
+    args.append(sentinel("ARGS_JOURNAL"))
     (port,) = container["ports"]
     port["containerPort"] = sentinel("PORT")
     container["resources"] = sentinel("RESOURCES")

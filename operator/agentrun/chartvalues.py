@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from agentrun import manifests
+from agentrun.api import runs
 
 REPOSITORY, TAG = manifests.IMAGE.rsplit(":", 1)
 PULL_POLICIES = ["Always", "IfNotPresent", "Never"]
@@ -35,6 +36,8 @@ def defaults() -> dict[str, Any]:
         "logLevel": "info",
         "resources": manifests.RESOURCES,
         "metrics": {"port": manifests.METRICS_PORT, "service": {"enabled": True}},
+        "journal": {"endpoint": "", "bucket": "", "prefix": runs.JOURNAL_BASE_PREFIX,
+                    "region": runs.JOURNAL_REGION, "secretName": ""},
     }
 
 
@@ -57,6 +60,18 @@ COMMENTS = {
     "metrics.port": "Container port of /metrics, /healthz and /readyz (1-65535).",
     "metrics.service": "A ClusterIP Service agentrun-operator-metrics in front of that port.",
     "metrics.service.enabled": "false: no Service (scrape the pod directly).",
+    "journal": "The S3-compatible store where slots keep their journals (the operator's "
+               "--journal-* flags). Each run launched pins it, so a change here reaches new "
+               "runs only. endpoint and bucket: both or neither (neither: runs get no journal).",
+    "journal.endpoint": "The S3 API's URL, http:// or https://, host and optional port only "
+                        "(such as http://minio.storage:9000); \"\": none.",
+    "journal.bucket": "The bucket holding every run's journal (S3's bucket naming rules).",
+    "journal.prefix": "Where in the bucket; each run's journal goes under "
+                      "<prefix>/<namespace>/<run uid> (\"\": at the bucket's root).",
+    "journal.region": "The store's region (most S3-compatible stores accept any).",
+    "journal.secretName": "A Secret, in each run's namespace, with the keys accessKeyId and "
+                          "secretAccessKey, mounted into the run's workers; \"\": none "
+                          "(unsigned requests).",
 }
 
 
@@ -98,6 +113,11 @@ def _object(properties: dict[str, Any], *, required: list[str] | None = None) ->
             **({"required": required} if required else {})}
 
 
+def _or_empty(pattern: str, most: int) -> dict[str, Any]:
+    """A string the operator's flag checks with ``pattern``, or "" for "not set"."""
+    return {"type": "string", "maxLength": most, "pattern": f"^$|{pattern}"}
+
+
 def schema() -> dict[str, Any]:
     """The values' JSON schema (draft 7, what Helm validates ``--set`` and files against)."""
     quantities = _object({name: {"type": ["string", "number"], "pattern": QUANTITY,
@@ -124,7 +144,17 @@ def schema() -> dict[str, Any]:
                 "port": {"type": "integer", "minimum": 1, "maximum": 65535},
                 "service": _object({"enabled": {"type": "boolean"}}, required=["enabled"]),
             }, required=["port", "service"]),
-        }, required=["image", "watchNamespaces", "logLevel", "resources", "metrics"]),
+            "journal": _object({
+                "endpoint": _or_empty(runs.JOURNAL_ENDPOINT_PATTERN, runs.JOURNAL_ENDPOINT_CHARS),
+                "bucket": _or_empty(runs.JOURNAL_BUCKET_PATTERN, 63),
+                "prefix": _or_empty(runs.JOURNAL_PREFIX_PATTERN, runs.JOURNAL_BASE_PREFIX_CHARS),
+                "region": {"type": "string", "minLength": 1,
+                           "maxLength": runs.JOURNAL_REGION_CHARS,
+                           "pattern": runs.JOURNAL_REGION_PATTERN},
+                "secretName": _or_empty(runs.CONFIG_NAME_PATTERN, runs.JOURNAL_SECRET_CHARS),
+            }, required=["endpoint", "bucket", "prefix", "region", "secretName"]),
+        }, required=["image", "watchNamespaces", "logLevel", "resources", "metrics",
+                     "journal"]),
     }
 
 

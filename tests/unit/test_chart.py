@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from agentrun import chart, chartvalues, manifests
+from agentrun import chart, chartvalues, cli, manifests
 from agentrun.api import crds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,3 +60,36 @@ def test_values_defaults_are_the_manifests_and_fit_the_schema() -> None:
     assert schema["additionalProperties"] is False
     assert set(schema["required"]) == set(values)
     assert set(schema["properties"]) == set(values)
+
+
+def test_the_journal_values_become_the_operators_journal_flags() -> None:
+    """Every flag the template can pass is the CLI's, and the defaults parse there."""
+    text = chart.template(chart.deployment())
+    flags = set(re.findall(r"- (--journal-[a-z]+)$", text, flags=re.MULTILINE))
+    assert flags == {f"--journal-{name}" for name in cli.JOURNAL_FLAGS}
+    assert 'fail "journal.endpoint and journal.bucket go together' in text
+    journal = chartvalues.defaults()["journal"]
+    assert (journal["endpoint"], journal["bucket"], journal["secretName"]) == ("", "", "")
+    args = cli.parse(["run", "--journal-endpoint", "http://minio:9000", "--journal-bucket",
+                      "journals", "--journal-prefix", journal["prefix"],
+                      "--journal-region", journal["region"]])
+    assert args.journal is not None and args.journal.prefix == journal["prefix"]
+
+
+@pytest.mark.parametrize(("key", "good", "bad"), [
+    ("endpoint", ["", "http://minio.storage:9000"], ["http://minio/", "minio:9000"]),
+    ("bucket", ["", "journals"], ["Journals", "ab"]),
+    ("prefix", ["", "a/b"], ["/a", "a/../b", "p" * 412]),
+    ("region", ["us-east-1"], ["", "r" * 65]),
+    ("secretName", ["", "journal-keys"], ["Keys", "k" * 254]),
+])
+def test_the_journal_schema_bounds_what_the_flags_check(key: str, good: list[str],
+                                                        bad: list[str]) -> None:
+    node = chartvalues.schema()["properties"]["journal"]["properties"][key]
+
+    def fits(value: str) -> bool:
+        return (len(value) <= node["maxLength"] and len(value) >= node.get("minLength", 0)
+                and re.search(node["pattern"], value) is not None)
+
+    assert all(fits(value) for value in good), key
+    assert not any(fits(value) for value in bad), key
