@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.cluster import nodehost
+from tests.support.cluster import nodehost, store
 from tests.support.cluster.images import PROJECT_DEV_REF, pause_image, project_image
 from tests.support.cluster.localcluster import NODE_NAME, USERS, LocalCluster, build
 from tests.support.cluster.nodeconfig import (
@@ -258,8 +258,14 @@ class LocalNode:
 
 
 @contextlib.contextmanager
-def running(workdir: Path, *, node: bool = True) -> Iterator[tuple[LocalCluster, LocalNode | None]]:
-    """The control plane and (``node``) a node: the node's lock held, the host cleaned."""
+def running(workdir: Path, *, node: bool = True,
+            with_store: bool = False) -> Iterator[tuple[LocalCluster, LocalNode | None]]:
+    """The control plane and (``node``) a node: the node's lock held, the host cleaned.
+
+    ``with_store`` (with a node only): the object store too (:mod:`store`), answering and
+    its bucket made before this yields. Off by default: benchmarks and fault scenarios
+    measure the cluster without it.
+    """
     if not node:
         alone = LocalCluster(workdir=workdir, binary=build())
         try:
@@ -286,6 +292,11 @@ def running(workdir: Path, *, node: bool = True) -> Iterator[tuple[LocalCluster,
         cluster.start()
         local_node = LocalNode(cluster=cluster, network=network, containerd=containerd)
         local_node.start()
+        if with_store:
+            seconds = store.start(cluster, local_node)
+            print(f"localnode: object store ready at {store.STORE_ENDPOINT} "
+                  f"(bucket {store.BUCKET}) in {seconds:.1f}s",
+                  file=sys.stderr, flush=True)
         yield cluster, local_node
     finally:
         if local_node is not None:
@@ -327,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     started = time.monotonic()
     workdir: Path = args.dir.resolve()
-    with running(workdir, node=not args.no_node) as (cluster, node), \
+    with running(workdir, node=not args.no_node, with_store=True) as (cluster, node), \
             contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: stop, cleanly
         what = f"node {NODE_NAME} at {node.network.node_ip}" if node else "no node"
         image = node.load_project_image() if node else None
@@ -337,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {workdir / 'bin' / 'kubectl'} get nodes,namespaces")
         if image:
             print(f"  worker image {PROJECT_DEV_REF} = {image} (the examples run it)")
+        if node:
+            print(f"  object store (S3, anonymous) {store.STORE_ENDPOINT}, bucket {store.BUCKET}"
+                  " (pods and this host alike)")
         print("  Ctrl-C stops the control plane" + (" and the node." if node else "."),
               flush=True)
         processes = cluster.processes + (node.processes if node else [])
