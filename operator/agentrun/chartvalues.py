@@ -19,6 +19,7 @@ import yaml
 from agentrun import manifests
 
 REPOSITORY, TAG = manifests.IMAGE.rsplit(":", 1)
+STORE_REPOSITORY, STORE_TAG = manifests.STORE_IMAGE.rsplit(":", 1)
 PULL_POLICIES = ["Always", "IfNotPresent", "Never"]
 LOG_LEVELS = ["info", "debug"]
 MAX_NAMESPACES = 100
@@ -35,6 +36,10 @@ def defaults() -> dict[str, Any]:
         "logLevel": "info",
         "resources": manifests.RESOURCES,
         "metrics": {"port": manifests.METRICS_PORT, "service": {"enabled": True}},
+        "store": {"enabled": True,
+                  "image": {"repository": STORE_REPOSITORY, "tag": STORE_TAG,
+                            "pullPolicy": manifests.PULL_POLICY},
+                  "storageClassName": "", "size": manifests.STORE_SIZE},
     }
 
 
@@ -57,6 +62,18 @@ COMMENTS = {
     "metrics.port": "Container port of /metrics, /healthz and /readyz (1-65535).",
     "metrics.service": "A ClusterIP Service agentrun-operator-metrics in front of that port.",
     "metrics.service.enabled": "false: no Service (scrape the pod directly).",
+    "store": "The bundled S3-compatible object store (SeaweedFS) the slots' journals live "
+             f"in: a Deployment, a Service {manifests.STORE} (port {manifests.STORE_PORT}) and "
+             "a PersistentVolumeClaim of the same name. It accepts anonymous requests (no "
+             "identities configured yet): anything that reaches the Service may read and "
+             "write.",
+    "store.enabled": "false: none (bring your own S3 store).",
+    "store.image": "The store's image: the static weed binary, run as uid 65532.",
+    "store.image.repository": "Registry and repository, without the tag.",
+    "store.image.tag": "The image tag (the SeaweedFS version).",
+    "store.image.pullPolicy": f"One of {', '.join(PULL_POLICIES)}.",
+    "store.storageClassName": "The claim's StorageClass; empty: the cluster's default class.",
+    "store.size": "The claim's size (a Kubernetes quantity).",
 }
 
 
@@ -98,6 +115,17 @@ def _object(properties: dict[str, Any], *, required: list[str] | None = None) ->
             **({"required": required} if required else {})}
 
 
+def _image() -> dict[str, Any]:
+    """An image's repository, tag and pull policy (the operator's and the store's)."""
+    return _object({
+        "repository": {"type": "string", "minLength": 1, "maxLength": 255,
+                       "pattern": r"^[a-z0-9]([a-z0-9._:/-]*[a-z0-9])?$"},
+        "tag": {"type": "string", "minLength": 1, "maxLength": 128,
+                "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"},
+        "pullPolicy": {"type": "string", "enum": PULL_POLICIES},
+    }, required=["repository", "tag", "pullPolicy"])
+
+
 def schema() -> dict[str, Any]:
     """The values' JSON schema (draft 7, what Helm validates ``--set`` and files against)."""
     quantities = _object({name: {"type": ["string", "number"], "pattern": QUANTITY,
@@ -106,13 +134,7 @@ def schema() -> dict[str, Any]:
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "agentrun-operator values",
         **_object({
-            "image": _object({
-                "repository": {"type": "string", "minLength": 1, "maxLength": 255,
-                               "pattern": r"^[a-z0-9]([a-z0-9._:/-]*[a-z0-9])?$"},
-                "tag": {"type": "string", "minLength": 1, "maxLength": 128,
-                        "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"},
-                "pullPolicy": {"type": "string", "enum": PULL_POLICIES},
-            }, required=["repository", "tag", "pullPolicy"]),
+            "image": _image(),
             "watchNamespaces": {"type": "array", "maxItems": MAX_NAMESPACES,
                                 "uniqueItems": True,
                                 "items": {"type": "string", "minLength": 1, "maxLength": 63,
@@ -124,7 +146,14 @@ def schema() -> dict[str, Any]:
                 "port": {"type": "integer", "minimum": 1, "maximum": 65535},
                 "service": _object({"enabled": {"type": "boolean"}}, required=["enabled"]),
             }, required=["port", "service"]),
-        }, required=["image", "watchNamespaces", "logLevel", "resources", "metrics"]),
+            "store": _object({
+                "enabled": {"type": "boolean"},
+                "image": _image(),
+                "storageClassName": {"type": "string", "maxLength": 253,
+                                     "pattern": r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$"},
+                "size": {"type": "string", "pattern": QUANTITY, "maxLength": 32},
+            }, required=["enabled", "image", "storageClassName", "size"]),
+        }, required=["image", "watchNamespaces", "logLevel", "resources", "metrics", "store"]),
     }
 
 
