@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,7 +116,10 @@ class LocalNode:
     def binaries(self) -> list[Path]:
         return [self.cluster.binary, *(self.containerd / p for p in CONTAINERD_PROGRAMS)]
 
-    def start(self, *, timeout: float = 120.0) -> None:
+    def start(self, *, timeout: float = 120.0, preload: Sequence[Path] = ()) -> None:
+        """Start the node's programs; ``preload``: image archives imported before the kubelet
+        starts, for pods created before the node is Ready (``imagePullPolicy: Never``
+        fails a pod whose image is not there yet)."""
         self.confdir.mkdir(parents=True, exist_ok=True)
         pause = pause_image()
         self._write_configs(sandbox_image=pause.ref)
@@ -124,7 +127,8 @@ class LocalNode:
                                    "--config", str(self.confdir / "containerd.toml")])
         deadline = time.monotonic() + timeout
         self._wait(lambda: self.ctr("version").returncode == 0, "containerd", deadline)
-        self.load_image(pause.path)
+        for archive in (pause.path, *preload):
+            self.load_image(archive)
         self.cluster_kubectl("create", "clusterrolebinding", "kube-apiserver-kubelet-client",
                              "--clusterrole=system:kubelet-api-admin",
                              "--user=kube-apiserver-kubelet-client")
@@ -290,12 +294,14 @@ def running(workdir: Path, *, node: bool = True,
         cluster = LocalCluster(workdir=workdir, binary=binary, node_ip=network.node_ip,
                                node_subnet=str(network.subnet))
         cluster.start()
+        # The store's objects before the node: its pod starts as soon as the node is Ready.
+        preload = [store.prepare(cluster).path] if with_store else []
         local_node = LocalNode(cluster=cluster, network=network, containerd=containerd)
-        local_node.start()
+        local_node.start(preload=preload)
         if with_store:
-            seconds = store.start(cluster, local_node)
+            seconds = store.wait_ready()
             print(f"localnode: object store ready at {store.STORE_ENDPOINT} "
-                  f"(bucket {store.BUCKET}) in {seconds:.1f}s",
+                  f"(bucket {store.BUCKET}) {seconds:.1f}s after the node",
                   file=sys.stderr, flush=True)
         yield cluster, local_node
     finally:

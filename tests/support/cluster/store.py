@@ -37,17 +37,15 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from agentrun import manifests
 from tests.support.cluster.images import seaweedfs_image
+from tests.support.cluster.imagestore import ImageArchive
 from tests.support.cluster.localcluster import NODE_NAME, LocalCluster
 from tests.support.cluster.nodehost import SERVICE_RANGE
-
-if TYPE_CHECKING:  # localnode starts the store: it imports this module
-    from tests.support.cluster.localnode import LocalNode
 
 STORE_CLUSTER_IP = str(SERVICE_RANGE.network_address + 83)  # 10.96.0.83
 STORE_ENDPOINT = f"http://{STORE_CLUSTER_IP}:{manifests.STORE_PORT}"
@@ -106,13 +104,14 @@ def objects(*, image: str, path: Path) -> list[dict[str, Any]]:
                              cluster_ip=STORE_CLUSTER_IP)]
 
 
-def deploy(cluster: LocalCluster, node: LocalNode) -> None:
-    """Build (or find) and load the image, make an empty data directory, apply the store.
+def prepare(cluster: LocalCluster) -> ImageArchive:
+    """Build (or find) the image, make an empty data directory, apply the store; the image
+    archive, for the node to import before its kubelet starts (``LocalNode.start``).
 
-    Returns at once: the pod starts meanwhile; :func:`wait_ready` waits for it.
+    Before the node, so that the store's pod starts as soon as the node is Ready; then
+    :func:`wait_ready` waits for it.
     """
     archive = seaweedfs_image()
-    node.load_image(archive.path)
     path = data_dir(cluster)
     shutil.rmtree(path, ignore_errors=True)  # a new cluster, a new store
     path.mkdir(mode=0o700, parents=True)
@@ -122,6 +121,7 @@ def deploy(cluster: LocalCluster, node: LocalNode) -> None:
                                   objects(image=archive.ref, path=path)))
     if applied.returncode != 0:
         raise RuntimeError(f"applying the store failed: {applied.stderr.strip()}")
+    return archive
 
 
 def answers(endpoint: str, *, timeout: float = 5.0) -> bool:
@@ -178,10 +178,3 @@ def wait_ready(*, timeout: float = READY_TIMEOUT) -> float:
         raise RuntimeError(f"bucket {manifests.STORE_BUCKET} missing after CreateBucket")
     return time.monotonic() - started
 
-
-def start(cluster: LocalCluster, node: LocalNode, *, timeout: float = READY_TIMEOUT) -> float:
-    """:func:`deploy`, then :func:`wait_ready`: the seconds from the first to ready."""
-    started = time.monotonic()
-    deploy(cluster, node)
-    wait_ready(timeout=max(1.0, started + timeout - time.monotonic()))
-    return time.monotonic() - started
