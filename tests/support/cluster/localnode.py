@@ -300,8 +300,10 @@ def running(workdir: Path, *, node: bool = True,
         local_node.start(preload=preload)
         if with_store:
             seconds = store.wait_ready()
-            print(f"localnode: object store ready at {store.STORE_ENDPOINT} "
-                  f"(bucket {store.BUCKET}) {seconds:.1f}s after the node",
+            # Not "ready at": the line `up` prints once all is ready says that (and
+            # tests/integration/node/test_teardown.py waits for those words).
+            print(f"localnode: object store answering, bucket {store.BUCKET} made, "
+                  f"{seconds:.1f}s after the node ({store.STORE_ENDPOINT})",
                   file=sys.stderr, flush=True)
         yield cluster, local_node
     finally:
