@@ -20,9 +20,13 @@ What the local cluster adds to those objects, and why:
   once the store answers (an S3 CreateBucket; "already yours" counts as done).
 
 A host process (a test, the operator run on the host) reaches the store at the same
-ClusterIP: kube-proxy's ``nat OUTPUT`` rules translate a local connection to the Service
-too, and masquerade it to the node IP (its source is outside the cluster CIDR), so the
-pod's reply comes back over the bridge. :func:`host_endpoint` says so in code.
+ClusterIP: kube-proxy's ``nat OUTPUT`` rules translate a local connection to a Service
+too, and the host routes the Service range over the bridge from the node IP
+(``nodehost.setup_network``), so the pod's reply is addressed to the node IP, which our
+INPUT chain lets in from the bridge. (By the default route the connection left from the
+outward address; kube-proxy masqueraded it, and the reply, translated back to that
+address, was dropped: measured, the host timed out while pods were answered.)
+:func:`host_endpoint` says so in code.
 
 No identities are configured: SeaweedFS accepts anonymous requests (see
 ``agentrun.manifests.STORE_ARGS``); kept so for now on this machine-local cluster.
@@ -62,8 +66,8 @@ def store_endpoint() -> str:
 
 
 def host_endpoint() -> str:
-    """The S3 API's URL for a process on this host: the same ClusterIP (measured: kube-proxy
-    translates and masquerades the host's own connections to Services)."""
+    """The S3 API's URL for a process on this host: the same ClusterIP (the host routes
+    the Service range over the node bridge; see the module's docstring)."""
     return STORE_ENDPOINT
 
 
