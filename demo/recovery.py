@@ -236,8 +236,9 @@ def play(cluster: Cluster, node: Any, *, image: str, owner_url: str | None,
 
 
 def up(workdir: Path, *, started: float) -> int:
-    """``--up``: the control plane and its node in ``workdir`` for the demo's length."""
-    with running(workdir) as (local, node):
+    """``--up``: the control plane and its node (and the object store on it, where the
+    journals will live) in ``workdir`` for the demo's length."""
+    with running(workdir, with_store=True) as (local, node):
         assert node is not None
         image = node.load_project_image()
         cluster = Cluster(kubeconfig=local.kubeconfig, kind="local", has_kubelet=True,

@@ -11,8 +11,9 @@ Which cluster, in this order:
    pytest-kind (the only choice with a kubelet, so tests marked ``kubelet`` run).
 3. Otherwise: the local control plane of ``tests/support/cluster/localcluster.py`` and its
    node (``tests/support/cluster/localnode.py``: kubelet, containerd, kube-proxy), built from
-   source, started once per session and stopped at its end; with
-   ``AGENTRUN_TEST_NO_KUBELET=1``, the control plane alone.
+   source, started once per session and stopped at its end, with the object store on the
+   node (``tests/support/cluster/store.py``); with ``AGENTRUN_TEST_NO_KUBELET=1``, the
+   control plane alone.
 
 Tests marked ``kubelet`` need real pods: without a Ready node they FAIL, with the
 reason, unless ``AGENTRUN_TEST_NO_KUBELET=1`` opts out (then they skip). CI never sets
@@ -96,7 +97,8 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     with contextlib.ExitStack() as stack:
         reason = "AGENTRUN_TEST_NO_KUBELET=1" if NO_KUBELET else ""
         try:
-            local, node = stack.enter_context(running(workdir, node=not NO_KUBELET))
+            local, node = stack.enter_context(running(workdir, node=not NO_KUBELET,
+                                                      with_store=True))
         except NodeUnavailable as why:  # e.g. another session's node: the rest still runs
             reason = str(why)
             local, node = stack.enter_context(running(workdir, node=False))

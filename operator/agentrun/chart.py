@@ -1,9 +1,10 @@
 """The Helm chart ``charts/agentrun-operator``, generated from :mod:`agentrun.manifests`.
 
 One source: the chart's RBAC, user and worker roles, admission policies, ServiceAccount,
-Deployment and metrics Service are the very objects ``agentrun.manifests`` builds for
-``manifests/``, dumped to YAML the same way. Where a field depends on the release's values
-it is first set to a *sentinel* (``__HELM_NAME__``, a string no manifest holds), and after
+Deployment, metrics Service and bundled object store are the very objects
+``agentrun.manifests`` builds for ``manifests/``, dumped to YAML the same way. Where a
+field depends on the release's values it is first set to a *sentinel* (``__HELM_NAME__``,
+a string no manifest holds), and after
 ``yaml.safe_dump`` the sentinel is replaced by a Helm template expression: a *scalar*
 sentinel by an inline expression, a *block* sentinel (alone on its line) by template lines
 at that line's indentation. Any ``{{`` a manifest might hold is escaped first, so Helm
@@ -41,6 +42,10 @@ SCALARS = {
     "PULL_POLICY": "{{ .Values.image.pullPolicy }}",
     "PORT": "{{ .Values.metrics.port }}",
     "PORT_ARG": "{{ .Values.metrics.port | quote }}",
+    "STORE_IMAGE": '{{ printf "%s:%s" .Values.store.image.repository .Values.store.image.tag'
+                   ' | quote }}',
+    "STORE_PULL_POLICY": "{{ .Values.store.image.pullPolicy }}",
+    "STORE_SIZE": "{{ .Values.store.size | quote }}",
 }
 # Whole lines, by sentinel name: called with the sentinel line's indentation (spaces before
 # the key or the list dash) and what stood before the sentinel (``key: `` or ``- ``).
@@ -61,6 +66,7 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
         "{{- end }}"],
     # `- __HELM_ARGS_JOURNAL__` -> the --journal-* flags when journal.endpoint and bucket
     # are set; one without the other (or a secretName without both) fails the render.
+    # Neither set and the bundled store enabled: the bundled store, by its Service's name.
     "ARGS_JOURNAL": lambda indent, lead: [
         "{{- with .Values.journal }}",
         "{{- if or .endpoint .bucket .secretName }}",
@@ -75,7 +81,19 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
         f"{indent}- --journal-secret",
         f"{indent}- {{{{ .secretName | quote }}}}",
         "{{- end }}",
+        "{{- else if $.Values.store.enabled }}",
+        *[line for flag, value in (
+            ("endpoint", f'"{manifests.store_endpoint()}"'),
+            ("bucket", f'"{manifests.STORE_BUCKET}"'),
+            ("prefix", "{{ .prefix | quote }}"), ("region", "{{ .region | quote }}"))
+          for line in (f"{indent}- --journal-{flag}", f"{indent}- {value}")],
         "{{- end }}",
+        "{{- end }}"],
+    # `storageClassName: __HELM_STORE_CLASS__` -> the key only when a class is named (none:
+    # the cluster's default class).
+    "STORE_CLASS": lambda indent, lead: [
+        "{{- with .Values.store.storageClassName }}",
+        f"{indent}{lead}{{{{ . | quote }}}}",
         "{{- end }}"],
 }
 SENTINEL = re.compile(r"__HELM_([A-Z_]+?)__")
@@ -148,6 +166,15 @@ def metrics_service() -> str:
             + "{{- end }}\n")
 
 
+def store() -> str:
+    """``manifests.store`` (claim, Deployment, Service), image, pull policy, class and size
+    from the values, only when enabled."""
+    documents = copy.deepcopy(manifests.store(
+        image=sentinel("STORE_IMAGE"), pull_policy=sentinel("STORE_PULL_POLICY"),
+        storage_class=sentinel("STORE_CLASS"), size=sentinel("STORE_SIZE")))
+    return "{{- if .Values.store.enabled }}\n" + template(documents) + "{{- end }}\n"
+
+
 def rendered(crd_source: Path = crds.DIRECTORY) -> dict[str, str]:
     """Relative path under the chart folder -> file content (the generated files only);
     the CRDs are read from ``crd_source``, the project's ``crds/``."""
@@ -160,6 +187,7 @@ def rendered(crd_source: Path = crds.DIRECTORY) -> dict[str, str]:
         "templates/admission-validating.yaml": template(manifests.validating_policies()),
         "templates/deployment.yaml": template(deployment()),
         "templates/metrics-service.yaml": metrics_service(),
+        "templates/store.yaml": store(),
         "values.yaml": chartvalues.values_yaml(),
         "values.schema.json": chartvalues.schema_json(),
     }

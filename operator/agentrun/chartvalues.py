@@ -20,6 +20,7 @@ from agentrun import manifests
 from agentrun.api import runs
 
 REPOSITORY, TAG = manifests.IMAGE.rsplit(":", 1)
+STORE_REPOSITORY, STORE_TAG = manifests.STORE_IMAGE.rsplit(":", 1)
 PULL_POLICIES = ["Always", "IfNotPresent", "Never"]
 LOG_LEVELS = ["info", "debug"]
 MAX_NAMESPACES = 100
@@ -38,6 +39,10 @@ def defaults() -> dict[str, Any]:
         "metrics": {"port": manifests.METRICS_PORT, "service": {"enabled": True}},
         "journal": {"endpoint": "", "bucket": "", "prefix": runs.JOURNAL_BASE_PREFIX,
                     "region": runs.JOURNAL_REGION, "secretName": ""},
+        "store": {"enabled": True,
+                  "image": {"repository": STORE_REPOSITORY, "tag": STORE_TAG,
+                            "pullPolicy": manifests.PULL_POLICY},
+                  "storageClassName": "", "size": manifests.STORE_SIZE},
     }
 
 
@@ -62,7 +67,8 @@ COMMENTS = {
     "metrics.service.enabled": "false: no Service (scrape the pod directly).",
     "journal": "The S3-compatible store where slots keep their journals (the operator's "
                "--journal-* flags). Each run launched pins it, so a change here reaches new "
-               "runs only. endpoint and bucket: both or neither (neither: runs get no journal).",
+               "runs only. endpoint and bucket: both or neither (neither: the bundled store when "
+               "store.enabled, else runs get no journal).",
     "journal.endpoint": "The S3 API's URL, http:// or https://, host and optional port only "
                         "(such as http://minio.storage:9000); \"\": none.",
     "journal.bucket": "The bucket holding every run's journal (S3's bucket naming rules).",
@@ -72,6 +78,18 @@ COMMENTS = {
     "journal.secretName": "A Secret, in each run's namespace, with the keys accessKeyId and "
                           "secretAccessKey, mounted into the run's workers; \"\": none "
                           "(unsigned requests).",
+    "store": "The bundled S3-compatible object store (SeaweedFS) the slots' journals live "
+             f"in: a Deployment, a Service {manifests.STORE} (port {manifests.STORE_PORT}) and "
+             "a PersistentVolumeClaim of the same name. It accepts anonymous requests (no "
+             "identities configured yet): anything that reaches the Service may read and "
+             "write.",
+    "store.enabled": "false: none (bring your own S3 store).",
+    "store.image": "The store's image: the static weed binary, run as uid 65532.",
+    "store.image.repository": "Registry and repository, without the tag.",
+    "store.image.tag": "The image tag (the SeaweedFS version).",
+    "store.image.pullPolicy": f"One of {', '.join(PULL_POLICIES)}.",
+    "store.storageClassName": "The claim's StorageClass; empty: the cluster's default class.",
+    "store.size": "The claim's size (a Kubernetes quantity).",
 }
 
 
@@ -118,6 +136,17 @@ def _or_empty(pattern: str, most: int) -> dict[str, Any]:
     return {"type": "string", "maxLength": most, "pattern": f"^$|{pattern}"}
 
 
+def _image() -> dict[str, Any]:
+    """An image's repository, tag and pull policy (the operator's and the store's)."""
+    return _object({
+        "repository": {"type": "string", "minLength": 1, "maxLength": 255,
+                       "pattern": r"^[a-z0-9]([a-z0-9._:/-]*[a-z0-9])?$"},
+        "tag": {"type": "string", "minLength": 1, "maxLength": 128,
+                "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"},
+        "pullPolicy": {"type": "string", "enum": PULL_POLICIES},
+    }, required=["repository", "tag", "pullPolicy"])
+
+
 def schema() -> dict[str, Any]:
     """The values' JSON schema (draft 7, what Helm validates ``--set`` and files against)."""
     quantities = _object({name: {"type": ["string", "number"], "pattern": QUANTITY,
@@ -126,13 +155,7 @@ def schema() -> dict[str, Any]:
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "agentrun-operator values",
         **_object({
-            "image": _object({
-                "repository": {"type": "string", "minLength": 1, "maxLength": 255,
-                               "pattern": r"^[a-z0-9]([a-z0-9._:/-]*[a-z0-9])?$"},
-                "tag": {"type": "string", "minLength": 1, "maxLength": 128,
-                        "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"},
-                "pullPolicy": {"type": "string", "enum": PULL_POLICIES},
-            }, required=["repository", "tag", "pullPolicy"]),
+            "image": _image(),
             "watchNamespaces": {"type": "array", "maxItems": MAX_NAMESPACES,
                                 "uniqueItems": True,
                                 "items": {"type": "string", "minLength": 1, "maxLength": 63,
@@ -153,8 +176,15 @@ def schema() -> dict[str, Any]:
                            "pattern": runs.JOURNAL_REGION_PATTERN},
                 "secretName": _or_empty(runs.CONFIG_NAME_PATTERN, runs.JOURNAL_SECRET_CHARS),
             }, required=["endpoint", "bucket", "prefix", "region", "secretName"]),
-        }, required=["image", "watchNamespaces", "logLevel", "resources", "metrics",
-                     "journal"]),
+            "store": _object({
+                "enabled": {"type": "boolean"},
+                "image": _image(),
+                "storageClassName": {"type": "string", "maxLength": 253,
+                                     "pattern": r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$"},
+                "size": {"type": "string", "pattern": QUANTITY, "maxLength": 32},
+            }, required=["enabled", "image", "storageClassName", "size"]),
+        }, required=["image", "watchNamespaces", "logLevel", "resources", "metrics", "journal",
+                     "store"]),
     }
 
 

@@ -52,7 +52,7 @@ def expected_objects() -> list[dict[str, Any]]:
     everything = [*manifests.operator_rbac(), *manifests.user_roles(), *manifests.worker_rbac(),
                   *manifests.mutating_policies(), *manifests.validating_policies(),
                   *manifests.deployment(),
-                  *manifests.metrics_service()]
+                  *manifests.metrics_service(), *manifests.store()]
     return [o for o in everything if o["kind"] != "Namespace"]
 
 
@@ -78,7 +78,8 @@ def test_values_reach_the_deployment_and_the_service() -> None:
                        'watchNamespaces=["team-a","team-*"]', "--set", "logLevel=debug",
                        "--set", "metrics.port=9090", "--set", "metrics.service.enabled=false",
                        "--set", "resources.requests.cpu=200m")
-    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"
+                     and d["metadata"]["name"] == manifests.OPERATOR_ROLE]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "localhost/op:v9"
     assert container["imagePullPolicy"] == "Never"
@@ -86,7 +87,22 @@ def test_values_reach_the_deployment_and_the_service() -> None:
                                  "--namespace", "team-a", "--namespace", "team-*", "--verbose"]
     assert container["ports"][0]["containerPort"] == 9090
     assert container["resources"]["requests"] == {"cpu": "200m", "memory": "128Mi"}
-    assert not any(d["kind"] == "Service" for d in documents)
+    assert manifests.METRICS_SERVICE not in {d["metadata"]["name"] for d in documents
+                                             if d["kind"] == "Service"}
+
+
+def test_store_values_reach_the_store_and_disable_it() -> None:
+    documents = render("--set-string", "store.image.repository=localhost/sw", "--set-string",
+                       "store.image.tag=t1", "--set", "store.image.pullPolicy=Never",
+                       "--set", "store.storageClassName=fast", "--set", "store.size=5Gi")
+    store = {d["kind"]: d for d in documents if d["metadata"]["name"] == manifests.STORE}
+    assert set(store) == {"PersistentVolumeClaim", "Deployment", "Service"}
+    assert store["PersistentVolumeClaim"]["spec"]["storageClassName"] == "fast"
+    assert store["PersistentVolumeClaim"]["spec"]["resources"]["requests"] == {"storage": "5Gi"}
+    (container,) = store["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert (container["image"], container["imagePullPolicy"]) == ("localhost/sw:t1", "Never")
+    assert not [d for d in render("--set", "store.enabled=false")
+                if d["metadata"]["name"] == manifests.STORE]
 
 
 def test_the_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster,

@@ -56,6 +56,9 @@ def test_values_defaults_are_the_manifests_and_fit_the_schema() -> None:
     assert values == chartvalues.defaults()
     assert f"{values['image']['repository']}:{values['image']['tag']}" == manifests.IMAGE
     assert values["resources"] == manifests.RESOURCES
+    store = values["store"]
+    assert f"{store['image']['repository']}:{store['image']['tag']}" == manifests.STORE_IMAGE
+    assert store["enabled"] is True and store["size"] == manifests.STORE_SIZE
     schema = chartvalues.schema()
     assert schema["additionalProperties"] is False
     assert set(schema["required"]) == set(values)

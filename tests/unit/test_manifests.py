@@ -146,3 +146,32 @@ def test_the_user_roles_aggregate_and_never_write_status() -> None:
                     if "slots" in rule["resources"]]
     assert editor_slots == [{"apiGroups": ["agentrun.dev"], "resources": ["slots"],
                              "verbs": ["patch", "update"]}]  # no create, no delete
+
+
+def test_the_store_is_one_locked_down_pod_on_a_claim_behind_its_service() -> None:
+    claim, deployment, service = manifests.store()
+    assert [claim["kind"], deployment["kind"], service["kind"]] == [
+        "PersistentVolumeClaim", "Deployment", "Service"]
+    assert {d["metadata"]["namespace"] for d in (claim, deployment, service)} == {
+        manifests.OPERATOR_NAMESPACE}
+    assert "storageClassName" not in claim["spec"] and "clusterIP" not in service["spec"]
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert f"-s3.port={manifests.STORE_PORT}" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["port"] == manifests.STORE_PORT_NAME
+    assert {"persistentVolumeClaim": {"claimName": claim["metadata"]["name"]},
+            "name": "data"} in pod["volumes"]
+    assert service["spec"]["ports"][0]["port"] == manifests.STORE_PORT
+
+
+def test_the_store_takes_a_class_and_a_fixed_address_when_asked() -> None:
+    claim, _, service = manifests.store(storage_class="", cluster_ip="10.96.0.83")
+    assert claim["spec"]["storageClassName"] == ""
+    assert service["spec"]["clusterIP"] == "10.96.0.83"

@@ -47,8 +47,11 @@ def container(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def chart_objects(release: Release) -> list[tuple[str, str, str]]:
-    """(kind, namespace, name) of every object the chart renders with its defaults."""
-    result = release.helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE)
+    """(kind, namespace, name) of every object the chart renders with its defaults, but
+    for the bundled store: the release has none (the local cluster runs its own, which
+    outlives the release; ``helm.install_args``)."""
+    result = release.helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                          "--set", "store.enabled=false")
     assert result.returncode == 0, result.stderr
     return [(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
             for d in yaml.safe_load_all(result.stdout) if d]

@@ -91,13 +91,15 @@ def install_args(*, image: str, namespaces: list[str],
 
     ``image`` is ``repository:tag`` (a registry port before the last ``/`` is not a tag),
     loaded into the node, so ``pullPolicy: Never``; ``namespaces`` the watched ones;
-    ``extra`` more ``--set key=value`` pairs (e.g. ``{"logLevel": "debug"}``).
+    ``extra`` more ``--set key=value`` pairs (e.g. ``{"logLevel": "debug"}``). No bundled
+    store: the local cluster runs its own (tests/support/cluster/store.py), whose objects
+    a release's would collide with.
     """
     repository, _, tag = image.rpartition(":")
     if not repository or "/" in tag:
         raise ValueError(f"image {image!r} must be repository:tag")
     sets = {"image.repository": repository, "image.tag": tag, "image.pullPolicy": "Never",
-            **(extra or {})}
+            "store.enabled": "false", **(extra or {})}
     return ["upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE,
             "--create-namespace", "--wait", "--timeout", TIMEOUT,
             *(arg for key, value in sets.items() for arg in ("--set-string" if key in {

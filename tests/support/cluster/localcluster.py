@@ -64,13 +64,16 @@ CONTROLLERS = [
     "resourcequota-controller",
 ]
 # What a node needs: the not-ready taint cleared, Service endpoints, eviction of pods
-# from a lost node, pods of deleted nodes collected, and the node's podCIDR.
+# from a lost node, pods of deleted nodes collected, the node's podCIDR, and claims bound
+# to volumes (the object store's, tests/support/cluster/store.py: a pod runs only once
+# its claim is Bound).
 NODE_CONTROLLERS = [
     "node-lifecycle-controller",
     "endpointslice-controller",
     "taint-eviction-controller",
     "pod-garbage-collector-controller",
     "node-ipam-controller",
+    "persistentvolume-binder-controller",
 ]
 NODE_NAME = "agentrun-node"
 ADMISSION_PLUGINS = [
@@ -223,12 +226,13 @@ class LocalCluster:
             shutil.rmtree(self.etcd_dir, ignore_errors=True)
             self.etcd_dir = None
 
-    def kubectl(self, *args: str, context: str = "admin") -> subprocess.CompletedProcess[str]:
+    def kubectl(self, *args: str, context: str = "admin",
+                input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run the cluster's own kubectl (the same version as the server)."""
         return subprocess.run(
             [str(self.workdir / "bin" / "kubectl"), "--kubeconfig", str(self.kubeconfig),
              "--context", context, *args],
-            capture_output=True, text=True, check=False,
+            input=input, capture_output=True, text=True, check=False,
         )
 
     def _write_tokens(self) -> None:

@@ -29,13 +29,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from tests.support.cluster import nodehost
+from tests.support.cluster import nodehost, store
 from tests.support.cluster.images import PROJECT_DEV_REF, pause_image, project_image
 from tests.support.cluster.localcluster import NODE_NAME, USERS, LocalCluster, build
 from tests.support.cluster.nodeconfig import (
@@ -116,7 +116,10 @@ class LocalNode:
     def binaries(self) -> list[Path]:
         return [self.cluster.binary, *(self.containerd / p for p in CONTAINERD_PROGRAMS)]
 
-    def start(self, *, timeout: float = 120.0) -> None:
+    def start(self, *, timeout: float = 120.0, preload: Sequence[Path] = ()) -> None:
+        """Start the node's programs; ``preload``: image archives imported before the kubelet
+        starts, for pods created before the node is Ready (``imagePullPolicy: Never``
+        fails a pod whose image is not there yet)."""
         self.confdir.mkdir(parents=True, exist_ok=True)
         pause = pause_image()
         self._write_configs(sandbox_image=pause.ref)
@@ -124,7 +127,8 @@ class LocalNode:
                                    "--config", str(self.confdir / "containerd.toml")])
         deadline = time.monotonic() + timeout
         self._wait(lambda: self.ctr("version").returncode == 0, "containerd", deadline)
-        self.load_image(pause.path)
+        for archive in (pause.path, *preload):
+            self.load_image(archive)
         self.cluster_kubectl("create", "clusterrolebinding", "kube-apiserver-kubelet-client",
                              "--clusterrole=system:kubelet-api-admin",
                              "--user=kube-apiserver-kubelet-client")
@@ -258,8 +262,14 @@ class LocalNode:
 
 
 @contextlib.contextmanager
-def running(workdir: Path, *, node: bool = True) -> Iterator[tuple[LocalCluster, LocalNode | None]]:
-    """The control plane and (``node``) a node: the node's lock held, the host cleaned."""
+def running(workdir: Path, *, node: bool = True,
+            with_store: bool = False) -> Iterator[tuple[LocalCluster, LocalNode | None]]:
+    """The control plane and (``node``) a node: the node's lock held, the host cleaned.
+
+    ``with_store`` (with a node only): the object store too (:mod:`store`), answering and
+    its bucket made before this yields. Off by default: benchmarks and fault scenarios
+    measure the cluster without it.
+    """
     if not node:
         alone = LocalCluster(workdir=workdir, binary=build())
         try:
@@ -284,8 +294,17 @@ def running(workdir: Path, *, node: bool = True) -> Iterator[tuple[LocalCluster,
         cluster = LocalCluster(workdir=workdir, binary=binary, node_ip=network.node_ip,
                                node_subnet=str(network.subnet))
         cluster.start()
+        # The store's objects before the node: its pod starts as soon as the node is Ready.
+        preload = [store.prepare(cluster).path] if with_store else []
         local_node = LocalNode(cluster=cluster, network=network, containerd=containerd)
-        local_node.start()
+        local_node.start(preload=preload)
+        if with_store:
+            seconds = store.wait_ready()
+            # Not "ready at": the line `up` prints once all is ready says that (and
+            # tests/integration/node/test_teardown.py waits for those words).
+            print(f"localnode: object store answering, bucket {store.BUCKET} made, "
+                  f"{seconds:.1f}s after the node ({store.STORE_ENDPOINT})",
+                  file=sys.stderr, flush=True)
         yield cluster, local_node
     finally:
         if local_node is not None:
@@ -327,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     started = time.monotonic()
     workdir: Path = args.dir.resolve()
-    with running(workdir, node=not args.no_node) as (cluster, node), \
+    with running(workdir, node=not args.no_node, with_store=True) as (cluster, node), \
             contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: stop, cleanly
         what = f"node {NODE_NAME} at {node.network.node_ip}" if node else "no node"
         image = node.load_project_image() if node else None
@@ -337,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {workdir / 'bin' / 'kubectl'} get nodes,namespaces")
         if image:
             print(f"  worker image {PROJECT_DEV_REF} = {image} (the examples run it)")
+        if node:
+            print(f"  object store (S3, anonymous) {store.STORE_ENDPOINT}, bucket {store.BUCKET}"
+                  " (pods and this host alike)")
         print("  Ctrl-C stops the control plane" + (" and the node." if node else "."),
               flush=True)
         processes = cluster.processes + (node.processes if node else [])

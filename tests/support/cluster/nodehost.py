@@ -160,6 +160,14 @@ def setup_network(network: Network) -> None:
         _run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True)
     _run(["ip", "addr", "replace", f"{network.node_ip}/24", "dev", BRIDGE], check=True)
     _run(["ip", "link", "set", BRIDGE, "up"], check=True)
+    # This host's own connections to a Service leave from the node IP, as the pods'
+    # replies must come back to it: by the default route they would leave from the
+    # outward address, kube-proxy would masquerade them to the node IP, and the reply,
+    # un-masqueraded to that outward address on its way in over the bridge, would meet
+    # the INPUT rule below (from the bridge, only to the node IP) and be dropped. The
+    # route goes with the bridge.
+    _run(["ip", "route", "replace", str(SERVICE_RANGE), "dev", BRIDGE, "src", network.node_ip],
+         check=True)
     subnet = str(network.subnet)
     rules = {
         "FORWARD": [["-i", BRIDGE, "!", "-o", BRIDGE, "-j", "DROP"],

@@ -164,12 +164,14 @@ def stop_parts() -> None:
 
 @contextlib.contextmanager
 def shared_cluster(workdir: Path) -> Iterator[Path]:
-    """Start the control plane and node, prepare them, describe them in a file: its path."""
+    """Start the control plane and node (and the object store on it), prepare them,
+    describe them in a file: its path."""
     no_kubelet = os.environ.get("AGENTRUN_TEST_NO_KUBELET") == "1"
     reason = "AGENTRUN_TEST_NO_KUBELET=1" if no_kubelet else ""
     with contextlib.ExitStack() as stack:
         try:
-            local, node = stack.enter_context(running(workdir / "cluster", node=not no_kubelet))
+            local, node = stack.enter_context(running(workdir / "cluster", node=not no_kubelet,
+                                                      with_store=True))
         except NodeUnavailable as why:  # as the session fixture: the rest still runs
             reason = str(why)
             local, node = stack.enter_context(running(workdir / "cluster", node=False))

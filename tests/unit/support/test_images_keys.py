@@ -64,3 +64,9 @@ def test_pruning_keeps_the_most_recently_used_archives(
     assert sorted(p.name for p in root.glob("thing-*")) == sorted(
         p.name for p in [archives[0], *archives[3:]])
     assert other.exists()  # another image's archives are not its to prune
+
+
+def test_the_store_image_uses_the_test_extras_seaweedfs_pin() -> None:
+    pinned = images.seaweedfs_requirement()
+    assert pinned.startswith(f"{images.SEAWEEDFS_PROJECT}==")
+    assert pinned.split("==", 1)[1].count(".") >= 1  # an exact version, never a range
