@@ -3,8 +3,8 @@
 An attempt's Lease (labelled ``agentrun.dev/attempt``; no other Lease is matched) is the
 operator's record. Its worker, authenticated by a token bound to its Pod (the API server
 puts the pod's name in ``request.userInfo.extra['authentication.kubernetes.io/pod-name']``),
-may change ``spec.renewTime`` and add durable records, and only while
-the Lease names that pod as its holder and is not tombstoned (holder cleared, or an
+may change ``spec.renewTime``, add durable records and advance its journal's head, and
+only while the Lease names that pod as its holder and is not tombstoned (holder cleared, or an
 outcome recorded).
 
 A name is not a pod: an editor of the namespace may delete the attempt's pod and run one
@@ -53,6 +53,8 @@ KEPT_SPEC = ("holderIdentity", "leaseDurationSeconds", "acquireTime", "leaseTran
 KEPT_METADATA = ("labels", "ownerReferences", "finalizers")
 PREFIX = bounds.RECORD_ANNOTATION_PREFIX
 RECORDS_CHANGED = "changing or removing a committed record"
+HEAD = names.JOURNAL_HEAD_ANNOTATION
+HEAD_SHAPE = "^[0-9]{10}-[0-9a-f]{64}$"
 
 
 def _attempt(side: str) -> str:
@@ -130,12 +132,30 @@ def binding_checks() -> list[Object]:
     ]
 
 
+def head_checks() -> list[Object]:
+    """The journal head (:data:`HEAD`, ``<10-digit seq>-<sha256>``) a holder advances: well
+    formed, and only forward (the fixed width makes a string comparison a numeric one), so
+    a commit point once passed is never taken back; the tombstone check above stops it
+    moving after the attempt ended."""
+    new, old = f"variables.new[?'{HEAD}']", f"variables.old[?'{HEAD}']"
+    return [
+        validation(f"request.operation != 'UPDATE' || !{new}.hasValue() || "
+                   f"{new}.value().matches('{HEAD_SHAPE}')",
+                   f"{HEAD} is <seq, 10 digits>-<sha256 of the commit's node> (write it "
+                   "with the worker SDK, agentrun.worker)"),
+        validation(f"request.operation != 'UPDATE' || !{old}.hasValue() || "
+                   f"({new}.hasValue() && {new}.value() >= {old}.value())",
+                   f"{HEAD} only moves forward: a journal's commit is never taken back, and "
+                   "the head is never removed"),
+    ]
+
+
 def record_checks() -> list[Object]:
     """What a holder's added records must be (see the module docstring)."""
     new, old = "variables.new", "variables.old"
-    kept = (f"{new}.filter(k, !k.startsWith('{PREFIX}') && k != '{HOLDER_UID}').all(k, "
-            f"k in {old} && {old}[k] == {new}[k]) && "
-            f"{old}.all(k, k in {new} && ({new}[k] == {old}[k]))")
+    kept = (f"{new}.filter(k, !k.startsWith('{PREFIX}') && k != '{HOLDER_UID}' && "
+            f"k != '{HEAD}').all(k, k in {old} && {old}[k] == {new}[k]) && "
+            f"{old}.all(k, k in {new} && (k == '{HEAD}' || {new}[k] == {old}[k]))")
     attempt = f"oldObject.metadata.?labels.orValue({{}})[?'{names.ATTEMPT_LABEL}'].orValue('')"
     shaped = (f"variables.added.all(k, bytes({new}[k]).size() <= {bounds.RECORD_BYTES} && "
               f"{new}[k].startsWith('{{\"attempt\":' + {attempt} + ',') && "
@@ -153,6 +173,7 @@ def record_checks() -> list[Object]:
                    f"a record ({PREFIX}<key>) is at most {bounds.RECORD_BYTES} bytes of "
                    "canonical JSON that starts with the Lease's attempt number and names "
                    "its own key (write it with the worker SDK, agentrun.worker)"),
+        *head_checks(),
         validation(f"request.operation != 'UPDATE' || variables.added.all(k, "
                    f"!k.endsWith('{names.RESOLVED_SUFFIX}'))",
                    f"a record <key>{names.RESOLVED_SUFFIX} is the owner's answer to an "

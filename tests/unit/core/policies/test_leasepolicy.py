@@ -5,6 +5,7 @@ What the API server makes of them: tests/integration/operator/test_lease_policy.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from agentrun import manifests
@@ -28,7 +29,7 @@ def record_checks() -> list[dict[str, Any]]:
 
 def test_records_are_checked_with_the_documented_bounds() -> None:
     checks = record_checks()
-    assert len(checks) == 4
+    assert len(checks) == 6  # four on records, two on the journal head
     text = " ".join(c["expression"] for c in checks)
     assert f"<= {bounds.MAX_RECORDS}" in text and f"<= {bounds.RECORD_BYTES}" in text
     assert all(c["expression"].startswith("request.operation != 'UPDATE' || ")
@@ -90,3 +91,17 @@ def test_the_binding_is_checked_after_the_holders_name_and_before_the_rest() -> 
     assert "held by pod" in validations[start - 1]["messageExpression"]
     assert "is bound to the pod of uid" in checks[0]["messageExpression"]
     assert leasepolicy.BIND_HOLDERS in checks[1]["message"]
+
+
+def test_the_journal_head_is_checked_in_the_shape_the_worker_writes_and_only_forward() -> None:
+    from agentrun.worker import _journal as journal
+
+    shape, forward = leasepolicy.head_checks()
+    assert shape in record_checks() and forward in record_checks()
+    text = journal.Head(seq=7, digest="a" * 64).text()
+    assert re.fullmatch(leasepolicy.HEAD_SHAPE.strip("^$"), text)
+    assert f"{leasepolicy.HEAD_SHAPE}" in shape["expression"]
+    assert ">= variables.old[?" in forward["expression"]
+    # the fixed width makes a later commit's head the larger string, as CEL compares them
+    later, earlier = journal.Head(seq=10, digest="0" * 64), journal.Head(seq=9, digest="f" * 64)
+    assert later.text() > earlier.text()
