@@ -69,7 +69,8 @@ PAYLOAD_URI_CHARS: Final = 1024
 PAYLOAD_DEPTH: Final = 64
 # A payload stored by reference is at most this many bytes (its record's ``size``): a
 # successor reads it whole into memory, and reads no more than that of whatever it finds.
-PAYLOAD_BYTES: Final = 16 * 1024 * 1024
+# A step's result, not an artifact: larger data is stored by the agent and recorded by URI.
+PAYLOAD_BYTES: Final = 64 * 1024 * 1024
 
 # resolve-effect: the effect's key is a step key (above); its result,
 # as written in the annotation, is at most this many UTF-8 bytes (JSON, else plain text),

@@ -223,6 +223,15 @@ def on_lease(lease: Mapping[str, Any]) -> tuple[dict[str, Record], list[str]]:
     return found, problems
 
 
+def bound_to(lease: Mapping[str, Any], *, pod_uid: str | None) -> bool:
+    """Whether what the worker of attempt Lease ``lease`` wrote may be trusted: the Lease is
+    not bound to a pod known not to be its attempt's own (``pod_uid``; see
+    :func:`written_by`, which applies this rule to the records on the Lease)."""
+    annotations = (lease.get("metadata") or {}).get("annotations") or {}
+    bound = annotations.get(names.HOLDER_UID_ANNOTATION)
+    return bound is None or pod_uid is None or bound == pod_uid
+
+
 def written_by(lease: Mapping[str, Any], *,
                pod_uid: str | None) -> tuple[dict[str, Record], list[str]]:
     """The records of one attempt Lease, as :func:`on_lease`, unless a pod other than the
@@ -243,7 +252,7 @@ def written_by(lease: Mapping[str, Any], *,
     found, problems = on_lease(lease)
     metadata = lease.get("metadata") or {}
     bound = (metadata.get("annotations") or {}).get(names.HOLDER_UID_ANNOTATION)
-    if bound is None or pod_uid is None or bound == pod_uid or not (found or problems):
+    if bound_to(lease, pod_uid=pod_uid) or not (found or problems):
         return found, problems
     return {}, [f"the {len(found) + len(problems)} record(s) on Lease "
                 f"{metadata.get('name', '?')} are not trusted: it is bound to the pod of uid "

@@ -55,8 +55,34 @@ def _number(lease: Mapping[str, Any]) -> int | None:
     return int(label) if isinstance(label, str) and label.isdigit() else None
 
 
-def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int) -> Prefix:
-    """The prefix attempt ``attempt`` may trust from its slot's attempt ``leases``."""
+class Chains(Protocol):
+    """An attempt's journal records reachable from its head (``_journal.Journal``)."""
+
+    def chain(self, *, attempt: int, head: Any) -> tuple[dict[str, Record], list[str]]: ...
+
+
+def _journaled(lease: Mapping[str, Any], *, number: int, journal: Chains | None,
+               trusted: bool) -> tuple[dict[str, Record], list[str]]:
+    """The records reachable from the journal head on ``lease`` (attempt ``number``), if
+    it has one and its writer is ``trusted`` (the same rule as the Lease's own records)."""
+    from agentrun.worker._journal import Head  # only a journaled attempt needs it
+
+    try:
+        head = Head.on_lease(lease)
+    except records.RecordError as error:
+        return {}, [f"attempt {number}: {error}"]
+    if head is None or not trusted:
+        return {}, []
+    if journal is None:
+        return {}, [f"attempt {number} committed {head.seq} time(s) to a journal, and this "
+                    "attempt has none configured to read it: those steps are repeated"]
+    return journal.chain(attempt=number, head=head)
+
+
+def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int,
+           journal: Chains | None = None) -> Prefix:
+    """The prefix attempt ``attempt`` may trust from its slot's attempt ``leases``: each
+    trusted Lease's own records and those reachable from its journal head (``journal``)."""
     committed: dict[str, Record] = {}
     origin: dict[str, int] = {}
     unsealed: list[int] = []
@@ -69,10 +95,15 @@ def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int) -> Prefix:
             continue
         if number == attempt:  # its own: admission lets no other pod write it
             found, unreadable = records.on_lease(lease)
+            trusted = True
         else:  # sealed: its records count if its attempt's own pod wrote them
-            found, unreadable = records.written_by(lease, pod_uid=attemptobjects.annotation(
-                lease, names.POD_UID_ANNOTATION))
+            pod_uid = attemptobjects.annotation(lease, names.POD_UID_ANNOTATION)
+            found, unreadable = records.written_by(lease, pod_uid=pod_uid)
+            trusted = records.bound_to(lease, pod_uid=pod_uid)
         problems.extend(unreadable)
+        journaled, unread = _journaled(lease, number=number, journal=journal, trusted=trusted)
+        problems.extend(unread)
+        found = {**journaled, **found}
         for key, record in sorted(found.items()):
             if (key in committed and committed[key].digest != record.digest
                     and record.kind is not records.Kind.EFFECT_INTENT

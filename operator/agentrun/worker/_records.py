@@ -34,6 +34,7 @@ from agentrun.api.records import (  # re-exported: the SDK's callers use them fr
     Kind,
     Record,
     RecordError,
+    bound_to,
     canonical,
     check_key,
     check_step_key,
@@ -47,7 +48,8 @@ from agentrun.api.records import (  # re-exported: the SDK's callers use them fr
 from agentrun.core.attempts import observations
 from agentrun.kube import rest
 
-__all__ = ["DEEP", "JSON", "PREFIX", "Kind", "Record", "RecordError", "canonical", "check_key",
+__all__ = ["DEEP", "JSON", "PREFIX", "Kind", "Record", "RecordError", "bound_to", "canonical",
+           "check_key",
            "check_step_key", "decode", "digest", "encode", "on_lease", "text_nesting",
            "written_by"]
 

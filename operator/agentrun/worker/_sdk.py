@@ -31,6 +31,7 @@ import kubernetes
 
 from agentrun.kube import clients, rest
 from agentrun.worker import _effects as effects
+from agentrun.worker import _journal as journals
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
@@ -82,6 +83,7 @@ class Worker:
     keeper: keeper.Keeper
     api: rest.Rest
     store: records.PayloadStore | None = None
+    journal: journals.Location | None = None  # None: the pinned one (AGENTRUN_JOURNAL_*), if any
     _steps: prefix.Steps | None = field(default=None, init=False, repr=False)
 
     @classmethod
@@ -106,10 +108,24 @@ class Worker:
             c = self.context
             leases = prefix.list_leases(api=self.api, namespace=c.namespace, slot=c.slot,
                                         run=c.run)
+            on_lease = records.LeaseRecords(api=self.api, namespace=c.namespace,
+                                            lease=c.lease, attempt=c.attempt)
+            location = self.journal if self.journal is not None else journals.Location.from_env()
+            if location is None:  # a run pinned without a journal: records on the Lease
+                self._steps = prefix.Steps(
+                    prefix=prefix.prefix(leases=leases, attempt=c.attempt), store=self.store,
+                    ledger=on_lease)
+                return self._steps
+            slot_journal = journals.Journal(objects=location.objects(), prefix=location.prefix,
+                                           slot=c.slot)
+            own = [lease for lease in leases
+                   if (lease.get("metadata") or {}).get("name") == c.lease]
             self._steps = prefix.Steps(
-                prefix=prefix.prefix(leases=leases, attempt=c.attempt), store=self.store,
-                ledger=records.LeaseRecords(api=self.api, namespace=c.namespace,
-                                            lease=c.lease, attempt=c.attempt))
+                prefix=prefix.prefix(leases=leases, attempt=c.attempt, journal=slot_journal),
+                store=self.store or slot_journal.payloads(attempt=c.attempt),
+                ledger=journals.JournalRecords(
+                    journal=slot_journal, lease=on_lease,
+                    head=journals.Head.on_lease(own[0]) if own else None))
         return self._steps
 
     def step(self, key: str, *, do: Callable[[], T],

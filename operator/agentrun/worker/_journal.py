@@ -1,0 +1,303 @@
+"""The slot's journal: an attempt's records in an object store, its head on the Lease.
+
+Where a run's journal lives is pinned on the run at launch (``status.pinned.journal``) and
+given to its workers as ``AGENTRUN_JOURNAL_*`` (:class:`Location`). Terms:
+
+- a *node* is one commit of an attempt: the canonical JSON ``{"attempt", "entries",
+  "prev", "seq"}``, where ``entries`` are records in their one encoding
+  (:func:`~agentrun.api.records.encode`), ``seq`` counts the attempt's commits from 1 and
+  ``prev`` is the digest of the node before (``null`` for the first). It is stored once,
+  content-addressed, at ``<prefix>/<slot>/<attempt>/sha256/<its sha256>`` with a
+  conditional write (``If-None-Match: *``): nothing there is ever overwritten;
+- a payload too large to go inline is stored the same way beside the nodes;
+- the *head* is the annotation ``journal.agentrun.dev/head`` on the attempt's own Lease,
+  ``<seq as 10 digits>-<node sha256>``. Admission lets only the Lease's holder pod change
+  it, only forward (the fixed width makes "forward" a string comparison CEL can do) and
+  never after the tombstone.
+
+A commit is durable once the head names its node: the node is written first, the head
+advanced second, so a head never names content that is not stored. What a successor
+trusts is exactly what is reachable from the heads of sealed attempt Leases (and its own):
+a stale attempt's late objects are unreachable (its head cannot move once the Lease is
+tombstoned), and every object is verified against the digest that reached it, so one
+overwritten or damaged (a store without conditional writes) is found, never used.
+
+Why a chain of nodes and not one manifest rewritten per commit: a commit then costs one
+small object whatever the journal's length, and the Lease (which every renewal delivers to
+the operator's watch) holds one fixed-size head at 0 and at 100,000 steps. A successor
+reads an attempt's nodes once, head to first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from agentrun.api import bounds, names
+from agentrun.kube import rest
+from agentrun.worker import _records as records
+from agentrun.worker import _s3 as s3
+
+HEAD = names.JOURNAL_HEAD_ANNOTATION
+HEAD_PATTERN = re.compile(r"(?P<seq>[0-9]{10})-(?P<digest>[0-9a-f]{64})")
+NODE_BYTES = 4 * 1024 * 1024  # one node's canonical JSON (its entries are records, each small)
+NODE_ENTRIES = 1024  # records in one node
+RETRY_SECONDS = 60.0  # how long a commit retries a store that does not answer
+T = TypeVar("T")
+
+
+class JournalUnavailable(records.RecordError):
+    """The journal's store did not answer (unreachable, 5xx) for as long as a commit
+    retries: nothing was committed (the head was not advanced)."""
+
+
+@dataclass(frozen=True)
+class Head:
+    """An attempt's head: its ``seq``-th commit is the node of sha256 ``digest``."""
+
+    seq: int
+    digest: str
+
+    def text(self) -> str:
+        return f"{self.seq:010d}-{self.digest}"
+
+    @classmethod
+    def parse(cls, text: str) -> Head:
+        found = HEAD_PATTERN.fullmatch(text)
+        if found is None or int(found["seq"]) < 1:
+            raise records.RecordError(f"{HEAD} {bounds.clip(text, limit=100)!r} is not "
+                                      "<10-digit seq>-<sha256>")
+        return cls(seq=int(found["seq"]), digest=found["digest"])
+
+    @classmethod
+    def on_lease(cls, lease: Mapping[str, Any]) -> Head | None:
+        text = ((lease.get("metadata") or {}).get("annotations") or {}).get(HEAD)
+        return None if text is None else cls.parse(str(text))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Location:
+    """Where the run's journal is (``AGENTRUN_JOURNAL_*``, pinned on the run at launch)."""
+
+    endpoint: str
+    bucket: str
+    prefix: str
+    region: str = "us-east-1"
+    credentials: str | None = None  # a directory holding the Secret's keys as files
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Location | None:
+        """The pinned location, or None when the run has no journal (records then go on
+        the attempt's Lease, as for runs pinned before journals existed)."""
+        env = os.environ if environ is None else environ
+        endpoint = env.get(names.ENV_JOURNAL_ENDPOINT)
+        if not endpoint:
+            return None
+        missing = [n for n in (names.ENV_JOURNAL_BUCKET, names.ENV_JOURNAL_PREFIX)
+                   if not env.get(n)]
+        if missing:
+            raise records.RecordError(f"{names.ENV_JOURNAL_ENDPOINT} is set but not "
+                                      f"{', '.join(missing)}: the operator sets all of them")
+        return cls(endpoint=endpoint, bucket=env[names.ENV_JOURNAL_BUCKET],
+                   prefix=env[names.ENV_JOURNAL_PREFIX].strip("/"),
+                   region=env.get(names.ENV_JOURNAL_REGION) or "us-east-1",
+                   credentials=env.get(names.ENV_JOURNAL_CREDENTIALS) or None)
+
+    def objects(self) -> s3.ObjectStore:
+        return s3.ObjectStore(endpoint=self.endpoint, bucket=self.bucket, region=self.region,
+                              credentials=s3.credentials_from(self.credentials))
+
+
+def node(*, attempt: int, seq: int, prev: str | None, entries: list[records.Record]) -> bytes:
+    """A node's canonical bytes (its name is their sha256)."""
+    return records.canonical({"attempt": attempt, "entries": [records.encode(r) for r in entries],
+                              "prev": prev, "seq": seq})
+
+
+def read_node(data: bytes, *, attempt: int, seq: int,
+              digest: str) -> tuple[str | None, list[records.Record]]:
+    """``(prev, entries)`` of the node named ``digest``, the ``seq``-th of ``attempt``;
+    :class:`RecordError` if the bytes are not exactly that node."""
+    if records.digest(data) != digest:
+        raise records.RecordError(f"journal node {digest[:12]} of attempt {attempt} does not "
+                                  "match its digest (changed or damaged)")
+    try:
+        found = json.loads(data)
+    except ValueError:
+        raise records.RecordError(f"journal node {digest[:12]} is not JSON") from None
+    prev = found.get("prev") if isinstance(found, dict) else None
+    if (not isinstance(found, dict) or found.get("attempt") != attempt
+            or found.get("seq") != seq or not isinstance(found.get("entries"), list)
+            or not (prev is None if seq == 1 else isinstance(prev, str))):
+        raise records.RecordError(f"journal node {digest[:12]} is not commit {seq} of "
+                                  f"attempt {attempt}")
+    entries = []
+    for text in found["entries"]:
+        key = json.loads(text).get("key", "") if isinstance(text, str) else ""
+        entries.append(records.decode(annotation=f"{records.PREFIX}{key}", value=str(text),
+                                      attempt=attempt))
+    return prev, entries
+
+
+def _retrying(what: str, call: Callable[[], T], *, seconds: float) -> T:
+    """``call()``, retried while the store does not answer, for at most ``seconds``."""
+    deadline, pause = time.monotonic() + seconds, 0.25
+    while True:
+        try:
+            return call()
+        except s3.S3Unavailable as error:
+            if time.monotonic() + pause > deadline:
+                raise JournalUnavailable(f"{what}: the journal's store did not answer for "
+                                         f"{seconds:.0f}s: {error}") from None
+            time.sleep(pause)  # a backoff between tries, not a wait for a condition
+            pause = min(pause * 2, 5.0)
+
+
+@dataclass(kw_only=True)
+class Journal:
+    """One slot's journal in ``objects`` under ``prefix`` (the run's pinned prefix)."""
+
+    objects: s3.ObjectStore
+    prefix: str
+    slot: str
+    retry_seconds: float = RETRY_SECONDS
+
+    def attempt_key(self, attempt: int) -> str:
+        return f"{self.prefix}/{self.slot}/{attempt}/sha256"
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.objects.bucket}/{key}"
+
+    def put_once(self, key: str, data: bytes) -> None:
+        """Store ``data`` under the content-addressed ``key``, never overwriting: an object
+        already there under that name is the same content or is found damaged on read."""
+        _retrying(f"storing {key}", lambda: self.objects.put(key, data, if_none_match=True),
+                  seconds=self.retry_seconds)
+
+    def get(self, key: str, *, size: int) -> bytes:
+        try:
+            data = _retrying(f"reading {key}", lambda: self.objects.get(key, limit=size),
+                             seconds=self.retry_seconds)
+        except s3.S3Error as error:
+            raise records.RecordError(f"cannot read {key}: {error}") from None
+        if len(data) > size:
+            raise records.RecordError(f"{key} holds more than the {size} bytes expected")
+        return data
+
+    def chain(self, *, attempt: int,
+              head: Head) -> tuple[dict[str, records.Record], list[str]]:
+        """The records reachable from attempt ``attempt``'s ``head`` (a later commit's record
+        wins over an earlier one of the same key), and what could not be read: the walk
+        stops at the first node that cannot be had intact, keeping what it read after it."""
+        found: dict[str, records.Record] = {}
+        digest: str | None = head.digest
+        for seq in range(head.seq, 0, -1):
+            assert digest is not None
+            try:
+                data = self.get(f"{self.attempt_key(attempt)}/{digest}", size=NODE_BYTES)
+                prev, entries = read_node(data, attempt=attempt, seq=seq, digest=digest)
+            except records.RecordError as error:
+                return found, [f"attempt {attempt}'s journal from commit {seq} down is not "
+                               f"used: {error}"]
+            for entry in entries:
+                found.setdefault(entry.key, entry)
+            digest = prev
+        return found, []
+
+    def payloads(self, *, attempt: int) -> JournalPayloads:
+        return JournalPayloads(journal=self, attempt=attempt)
+
+
+@dataclass(kw_only=True)
+class JournalPayloads:
+    """The payload store of an attempt's records (:class:`records.PayloadStore`): puts
+    under this attempt's own names; reads only this slot's journal, any attempt's."""
+
+    journal: Journal
+    attempt: int
+
+    def put(self, *, sha256: str, data: bytes) -> str:
+        key = f"{self.journal.attempt_key(self.attempt)}/{sha256}"
+        self.journal.put_once(key, data)
+        return self.journal.uri(key)
+
+    def get(self, uri: str, *, size: int) -> bytes:
+        own = re.escape(self.journal.uri(f"{self.journal.prefix}/{self.journal.slot}/"))
+        if not re.fullmatch(own + r"[1-9][0-9]{0,3}/sha256/[0-9a-f]{64}", uri):
+            raise records.RecordError(f"{uri[:200]} is not this slot's journal: a payload is "
+                                      "read only from it")
+        return self.journal.get(uri.removeprefix(f"s3://{self.journal.objects.bucket}/"),
+                                size=size)
+
+
+@dataclass(kw_only=True)
+class JournalRecords:
+    """The committer of an attempt whose run has a journal.
+
+    A record goes into a new node of the attempt's chain and is committed by advancing
+    the head on the Lease (a merge patch carrying the ``resourceVersion`` read; a 409
+    re-reads). Records the operator must read without store credentials stay on the
+    Lease (``lease``): an effect's ``.unresolved`` record (the slot shows it). Commits are
+    serialized (``lock``): a chain has one order.
+    """
+
+    journal: Journal
+    lease: records.LeaseRecords
+    head: Head | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def commit(self, record: records.Record) -> records.Record:
+        if record.key.endswith(names.UNRESOLVED_SUFFIX):
+            return self.lease.commit(record)
+        attempt = self.lease.attempt
+        if record.attempt != attempt:
+            raise records.RecordError(f"record {record.key} is of attempt {record.attempt}; "
+                                      f"this worker is attempt {attempt}")
+        with self.lock:
+            seq = (self.head.seq if self.head else 0) + 1
+            data = node(attempt=attempt, seq=seq, prev=self.head.digest if self.head else None,
+                        entries=[record])
+            new = Head(seq=seq, digest=records.digest(data))
+            self.journal.put_once(f"{self.journal.attempt_key(attempt)}/{new.digest}", data)
+            self._advance(new)
+            self.head = new
+        return record
+
+    def _advance(self, new: Head) -> None:
+        """Move the head on the Lease from :attr:`head` to ``new`` (once: a retry after a
+        lost answer finds it there)."""
+        path = self.lease.path
+        for _ in range(records.CONFLICT_RETRIES):
+            lease = self.lease.api.request("GET", path)
+            try:
+                current = Head.on_lease(lease)
+            except records.RecordError as error:
+                raise records.RecordConflict(str(error)) from None
+            if current == new:
+                return
+            if current != self.head:
+                raise records.RecordConflict(
+                    f"{HEAD} of Lease {self.lease.lease} is {current and current.text()}, not "
+                    f"{self.head and self.head.text()} as this attempt left it: another writer "
+                    "of this attempt's journal; nothing more is committed")
+            metadata = lease.get("metadata") or {}
+            body = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
+                                 "annotations": {HEAD: new.text()}}}
+            try:
+                self.lease.api.request("PATCH", path, body=body, content_type=rest.MERGE_PATCH)
+            except rest.ApiError as error:
+                if error.status == 409:
+                    continue
+                if error.status in (403, 422):
+                    raise records.RecordRefused(f"commit {new.seq} refused: "
+                                                f"{bounds.clip(error.message)}") from None
+                raise
+            return
+        raise records.RecordError(f"commit {new.seq}: the Lease changed under each of "
+                                  f"{records.CONFLICT_RETRIES} attempts to advance its head")
