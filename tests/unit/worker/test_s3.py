@@ -141,7 +141,7 @@ class Body(io.BytesIO):
 class Answers:
     """A pool standing in for the store: each request recorded, answered in turn."""
 
-    answers: list[tuple[int, bytes]]
+    answers: list[tuple[int, bytes | Body]]
     sent: list[dict[str, Any]] = field(default_factory=list)
     bodies: list[Body] = field(default_factory=list)
 
@@ -151,12 +151,12 @@ class Answers:
     def urlopen(self, method: str, url: str, **kwargs: Any) -> urllib3.HTTPResponse:
         self.sent.append({"method": method, "url": url, **kwargs})
         status, body = self.answers.pop(0)
-        self.bodies.append(Body(body))
+        self.bodies.append(body if isinstance(body, Body) else Body(body))
         return urllib3.HTTPResponse(body=self.bodies[-1], status=status,
                                     preload_content=False)
 
 
-def answering(*answers: tuple[int, bytes]) -> tuple[s3.ObjectStore, Answers]:
+def answering(*answers: tuple[int, bytes | Body]) -> tuple[s3.ObjectStore, Answers]:
     pool = Answers(list(answers))
     store = s3.ObjectStore(endpoint="http://store:9000", bucket="bucket", timeout=2.5,
                            credentials=lambda: AWS, pool=cast(urllib3.PoolManager, pool))
@@ -204,3 +204,26 @@ def test_get_reads_no_more_than_limit_plus_one() -> None:
     store, pool = answering((200, b"x" * 1000))
     assert store.get("k", limit=10) == b"x" * 11
     assert pool.bodies[0].taken == 11 and pool.bodies[0].closed  # the rest never read
+
+
+class Cut(Body):
+    """A body whose connection breaks after its first bytes."""
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        if self.taken:
+            raise ConnectionResetError("reset by peer")
+        return super().read(3)
+
+
+def test_a_body_cut_short_is_unavailable_not_a_urllib3_error() -> None:
+    store, pool = answering((200, Cut(b"0123456789")))
+    with pytest.raises(s3.S3Unavailable, match=r"GET k: .*reset by peer") as raised:
+        store.get("k", limit=100)
+    assert raised.value.status == 0 and pool.bodies[0].closed
+
+
+def test_a_listing_that_is_not_xml_is_an_error_of_its_own() -> None:
+    store, _ = answering((200, b"<ListBucketResult><Contents><Key>cut"))
+    with pytest.raises(s3.S3Error, match="LIST p: not S3's XML") as raised:
+        store.list("p")
+    assert type(raised.value) is s3.S3Error and raised.value.status == 200
