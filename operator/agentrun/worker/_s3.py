@@ -184,7 +184,7 @@ class ObjectStore:
                                 message=f"{method} {target}: {error}") from error
 
     @staticmethod
-    def _read(response: urllib3.BaseHTTPResponse, most: int) -> bytes:
+    def _read(response: urllib3.BaseHTTPResponse, most: int, *, what: str) -> bytes:
         """At most ``most`` bytes of the body; a body not read to its end closes the
         connection rather than returning it to the pool unread (or reading it all)."""
         chunks, size = [], 0
@@ -197,16 +197,20 @@ class ObjectStore:
                 size += len(chunk)
             if size >= most:
                 response.close()
+        except (urllib3.exceptions.HTTPError, OSError) as error:  # a body cut or stalled
+            response.close()
+            raise S3Unavailable(status=0, code="", message=f"{what}: {error}") from error
         finally:
             response.release_conn()
         return b"".join(chunks)
 
-    def _check(self, response: urllib3.BaseHTTPResponse, *, ok: tuple[int, ...],
-               what: str) -> None:
-        """Nothing if ``response.status`` is in ``ok``; else the error it is (body read)."""
+    def _answer(self, response: urllib3.BaseHTTPResponse, *, ok: tuple[int, ...], what: str,
+                most: int = _ERROR_BODY_BYTES) -> bytes:
+        """The body (``most`` bytes at most) if the status is one of ``ok``; else the error
+        the answer is, with S3's ``<Code>`` when its body has one."""
         if response.status in ok:
-            return
-        body = self._read(response, _ERROR_BODY_BYTES)
+            return self._read(response, most, what=what)
+        body = self._read(response, _ERROR_BODY_BYTES, what=what)
         code, message = "", body.decode("utf-8", errors="replace").strip()
         try:
             root = ET.fromstring(body)
@@ -218,33 +222,31 @@ class ObjectStore:
         raise error(status=response.status, code=code,
                     message=f"{what}: {message or response.reason or ''}")
 
+    @staticmethod
+    def _xml(body: bytes, *, what: str) -> ET.Element:
+        try:
+            return ET.fromstring(body)
+        except ET.ParseError as error:  # e.g. cut at the bound: an answer, but not a usable one
+            raise S3Error(status=200, code="", message=f"{what}: not S3's XML: {error}") from None
+
     def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> bool:
         """Write ``key``; ``if_none_match``: only if absent (write-once), ``False`` if it
         exists already (412), its content kept."""
         headers = {"If-None-Match": "*"} if if_none_match else {}
         response = self._request("PUT", key, body=data, headers=headers)
-        if if_none_match and response.status == 412:
-            self._read(response, _ERROR_BODY_BYTES)
-            return False
-        self._check(response, ok=(200,), what=f"PUT {key}")
-        self._read(response, _ERROR_BODY_BYTES)
-        return True
+        self._answer(response, ok=(200, 412) if if_none_match else (200,), what=f"PUT {key}")
+        return response.status == 200
 
     def get(self, key: str, *, limit: int) -> bytes:
         """``key``'s bytes, at most ``limit + 1`` of them read (so the caller can tell an
         object over ``limit``); 404: ``S3Error`` with code ``NoSuchKey``."""
-        response = self._request("GET", key)
-        self._check(response, ok=(200,), what=f"GET {key}")
-        return self._read(response, limit + 1)
+        return self._answer(self._request("GET", key), ok=(200,), what=f"GET {key}",
+                            most=limit + 1)
 
     def exists(self, key: str) -> bool:
         response = self._request("HEAD", key)
-        if response.status == 404:
-            self._read(response, _ERROR_BODY_BYTES)
-            return False
-        self._check(response, ok=(200,), what=f"HEAD {key}")
-        self._read(response, _ERROR_BODY_BYTES)
-        return True
+        self._answer(response, ok=(200, 404), what=f"HEAD {key}")
+        return response.status == 200
 
     def list(self, prefix: str, *, limit: int = 10000, page: int = 1000) -> list[str]:
         """The keys under ``prefix``, in the store's order, at most ``limit`` of them;
@@ -253,9 +255,9 @@ class ObjectStore:
         query = {"list-type": "2", "prefix": prefix}
         while len(keys) < limit:
             query["max-keys"] = str(min(page, limit - len(keys)))
-            response = self._request("GET", None, query=query)
-            self._check(response, ok=(200,), what=f"LIST {prefix}")
-            root = ET.fromstring(self._read(response, _LIST_BODY_BYTES))
+            what = f"LIST {prefix}"
+            root = self._xml(self._answer(self._request("GET", None, query=query), ok=(200,),
+                                          what=what, most=_LIST_BODY_BYTES), what=what)
             keys += [child.text or "" for node in root if _local(node.tag) == "Contents"
                      for child in node if _local(child.tag) == "Key"]
             token = next(iter(_texts(root, "NextContinuationToken")), "")
@@ -266,16 +268,14 @@ class ObjectStore:
 
     def delete(self, key: str) -> None:
         """Remove ``key`` (absent is fine: the outcome wanted is the same)."""
-        response = self._request("DELETE", key)
-        self._check(response, ok=(200, 204, 404), what=f"DELETE {key}")
-        self._read(response, _ERROR_BODY_BYTES)
+        self._answer(self._request("DELETE", key), ok=(200, 204, 404), what=f"DELETE {key}")
 
     def delete_prefix(self, prefix: str) -> int:
         """Remove every key under ``prefix`` (DeleteObjects, a thousand a request); how
         many. A blank prefix is refused: it would empty the bucket."""
         if not prefix:
             raise ValueError("delete_prefix wants a prefix: a blank one empties the bucket")
-        count = 0
+        count, what = 0, f"DELETE {prefix}*"
         while keys := self.list(prefix, limit=_BATCH):
             request = ET.Element("Delete")
             ET.SubElement(request, "Quiet").text = "true"
@@ -285,33 +285,29 @@ class ObjectStore:
             md5 = base64.b64encode(hashlib.md5(body, usedforsecurity=False).digest()).decode()
             response = self._request("POST", None, query={"delete": ""}, body=body,
                                      headers={"content-md5": md5})
-            self._check(response, ok=(200,), what=f"DELETE {prefix}*")
-            failed = ET.fromstring(self._read(response, _LIST_BODY_BYTES))
-            if errors := [node for node in failed if _local(node.tag) == "Error"]:
+            answer = self._xml(self._answer(response, ok=(200,), what=what,
+                                            most=_LIST_BODY_BYTES), what=what)
+            if errors := [node for node in answer if _local(node.tag) == "Error"]:
                 raise S3Error(status=200, code=next(iter(_texts(errors[0], "Code")), ""),
-                              message=f"DELETE {prefix}*: {len(errors)} keys not deleted")
+                              message=f"{what}: {len(errors)} keys not deleted")
             count += len(keys)
         return count
 
     def ensure_bucket(self) -> None:
         """Create the bucket unless it exists (ours already: fine, so twice is harmless)."""
-        response = self._request("HEAD", None)
-        if response.status != 404:
-            self._check(response, ok=(200,), what=f"HEAD bucket {self.bucket}")
-            self._read(response, _ERROR_BODY_BYTES)
+        what = f"bucket {self.bucket}"
+        head = self._request("HEAD", None)
+        self._answer(head, ok=(200, 404), what=f"HEAD {what}")
+        if head.status == 200:
             return
-        self._read(response, _ERROR_BODY_BYTES)
         body = b""
         if self.region != "us-east-1":  # AWS: any other region is named in the request
             config = ET.Element("CreateBucketConfiguration",
                                 xmlns="http://s3.amazonaws.com/doc/2006-03-01/")
             ET.SubElement(config, "LocationConstraint").text = self.region
             body = ET.tostring(config, encoding="utf-8")
-        response = self._request("PUT", None, body=body)
         try:
-            self._check(response, ok=(200,), what=f"PUT bucket {self.bucket}")
+            self._answer(self._request("PUT", None, body=body), ok=(200,), what=f"PUT {what}")
         except S3Error as error:
-            if error.code != "BucketAlreadyOwnedByYou":
+            if error.code != "BucketAlreadyOwnedByYou":  # another creator won the race: ours
                 raise
-            return
-        self._read(response, _ERROR_BODY_BYTES)
