@@ -48,13 +48,22 @@ HEAD = names.JOURNAL_HEAD_ANNOTATION
 HEAD_PATTERN = re.compile(r"(?P<seq>[0-9]{10})-(?P<digest>[0-9a-f]{64})")
 NODE_BYTES = 4 * 1024 * 1024  # one node's canonical JSON (its entries are records, each small)
 NODE_ENTRIES = 1024  # records in one node
+NODE_DEPTH = 2  # a node is an object holding a list of strings
 RETRY_SECONDS = 60.0  # how long a commit retries a store that does not answer
 T = TypeVar("T")
 
 
 class JournalUnavailable(records.RecordError):
-    """The journal's store did not answer (unreachable, 5xx) for as long as a commit
-    retries: nothing was committed (the head was not advanced)."""
+    """The journal's store did not answer (unreachable, 5xx) for as long as a commit or a
+    read retries: nothing was committed (the head was not advanced), or the prefix could
+    not be read (the attempt must not start from less than was committed)."""
+
+
+class JournalDamaged(records.RecordError):
+    """What a trusted head reaches cannot be had intact (an object missing, changed, or
+    not a node of that attempt): the store lost or altered committed work. Raised, not
+    reported, when the prefix is read: a successor must not start from less than was
+    committed (an effect's intent lost would be sent again without asking its owner)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +136,8 @@ def read_node(data: bytes, *, attempt: int, seq: int,
     if records.digest(data) != digest:
         raise records.RecordError(f"journal node {digest[:12]} of attempt {attempt} does not "
                                   "match its digest (changed or damaged)")
+    if records.text_nesting(data) > NODE_DEPTH:
+        raise records.RecordError(f"journal node {digest[:12]} nests deeper than a node does")
     try:
         found = json.loads(data)
     except ValueError:
@@ -137,9 +148,16 @@ def read_node(data: bytes, *, attempt: int, seq: int,
             or not (prev is None if seq == 1 else isinstance(prev, str))):
         raise records.RecordError(f"journal node {digest[:12]} is not commit {seq} of "
                                   f"attempt {attempt}")
+    if len(found["entries"]) > NODE_ENTRIES:
+        raise records.RecordError(f"journal node {digest[:12]} holds more than "
+                                  f"{NODE_ENTRIES} records")
     entries = []
     for text in found["entries"]:
-        key = json.loads(text).get("key", "") if isinstance(text, str) else ""
+        try:
+            key = json.loads(text)["key"]
+        except (TypeError, ValueError, KeyError, RecursionError):
+            raise records.RecordError(f"journal node {digest[:12]} holds an entry that is "
+                                      "not a record") from None
         entries.append(records.decode(annotation=f"{records.PREFIX}{key}", value=str(text),
                                       attempt=attempt))
     return prev, entries
@@ -175,16 +193,27 @@ class Journal:
         return f"s3://{self.objects.bucket}/{key}"
 
     def put_once(self, key: str, data: bytes) -> None:
-        """Store ``data`` under the content-addressed ``key``, never overwriting: an object
-        already there under that name is the same content or is found damaged on read."""
-        _retrying(f"storing {key}", lambda: self.objects.put(key, data, if_none_match=True),
-                  seconds=self.retry_seconds)
+        """Store ``data`` under the content-addressed ``key``, never overwriting. A name
+        already taken is read back and must hold these very bytes (anyone with the bucket's
+        credentials could have put something else there first): else :class:`RecordError`
+        and nothing is committed."""
+        try:
+            written = _retrying(f"storing {key}",
+                                lambda: self.objects.put(key, data, if_none_match=True),
+                                seconds=self.retry_seconds)
+        except s3.S3Error as error:  # an answer, not a silence (those are retried)
+            raise records.RecordError(f"cannot store {key}: {error}") from None
+        if not written and self.get(key, size=len(data)) != data:
+            raise records.RecordError(f"{key} is taken by other content than its name says: "
+                                      "not committed")
 
     def get(self, key: str, *, size: int) -> bytes:
+        """At most ``size`` bytes of ``key``; :class:`JournalUnavailable` when the store does
+        not answer, :class:`RecordError` when it answers no (missing, refused)."""
         try:
             data = _retrying(f"reading {key}", lambda: self.objects.get(key, limit=size),
                              seconds=self.retry_seconds)
-        except s3.S3Error as error:
+        except s3.S3Error as error:  # an answer, not a silence (those are retried)
             raise records.RecordError(f"cannot read {key}: {error}") from None
         if len(data) > size:
             raise records.RecordError(f"{key} holds more than the {size} bytes expected")
@@ -193,22 +222,31 @@ class Journal:
     def chain(self, *, attempt: int,
               head: Head) -> tuple[dict[str, records.Record], list[str]]:
         """The records reachable from attempt ``attempt``'s ``head`` (a later commit's record
-        wins over an earlier one of the same key), and what could not be read: the walk
-        stops at the first node that cannot be had intact, keeping what it read after it."""
+        wins over an earlier one of the same key), and the entries not taken: a ``.resolved``
+        or ``.unresolved`` record is trusted only on the Lease (the operator's and the
+        slot's), never from a journal. A node that cannot be had intact raises
+        :class:`JournalDamaged`; a store that does not answer, :class:`JournalUnavailable`."""
         found: dict[str, records.Record] = {}
+        problems: list[str] = []
         digest: str | None = head.digest
         for seq in range(head.seq, 0, -1):
             assert digest is not None
             try:
                 data = self.get(f"{self.attempt_key(attempt)}/{digest}", size=NODE_BYTES)
                 prev, entries = read_node(data, attempt=attempt, seq=seq, digest=digest)
+            except JournalUnavailable:
+                raise
             except records.RecordError as error:
-                return found, [f"attempt {attempt}'s journal from commit {seq} down is not "
-                               f"used: {error}"]
+                raise JournalDamaged(f"attempt {attempt}'s journal, commit {seq} of "
+                                     f"{head.seq}: {error}") from None
             for entry in entries:
+                if entry.key.endswith((names.RESOLVED_SUFFIX, names.UNRESOLVED_SUFFIX)):
+                    problems.append(f"record {entry.key} in attempt {attempt}'s journal is "
+                                    "not used: it is trusted only on the Lease")
+                    continue
                 found.setdefault(entry.key, entry)
             digest = prev
-        return found, []
+        return found, problems
 
     def payloads(self, *, attempt: int) -> JournalPayloads:
         return JournalPayloads(journal=self, attempt=attempt)
@@ -250,16 +288,23 @@ class JournalRecords:
     journal: Journal
     lease: records.LeaseRecords
     head: Head | None = None
+    pending: Head | None = None  # a head advance whose answer was lost: it may have landed
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def commit(self, record: records.Record) -> records.Record:
         if record.key.endswith(names.UNRESOLVED_SUFFIX):
             return self.lease.commit(record)
+        if record.key.endswith(names.RESOLVED_SUFFIX):
+            raise records.RecordError(f"record {record.key}: a <key>{names.RESOLVED_SUFFIX} "
+                                      "record is the operator's (an owner's answer a person "
+                                      "gave); a worker cannot commit one")
         attempt = self.lease.attempt
         if record.attempt != attempt:
             raise records.RecordError(f"record {record.key} is of attempt {record.attempt}; "
                                       f"this worker is attempt {attempt}")
         with self.lock:
+            if self.pending is not None:
+                self._settle()
             seq = (self.head.seq if self.head else 0) + 1
             data = node(attempt=attempt, seq=seq, prev=self.head.digest if self.head else None,
                         entries=[record])
@@ -269,9 +314,27 @@ class JournalRecords:
             self.head = new
         return record
 
+    def _settle(self) -> None:
+        """After a head advance whose answer was lost: the Lease says whether it landed."""
+        assert self.pending is not None
+        current = Head.on_lease(self.lease.api.request("GET", self.lease.path))
+        if current == self.pending:
+            self.head = current
+        self.pending = None
+
     def _advance(self, new: Head) -> None:
-        """Move the head on the Lease from :attr:`head` to ``new`` (once: a retry after a
-        lost answer finds it there)."""
+        """Move the head on the Lease from :attr:`head` to ``new``. A write whose answer is
+        lost (a timeout, a 5xx) may have landed: ``new`` is kept :attr:`pending`, and the
+        next commit reads the Lease first."""
+        try:
+            self._patch(new)
+        except (records.RecordRefused, records.RecordConflict):
+            raise
+        except Exception:
+            self.pending = new
+            raise
+
+    def _patch(self, new: Head) -> None:
         path = self.lease.path
         for _ in range(records.CONFLICT_RETRIES):
             lease = self.lease.api.request("GET", path)
@@ -282,7 +345,7 @@ class JournalRecords:
             if current == new:
                 return
             if current != self.head:
-                raise records.RecordConflict(
+                raise records.RecordRefused(
                     f"{HEAD} of Lease {self.lease.lease} is {current and current.text()}, not "
                     f"{self.head and self.head.text()} as this attempt left it: another writer "
                     "of this attempt's journal; nothing more is committed")

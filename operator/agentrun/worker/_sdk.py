@@ -85,6 +85,7 @@ class Worker:
     store: records.PayloadStore | None = None
     journal: journals.Location | None = None  # None: the pinned one (AGENTRUN_JOURNAL_*), if any
     _steps: prefix.Steps | None = field(default=None, init=False, repr=False)
+    _reading: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @classmethod
     def from_env(cls, *, api: rest.Rest | None = None,
@@ -104,29 +105,31 @@ class Worker:
     @property
     def steps(self) -> prefix.Steps:
         """The recoverable prefix and this attempt's steps over it (read on first use)."""
-        if self._steps is None:
-            c = self.context
-            leases = prefix.list_leases(api=self.api, namespace=c.namespace, slot=c.slot,
-                                        run=c.run)
-            on_lease = records.LeaseRecords(api=self.api, namespace=c.namespace,
-                                            lease=c.lease, attempt=c.attempt)
-            location = self.journal if self.journal is not None else journals.Location.from_env()
-            if location is None:  # a run pinned without a journal: records on the Lease
-                self._steps = prefix.Steps(
-                    prefix=prefix.prefix(leases=leases, attempt=c.attempt), store=self.store,
-                    ledger=on_lease)
-                return self._steps
-            slot_journal = journals.Journal(objects=location.objects(), prefix=location.prefix,
-                                           slot=c.slot)
-            own = [lease for lease in leases
-                   if (lease.get("metadata") or {}).get("name") == c.lease]
-            self._steps = prefix.Steps(
-                prefix=prefix.prefix(leases=leases, attempt=c.attempt, journal=slot_journal),
-                store=self.store or slot_journal.payloads(attempt=c.attempt),
-                ledger=journals.JournalRecords(
-                    journal=slot_journal, lease=on_lease,
-                    head=journals.Head.on_lease(own[0]) if own else None))
-        return self._steps
+        with self._reading:  # one view per attempt, however many threads ask first
+            if self._steps is None:
+                self._steps = self._read_steps()
+            return self._steps
+
+    def _read_steps(self) -> prefix.Steps:
+        """Read the prefix once: from the Leases, and the journal when the run has one."""
+        c = self.context
+        leases = prefix.list_leases(api=self.api, namespace=c.namespace, slot=c.slot,
+                                    run=c.run)
+        on_lease = records.LeaseRecords(api=self.api, namespace=c.namespace, lease=c.lease,
+                                        attempt=c.attempt)
+        location = self.journal if self.journal is not None else journals.Location.from_env()
+        if location is None:  # a run pinned without a journal: records on the Lease
+            return prefix.Steps(prefix=prefix.prefix(leases=leases, attempt=c.attempt),
+                                store=self.store, ledger=on_lease)
+        slot_journal = journals.Journal(objects=location.objects(), prefix=location.prefix,
+                                        slot=c.slot)
+        own = [lease for lease in leases if (lease.get("metadata") or {}).get("name") == c.lease]
+        return prefix.Steps(
+            prefix=prefix.prefix(leases=leases, attempt=c.attempt, journal=slot_journal),
+            store=self.store or slot_journal.payloads(attempt=c.attempt),
+            ledger=journals.JournalRecords(
+                journal=slot_journal, lease=on_lease,
+                head=journals.Head.on_lease(own[0]) if own else None))
 
     def step(self, key: str, *, do: Callable[[], T],
              kind: records.Kind = records.Kind.STEP_RESULT) -> T:

@@ -1,7 +1,8 @@
 """The journal's pure parts: the head's text, a node's bytes and what a reader accepts, the
 pinned location from the environment, and how the recoverable prefix joins an attempt's
 journal records with those on its Lease (trusted by the same rule). Against a real S3
-server: tests/integration/test_journal_store.py."""
+server: tests/integration/test_journal_store.py; on the node:
+tests/integration/node/test_journal.py."""
 
 from __future__ import annotations
 

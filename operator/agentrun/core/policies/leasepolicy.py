@@ -134,19 +134,24 @@ def binding_checks() -> list[Object]:
 
 def head_checks() -> list[Object]:
     """The journal head (:data:`HEAD`, ``<10-digit seq>-<sha256>``) a holder advances: well
-    formed, and only forward (the fixed width makes a string comparison a numeric one), so
-    a commit point once passed is never taken back; the tombstone check above stops it
-    moving after the attempt ended."""
+    formed, and only to a higher sequence number (the fixed width makes comparing the
+    digits as strings a numeric comparison), never removed; the tombstone check above
+    stops it moving after the attempt ended. Admission cannot read the node a head names,
+    so within its own attempt a holder could still advance to a node that does not chain
+    to the one before: the reader verifies every link, and a broken one is
+    ``JournalDamaged``, not a shorter prefix."""
     new, old = f"variables.new[?'{HEAD}']", f"variables.old[?'{HEAD}']"
+    seq = "value().substring(0, 10)"
     return [
         validation(f"request.operation != 'UPDATE' || !{new}.hasValue() || "
-                   f"{new}.value().matches('{HEAD_SHAPE}')",
-                   f"{HEAD} is <seq, 10 digits>-<sha256 of the commit's node> (write it "
-                   "with the worker SDK, agentrun.worker)"),
+                   f"({new}.value().matches('{HEAD_SHAPE}') && {new}.{seq} != '0000000000')",
+                   f"{HEAD} is <seq, 10 digits, from 1>-<sha256 of the commit's node> (write "
+                   "it with the worker SDK, agentrun.worker)"),
         validation(f"request.operation != 'UPDATE' || !{old}.hasValue() || "
-                   f"({new}.hasValue() && {new}.value() >= {old}.value())",
-                   f"{HEAD} only moves forward: a journal's commit is never taken back, and "
-                   "the head is never removed"),
+                   f"({new}.hasValue() && ({new}.value() == {old}.value() || "
+                   f"{new}.{seq} > {old}.{seq}))",
+                   f"{HEAD} only moves forward: a later commit's sequence number, never the "
+                   "same one with another node, and the head is never removed"),
     ]
 
 

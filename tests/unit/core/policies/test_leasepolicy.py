@@ -101,7 +101,8 @@ def test_the_journal_head_is_checked_in_the_shape_the_worker_writes_and_only_for
     text = journal.Head(seq=7, digest="a" * 64).text()
     assert re.fullmatch(leasepolicy.HEAD_SHAPE.strip("^$"), text)
     assert f"{leasepolicy.HEAD_SHAPE}" in shape["expression"]
-    assert ">= variables.old[?" in forward["expression"]
+    assert "substring(0, 10) > variables.old[?" in forward["expression"]
+    assert "!= '0000000000'" in shape["expression"]
     # the fixed width makes a later commit's head the larger string, as CEL compares them
     later, earlier = journal.Head(seq=10, digest="0" * 64), journal.Head(seq=9, digest="f" * 64)
     assert later.text() > earlier.text()

@@ -1,0 +1,149 @@
+"""The journal's committer and reader against a real S3 server (a loopback SeaweedFS).
+
+The Lease is a dict here (tests/unit/worker/test_records.py's FakeApi: what admission
+does with the head is shown on the real node, tests/integration/node/test_journal.py);
+what is claimed is what the store holds and what a reader makes of it: commits read back
+in order, a head advance whose answer was lost is settled from the Lease, a name taken
+first by other content is not committed over, the operator's records are never taken
+from a journal, and a missing node or a silent store stops the read (never a shorter
+prefix).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentrun.api import names
+from agentrun.kube import rest
+from agentrun.worker import _journal as journal
+from agentrun.worker import _records as records
+from agentrun.worker._s3 import ObjectStore
+from tests.support.s3server import free_ports, running_s3
+from tests.unit.worker.test_records import FakeApi, lease
+
+Kind = records.Kind
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_s3(tmp_path_factory.mktemp("s3")) as url:
+        yield url
+
+
+@pytest.fixture
+def slot_journal(endpoint: str) -> journal.Journal:
+    objects = ObjectStore(endpoint=endpoint, bucket=f"j-{uuid.uuid4().hex[:12]}",
+                          credentials=lambda: None)
+    objects.ensure_bucket()
+    return journal.Journal(objects=objects, prefix="agentrun/ns/uid", slot="s", retry_seconds=1)
+
+
+def committer(found: journal.Journal, api: Any, *, attempt: int = 1) -> journal.JournalRecords:
+    return journal.JournalRecords(journal=found, lease=records.LeaseRecords(
+        api=api, namespace="ns", lease=f"s-{attempt}", attempt=attempt))
+
+
+def step(key: str, value: Any, *, store: journal.JournalPayloads) -> records.Record:
+    return records.make(key=key, kind=Kind.STEP_RESULT, attempt=1, payload=value, store=store)
+
+
+def test_commits_read_back_from_the_head_with_payloads_by_reference(
+        slot_journal: journal.Journal) -> None:
+    api = FakeApi(lease(1))
+    ledger = committer(slot_journal, api)
+    payloads = slot_journal.payloads(attempt=1)
+    big = "x" * (2 * 1024 * 1024)
+    for i in range(30):
+        ledger.commit(step(f"k{i}", big if i == 7 else i, store=payloads))
+    ledger.commit(step("k3", "again", store=payloads))  # a later commit of a key wins
+    head = journal.Head.on_lease(api.body)
+    assert head == ledger.head and head is not None and head.seq == 31
+    found, problems = slot_journal.chain(attempt=1, head=head)
+    assert problems == [] and len(found) == 30
+    assert records.payload(found["k7"], store=payloads) == big
+    assert found["k3"].inline == "again" and found["k29"].inline == 29
+    assert not [k for k in api.body["metadata"]["annotations"] if k.startswith(records.PREFIX)]
+
+
+class LostAnswer(FakeApi):
+    """Applies a PATCH, then answers as if the connection broke (``lose`` of them)."""
+
+    lose = 0
+
+    def request(self, method: str, path: str, *, body: Any = None, query: Any = None,
+                content_type: str = rest.JSON) -> dict[str, Any]:
+        answer = super().request(method, path, body=body, query=query,
+                                 content_type=content_type)
+        if method == "PATCH" and self.lose:
+            self.lose -= 1
+            raise rest.ApiError(504, "{}")
+        return answer
+
+
+def test_a_head_advance_whose_answer_was_lost_is_settled_by_the_next_commit(
+        slot_journal: journal.Journal) -> None:
+    api = LostAnswer(lease(1))
+    ledger = committer(slot_journal, api)
+    payloads = slot_journal.payloads(attempt=1)
+    ledger.commit(step("a", 1, store=payloads))
+    api.lose = 1
+    with pytest.raises(rest.ApiError):
+        ledger.commit(step("b", 2, store=payloads))  # landed, but the answer was lost
+    ledger.commit(step("c", 3, store=payloads))
+    head = journal.Head.on_lease(api.body)
+    assert head is not None and head.seq == 3
+    assert sorted(slot_journal.chain(attempt=1, head=head)[0]) == ["a", "b", "c"]
+
+
+def test_a_name_taken_by_other_content_is_not_committed_over(
+        slot_journal: journal.Journal) -> None:
+    api = FakeApi(lease(1))
+    ledger = committer(slot_journal, api)
+    record = step("a", 1, store=slot_journal.payloads(attempt=1))
+    data = journal.node(attempt=1, seq=1, prev=None, entries=[record])
+    squatted = f"{slot_journal.attempt_key(1)}/{records.digest(data)}"
+    assert slot_journal.objects.put(squatted, b"not the node", if_none_match=True)
+    with pytest.raises(records.RecordError, match="taken by other content"):
+        ledger.commit(record)
+    assert journal.HEAD not in api.body["metadata"]["annotations"]
+
+
+def test_the_operators_records_are_never_taken_from_a_journal(
+        slot_journal: journal.Journal) -> None:
+    ledger = committer(slot_journal, FakeApi(lease(1)))
+    forged = step(f"pay{names.RESOLVED_SUFFIX}", {"answer": "applied"},
+                  store=slot_journal.payloads(attempt=1))
+    with pytest.raises(records.RecordError, match="is the operator's"):
+        ledger.commit(forged)
+    # written straight into a node (a worker not using the SDK): stored, never trusted
+    data = journal.node(attempt=1, seq=1, prev=None, entries=[forged])
+    slot_journal.put_once(f"{slot_journal.attempt_key(1)}/{records.digest(data)}", data)
+    found, problems = slot_journal.chain(
+        attempt=1, head=journal.Head(seq=1, digest=records.digest(data)))
+    assert found == {} and "trusted only on the Lease" in problems[0]
+
+
+def test_a_missing_node_or_a_silent_store_stops_the_read(
+        slot_journal: journal.Journal, endpoint: str) -> None:
+    api = FakeApi(lease(1))
+    ledger = committer(slot_journal, api)
+    for key in ("a", "b", "c"):
+        ledger.commit(step(key, key, store=slot_journal.payloads(attempt=1)))
+    assert ledger.head is not None
+    middle = journal.read_node(slot_journal.get(
+        f"{slot_journal.attempt_key(1)}/{ledger.head.digest}", size=journal.NODE_BYTES),
+        attempt=1, seq=3, digest=ledger.head.digest)[0]
+    slot_journal.objects.delete(f"{slot_journal.attempt_key(1)}/{middle}")
+    with pytest.raises(journal.JournalDamaged, match="commit 2 of 3"):
+        slot_journal.chain(attempt=1, head=ledger.head)
+    (port,) = free_ports(1)  # nothing listens there
+    silent = journal.Journal(
+        objects=ObjectStore(endpoint=f"http://127.0.0.1:{port}", bucket="nothing",
+                            credentials=lambda: None, timeout=1),
+        prefix=slot_journal.prefix, slot="s", retry_seconds=1)
+    with pytest.raises(journal.JournalUnavailable, match="did not answer"):
+        silent.chain(attempt=1, head=ledger.head)
