@@ -1,11 +1,12 @@
 """``make demo``: the seed's recovery trace with real worker pods, told step by step.
 
-A person claims attempt 1 of a Manual run (``alice``), its worker saves source notes on
-its Lease and is killed on the node; the lease expires, the slot waits to retry; two
-bad reassignments are rejected (a blank reason; ``bob``, who is not the owner), alice's
-to ``gpu`` reopens the slot; her claim starts attempt 2, which resumes from the saved
-notes, publishes the report once at the effect owner, and the run succeeds. Each line
-is printed only once the object it reports says so (never after a sleep).
+A person claims attempt 1 of a Manual run (``alice``), its worker saves source notes in
+its journal (the cluster's bundled object store) and is killed on the node; the lease
+expires, the slot waits to retry; two bad reassignments are rejected (a blank reason;
+``bob``, who is not the owner), alice's to ``gpu`` reopens the slot; her claim starts
+attempt 2, which resumes from the saved notes, publishes the report once at the effect
+owner, and the run succeeds. Each line is printed only once the object it reports says
+so (never after a sleep).
 
 - ``python -m demo.recovery`` (or ``--up``): start the control plane and its node
   (``tests/support/cluster/localnode.py``), play, tear everything down (Ctrl-C too);
@@ -31,6 +32,7 @@ import kubernetes
 
 from agentrun.api import records
 from agentrun.plugin.views import parse_time
+from agentrun.worker import _journal as journals
 from agentrun.worker import idempotency_key
 from demo import stage
 from tests.support.actors.effectowner import EffectOwner
@@ -123,13 +125,19 @@ def trace(cluster: Cluster, node: Any, owner: EffectOwner | None, owner_url: str
     tell(f"attempt 1 claimed by {active['attempts'][-1].get('ownerActor')}: pod {first} "
          f"running on {pod['spec']['nodeName']} ({active['launchSpec']['name']})")
 
-    def saved() -> dict[str, records.Record] | None:
+    pinned = scenario.agentrun(stage.RUN)["status"]["pinned"]["journal"]
+    journal = stage.journal(pinned, slot=slot)
+
+    def saved() -> tuple[journals.Head, dict[str, records.Record]] | None:
         lease = scenario.lease(first)
-        found = records.on_lease(lease)[0] if lease else {}
-        return found if set(stage.SAVED) <= set(found) else None
-    notes = wait_for(saved, timeout=STEP_TIMEOUT, message=f"source notes on lease {first}")
-    tell(f"the worker saved its source notes on its Lease: {', '.join(sorted(notes))} "
-         f"({notes[stage.SAVED[0]].kind})")
+        head = journals.Head.on_lease(lease) if lease else None
+        found = journal.chain(attempt=1, head=head)[0] if head else {}
+        return (head, found) if head and set(stage.SAVED) <= set(found) else None
+    head, notes = wait_for(saved, timeout=STEP_TIMEOUT,
+                           message=f"source notes in the journal of {first}")
+    tell(f"the worker saved its source notes in its journal: {', '.join(sorted(notes))} "
+         f"({notes[stage.SAVED[0]].kind}; {head.seq} commits in bucket {pinned['bucket']} "
+         f"under {pinned['prefix']}, its head on Lease {first})")
 
     ended = kill_when_paused(scenario, node, first, point=stage.PAUSE_POINT,
                              timeout=STEP_TIMEOUT)

@@ -22,7 +22,9 @@ from typing import Any
 import kubernetes
 import yaml
 
-from tests.support.cluster import helm
+from agentrun.worker import _journal as journals
+from agentrun.worker import _s3 as s3
+from tests.support.cluster import helm, store
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays import examples
 from tests.support.waiting import delete_namespace, wait_for
@@ -155,3 +157,11 @@ def plugin(cluster: Cluster, *args: str, user: str) -> subprocess.CompletedProce
     return subprocess.run([str(binary), "--kubeconfig", str(cluster.kubeconfig),
                            "--context", user, "-n", NAMESPACE, *args],
                           capture_output=True, text=True, check=False, timeout=150)
+
+
+def journal(pinned: dict[str, str], *, slot: str) -> journals.Journal:
+    """The slot's journal as pinned on the run, read from this host (the store's address)."""
+    objects = s3.ObjectStore(endpoint=store.host_endpoint(), bucket=pinned["bucket"],
+                             region=pinned.get("region", "us-east-1"),
+                             credentials=s3.credentials_from(None))
+    return journals.Journal(objects=objects, prefix=pinned["prefix"], slot=slot)

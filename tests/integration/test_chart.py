@@ -49,11 +49,18 @@ def test_helm_lint_strict_passes() -> None:
 
 def expected_objects() -> list[dict[str, Any]]:
     """What ``agentrun.manifests`` builds for the chart, in its default values."""
+    (account, operator) = manifests.deployment()
+    (container,) = operator["spec"]["template"]["spec"]["containers"]
+    container["args"] += BUNDLED_JOURNAL  # the chart's default: its bundled store
     everything = [*manifests.operator_rbac(), *manifests.user_roles(), *manifests.worker_rbac(),
                   *manifests.mutating_policies(), *manifests.validating_policies(),
-                  *manifests.deployment(),
-                  *manifests.metrics_service(), *manifests.store()]
+                  account, operator, *manifests.metrics_service(), *manifests.store()]
     return [o for o in everything if o["kind"] != "Namespace"]
+
+
+BUNDLED_JOURNAL = ["--journal-endpoint", manifests.store_endpoint(), "--journal-bucket",
+                   manifests.STORE_BUCKET, "--journal-prefix", "agentrun", "--journal-region",
+                   "us-east-1"]
 
 
 def key(document: dict[str, Any]) -> tuple[str, str, str]:
@@ -84,7 +91,8 @@ def test_values_reach_the_deployment_and_the_service() -> None:
     assert container["image"] == "localhost/op:v9"
     assert container["imagePullPolicy"] == "Never"
     assert container["args"] == ["run", "--metrics-address", "0.0.0.0", "--metrics-port", "9090",
-                                 "--namespace", "team-a", "--namespace", "team-*", "--verbose"]
+                                 "--namespace", "team-a", "--namespace", "team-*", "--verbose",
+                                 *BUNDLED_JOURNAL]
     assert container["ports"][0]["containerPort"] == 9090
     assert container["resources"]["requests"] == {"cpu": "200m", "memory": "128Mi"}
     assert manifests.METRICS_SERVICE not in {d["metadata"]["name"] for d in documents

@@ -30,6 +30,7 @@ from agentrun import manifests
 from agentrun.api import names
 from tests.integration.node.conftest import wait_phase
 from tests.support.actors.operators import install_for_tests
+from tests.support.cluster import store
 from tests.support.cluster.clusters import Cluster
 from tests.support.cluster.helm import CHART, NAMESPACE, RELEASE, Release
 from tests.support.plays.recovery import play_recovery_trace
@@ -108,7 +109,9 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         operator = container(pod)
         assert pod["spec"]["serviceAccountName"] == manifests.OPERATOR_ROLE
         assert operator["image"] == worker_image
-        assert operator["args"][-2:] == ["--namespace", namespace]
+        args = operator["args"]
+        assert args[args.index("--namespace"):][:2] == ["--namespace", namespace]
+        assert args[args.index("--journal-endpoint") + 1] == store.STORE_ENDPOINT
         assert operator["securityContext"]["readOnlyRootFilesystem"] is True
         assert {p["httpGet"]["path"] for p in (operator["livenessProbe"],
                                                operator["readinessProbe"])} == {

@@ -24,6 +24,8 @@ import pytest
 
 from agentrun.api import records
 from agentrun.worker import _effects as effects
+from agentrun.worker import _journal as journals
+from demo import stage
 from tests.support.actors.effectowner import EffectOwner
 from tests.support.actors.operators import install_for_tests
 from tests.support.cluster.clusters import Cluster
@@ -107,12 +109,20 @@ def test_the_demo_plays_the_trace_publishes_once_and_leaves_nothing(
     assert succeeded, [r.get("status", {}).get("conditions") for r in seen_runs[-3:]]
     run = succeeded[-1]
 
-    # Attempt 1 saved sources 1 and 2 on its Lease; attempt 2 added only the rest.
+    # Attempt 1 saved sources 1 and 2 in its journal; attempt 2 added only the rest. The
+    # Leases hold only the heads: no record is on them.
     latest = {lease["metadata"]["name"]: lease for lease in seen_leases}
     (first,) = [n for n in latest if n.endswith("-1")]
     slot = first.removesuffix("-1")
-    committed = {name: set(records.on_lease(lease)[0])
-                 for name, lease in latest.items() if lease["metadata"].get("annotations")}
+    journal = stage.journal(run["status"]["pinned"]["journal"], slot=slot)
+    committed = {}
+    for name, lease in latest.items():
+        assert records.on_lease(lease) == ({}, []), name
+        head = journals.Head.on_lease(lease)
+        if head is not None:
+            found, problems = journal.chain(attempt=int(name.rsplit("-", 1)[1]), head=head)
+            assert problems == [], problems
+            committed[name] = set(found)
     assert committed[first] == {"source-1", "source-2"}, committed
     later = committed[f"{slot}-2"]
     assert {"source-3", "decision", "report"} <= later and not later & {"source-1", "source-2"}

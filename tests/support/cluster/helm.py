@@ -32,6 +32,7 @@ from typing import Any
 
 import kubernetes
 
+from tests.support.cluster import store
 from tests.support.waiting import wait_for
 
 HELM_MODULE = "helm.sh/helm/v4"
@@ -93,13 +94,15 @@ def install_args(*, image: str, namespaces: list[str],
     loaded into the node, so ``pullPolicy: Never``; ``namespaces`` the watched ones;
     ``extra`` more ``--set key=value`` pairs (e.g. ``{"logLevel": "debug"}``). No bundled
     store: the local cluster runs its own (tests/support/cluster/store.py), whose objects
-    a release's would collide with.
+    a release's would collide with; the release's runs pin that one as their journal, by
+    its fixed ClusterIP (the local cluster has no DNS to resolve the Service's name).
     """
     repository, _, tag = image.rpartition(":")
     if not repository or "/" in tag:
         raise ValueError(f"image {image!r} must be repository:tag")
     sets = {"image.repository": repository, "image.tag": tag, "image.pullPolicy": "Never",
-            "store.enabled": "false", **(extra or {})}
+            "store.enabled": "false", "journal.endpoint": store.STORE_ENDPOINT,
+            "journal.bucket": store.BUCKET, **(extra or {})}
     return ["upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE,
             "--create-namespace", "--wait", "--timeout", TIMEOUT,
             *(arg for key, value in sets.items() for arg in ("--set-string" if key in {
