@@ -147,3 +147,14 @@ def test_a_missing_node_or_a_silent_store_stops_the_read(
         prefix=slot_journal.prefix, slot="s", retry_seconds=1)
     with pytest.raises(journal.JournalUnavailable, match="did not answer"):
         silent.chain(attempt=1, head=ledger.head)
+
+
+def test_the_first_commit_makes_a_missing_bucket(endpoint: str) -> None:
+    objects = ObjectStore(endpoint=endpoint, bucket=f"n-{uuid.uuid4().hex[:12]}",
+                          credentials=lambda: None)
+    assert not objects.exists("anything")  # nothing there, not even the bucket
+    empty = journal.Journal(objects=objects, prefix="agentrun/ns/uid", slot="s", retry_seconds=1)
+    api = FakeApi(lease(1))
+    committer(empty, api).commit(step("a", 1, store=empty.payloads(attempt=1)))
+    head = journal.Head.on_lease(api.body)
+    assert head is not None and sorted(empty.chain(attempt=1, head=head)[0]) == ["a"]

@@ -197,10 +197,20 @@ class Journal:
         already taken is read back and must hold these very bytes (anyone with the bucket's
         credentials could have put something else there first): else :class:`RecordError`
         and nothing is committed."""
+        def put() -> bool:
+            try:
+                return self.objects.put(key, data, if_none_match=True)
+            except s3.S3Error as error:
+                if error.code not in ("NoSuchBucket", "AccessDenied"):
+                    raise
+            # The bundled store starts empty: the first commit makes its bucket (SeaweedFS
+            # answers an anonymous put into a missing bucket AccessDenied). A store that
+            # does not let workers create buckets refuses, and that refusal is shown.
+            self.objects.ensure_bucket()
+            return self.objects.put(key, data, if_none_match=True)
+
         try:
-            written = _retrying(f"storing {key}",
-                                lambda: self.objects.put(key, data, if_none_match=True),
-                                seconds=self.retry_seconds)
+            written = _retrying(f"storing {key}", put, seconds=self.retry_seconds)
         except s3.S3Error as error:  # an answer, not a silence (those are retried)
             raise records.RecordError(f"cannot store {key}: {error}") from None
         if not written and self.get(key, size=len(data)) != data:
