@@ -16,11 +16,11 @@ from typing import Any
 
 import yaml
 
-from agentrun import manifests
+from agentrun import bundledstore, manifests
 from agentrun.api import runs
 
 REPOSITORY, TAG = manifests.IMAGE.rsplit(":", 1)
-STORE_REPOSITORY, STORE_TAG = manifests.STORE_IMAGE.rsplit(":", 1)
+STORE_REPOSITORY, STORE_TAG = bundledstore.STORE_IMAGE.rsplit(":", 1)
 PULL_POLICIES = ["Always", "IfNotPresent", "Never"]
 LOG_LEVELS = ["info", "debug"]
 MAX_NAMESPACES = 100
@@ -42,7 +42,7 @@ def defaults() -> dict[str, Any]:
         "store": {"enabled": True,
                   "image": {"repository": STORE_REPOSITORY, "tag": STORE_TAG,
                             "pullPolicy": manifests.PULL_POLICY},
-                  "storageClassName": "", "size": manifests.STORE_SIZE},
+                  "storageClassName": "", "size": bundledstore.STORE_SIZE},
     }
 
 
@@ -79,10 +79,10 @@ COMMENTS = {
                           "secretAccessKey, mounted into the run's workers; \"\": none "
                           "(unsigned requests).",
     "store": "The bundled S3-compatible object store (SeaweedFS) the slots' journals live "
-             f"in: a Deployment, a Service {manifests.STORE} (port {manifests.STORE_PORT}) and "
-             "a PersistentVolumeClaim of the same name. It accepts anonymous requests (no "
-             "identities configured yet): anything that reaches the Service may read and "
-             "write.",
+             f"in: a Deployment, a Service {bundledstore.STORE} (port "
+             f"{bundledstore.STORE_PORT}) and a PersistentVolumeClaim of the same name. It "
+             "accepts anonymous requests (no identities configured yet): anything that "
+             "reaches the Service may read and write.",
     "store.enabled": "false: none (bring your own S3 store).",
     "store.image": "The store's image: the static weed binary, run as uid 65532.",
     "store.image.repository": "Registry and repository, without the tag.",

@@ -15,7 +15,7 @@ import kubernetes
 import pytest
 import yaml
 
-from agentrun import manifests
+from agentrun import bundledstore, manifests
 from tests.support.cluster.clusters import Cluster
 from tests.support.cluster.helm import CHART, NAMESPACE, RELEASE, helm_binary
 
@@ -54,12 +54,13 @@ def expected_objects() -> list[dict[str, Any]]:
     container["args"] += BUNDLED_JOURNAL  # the chart's default: its bundled store
     everything = [*manifests.operator_rbac(), *manifests.user_roles(), *manifests.worker_rbac(),
                   *manifests.mutating_policies(), *manifests.validating_policies(),
-                  account, operator, *manifests.metrics_service(), *manifests.store()]
+                  account, operator, *manifests.metrics_service(),
+                  *bundledstore.store(pull_policy=manifests.PULL_POLICY)]
     return [o for o in everything if o["kind"] != "Namespace"]
 
 
-BUNDLED_JOURNAL = ["--journal-endpoint", manifests.store_endpoint(), "--journal-bucket",
-                   manifests.STORE_BUCKET, "--journal-prefix", "agentrun", "--journal-region",
+BUNDLED_JOURNAL = ["--journal-endpoint", bundledstore.store_endpoint(), "--journal-bucket",
+                   bundledstore.STORE_BUCKET, "--journal-prefix", "agentrun", "--journal-region",
                    "us-east-1"]
 
 
@@ -103,14 +104,14 @@ def test_store_values_reach_the_store_and_disable_it() -> None:
     documents = render("--set-string", "store.image.repository=localhost/sw", "--set-string",
                        "store.image.tag=t1", "--set", "store.image.pullPolicy=Never",
                        "--set", "store.storageClassName=fast", "--set", "store.size=5Gi")
-    store = {d["kind"]: d for d in documents if d["metadata"]["name"] == manifests.STORE}
+    store = {d["kind"]: d for d in documents if d["metadata"]["name"] == bundledstore.STORE}
     assert set(store) == {"PersistentVolumeClaim", "Deployment", "Service"}
     assert store["PersistentVolumeClaim"]["spec"]["storageClassName"] == "fast"
     assert store["PersistentVolumeClaim"]["spec"]["resources"]["requests"] == {"storage": "5Gi"}
     (container,) = store["Deployment"]["spec"]["template"]["spec"]["containers"]
     assert (container["image"], container["imagePullPolicy"]) == ("localhost/sw:t1", "Never")
     assert not [d for d in render("--set", "store.enabled=false")
-                if d["metadata"]["name"] == manifests.STORE]
+                if d["metadata"]["name"] == bundledstore.STORE]
 
 
 def test_the_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentrun import chart, chartvalues, cli, manifests
+from agentrun import bundledstore, chart, chartvalues, cli, manifests
 from agentrun.api import crds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,8 +57,8 @@ def test_values_defaults_are_the_manifests_and_fit_the_schema() -> None:
     assert f"{values['image']['repository']}:{values['image']['tag']}" == manifests.IMAGE
     assert values["resources"] == manifests.RESOURCES
     store = values["store"]
-    assert f"{store['image']['repository']}:{store['image']['tag']}" == manifests.STORE_IMAGE
-    assert store["enabled"] is True and store["size"] == manifests.STORE_SIZE
+    assert f"{store['image']['repository']}:{store['image']['tag']}" == bundledstore.STORE_IMAGE
+    assert store["enabled"] is True and store["size"] == bundledstore.STORE_SIZE
     schema = chartvalues.schema()
     assert schema["additionalProperties"] is False
     assert set(schema["required"]) == set(values)

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from agentrun import manifests
+from agentrun import bundledstore, manifests
 from agentrun.core.commands import parsing
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
@@ -149,7 +149,7 @@ def test_the_user_roles_aggregate_and_never_write_status() -> None:
 
 
 def test_the_store_is_one_locked_down_pod_on_a_claim_behind_its_service() -> None:
-    claim, deployment, service = manifests.store()
+    claim, deployment, service = bundledstore.store(pull_policy=manifests.PULL_POLICY)
     assert [claim["kind"], deployment["kind"], service["kind"]] == [
         "PersistentVolumeClaim", "Deployment", "Service"]
     assert {d["metadata"]["namespace"] for d in (claim, deployment, service)} == {
@@ -164,14 +164,15 @@ def test_the_store_is_one_locked_down_pod_on_a_claim_behind_its_service() -> Non
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["resources"]["requests"] and container["resources"]["limits"]
-    assert f"-s3.port={manifests.STORE_PORT}" in container["args"]
-    assert container["readinessProbe"]["httpGet"]["port"] == manifests.STORE_PORT_NAME
+    assert f"-s3.port={bundledstore.STORE_PORT}" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["port"] == bundledstore.STORE_PORT_NAME
     assert {"persistentVolumeClaim": {"claimName": claim["metadata"]["name"]},
             "name": "data"} in pod["volumes"]
-    assert service["spec"]["ports"][0]["port"] == manifests.STORE_PORT
+    assert service["spec"]["ports"][0]["port"] == bundledstore.STORE_PORT
 
 
 def test_the_store_takes_a_class_and_a_fixed_address_when_asked() -> None:
-    claim, _, service = manifests.store(storage_class="", cluster_ip="10.96.0.83")
+    claim, _, service = bundledstore.store(pull_policy=manifests.PULL_POLICY, storage_class="",
+                                           cluster_ip="10.96.0.83")
     assert claim["spec"]["storageClassName"] == ""
     assert service["spec"]["clusterIP"] == "10.96.0.83"

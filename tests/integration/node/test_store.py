@@ -21,7 +21,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from agentrun import manifests
+from agentrun import bundledstore, manifests
 from tests.support.cluster import store
 from tests.support.cluster.clusters import Cluster
 from tests.support.waiting import wait_for
@@ -70,7 +70,7 @@ def test_the_store_answers_at_its_fixed_address_with_its_bucket(
     assert endpoint == store.store_endpoint() == store.STORE_ENDPOINT
     assert store.bucket_exists(endpoint)
     service = json.loads(cluster.kubectl(
-        "-n", manifests.OPERATOR_NAMESPACE, "get", "service", manifests.STORE,
+        "-n", manifests.OPERATOR_NAMESPACE, "get", "service", bundledstore.STORE,
         "-o", "json").stdout)
     assert service["spec"]["clusterIP"] == store.STORE_CLUSTER_IP
 
@@ -114,7 +114,7 @@ def test_a_pod_reaches_the_store_at_the_cluster_ip(
 def store_pods(core: kubernetes.client.CoreV1Api) -> list[Any]:
     return list(core.list_namespaced_pod(
         manifests.OPERATOR_NAMESPACE,
-        label_selector=f"app.kubernetes.io/name={manifests.STORE}").items)
+        label_selector=f"app.kubernetes.io/name={bundledstore.STORE}").items)
 
 
 def test_the_data_survives_the_store_pod_being_deleted(

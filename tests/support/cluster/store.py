@@ -2,7 +2,7 @@
 
 Why: workers write their journals through the S3 API, so the local cluster (``make
 cluster``, ``make test``'s session, ``make demo``) runs a real S3-compatible store in it,
-the very objects ``agentrun.manifests.store`` ships (``manifests/store/store.yaml``),
+the very objects ``agentrun.bundledstore.store`` ships (``manifests/store/store.yaml``),
 from the image :func:`~tests.support.cluster.images.seaweedfs_image` builds.
 
 What the local cluster adds to those objects, and why:
@@ -16,7 +16,7 @@ What the local cluster adds to those objects, and why:
   directory under the cluster's folder, owned by the store's uid, bound to the claim
   ``agentrun-store`` (``claimRef``), so the data survives the pod, not the cluster:
   each start of the cluster begins with an empty store, as its API state does;
-- the bucket :data:`~agentrun.manifests.STORE_BUCKET`, created over HTTP from this host
+- the bucket :data:`~agentrun.bundledstore.STORE_BUCKET`, created over HTTP from this host
   once the store answers (an S3 CreateBucket; "already yours" counts as done).
 
 A host process (a test, the operator run on the host) reaches the store at the same
@@ -29,7 +29,7 @@ address, was dropped: measured, the host timed out while pods were answered.)
 :func:`host_endpoint` says so in code.
 
 No identities are configured: SeaweedFS accepts anonymous requests (see
-``agentrun.manifests.STORE_ARGS``); kept so for now on this machine-local cluster.
+``agentrun.bundledstore.STORE_ARGS``); kept so for now on this machine-local cluster.
 """
 
 from __future__ import annotations
@@ -45,15 +45,15 @@ from typing import Any
 
 import yaml
 
-from agentrun import manifests
+from agentrun import bundledstore, manifests
 from tests.support.cluster.images import seaweedfs_image
 from tests.support.cluster.imagestore import ImageArchive
 from tests.support.cluster.localcluster import NODE_NAME, LocalCluster
 from tests.support.cluster.nodehost import SERVICE_RANGE
 
 STORE_CLUSTER_IP = str(SERVICE_RANGE.network_address + 83)  # 10.96.0.83
-STORE_ENDPOINT = f"http://{STORE_CLUSTER_IP}:{manifests.STORE_PORT}"
-BUCKET = manifests.STORE_BUCKET
+STORE_ENDPOINT = f"http://{STORE_CLUSTER_IP}:{bundledstore.STORE_PORT}"
+BUCKET = bundledstore.STORE_BUCKET
 STORE_VOLUME = "agentrun-store-local"  # the PersistentVolume (cluster-scoped)
 STORE_CLASS = ""  # no StorageClass: the claim binds the volume made for it, by name
 FIELD_MANAGER = "agentrun-local-store"
@@ -76,21 +76,21 @@ def data_dir(cluster: LocalCluster) -> Path:
     return cluster.workdir / "store"
 
 
-def persistent_volume(*, path: Path, size: str = manifests.STORE_SIZE) -> dict[str, Any]:
+def persistent_volume(*, path: Path, size: str = bundledstore.STORE_SIZE) -> dict[str, Any]:
     """The claim's volume: ``path`` on the one node, reserved for ``agentrun-store``.
 
     Retain: the binder never tries to delete a host directory (the cluster's stop does).
     """
     return {
         "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": STORE_VOLUME, "labels": dict(manifests.STORE_SELECTOR)},
+        "metadata": {"name": STORE_VOLUME, "labels": dict(bundledstore.STORE_SELECTOR)},
         "spec": {
             "capacity": {"storage": size},
             "accessModes": ["ReadWriteOnce"],
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": STORE_CLASS,
             "hostPath": {"path": str(path), "type": "Directory"},
-            "claimRef": {"namespace": manifests.OPERATOR_NAMESPACE, "name": manifests.STORE},
+            "claimRef": {"namespace": manifests.OPERATOR_NAMESPACE, "name": bundledstore.STORE},
             "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "kubernetes.io/hostname", "operator": "In",
                  "values": [NODE_NAME]}]}]}},
@@ -104,7 +104,7 @@ def objects(*, image: str, path: Path) -> list[dict[str, Any]]:
     namespace = {"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": manifests.OPERATOR_NAMESPACE}}
     return [namespace, persistent_volume(path=path),
-            *manifests.store(image=image, pull_policy="Never", storage_class=STORE_CLASS,
+            *bundledstore.store(image=image, pull_policy="Never", storage_class=STORE_CLASS,
                              cluster_ip=STORE_CLUSTER_IP)]
 
 
@@ -119,7 +119,7 @@ def prepare(cluster: LocalCluster) -> ImageArchive:
     path = data_dir(cluster)
     shutil.rmtree(path, ignore_errors=True)  # a new cluster, a new store
     path.mkdir(mode=0o700, parents=True)
-    os.chown(path, manifests.STORE_UID, manifests.STORE_UID)
+    os.chown(path, bundledstore.STORE_UID, bundledstore.STORE_UID)
     applied = cluster.kubectl("apply", "--server-side", f"--field-manager={FIELD_MANAGER}",
                               "-f", "-", input=yaml.safe_dump_all(
                                   objects(image=archive.ref, path=path)))
@@ -138,7 +138,7 @@ def answers(endpoint: str, *, timeout: float = 5.0) -> bool:
         return False
 
 
-def create_bucket(endpoint: str, bucket: str = manifests.STORE_BUCKET) -> None:
+def create_bucket(endpoint: str, bucket: str = bundledstore.STORE_BUCKET) -> None:
     """S3 CreateBucket, idempotent: a bucket already ours (409) is the same outcome."""
     request = urllib.request.Request(f"{endpoint}/{bucket}", method="PUT")
     try:
@@ -151,7 +151,7 @@ def create_bucket(endpoint: str, bucket: str = manifests.STORE_BUCKET) -> None:
         raise RuntimeError(f"CreateBucket {bucket}: {error.code} {body[:300]}") from None
 
 
-def bucket_exists(endpoint: str, bucket: str = manifests.STORE_BUCKET) -> bool:
+def bucket_exists(endpoint: str, bucket: str = bundledstore.STORE_BUCKET) -> bool:
     """S3 HeadBucket answers 200."""
     request = urllib.request.Request(f"{endpoint}/{bucket}", method="HEAD")
     try:
@@ -175,10 +175,10 @@ def wait_ready(*, timeout: float = READY_TIMEOUT) -> float:
         if time.monotonic() >= deadline:
             raise TimeoutError(f"the store at {endpoint} did not answer within {timeout:.0f}s "
                                f"(kubectl -n {manifests.OPERATOR_NAMESPACE} describe pod -l "
-                               f"app.kubernetes.io/name={manifests.STORE})")
+                               f"app.kubernetes.io/name={bundledstore.STORE})")
         time.sleep(0.25)  # poll interval of a wait-for-condition
     create_bucket(endpoint)
     if not bucket_exists(endpoint):
-        raise RuntimeError(f"bucket {manifests.STORE_BUCKET} missing after CreateBucket")
+        raise RuntimeError(f"bucket {bundledstore.STORE_BUCKET} missing after CreateBucket")
     return time.monotonic() - started
 
