@@ -179,6 +179,42 @@ def test_pinned_is_write_once(api_client: kubernetes.client.ApiClient, namespace
     assert run["status"]["pinned"]["workflow"]["sha256"] == SHA_A
 
 
+JOURNAL = {"endpoint": "http://10.96.0.83:8333", "bucket": "agentrun-journal",
+           "prefix": "agentrun/ns/0d1e", "region": "us-east-1"}
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("endpoint", "ftp://store:21", "status.pinned.journal.endpoint"),
+    ("endpoint", "http://store:9000/path", "status.pinned.journal.endpoint"),
+    ("endpoint", "http://" + "s" * 600, "status.pinned.journal.endpoint"),
+    ("bucket", "b1", "status.pinned.journal.bucket"),
+    ("bucket", "Upper_Case", "status.pinned.journal.bucket"),
+    ("prefix", "a/../b", "status.pinned.journal.prefix"),
+    ("prefix", "/leading", "status.pinned.journal.prefix"),
+    ("prefix", "p" * 600, "status.pinned.journal.prefix"),
+])
+def test_a_bad_journal_pin_is_refused_and_a_good_one_is_write_once(
+        api_client: kubernetes.client.ApiClient, namespace: str, field: str, value: str,
+        says: str) -> None:
+    api = custom(api_client)
+    create(api_client, example("30-agentrun.yaml"), namespace=namespace)
+
+    def write_status(journal: dict[str, str]) -> None:
+        run = api.get_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, "agentruns", "research-report")
+        run["status"] = {"pinned": {**pins(SHA_A), "journal": journal}}
+        api.replace_namespaced_custom_object_status(
+            names.GROUP, names.VERSION, namespace, "agentruns", "research-report", run)
+
+    assert says in rejection(lambda: write_status({**JOURNAL, field: value}))
+    run = api.get_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, "agentruns", "research-report")
+    assert "pinned" not in run.get("status", {})  # nothing written
+    write_status(JOURNAL)
+    moved = rejection(lambda: write_status({**JOURNAL, "bucket": "another-bucket"}))
+    assert "status.pinned is write-once" in moved
+
+
 def test_launchspec_restart_policy_always_is_rejected(
     api_client: kubernetes.client.ApiClient, namespace: str
 ) -> None:

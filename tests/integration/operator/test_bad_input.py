@@ -27,7 +27,12 @@ bound (400 and 1,000 levels) and a full Lease (``RecordLimit``, the sidecar's 42
 ``test_lease_policy.py`` and ``tests/integration/node/test_impostor.py``. A namespace
 the LaunchSpec's pod cannot meet (a ResourceQuota counting limits it lacks, a LimitRange
 its resources exceed) is ``test_quotas.py``'s and ``test_crash_quota.py``'s: the
-LaunchSpec says why (``Valid`` False) and no attempt is spent.
+LaunchSpec says why (``Valid`` False) and no attempt is spent. The journal's: bad
+``--journal-*`` flags exit 2 with the reason (``tests/unit/test_cli.py``); a pinned
+journal location out of its bounds is refused by the API server and writes nothing
+(``tests/integration/test_crds.py``); a head moved backwards or after the tombstone is
+refused by admission, and a node or payload name taken by other content is never
+committed over (``tests/integration/node/test_journal.py``, ``test_journal_store.py``).
 
 Commands are written through the API (as ``admin``, stamped by admission): a 200 KiB
 value does not fit on a command line.
