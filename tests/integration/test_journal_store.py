@@ -158,3 +158,26 @@ def test_the_first_commit_makes_a_missing_bucket(endpoint: str) -> None:
     committer(empty, api).commit(step("a", 1, store=empty.payloads(attempt=1)))
     head = journal.Head.on_lease(api.body)
     assert head is not None and sorted(empty.chain(attempt=1, head=head)[0]) == ["a"]
+
+
+class Counting(FakeApi):
+    gets = 0
+
+    def request(self, method: str, path: str, *, body: Any = None, query: Any = None,
+                content_type: str = rest.JSON) -> dict[str, Any]:
+        self.gets += method == "GET"
+        return super().request(method, path, body=body, query=query, content_type=content_type)
+
+
+def test_a_commit_costs_one_api_call_while_nothing_else_writes_the_lease(
+        slot_journal: journal.Journal) -> None:
+    api = Counting(lease(1), conflicts=0)
+    ledger = committer(slot_journal, api)
+    for i in range(5):
+        ledger.commit(step(f"k{i}", i, store=slot_journal.payloads(attempt=1)))
+    assert (api.gets, len(api.patches)) == (1, 5)  # the first commit reads the Lease once
+    api.conflicts = 1  # a renewal lands between two commits: one 409, one read, one patch
+    ledger.commit(step("k5", 5, store=slot_journal.payloads(attempt=1)))
+    assert (api.gets, len(api.patches)) == (2, 7)
+    head = journal.Head.on_lease(api.body)
+    assert head is not None and head.seq == 6

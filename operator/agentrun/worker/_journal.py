@@ -299,6 +299,7 @@ class JournalRecords:
     lease: records.LeaseRecords
     head: Head | None = None
     pending: Head | None = None  # a head advance whose answer was lost: it may have landed
+    seen: dict[str, Any] | None = field(default=None, repr=False)  # the Lease as last answered
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def commit(self, record: records.Record) -> records.Record:
@@ -345,9 +346,12 @@ class JournalRecords:
             raise
 
     def _patch(self, new: Head) -> None:
+        """One merge patch of the head under the ``resourceVersion`` of the Lease as last
+        seen: the previous commit's answer (so a commit costs one API call while nothing
+        else wrote the Lease), else a fresh read; a 409 (a renewal meanwhile) reads again."""
         path = self.lease.path
         for _ in range(records.CONFLICT_RETRIES):
-            lease = self.lease.api.request("GET", path)
+            lease, self.seen = self.seen or self.lease.api.request("GET", path), None
             try:
                 current = Head.on_lease(lease)
             except records.RecordError as error:
@@ -363,7 +367,8 @@ class JournalRecords:
             body = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
                                  "annotations": {HEAD: new.text()}}}
             try:
-                self.lease.api.request("PATCH", path, body=body, content_type=rest.MERGE_PATCH)
+                answer = self.lease.api.request("PATCH", path, body=body,
+                                                content_type=rest.MERGE_PATCH)
             except rest.ApiError as error:
                 if error.status == 409:
                     continue
@@ -371,6 +376,7 @@ class JournalRecords:
                     raise records.RecordRefused(f"commit {new.seq} refused: "
                                                 f"{bounds.clip(error.message)}") from None
                 raise
+            self.seen = answer
             return
         raise records.RecordError(f"commit {new.seq}: the Lease changed under each of "
                                   f"{records.CONFLICT_RETRIES} attempts to advance its head")
