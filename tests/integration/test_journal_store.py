@@ -6,13 +6,16 @@ what is claimed is what the store holds and what a reader makes of it: commits r
 in order, a head advance whose answer was lost is settled from the Lease, a name taken
 first by other content is not committed over, the operator's records are never taken
 from a journal, and a missing node or a silent store stops the read (never a shorter
-prefix).
+prefix), and a store stopped mid-commit is retried, told once each way (its start and its
+end), and the commit lands once it answers again.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +25,8 @@ from agentrun.kube import rest
 from agentrun.worker import _journal as journal
 from agentrun.worker import _records as records
 from agentrun.worker._s3 import ObjectStore
-from tests.support.s3server import free_ports, running_s3
+from tests.support.s3server import PORT_COUNT, free_ports, running_s3
+from tests.support.waiting import wait_for
 from tests.unit.worker.test_records import FakeApi, lease
 
 Kind = records.Kind
@@ -181,3 +185,39 @@ def test_a_commit_costs_one_api_call_while_nothing_else_writes_the_lease(
     assert (api.gets, len(api.patches)) == (2, 7)
     head = journal.Head.on_lease(api.body)
     assert head is not None and head.seq == 6
+
+
+def test_a_store_stopped_mid_commit_is_told_once_each_way_and_the_commit_lands(
+        tmp_path: Path) -> None:
+    at = free_ports(PORT_COUNT)
+    told: list[str | None] = []
+    api = FakeApi(lease(1))
+    with running_s3(tmp_path, at=at) as url:
+        objects = ObjectStore(endpoint=url, bucket="stopped", credentials=lambda: None,
+                              timeout=1)
+        objects.ensure_bucket()
+        stopping = journal.Journal(objects=objects, prefix="agentrun/ns/uid", slot="s",
+                                   retry_seconds=120, report=told.append)
+        ledger = committer(stopping, api)
+        ledger.commit(step("a", 1, store=stopping.payloads(attempt=1)))
+    failures: list[BaseException] = []
+
+    def commit() -> None:
+        try:
+            ledger.commit(step("b", "b" * 5000, store=stopping.payloads(attempt=1)))
+        except BaseException as error:  # reported by the assert below
+            failures.append(error)
+
+    thread = threading.Thread(target=commit)
+    thread.start()
+    wait_for(lambda: told, timeout=30, message="the store's error told")
+    assert told[0] is not None and "storing agentrun/ns/uid/s/1/sha256/" in told[0], told
+    assert journal.Head.on_lease(api.body) == journal.Head(seq=1, digest=ledger.head.digest)
+    with running_s3(tmp_path, at=at):
+        thread.join(timeout=90)
+        assert not thread.is_alive() and failures == []
+        assert told[1:] == [None], told  # once each way, however many tries failed
+        head = journal.Head.on_lease(api.body)
+        assert head is not None and head.seq == 2
+        found, _ = stopping.chain(attempt=1, head=head)
+        assert records.payload(found["b"], store=stopping.payloads(attempt=1)) == "b" * 5000

@@ -32,6 +32,9 @@ _PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", 
           "filer.port.grpc", "s3.port", "s3.port.grpc")
 
 
+PORT_COUNT = len(_PORTS)
+
+
 def free_ports(count: int) -> list[int]:
     """``count`` distinct ports free now (all held open together, so none repeats)."""
     with ExitStack() as stack:
@@ -52,13 +55,15 @@ def _answers(url: str) -> bool:
 
 @contextmanager
 def running_s3(tmpdir: str | os.PathLike[str], *, auth: bool = False,
-               timeout: float = 60) -> Iterator[str]:
+               timeout: float = 60, at: list[int] | None = None) -> Iterator[str]:
     """A SeaweedFS S3 endpoint (``http://127.0.0.1:<port>``) for the block's length, its
     data under ``tmpdir``. ``auth``: only :data:`ACCESS_KEY`/:data:`SECRET_KEY` may use it
-    (SigV4 checked); otherwise anonymous requests are allowed."""
+    (SigV4 checked); otherwise anonymous requests are allowed. ``at``: its
+    :func:`free_ports` (as many as it listens on, :data:`PORT_COUNT`), to start it again at
+    the same address over the same data: a store stopped and restarted."""
     root = Path(tmpdir)
     (root / "data").mkdir(parents=True, exist_ok=True)
-    ports = dict(zip(_PORTS, free_ports(len(_PORTS)), strict=True))
+    ports = dict(zip(_PORTS, at or free_ports(len(_PORTS)), strict=True))
     command = [WEED, "server", f"-dir={root / 'data'}", "-s3", "-ip=127.0.0.1",
                "-ip.bind=127.0.0.1", "-master.telemetry=false", "-master.volumeSizeLimitMB=64",
                "-volume.max=200", "-s3.port.iceberg=0", "-s3.port.lance=0",

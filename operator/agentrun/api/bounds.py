@@ -57,6 +57,7 @@ RECORD_ANNOTATION_PREFIX: Final = "record.agentrun.dev/"
 MAX_RECORDS: Final = 64  # record annotations on one attempt's Lease
 RECORD_BYTES: Final = 2048  # one record annotation's value, UTF-8 bytes
 INLINE_PAYLOAD_BYTES: Final = 1024  # a payload larger than this goes to the store
+JOURNAL_ERROR_BYTES: Final = 512  # the journal's last store error on a Lease, UTF-8 bytes
 RECORD_KEY_CHARS: Final = 63  # the annotation name after the prefix
 RECORD_KEY_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 STEP_KEY_CHARS: Final = 48  # a key a worker names (a step, an effect): room for suffixes

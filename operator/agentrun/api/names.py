@@ -131,6 +131,16 @@ JOURNAL_CREDENTIALS_VOLUME: Final = "agentrun-journal-credentials"
 JOURNAL_ACCESS_KEY: Final = "accessKeyId"
 JOURNAL_SECRET_KEY: Final = "secretAccessKey"
 JOURNAL_HEAD_ANNOTATION: Final = "journal.agentrun.dev/head"
+# The name of the journal's Secret the operator may read to check it before a launch (its
+# ClusterRole's resourceNames): the chart's default journal.secretName.
+JOURNAL_SECRET: Final = "agentrun-journal"
+# The journal's store not answering, as the worker last saw it: set on its own Lease at the
+# first failed try of an outage, removed once the store answers (agentrun.worker._journal);
+# the operator shows it as the slot condition JOURNAL_UNAVAILABLE_CONDITION.
+JOURNAL_ERROR_ANNOTATION: Final = "journal.agentrun.dev/error"
+JOURNAL_UNAVAILABLE_CONDITION: Final = "JournalUnavailable"
+JOURNAL_STORE_FAILING: Final = "StoreNotAnswering"  # its reason while the error is on the Lease
+JOURNAL_STORE_ANSWERS: Final = "StoreAnswering"  # its reason once the error is gone
 
 # Length limits. A slot name plus "-<attempt>" (up to 4 digits) must stay a DNS label.
 MAX_NAME: Final = 63

@@ -31,6 +31,7 @@ reads an attempt's nodes once, head to first.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -45,12 +46,18 @@ from agentrun.worker import _records as records
 from agentrun.worker import _s3 as s3
 
 HEAD = names.JOURNAL_HEAD_ANNOTATION
+ERROR = names.JOURNAL_ERROR_ANNOTATION
 HEAD_PATTERN = re.compile(r"(?P<seq>[0-9]{10})-(?P<digest>[0-9a-f]{64})")
 NODE_BYTES = 4 * 1024 * 1024  # one node's canonical JSON (its entries are records, each small)
 NODE_ENTRIES = 1024  # records in one node
 NODE_DEPTH = 2  # a node is an object holding a list of strings
-RETRY_SECONDS = 60.0  # how long a commit retries a store that does not answer
+# How long a commit or a read retries a store that does not answer. The lease is kept
+# meanwhile (renewals go to the API server, not the store), so an outage shorter than this
+# costs the attempt a wait, never its work; a longer one ends the step with
+# JournalUnavailable and the attempt with it, the error left on the Lease.
+RETRY_SECONDS = 300.0
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class JournalUnavailable(records.RecordError):
@@ -163,20 +170,6 @@ def read_node(data: bytes, *, attempt: int, seq: int,
     return prev, entries
 
 
-def _retrying(what: str, call: Callable[[], T], *, seconds: float) -> T:
-    """``call()``, retried while the store does not answer, for at most ``seconds``."""
-    deadline, pause = time.monotonic() + seconds, 0.25
-    while True:
-        try:
-            return call()
-        except s3.S3Unavailable as error:
-            if time.monotonic() + pause > deadline:
-                raise JournalUnavailable(f"{what}: the journal's store did not answer for "
-                                         f"{seconds:.0f}s: {error}") from None
-            time.sleep(pause)  # a backoff between tries, not a wait for a condition
-            pause = min(pause * 2, 5.0)
-
-
 @dataclass(kw_only=True)
 class Journal:
     """One slot's journal in ``objects`` under ``prefix`` (the run's pinned prefix)."""
@@ -185,6 +178,39 @@ class Journal:
     prefix: str
     slot: str
     retry_seconds: float = RETRY_SECONDS
+    # Told the store's error at the first failed try of an outage and None once it answers
+    # again (:class:`ErrorReport`: the operator shows it on the slot); None: not told.
+    report: Callable[[str | None], None] | None = field(default=None, repr=False)
+    failing: bool = field(default=False, repr=False)  # the last try of any call failed
+    telling: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def _retrying(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``, retried while the store does not answer, for at most
+        :attr:`retry_seconds`; the outage's start and end told to :attr:`report`."""
+        deadline, pause = time.monotonic() + self.retry_seconds, 0.25
+        while True:
+            try:
+                answer = call()
+            except s3.S3Unavailable as error:
+                message = f"{what}: {error}"
+                self._tell(message)
+                if time.monotonic() + pause > deadline:
+                    raise JournalUnavailable(
+                        f"{what}: the journal's store at {self.objects.endpoint} did not answer "
+                        f"for {self.retry_seconds:.0f}s: {error}") from None
+                time.sleep(pause)  # a backoff between tries, not a wait for a condition
+                pause = min(pause * 2, 5.0)
+                continue
+            self._tell(None)
+            return answer
+
+    def _tell(self, error: str | None) -> None:
+        """Tell :attr:`report` when the store starts or stops failing (once each way)."""
+        with self.telling:
+            if self.report is None or self.failing == (error is not None):
+                return
+            self.failing = error is not None
+            self.report(error)
 
     def attempt_key(self, attempt: int) -> str:
         return f"{self.prefix}/{self.slot}/{attempt}/sha256"
@@ -210,7 +236,7 @@ class Journal:
             return self.objects.put(key, data, if_none_match=True)
 
         try:
-            written = _retrying(f"storing {key}", put, seconds=self.retry_seconds)
+            written = self._retrying(f"storing {key}", put)
         except s3.S3Error as error:  # an answer, not a silence (those are retried)
             raise records.RecordError(f"cannot store {key}: {error}") from None
         if not written and self.get(key, size=len(data)) != data:
@@ -221,8 +247,7 @@ class Journal:
         """At most ``size`` bytes of ``key``; :class:`JournalUnavailable` when the store does
         not answer, :class:`RecordError` when it answers no (missing, refused)."""
         try:
-            data = _retrying(f"reading {key}", lambda: self.objects.get(key, limit=size),
-                             seconds=self.retry_seconds)
+            data = self._retrying(f"reading {key}", lambda: self.objects.get(key, limit=size))
         except s3.S3Error as error:  # an answer, not a silence (those are retried)
             raise records.RecordError(f"cannot read {key}: {error}") from None
         if len(data) > size:
@@ -260,6 +285,30 @@ class Journal:
 
     def payloads(self, *, attempt: int) -> JournalPayloads:
         return JournalPayloads(journal=self, attempt=attempt)
+
+
+@dataclass(kw_only=True)
+class ErrorReport:
+    """The journal's store error on the attempt's own Lease (:data:`ERROR`), for the
+    operator to show on the slot (``JournalUnavailable``) without store credentials.
+
+    One merge patch of that annotation alone (no ``resourceVersion``: it touches nothing
+    another writer sets), at an outage's start and end only, so a long outage costs two
+    writes, not one per try. Best effort: a report that fails is logged; the retry itself
+    does not depend on it."""
+
+    lease: records.LeaseRecords
+
+    def __call__(self, error: str | None) -> None:
+        value = None if error is None else bounds.clip_bytes(
+            " ".join(error.split()), limit=bounds.JOURNAL_ERROR_BYTES)
+        body = {"metadata": {"annotations": {ERROR: value}}}
+        try:
+            self.lease.api.request("PATCH", self.lease.path, body=body,
+                                   content_type=rest.MERGE_PATCH)
+        except Exception as failed:  # shown in the log; the retry goes on
+            log.warning("could not put the journal's store error on Lease %s: %s",
+                        self.lease.lease, failed)
 
 
 @dataclass(kw_only=True)

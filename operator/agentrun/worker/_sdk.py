@@ -122,7 +122,7 @@ class Worker:
             return prefix.Steps(prefix=prefix.prefix(leases=leases, attempt=c.attempt),
                                 store=self.store, ledger=on_lease)
         slot_journal = journals.Journal(objects=location.objects(), prefix=location.prefix,
-                                        slot=c.slot)
+                                        slot=c.slot, report=journals.ErrorReport(lease=on_lease))
         own = [lease for lease in leases if (lease.get("metadata") or {}).get("name") == c.lease]
         return prefix.Steps(
             prefix=prefix.prefix(leases=leases, attempt=c.attempt, journal=slot_journal),

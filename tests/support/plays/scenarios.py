@@ -256,6 +256,16 @@ class Scenario:
             timeout=timeout, message=f"an Event {reason} mentioning {contains!r}")
         return found
 
+    def wait_condition(self, slot: str, type_: str, status: str, *,
+                       timeout: float = 60) -> Object:
+        """The slot's whole condition ``type_``, once its status is ``status``."""
+        def shown() -> Object | None:
+            found = condition_of(self.slot(slot).get("status", {}), type_)
+            return found if found is not None and found["status"] == status else None
+        result: Object = wait_for(shown, timeout=timeout,
+                                  message=f"{type_} {status} on slot {slot}")
+        return result
+
     def events(self, reason: str) -> list[str]:
         return [e.message for e in self.core.list_namespaced_event(self.namespace).items
                 if e.reason == reason]
