@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from agentrun import bundledstore, manifests
-from agentrun.api import runs
+from agentrun.api import names, runs
 
 REPOSITORY, TAG = manifests.IMAGE.rsplit(":", 1)
 STORE_REPOSITORY, STORE_TAG = bundledstore.STORE_IMAGE.rsplit(":", 1)
@@ -77,7 +77,9 @@ COMMENTS = {
     "journal.region": "The store's region (most S3-compatible stores accept any).",
     "journal.secretName": "A Secret, in each run's namespace, with the keys accessKeyId and "
                           "secretAccessKey, mounted into the run's workers; \"\": none "
-                          "(unsigned requests).",
+                          f"(unsigned requests). Name it {names.JOURNAL_SECRET} and the "
+                          "operator checks it is there before launching a run (it may read "
+                          "Secrets of that name only); another name is not checked.",
     "store": "The bundled S3-compatible object store (SeaweedFS) the slots' journals live "
              f"in: a Deployment, a Service {bundledstore.STORE} (port "
              f"{bundledstore.STORE_PORT}) and a PersistentVolumeClaim of the same name. It "

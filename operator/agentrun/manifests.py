@@ -58,6 +58,9 @@ OPERATOR_RULES: list[Rule] = [
     rule(["apiextensions.k8s.io"], ["customresourcedefinitions"], ["list", "watch"]),
     rule(["admissionregistration.k8s.io"],
          ["mutatingadmissionpolicies", "mutatingadmissionpolicybindings"], ["get"]),
+    # The journal's Secret, by its one name, to check it is there before a run is launched
+    # (controller.journalchecks); never any other Secret of a tenant's.
+    {**rule([""], ["secrets"], ["get"]), "resourceNames": [names.JOURNAL_SECRET]},
 ]
 # In its own namespace only: the stamping epoch Secret (core.policies.stamping), which it alone
 # writes. `create` cannot be limited to a name; get and update are.

@@ -19,7 +19,7 @@ from datetime import datetime
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, JournalSettings
-from agentrun.controller import applier, reconcilers
+from agentrun.controller import applier, journalchecks, reconcilers
 from agentrun.core.base import actions
 from agentrun.core.base.events import Event
 from agentrun.core.runs import resolution, runobjects, runsteps
@@ -45,6 +45,8 @@ class RunReconciler(reconcilers.Reconciler):
         run's world to be pinned at launch; None: runs get no journal pin."""
         super().__init__(reader=reader, writer=writer, clock=clock, ticks=ticks, logger=logger)
         self.journal = journal
+        self.checks = None if journal is None else journalchecks.JournalChecks(
+            settings=journal, reader=reader)
 
     @functools.cached_property
     def _workflows(self) -> dict[tuple[str, str], WorkflowDocument]:
@@ -93,7 +95,8 @@ class RunReconciler(reconcilers.Reconciler):
             return runsteps.RunWorld(
                 run=run, tenant=tenant, now=self.clock(), config_maps=candidates,
                 snapshots={cm["metadata"]["name"]: cm for cm in found}, taken=taken,
-                journal=self.journal)
+                journal=self.journal, journal_problem=None if self.checks is None or (
+                    tenant is None) else self.checks.problem(namespace))
         return runsteps.RunWorld(run=run, tenant=tenant, now=self.clock(),
                                  workflow=self.workflow(run),
                                  slots=reader.slots_of(namespace, name), taken=taken)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from agentrun.api import names
@@ -48,6 +48,8 @@ class RunWorld:
     by name: ours counts as created, anything else is a squatter. ``journal``: the
     operator's journal settings (its flags, not read from the cluster), pinned on the run
     at launch; None: the operator has no journal store and runs get no journal pin.
+    ``journal_problem``: why that setting cannot work for this run yet (checked by the
+    operator before pinning: ``controller.journalchecks``); the run waits unpinned.
     """
 
     run: AgentRun
@@ -59,7 +61,12 @@ class RunWorld:
     slots: Sequence[Slot] = ()
     taken: Mapping[str, Object] = field(default_factory=dict)
     journal: JournalSettings | None = None
+    journal_problem: resolution.Problem | None = None
 
+
+# How soon a run waiting on its journal setting is looked at again: a Secret created or a
+# store started is not an event on the run.
+JOURNAL_RECHECK = timedelta(seconds=10)
 
 RunStep = actions.Creates | actions.WriteRun | actions.Wait
 
@@ -84,12 +91,12 @@ def _write(world: RunWorld, status: AgentRunStatus, *, event: events.Event | Non
 
 
 def _problem(world: RunWorld, problem: resolution.Problem, *,
-             nodes: Sequence[str] = ()) -> RunStep:
+             nodes: Sequence[str] = (), until: datetime | None = None) -> RunStep:
     status = rollup.derive(run=world.run, nodes=nodes, slots=[], now=world.now,
                          problem=problem)
     return _write(world, status, event=events.Event(
         type="Warning", reason=problem.reason, message=problem.message),
-        waiting=problem.message)
+        waiting=problem.message, until=until)
 
 
 def _squatted(world: RunWorld, status: AgentRunStatus, *, kind: str, name: str,
@@ -109,6 +116,8 @@ def _pin(world: RunWorld) -> RunStep:
                 or resolution.resolve(run=run, config_maps=world.config_maps))
     if isinstance(resolved, resolution.Problem):
         return _problem(world, resolved)
+    if world.journal is not None and world.journal_problem is not None:
+        return _problem(world, world.journal_problem, until=world.now + JOURNAL_RECHECK)
     missing: list[actions.Create] = []
     uid = run.metadata.uid or ""
     for chosen in resolved.all():

@@ -148,6 +148,30 @@ def test_the_operators_journal_is_pinned_with_the_configuration() -> None:
     assert f"journal in bucket journal under base/{lf.NS}/{lf.RUN_UID}" in step.event.message
 
 
+def test_a_journal_setting_that_cannot_work_yet_leaves_the_run_unpinned() -> None:
+    """Checked before any snapshot is created: the run says why, creates nothing, and is
+    looked at again soon (a Secret created or a store started is no event on the run)."""
+    run = lf.run()
+    settings = JournalSettings(endpoint="http://minio:9000", bucket="journal",
+                               secret="agentrun-journal")
+    problem = resolution.Problem(reason="JournalSecretMissing", message="create it")
+    for found in ({}, snapshots(run)):
+        step = runsteps.next_step(unpinned_world(run, snapshots=found, journal=settings,
+                                                 journal_problem=problem))
+        assert isinstance(step, actions.WriteRun) and step.status.pinned is None
+        assert step.until == NOW + runsteps.JOURNAL_RECHECK
+        pinned = conditions.find(step.status.conditions, "Pinned")
+        assert pinned is not None and (pinned.status, pinned.reason) == (
+            "False", "JournalSecretMissing")
+        assert step.event is not None and step.event.type == "Warning"
+    # without a journal setting a problem cannot be the journal's: pinned as usual
+    plain = runsteps.next_step(unpinned_world(run, snapshots=snapshots(run),
+                                              journal_problem=problem))
+    assert isinstance(plain, actions.WriteRun) and plain.status.pinned is not None
+    fixed = runsteps.next_step(unpinned_world(run, snapshots=snapshots(run), journal=settings))
+    assert isinstance(fixed, actions.WriteRun) and fixed.status.pinned is not None
+
+
 def test_a_pinned_run_keeps_its_journal_whatever_the_operator_says_now() -> None:
     """Settings changed (or removed) after launch reach new runs only."""
     run = lf.run()
