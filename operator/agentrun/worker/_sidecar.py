@@ -25,7 +25,8 @@ serves it on 127.0.0.1 only; docs/worker-sidecar.md is the protocol's reference.
 
 Errors are JSON ``{"error": <code>, "message": ...}`` with 400 (bad input, nothing
 changed), 404, 409 (conflict), 422 (``RecordLimit``: this attempt may commit no more
-records; the lease is fine), 503 (the lease may have lapsed: wait, ask again), 410 (the
+records; the lease is fine), 503 (the lease may have lapsed, or the journal's store did
+not answer (``JournalUnavailable``): nothing committed; wait, ask again), 410 (the
 lease is lost: exit now), 502 (the API server failed). :class:`Sidecar` is the protocol
 without sockets (unit-tested over a fake worker); the server only moves bytes.
 """
@@ -42,6 +43,7 @@ from typing import Protocol
 from agentrun.api import bounds
 from agentrun.kube import rest
 from agentrun.worker import _effects as effects
+from agentrun.worker import _journal as journals
 from agentrun.worker import _records as records
 from agentrun.worker._renewals import Standing
 from agentrun.worker._sidecarsessions import (
@@ -61,7 +63,10 @@ logger = logging.getLogger("agentrun.worker")
 JSON = records.JSON
 REPLY_TIMEOUT_SECONDS = 300.0  # a call or reconcile the main container never answers: stop
 INSTRUCTION_WAIT_SECONDS = 30.0  # one request waits this long for the next instruction
-MAX_SESSIONS = bounds.MAX_RECORDS // 2  # an effect takes two records (intent, outcome)
+# Effect sessions kept per attempt (each keeps its final answer for a repeated request).
+# A run without a journal can commit only bounds.MAX_RECORDS records (an effect takes two,
+# intent and outcome: RecordLimit, 422, says so); one with a journal is bounded here.
+MAX_SESSIONS = 1024
 EFFECT_NAME_CHARS = bounds.RECORD_KEY_CHARS
 STATUS: dict[type[Exception], int] = {
     BadRequest: 400, Conflict: 409, records.RecordConflict: 409,
@@ -102,6 +107,9 @@ class Guard(Protocol):
 
 
 class Committed(Protocol):
+    @property
+    def store(self) -> records.PayloadStore | None: ...
+
     def committed(self, key: str) -> tuple[bool, JSON]: ...
 
 
@@ -160,6 +168,9 @@ class Sidecar:
         except (BadRequest, Conflict, records.RecordConflict, records.RecordLimit,
                 records.RecordRefused) as bad:
             return error(STATUS[type(bad)], type(bad).__name__, str(bad))
+        except journals.JournalUnavailable as silent:
+            return error(503, "JournalUnavailable", f"{silent}; nothing was committed: ask "
+                         "again (the slot shows JournalUnavailable meanwhile)")
         except records.RecordError as bad:
             return error(400, "RecordError", str(bad))
         except (rest.ApiError, OSError) as failed:
@@ -197,7 +208,7 @@ class Sidecar:
         return Reply(status=200, body={"result": result})
 
     def put_step(self, key: str, result: JSON) -> Reply:
-        fits(result, via="step")
+        fits(result, via="step", stored=self.worker.steps.store is not None)
         if (lost := self._lost()) is not None:
             return lost
         with self._lock:
@@ -255,7 +266,8 @@ class Sidecar:
             if session.awaiting is None or session.reply is not None:
                 raise Conflict(f"effect {key} is waiting for no reply now (ask for its "
                                f"instruction: POST /v1/effects/{key})")
-            session.reply = parse_reply(session.awaiting, body)
+            session.reply = parse_reply(session.awaiting, body,
+                                        stored=self.worker.steps.store is not None)
             seq = session.seq
             session.cond.notify_all()
         return session.next(after=seq, timeout=self.instruction_wait)

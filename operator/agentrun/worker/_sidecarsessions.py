@@ -2,8 +2,9 @@
 
 *Reply*: one HTTP answer (status, JSON body). *Bad request*: answered 400 with a message
 that says what to change; nothing was changed. *Conflict*: 409. Every body is at most
-:data:`MAX_BODY_BYTES` (one record annotation) and a result must fit inline in its
-record (:func:`fits`; the sidecar has no payload store).
+:data:`MAX_BODY_BYTES` (the largest payload, with room for its JSON around it); a result
+is at most :data:`~agentrun.api.bounds.PAYLOAD_BYTES` once encoded when the run has a
+journal (stored by reference in it), else it must fit inline in its record (:func:`fits`).
 
 An *effect session* (:class:`Session`) is where the ledger's thread and the main
 container meet: the ledger's ``call``/``reconcile`` callables post an *instruction*
@@ -30,8 +31,9 @@ from agentrun.worker import _records as records
 
 logger = logging.getLogger("agentrun.worker")
 JSON = records.JSON
-# A request's body is at most one record annotation (what a record may hold at all).
-MAX_BODY_BYTES = bounds.RECORD_BYTES
+# A request's body is at most the largest payload a record may reference, and room for the
+# JSON around it (a reply's "answer", a step's own braces, escapes the encoder undoes).
+MAX_BODY_BYTES = bounds.PAYLOAD_BYTES + 64 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,14 +167,21 @@ def parse_json(body: bytes) -> JSON:
         raise BadRequest(f"the body is not JSON: {bad}") from None
 
 
-def fits(result: JSON, *, via: str) -> JSON:
-    """``result`` if its record (a step's, or an effect's outcome) fits inline."""
+def fits(result: JSON, *, via: str, stored: bool) -> JSON:
+    """``result`` if its record's payload (a step's, or an effect's outcome) may be kept:
+    ``stored`` (the run has a journal) by reference, at most ``bounds.PAYLOAD_BYTES``;
+    else inline in its record."""
     wrapped = result if via == "step" else {"answer": "applied", "result": result, "via": via}
     size = len(records.canonical(wrapped))
-    if size > bounds.INLINE_PAYLOAD_BYTES:
+    if stored and size > bounds.PAYLOAD_BYTES:
+        raise BadRequest(f"the result is {size} bytes once encoded; at most "
+                         f"{bounds.PAYLOAD_BYTES} are kept (store a larger one elsewhere and "
+                         "return its URI and sha256)")
+    if not stored and size > bounds.INLINE_PAYLOAD_BYTES:
         raise BadRequest(f"the result's record would be {size} bytes; at most "
-                         f"{bounds.INLINE_PAYLOAD_BYTES} are kept (store a large result "
-                         "elsewhere and return its URI and sha256)")
+                         f"{bounds.INLINE_PAYLOAD_BYTES} are kept inline, and this run has "
+                         "no journal to store a larger one in (store it elsewhere and "
+                         "return its URI and sha256)")
     return result
 
 
@@ -185,7 +194,7 @@ def string_field(found: Mapping[str, Any], name: str, *, limit: int, required: b
     return value
 
 
-def parse_reply(awaiting: Awaiting, body: JSON) -> dict[str, Any]:
+def parse_reply(awaiting: Awaiting, body: JSON, *, stored: bool) -> dict[str, Any]:
     """A valid reply to a ``call`` (``result`` or ``error``) or ``reconcile``
     (``answer`` and, when applied, ``result``)."""
     if not isinstance(body, dict):
@@ -199,12 +208,12 @@ def parse_reply(awaiting: Awaiting, body: JSON) -> dict[str, Any]:
         if "error" in body:
             string_field(body, "error", limit=bounds.RECORD_MESSAGE_CHARS, required=True)
         else:
-            fits(body["result"], via="call")
+            fits(body["result"], via="call", stored=stored)
         return dict(body)
     answers = [str(a) for a in effects.Answer]
     if body.get("answer") not in answers:
         raise BadRequest(f'"answer" must be one of {answers}')
-    fits(body.get("result"), via="reconcile")
+    fits(body.get("result"), via="reconcile", stored=stored)
     return dict(body)
 
 

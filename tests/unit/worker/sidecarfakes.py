@@ -58,14 +58,30 @@ class FakeKeeper:
             raise keeper.LeaseLapsed("lapsed")
 
 
+class Payloads:
+    """A payload store in memory (the journal's part a record references)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+
+    def put(self, *, sha256: str, data: bytes) -> str:
+        self.objects[f"mem://{sha256}"] = data
+        return f"mem://{sha256}"
+
+    def get(self, uri: str, *, size: int) -> bytes:
+        return self.objects[uri][:size + 1]
+
+
 @dataclass
 class FakeWorker:
-    """A Worker whose prefix is ``earlier`` records and whose commits go to ``memory``."""
+    """A Worker whose prefix is ``earlier`` records and whose commits go to ``memory``;
+    ``store``: its payload store (a run with a journal), None: records inline only."""
 
     earlier: dict[str, records.Record] = field(default_factory=dict)
     keeper: FakeKeeper = field(default_factory=FakeKeeper)
     memory: Memory = field(default_factory=Memory)
     owners: list[str | None] = field(default_factory=list)  # what each effect was given
+    store: Payloads | None = None
     _steps: prefix.Steps | None = None
 
     @property
@@ -73,7 +89,7 @@ class FakeWorker:
         if self._steps is None:
             self._steps = prefix.Steps(prefix=prefix.Prefix(attempt=ATTEMPT,
                                                             committed=self.earlier),
-                                       ledger=self.memory)
+                                       ledger=self.memory, store=self.store)
         return self._steps
 
     def step(self, key: str, *, do: Callable[[], Any],

@@ -23,15 +23,17 @@ from typing import Any
 
 import pytest
 
+from agentrun.api import bounds
+from agentrun.worker import _journal as journals
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _records as records
 from agentrun.worker import _renewer as renewer
 from agentrun.worker._renewals import Standing
 from agentrun.worker._sidecar import CheckIns
-from agentrun.worker._sidecarsessions import Reply
+from agentrun.worker._sidecarsessions import MAX_BODY_BYTES, Reply
 from tests.support.actors.sidecarhttp import serving
 
-from .sidecarfakes import ATTEMPT, IDEM, POD, Clock, FakeWorker, intent, make, send
+from .sidecarfakes import ATTEMPT, IDEM, POD, Clock, FakeWorker, Payloads, intent, make, send
 
 
 def test_the_window_opens_at_start_and_at_each_check_in() -> None:
@@ -129,7 +131,7 @@ def test_a_step_committed_by_an_earlier_attempt_is_found() -> None:
     ("PUT", "/v1/steps/a.b", b"1", 400, "step key"),
     ("PUT", "/v1/steps/gather", b"{nope", 400, "not JSON"),
     ("PUT", "/v1/steps/gather", json.dumps("x" * 1100).encode(), 400, "at most 1024"),
-    ("PUT", "/v1/steps/gather", b" " * 2049, 400, "at most 2048"),
+    ("PUT", "/v1/steps/gather", b" " * (MAX_BODY_BYTES + 1), 400, f"at most {MAX_BODY_BYTES}"),
     ("DELETE", "/v1/steps/gather", b"", 405, "use PUT"),
     ("GET", "/v1/check-in", b"", 405, "use POST"),
     ("GET", "/v2/steps/gather", b"", 404, "docs/worker-sidecar.md"),
@@ -196,7 +198,7 @@ def test_the_server_listens_on_localhost_and_moves_json() -> None:
         assert ask("PUT", "/v1/steps/gather", b'{"n": 1}') == (201, {"result": {"n": 1}})
         status, body = ask("PUT", "/v1/steps/other", b"1",
                            {"Content-Length": str(10**9)})  # never read
-        assert status == 400 and "at most 2048" in body["message"]
+        assert status == 400 and f"at most {MAX_BODY_BYTES}" in body["message"]
         status, body = ask("GET", "/v1/steps/nothing")
         assert status == 404 and body["error"] == "NotCommitted"
         assert set(worker.memory.committed) == {"gather"}
@@ -214,3 +216,33 @@ def test_a_restarted_sidecar_reconciles_its_own_attempts_intent_first() -> None:
     first = send(sidecar, "POST", "/v1/effects/publish", {"name": "publish"})
     assert first.body == {"do": "reconcile", "idempotencyKey": IDEM}
     assert worker.memory.committed == {}
+
+
+def test_with_a_journal_a_large_result_is_stored_by_reference() -> None:
+    sidecar, worker = make(FakeWorker(store=Payloads()))
+    large = {"text": "x" * (3 * 1024 * 1024)}
+    reply = sidecar.handle("PUT", "/v1/steps/gather", json.dumps(large).encode())
+    assert reply.status == 201 and reply.body == {"result": large}
+    record = worker.memory.committed["gather"]
+    assert record.inline is None and record.ref is not None and record.size > 3 * 1024 * 1024
+    assert sidecar.handle("GET", "/v1/steps/gather").body == {"result": large}
+    too_large = json.dumps("y" * bounds.PAYLOAD_BYTES).encode()
+    refused = sidecar.handle("PUT", "/v1/steps/other", too_large)
+    assert refused.status == 400 and f"at most {bounds.PAYLOAD_BYTES}" in refused.body["message"]
+    assert set(worker.memory.committed) == {"gather"}
+    # without a journal the same result is refused, saying why
+    plain, _ = make()
+    without = plain.handle("PUT", "/v1/steps/gather", json.dumps(large).encode())
+    assert without.status == 400 and "no journal" in without.body["message"]
+
+
+def test_a_silent_journal_store_is_a_503_that_commits_nothing() -> None:
+    class Silent(FakeWorker):
+        def step(self, key: str, *, do: Any, kind: records.Kind = records.Kind.STEP_RESULT
+                 ) -> Any:
+            raise journals.JournalUnavailable("storing x: the journal's store did not answer")
+
+    sidecar, worker = make(Silent(store=Payloads()))
+    reply = sidecar.handle("PUT", "/v1/steps/gather", b'{"n": 1}')
+    assert reply.status == 503 and reply.body["error"] == "JournalUnavailable"
+    assert "nothing was committed" in reply.body["message"] and worker.memory.committed == {}
