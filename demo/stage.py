@@ -22,8 +22,8 @@ from typing import Any
 import kubernetes
 import yaml
 
+from agentrun import objectstore as s3
 from agentrun.worker import _journal as journals
-from agentrun.worker import _s3 as s3
 from tests.support.cluster import helm, store
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays import examples

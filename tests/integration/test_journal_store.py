@@ -22,9 +22,9 @@ import pytest
 
 from agentrun.api import names
 from agentrun.kube import rest
+from agentrun.objectstore import ObjectStore
 from agentrun.worker import _journal as journal
 from agentrun.worker import _records as records
-from agentrun.worker._s3 import ObjectStore
 from tests.support.s3server import PORT_COUNT, free_ports, running_s3
 from tests.support.waiting import wait_for
 from tests.unit.worker.test_records import FakeApi, lease

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.worker._s3 import Credentials, ObjectStore, S3Error, S3Unavailable
+from agentrun.objectstore import Credentials, ObjectStore, S3Error, S3Unavailable
 from tests.support.s3server import ACCESS_KEY, SECRET_KEY, free_ports, running_s3
 
 

@@ -97,7 +97,7 @@ def running_s3(tmpdir: str | os.PathLike[str], *, auth: bool = False,
 
 def _writable(endpoint: str, *, auth: bool) -> bool:
     """A probe object can be written and removed: the volume server has joined."""
-    from agentrun.worker._s3 import Credentials, ObjectStore
+    from agentrun.objectstore import Credentials, ObjectStore
 
     credentials = Credentials(ACCESS_KEY, SECRET_KEY) if auth else None
     store = ObjectStore(endpoint=endpoint, bucket="readiness", timeout=2,

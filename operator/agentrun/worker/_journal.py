@@ -40,10 +40,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from agentrun import objectstore as s3
 from agentrun.api import bounds, names
 from agentrun.kube import rest
 from agentrun.worker import _records as records
-from agentrun.worker import _s3 as s3
 
 HEAD = names.JOURNAL_HEAD_ANNOTATION
 ERROR = names.JOURNAL_ERROR_ANNOTATION

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from agentrun import objectstore as s3
 from agentrun.api import names
 from agentrun.core.policies.leasepolicy import ATTEMPT_LEASES
 from agentrun.worker import _journal as journal
 from agentrun.worker import _records as records
-from agentrun.worker import _s3 as s3
 from tests.integration.node import stale
 from tests.integration.operator import conftest as operator_fixtures
 from tests.support.actors.operators import OperatorProcess

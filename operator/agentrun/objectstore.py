@@ -1,4 +1,4 @@
-"""A small S3 client: the few operations the worker needs, signed with AWS Signature V4.
+"""A small S3 client: the few operations the journal needs, signed with AWS Signature V4.
 
 Any S3-compatible store will do (AWS S3, GCS's S3 interface, Ceph RGW, SeaweedFS, R2), so
 the client speaks only what they all share: path-style addressing
@@ -8,9 +8,11 @@ ListObjectsV2 and DeleteObjects. Not boto3: botocore pins ``python-dateutil<3`` 
 kubernetes client needs ``>=3`` (pip then picks boto3 0.0.3), and it is 35 MB and half a
 second of import for an SDK meant to be light. urllib3 is already here (kubernetes').
 
-No request is retried here (urllib3's retries are off): the caller retries on its own
-schedule, and tells "the store is unreachable or failing" (:class:`S3Unavailable`,
-retryable) from "the store answered no" (:class:`S3Error`).
+Its own layer, below the worker and the operator: workers write and read journals with it,
+the operator deletes them with their run. No request is retried here (urllib3's retries
+are off): the caller retries on its own schedule, and tells "the store is unreachable or
+failing" (:class:`S3Unavailable`, retryable) from "the store answered no"
+(:class:`S3Error`).
 """
 
 from __future__ import annotations

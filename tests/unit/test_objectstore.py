@@ -19,7 +19,7 @@ from typing import Any, cast
 import pytest
 import urllib3
 
-from agentrun.worker import _s3 as s3
+from agentrun import objectstore as s3
 
 AWS = s3.Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
 WHEN = "20150830T123600Z"
