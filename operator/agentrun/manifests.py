@@ -42,6 +42,8 @@ OPERATOR_RULES: list[Rule] = [
     # Exactly the verbs the suite sees it use (tests/integration/test_operator_role_used.py).
     rule([names.GROUP], ["agentruns/status", "slots/status", "launchspecs/status"], ["update"]),
     rule([names.GROUP], ["slots"], ["create", "patch"]),
+    # A run's journal finalizer, put on and taken off (core.runs.runjournals).
+    rule([names.GROUP], ["agentruns"], ["patch"]),
     # blockOwnerDeletion on children needs update on the owner's finalizers subresource
     # (OwnerReferencesPermissionEnforcement).
     rule([names.GROUP], ["agentruns/finalizers", "slots/finalizers"], ["update"]),

@@ -35,6 +35,11 @@ _PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", 
 PORT_COUNT = len(_PORTS)
 
 
+def endpoint_at(at: list[int]) -> str:
+    """The S3 endpoint :func:`running_s3` serves when given the ports ``at``."""
+    return f"http://127.0.0.1:{dict(zip(_PORTS, at, strict=True))['s3.port']}"
+
+
 def free_ports(count: int) -> list[int]:
     """``count`` distinct ports free now (all held open together, so none repeats)."""
     with ExitStack() as stack:

@@ -33,6 +33,7 @@ class ObjectMeta(Model):
     generation: int | None = None
     creation_timestamp: datetime | None = None
     deletion_timestamp: datetime | None = None
+    finalizers: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     owner_references: list[OwnerReference] = Field(default_factory=list)

@@ -134,6 +134,10 @@ JOURNAL_HEAD_ANNOTATION: Final = "journal.agentrun.dev/head"
 # The name of the journal's Secret the operator may read to check it before a launch (its
 # ClusterRole's resourceNames): the chart's default journal.secretName.
 JOURNAL_SECRET: Final = "agentrun-journal"
+# On a run with a journal: its journal is deleted with it (the store is no cluster object
+# the garbage collector could delete), then the finalizer removed.
+JOURNAL_FINALIZER: Final = "agentrun.dev/journal"
+JOURNAL_DELETED_CONDITION: Final = "JournalDeleted"
 # The journal's store not answering, as the worker last saw it: set on its own Lease at the
 # first failed try of an outage, removed once the store answers (agentrun.worker._journal);
 # the operator shows it as the slot condition JOURNAL_UNAVAILABLE_CONDITION.

@@ -120,6 +120,12 @@ class Applier:
             assert on.run is not None
             writer.custom_status(status_body(kind="AgentRun", read=on.run.metadata,
                                              status=step.status.wire()), point=step.point)
+        elif isinstance(step, actions.SetFinalizers):
+            assert on.run is not None
+            meta = on.run.metadata
+            writer.set_finalizers(kind="AgentRun", namespace=meta.namespace or "",
+                                  name=meta.name, resource_version=meta.resource_version,
+                                  finalizers=step.finalizers, point=step.point)
         elif isinstance(step, actions.WriteLaunchSpec):
             writer.custom_status(status_body(kind="LaunchSpec", read=step.spec.metadata,
                                              status=step.status.wire()), point=step.point)

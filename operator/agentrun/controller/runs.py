@@ -19,7 +19,7 @@ from datetime import datetime
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, JournalSettings
-from agentrun.controller import applier, journalchecks, reconcilers
+from agentrun.controller import applier, journalchecks, journalstores, reconcilers
 from agentrun.core.base import actions
 from agentrun.core.base.events import Event
 from agentrun.core.runs import resolution, runobjects, runsteps
@@ -47,6 +47,9 @@ class RunReconciler(reconcilers.Reconciler):
         self.journal = journal
         self.checks = None if journal is None else journalchecks.JournalChecks(
             settings=journal, reader=reader)
+        self.stores = journalstores.JournalStores(reader=reader)
+        # Why a run's journal could not be deleted, until its next look (by run).
+        self._undeleted: dict[tuple[str, str], str] = {}
 
     @functools.cached_property
     def _workflows(self) -> dict[tuple[str, str], WorkflowDocument]:
@@ -65,8 +68,15 @@ class RunReconciler(reconcilers.Reconciler):
             if isinstance(decided, actions.Wait):
                 result.until = decided.until
                 return True
+            if isinstance(decided, actions.DeleteJournal):
+                failed = self.stores.delete(decided.journal, namespace)
+                if failed is not None:
+                    self._undeleted[(namespace, name)] = failed
+                return False  # look again: list what is left
             outcome = self.applier.apply(decided, target=applier.Target(run=world.run,
                                                                         taken=taken))
+            if isinstance(decided, actions.SetFinalizers):
+                return False  # the run as it is now decides what follows
             if isinstance(outcome, applier.Taken):
                 return False  # what was found is in `taken`: the core judges it next look
             assert isinstance(decided, actions.WriteRun)
@@ -83,9 +93,18 @@ class RunReconciler(reconcilers.Reconciler):
                    taken: dict[str, reads.Object]) -> runsteps.RunWorld | None:
         reader = self.reader
         run = reader.run(namespace, name)
-        if run is None or run.metadata.deletion_timestamp is not None:
+        if run is None:
             return None
         tenant = reader.tenant(namespace)
+        if run.metadata.deletion_timestamp is not None:
+            if names.JOURNAL_FINALIZER not in run.metadata.finalizers:
+                return None
+            pin = run.status.pinned.journal if run.status.pinned is not None else None
+            left, error = (0, None) if pin is None else self.stores.left(pin, namespace)
+            return runsteps.RunWorld(
+                run=run, tenant=tenant, now=self.clock(), slots=reader.slots_of(namespace, name),
+                taken=taken, journal_left=left,
+                journal_error=error or self._undeleted.pop((namespace, name), None))
         if runobjects.needs_pinning(run):
             candidates = {} if tenant is None else {kind: reader.configmaps(
                 namespace, selector=f"{names.CONFIG_KIND_LABEL}={kind},!{names.SNAPSHOT_LABEL}")

@@ -145,6 +145,17 @@ class Writer:
         self._write("PATCH", path(kind, namespace, name), patch, point=point,
                     content_type=rest.MERGE_PATCH, kind=kind, target=(namespace, name))
 
+    def set_finalizers(self, *, kind: str, namespace: str, name: str,
+                       resource_version: str | None, finalizers: tuple[str, ...],
+                       point: str) -> None:
+        """Replace ``metadata.finalizers`` in one patch preconditioned on the version read
+        (a merge patch replaces the list whole: another writer's change meanwhile is a 409,
+        never lost)."""
+        patch = {"metadata": {"resourceVersion": resource_version,
+                              "finalizers": list(finalizers) or None}}
+        self._write("PATCH", path(kind, namespace, name), patch, point=point,
+                    content_type=rest.MERGE_PATCH, kind=kind, target=(namespace, name))
+
     def create(self, body: Object, *, point: str) -> Object:
         """Create ``body``; raises :class:`Exists` with the object found under its name."""
         meta, kind = body["metadata"], body["kind"]

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecStatus
-from agentrun.api.runs import AgentRunStatus
+from agentrun.api.runs import AgentRunStatus, JournalPin
 from agentrun.api.slots import SlotStatus
 from agentrun.core.base import events
 
@@ -134,6 +134,24 @@ class MintEpoch:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SetFinalizers:
+    """Replace the run's ``metadata.finalizers`` with ``finalizers`` under the
+    resourceVersion read (one merge patch)."""
+
+    finalizers: tuple[str, ...]
+    point: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteJournal:
+    """Delete every object of the run's journal (``journal``: its pin) from its store; not
+    a write to the API server (nothing to precondition), and repeatable: a deletion cut
+    short is finished by the next."""
+
+    journal: JournalPin
+
+
+@dataclass(frozen=True, kw_only=True)
 class Wait:
     """Nothing to do now; look again at ``until`` (or on the next change)."""
 
@@ -145,5 +163,5 @@ Step = WriteStatus | Create | DeletePod | Tombstone | AnnotateLease | RemoveComm
 """A slot's step."""
 
 Write = (WriteStatus | Create | DeletePod | Tombstone | AnnotateLease | RemoveCommand
-         | Creates | WriteRun | WriteLaunchSpec | MintEpoch)
+         | Creates | WriteRun | WriteLaunchSpec | MintEpoch | SetFinalizers)
 """Any step that writes: what the applier takes."""

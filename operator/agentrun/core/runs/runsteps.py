@@ -29,7 +29,7 @@ from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, AgentRunStatus, JournalSettings
 from agentrun.api.slots import Slot
 from agentrun.core.base import actions, events
-from agentrun.core.runs import resolution, rollup, runobjects
+from agentrun.core.runs import resolution, rollup, runjournals, runobjects
 from agentrun.core.slots import squats
 
 Object = Mapping[str, Any]
@@ -50,6 +50,9 @@ class RunWorld:
     at launch; None: the operator has no journal store and runs get no journal pin.
     ``journal_problem``: why that setting cannot work for this run yet (checked by the
     operator before pinning: ``controller.journalchecks``); the run waits unpinned.
+    ``journal_left``, ``journal_error``: read only for a run being deleted that still
+    holds its journal's finalizer (``core.runs.runjournals``): whether objects are left
+    under its prefix, or why the store could not say or delete them.
     """
 
     run: AgentRun
@@ -62,17 +65,24 @@ class RunWorld:
     taken: Mapping[str, Object] = field(default_factory=dict)
     journal: JournalSettings | None = None
     journal_problem: resolution.Problem | None = None
+    journal_left: int | None = None
+    journal_error: str | None = None
 
 
 # How soon a run waiting on its journal setting is looked at again: a Secret created or a
 # store started is not an event on the run.
 JOURNAL_RECHECK = timedelta(seconds=10)
 
-RunStep = actions.Creates | actions.WriteRun | actions.Wait
+RunStep = (actions.Creates | actions.WriteRun | actions.Wait | actions.SetFinalizers
+           | actions.DeleteJournal)
 
 
 def next_step(world: RunWorld) -> RunStep:
-    """The one step to take for a live run (the caller drops runs gone or being deleted)."""
+    """The one step to take for a run (the caller drops runs gone, and runs being deleted
+    that hold no finalizer of ours)."""
+    if world.run.metadata.deletion_timestamp is not None:
+        return runjournals.deleting_step(run=world.run, slots=world.slots, now=world.now,
+                                         left=world.journal_left, error=world.journal_error)
     if runobjects.needs_pinning(world.run):
         return _pin(world)
     return _lay_out(world)
@@ -156,6 +166,9 @@ def _lay_out(world: RunWorld) -> RunStep:
         return actions.Wait(message="the run is not pinned yet")
     if isinstance(workflow, resolution.Problem):
         return _problem(world, workflow)
+    owning = runjournals.owning_step(run)
+    if owning is not None:  # before any slot: no worker writes a journal nobody deletes
+        return owning
     nodes = [node.name for node in workflow.nodes]
     own = rollup.own_slots(run=run, slots=world.slots)
     uid = run.metadata.uid or ""

@@ -29,9 +29,10 @@ def record_checks() -> list[dict[str, Any]]:
 
 def test_records_are_checked_with_the_documented_bounds() -> None:
     checks = record_checks()
-    assert len(checks) == 6  # four on records, two on the journal head
+    assert len(checks) == 7  # four on records, two on the journal head, one on its error
     text = " ".join(c["expression"] for c in checks)
     assert f"<= {bounds.MAX_RECORDS}" in text and f"<= {bounds.RECORD_BYTES}" in text
+    assert f"<= {bounds.JOURNAL_ERROR_BYTES}" in text
     assert all(c["expression"].startswith("request.operation != 'UPDATE' || ")
                for c in checks)
     assert "write-once" in checks[0]["message"]

@@ -179,6 +179,11 @@ def test_a_pinned_run_keeps_its_journal_whatever_the_operator_says_now() -> None
     step = runsteps.next_step(unpinned_world(run, snapshots=snapshots(run), journal=first))
     assert isinstance(step, actions.WriteRun)
     launched = run.model_copy(update={"status": step.status})
+    owned = runsteps.next_step(laid_out_world(launched, journal=first))
+    assert owned == actions.SetFinalizers(finalizers=(names.JOURNAL_FINALIZER,),
+                                          point="journal-owned")  # before any slot
+    launched = launched.model_copy(update={"metadata": launched.metadata.model_copy(
+        update={"finalizers": [names.JOURNAL_FINALIZER]})})
     later = JournalSettings(endpoint="https://s3.example", bucket="elsewhere")
     assert launched.status.pinned is not None and launched.status.pinned.journal is not None
     missing = resolution.Problem(reason="SnapshotMissing", message="gone")

@@ -1,0 +1,76 @@
+"""The operator's own use of a run's journal store: counting and deleting it with the run.
+
+The operator decides without store credentials (what it needs is on the Leases); only a
+run's deletion needs the store itself (``core.runs.runjournals``). It then signs with the
+run's own pinned Secret (read from the run's namespace; the operator may read Secrets of
+the name :data:`~agentrun.api.names.JOURNAL_SECRET` only), or unsigned when the run pinned
+none (the bundled store). Every failure is returned as text for the run's condition,
+never raised: one store down must not stop the operator's work on other runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+from agentrun import objectstore
+from agentrun.api import bounds, names
+from agentrun.api.runs import JournalPin
+from agentrun.kube import reads, rest
+
+TIMEOUT_SECONDS = 5.0  # a reconcile waits on the store at most this long per request
+
+
+class Unusable(Exception):
+    """The run's journal cannot be reached as pinned (its Secret missing or unreadable)."""
+
+
+@dataclass(kw_only=True)
+class JournalStores:
+    """The stores of runs' journals, as the operator reaches them (see the module)."""
+
+    reader: reads.Reader
+
+    def _credentials(self, pin: JournalPin, namespace: str) -> objectstore.Credentials | None:
+        if pin.secret is None:
+            return None
+        try:
+            found = self.reader.rest.get(f"/api/v1/namespaces/{namespace}/secrets/{pin.secret}")
+        except rest.ApiError as error:
+            raise Unusable(f"the Secret {namespace}/{pin.secret} cannot be read: "
+                           f"{bounds.clip(error.message, limit=200)}") from None
+        data = (found or {}).get("data") or {}
+        try:
+            keys = [base64.b64decode(data[k]).decode().strip()
+                    for k in (names.JOURNAL_ACCESS_KEY, names.JOURNAL_SECRET_KEY)]
+        except (KeyError, binascii.Error, UnicodeDecodeError):
+            raise Unusable(f"the Secret {namespace}/{pin.secret} is missing or lacks "
+                           f"{names.JOURNAL_ACCESS_KEY} and {names.JOURNAL_SECRET_KEY}") from None
+        return objectstore.Credentials(*keys)
+
+    def _store(self, pin: JournalPin, namespace: str) -> objectstore.ObjectStore:
+        credentials = self._credentials(pin, namespace)
+        return objectstore.ObjectStore(endpoint=pin.endpoint, bucket=pin.bucket,
+                                       region=pin.region, timeout=TIMEOUT_SECONDS,
+                                       credentials=lambda: credentials)
+
+    def left(self, pin: JournalPin, namespace: str) -> tuple[int | None, str | None]:
+        """Whether objects are left under the run's prefix (1 or 0: one listed at most),
+        or why the store could not say."""
+        try:
+            return len(self._store(pin, namespace).list(pin.prefix + "/", limit=1)), None
+        except objectstore.S3Error as error:
+            if error.code == "NoSuchBucket":
+                return 0, None  # nothing was ever written: the first commit makes it
+            return None, bounds.clip(str(error), limit=300)
+        except Unusable as error:
+            return None, str(error)
+
+    def delete(self, pin: JournalPin, namespace: str) -> str | None:
+        """Delete everything under the run's prefix; None, or why it could not be."""
+        try:
+            self._store(pin, namespace).delete_prefix(pin.prefix + "/")
+        except (objectstore.S3Error, Unusable) as error:
+            return bounds.clip(str(error), limit=300)
+        return None
