@@ -143,6 +143,13 @@ JOURNAL_DELETED_CONDITION: Final = "JournalDeleted"
 # the operator shows it as the slot condition JOURNAL_UNAVAILABLE_CONDITION.
 JOURNAL_ERROR_ANNOTATION: Final = "journal.agentrun.dev/error"
 JOURNAL_UNAVAILABLE_CONDITION: Final = "JournalUnavailable"
+# What a trusted head reaches the store no longer has intact (a lost or altered volume), as
+# the worker that could not read its prefix found it: on its own Lease, the slot condition
+# JOURNAL_LOST_CONDITION (never a silent restart from step one).
+JOURNAL_LOST_ANNOTATION: Final = "journal.agentrun.dev/lost"
+JOURNAL_LOST_CONDITION: Final = "JournalLost"
+JOURNAL_WORK_MISSING: Final = "CommittedWorkMissing"  # its reason while shown
+JOURNAL_READ: Final = "JournalRead"  # its reason once a later attempt read its prefix
 JOURNAL_STORE_FAILING: Final = "StoreNotAnswering"  # its reason while the error is on the Lease
 JOURNAL_STORE_ANSWERS: Final = "StoreAnswering"  # its reason once the error is gone
 

@@ -47,6 +47,7 @@ from agentrun.worker import _records as records
 
 HEAD = names.JOURNAL_HEAD_ANNOTATION
 ERROR = names.JOURNAL_ERROR_ANNOTATION
+LOST = names.JOURNAL_LOST_ANNOTATION
 HEAD_PATTERN = re.compile(r"(?P<seq>[0-9]{10})-(?P<digest>[0-9a-f]{64})")
 NODE_BYTES = 4 * 1024 * 1024  # one node's canonical JSON (its entries are records, each small)
 NODE_ENTRIES = 1024  # records in one node
@@ -290,7 +291,8 @@ class Journal:
 @dataclass(kw_only=True)
 class ErrorReport:
     """The journal's store error on the attempt's own Lease (:data:`ERROR`), for the
-    operator to show on the slot (``JournalUnavailable``) without store credentials.
+    operator to show on the slot (``JournalUnavailable``) without store credentials; or
+    (``annotation`` :data:`LOST`) why the prefix cannot be read intact (``JournalLost``).
 
     One merge patch of that annotation alone (no ``resourceVersion``: it touches nothing
     another writer sets), at an outage's start and end only, so a long outage costs two
@@ -298,11 +300,12 @@ class ErrorReport:
     does not depend on it."""
 
     lease: records.LeaseRecords
+    annotation: str = ERROR  # or LOST: what a trusted head reaches is gone or altered
 
     def __call__(self, error: str | None) -> None:
         value = None if error is None else bounds.clip_bytes(
             " ".join(error.split()), limit=bounds.JOURNAL_ERROR_BYTES)
-        body = {"metadata": {"annotations": {ERROR: value}}}
+        body = {"metadata": {"annotations": {self.annotation: value}}}
         try:
             self.lease.api.request("PATCH", self.lease.path, body=body,
                                    content_type=rest.MERGE_PATCH)

@@ -124,8 +124,14 @@ class Worker:
         slot_journal = journals.Journal(objects=location.objects(), prefix=location.prefix,
                                         slot=c.slot, report=journals.ErrorReport(lease=on_lease))
         own = [lease for lease in leases if (lease.get("metadata") or {}).get("name") == c.lease]
+        try:
+            found = prefix.prefix(leases=leases, attempt=c.attempt, journal=slot_journal)
+        except journals.JournalDamaged as damaged:
+            # Never a silent restart from step one: the slot shows it (JournalLost).
+            journals.ErrorReport(lease=on_lease, annotation=journals.LOST)(str(damaged))
+            raise
         return prefix.Steps(
-            prefix=prefix.prefix(leases=leases, attempt=c.attempt, journal=slot_journal),
+            prefix=found,
             store=self.store or slot_journal.payloads(attempt=c.attempt),
             ledger=journals.JournalRecords(
                 journal=slot_journal, lease=on_lease,

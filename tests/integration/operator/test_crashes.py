@@ -76,7 +76,7 @@ OTHER_POINTS = ["command-ledger", "claim-failed",  # a Manual claim, a rejection
 STAMPING_POINTS = ["stamping-epoch"]  # the epoch just minted: test_stamping.py (serial)
 EFFECT_POINTS = ["effect-unresolved"]  # an unresolved effect shown: test_effect_unresolved.py
 # The journal's store error shown and cleared: test_journal_unavailable.py
-JOURNAL_POINTS = ["journal-unavailable", "journal-answers",
+JOURNAL_POINTS = ["journal-unavailable", "journal-answers", "journal-lost",
                   "journal-owned", "journal-released"]  # and deleted: test_journal_deletion.py
 
 

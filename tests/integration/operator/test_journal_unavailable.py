@@ -7,8 +7,10 @@ slot's condition JournalUnavailable turns True naming the pinned store and the e
 one Warning Event, and the operator killed right after that write (crash point
 ``journal-unavailable``) neither repeats it nor loses it; the report cleared, the condition
 turns False (StoreAnswering) with a Normal Event, the operator killed right after that
-write too (``journal-answers``); with the Lease policy in force an error over its bound
-is refused by admission (the message names the bound) and changes nothing.
+write too (``journal-answers``); a journal that lost committed work (the SDK's report of
+``JournalDamaged``) is ``JournalLost`` True, shown once across a crash right after that
+write (``journal-lost``); with the Lease policy in force an error over its bound is
+refused by admission (the message names the bound) and changes nothing.
 """
 
 from __future__ import annotations
@@ -80,6 +82,19 @@ def test_the_store_error_is_shown_once_and_cleared_across_crashes(
     assert len(scenario.events(CONDITION)) == 1  # shown once, across the crash
     assert len(scenario.events(names.JOURNAL_STORE_ANSWERS)) == 1
     assert scenario.slot(slot)["status"]["state"] == "Active"
+
+
+def test_a_lost_journal_is_shown_once_across_a_crash(
+        scenario: Scenario, journaled: OperatorProcess) -> None:
+    slot, report = active_slot(scenario, journaled, crash_at="journal-lost")
+    loss = "attempt 1's journal, commit 2 of 3: S3 404 NoSuchKey"
+    journal.ErrorReport(lease=report.lease, annotation=journal.LOST)(loss)
+    crashed(journaled)
+    journaled.start()
+    shown = scenario.wait_condition(slot, names.JOURNAL_LOST_CONDITION, "True")
+    assert shown["reason"] == names.JOURNAL_WORK_MISSING and loss in shown["message"]
+    assert scenario.wait_event(names.JOURNAL_LOST_CONDITION, "could not read")
+    assert len(scenario.events(names.JOURNAL_LOST_CONDITION)) == 1
 
 
 @pytest.mark.serial

@@ -4,7 +4,8 @@ An attempt's Lease (labelled ``agentrun.dev/attempt``; no other Lease is matched
 operator's record. Its worker, authenticated by a token bound to its Pod (the API server
 puts the pod's name in ``request.userInfo.extra['authentication.kubernetes.io/pod-name']``),
 may change ``spec.renewTime``, add durable records, advance its journal's head and set or
-clear its journal's store error (``journal.agentrun.dev/error``, bounded), and
+clear its journal's store error and loss (``journal.agentrun.dev/error``, ``/lost``,
+bounded), and
 only while the Lease names that pod as its holder and is not tombstoned (holder cleared, or an
 outcome recorded).
 
@@ -56,6 +57,7 @@ PREFIX = bounds.RECORD_ANNOTATION_PREFIX
 RECORDS_CHANGED = "changing or removing a committed record"
 HEAD = names.JOURNAL_HEAD_ANNOTATION
 ERROR = names.JOURNAL_ERROR_ANNOTATION
+LOST = names.JOURNAL_LOST_ANNOTATION
 HEAD_SHAPE = "^[0-9]{10}-[0-9a-f]{64}$"
 
 
@@ -161,9 +163,9 @@ def record_checks() -> list[Object]:
     """What a holder's added records must be (see the module docstring)."""
     new, old = "variables.new", "variables.old"
     kept = (f"{new}.filter(k, !k.startsWith('{PREFIX}') && k != '{HOLDER_UID}' && "
-            f"k != '{HEAD}' && k != '{ERROR}').all(k, k in {old} && {old}[k] == {new}[k]) && "
-            f"{old}.all(k, k == '{ERROR}' || (k in {new} && (k == '{HEAD}' || "
-            f"{new}[k] == {old}[k])))")
+            f"k != '{HEAD}' && k != '{ERROR}' && k != '{LOST}').all(k, k in {old} && "
+            f"{old}[k] == {new}[k]) && {old}.all(k, k == '{ERROR}' || k == '{LOST}' || "
+            f"(k in {new} && (k == '{HEAD}' || {new}[k] == {old}[k])))")
     attempt = f"oldObject.metadata.?labels.orValue({{}})[?'{names.ATTEMPT_LABEL}'].orValue('')"
     shaped = (f"variables.added.all(k, bytes({new}[k]).size() <= {bounds.RECORD_BYTES} && "
               f"{new}[k].startsWith('{{\"attempt\":' + {attempt} + ',') && "
@@ -182,10 +184,12 @@ def record_checks() -> list[Object]:
                    "canonical JSON that starts with the Lease's attempt number and names "
                    "its own key (write it with the worker SDK, agentrun.worker)"),
         *head_checks(),
-        validation(f"request.operation != 'UPDATE' || !{new}[?'{ERROR}'].hasValue() || "
-                   f"bytes({new}['{ERROR}']).size() <= {bounds.JOURNAL_ERROR_BYTES}",
-                   f"{ERROR} (the journal's store error as the worker saw it) is at most "
-                   f"{bounds.JOURNAL_ERROR_BYTES} bytes"),
+        validation("request.operation != 'UPDATE' || " + " && ".join(
+                       f"(!{new}[?'{key}'].hasValue() || bytes({new}['{key}']).size() <= "
+                       f"{bounds.JOURNAL_ERROR_BYTES})" for key in (ERROR, LOST)),
+                   f"{ERROR} and {LOST} (the journal's store error, and what it no longer has, "
+                   f"as the worker saw them) are at most {bounds.JOURNAL_ERROR_BYTES} bytes "
+                   "each"),
         validation(f"request.operation != 'UPDATE' || variables.added.all(k, "
                    f"!k.endsWith('{names.RESOLVED_SUFFIX}'))",
                    f"a record <key>{names.RESOLVED_SUFFIX} is the owner's answer to an "

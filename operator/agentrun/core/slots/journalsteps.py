@@ -1,4 +1,4 @@
-"""The slot step of a journal's store not answering: the condition ``JournalUnavailable``.
+"""A journal in trouble, on its slot: the conditions ``JournalUnavailable`` and ``JournalLost``.
 
 A worker that cannot reach its run's journal store puts the store's error on its own
 Lease (``journal.agentrun.dev/error``, at most ``bounds.JOURNAL_ERROR_BYTES``) at the
@@ -10,6 +10,13 @@ and the error) while it is there, False (``StoreAnswering``) once it is gone, wi
 Warning Event when it turns True and a Normal one when it clears. An attempt that ended
 while its store did not answer keeps the condition True (its Lease keeps the error) until
 a later attempt's Lease is the latest: that worker reports for itself.
+
+The same for a journal that lost committed work: a worker whose prefix cannot be read
+intact (an object a sealed head reaches is missing or altered: a lost store volume, say)
+puts why on its Lease (``journal.agentrun.dev/lost``) and ends; the slot shows
+``JournalLost`` True (``CommittedWorkMissing``) with a Warning Event, never a silent
+restart from step one, until a later attempt's Lease carries a head and no loss (it read
+its prefix and committed): then False (``JournalRead``).
 
 Why a mirror and not a decision: what a store outage means for the attempt is the
 worker's (it retries while it holds its lease; a commit is durable only once its head
@@ -24,16 +31,13 @@ from agentrun.core.base import actions, events, slotconditions
 from agentrun.core.slots import inputs
 
 CONDITION = names.JOURNAL_UNAVAILABLE_CONDITION
+LOST = names.JOURNAL_LOST_CONDITION
 
 
-def store_error(world: inputs.World) -> str | None:
-    """The store error on the latest attempt's Lease, or None (none there, no Lease)."""
+def _annotation(world: inputs.World, key: str) -> str | None:
     objects = world.attempt
     lease = objects.lease if objects is not None else None
-    if lease is None:
-        return None
-    annotations = (lease.get("metadata") or {}).get("annotations") or {}
-    value = annotations.get(names.JOURNAL_ERROR_ANNOTATION)
+    value = ((lease or {}).get("metadata") or {}).get("annotations", {}).get(key)
     return bounds.clip_bytes(value, limit=bounds.JOURNAL_ERROR_BYTES) if isinstance(
         value, str) and value else None
 
@@ -47,12 +51,48 @@ def _store(world: inputs.World) -> str:
 
 
 def observe_step(world: inputs.World) -> actions.WriteStatus | None:
-    """Set or clear ``JournalUnavailable`` from the latest attempt's Lease, or None."""
+    """Set or clear ``JournalLost``, then ``JournalUnavailable``, from the latest attempt's
+    Lease, or None."""
     status = world.slot.status
     if status.state in TERMINAL_STATES or world.attempt is None:
         return None
+    return _lost_step(world) or _unavailable_step(world)
+
+
+def _lost_step(world: inputs.World) -> actions.WriteStatus | None:
+    status = world.slot.status
+    assert world.attempt is not None
+    current = conditions.find(status.conditions, LOST)
+    lost = _annotation(world, names.JOURNAL_LOST_ANNOTATION)
+    if lost is None:
+        if (current is None or current.status != "True"
+                or _annotation(world, names.JOURNAL_HEAD_ANNOTATION) is None):
+            return None
+        message = f"{world.attempt.name} read the slot's journal whole and committed"
+        return actions.WriteStatus(
+            status=slotconditions.set_condition(status, LOST, "False", names.JOURNAL_READ,
+                                                message, world.now),
+            point="journal-answers",
+            event=events.Event(type="Normal", reason=names.JOURNAL_READ, message=message))
+    message = bounds.clip(
+        f"{world.attempt.name}'s worker could not read what the slot committed from "
+        f"{_store(world)}: {lost}. The store lost or altered objects a sealed head reaches; "
+        "no attempt starts from less than was committed. Restore the store's data, or give "
+        "the slot up")
+    if current is not None and current.status == "True" and current.message == message:
+        return None
+    return actions.WriteStatus(
+        status=slotconditions.set_condition(status, LOST, "True", names.JOURNAL_WORK_MISSING,
+                                            message, world.now),
+        point="journal-lost",
+        event=events.Event(type="Warning", reason=LOST, message=message))
+
+
+def _unavailable_step(world: inputs.World) -> actions.WriteStatus | None:
+    status = world.slot.status
+    assert world.attempt is not None
     current = conditions.find(status.conditions, CONDITION)
-    error = store_error(world)
+    error = _annotation(world, names.JOURNAL_ERROR_ANNOTATION)
     if error is None:
         if current is None or current.status != "True":
             return None

@@ -115,3 +115,33 @@ def test_a_finished_pod_is_judged_before_the_error_is_shown() -> None:
         observation=f.observed(f.T0))
     step = expect(steps.next_step(world), WriteStatus)
     assert step.point == "attempt-ended", step
+
+
+LOSS = "attempt 1's journal, commit 2 of 3: agentrun/ns/uid/s/1/sha256/ab: S3 404 NoSuchKey"
+
+
+def lost_world(status: SlotStatus, *, lost: str | None, head: bool = False) -> World:
+    lease = f.lease(2, renew_time="r")
+    if lost is not None:
+        lease["metadata"]["annotations"][names.JOURNAL_LOST_ANNOTATION] = lost
+    if head:
+        lease["metadata"]["annotations"][names.JOURNAL_HEAD_ANNOTATION] = "0000000001-" + "a" * 64
+    return f.world(status, run=journaled_run(), attempt=f.objects(2, pod=f.pod(2), lease=lease),
+                   observation=f.observed(f.T0))
+
+
+def test_a_journal_that_lost_committed_work_is_shown_until_a_later_attempt_reads_it() -> None:
+    step = expect(steps.next_step(lost_world(f.active(2), lost=LOSS)), WriteStatus)
+    assert step.point == "journal-lost"
+    found = f.condition(step.status, names.JOURNAL_LOST_CONDITION)
+    assert (found.status, found.reason) == ("True", names.JOURNAL_WORK_MISSING)
+    assert LOSS in found.message and "no attempt starts from less than was committed" in (
+        found.message)
+    assert step.event is not None and step.event.type == "Warning"
+    assert journalsteps.observe_step(lost_world(step.status, lost=LOSS)) is None
+    # a later attempt's Lease without a loss: not cleared until it has committed (a head)
+    assert journalsteps.observe_step(lost_world(step.status, lost=None)) is None
+    cleared = expect(journalsteps.observe_step(lost_world(step.status, lost=None, head=True)),
+                     WriteStatus)
+    assert f.condition(cleared.status, names.JOURNAL_LOST_CONDITION).reason == names.JOURNAL_READ
+    assert cleared.point == "journal-answers"
