@@ -295,6 +295,13 @@ class ObjectStore:
             count += len(keys)
         return count
 
+    def bucket_exists(self) -> bool:
+        """HEAD the bucket: True (200), False (404); any other answer is the error it is
+        (a 403: the credentials, or their absence, refused)."""
+        head = self._request("HEAD", None)
+        self._answer(head, ok=(200, 404), what=f"HEAD bucket {self.bucket}")
+        return head.status == 200
+
     def ensure_bucket(self) -> None:
         """Create the bucket unless it exists (ours already: fine, so twice is harmless)."""
         what = f"bucket {self.bucket}"

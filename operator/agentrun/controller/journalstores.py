@@ -32,28 +32,36 @@ class JournalStores:
 
     reader: reads.Reader
 
-    def _credentials(self, pin: JournalPin, namespace: str) -> objectstore.Credentials | None:
-        if pin.secret is None:
+    def _credentials(self, secret: str | None,
+                     namespace: str) -> objectstore.Credentials | None:
+        if secret is None:
             return None
         try:
-            found = self.reader.rest.get(f"/api/v1/namespaces/{namespace}/secrets/{pin.secret}")
+            found = self.reader.rest.get(f"/api/v1/namespaces/{namespace}/secrets/{secret}")
         except rest.ApiError as error:
-            raise Unusable(f"the Secret {namespace}/{pin.secret} cannot be read: "
+            raise Unusable(f"the Secret {namespace}/{secret} cannot be read: "
                            f"{bounds.clip(error.message, limit=200)}") from None
         data = (found or {}).get("data") or {}
         try:
             keys = [base64.b64decode(data[k]).decode().strip()
                     for k in (names.JOURNAL_ACCESS_KEY, names.JOURNAL_SECRET_KEY)]
         except (KeyError, binascii.Error, UnicodeDecodeError):
-            raise Unusable(f"the Secret {namespace}/{pin.secret} is missing or lacks "
+            raise Unusable(f"the Secret {namespace}/{secret} is missing or lacks "
                            f"{names.JOURNAL_ACCESS_KEY} and {names.JOURNAL_SECRET_KEY}") from None
         return objectstore.Credentials(*keys)
 
-    def _store(self, pin: JournalPin, namespace: str) -> objectstore.ObjectStore:
-        credentials = self._credentials(pin, namespace)
-        return objectstore.ObjectStore(endpoint=pin.endpoint, bucket=pin.bucket,
-                                       region=pin.region, timeout=TIMEOUT_SECONDS,
+    def store(self, *, endpoint: str, bucket: str, region: str, secret: str | None,
+              namespace: str) -> objectstore.ObjectStore:
+        """The bucket as a run in ``namespace`` reaches it (signed with its Secret, if any);
+        :class:`Unusable` when that Secret cannot be read whole."""
+        credentials = self._credentials(secret, namespace)
+        return objectstore.ObjectStore(endpoint=endpoint, bucket=bucket, region=region,
+                                       timeout=TIMEOUT_SECONDS,
                                        credentials=lambda: credentials)
+
+    def _store(self, pin: JournalPin, namespace: str) -> objectstore.ObjectStore:
+        return self.store(endpoint=pin.endpoint, bucket=pin.bucket, region=pin.region,
+                          secret=pin.secret, namespace=namespace)
 
     def left(self, pin: JournalPin, namespace: str) -> tuple[int | None, str | None]:
         """Whether objects are left under the run's prefix (1 or 0: one listed at most),

@@ -45,9 +45,9 @@ class RunReconciler(reconcilers.Reconciler):
         run's world to be pinned at launch; None: runs get no journal pin."""
         super().__init__(reader=reader, writer=writer, clock=clock, ticks=ticks, logger=logger)
         self.journal = journal
-        self.checks = None if journal is None else journalchecks.JournalChecks(
-            settings=journal, reader=reader)
         self.stores = journalstores.JournalStores(reader=reader)
+        self.checks = None if journal is None else journalchecks.JournalChecks(
+            settings=journal, reader=reader, stores=self.stores)
         # Why a run's journal could not be deleted, until its next look (by run).
         self._undeleted: dict[tuple[str, str], str] = {}
 

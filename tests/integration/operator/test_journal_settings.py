@@ -8,7 +8,10 @@ The operator checks its journal setting before it pins a run (``controller.journ
 - a Secret (``--journal-secret agentrun-journal``) missing from the run's namespace: the
   same with ``JournalSecretMissing`` and the command that creates it; one without its two
   keys is refused the same way; once it is created whole the run is pinned without being
-  touched, and its slot is claimed with the Secret mounted.
+  touched, and its slot is claimed with the Secret mounted;
+- against a loopback SeaweedFS that checks SigV4: keys it does not know are
+  ``JournalCredentialsRefused``; the right keys but no bucket, ``JournalBucketMissing``;
+  the bucket made, the run is launched.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from pathlib import Path
 import kubernetes
 import pytest
 
+from agentrun import objectstore
 from agentrun.api import names
 from tests.support.actors.operators import OperatorProcess
 from tests.support.cluster import store
 from tests.support.plays.scenarios import Scenario, condition_of, holds_throughout
-from tests.support.s3server import free_ports
+from tests.support.s3server import ACCESS_KEY, SECRET_KEY, free_ports, running_s3
 from tests.support.waiting import wait_for
 
 from .test_effect_unresolved import publish
@@ -107,3 +111,29 @@ def test_a_missing_secret_is_refused_until_it_is_created_whole(
     mounted = [v for v in pod["spec"]["volumes"]
                if (v.get("secret") or {}).get("secretName") == names.JOURNAL_SECRET]
     assert len(mounted) == 1, pod["spec"]["volumes"]
+
+
+def test_wrong_keys_and_a_missing_bucket_are_refused_before_any_claim(
+        scenario: Scenario, operator_with: Callable[..., OperatorProcess],
+        tmp_path: Path) -> None:
+    with running_s3(tmp_path / "s3", auth=True) as endpoint:
+        publish(scenario)
+        scenario.core.create_namespaced_secret(scenario.namespace, kubernetes.client.V1Secret(
+            metadata=kubernetes.client.V1ObjectMeta(name=names.JOURNAL_SECRET),
+            string_data={names.JOURNAL_ACCESS_KEY: "nobody",
+                         names.JOURNAL_SECRET_KEY: "not-a-key"}))
+        operator_with("--journal-endpoint", endpoint, "--journal-bucket", "journals",
+                      "--journal-secret", names.JOURNAL_SECRET)
+        scenario.run(RUN)
+        message = refused(scenario, "JournalCredentialsRefused")
+        assert f"signed with the Secret {scenario.namespace}/{names.JOURNAL_SECRET}" in message
+        scenario.core.patch_namespaced_secret(names.JOURNAL_SECRET, scenario.namespace, {
+            "stringData": {names.JOURNAL_ACCESS_KEY: ACCESS_KEY,
+                           names.JOURNAL_SECRET_KEY: SECRET_KEY}})
+        assert "has no such bucket" in refused(scenario, "JournalBucketMissing")
+        keys = objectstore.Credentials(ACCESS_KEY, SECRET_KEY)
+        objectstore.ObjectStore(endpoint=endpoint, bucket="journals",
+                                credentials=lambda: keys).ensure_bucket()
+        slot = scenario.slot_name_eventually(RUN, "research", timeout=60)
+        assert scenario.agentrun(RUN)["status"]["pinned"]["journal"]["endpoint"] == endpoint
+        assert slot
