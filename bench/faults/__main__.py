@@ -2,7 +2,8 @@
 
 On a local control plane of its own WITH its node (``tests/support/cluster/localnode.running``:
 the node's lock is held, so it waits for no other node but fails fast if one runs; no
-node when none of the chosen scenarios needs one, ``Fault.node``), with
+node when none of the chosen scenarios needs one, ``Fault.node``; the bundled object
+store only when one needs it, ``Fault.store``), with
 agentrun installed as the tests install it, each scenario of :data:`FAULTS` (or of
 ``--scenarios``) is played ``--count`` times, each play in a fresh namespace, and its
 invariants checked after it (the scenario's module says which). It prints a table
@@ -110,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     tallies = [Tally(fault=f) for f in chosen]
     with tempfile.TemporaryDirectory(prefix="agentrun-faults-") as folder:
         workdir = Path(folder)
-        with running(workdir / "cluster", node=any(f.node for f in chosen)) as (local, node):
+        with running(workdir / "cluster", node=any(f.node for f in chosen),
+                     with_store=any(f.store for f in chosen)) as (local, node):
             cluster = Cluster(kubeconfig=local.kubeconfig, kind="local",
                               has_kubelet=node is not None, local=local, node=node)
             install(cluster)
