@@ -32,6 +32,7 @@ from pathlib import Path
 from bench.common.provenance import machine_commit_date
 from bench.common.report import write_section
 from bench.faults import clock_skew as fault_clock_skew
+from bench.faults import journal_matrix as fault_journal_matrix
 from bench.faults import kill_points as fault_kill_points
 from bench.faults import network as fault_network
 from bench.faults import paused as fault_paused
@@ -46,7 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 SECTION = "## Faults"
 FAULTS: tuple[Fault, ...] = (fault_paused.FAULT, fault_network.CUT, fault_network.HOLE,
                              fault_racing.FAULT, fault_clock_skew.FAULT,
-                             fault_kill_points.FAULT)
+                             fault_kill_points.FAULT, fault_journal_matrix.FAULT)
 
 
 @dataclass
