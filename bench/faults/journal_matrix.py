@@ -48,9 +48,9 @@ def figures(played: journalmatrix.Play, seed: int) -> str:
     return (f"seed {seed}; {played.distribution}; kills per point: "
             f"{', '.join(f'{p} {n}' for p, n in points.items())}; {played.attempts} "
             f"attempts; {played.seconds:.0f} s wall; store: {played.objects} objects, "
-            f"{played.reachable} reachable, {played.orphans} orphans; mid-upload object: "
-            f"{played.mid_upload}; resume per successor: {'; '.join(played.resumes)}; Lease "
-            f"writes: {played.leases}")
+            f"{played.reachable} reachable, {played.orphans} orphans; mid-upload objects: "
+            f"{', '.join(played.mid_upload) or '-'}; resume per successor: "
+            f"{'; '.join(played.resumes)}; Lease writes: {played.leases}")
 
 
 def play(context: Context, number: int) -> Outcome:

@@ -16,7 +16,8 @@ What is checked (:func:`play`), each failure a line:
   is lost or redone, nothing uncommitted taken;
 - every attempt's head on its Lease is at the number of steps it committed;
 - the last attempt's 2,000 result digests (skipped ones read back from the store) are the
-  ones known in advance; the slot Succeeded after kills x (Failed, 137);
+  ones known in advance; the slot Succeeded after kills x (Failed, 137) (its status
+  keeps the latest ``ATTEMPTS_KEPT`` attempts: those are compared);
 - in the store's own listing: every object a head reaches is there, every record a head
   reaches is the expected digest, and the orphans (listed, unreachable) are exactly what
   the kills left: the node (and payload) of each after-node kill; the mid-upload object
@@ -30,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrun.api import bounds
+from agentrun.api import bounds, slots
 from agentrun.worker import _journal as journal
 from tests.support.actors.workers import (
     audit_log,
@@ -73,7 +74,7 @@ class Play:
     objects: int = 0
     reachable: int = 0
     orphans: int = 0
-    mid_upload: str = "-"
+    mid_upload: list[str] = field(default_factory=list)  # per mid-upload kill: its object
     resumes: list[str] = field(default_factory=list)  # per successor: prefix, caught up
     leases: str = "-"  # the workers' Lease writes: renewals, head advances, 409s, gaps
 
@@ -166,9 +167,10 @@ def finish(scenario: Scenario, slot: str, plan: list[worker.Kill], sizes: list[i
         result.violations.append(f"{pod}: {len(wrong)} results not the expected digest "
                                  f"(steps {wrong[:10]}...)")
     slot_object = scenario.wait_state(slot, "Succeeded", timeout=ENDED_BOUND)
-    attempts = [(a.get("outcome"), a.get("exitCode"))
+    attempts = [(a.get("number"), a.get("outcome"), a.get("exitCode"))
                 for a in slot_object["status"].get("attempts", [])]
-    want = [("Failed", 137)] * len(plan) + [("Succeeded", 0)]
+    want = [(k.attempt, "Failed", 137) for k in plan] + [(len(plan) + 1, "Succeeded", 0)]
+    want = want[-slots.ATTEMPTS_KEPT:]  # the slot's status keeps the latest ones only
     if attempts != want:
         result.violations.append(f"{slot}: attempts {attempts} (want {want})")
 
@@ -221,10 +223,10 @@ def check_store(scenario: Scenario, slot: str, plan: list[worker.Kill], sizes: l
             name = payload_name(kill)
             if name in audit.listed:  # a store keeping a part of a cut PUT: unreachable
                 kept = len(store.get(name, limit=sizes[kill.step]))
-                result.mid_upload = f"{kept} of {sizes[kill.step]} B kept, unreachable"
+                result.mid_upload.append(f"{kept} of {sizes[kill.step]} B kept, unreachable")
                 expected.add(name)
             else:
-                result.mid_upload = f"absent ({sizes[kill.step]} B put cut halfway)"
+                result.mid_upload.append(f"absent ({sizes[kill.step]} B put cut halfway)")
     stray = {o for o in audit.orphans - expected
              if journalstore.attempt_of(o, prefix=prefix, slot=slot)
              not in {k.attempt for k in plan if k.phase == worker.AFTER_NODE}}
