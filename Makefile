@@ -169,7 +169,8 @@ demo: controlplane nodedeps image helm
 # Fault scenarios (bench/faults): their own control plane WITH its node, each scenario
 # played COUNT times, a table scenario × count × violations; nothing written unless
 # FAULTS_ARGS has --write. Stops by itself; exit 1 on any violation. Every scenario once
-# takes about 25 min on 2 cores (kill-points, 200 worker pods killed, most of it);
+# takes about 30 min on 2 cores (kill-points, 200 worker pods killed, most of it;
+# journal-matrix about 4 min, with the bundled object store);
 # FAULTS_ARGS="--scenarios paused-apiserver,watch-cut" for some.
 COUNT ?= 1
 FAULTS_ARGS ?=

@@ -2,7 +2,8 @@
 
 On a local control plane of its own WITH its node (``tests/support/cluster/localnode.running``:
 the node's lock is held, so it waits for no other node but fails fast if one runs; no
-node when none of the chosen scenarios needs one, ``Fault.node``), with
+node when none of the chosen scenarios needs one, ``Fault.node``; the bundled object
+store only when one needs it, ``Fault.store``), with
 agentrun installed as the tests install it, each scenario of :data:`FAULTS` (or of
 ``--scenarios``) is played ``--count`` times, each play in a fresh namespace, and its
 invariants checked after it (the scenario's module says which). It prints a table
@@ -31,6 +32,7 @@ from pathlib import Path
 from bench.common.provenance import machine_commit_date
 from bench.common.report import write_section
 from bench.faults import clock_skew as fault_clock_skew
+from bench.faults import journal_matrix as fault_journal_matrix
 from bench.faults import kill_points as fault_kill_points
 from bench.faults import network as fault_network
 from bench.faults import paused as fault_paused
@@ -45,7 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 SECTION = "## Faults"
 FAULTS: tuple[Fault, ...] = (fault_paused.FAULT, fault_network.CUT, fault_network.HOLE,
                              fault_racing.FAULT, fault_clock_skew.FAULT,
-                             fault_kill_points.FAULT)
+                             fault_kill_points.FAULT, fault_journal_matrix.FAULT)
 
 
 @dataclass
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     tallies = [Tally(fault=f) for f in chosen]
     with tempfile.TemporaryDirectory(prefix="agentrun-faults-") as folder:
         workdir = Path(folder)
-        with running(workdir / "cluster", node=any(f.node for f in chosen)) as (local, node):
+        with running(workdir / "cluster", node=any(f.node for f in chosen),
+                     with_store=any(f.store for f in chosen)) as (local, node):
             cluster = Cluster(kubeconfig=local.kubeconfig, kind="local",
                               has_kubelet=node is not None, local=local, node=node)
             install(cluster)

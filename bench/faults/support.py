@@ -62,6 +62,9 @@ class Fault:
     check: Callable[[argparse.ArgumentParser, argparse.Namespace], None] = (
         lambda parser, args: None)
     node: bool = True  # needs the node (real pods); when no chosen scenario does, none starts
+    # needs the cluster's bundled object store (tests/support/cluster/store.py: the
+    # journals' SeaweedFS, with the node only); started only when a chosen scenario does
+    store: bool = False
 
 
 def fresh_namespace(cluster: Cluster, *, prefix: str = "faults") -> str:
@@ -116,15 +119,17 @@ class Served:
 
 
 @contextlib.contextmanager
-def served(context: Context, *, log: str, env: dict[str, str] | None = None) -> Iterator[Served]:
+def served(context: Context, *, log: str, env: dict[str, str] | None = None,
+           args: list[str] | None = None) -> Iterator[Served]:
     """A fresh namespace with an owner and an operator (``env``: more of its environment;
-    its log ``log`` in the workdir); all stopped and the namespace dropped afterwards."""
+    ``args``: more of its flags; its log ``log`` in the workdir); all stopped and the
+    namespace dropped afterwards."""
     cluster = context.cluster
     assert cluster.local is not None and cluster.local.node_ip
     namespace = fresh_namespace(cluster)
     owner = EffectOwner(host=cluster.local.node_ip).start()
     operator = OperatorProcess(cluster=cluster, namespace=namespace,
-                               log=context.workdir / log, env=env).start()
+                               log=context.workdir / log, env=env, args=args or ()).start()
     try:
         yield Served(scenario=Scenario(cluster=cluster, namespace=namespace), owner=owner,
                      operator=operator)
