@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentrun import objectstore as s3
 from agentrun.worker import _journal as journal
 from agentrun.worker import _records as records
-from agentrun.worker import _s3 as s3
 from tests.support.cluster import store
 
 LIST_LIMIT = 100_000  # a play stores a few thousand objects
