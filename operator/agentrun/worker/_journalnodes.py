@@ -1,0 +1,87 @@
+"""The journal's format: a node (one commit) and the head that names it.
+
+Pure: bytes in, bytes out, no store and no API (the terms are
+:mod:`agentrun.worker._journal`'s). A node is canonical JSON, so the same commit is the
+same bytes, hence the same name (its sha256), wherever it is made.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentrun.api import bounds, names
+from agentrun.worker import _records as records
+
+HEAD = names.JOURNAL_HEAD_ANNOTATION
+HEAD_PATTERN = re.compile(r"(?P<seq>[0-9]{10})-(?P<digest>[0-9a-f]{64})")
+NODE_BYTES = 4 * 1024 * 1024  # one node's canonical JSON (its entries are records, each small)
+NODE_ENTRIES = 1024  # records in one node
+NODE_DEPTH = 2  # a node is an object holding a list of strings
+
+
+@dataclass(frozen=True)
+class Head:
+    """An attempt's head: its ``seq``-th commit is the node of sha256 ``digest``."""
+
+    seq: int
+    digest: str
+
+    def text(self) -> str:
+        return f"{self.seq:010d}-{self.digest}"
+
+    @classmethod
+    def parse(cls, text: str) -> Head:
+        found = HEAD_PATTERN.fullmatch(text)
+        if found is None or int(found["seq"]) < 1:
+            raise records.RecordError(f"{HEAD} {bounds.clip(text, limit=100)!r} is not "
+                                      "<10-digit seq>-<sha256>")
+        return cls(seq=int(found["seq"]), digest=found["digest"])
+
+    @classmethod
+    def on_lease(cls, lease: Mapping[str, Any]) -> Head | None:
+        text = ((lease.get("metadata") or {}).get("annotations") or {}).get(HEAD)
+        return None if text is None else cls.parse(str(text))
+
+
+def node(*, attempt: int, seq: int, prev: str | None, entries: list[records.Record]) -> bytes:
+    """A node's canonical bytes (its name is their sha256)."""
+    return records.canonical({"attempt": attempt, "entries": [records.encode(r) for r in entries],
+                              "prev": prev, "seq": seq})
+
+
+def read_node(data: bytes, *, attempt: int, seq: int,
+              digest: str) -> tuple[str | None, list[records.Record]]:
+    """``(prev, entries)`` of the node named ``digest``, the ``seq``-th of ``attempt``;
+    :class:`RecordError` if the bytes are not exactly that node."""
+    if records.digest(data) != digest:
+        raise records.RecordError(f"journal node {digest[:12]} of attempt {attempt} does not "
+                                  "match its digest (changed or damaged)")
+    if records.text_nesting(data) > NODE_DEPTH:
+        raise records.RecordError(f"journal node {digest[:12]} nests deeper than a node does")
+    try:
+        found = json.loads(data)
+    except ValueError:
+        raise records.RecordError(f"journal node {digest[:12]} is not JSON") from None
+    prev = found.get("prev") if isinstance(found, dict) else None
+    if (not isinstance(found, dict) or found.get("attempt") != attempt
+            or found.get("seq") != seq or not isinstance(found.get("entries"), list)
+            or not (prev is None if seq == 1 else isinstance(prev, str))):
+        raise records.RecordError(f"journal node {digest[:12]} is not commit {seq} of "
+                                  f"attempt {attempt}")
+    if len(found["entries"]) > NODE_ENTRIES:
+        raise records.RecordError(f"journal node {digest[:12]} holds more than "
+                                  f"{NODE_ENTRIES} records")
+    entries = []
+    for text in found["entries"]:
+        try:
+            key = json.loads(text)["key"]
+        except (TypeError, ValueError, KeyError, RecursionError):
+            raise records.RecordError(f"journal node {digest[:12]} holds an entry that is "
+                                      "not a record") from None
+        entries.append(records.decode(annotation=f"{records.PREFIX}{key}", value=str(text),
+                                      attempt=attempt))
+    return prev, entries
