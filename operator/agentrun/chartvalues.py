@@ -77,9 +77,9 @@ COMMENTS = {
     "journal.region": "The store's region (most S3-compatible stores accept any).",
     "journal.secretName": "A Secret, in each run's namespace, with the keys accessKeyId and "
                           "secretAccessKey, mounted into the run's workers; \"\": none "
-                          f"(unsigned requests). Name it {names.JOURNAL_SECRET} and the "
-                          "operator checks it is there before launching a run (it may read "
-                          "Secrets of that name only); another name is not checked.",
+                          f"(unsigned requests), or {names.JOURNAL_SECRET}, the one name "
+                          "the operator may read (it checks the Secret before launching a "
+                          "run and signs the deletion of a run's journal with it).",
     "store": "The bundled S3-compatible object store (SeaweedFS) the slots' journals live "
              f"in: a Deployment, a Service {bundledstore.STORE} (port "
              f"{bundledstore.STORE_PORT}) and a PersistentVolumeClaim of the same name. It "
@@ -176,7 +176,7 @@ def schema() -> dict[str, Any]:
                 "region": {"type": "string", "minLength": 1,
                            "maxLength": runs.JOURNAL_REGION_CHARS,
                            "pattern": runs.JOURNAL_REGION_PATTERN},
-                "secretName": _or_empty(runs.CONFIG_NAME_PATTERN, runs.JOURNAL_SECRET_CHARS),
+                "secretName": {"type": "string", "enum": ["", names.JOURNAL_SECRET]},
             }, required=["endpoint", "bucket", "prefix", "region", "secretName"]),
             "store": _object({
                 "enabled": {"type": "boolean"},

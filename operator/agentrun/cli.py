@@ -35,6 +35,7 @@ from types import SimpleNamespace
 
 import kopf
 
+from agentrun.api import names
 from agentrun.api import runs as run_api
 from agentrun.controller import handlers, metrics
 from agentrun.controller import stamping as stamping_keeper
@@ -95,6 +96,17 @@ def checked(check: Callable[[str], str]) -> Callable[[str], str]:
 JOURNAL_FLAGS = ("endpoint", "bucket", "prefix", "region", "secret")
 
 
+def journal_secret(text: str) -> str:
+    """The journal Secret's name: only :data:`~agentrun.api.names.JOURNAL_SECRET`, the one
+    name the operator's ClusterRole may read (to check it before a launch, and to sign the
+    deletion of a run's journal); any other would leave runs unlaunchable and undeletable."""
+    name = run_api.journal_secret(text)
+    if name != names.JOURNAL_SECRET:
+        raise ValueError(f"the journal Secret is named {names.JOURNAL_SECRET} in each run's "
+                         f"namespace (the only Secret name the operator may read), not {name!r}")
+    return name
+
+
 def journal_settings(args: argparse.Namespace) -> run_api.JournalSettings | None:
     """The ``--journal-*`` flags as settings, or None when none was given; a partial set
     (a bucket without an endpoint, a secret without both) is an error, not a guess."""
@@ -146,10 +158,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                           f"at most {run_api.JOURNAL_BASE_PREFIX_CHARS} characters)")
     run.add_argument("--journal-region", type=checked(run_api.journal_region),
                      help=f"the store's region (default {run_api.JOURNAL_REGION})")
-    run.add_argument("--journal-secret", type=checked(run_api.journal_secret),
-                     help="a Secret, in each run's namespace, with the keys accessKeyId and "
-                          "secretAccessKey, mounted into its workers (default: none, unsigned "
-                          "requests)")
+    run.add_argument("--journal-secret", type=checked(journal_secret),
+                     help=f"the Secret {names.JOURNAL_SECRET}, in each run's namespace, with the "
+                          "keys accessKeyId and secretAccessKey, mounted into its workers "
+                          "(default: none, unsigned requests)")
     run.add_argument("--verbose", "-v", action="store_true")
     stamp = sub.add_parser("stamping", help="mint the stamping epoch when due; wait until "
                                             "actor stamping is in force")

@@ -54,10 +54,10 @@ def test_journal_flags_become_settings_with_defaults() -> None:
     assert found == JournalSettings(endpoint="http://minio.storage:9000", bucket="journals",
                                     prefix="agentrun", region="us-east-1", secret=None)
     every = cli.parse(["run", *JOURNAL, "--journal-prefix", "platform/runs", "--journal-region",
-                       "eu-west-1", "--journal-secret", "journal-keys"]).journal
+                       "eu-west-1", "--journal-secret", "agentrun-journal"]).journal
     assert every is not None
     assert (every.prefix, every.region, every.secret) == (
-        "platform/runs", "eu-west-1", "journal-keys")
+        "platform/runs", "eu-west-1", "agentrun-journal")
     assert found is not None
     at_root = cli.parse(["run", *JOURNAL, "--journal-prefix", ""]).journal
     assert at_root == found.model_copy(update={"prefix": ""})
@@ -67,7 +67,7 @@ def test_journal_flags_become_settings_with_defaults() -> None:
     (["--journal-endpoint", "http://minio:9000"], "--journal-endpoint and --journal-bucket go "
                                                   "together"),
     (["--journal-bucket", "journals"], "given: --journal-bucket"),
-    (["--journal-secret", "keys"], "go together"),
+    (["--journal-secret", "agentrun-journal"], "go together"),
     (["--journal-prefix", "p"], "go together"),
 ])
 def test_a_partial_journal_is_refused(args: list[str], says: str,
@@ -90,6 +90,7 @@ def test_a_partial_journal_is_refused(args: list[str], says: str,
     ("--journal-prefix", "p" * 412, "at most 411 characters"),
     ("--journal-region", "r" * 65, "at most 64 characters"),
     ("--journal-secret", "Keys", "the journal Secret must be a Secret's name"),
+    ("--journal-secret", "journal-keys", "the only Secret name the operator may read"),
 ])
 def test_journal_flags_out_of_bounds_are_refused_clearly(
         flag: str, value: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,9 +9,9 @@ Event), nothing created; the run is looked at again every ``runsteps.JOURNAL_REC
 and pinned once the setting works:
 
 - ``JournalSecretMissing``: the pinned Secret (``--journal-secret``) is not in the run's
-  namespace, or lacks ``accessKeyId`` or ``secretAccessKey``. The operator may read
-  Secrets of that one name only (its ClusterRole's ``resourceNames``: the default
-  :data:`~agentrun.api.names.JOURNAL_SECRET`); one it may not read is not checked (logged);
+  namespace, lacks ``accessKeyId`` or ``secretAccessKey``, or cannot be read (the
+  operator may read Secrets of the one name :data:`~agentrun.api.names.JOURNAL_SECRET`
+  only: its ClusterRole's ``resourceNames``);
 - ``JournalUnreachable``: the store does not answer a HEAD of the bucket (refused, no
   route, no such host, a timeout, a 5xx);
 - ``JournalCredentialsRefused``: it answers 403, to the Secret's keys (wrong or revoked)
@@ -27,7 +27,6 @@ and namespace, so many runs waiting on one bad store cost one request, not one e
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 
@@ -40,7 +39,6 @@ from agentrun.kube import reads, rest
 
 PROBE_TTL = 5.0  # seconds a store's answer is reused
 SECRET_KEYS = (names.JOURNAL_ACCESS_KEY, names.JOURNAL_SECRET_KEY)
-log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -74,10 +72,11 @@ class JournalChecks:
         except rest.ApiError as error:
             if error.status != 403:
                 raise
-            log.warning("the journal Secret %s/%s is not checked: the operator may not read "
-                        "it (its ClusterRole reads Secrets named %s only)", namespace, name,
-                        names.JOURNAL_SECRET)
-            return False, None
+            return False, Problem(reason="JournalSecretMissing", message=(
+                f"the operator may not read the journal's Secret {namespace}/{name}: its "
+                f"ClusterRole reads Secrets named {names.JOURNAL_SECRET} only (re-apply "
+                "manifests/rbac or the chart); the run is launched once it can, nothing was "
+                "created"))
         create = (f"kubectl -n {namespace} create secret generic {name} --from-literal="
                   f"{names.JOURNAL_ACCESS_KEY}=... --from-literal={names.JOURNAL_SECRET_KEY}=...")
         if found is None:
@@ -114,11 +113,13 @@ class JournalChecks:
                 f"{where} does not answer: {error}. Fix the endpoint or start the store; "
                 f"{then}"))
         except objectstore.S3Error as error:
-            reason = ("JournalCredentialsRefused" if error.status in (401, 403)
-                      else "JournalUnreachable")
-            return Problem(reason=reason, message=bounds.clip(
-                f"{where} refuses a request {how}: {error}. Fix the keys (or pin a Secret "
-                f"with --journal-secret); {then}"))
+            if error.status in (401, 403):
+                return Problem(reason="JournalCredentialsRefused", message=bounds.clip(
+                    f"{where} refuses a request {how}: {error}. Fix the keys (or pin the "
+                    f"Secret with --journal-secret); {then}"))
+            return Problem(reason="JournalUnreachable", message=bounds.clip(
+                f"{where} answers a HEAD of the bucket {how} with {error} (a wrong region "
+                f"or endpoint?); {then}"))
         if not exists and signed:
             return Problem(reason="JournalBucketMissing", message=bounds.clip(
                 f"{where} has no such bucket: create it (the workers' keys need not be "

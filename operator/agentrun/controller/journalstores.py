@@ -63,6 +63,34 @@ class JournalStores:
         return self.store(endpoint=pin.endpoint, bucket=pin.bucket, region=pin.region,
                           secret=pin.secret, namespace=namespace)
 
+    def live_attempts(self, namespace: str, run: str) -> list[str]:
+        """The run's attempts that may still write: a Lease not tombstoned (a claim under
+        way included) or a Pod not finished, by name; read from the API, not a cache."""
+        selector = {"labelSelector": f"{names.RUN_LABEL}={run},{names.ATTEMPT_LABEL}"}
+        leases = self.reader.rest.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", query=selector) or {}
+        pods = self.reader.rest.get(f"/api/v1/namespaces/{namespace}/pods",
+                                    query=selector) or {}
+        live = {lease["metadata"]["name"] for lease in leases.get("items") or []
+                if (lease.get("spec") or {}).get("holderIdentity") and names.OUTCOME_ANNOTATION
+                not in ((lease["metadata"].get("annotations")) or {})}
+        live |= {pod["metadata"]["name"] for pod in pods.get("items") or []
+                 if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
+        return sorted(live)
+
+    def orphaned(self, pin: JournalPin, namespace: str) -> str | None:
+        """Why the run's journal can never be deleted (its pinned Secret is gone), or None."""
+        if pin.secret is None:
+            return None
+        try:
+            found = self.reader.rest.get(f"/api/v1/namespaces/{namespace}/secrets/{pin.secret}")
+        except rest.ApiError:
+            return None  # unreadable is not gone: shown as an error by the listing
+        if found is not None:
+            return None
+        return (f"its Secret {namespace}/{pin.secret} is gone (deleted with the namespace, or "
+                "by hand), so the operator cannot sign for the store")
+
     def left(self, pin: JournalPin, namespace: str) -> tuple[int | None, str | None]:
         """Whether objects are left under the run's prefix (1 or 0: one listed at most),
         or why the store could not say."""

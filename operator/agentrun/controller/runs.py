@@ -11,6 +11,7 @@ reconcile, so one reconcile writes the run's status at most once.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from dataclasses import dataclass, field
@@ -99,12 +100,7 @@ class RunReconciler(reconcilers.Reconciler):
         if run.metadata.deletion_timestamp is not None:
             if names.JOURNAL_FINALIZER not in run.metadata.finalizers:
                 return None
-            pin = run.status.pinned.journal if run.status.pinned is not None else None
-            left, error = (0, None) if pin is None else self.stores.left(pin, namespace)
-            return runsteps.RunWorld(
-                run=run, tenant=tenant, now=self.clock(), slots=reader.slots_of(namespace, name),
-                taken=taken, journal_left=left,
-                journal_error=error or self._undeleted.pop((namespace, name), None))
+            return self._deleting_world(run, tenant=tenant, taken=taken)
         if runobjects.needs_pinning(run):
             candidates = {} if tenant is None else {kind: reader.configmaps(
                 namespace, selector=f"{names.CONFIG_KIND_LABEL}={kind},!{names.SNAPSHOT_LABEL}")
@@ -119,6 +115,23 @@ class RunReconciler(reconcilers.Reconciler):
         return runsteps.RunWorld(run=run, tenant=tenant, now=self.clock(),
                                  workflow=self.workflow(run),
                                  slots=reader.slots_of(namespace, name), taken=taken)
+
+    def _deleting_world(self, run: AgentRun, *, tenant: str | None,
+                        taken: dict[str, reads.Object]) -> runsteps.RunWorld:
+        """A run being deleted that holds its journal's finalizer: its live attempts (from
+        the API, not a cache), then (none live) what its journal's store says."""
+        namespace, name = run.metadata.namespace or "", run.metadata.name
+        undeleted = self._undeleted.pop((namespace, name), None)
+        world = runsteps.RunWorld(run=run, tenant=tenant, now=self.clock(), taken=taken,
+                                  slots=self.reader.slots_of(namespace, name),
+                                  journal_live=self.stores.live_attempts(namespace, name))
+        pin = run.status.pinned.journal if run.status.pinned is not None else None
+        if pin is None or world.journal_live:
+            return world
+        orphaned = self.stores.orphaned(pin, namespace)
+        left, error = (None, None) if orphaned else self.stores.left(pin, namespace)
+        return dataclasses.replace(world, journal_left=left, journal_error=error or undeleted,
+                                   journal_orphaned=orphaned)
 
     def workflow(self, run: AgentRun) -> WorkflowDocument | resolution.Problem:
         """The pinned workflow, read from the run's own snapshot (immutable, so cached)."""

@@ -46,7 +46,8 @@ from agentrun.worker import _records as records
 from agentrun.worker._journalnodes import NODE_BYTES, Head, node, read_node
 
 __all__ = ["NODE_BYTES", "ErrorReport", "Head", "Journal", "JournalDamaged", "JournalPayloads",
-           "JournalRecords", "JournalUnavailable", "Location", "node", "read_node"]
+           "JournalRecords", "JournalRefused", "JournalUnavailable", "Location", "node",
+           "read_node"]
 
 HEAD = names.JOURNAL_HEAD_ANNOTATION
 ERROR = names.JOURNAL_ERROR_ANNOTATION
@@ -60,10 +61,15 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-class JournalUnavailable(records.RecordError):
+class JournalUnavailable(records.StoreUnavailable):
     """The journal's store did not answer (unreachable, 5xx) for as long as a commit or a
     read retries: nothing was committed (the head was not advanced), or the prefix could
     not be read (the attempt must not start from less than was committed)."""
+
+
+class JournalRefused(records.RecordError):
+    """The journal's store answered no to a read (a 403: keys rotated or revoked; a 400, a
+    429): what it holds is unknown, not lost; fix the access, not the data."""
 
 
 class JournalDamaged(records.RecordError):
@@ -116,7 +122,7 @@ class Journal:
     retry_seconds: float = RETRY_SECONDS
     # Told the store's error at the first failed try of an outage and None once it answers
     # again (:class:`ErrorReport`: the operator shows it on the slot); None: not told.
-    report: Callable[[str | None], None] | None = field(default=None, repr=False)
+    report: Callable[[str | None], bool] | None = field(default=None, repr=False)
     failing: bool = field(default=False, repr=False)  # the last try of any call failed
     telling: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -145,8 +151,8 @@ class Journal:
         with self.telling:
             if self.report is None or self.failing == (error is not None):
                 return
-            self.failing = error is not None
-            self.report(error)
+            if self.report(error):  # else told again at the next try's outcome
+                self.failing = error is not None
 
     def attempt_key(self, attempt: int) -> str:
         return f"{self.prefix}/{self.slot}/{attempt}/sha256"
@@ -185,7 +191,9 @@ class Journal:
         try:
             data = self._retrying(f"reading {key}", lambda: self.objects.get(key, limit=size))
         except s3.S3Error as error:  # an answer, not a silence (those are retried)
-            raise records.RecordError(f"cannot read {key}: {error}") from None
+            if error.code == "NoSuchKey" or error.status == 404:
+                raise records.RecordError(f"cannot read {key}: {error}") from None
+            raise JournalRefused(f"cannot read {key}: {error}") from None
         if len(data) > size:
             raise records.RecordError(f"{key} holds more than the {size} bytes expected")
         return data
@@ -205,7 +213,7 @@ class Journal:
             try:
                 data = self.get(f"{self.attempt_key(attempt)}/{digest}", size=NODE_BYTES)
                 prev, entries = read_node(data, attempt=attempt, seq=seq, digest=digest)
-            except JournalUnavailable:
+            except (JournalUnavailable, JournalRefused):
                 raise
             except records.RecordError as error:
                 raise JournalDamaged(f"attempt {attempt}'s journal, commit {seq} of "
@@ -231,13 +239,13 @@ class ErrorReport:
 
     One merge patch of that annotation alone (no ``resourceVersion``: it touches nothing
     another writer sets), at an outage's start and end only, so a long outage costs two
-    writes, not one per try. Best effort: a report that fails is logged; the retry itself
-    does not depend on it."""
+    writes, not one per try. Best effort: a report that fails is logged and made again at
+    the next try's outcome (True: it landed); the retry itself does not depend on it."""
 
     lease: records.LeaseRecords
     annotation: str = ERROR  # or LOST: what a trusted head reaches is gone or altered
 
-    def __call__(self, error: str | None) -> None:
+    def __call__(self, error: str | None) -> bool:
         value = None if error is None else bounds.clip_bytes(
             " ".join(error.split()), limit=bounds.JOURNAL_ERROR_BYTES)
         body = {"metadata": {"annotations": {self.annotation: value}}}
@@ -247,6 +255,8 @@ class ErrorReport:
         except Exception as failed:  # shown in the log; the retry goes on
             log.warning("could not put the journal's store error on Lease %s: %s",
                         self.lease.lease, failed)
+            return False
+        return True
 
 
 @dataclass(kw_only=True)

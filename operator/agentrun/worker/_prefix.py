@@ -149,12 +149,16 @@ class Steps:
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     def committed(self, key: str) -> tuple[bool, records.JSON]:
-        """(True, the result) if ``key`` is committed and its result available intact."""
+        """(True, the result) if ``key`` is committed and its result available intact. A
+        store that does not answer is raised (:class:`records.StoreUnavailable`), never
+        taken for "not committed": the step would be done and committed again."""
         found = self.prefix.get(key)
         if found is None:
             return False, None
         try:
             return True, records.payload(found, store=self.store)
+        except records.StoreUnavailable:
+            raise
         except records.RecordError:
             return False, None
 

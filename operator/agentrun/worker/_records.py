@@ -186,6 +186,11 @@ def payload(record: Record, *, store: PayloadStore | None) -> JSON:
                           f"{bounds.clip(str(error), limit=200)}") from None
 
 
+class StoreUnavailable(RecordError):
+    """The payload store did not answer for as long as it was retried: nothing is known
+    about what it holds, so nothing may be concluded (a committed step is not "missing")."""
+
+
 class RecordConflict(RecordError):
     """The key is already committed with other content (write-once: it stays as it is)."""
 

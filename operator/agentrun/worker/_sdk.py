@@ -121,9 +121,14 @@ class Worker:
         if location is None:  # a run pinned without a journal: records on the Lease
             return prefix.Steps(prefix=prefix.prefix(leases=leases, attempt=c.attempt),
                                 store=self.store, ledger=on_lease)
-        slot_journal = journals.Journal(objects=location.objects(), prefix=location.prefix,
-                                        slot=c.slot, report=journals.ErrorReport(lease=on_lease))
         own = [lease for lease in leases if (lease.get("metadata") or {}).get("name") == c.lease]
+        # An error left on the Lease (a restarted sidecar's predecessor's) is cleared by the
+        # first answer: the journal starts out failing if the Lease says so.
+        left = bool(own and ((own[0].get("metadata") or {}).get("annotations") or {}).get(
+            journals.ERROR))
+        slot_journal = journals.Journal(objects=location.objects(), prefix=location.prefix,
+                                        slot=c.slot, report=journals.ErrorReport(lease=on_lease),
+                                        failing=left)
         try:
             found = prefix.prefix(leases=leases, attempt=c.attempt, journal=slot_journal)
         except journals.JournalDamaged as damaged:

@@ -66,7 +66,7 @@ INSTRUCTION_WAIT_SECONDS = 30.0  # one request waits this long for the next inst
 # Effect sessions kept per attempt (each keeps its final answer for a repeated request).
 # A run without a journal can commit only bounds.MAX_RECORDS records (an effect takes two,
 # intent and outcome: RecordLimit, 422, says so); one with a journal is bounded here.
-MAX_SESSIONS = 1024
+MAX_SESSIONS = 256  # each keeps its final answer, a result included
 EFFECT_NAME_CHARS = bounds.RECORD_KEY_CHARS
 STATUS: dict[type[Exception], int] = {
     BadRequest: 400, Conflict: 409, records.RecordConflict: 409,

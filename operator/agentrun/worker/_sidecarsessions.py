@@ -3,7 +3,7 @@
 *Reply*: one HTTP answer (status, JSON body). *Bad request*: answered 400 with a message
 that says what to change; nothing was changed. *Conflict*: 409. Every body is at most
 :data:`MAX_BODY_BYTES` (the largest payload, with room for its JSON around it); a result
-is at most :data:`~agentrun.api.bounds.PAYLOAD_BYTES` once encoded when the run has a
+is at most :data:`RESULT_BYTES` once encoded when the run has a
 journal (stored by reference in it), else it must fit inline in its record (:func:`fits`).
 
 An *effect session* (:class:`Session`) is where the ledger's thread and the main
@@ -31,9 +31,13 @@ from agentrun.worker import _records as records
 
 logger = logging.getLogger("agentrun.worker")
 JSON = records.JSON
-# A request's body is at most the largest payload a record may reference, and room for the
-# JSON around it (a reply's "answer", a step's own braces, escapes the encoder undoes).
-MAX_BODY_BYTES = bounds.PAYLOAD_BYTES + 64 * 1024
+# A result through the sidecar is at most this once encoded (by reference in the journal):
+# a quarter of the SDK's bound, because the sidecar holds a body, its parse, its encoding
+# and the reply echoing it at once (about 3x, measured), under its default 256Mi limit.
+RESULT_BYTES = bounds.PAYLOAD_BYTES // 4
+# A request's body: the largest result and room for the JSON around it (a reply's
+# "answer", a step's own braces, escapes the encoder undoes).
+MAX_BODY_BYTES = RESULT_BYTES + 64 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +151,10 @@ def ended(run: Callable[[], JSON]) -> tuple[Reply, bool]:
         return error(410, "LeaseLost", str(lost)), True
     except keeper.LeaseLapsed as lapsed:
         return error(503, "LeaseLapsed", str(lapsed)), False
+    except records.StoreUnavailable as silent:  # not kept: the ledger picks up from its records
+        return error(503, "JournalUnavailable", f"{silent}; ask again (an effect whose "
+                     "outcome could not be recorded is reconciled, never sent twice blindly)"
+                     ), False
     except (effects.EffectStopped, NoReply, CallFailed, records.RecordError) as stopped:
         return _stop(type(stopped).__name__, str(stopped)), True
     except (rest.ApiError, OSError) as failed:
@@ -173,9 +181,9 @@ def fits(result: JSON, *, via: str, stored: bool) -> JSON:
     else inline in its record."""
     wrapped = result if via == "step" else {"answer": "applied", "result": result, "via": via}
     size = len(records.canonical(wrapped))
-    if stored and size > bounds.PAYLOAD_BYTES:
-        raise BadRequest(f"the result is {size} bytes once encoded; at most "
-                         f"{bounds.PAYLOAD_BYTES} are kept (store a larger one elsewhere and "
+    if stored and size > RESULT_BYTES:
+        raise BadRequest(f"the result is {size} bytes once encoded; at most {RESULT_BYTES} "
+                         "are kept through the sidecar (store a larger one elsewhere and "
                          "return its URI and sha256)")
     if not stored and size > bounds.INLINE_PAYLOAD_BYTES:
         raise BadRequest(f"the result's record would be {size} bytes; at most "

@@ -23,14 +23,13 @@ from typing import Any
 
 import pytest
 
-from agentrun.api import bounds
 from agentrun.worker import _journal as journals
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _records as records
 from agentrun.worker import _renewer as renewer
 from agentrun.worker._renewals import Standing
 from agentrun.worker._sidecar import CheckIns
-from agentrun.worker._sidecarsessions import MAX_BODY_BYTES, Reply
+from agentrun.worker._sidecarsessions import MAX_BODY_BYTES, RESULT_BYTES, Reply
 from tests.support.actors.sidecarhttp import serving
 
 from .sidecarfakes import ATTEMPT, IDEM, POD, Clock, FakeWorker, Payloads, intent, make, send
@@ -226,9 +225,9 @@ def test_with_a_journal_a_large_result_is_stored_by_reference() -> None:
     record = worker.memory.committed["gather"]
     assert record.inline is None and record.ref is not None and record.size > 3 * 1024 * 1024
     assert sidecar.handle("GET", "/v1/steps/gather").body == {"result": large}
-    too_large = json.dumps("y" * bounds.PAYLOAD_BYTES).encode()
+    too_large = json.dumps("y" * RESULT_BYTES).encode()
     refused = sidecar.handle("PUT", "/v1/steps/other", too_large)
-    assert refused.status == 400 and f"at most {bounds.PAYLOAD_BYTES}" in refused.body["message"]
+    assert refused.status == 400 and f"at most {RESULT_BYTES}" in refused.body["message"]
     assert set(worker.memory.committed) == {"gather"}
     # without a journal the same result is refused, saying why
     plain, _ = make()

@@ -172,9 +172,10 @@ def record_checks() -> list[Object]:
               f"{new}[k].contains('\"key\":\"' + k.substring({len(PREFIX)}) + '\"'))")
     return [
         validation(f"request.operation != 'UPDATE' || ({kept})",
-                   f"a worker may add records ({PREFIX}<key>) to its attempt's Lease but "
-                   f"not change other annotations; {RECORDS_CHANGED} is refused: records "
-                   "are write-once"),
+                   f"a worker may add records ({PREFIX}<key>) to its attempt's Lease, "
+                   f"advance {HEAD} and set or remove {ERROR} and {LOST}, but not change "
+                   f"other annotations; {RECORDS_CHANGED} is refused: records are "
+                   "write-once"),
         validation(f"request.operation != 'UPDATE' || {new}.filter(k, k.startsWith("
                    f"'{PREFIX}')).size() <= {bounds.MAX_RECORDS}",
                    f"an attempt's Lease holds at most {bounds.MAX_RECORDS} records; store "

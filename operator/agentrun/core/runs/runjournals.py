@@ -9,12 +9,19 @@ removes it only once the journal is gone:
 1. the run is being deleted and carries the finalizer;
 2. its slots wind down (``core.slots.steps.wind_down``: an Active attempt is followed to
    its end and fenced, no new claim): the journal is deleted only once none of the run's
-   slots is Claiming or Active, so no worker of it is still committing;
+   slots is Claiming or Active and no attempt of it is live (``live``: a Lease not
+   tombstoned, a claim under way included, or a Pod not finished, read from the API, not
+   a cache), so no worker of it is still writing;
 3. :class:`~agentrun.core.base.actions.DeleteJournal` deletes every object under the run's
    prefix (the controller, with the run's credentials), repeated until a listing finds
    none left (``left``: what the operator's last listing found);
 4. the finalizer is removed; the API server then deletes the run, and the garbage
    collector its slots, snapshots and Leases.
+
+A journal whose Secret is gone (``orphaned``: deleted with the namespace, say) can never
+be deleted by the operator: it says so once (``JournalDeleted`` False, ``SecretGone``,
+naming the prefix left in the store, a Warning Event) and removes the finalizer, rather
+than keep the run, and its namespace, from going.
 
 A store that does not answer (``error``) is shown on the run as ``JournalDeleted`` False
 (``StoreNotAnswering``, naming the store, with a Warning Event) and tried again every
@@ -37,6 +44,7 @@ FINALIZER = names.JOURNAL_FINALIZER
 CONDITION = names.JOURNAL_DELETED_CONDITION
 RECHECK = timedelta(seconds=10)
 BUSY = frozenset({SlotState.CLAIMING, SlotState.ACTIVE})
+SECRET_GONE = "SecretGone"
 
 JournalStep = actions.SetFinalizers | actions.DeleteJournal | actions.WriteRun | actions.Wait
 
@@ -50,36 +58,53 @@ def owning_step(run: AgentRun) -> actions.SetFinalizers | None:
                                  point="journal-owned")
 
 
+def _failing(run: AgentRun, *, reason: str, message: str, now: datetime,
+             until: datetime) -> actions.WriteRun | actions.Wait:
+    """``JournalDeleted`` False for ``reason``, with a Warning Event, unless shown so."""
+    status = run.status.model_copy(update={"conditions": conditions.set_condition(
+        run.status.conditions, type_=CONDITION, status="False", reason=reason,
+        message=message, now=now, observed_generation=run.metadata.generation)})
+    if status == run.status:
+        return actions.Wait(message=message, until=until)
+    return actions.WriteRun(status=status, point="run-status", until=until,
+                            event=events.Event(type="Warning", reason=CONDITION,
+                                               message=message))
+
+
 def deleting_step(*, run: AgentRun, slots: Sequence[Slot], now: datetime,
-                  left: int | None, error: str | None) -> JournalStep:
+                  left: int | None, error: str | None, live: Sequence[str] = (),
+                  orphaned: str | None = None) -> JournalStep:
     """The next step for a run being deleted that carries the finalizer (see the module).
 
     ``left``: objects the last listing found under the run's prefix (None: not listed);
-    ``error``: why the store could not be listed or emptied (None: it answered)."""
+    ``error``: why the store could not be listed or emptied (None: it answered);
+    ``live``: the run's attempts still live (Leases not tombstoned, Pods not finished);
+    ``orphaned``: why the journal can never be deleted (its Secret gone)."""
     pins = run.status.pinned
     journal = pins.journal if pins is not None else None
     kept = tuple(f for f in run.metadata.finalizers if f != FINALIZER)
     if journal is None:
         return actions.SetFinalizers(finalizers=kept, point="journal-released")
-    busy = sorted(s.metadata.name for s in rollup.own_slots(run=run, slots=slots).values()
-                  if s.status.state in BUSY)
+    busy = sorted({*live, *(s.metadata.name for s in rollup.own_slots(
+        run=run, slots=slots).values() if s.status.state in BUSY)})
     if busy:
         return actions.Wait(message=f"the run's journal is deleted once the attempts of "
                                     f"{', '.join(busy[:5])} have ended", until=now + RECHECK)
+    where = f"{journal.endpoint} (bucket {journal.bucket}, under {journal.prefix})"
+    if orphaned is not None:
+        message = (f"the run's journal in {where} is left in the store: {orphaned}; delete "
+                   "it there by hand if it must go")
+        shown = conditions.find(run.status.conditions, CONDITION)
+        if shown is None or shown.reason != SECRET_GONE:
+            return _failing(run, reason=SECRET_GONE, message=message, now=now, until=now)
+        return actions.SetFinalizers(finalizers=kept, point="journal-released")
     if error is not None:
-        message = (f"the run's journal in {journal.endpoint} (bucket {journal.bucket}, under "
-                   f"{journal.prefix}) cannot be deleted yet: {error}. Tried again every "
-                   f"{RECHECK.seconds} s; to give up on it, remove the finalizer {FINALIZER} "
-                   "from the run (its objects then stay in the store)")
-        status = run.status.model_copy(update={"conditions": conditions.set_condition(
-            run.status.conditions, type_=CONDITION, status="False",
-            reason=names.JOURNAL_STORE_FAILING, message=message, now=now,
-            observed_generation=run.metadata.generation)})
-        if status == run.status:
-            return actions.Wait(message=message, until=now + RECHECK)
-        return actions.WriteRun(status=status, point="run-status", until=now + RECHECK,
-                                event=events.Event(type="Warning", reason=CONDITION,
-                                                   message=message))
+        message = (f"the run's journal in {where} cannot be deleted yet: {error}. Tried "
+                   f"again every {RECHECK.seconds} s; to give up on it, remove {FINALIZER} "
+                   "from the run's metadata.finalizers (kubectl edit; its objects then stay "
+                   "in the store)")
+        return _failing(run, reason=names.JOURNAL_STORE_FAILING, message=message, now=now,
+                        until=now + RECHECK)
     if left is None or left > 0:
         return actions.DeleteJournal(journal=journal)
     return actions.SetFinalizers(finalizers=kept, point="journal-released")

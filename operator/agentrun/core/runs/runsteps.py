@@ -50,9 +50,11 @@ class RunWorld:
     at launch; None: the operator has no journal store and runs get no journal pin.
     ``journal_problem``: why that setting cannot work for this run yet (checked by the
     operator before pinning: ``controller.journalchecks``); the run waits unpinned.
-    ``journal_left``, ``journal_error``: read only for a run being deleted that still
-    holds its journal's finalizer (``core.runs.runjournals``): whether objects are left
-    under its prefix, or why the store could not say or delete them.
+    ``journal_left``, ``journal_error``, ``journal_live``, ``journal_orphaned``: read only
+    for a run being deleted that still holds its journal's finalizer
+    (``core.runs.runjournals``): whether objects are left under its prefix, why the store
+    could not say or delete them, its attempts still live, why its journal can never be
+    deleted.
     """
 
     run: AgentRun
@@ -67,6 +69,8 @@ class RunWorld:
     journal_problem: resolution.Problem | None = None
     journal_left: int | None = None
     journal_error: str | None = None
+    journal_live: Sequence[str] = ()
+    journal_orphaned: str | None = None
 
 
 # How soon a run waiting on its journal setting is looked at again: a Secret created or a
@@ -82,7 +86,9 @@ def next_step(world: RunWorld) -> RunStep:
     that hold no finalizer of ours)."""
     if world.run.metadata.deletion_timestamp is not None:
         return runjournals.deleting_step(run=world.run, slots=world.slots, now=world.now,
-                                         left=world.journal_left, error=world.journal_error)
+                                         left=world.journal_left, error=world.journal_error,
+                                         live=world.journal_live,
+                                         orphaned=world.journal_orphaned)
     if runobjects.needs_pinning(world.run):
         return _pin(world)
     return _lay_out(world)

@@ -81,7 +81,7 @@ def test_a_silent_store_is_shown_once_and_tried_again() -> None:
     assert found is not None and (found.status, found.reason) == (
         "False", names.JOURNAL_STORE_FAILING)
     for part in ("http://store:8333", "bucket journal", "connection refused",
-                 f"remove the finalizer {FINALIZER}"):
+                 f"remove {FINALIZER}"):
         assert part in found.message
     assert step.event is not None and step.event.type == "Warning"
     run = journaled(finalizers=[FINALIZER], deleting=True)
@@ -95,3 +95,30 @@ def test_a_run_without_a_journal_pin_releases_the_finalizer() -> None:
         "finalizers": [FINALIZER], "deletion_timestamp": NOW})})
     assert deleting(run=run) == actions.SetFinalizers(finalizers=(),
                                                       point="journal-released")
+
+
+def test_a_live_attempt_holds_the_deletion_whatever_its_slot_says() -> None:
+    """A claim under way (its Lease, the slot still Ready) or a fenced attempt's pod not
+    finished yet: no deletion until it is over."""
+    step = deleting(slots=[lf.slot("research", SlotState.READY)], left=1)
+    assert isinstance(step, actions.DeleteJournal)
+    held = runsteps.next_step(runsteps.RunWorld(
+        run=journaled(finalizers=[FINALIZER], deleting=True), tenant=lf.TENANT, now=NOW,
+        journal_left=1, journal_live=["study-research-1"]))
+    assert isinstance(held, actions.Wait) and "study-research-1" in held.message
+
+
+def test_a_journal_whose_secret_is_gone_is_said_left_then_released() -> None:
+    run = journaled(finalizers=[FINALIZER], deleting=True)
+    why = "its Secret team-a/agentrun-journal is gone"
+
+    def world(of: AgentRun) -> runsteps.RunWorld:
+        return runsteps.RunWorld(run=of, tenant=lf.TENANT, now=NOW, journal_orphaned=why)
+
+    said = runsteps.next_step(world(run))
+    assert isinstance(said, actions.WriteRun) and said.event is not None
+    found = conditions.find(said.status.conditions, names.JOURNAL_DELETED_CONDITION)
+    assert found is not None and found.reason == runjournals.SECRET_GONE
+    assert why in found.message and "is left in the store" in found.message
+    released = runsteps.next_step(world(run.model_copy(update={"status": said.status})))
+    assert released == actions.SetFinalizers(finalizers=(), point="journal-released")
