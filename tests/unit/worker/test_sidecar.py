@@ -245,3 +245,28 @@ def test_a_silent_journal_store_is_a_503_that_commits_nothing() -> None:
     reply = sidecar.handle("PUT", "/v1/steps/gather", b'{"n": 1}')
     assert reply.status == 503 and reply.body["error"] == "JournalUnavailable"
     assert "nothing was committed" in reply.body["message"] and worker.memory.committed == {}
+
+
+def test_a_silent_store_is_never_taken_for_a_step_not_committed() -> None:
+    """A committed result the store cannot give back now: GET and PUT answer 503, never a
+    404 that would have the step done and committed again with other content."""
+    class Silenced(Payloads):
+        silent = False
+
+        def get(self, uri: str, *, size: int) -> bytes:
+            if self.silent:
+                raise journals.JournalUnavailable("reading x: the journal's store did not answer")
+            return super().get(uri, size=size)
+
+    store = Silenced()
+    sidecar, worker = make(FakeWorker(store=store))
+    large = {"text": "x" * 4000}
+    assert sidecar.handle("PUT", "/v1/steps/gather", json.dumps(large).encode()).status == 201
+    fresh, _ = make(FakeWorker(store=store, earlier=dict(worker.memory.committed)))
+    store.silent = True
+    got = fresh.handle("GET", "/v1/steps/gather")
+    assert got.status == 503 and got.body["error"] == "JournalUnavailable"
+    other = fresh.handle("PUT", "/v1/steps/gather", b'{"text": "other"}')
+    assert other.status == 503
+    store.silent = False
+    assert fresh.handle("GET", "/v1/steps/gather").body == {"result": large}
