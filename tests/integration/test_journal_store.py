@@ -197,7 +197,7 @@ def test_a_store_stopped_mid_commit_is_told_once_each_way_and_the_commit_lands(
                               timeout=1)
         objects.ensure_bucket()
         stopping = journal.Journal(objects=objects, prefix="agentrun/ns/uid", slot="s",
-                                   retry_seconds=120, report=told.append)
+                                   retry_seconds=120, report=lambda e: told.append(e) or True)
         ledger = committer(stopping, api)
         ledger.commit(step("a", 1, store=stopping.payloads(attempt=1)))
     failures: list[BaseException] = []

@@ -86,7 +86,7 @@ def test_a_runs_journal_goes_with_it_and_waits_for_a_silent_store(
 
     shown = wait_for(waiting, timeout=60, message="JournalDeleted False while the store is down")
     assert shown["reason"] == names.JOURNAL_STORE_FAILING
-    assert endpoint in shown["message"] and "remove the finalizer" in shown["message"]
+    assert endpoint in shown["message"] and f"remove {names.JOURNAL_FINALIZER}" in shown["message"]
     assert scenario.wait_event(names.JOURNAL_DELETED_CONDITION, "cannot be deleted yet")
     process.stop()
     process.start(crash_at="journal-released")

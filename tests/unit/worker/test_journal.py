@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from agentrun.api import names
+from agentrun.objectstore import ObjectStore
 from agentrun.worker import _journal as journal
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
@@ -115,3 +116,28 @@ def test_a_head_with_no_journal_to_read_it_repeats_those_steps_and_says_so() -> 
                               "has none configured to read it: those steps are repeated",)
     bad = prefix.prefix(leases=[lease(1, head="junk")], attempt=2, journal=Chains({}))
     assert bad.committed == {} and "is not <10-digit seq>-<sha256>" in bad.problems[0]
+
+
+def test_a_store_error_report_that_did_not_land_is_made_again() -> None:
+    """Told once each way; a report that failed (False) is told again at the next try's
+    outcome, and a journal that starts out failing (its predecessor's error on the Lease)
+    clears it at the first answer."""
+    calls: list[str | None] = []
+    landed = [False, True, True]
+
+    def report(error: str | None) -> bool:
+        calls.append(error)
+        return landed.pop(0)
+
+    store = ObjectStore(endpoint="http://127.0.0.1:9", bucket="unused", credentials=lambda: None)
+    found = journal.Journal(objects=store, prefix="p", slot="s", report=report)
+    for _ in range(3):
+        found._tell("down")
+    found._tell(None)
+    found._tell(None)
+    assert calls == ["down", "down", None] and not found.failing
+    cleared: list[str | None] = []
+    restarted = journal.Journal(objects=store, prefix="p", slot="s", failing=True,
+                                report=lambda e: cleared.append(e) or True)
+    restarted._tell(None)
+    assert cleared == [None]
