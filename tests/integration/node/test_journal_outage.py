@@ -96,9 +96,11 @@ def test_a_store_stopped_for_a_minute_costs_a_wait_and_no_commit(
         assert shown["reason"] == names.JOURNAL_STORE_FAILING
         assert store.STORE_ENDPOINT in shown["message"], shown
         shown_after = time.monotonic() - stopped
+        assert shown_after < OUTAGE_SECONDS / 2, shown_after  # the hold below is a real one
         lease = scenario.lease(pod)
         assert lease is not None
         error = lease["metadata"]["annotations"][names.JOURNAL_ERROR_ANNOTATION]
+        assert error.startswith("storing ") and error in shown["message"], error
         holds_throughout(
             lambda: head_of(scenario, pod).seq == 10 and not any(
                 "committed" in p for p in printed(scenario, pod)),
