@@ -59,33 +59,38 @@ def observe_step(world: inputs.World) -> actions.WriteStatus | None:
     return _lost_step(world) or _unavailable_step(world)
 
 
-def _lost_step(world: inputs.World) -> actions.WriteStatus | None:
+def _shown(world: inputs.World, type_: str, *, true: bool, reason: str, message: str,
+           point: str) -> actions.WriteStatus | None:
+    """``type_`` set to ``true`` with ``reason`` and ``message`` in one status write, with its
+    Event (Warning when True, Normal when cleared, named by the reason); None when the
+    slot shows exactly that already."""
     status = world.slot.status
+    current = conditions.find(status.conditions, type_)
+    value: conditions.ConditionStatus = "True" if true else "False"
+    if current is not None and (current.status, current.message) == (value, message):
+        return None
+    return actions.WriteStatus(
+        status=slotconditions.set_condition(status, type_, value, reason, message, world.now),
+        point=point, event=events.Event(type="Warning" if true else "Normal",
+                                        reason=type_ if true else reason, message=message))
+
+
+def _lost_step(world: inputs.World) -> actions.WriteStatus | None:
     assert world.attempt is not None
-    current = conditions.find(status.conditions, LOST)
+    current = conditions.find(world.slot.status.conditions, LOST)
     lost = _annotation(world, names.JOURNAL_LOST_ANNOTATION)
     if lost is None:
         if (current is None or current.status != "True"
                 or _annotation(world, names.JOURNAL_HEAD_ANNOTATION) is None):
             return None
-        message = f"{world.attempt.name} read the slot's journal whole and committed"
-        return actions.WriteStatus(
-            status=slotconditions.set_condition(status, LOST, "False", names.JOURNAL_READ,
-                                                message, world.now),
-            point="journal-answers",
-            event=events.Event(type="Normal", reason=names.JOURNAL_READ, message=message))
-    message = bounds.clip(
-        f"{world.attempt.name}'s worker could not read what the slot committed from "
-        f"{_store(world)}: {lost}. The store lost or altered objects a sealed head reaches; "
-        "no attempt starts from less than was committed. Restore the store's data, or give "
-        "the slot up")
-    if current is not None and current.status == "True" and current.message == message:
-        return None
-    return actions.WriteStatus(
-        status=slotconditions.set_condition(status, LOST, "True", names.JOURNAL_WORK_MISSING,
-                                            message, world.now),
-        point="journal-lost",
-        event=events.Event(type="Warning", reason=LOST, message=message))
+        return _shown(world, LOST, true=False, reason=names.JOURNAL_READ, point="journal-answers",
+                      message=f"{world.attempt.name} read the slot's journal whole and committed")
+    return _shown(world, LOST, true=True, reason=names.JOURNAL_WORK_MISSING, point="journal-lost",
+                  message=bounds.clip(
+                      f"{world.attempt.name}'s worker could not read what the slot committed "
+                      f"from {_store(world)}: {lost}. The store lost or altered objects a "
+                      "sealed head reaches; no attempt starts from less than was committed. "
+                      "Restore the store's data, or give the slot up"))
 
 
 def _unavailable_step(world: inputs.World) -> actions.WriteStatus | None:
@@ -96,26 +101,15 @@ def _unavailable_step(world: inputs.World) -> actions.WriteStatus | None:
     if error is None:
         if current is None or current.status != "True":
             return None
-        message = f"{_store(world)} answers again"
-        return actions.WriteStatus(
-            status=slotconditions.set_condition(status, CONDITION, "False",
-                                                names.JOURNAL_STORE_ANSWERS, message, world.now),
-            point="journal-answers",
-            event=events.Event(type="Normal", reason=names.JOURNAL_STORE_ANSWERS,
-                               message=message))
+        return _shown(world, CONDITION, true=False, reason=names.JOURNAL_STORE_ANSWERS,
+                      point="journal-answers", message=f"{_store(world)} answers again")
     ended = status.state is not SlotState.ACTIVE or world.attempt.name != status.active_worker
-    message = bounds.clip(
-        f"{world.attempt.name}'s worker " + ("ended while it could not reach " if ended
-                                              else "cannot reach ")
-        + f"{_store(world)}: {error}. "
-        + ("Nothing it did not commit is reported committed; the next attempt resumes from "
-           "what its head reached" if ended else
-           "It retries while it holds its lease; nothing is reported committed until the "
-           "store took it"))
-    if current is not None and current.status == "True" and current.message == message:
-        return None
-    return actions.WriteStatus(
-        status=slotconditions.set_condition(status, CONDITION, "True",
-                                            names.JOURNAL_STORE_FAILING, message, world.now),
-        point="journal-unavailable",
-        event=events.Event(type="Warning", reason=CONDITION, message=message))
+    return _shown(world, CONDITION, true=True, reason=names.JOURNAL_STORE_FAILING,
+                  point="journal-unavailable", message=bounds.clip(
+                      f"{world.attempt.name}'s worker " + (
+                          "ended while it could not reach " if ended else "cannot reach ")
+                      + f"{_store(world)}: {error}. "
+                      + ("Nothing it did not commit is reported committed; the next attempt "
+                         "resumes from what its head reached" if ended else
+                         "It retries while it holds its lease; nothing is reported committed "
+                         "until the store took it")))
