@@ -41,9 +41,9 @@ from typing import Any, TypeVar
 
 from agentrun import objectstore as s3
 from agentrun.api import bounds, names
+from agentrun.api.journalnodes import NODE_BYTES, Head, node, read_node
 from agentrun.kube import rest
 from agentrun.worker import _records as records
-from agentrun.worker._journalnodes import NODE_BYTES, Head, node, read_node
 
 __all__ = ["NODE_BYTES", "ErrorReport", "Head", "Journal", "JournalDamaged", "JournalPayloads",
            "JournalRecords", "JournalRefused", "JournalUnavailable", "Location", "node",

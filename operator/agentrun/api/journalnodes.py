@@ -1,8 +1,9 @@
 """The journal's format: a node (one commit) and the head that names it.
 
 Pure: bytes in, bytes out, no store and no API (the terms are
-:mod:`agentrun.worker._journal`'s). A node is canonical JSON, so the same commit is the
-same bytes, hence the same name (its sha256), wherever it is made.
+:mod:`agentrun.worker._journal`'s), so the worker writes and reads nodes with it and the
+operator reads them for people (``history``). A node is canonical JSON, so the same commit
+is the same bytes, hence the same name (its sha256), wherever it is made.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentrun.api import bounds, names
-from agentrun.worker import _records as records
+from agentrun.api import bounds, names, records
 
 HEAD = names.JOURNAL_HEAD_ANNOTATION
 HEAD_PATTERN = re.compile(r"(?P<seq>[0-9]{10})-(?P<digest>[0-9a-f]{64})")
