@@ -20,7 +20,9 @@ import (
 // runPKI writes a fresh CA and, signed by it: the API server's serving certificate
 // (127.0.0.1, localhost, the Service IP and any --ip in its SANs, so no client needs
 // tls-server-name), the API server's client certificate for kubelets, a
-// service-account signing key pair and, with --node-name, the node's kubelet
+// service-account signing key pair, the front proxy's CA and client certificate
+// (front-proxy-ca, front-proxy-client: the API server's identity towards aggregated
+// APIs) and, with --node-name, the node's kubelet
 // client certificate (CN=system:node:<name>, O=system:nodes: Node authorization and
 // NodeRestriction) and serving certificate (the node name and --ip in its SANs).
 func runPKI(args []string) int {
@@ -60,14 +62,16 @@ type authority struct {
 	files  map[string][]byte
 }
 
-func newAuthority(now time.Time) (*authority, error) {
+// newAuthority makes a CA written as <name>.crt and <name>.key (its subject
+// agentrun-test-<name>); the certificates it issues go into the same files map.
+func newAuthority(now time.Time, name string) (*authority, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
 	template := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "agentrun-test-ca"},
+		Subject:               pkix.Name{CommonName: "agentrun-test-" + name},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
@@ -83,8 +87,8 @@ func newAuthority(now time.Time) (*authority, error) {
 		return nil, err
 	}
 	ca := &authority{cert: cert, key: key, serial: 1, now: now, files: map[string][]byte{}}
-	ca.files["ca.crt"] = pemBlock("CERTIFICATE", der)
-	if err := ca.addKey("ca.key", key); err != nil {
+	ca.files[name+".crt"] = pemBlock("CERTIFICATE", der)
+	if err := ca.addKey(name+".key", key); err != nil {
 		return nil, err
 	}
 	return ca, nil
@@ -128,9 +132,23 @@ func writePKI(dir, nodeName string, extraIPs []net.IP) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	ca, err := newAuthority(time.Now())
+	ca, err := newAuthority(time.Now(), "ca")
 	if err != nil {
 		return err
+	}
+	// The front proxy's own CA, as kubeadm makes it: the API server forwards requests to
+	// aggregated APIs (the operator's history API) with a client certificate from it,
+	// and they trust the user it names only from this CA, never from any cluster client.
+	proxy, err := newAuthority(ca.now, "front-proxy-ca")
+	if err != nil {
+		return err
+	}
+	if err := proxy.issue("front-proxy-client", pkix.Name{CommonName: "front-proxy-client"},
+		x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
+		return err
+	}
+	for name, data := range proxy.files {
+		ca.files[name] = data
 	}
 	serverIPs := append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP("10.96.0.1")}, extraIPs...)
 	serverDNS := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",

@@ -269,6 +269,18 @@ class LocalCluster:
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            # Aggregated APIs (the operator's history API): the API server forwards to them
+            # as front-proxy-client, the user in headers they trust only from that CA; it
+            # dials the Service's endpoints itself, as a control plane without kube-proxy
+            # on its own host must.
+            f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+            "--enable-aggregator-routing=true",
             f"--token-auth-file={self.workdir / 'tokens.csv'}",
             "--authorization-mode=Node,RBAC",
             f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
