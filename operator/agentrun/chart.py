@@ -151,7 +151,7 @@ def deployment() -> list[dict[str, Any]]:
     args[args.index(str(manifests.METRICS_PORT))] = sentinel("PORT_ARG")
     args.append(sentinel("ARGS_EXTRA"))
     args.append(sentinel("ARGS_JOURNAL"))
-    (port,) = container["ports"]
+    (port,) = [p for p in container["ports"] if p["name"] == manifests.METRICS_PORT_NAME]
     port["containerPort"] = sentinel("PORT")
     container["resources"] = sentinel("RESOURCES")
     return documents
@@ -187,6 +187,7 @@ def rendered(crd_source: Path = crds.DIRECTORY) -> dict[str, str]:
         "templates/admission-validating.yaml": template(manifests.validating_policies()),
         "templates/deployment.yaml": template(deployment()),
         "templates/metrics-service.yaml": metrics_service(),
+        "templates/history-api.yaml": template(manifests.history_api()),
         "templates/store.yaml": store(),
         "values.yaml": chartvalues.values_yaml(),
         "values.schema.json": chartvalues.schema_json(),

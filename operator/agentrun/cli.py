@@ -12,6 +12,9 @@ request the process makes, Kopf's watches and our Events included (``--qps 0``: 
 (:mod:`agentrun.controller.metrics`; port 0: not served; the address is an IP address,
 127.0.0.1 by default so a local run is not reachable from the network; the chart sets
 0.0.0.0). A port that cannot be bound stops the operator at once, with the reason.
+``--history-port``/``--history-address``: where the history API is served over TLS
+(:mod:`agentrun.controller.historyserver`; port 0, the default: not served; the chart
+serves it on 8443 behind the APIService ``v1alpha1.history.agentrun.dev``).
 ``--journal-endpoint``/``--journal-bucket`` (both or neither), ``--journal-prefix``,
 ``--journal-region``, ``--journal-secret``: the S3-compatible store where slots keep their
 journals; each run launched pins them, its prefix made its own
@@ -37,7 +40,7 @@ import kopf
 
 from agentrun.api import names
 from agentrun.api import runs as run_api
-from agentrun.controller import handlers, metrics
+from agentrun.controller import handlers, historyserver, metrics
 from agentrun.controller import stamping as stamping_keeper
 from agentrun.kube import clients, reads, rest, throttle, writes
 
@@ -50,6 +53,8 @@ BURST = (1, 20_000, 150)
 RECONCILE_TIMEOUT = (1.0, 3600.0, 60.0)
 METRICS_PORT = (0, 65535, 8080)  # 0: not served; 8080: the usual metrics port of operators
 METRICS_ADDRESS = "127.0.0.1"
+HISTORY_PORT = (0, 65535, 0)  # 0: not served (the chart serves it on 8443)
+HISTORY_ADDRESS = "0.0.0.0"  # the API server reaches it through its Service, from outside
 MAX_ADDRESS_CHARS = 64  # an IPv6 address with a zone fits
 
 
@@ -147,6 +152,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--metrics-address", type=ip_address, default=METRICS_ADDRESS,
                      help=f"address serving /metrics (default {METRICS_ADDRESS}; "
                           "0.0.0.0 to be scraped from other pods)")
+    run.add_argument("--history-port", type=bounded(int, *HISTORY_PORT[:2], "--history-port"),
+                     default=HISTORY_PORT[2],
+                     help="port serving the history API (people read journals through the "
+                          "API server: the APIService v1alpha1.history.agentrun.dev) over "
+                          "TLS (default 0: not served)")
+    run.add_argument("--history-address", type=ip_address, default=HISTORY_ADDRESS,
+                     help=f"address serving the history API (default {HISTORY_ADDRESS})")
     run.add_argument("--journal-endpoint", type=checked(run_api.journal_endpoint),
                      help="the journal store's S3 API, such as http://minio.storage:9000 (with "
                           "--journal-bucket; neither: runs get no journal)")
@@ -221,6 +233,19 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         logging.getLogger("agentrun").info("metrics served on http://%s:%d/metrics",
                                            args.metrics_address, server.port)
+    history = None
+    if args.history_port:
+        try:
+            history = historyserver.start(context=args.context, address=args.history_address,
+                                          port=int(args.history_port),
+                                          logger=logging.getLogger("agentrun"))
+        except OSError as error:
+            print(f"cannot serve the history API on {args.history_address}:"
+                  f"{int(args.history_port)}: {error.strerror or error}; choose another "
+                  "--history-port (0: none)", file=sys.stderr)
+            return 1
+        logging.getLogger("agentrun").info("history API served on https://%s:%d",
+                                           args.history_address, history[0].port)
     memo = SimpleNamespace(context=args.context, namespaces=list(args.namespace),
                            workers=int(args.workers), bucket=bucket,
                            reconcile_timeout=args.reconcile_timeout, meters=meters,
@@ -236,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.close()
+        if history is not None:
+            history[1].stop()
+            history[0].close()
     return 0
 
 

@@ -63,7 +63,16 @@ OPERATOR_RULES: list[Rule] = [
     # The journal's Secret, by its one name, to check it is there before a run is launched
     # (controller.journalchecks); never any other Secret of a tenant's.
     {**rule([""], ["secrets"], ["get"]), "resourceNames": [names.JOURNAL_SECRET]},
+    # The history API (controller.historyserver): may the person get the slot; its own
+    # APIService's caBundle (controller.servingcerts), by name.
+    rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
+    {**rule(["apiregistration.k8s.io"], ["apiservices"], ["get", "patch"]),
+     "resourceNames": [names.HISTORY_APISERVICE]},
 ]
+# The front proxy's CA (kube-system/extension-apiserver-authentication), through the role
+# every aggregated API is bound to: the history API trusts only the API server's requests.
+AUTHENTICATION_READER = "extension-apiserver-authentication-reader"
+AUTHENTICATION_BINDING = "agentrun-operator-authentication-reader"
 # In its own namespace only: the stamping epoch Secret (core.policies.stamping), which it alone
 # writes. `create` cannot be limited to a name; get and update are.
 OPERATOR_NAMESPACE_RULES: list[dict[str, Any]] = [
@@ -72,16 +81,15 @@ OPERATOR_NAMESPACE_RULES: list[dict[str, Any]] = [
 ]
 
 
-def _binding(name: str, subject: dict[str, str], *,
-             namespace: str | None = None) -> dict[str, Any]:
+def _binding(name: str, subject: dict[str, str], *, namespace: str | None = None,
+             role: str = OPERATOR_ROLE) -> dict[str, Any]:
     """A ClusterRoleBinding of the operator's ClusterRole, or (``namespace``) a
-    RoleBinding of its Role in its own namespace."""
+    RoleBinding of ``role`` (its own Role) in that namespace."""
     kind = "Role" if namespace else "ClusterRole"
     metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": f"{kind}Binding",
             "metadata": metadata,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind,
-                        "name": OPERATOR_ROLE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
             "subjects": [subject]}
 
 
@@ -97,6 +105,8 @@ def operator_rbac() -> list[dict[str, Any]]:
          "metadata": {"name": OPERATOR_ROLE, "namespace": OPERATOR_NAMESPACE},
          "rules": OPERATOR_NAMESPACE_RULES},
         _binding(OPERATOR_ROLE, account, namespace=OPERATOR_NAMESPACE),
+        _binding(AUTHENTICATION_BINDING, account, namespace="kube-system",
+                 role=AUTHENTICATION_READER),
     ]
 
 
@@ -107,7 +117,9 @@ def local_user_binding() -> list[dict[str, Any]]:
     """
     user = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": OPERATOR_USER}
     return [_binding(LOCAL_USER_BINDING, user),
-            _binding(LOCAL_USER_BINDING, user, namespace=OPERATOR_NAMESPACE)]
+            _binding(LOCAL_USER_BINDING, user, namespace=OPERATOR_NAMESPACE),
+            _binding(LOCAL_USER_BINDING, user, namespace="kube-system",
+                     role=AUTHENTICATION_READER)]
 
 
 AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
@@ -127,7 +139,9 @@ def _cluster_role(name: str, rules: list[dict[str, Any]], *,
 def user_roles() -> list[dict[str, Any]]:
     """The roles people and GitOps are given, aggregated into the standard ones.
 
-    ``agentrun-viewer`` (into view, edit, admin) reads the three kinds;
+    ``agentrun-viewer`` (into view, edit, admin) reads the three kinds and slots'
+    histories (the journal, through the operator's history API, which checks ``get`` on
+    the slot too);
     ``agentrun-editor`` (into edit, admin) creates runs and writes commands on slots
     (``patch``; admission lets people change only command annotations);
     ``agentrun-slot-override`` (into admin) is the verb ``override``, so a namespace admin
@@ -139,7 +153,9 @@ def user_roles() -> list[dict[str, Any]]:
     """
     group = [names.GROUP]
     return [
-        _cluster_role("agentrun-viewer", [rule(group, KINDS, READ)],
+        _cluster_role("agentrun-viewer", [rule(group, KINDS, READ),
+                                          rule([names.HISTORY_GROUP],
+                                               [names.HISTORY_RESOURCE], ["get"])],
                       aggregate_to=("view", "edit", "admin")),
         _cluster_role("agentrun-editor", [
             rule(group, ["agentruns"], ["create", "update", "patch", "delete",
@@ -166,6 +182,8 @@ PULL_POLICY = "IfNotPresent"
 METRICS_PORT = 8080  # agentrun.cli's default --metrics-port
 METRICS_PORT_NAME = "metrics"
 METRICS_SERVICE = f"{OPERATOR_ROLE}-metrics"
+HISTORY_PORT = 8443  # the operator's --history-port in its pod
+HISTORY_PORT_NAME = "history"
 SELECTOR = {"app.kubernetes.io/name": OPERATOR_ROLE}
 RESOURCES: dict[str, dict[str, str]] = {"requests": {"cpu": "50m", "memory": "128Mi"},
                                         "limits": {"memory": "512Mi"}}
@@ -182,8 +200,10 @@ PROBES = {
 
 
 def operator_args(*, port: int = METRICS_PORT) -> list[str]:
-    """The operator's command line in its pod: metrics (and probes) on every address."""
-    return ["run", "--metrics-address", "0.0.0.0", "--metrics-port", str(port)]
+    """The operator's command line in its pod: metrics (and probes) on every address, the
+    history API on its port."""
+    return ["run", "--metrics-address", "0.0.0.0", "--metrics-port", str(port),
+            "--history-port", str(HISTORY_PORT)]
 
 
 def deployment(*, image: str = IMAGE) -> list[dict[str, Any]]:
@@ -213,6 +233,8 @@ def deployment(*, image: str = IMAGE) -> list[dict[str, Any]]:
                          "name": "operator", "image": image, "imagePullPolicy": PULL_POLICY,
                          "args": operator_args(),
                          "ports": [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT,
+                                    "protocol": "TCP"},
+                                   {"name": HISTORY_PORT_NAME, "containerPort": HISTORY_PORT,
                                     "protocol": "TCP"}],
                          **PROBES,
                          "resources": RESOURCES,
@@ -233,6 +255,32 @@ def metrics_service() -> list[dict[str, Any]]:
              "spec": {"type": "ClusterIP", "selector": dict(SELECTOR),
                       "ports": [{"name": METRICS_PORT_NAME, "port": METRICS_PORT,
                                  "targetPort": METRICS_PORT_NAME, "protocol": "TCP"}]}}]
+
+
+def history_api() -> list[dict[str, Any]]:
+    """The history API: a Service in front of the operator's history port and the
+    APIService that makes the API server forward ``history.agentrun.dev`` to it. Its
+    ``caBundle`` is left out: the operator puts its own certificate there at start
+    (``controller.servingcerts``). While no operator serves it, discovery of the group
+    fails, and the API server's namespace deletion waits for it (as for every aggregated
+    API): run the operator."""
+    return [{"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": names.HISTORY_SERVICE, "namespace": OPERATOR_NAMESPACE,
+                          "labels": dict(SELECTOR)},
+             "spec": {"type": "ClusterIP", "selector": dict(SELECTOR),
+                      "ports": [{"name": HISTORY_PORT_NAME, "port": 443,
+                                 "targetPort": HISTORY_PORT_NAME, "protocol": "TCP"}]}},
+            apiservice()]
+
+
+def apiservice(*, namespace: str = OPERATOR_NAMESPACE) -> dict[str, Any]:
+    """The history API's APIService, forwarding to the Service in ``namespace``."""
+    return {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": names.HISTORY_APISERVICE, "labels": dict(SELECTOR)},
+            "spec": {"group": names.HISTORY_GROUP, "version": names.HISTORY_VERSION,
+                     "service": {"name": names.HISTORY_SERVICE, "namespace": namespace,
+                                 "port": 443},
+                     "groupPriorityMinimum": 1000, "versionPriority": 15}}
 
 
 def stamp_policy() -> list[dict[str, Any]]:
@@ -294,7 +342,7 @@ def rendered() -> dict[str, str]:
             "local/operator-user.yaml": dump(local_user_binding()),
             "admission/stamp-actors.yaml": dump(mutating_policies()),
             "admission/validating.yaml": dump(validating_policies()),
-            "deploy/operator.yaml": dump([*deployment(), *metrics_service()]),
+            "deploy/operator.yaml": dump([*deployment(), *metrics_service(), *history_api()]),
             # Not in the base: a cluster may bring its own S3 store.
             "store/store.yaml": dump(bundledstore.store(pull_policy=PULL_POLICY)),
             "rbac/worker.yaml": dump(worker_rbac())}

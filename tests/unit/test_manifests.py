@@ -80,14 +80,18 @@ def test_the_shipped_binding_names_only_the_service_account() -> None:
 
 
 def test_the_local_file_binds_only_the_local_operator_user() -> None:
-    cluster_wide, in_namespace = documents("local/operator-user.yaml")
+    cluster_wide, in_namespace, reader = documents("local/operator-user.yaml")
     assert (cluster_wide["kind"], in_namespace["kind"]) == ("ClusterRoleBinding", "RoleBinding")
     assert in_namespace["metadata"]["namespace"] == "agentrun-system"
-    for binding in (cluster_wide, in_namespace):
+    # The front proxy's CA (the history API), through the role kube-system has for that.
+    assert (reader["kind"], reader["metadata"]["namespace"]) == ("RoleBinding", "kube-system")
+    assert reader["roleRef"]["name"] == "extension-apiserver-authentication-reader"
+    for binding in (cluster_wide, in_namespace, reader):
         assert binding["metadata"]["name"] == "agentrun-operator-local-user"
-        assert binding["roleRef"]["name"] == "agentrun-operator"
         assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io",
                                         "kind": "User", "name": "operator"}]
+    assert cluster_wide["roleRef"]["name"] == in_namespace["roleRef"]["name"] == (
+        "agentrun-operator")
 
 
 def test_the_operator_writes_only_its_own_secret_in_its_own_namespace() -> None:

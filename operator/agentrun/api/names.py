@@ -10,6 +10,14 @@ GROUP: Final = "agentrun.dev"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 CATEGORY: Final = "durable"
+# The journal read path: an aggregated API the operator serves (controller.historyserver),
+# so people read a slot's journal through the API server, under its RBAC.
+HISTORY_GROUP: Final = "history.agentrun.dev"
+HISTORY_VERSION: Final = "v1alpha1"
+HISTORY_RESOURCE: Final = "slothistories"
+HISTORY_KIND: Final = "SlotHistory"
+HISTORY_APISERVICE: Final = f"{HISTORY_VERSION}.{HISTORY_GROUP}"
+HISTORY_SERVICE: Final = "agentrun-operator-history"
 
 # Namespace and configuration labels.
 TENANT_LABEL: Final = "agentrun.dev/tenant"

@@ -26,13 +26,14 @@ from agentrun.plugin import client, requests, terminal, views
 from agentrun.plugin.requests import Object
 
 TIMEOUT = (1.0, 3600.0, 60.0)  # --timeout: least, most, default seconds
+JOURNAL_LIMIT = (1, 1000, 50)  # history --limit: least, most (the history API's), default
 NAME_CHARS = 253
 
 COMMANDS = sorted(registry.COMMANDS, key=lambda spec: spec.shown)  # as the help lists them
 EXAMPLES = "\n".join((
     "examples:",
     "  kubectl agentrun status study                       # the run's tree: slots, attempts",
-    "  kubectl agentrun history study-research-1a2b3c4d    # attempts and the command ledger",
+    "  kubectl agentrun history study-research-1a2b3c4d    # attempts, ledger and journal",
     *(f"  {line}" for spec in COMMANDS for line in spec.examples),
     "  kubectl agentrun -n team-a --context alice status study -o json | jq .slots",
     "",
@@ -75,6 +76,14 @@ def _timeout(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"--timeout must be between {least:g} and {most:g} seconds, not {text[:40]}")
     return value
+
+
+def _limit(text: str) -> int:
+    least, most, _ = JOURNAL_LIMIT
+    if not text.isdigit() or not least <= int(text) <= most:
+        raise argparse.ArgumentTypeError(
+            f"--limit must be a whole number from {least} to {most}, not {text[:40]!r}")
+    return int(text)
 
 
 NAME = _bounded_text("the name", chars=NAME_CHARS, pattern=bounds.RUN_PATTERN)
@@ -130,7 +139,11 @@ def parser() -> argparse.ArgumentParser:
 
     command("status", "a run's tree: slots and attempts (state, class, spec, pod, lease)",
             target="RUN")
-    command("history", "a slot's attempts and command ledger (who, why, which spec)")
+    history = command("history", "a slot's attempts, command ledger (who, why, which spec) "
+                                 "and journal (steps, sizes, effects: newest first)")
+    history.add_argument("--limit", type=_limit, default=JOURNAL_LIMIT[2],
+                         help=f"journal entries to show, newest first (default "
+                              f"{JOURNAL_LIMIT[2]}, at most {JOURNAL_LIMIT[1]})")
     for spec in COMMANDS:
         made = command(spec.word, spec.help)
         for field in spec.flags:
@@ -158,7 +171,9 @@ def _print(args: argparse.Namespace, document: Object, lines: Sequence[str]) -> 
 def show(args: argparse.Namespace, conn: client.Connection) -> int:
     now = datetime.now(UTC)
     if args.command == "history":
-        view = views.history(client.get(conn, "slots", args.name), now=now)
+        slot = client.get(conn, "slots", args.name)
+        view = views.history(slot, now=now,
+                             journal=client.journal(conn, args.name, limit=args.limit))
         _print(args, view, views.render_history(view))
         return requests.ACCEPTED
     run = client.get(conn, "agentruns", args.name)

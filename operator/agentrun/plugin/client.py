@@ -110,6 +110,27 @@ def get(conn: Connection, plural: str, name: str) -> Object:
     return found
 
 
+def journal(conn: Connection, slot_name: str, *, limit: int) -> Object:
+    """The slot's journal from the operator's history API (``SlotHistory``), or
+    ``{"error": why}`` when it cannot be read: the rest of ``history`` is shown anyway."""
+    path = (f"/apis/{names.HISTORY_GROUP}/{names.HISTORY_VERSION}/namespaces/"
+            f"{conn.namespace}/{names.HISTORY_RESOURCE}/{slot_name}")
+    try:
+        found = conn.rest.request("GET", path, query={"limit": str(limit)})
+    except rest.ApiError as error:
+        if error.status == 404 and error.reason == "NotFound" and "slot" not in error.message:
+            why = ("the history API is not installed (the APIService "
+                   f"{names.HISTORY_APISERVICE}): install the operator's chart or manifests")
+        elif error.status == 403:
+            why = f"you may not read it: {error.message}"
+        else:
+            why = f"the history API answered {error.status}: {error.message}"
+        return {"error": why}
+    except ERRORS as error:
+        return {"error": f"cannot reach the history API: {error}"}
+    return found
+
+
 def slots_of(conn: Connection, run: str) -> list[Object]:
     listed = _call(f"listing the slots of run {run}", lambda: conn.rest.get(
         _path("slots", conn.namespace), query={"labelSelector": f"{names.RUN_LABEL}={run}"}))

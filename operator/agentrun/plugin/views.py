@@ -176,8 +176,29 @@ def render_tree(view: Object) -> list[str]:
     return lines
 
 
-def history(slot: Object, *, now: datetime) -> Object:
-    """A slot's attempts and command ledger, oldest first: what ``history -o json`` prints."""
+def _journal(found: Object | None) -> Object | None:
+    """The journal part of a history: the history API's entries (newest first), or why
+    they cannot be shown; None when the run keeps no journal (its records on Leases)."""
+    if found is None:
+        return None
+    if "error" in found:
+        return {"error": str(found["error"])}
+    if found.get("journal") is None:
+        return None
+    where = found["journal"]
+    return {"store": f"s3://{where.get('bucket')}/{where.get('prefix')}",
+            "commits": {str(a.get("attempt")): a.get("commits")
+                        for a in found.get("attempts") or [] if isinstance(a, dict)},
+            "entries": [{"attempt": e.get("attempt"), "seq": e.get("seq"),
+                         "kind": e.get("kind"), "key": e.get("key"), "size": e.get("size"),
+                         "stored": e.get("stored")}
+                        for e in found.get("entries") or [] if isinstance(e, dict)],
+            "truncated": bool(found.get("truncated"))}
+
+
+def history(slot: Object, *, now: datetime, journal: Object | None = None) -> Object:
+    """A slot's attempts and command ledger, oldest first, and (``journal``: what the
+    history API answered) its journal, newest first: what ``history -o json`` prints."""
     status = _status(slot)
     attempts = [{
         "number": a.get("number"), "outcome": a.get("outcome") or NONE,
@@ -195,7 +216,7 @@ def history(slot: Object, *, now: datetime) -> Object:
     return {"slot": _name(slot), "state": status.get("state") or "Pending",
             "run": (slot.get("spec") or {}).get("run"), "age": age(
                 (slot.get("metadata") or {}).get("creationTimestamp"), now=now),
-            "attempts": attempts, "commands": commands}
+            "attempts": attempts, "commands": commands, "journal": _journal(journal)}
 
 
 def table(rows: Sequence[Mapping[str, object]], columns: Sequence[tuple[str, str]]) -> list[str]:
@@ -215,6 +236,10 @@ COMMAND_COLUMNS = (("TIME", "time"), ("KIND", "kind"), ("REQUEST", "requestId"),
                    ("CLASS", "class"), ("REASON", "reason"), ("MESSAGE", "message"))
 
 
+JOURNAL_COLUMNS = (("ATTEMPT", "attempt"), ("SEQ", "seq"), ("KIND", "kind"), ("KEY", "key"),
+                   ("BYTES", "size"), ("STORED", "stored"))
+
+
 def render_history(view: Object) -> list[str]:
     """The history as text lines: a heading, then the attempts and the ledger as tables."""
     view = terminal.escaped(view)
@@ -223,4 +248,15 @@ def render_history(view: Object) -> list[str]:
     lines += table(view["attempts"], ATTEMPT_COLUMNS) if view["attempts"] else ["  (none)"]
     lines += ["", "Commands:"]
     lines += table(view["commands"], COMMAND_COLUMNS) if view["commands"] else ["  (none)"]
+    journal = view.get("journal")
+    if journal is None:
+        return lines
+    if "error" in journal:
+        return [*lines, "", f"Journal: not shown: {journal['error']}"]
+    commits = ", ".join(f"attempt {k}: {v}" for k, v in journal["commits"].items())
+    lines += ["", f"Journal {journal['store']} (commits: {commits or 'none'}), newest first:"]
+    lines += (table(journal["entries"], JOURNAL_COLUMNS) if journal["entries"]
+              else ["  (no entries)"])
+    if journal["truncated"]:
+        lines.append("  ... older entries not shown (--limit)")
     return lines

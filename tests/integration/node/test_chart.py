@@ -19,6 +19,7 @@ are cluster-wide while it is installed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ import yaml
 from agentrun import manifests
 from agentrun.api import names
 from tests.integration.node.conftest import wait_phase
+from tests.support import historyapi
 from tests.support.actors.operators import install_for_tests
 from tests.support.cluster import store
 from tests.support.cluster.clusters import Cluster
@@ -84,6 +86,7 @@ def existing(api: kubernetes.client.ApiClient, kind: str, namespace: str,
                    "Role": "rbac.authorization.k8s.io/v1",
                    "RoleBinding": "rbac.authorization.k8s.io/v1",
                    "Deployment": "apps/v1", "ServiceAccount": "v1", "Service": "v1",
+                   "APIService": "apiregistration.k8s.io/v1",
                    "MutatingAdmissionPolicy": "admissionregistration.k8s.io/v1",
                    "MutatingAdmissionPolicyBinding": "admissionregistration.k8s.io/v1",
                    "ValidatingAdmissionPolicy": "admissionregistration.k8s.io/v1",
@@ -125,7 +128,16 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         assert value(idle, "agentrun_commands_total", kind="Claim", outcome="Accepted",
                      predicate="") == 0
 
+        # The history API, served by the pod behind the chart's APIService and Service.
+        historyapi.wait_available(cluster)
+
         slot = play_recovery_trace(scenario)
+        read = cluster.kubectl("get", "--raw", f"/apis/{names.HISTORY_GROUP}/"
+                               f"{names.HISTORY_VERSION}/namespaces/{namespace}/"
+                               f"{names.HISTORY_RESOURCE}/{slot}")
+        assert read.returncode == 0, read.stderr
+        history = json.loads(read.stdout)
+        assert history["kind"] == names.HISTORY_KIND and len(history["attempts"]) == 2, history
         series = wait_for(lambda: (s := scrape(url)) and value(
             s, "agentrun_claim_latency_seconds_count") == 2 and s, timeout=30,
             message="both claims counted")

@@ -85,8 +85,10 @@ class InClusterOperator:
                 self.core.list_namespaced_event(SYSTEM_NAMESPACE).items][-5:]
 
     def stop(self, *, timeout: float = 60) -> None:
-        """Delete the Deployment and its metrics Service (what :meth:`start` applied beside
-        the ServiceAccount) and wait until its pod is gone: no operator left serving."""
+        """Delete the Deployment, its metrics Service and its history API (what :meth:`start`
+        applied beside the ServiceAccount) and wait until its pod is gone: no operator left
+        serving, and no APIService left that nobody serves (the API server's discovery,
+        hence every namespace's deletion, would wait on it)."""
         for delete in (lambda: self.apps.delete_namespaced_deployment(
                            NAME, SYSTEM_NAMESPACE, propagation_policy="Foreground"),
                        lambda: self.core.delete_namespaced_service(
@@ -96,5 +98,8 @@ class InClusterOperator:
             except kubernetes.client.ApiException as error:
                 if error.status != 404:
                     raise
+        removed = self.cluster.kubectl("delete", "--ignore-not-found", "-f", "-", input="\n".join(
+            json.dumps(o) for o in manifests.history_api()))
+        assert removed.returncode == 0, removed.stderr
         wait_for(lambda: self.pods() == [], timeout=timeout,
                  message="the in-cluster operator's pod gone")

@@ -356,7 +356,8 @@ def test_status_and_history_print_hostile_objects_one_row_each(
     monkeypatch.setattr(client, "get", lambda _c, plural, _n: objects[plural])
     monkeypatch.setattr(client, "slots_of", lambda _c, _r: [slot])
     monkeypatch.setattr(client, "leases", lambda _c, _w: {})
-    for command, rows in (("status", 4), ("history", 9)):
+    monkeypatch.setattr(client, "journal", lambda _c, _s, limit: {"error": "no\n\x1b[2J"})
+    for command, rows in (("status", 4), ("history", 11)):
         assert cli.main([command, "s"]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert len(lines) == rows, lines

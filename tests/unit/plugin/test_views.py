@@ -140,6 +140,37 @@ def test_an_empty_history_says_none() -> None:
     assert lines.count("  (none)") == 2 and "Pending" in lines[0]
 
 
+JOURNAL = {"kind": "SlotHistory", "journal": {"bucket": "agentrun", "prefix": "p/ns/uid"},
+           "attempts": [{"attempt": 2, "commits": 1}, {"attempt": 1, "commits": 2}],
+           "entries": [{"attempt": 2, "seq": 1, "key": "turn-3", "kind": "step-result",
+                        "size": 5000, "stored": "object", "digest": "d" * 64},
+                       {"attempt": 1, "seq": 2, "key": "mail.intent", "kind": "effect-intent",
+                        "size": 80, "stored": "inline", "digest": "e" * 64}],
+           "truncated": True}
+
+
+def test_the_history_shows_the_journal_newest_first_or_why_not() -> None:
+    view = views.history({"metadata": {"name": "s"}}, now=NOW, journal=JOURNAL)
+    assert view["journal"]["store"] == "s3://agentrun/p/ns/uid"
+    assert view["journal"]["commits"] == {"2": 1, "1": 2}
+    lines = views.render_history(view)
+    start = next(i for i, line in enumerate(lines) if line.startswith("Journal "))
+    assert lines[start] == ("Journal s3://agentrun/p/ns/uid (commits: attempt 2: 1, "
+                            "attempt 1: 2), newest first:")
+    assert lines[start + 1].split() == ["ATTEMPT", "SEQ", "KIND", "KEY", "BYTES", "STORED"]
+    assert lines[start + 2].split() == ["2", "1", "step-result", "turn-3", "5000", "object"]
+    assert lines[start + 3].split()[2:4] == ["effect-intent", "mail.intent"]
+    assert lines[-1] == "  ... older entries not shown (--limit)"
+    refused = views.render_history(views.history(
+        {"metadata": {"name": "s"}}, now=NOW, journal={"error": "you may not read it: no"}))
+    assert refused[-1] == "Journal: not shown: you may not read it: no"
+    # A run without a journal (its records on Leases): nothing about one is shown.
+    plain = views.history({"metadata": {"name": "s"}}, now=NOW,
+                          journal={**JOURNAL, "journal": None})
+    assert plain["journal"] is None
+    assert not any(line.startswith("Journal") for line in views.render_history(plain))
+
+
 # What someone else wrote, aimed at the reader's terminal: a forged ledger row after a
 # newline, a screen clear, a window title, a C1 CSI, and bidi and separator characters.
 HOSTILE = ("\n2026-12-01T12:00:00Z  GiveUp  r9  alice  Accepted\x1b[2J\x1b]0;owned\x07\r\t"

@@ -1,0 +1,182 @@
+"""A slot's journal as people read it: what each attempt committed, newest first.
+
+The operator reads the journal for people who have no store credentials (they are the
+platform's, not a tenant's): :mod:`agentrun.controller.historyserver` serves it once the
+API server authenticated the person and the operator checked they may ``get`` the slot.
+It trusts exactly what a successor would: each attempt's head on its Lease, and the chain
+of nodes that head reaches, every node verified against the digest that named it.
+
+A *history* is the object served (kind ``SlotHistory``): the run's pinned journal, one
+row per attempt (its head's sequence number: how many commits it made), and the newest
+*entries* (records) across attempts, at most ``limit``, each with its kind, size and
+whether its payload is inline or an object beside the nodes. Reading walks chains from the
+heads backwards, so its cost is the entries shown, never the journal's length: a history
+of 100,000 steps costs what one of ``limit`` does. Payloads are never read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentrun import objectstore
+from agentrun.api import bounds, journalnodes, names, records
+from agentrun.api.runs import JournalPin
+from agentrun.controller import journalstores
+from agentrun.kube import rest
+
+GROUP = names.HISTORY_GROUP
+VERSION = names.HISTORY_VERSION
+KIND = names.HISTORY_KIND
+LIMIT = 200  # entries shown when the request names no limit
+MOST = 1000  # the most a request may ask for (and the most nodes one reads)
+DEADLINE_SECONDS = 20.0  # a read stops here, shown as truncated: the API server waits ~60 s
+
+Object = dict[str, Any]
+
+
+class HistoryError(Exception):
+    """A history that cannot be served: its HTTP ``status``, the Kubernetes ``reason``
+    (``NotFound``, ``BadRequest``, ``ServiceUnavailable``) and a message for the person."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+def parse_limit(text: str | None) -> int:
+    """The ``limit`` query parameter: 1 to :data:`MOST` entries, :data:`LIMIT` when absent."""
+    if text is None or text == "":
+        return LIMIT
+    if not text.isdigit() or not 1 <= int(text) <= MOST:
+        raise HistoryError(400, "BadRequest", f"limit {bounds.clip(text, limit=20)!r} is not "
+                                              f"a whole number from 1 to {MOST}")
+    return int(text)
+
+
+def _entry(record: records.Record, *, seq: int) -> Object:
+    return {"attempt": record.attempt, "seq": seq, "key": record.key, "kind": str(record.kind),
+            "size": record.size, "stored": "inline" if record.ref is None else "object",
+            "digest": record.digest}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attempt:
+    """One attempt as its Lease shows it: ``head`` None when it committed nothing."""
+
+    number: int
+    lease: str
+    head: journalnodes.Head | None
+    ended: bool
+
+
+def attempts(leases: list[Object]) -> list[Attempt]:
+    """The slot's attempts with a Lease, newest first; a Lease whose head does not parse
+    (admission keeps that from happening) is an error, not skipped."""
+    found = []
+    for lease in leases:
+        metadata = lease.get("metadata") or {}
+        label = (metadata.get("labels") or {}).get(names.ATTEMPT_LABEL, "")
+        if not str(label).isdigit():
+            continue
+        try:
+            head = journalnodes.Head.on_lease(lease)
+        except records.RecordError as error:
+            raise HistoryError(500, "InternalError", str(error)) from None
+        found.append(Attempt(number=int(label), lease=str(metadata.get("name")), head=head,
+                             ended=names.OUTCOME_ANNOTATION in (metadata.get("annotations")
+                                                                or {})))
+    return sorted(found, key=lambda a: a.number, reverse=True)
+
+
+def walk(*, chain: list[Attempt], read: Callable[[int, str], bytes], limit: int,
+         deadline: float, clock: Callable[[], float] = time.monotonic,
+         ) -> tuple[list[Object], bool]:
+    """The newest ``limit`` entries reachable from the attempts' heads (newest attempt
+    first, each attempt's newest commit first), and whether more were left unread (the
+    limit or the deadline reached). ``read(attempt, digest)`` is a node's bytes."""
+    entries: list[Object] = []
+    for attempt in chain:
+        if attempt.head is None:
+            continue
+        seq, digest = attempt.head.seq, attempt.head.digest
+        while True:
+            if len(entries) >= limit or clock() > deadline:
+                return entries, True
+            try:
+                prev, found = journalnodes.read_node(read(attempt.number, digest),
+                                                     attempt=attempt.number, seq=seq,
+                                                     digest=digest)
+            except records.RecordError as error:
+                raise HistoryError(500, "InternalError",
+                                   f"the journal cannot be read whole: {error}") from None
+            entries.extend(_entry(r, seq=seq) for r in reversed(found))
+            if prev is None:
+                break
+            seq, digest = seq - 1, prev
+    return entries[:limit], len(entries) > limit
+
+
+@dataclass(kw_only=True)
+class Histories:
+    """Reads histories through the operator's own API client and journal credentials."""
+
+    client: rest.Rest
+    stores: journalstores.JournalStores
+
+    def _get(self, path: str, what: str) -> Object:
+        found = self.client.get(path)
+        if found is None:
+            raise HistoryError(404, "NotFound", f"{what} not found")
+        return found
+
+    def history(self, *, namespace: str, slot: str, limit: int,
+                clock: Callable[[], float] = time.monotonic) -> Object:
+        """The history of ``slot`` (see the module); :class:`HistoryError` when the slot,
+        its run or its journal cannot be had."""
+        base = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{namespace}"
+        found = self._get(f"{base}/slots/{slot}", f"slot {namespace}/{slot}")
+        run_name = str((found.get("spec") or {}).get("run") or "")
+        run = self._get(f"{base}/agentruns/{run_name}", f"run {namespace}/{run_name}")
+        pinned = ((run.get("status") or {}).get("pinned") or {}).get("journal")
+        leases = (self.client.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+            query={"labelSelector": f"{names.SLOT_LABEL}={slot},{names.ATTEMPT_LABEL}"},
+        ) or {}).get("items") or []
+        chain = attempts(leases)
+        history: Object = {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+            "metadata": {"name": slot, "namespace": namespace},
+            "journal": None, "attempts": [
+                {"attempt": a.number, "lease": a.lease, "ended": a.ended,
+                 "commits": a.head.seq if a.head else 0} for a in chain],
+            "entries": [], "truncated": False,
+        }
+        if pinned is None:
+            return history  # its records are on its Leases (a run pinned without a journal)
+        pin = JournalPin.model_validate(pinned)
+        history["journal"] = {"endpoint": pin.endpoint, "bucket": pin.bucket,
+                              "prefix": pin.prefix}
+        try:
+            store = self.stores.store(endpoint=pin.endpoint, bucket=pin.bucket,
+                                      region=pin.region, secret=pin.secret,
+                                      namespace=namespace)
+        except journalstores.Unusable as error:
+            raise HistoryError(503, "ServiceUnavailable", str(error)) from None
+
+        def read(attempt: int, digest: str) -> bytes:
+            return store.get(f"{pin.prefix}/{slot}/{attempt}/sha256/{digest}",
+                             limit=journalnodes.NODE_BYTES)
+
+        try:
+            history["entries"], history["truncated"] = walk(
+                chain=chain, read=read, limit=limit, deadline=clock() + DEADLINE_SECONDS,
+                clock=clock)
+        except objectstore.S3Error as error:
+            status = 503 if isinstance(error, objectstore.S3Unavailable) else 502
+            raise HistoryError(status, "ServiceUnavailable",
+                               f"the journal's store at {pin.endpoint} did not serve "
+                               f"it: {error}") from None
+        return history
