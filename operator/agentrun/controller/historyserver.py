@@ -8,19 +8,23 @@ checks RBAC on ``slothistories``, and forwards the request over TLS with the per
 identity in headers, which it vouches for with its front-proxy client certificate. This
 server then:
 
-1. trusts those headers only on a connection whose client certificate chains to the
-   API server's request-header CA and names an allowed front proxy (both read from the
-   ConfigMap ``kube-system/extension-apiserver-authentication``, as every aggregated API
-   does); anything else is 401;
+1. believes those headers only on a connection whose client certificate is the front
+   proxy's (:mod:`agentrun.controller.frontproxy`); anything else is 401. A request with
+   a body is refused and its connection closed: a body is where a second request with
+   forged headers would hide on a connection the front proxy opened;
 2. asks the API server whether that person may ``get`` the slot itself (a
    SubjectAccessReview): reading a slot's journal needs what reading the slot needs, so
    a role that grants the history but not the slot grants nothing (403);
 3. reads the history (:mod:`agentrun.controller.journalhistory`) and answers it as a
    Kubernetes object, or a ``Status`` naming what is wrong.
 
-``kubectl get slothistory NAME -o yaml`` and ``kubectl agentrun history`` read it. One
-request reads at most :data:`journalhistory.MOST` nodes; at most :data:`CONCURRENT` are
-served at once, more are told 429 (the operator's reconciling comes first).
+Discovery (what the group serves) and health are answered to anyone: they hold no data,
+and the API server must find the APIService available whenever the operator runs, or
+its discovery (and every namespace's deletion) waits. ``kubectl get slothistory NAME -o
+yaml`` and ``kubectl agentrun history`` read it. One request reads at most
+:data:`journalhistory.MOST` nodes; at most :data:`CONCURRENT` histories are read at once
+(more are told 429 with ``Retry-After``) and at most :data:`CONNECTIONS` connections are
+open (more are closed at once): the operator's reconciling shares the process.
 """
 
 from __future__ import annotations
@@ -39,15 +43,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agentrun.api import names
-from agentrun.controller import journalhistory, journalstores, servingcerts
-from agentrun.kube import clients, reads, rest
+from agentrun.controller import frontproxy, journalhistory, journalstores, servingcerts
+from agentrun.controller.frontproxy import FrontProxy
+from agentrun.kube import clients, reads, rest, throttle
 
 GROUP, VERSION, RESOURCE = names.HISTORY_GROUP, names.HISTORY_VERSION, names.HISTORY_RESOURCE
-AUTHENTICATION = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
-CONCURRENT = 4
-HEADER_CHARS = 1024  # a user name, group or extra value (the API server's own are short)
-HEADER_VALUES = 64  # groups or extra values a request may carry
+CONCURRENT = 4  # histories read at once
+CONNECTIONS = 64  # connections open at once (the API server keeps a few, reused)
 SOCKET_SECONDS = 30.0  # a client that sends nothing for this long is dropped
+RETRY_AFTER_SECONDS = 2
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _PATH = re.compile(rf"/apis/{re.escape(GROUP)}/{VERSION}/namespaces/(?P<namespace>[^/]+)/"
                    rf"{RESOURCE}/(?P<name>[^/]+)")
@@ -77,94 +81,6 @@ def status(code: int, reason: str, message: str) -> Object:
             "message": message, "reason": reason, "code": code}
 
 
-@dataclass(frozen=True)
-class Person:
-    """Who the API server says is asking (its user, groups and extra attributes)."""
-
-    user: str
-    groups: tuple[str, ...] = ()
-    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class FrontProxy:
-    """What the API server's front proxy is, from ``extension-apiserver-authentication``:
-    the CA its client certificate chains to, the names it may have (empty: any), and the
-    headers it puts the person in."""
-
-    ca: str
-    allowed: tuple[str, ...] = ()
-    users: tuple[str, ...] = ("X-Remote-User",)
-    groups: tuple[str, ...] = ("X-Remote-Group",)
-    extras: tuple[str, ...] = ("X-Remote-Extra-",)
-
-    @classmethod
-    def from_configmap(cls, data: dict[str, str]) -> FrontProxy | None:
-        """None when the API server names no request-header CA (no front proxy: nobody
-        can be authenticated here)."""
-        ca = data.get("requestheader-client-ca-file", "").strip()
-        if not ca:
-            return None
-
-        def listed(key: str, default: tuple[str, ...]) -> tuple[str, ...]:
-            try:
-                found = json.loads(data.get(key) or "null")
-            except ValueError:
-                return default
-            return tuple(str(v) for v in found) if isinstance(found, list) else default
-
-        return cls(ca=ca, allowed=listed("requestheader-allowed-names", ()),
-                   users=listed("requestheader-username-headers", cls.users),
-                   groups=listed("requestheader-group-headers", cls.groups),
-                   extras=listed("requestheader-extra-headers-prefix", cls.extras))
-
-    def admits(self, peer: dict[str, Any] | None) -> bool:
-        """Whether a verified client certificate (``ssl.getpeercert()``) is the proxy's."""
-        if not peer:
-            return False
-        if not self.allowed:
-            return True
-        common = [value for rdn in peer.get("subject", ()) for key, value in rdn
-                  if key == "commonName"]
-        return any(name in self.allowed for name in common)
-
-    def person(self, headers: list[tuple[str, str]]) -> Person | None:
-        """The person the headers name (None: no user); values over the bounds are cut
-        off, never trusted in part: a header too long or too many makes it None."""
-        lowered = [(k.lower(), v) for k, v in headers]
-        users = {h.lower() for h in self.users}
-        groups = {h.lower() for h in self.groups}
-        extras = tuple(p.lower() for p in self.extras)
-        if any(len(v) > HEADER_CHARS for _, v in lowered) or len(lowered) > 4 * HEADER_VALUES:
-            return None
-        user = next((v for k, v in lowered if k in users), "")
-        if not user:
-            return None
-        found_groups = tuple(v for k, v in lowered if k in groups)
-        extra: dict[str, list[str]] = {}
-        for key, value in lowered:
-            prefix = next((p for p in extras if key.startswith(p)), None)
-            if prefix is not None:
-                extra.setdefault(urllib.parse.unquote(key[len(prefix):]), []).append(value)
-        if len(found_groups) > HEADER_VALUES or len(extra) > HEADER_VALUES:
-            return None
-        return Person(user=user, groups=found_groups,
-                      extra=tuple((k, tuple(v)) for k, v in sorted(extra.items())))
-
-
-def may_read(client: rest.Rest, person: Person, *, namespace: str, slot: str) -> bool:
-    """Whether ``person`` may ``get`` the slot, by the API server's own answer."""
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-              "spec": {"user": person.user, "groups": list(person.groups),
-                       "extra": {k: list(v) for k, v in person.extra},
-                       "resourceAttributes": {"namespace": namespace, "verb": "get",
-                                              "group": names.GROUP, "version": names.VERSION,
-                                              "resource": "slots", "name": slot}}}
-    answer = client.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-                            body=review)
-    return bool((answer.get("status") or {}).get("allowed"))
-
-
 @dataclass(kw_only=True)
 class History:
     """What the handler needs: the API client, the histories, the front proxy."""
@@ -181,28 +97,30 @@ class History:
         """The HTTP status and body for a GET of ``path``."""
         if path in ("/healthz", "/livez", "/readyz"):
             return 200, {"status": "ok"}
-        if self.proxy is None or not self.proxy.admits(peer):
+        if path in DISCOVERY:
+            return 200, DISCOVERY[path]
+        proxy = self.proxy
+        if proxy is None or not proxy.admits(peer):
             return 401, status(401, "Unauthorized", "only the API server's front proxy is "
                                "served here: use kubectl get slothistory (or kubectl agentrun "
                                "history), not this address")
-        if path in DISCOVERY:
-            return 200, DISCOVERY[path]
         found = _PATH.fullmatch(path)
         if found is None:
             return 404, status(404, "NotFound", f"{path[:200]} is not served here")
         namespace, name = found["namespace"], found["name"]
         if not (_NAME.fullmatch(namespace) and _NAME.fullmatch(name)):
             return 404, status(404, "NotFound", "not a namespace and slot name")
-        person = self.proxy.person(headers)
-        if person is None:
-            return 401, status(401, "Unauthorized", "the request names no user")
+        try:
+            person = proxy.person(headers)
+        except frontproxy.Unidentified as error:
+            return 401, status(401, "Unauthorized", str(error))
         if not self.slots.acquire(blocking=False):
             return 429, status(429, "TooManyRequests", "the operator is serving other "
                                "histories; try again in a few seconds")
         try:
             limits = urllib.parse.parse_qs(query).get("limit")
             limit = journalhistory.parse_limit(limits[0] if limits else None)
-            if not may_read(self.client, person, namespace=namespace, slot=name):
+            if not frontproxy.may_read(self.client, person, namespace=namespace, slot=name):
                 return 403, status(403, "Forbidden", f"{person.user} cannot get slot "
                                    f"{name} in {namespace}: reading a slot's journal needs "
                                    "get on the slot (the view role grants it)")
@@ -227,12 +145,19 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
 
     def do_GET(self) -> None:
+        if self.headers.get("Transfer-Encoding") or self.headers.get(
+                "Content-Length", "0").strip() != "0":
+            self.close_connection = True  # what follows is never read as a request
+            self._send(400, status(400, "BadRequest", "a GET of the history has no body"))
+            return
         parsed = urllib.parse.urlsplit(self.path)
-        self._send(*self.server.history.answer(
+        code, body = self.server.history.answer(
             path=parsed.path, query=parsed.query, peer=self.request.getpeercert(),
-            headers=list(self.headers.items())))
+            headers=list(self.headers.items()))
+        self._send(code, body)
 
     def _refuse(self) -> None:
+        self.close_connection = True  # its body is never read as a request
         self._send(405, status(405, "MethodNotAllowed", "the history is read only"))
 
     def _send(self, code: int, body: Object) -> None:
@@ -240,10 +165,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if code == 429:
+            self.send_header("Retry-After", str(RETRY_AFTER_SECONDS))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
-    do_POST = do_PUT = do_PATCH = do_DELETE = _refuse
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _refuse
 
     def log_message(self, format: str, *args: Any) -> None:
         self.server.history.logger.debug("history: " + format, *args)
@@ -252,16 +181,31 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], history: History,
+    def __init__(self, address: tuple[str, int], *, history: History,
                  context: ssl.SSLContext) -> None:
         self.history = history
-        self.context = context
+        self.context = context  # replaced whole when the front proxy's CA changes
+        self.connections = threading.BoundedSemaphore(CONNECTIONS)
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         conn, address = self.socket.accept()
         return self.context.wrap_socket(conn, server_side=True,
                                         do_handshake_on_connect=False), address
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.connections.acquire(blocking=False):
+            self.shutdown_request(request)  # too many open: this one is closed at once
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         self.history.logger.debug("history: a connection from %s failed", client_address,
@@ -289,22 +233,36 @@ def context(*, certificate: bytes, key: bytes, proxy: FrontProxy | None) -> ssl.
     return made
 
 
-def front_proxy(client: rest.Rest) -> FrontProxy | None:
-    """The API server's front proxy, or None when it has none (or it cannot be read)."""
-    found = client.get(AUTHENTICATION) or {}
-    return FrontProxy.from_configmap(found.get("data") or {})
-
-
 @dataclass
 class Server:
     """A running history server (:func:`serve`)."""
 
     server: _Server
-    thread: threading.Thread
 
     @property
     def port(self) -> int:
         return int(self.server.server_address[1])
+
+    def refresh(self, client: rest.Rest, *, certificate: bytes, key: bytes) -> None:
+        """Read the front proxy again; a new CA (or one where there was none) replaces
+        the TLS context new connections get. A failed read keeps what was there."""
+        history = self.server.history
+        try:
+            found = frontproxy.read(client)
+        except Exception as error:  # an API server not answering: the next round tries
+            history.logger.warning("cannot read %s: %s", frontproxy.AUTHENTICATION, error)
+            return
+        if found == history.proxy:
+            return
+        self.server.context = context(certificate=certificate, key=key, proxy=found)
+        history.proxy = found
+        if found is None:
+            history.logger.warning("the API server names no front proxy "
+                                   "(requestheader-client-ca-file): nobody can read "
+                                   "journals through it")
+        else:
+            history.logger.info("the history API trusts the front proxy of %s",
+                                frontproxy.AUTHENTICATION)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -314,34 +272,42 @@ class Server:
 def serve(*, address: str, port: int, history: History, certificate: bytes,
           key: bytes) -> Server:
     """Serve the history on ``address:port`` in a thread; ``OSError`` if it cannot bind."""
-    server = _Server((address, port), history,
-                     context(certificate=certificate, key=key, proxy=history.proxy))
-    thread = threading.Thread(target=server.serve_forever, name="history", daemon=True)
-    thread.start()
-    return Server(server=server, thread=thread)
+    server = _Server((address, port), history=history,
+                     context=context(certificate=certificate, key=key, proxy=history.proxy))
+    threading.Thread(target=server.serve_forever, name="history", daemon=True).start()
+    return Server(server=server)
 
 
-def start(*, context: str | None, address: str, port: int,
-          logger: logging.Logger) -> tuple[Server, servingcerts.Registration]:
-    """The history served and registered: a certificate made, the front proxy read, the
-    server bound (``OSError`` if it cannot be), the APIService kept trusting it."""
-    client = rest.Rest(clients.configure(context=context))
+@dataclass(kw_only=True)
+class HistoryService:
+    """The history served (:func:`start`): the server and its registration."""
+
+    server: Server
+    registration: servingcerts.Registration
+
+    def close(self) -> None:
+        self.registration.stop()
+        self.server.close()
+
+
+def start(*, context: str | None, address: str, port: int, logger: logging.Logger,
+          bucket: throttle.Bucket | None = None) -> HistoryService:
+    """The history served and registered: a certificate made, the server bound
+    (``OSError`` if it cannot be), then kept current every
+    :data:`servingcerts.KEEP_SECONDS`: the APIService trusting its certificate, the front
+    proxy as the API server names it. ``bucket``: the process's client-side rate limit."""
+    client = rest.Rest(clients.configure(context=context), throttle=bucket)
     serving = servingcerts.self_signed(hosts=servingcerts.dns_names(),
                                        now=datetime.now(UTC))
-    try:
-        proxy = front_proxy(client)
-    except rest.ApiError as error:
-        logger.warning("cannot read %s: %s", AUTHENTICATION, error)
-        proxy = None
-    if proxy is None:
-        logger.warning("the API server names no front proxy (requestheader-client-ca-file): "
-                       "nobody can read journals through it")
     histories = journalhistory.Histories(
         client=client, stores=journalstores.JournalStores(reader=reads.Reader(client)))
     server = serve(address=address, port=port, certificate=serving.certificate,
                    key=serving.key,
-                   history=History(client=client, histories=histories, proxy=proxy,
+                   history=History(client=client, histories=histories, proxy=None,
                                    logger=logger))
-    registration = servingcerts.Registration(client=client, serving=serving, logger=logger)
+    registration = servingcerts.Registration(
+        client=client, serving=serving, logger=logger,
+        also=lambda: server.refresh(client, certificate=serving.certificate,
+                                    key=serving.key))
     registration.keep()
-    return server, registration
+    return HistoryService(server=server, registration=registration)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -80,6 +81,7 @@ class Registration:
     client: rest.Rest
     serving: Serving
     logger: logging.Logger
+    also: Callable[[], None] | None = None  # done each round too (the front proxy read)
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def ensure(self) -> bool:
@@ -106,21 +108,24 @@ class Registration:
                          names.HISTORY_APISERVICE)
         return True
 
-    def keep(self) -> threading.Thread:
-        """:meth:`ensure` now and every :data:`KEEP_SECONDS` until :meth:`stop`."""
-        def loop() -> None:
-            while True:
-                try:
-                    self.ensure()
-                except Exception:  # an unreachable API server: the next round tries again
-                    self.logger.exception("checking the APIService %s failed",
-                                          names.HISTORY_APISERVICE)
-                if self.stopping.wait(KEEP_SECONDS):
-                    return
+    def keep(self) -> None:
+        """:attr:`also`, then :meth:`ensure`, now and every :data:`KEEP_SECONDS` until
+        :meth:`stop` (the first round before this returns: serving starts ready)."""
+        def round_() -> None:
+            try:
+                if self.also is not None:
+                    self.also()
+                self.ensure()
+            except Exception:  # an unreachable API server: the next round tries again
+                self.logger.exception("checking the APIService %s failed",
+                                      names.HISTORY_APISERVICE)
 
-        thread = threading.Thread(target=loop, name="history-registration", daemon=True)
-        thread.start()
-        return thread
+        def loop() -> None:
+            while not self.stopping.wait(KEEP_SECONDS):
+                round_()
+
+        round_()
+        threading.Thread(target=loop, name="history-registration", daemon=True).start()
 
     def stop(self) -> None:
         self.stopping.set()

@@ -118,7 +118,9 @@ def journal(conn: Connection, slot_name: str, *, limit: int) -> Object:
     try:
         found = conn.rest.request("GET", path, query={"limit": str(limit)})
     except rest.ApiError as error:
-        if error.status == 404 and error.reason == "NotFound" and "slot" not in error.message:
+        # The API server's own 404 (no APIService for the group), not the history API's
+        # (which names the slot or run it did not find).
+        if error.status == 404 and error.message.startswith("the server could not find"):
             why = ("the history API is not installed (the APIService "
                    f"{names.HISTORY_APISERVICE}): install the operator's chart or manifests")
         elif error.status == 403:

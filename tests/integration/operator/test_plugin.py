@@ -103,9 +103,13 @@ def test_the_plugin_reassigns_shows_and_refuses(cluster: Cluster, scenario: Scen
     assert shown.returncode == 0, shown.stderr
     rows = json.loads(plugin(cluster, scenario, "history", slot, "-o", "json").stdout)
     assert rows["commands"][-1]["reason"] == forged  # -o json: exact
-    # A heading, a blank line and a title before each table, and a header row in each.
-    expected = 3 + 1 + len(rows["attempts"]) + 2 + 1 + len(rows["commands"])
+    # A heading, a blank line and a title before each table, and a header row in each;
+    # then a blank line and why the journal is not shown (no history API registered here,
+    # and alice is not granted it: the API server refuses).
+    expected = 3 + 1 + len(rows["attempts"]) + 2 + 1 + len(rows["commands"]) + 2
     assert len(shown.stdout.splitlines()) == expected, shown.stdout
+    assert shown.stdout.splitlines()[-1].startswith("Journal: not shown: "), shown.stdout
+    assert rows["journal"]["error"]
     assert "\x1b" not in shown.stdout
-    row = shown.stdout.splitlines()[-1]  # its reason, and the message quoting it, escaped
+    row = shown.stdout.splitlines()[-3]  # its reason, and the message quoting it, escaped
     assert row.count("look\\n2026-12-01T12:00:00Z  GiveUp  r9  alice  Accepted\\x1b[2J") == 2

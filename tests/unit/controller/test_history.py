@@ -3,13 +3,16 @@
 What people see through the real API server (RBAC, the SubjectAccessReview, the journal
 in a real store) is tests/integration/node/test_journal_history.py; here: who the front
 proxy's headers name and when they are trusted (a real TLS handshake on loopback, with
-certificates made here), how a chain is walked and bounded, the limit parsed.
+certificates made here), a second request hidden in a body never read, connections
+bounded, how a chain is walked and bounded, the limit parsed.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import logging
+import socket
 import ssl
 import tempfile
 from datetime import UTC, datetime, timedelta
@@ -23,8 +26,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from agentrun.api import journalnodes, records
-from agentrun.controller import historyserver, journalhistory, servingcerts
-from agentrun.controller.historyserver import FrontProxy, Person
+from agentrun.controller import frontproxy, historyserver, journalhistory, servingcerts
+from agentrun.controller.frontproxy import FrontProxy, Person
 from agentrun.worker import _records as worker_records
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)
@@ -66,11 +69,24 @@ def test_the_person_is_read_from_the_configured_headers() -> None:
                            ("X-Remote-Extra-Some%2fKey", "v"), ("Authorization", "x")])
     assert person == Person(user="bob", groups=("team-a", "system:authenticated"),
                             extra=(("scopes", ("view",)), ("some/key", ("v",))))
-    assert proxy.person([("X-Remote-Group", "g")]) is None  # no user: nobody
-    assert proxy.person([("X-Remote-User", "b" * (historyserver.HEADER_CHARS + 1))]) is None
+    with pytest.raises(frontproxy.Unidentified, match="names no user"):
+        proxy.person([("X-Remote-Group", "g")])
+    with pytest.raises(frontproxy.Unidentified, match="over 1024 characters"):
+        proxy.person([("X-Remote-User", "b" * (frontproxy.HEADER_CHARS + 1))])
     many = [("X-Remote-User", "bob"),
-            *[("X-Remote-Group", f"g{i}") for i in range(historyserver.HEADER_VALUES + 1)]]
-    assert proxy.person(many) is None  # over the bound: refused whole, never cut
+            *[("X-Remote-Group", f"g{i}") for i in range(frontproxy.HEADER_VALUES + 1)]]
+    with pytest.raises(frontproxy.Unidentified, match="more than 64 groups"):
+        proxy.person(many)  # over the bound: refused whole, never authorized on a part
+    # Long headers the proxy did not set (a cookie, a trace) are no reason to refuse.
+    assert proxy.person([("X-Remote-User", "bob"), ("Cookie", "c" * 5000)]).user == "bob"
+
+
+def test_the_user_header_is_the_first_configured_one_present_whatever_the_order() -> None:
+    """The API server tries its user headers in order: a later one a client smuggled in
+    (the front proxy strips only the names it sets) never wins over the first."""
+    proxy = FrontProxy(ca="PEM", users=("X-Remote-User", "X-Forwarded-User"))
+    found = proxy.person([("X-Forwarded-User", "system:admin"), ("X-Remote-User", "bob")])
+    assert found.user == "bob"
 
 
 @pytest.mark.parametrize(("text", "expected"), [(None, journalhistory.LIMIT), ("", 200),
@@ -179,14 +195,15 @@ def _issued(tmp: Path, name: str, *, ca: tuple[Any, Any] | None = None,
     return cert_path, key_path, cert, key
 
 
-def _get(port: int, path: str, *, client: tuple[Path, Path] | None) -> tuple[int, Any]:
+def _get(port: int, path: str, *, client: tuple[Path, Path] | None,
+         method: str = "GET") -> tuple[int, Any]:
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     if client:
         context.load_cert_chain(*client)
     connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
     try:
-        connection.request("GET", path)
+        connection.request(method, path)
         response = connection.getresponse()
         return response.status, json.loads(response.read())
     finally:
@@ -205,22 +222,76 @@ def test_the_server_trusts_only_the_front_proxy_certificate() -> None:
         proxy = FrontProxy(ca=ca_path.read_text(), allowed=("front-proxy-client",))
         serving = servingcerts.self_signed(hosts=servingcerts.dns_names(), now=NOW)
         history = historyserver.History(client=None, histories=None,  # type: ignore[arg-type]
-                                        proxy=proxy, logger=__import__("logging").getLogger())
+                                        proxy=proxy, logger=logging.getLogger())
         server = historyserver.serve(address="127.0.0.1", port=0, history=history,
                                      certificate=serving.certificate, key=serving.key)
         try:
             discovery = "/apis/history.agentrun.dev/v1alpha1"
             code, body = _get(server.port, discovery, client=proxy_client[:2])
             assert code == 200 and body["resources"][0]["name"] == "slothistories"
-            code, body = _get(server.port, discovery, client=None)
+            # Discovery holds no data: anyone (the API server's availability check too).
+            assert _get(server.port, discovery, client=None)[0] == 200
+            history_path = ("/apis/history.agentrun.dev/v1alpha1/namespaces/a/"
+                            "slothistories/s")
+            code, body = _get(server.port, history_path, client=None)
             assert code == 401 and "front proxy" in body["message"]
-            code, body = _get(server.port, discovery, client=stranger[:2])
+            code, body = _get(server.port, history_path, client=stranger[:2])
             assert code == 401  # the right CA, not an allowed name
             with pytest.raises((ssl.SSLError, ConnectionError)):
-                _get(server.port, discovery, client=forged[:2])  # another CA: no handshake
-            code, body = _get(server.port, "/apis/history.agentrun.dev/v1alpha1/namespaces/"
-                                           "a/slothistories/s", client=proxy_client[:2])
+                _get(server.port, history_path, client=forged[:2])  # another CA: no handshake
+            code, body = _get(server.port, history_path, client=proxy_client[:2])
             assert code == 401 and "no user" in body["message"]  # the proxy names nobody
             assert _get(server.port, "/healthz", client=None)[0] == 200
+            # A second request hidden in a GET's body, with forged headers, on the proxy's
+            # own connection: refused, the connection closed, the hidden one never read.
+            hidden = (f"GET {history_path} HTTP/1.1\r\nHost: x\r\n"
+                      "X-Remote-User: system:admin\r\nX-Remote-Group: system:masters\r\n"
+                      "\r\n").encode()
+            answers = _raw(server.port, client=proxy_client[:2], data=(
+                f"GET {discovery} HTTP/1.1\r\nHost: x\r\nX-Remote-User: mallory\r\n"
+                f"Content-Length: {len(hidden)}\r\n\r\n").encode() + hidden)
+            assert answers.count(b"HTTP/1.1 ") == 1 and answers.startswith(b"HTTP/1.1 400")
+            assert b"Connection: close" in answers
+            code, body = _get(server.port, discovery, client=proxy_client[:2], method="POST")
+            assert code == 405
         finally:
             server.close()
+
+
+def _raw(port: int, *, client: tuple[Path, Path], data: bytes) -> bytes:
+    """``data`` sent as is on one TLS connection; every byte answered until it closes."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.load_cert_chain(*client)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as plain, \
+            context.wrap_socket(plain) as tls:
+        tls.sendall(data)
+        answered = b""
+        while chunk := tls.recv(65536):
+            answered += chunk
+        return answered
+
+
+def test_more_connections_than_the_bound_are_closed_at_once() -> None:
+    serving = servingcerts.self_signed(hosts=servingcerts.dns_names(), now=NOW)
+    history = historyserver.History(client=None, histories=None,  # type: ignore[arg-type]
+                                    proxy=None, logger=logging.getLogger())
+    server = historyserver.serve(address="127.0.0.1", port=0, history=history,
+                                 certificate=serving.certificate, key=serving.key)
+    held = []
+    try:
+        for _ in range(historyserver.CONNECTIONS):
+            held.append(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+        # Each held one's thread waits in its handshake for a hello that never comes; the
+        # server accepts in order, so the next one is over the bound.
+        extra = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        with extra:
+            assert extra.recv(1) == b""  # closed by the server, not served
+        for opened in held:
+            opened.close()
+        held.clear()
+        assert _get(server.port, "/healthz", client=None)[0] == 200  # free again
+    finally:
+        for opened in held:
+            opened.close()
+        server.close()
