@@ -84,6 +84,9 @@ JOURNAL_SECRET_CHARS: Final = 253
 # The operator's base prefix leaves room for "/<namespace>/<run uid>" (a DNS label, a UUID).
 JOURNAL_BASE_PREFIX_CHARS: Final = JOURNAL_PREFIX_CHARS - len("/") - 63 - len("/") - 36
 JOURNAL_BASE_PREFIX: Final = "agentrun"
+# A finished run's journal kept this long at most (the operator's --journal-retention-seconds):
+# ten years; 0 deletes it as soon as the run finishes (Kubernetes Jobs' ttlSecondsAfterFinished).
+JOURNAL_RETENTION_SECONDS: Final = 10 * 365 * 24 * 3600
 
 
 def _checked(text: str, *, pattern: str, most: int, what: str, shape: str) -> str:
@@ -148,6 +151,11 @@ JournalRegion = Annotated[str, Field(min_length=1, max_length=JOURNAL_REGION_CHA
 JournalSecret = Annotated[str, Field(min_length=1, max_length=JOURNAL_SECRET_CHARS,
                                      json_schema_extra={"pattern": CONFIG_NAME_PATTERN}),
                           AfterValidator(journal_secret)]
+JournalRetention = Annotated[int, Field(
+    ge=0, le=JOURNAL_RETENTION_SECONDS,
+    description="seconds a finished run's journal is kept, from the moment the run "
+                "finished (Succeeded or Failed); then the operator deletes it and the run "
+                "stays; absent: kept until the run is deleted")]
 
 
 class JournalPin(Model):
@@ -171,6 +179,7 @@ class JournalPin(Model):
         default=None,
         description="a Secret in the run's namespace with the keys accessKeyId and "
                     "secretAccessKey, mounted into the workers; absent: unsigned requests")
+    retention_seconds: JournalRetention | None = None
 
 
 class JournalSettings(Model):
@@ -183,6 +192,7 @@ class JournalSettings(Model):
                       AfterValidator(journal_base_prefix)] = JOURNAL_BASE_PREFIX
     region: JournalRegion = JOURNAL_REGION
     secret: JournalSecret | None = None
+    retention_seconds: JournalRetention | None = None
 
 
 class Pins(Model):

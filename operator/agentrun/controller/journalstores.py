@@ -1,7 +1,9 @@
-"""The operator's own use of a run's journal store: counting and deleting it with the run.
+"""The operator's own use of a run's journal store: counting and deleting it, reading it.
 
-The operator decides without store credentials (what it needs is on the Leases); only a
-run's deletion needs the store itself (``core.runs.runjournals``). It then signs with the
+The operator decides without store credentials (what it needs is on the Leases); the
+store itself is needed to delete a run's journal (with the run, or at the end of its
+retention: ``core.runs.runjournals``) and to read it for people (the history API,
+``controller.journalhistory``). It then signs with the
 run's own pinned Secret (read from the run's namespace; the operator may read Secrets of
 the name :data:`~agentrun.api.names.JOURNAL_SECRET` only), or unsigned when the run pinned
 none (the bundled store). Every failure is returned as text for the run's condition,

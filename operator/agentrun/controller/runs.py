@@ -23,7 +23,7 @@ from agentrun.api.runs import AgentRun, JournalSettings
 from agentrun.controller import applier, journalchecks, journalstores, reconcilers
 from agentrun.core.base import actions
 from agentrun.core.base.events import Event
-from agentrun.core.runs import resolution, runobjects, runsteps
+from agentrun.core.runs import resolution, runjournals, runobjects, runsteps
 from agentrun.kube import clocks, reads, writes
 
 MAX_STEPS = 16
@@ -112,9 +112,20 @@ class RunReconciler(reconcilers.Reconciler):
                 snapshots={cm["metadata"]["name"]: cm for cm in found}, taken=taken,
                 journal=self.journal, journal_problem=None if self.checks is None or (
                     tenant is None) else self.checks.problem(namespace))
-        return runsteps.RunWorld(run=run, tenant=tenant, now=self.clock(),
-                                 workflow=self.workflow(run),
-                                 slots=reader.slots_of(namespace, name), taken=taken)
+        world = runsteps.RunWorld(run=run, tenant=tenant, now=self.clock(),
+                                  workflow=self.workflow(run),
+                                  slots=reader.slots_of(namespace, name), taken=taken)
+        due = runjournals.retention_due(run, now=world.now)
+        if due is None:
+            return world
+        # A finished run whose journal's retention is over: what its store holds (once no
+        # attempt of it is live), to delete it while the run stays.
+        undeleted = self._undeleted.pop((namespace, name), None)
+        live = self.stores.live_attempts(namespace, name)
+        orphaned = None if live else self.stores.orphaned(due, namespace)
+        left, error = (None, None) if live or orphaned else self.stores.left(due, namespace)
+        return dataclasses.replace(world, journal_live=live, journal_left=left,
+                                   journal_error=error or undeleted, journal_orphaned=orphaned)
 
     def _deleting_world(self, run: AgentRun, *, tenant: str | None,
                         taken: dict[str, reads.Object]) -> runsteps.RunWorld:

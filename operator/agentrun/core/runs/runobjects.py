@@ -107,7 +107,8 @@ def journal_pin(*, run: AgentRun, journal: JournalSettings | None) -> JournalPin
                          "prefix needs both")
     prefix = "/".join(part for part in (journal.prefix, namespace, uid) if part)
     return JournalPin(endpoint=journal.endpoint, bucket=journal.bucket, prefix=prefix,
-                      region=journal.region, secret=journal.secret)
+                      region=journal.region, secret=journal.secret,
+                      retention_seconds=journal.retention_seconds)
 
 
 def pins(*, run: AgentRun, resolution: Resolution, journal: JournalSettings | None) -> Pins:

@@ -51,10 +51,10 @@ class RunWorld:
     ``journal_problem``: why that setting cannot work for this run yet (checked by the
     operator before pinning: ``controller.journalchecks``); the run waits unpinned.
     ``journal_left``, ``journal_error``, ``journal_live``, ``journal_orphaned``: read only
-    for a run being deleted that still holds its journal's finalizer
-    (``core.runs.runjournals``): whether objects are left under its prefix, why the store
-    could not say or delete them, its attempts still live, why its journal can never be
-    deleted.
+    for a run being deleted that still holds its journal's finalizer, or a finished run
+    whose journal's retention is over (``core.runs.runjournals``): whether objects are
+    left under its prefix, why the store could not say or delete them, its attempts still
+    live, why its journal can never be deleted.
     """
 
     run: AgentRun
@@ -198,7 +198,13 @@ def _lay_out(world: RunWorld) -> RunStep:
     status = squats.run_cleared(rollup.derive(run=run, nodes=nodes, slots=world.slots,
                                             now=world.now))
     until = None if rollup.is_finished(status) else rollup.deadline(run)
-    return _write(world, status, until=until)
+    written = _write(world, status, until=until)
+    if not isinstance(written, actions.Wait):
+        return written
+    kept = runjournals.retention_step(run=run, now=world.now, left=world.journal_left,
+                                      error=world.journal_error, live=world.journal_live,
+                                      orphaned=world.journal_orphaned)
+    return written if kept is None else kept
 
 
 def pinned_workflow(*, run: AgentRun,

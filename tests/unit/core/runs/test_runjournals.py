@@ -8,12 +8,15 @@ run's busy slot does not count), deletes while objects are left (or none were li
 removes only its own finalizer once none are left; a store error is JournalDeleted False
 (StoreNotAnswering, naming store, prefix and the way out) with a Warning Event, written
 once, looked at again after RECHECK; a run being deleted with no journal pin just
-releases the finalizer.
+releases the finalizer. Retention: a finished run's journal is kept until its retention
+is over (a Wait until then), deleted once no attempt is live, then JournalDeleted True
+(RetentionExpired, Normal Event) and the finalizer off, the run kept; runs not finished,
+or without retention, are never touched; 0 deletes at once; a silent store is shown once.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from agentrun.api import conditions, names
 from agentrun.api.runs import AgentRun, JournalSettings
@@ -122,3 +125,135 @@ def test_a_journal_whose_secret_is_gone_is_said_left_then_released() -> None:
     assert why in found.message and "is left in the store" in found.message
     released = runsteps.next_step(world(run.model_copy(update={"status": said.status})))
     assert released == actions.SetFinalizers(finalizers=(), point="journal-released")
+
+
+RETAINED = SETTINGS.model_copy(update={"retention_seconds": 3600})
+
+
+def finished(*, at: datetime, verdict: str = "Succeeded",
+             settings: JournalSettings = RETAINED) -> AgentRun:
+    """A run pinned with ``settings``, holding the finalizer, its verdict True since ``at``."""
+    base = pinned()
+    pins = runobjects.pins(run=base, resolution=resolved(base), journal=settings)
+    status = base.status.model_copy(update={"pinned": pins, "conditions": conditions.set_condition(
+        base.status.conditions, type_=verdict, status="True", reason="Done", message="done",
+        now=at, observed_generation=base.metadata.generation)})
+    return base.model_copy(update={
+        "status": status, "metadata": base.metadata.model_copy(update={
+            "finalizers": ["other/keep", FINALIZER]})})
+
+
+def test_retention_waits_until_it_is_over_then_deletes_the_journal_and_keeps_the_run() -> None:
+    done = NOW - timedelta(seconds=600)
+    run = finished(at=done)
+    waiting = runjournals.retention_step(run=run, now=NOW, left=None, error=None)
+    assert isinstance(waiting, actions.Wait)
+    assert waiting.until == done + timedelta(seconds=3600) and "kept until" in waiting.message
+    assert runjournals.retention_due(run, now=NOW) is None  # nothing read from the store yet
+    later = done + timedelta(seconds=3600)
+    assert runjournals.retention_due(run, now=later) == run.status.pinned.journal  # type: ignore[union-attr]
+    for verdict in ("Succeeded", "Failed"):
+        step = runjournals.retention_step(run=finished(at=done, verdict=verdict), now=later,
+                                          left=2, error=None)
+        assert isinstance(step, actions.DeleteJournal)
+    held = runjournals.retention_step(run=run, now=later, left=2, error=None,
+                                      live=["study-research-1"])
+    assert isinstance(held, actions.Wait) and "study-research-1" in held.message
+    said = runjournals.retention_step(run=run, now=later, left=0, error=None)
+    assert isinstance(said, actions.WriteRun) and said.event is not None
+    assert said.event.type == "Normal"
+    found = conditions.find(said.status.conditions, names.JOURNAL_DELETED_CONDITION)
+    assert found is not None and (found.status, found.reason) == ("True", runjournals.EXPIRED)
+    assert "3600 s after the run finished" in found.message and "stay" in found.message
+    gone = run.model_copy(update={"status": said.status})
+    assert runjournals.settled(gone) and runjournals.retention_due(gone, now=later) is None
+    released = runjournals.retention_step(run=gone, now=later, left=None, error=None)
+    assert released == actions.SetFinalizers(finalizers=("other/keep",),
+                                             point="journal-released")
+    kept = gone.model_copy(update={"metadata": gone.metadata.model_copy(update={
+        "finalizers": ["other/keep"]})})
+    assert runjournals.retention_step(run=kept, now=later, left=None, error=None) is None
+    # and it stays off: the run's next steps put nothing back (it owns no journal now)
+    assert runjournals.owning_step(kept) is None
+
+
+def test_a_journal_whose_secret_is_gone_past_retention_is_said_left_once() -> None:
+    done = NOW - timedelta(seconds=3600)
+    run = finished(at=done)
+    why = "its Secret team-a/agentrun-journal is gone"
+    said = runjournals.retention_step(run=run, now=NOW, left=None, error=None, orphaned=why)
+    assert isinstance(said, actions.WriteRun) and said.event is not None
+    found = conditions.find(said.status.conditions, names.JOURNAL_DELETED_CONDITION)
+    assert found is not None and (found.status, found.reason) == ("False", "SecretGone")
+    assert why in found.message and "left in the store" in found.message
+    shown = run.model_copy(update={"status": said.status})
+    assert runjournals.retention_due(shown, now=NOW) is None  # no more reads of the store
+    released = runjournals.retention_step(run=shown, now=NOW, left=None, error=None)
+    assert released == actions.SetFinalizers(finalizers=("other/keep",),
+                                             point="journal-released")
+    assert runjournals.owning_step(shown.model_copy(update={
+        "metadata": shown.metadata.model_copy(update={"finalizers": []})})) is None
+
+
+def test_after_retention_the_runs_steps_settle_with_no_finalizer_flapping() -> None:
+    """Through runsteps, every step applied in turn: the status, the deletion, the
+    condition, the finalizer off; then nothing more to do, however often it is asked."""
+    run = finished(at=NOW - timedelta(seconds=7200))
+    slots = [lf.slot("research", SlotState.SUCCEEDED), lf.slot("report", SlotState.SUCCEEDED)]
+    left: int | None = 1
+    taken: list[str] = []
+    for _ in range(12):
+        step = runsteps.next_step(laid_out_world(run, slots=slots, journal_left=left))
+        taken.append(type(step).__name__)
+        if isinstance(step, actions.WriteRun):
+            run = run.model_copy(update={"status": step.status})
+        elif isinstance(step, actions.DeleteJournal):
+            left = 0
+        elif isinstance(step, actions.SetFinalizers):
+            run = run.model_copy(update={"metadata": run.metadata.model_copy(update={
+                "finalizers": list(step.finalizers)})})
+        else:
+            assert isinstance(step, actions.Wait)
+    assert taken[:4] == ["WriteRun", "DeleteJournal", "WriteRun", "SetFinalizers"], taken
+    assert set(taken[4:]) == {"Wait"}, taken
+    assert FINALIZER not in run.metadata.finalizers
+
+
+def test_retention_touches_only_finished_runs_with_retention() -> None:
+    unfinished = finished(at=NOW).model_copy(update={"status": pinned().status.model_copy(
+        update={"pinned": finished(at=NOW).status.pinned})})
+    far = NOW + timedelta(days=3650)
+    assert runjournals.retention_step(run=unfinished, now=far, left=1, error=None) is None
+    assert runjournals.retention_due(unfinished, now=far) is None
+    forever = finished(at=NOW, settings=SETTINGS)  # no retention: kept with the run
+    assert runjournals.retention_step(run=forever, now=far, left=1, error=None) is None
+    at_once = finished(at=NOW, settings=SETTINGS.model_copy(update={"retention_seconds": 0}))
+    assert isinstance(runjournals.retention_step(run=at_once, now=NOW, left=1, error=None),
+                      actions.DeleteJournal)
+    assert runjournals.retention_step(run=pinned(), now=far, left=1, error=None) is None
+
+
+def test_a_silent_store_past_retention_is_shown_and_tried_again() -> None:
+    run = finished(at=NOW - timedelta(seconds=3600))
+    step = runjournals.retention_step(run=run, now=NOW, left=None, error="S3 0 -: refused")
+    assert isinstance(step, actions.WriteRun) and step.until == NOW + runjournals.RECHECK
+    found = conditions.find(step.status.conditions, names.JOURNAL_DELETED_CONDITION)
+    assert found is not None and (found.status, found.reason) == (
+        "False", names.JOURNAL_STORE_FAILING)
+    assert "past its retention" in found.message and "refused" in found.message
+    again = runjournals.retention_step(run=run.model_copy(update={"status": step.status}),
+                                       now=NOW, left=None, error="S3 0 -: refused")
+    assert isinstance(again, actions.Wait)  # shown once
+
+
+def test_retention_comes_after_the_runs_own_status_in_its_step() -> None:
+    """Through runsteps: a finished run's status is written first; then, its journal's
+    retention over, the deletion."""
+    done = NOW - timedelta(seconds=7200)
+    run = finished(at=done)
+    slots = [lf.slot("research", SlotState.SUCCEEDED), lf.slot("report", SlotState.SUCCEEDED)]
+    step = runsteps.next_step(laid_out_world(run, slots=slots, journal_left=1))
+    assert isinstance(step, actions.WriteRun)  # the rollup of the run's own status first
+    run = run.model_copy(update={"status": step.status})
+    step = runsteps.next_step(laid_out_world(run, slots=slots, journal_left=1))
+    assert isinstance(step, actions.DeleteJournal)
