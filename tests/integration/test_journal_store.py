@@ -100,7 +100,11 @@ def test_a_head_advance_whose_answer_was_lost_is_settled_by_the_next_commit(
     ledger.commit(step("c", 3, store=payloads))
     head = journal.Head.on_lease(api.body)
     assert head is not None and head.seq == 3
-    assert sorted(slot_journal.chain(attempt=1, head=head)[0]) == ["a", "b", "c"]
+    found = slot_journal.chain(attempt=1, head=head)[0]
+    assert sorted(found) == ["a", "b", "c"]
+    # The usage beside the head counts exactly what it reaches, the lost answer's too.
+    assert journal.Usage.on_lease(api.body) == journal.Usage(
+        records=3, bytes=sum(r.size for r in found.values()))
 
 
 def test_a_name_taken_by_other_content_is_not_committed_over(

@@ -15,9 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrun.api import bounds, names, records
+from agentrun.api.records import Record
 
 HEAD = names.JOURNAL_HEAD_ANNOTATION
 HEAD_PATTERN = re.compile(r"(?P<seq>[0-9]{10})-(?P<digest>[0-9a-f]{64})")
+USAGE = names.JOURNAL_USAGE_ANNOTATION
+# Admission checks the shape (CEL), and compares the numbers as CEL ints: 18 digits fit.
+USAGE_SHAPE = r"^[0-9]{1,10} records, [0-9]{1,18} bytes$"
+USAGE_PATTERN = re.compile(r"(?P<records>[0-9]{1,10}) records, (?P<bytes>[0-9]{1,18}) bytes")
 NODE_BYTES = 4 * 1024 * 1024  # one node's canonical JSON (its entries are records, each small)
 NODE_ENTRIES = 1024  # records in one node
 NODE_DEPTH = 2  # a node is an object holding a list of strings
@@ -45,6 +50,34 @@ class Head:
     def on_lease(cls, lease: Mapping[str, Any]) -> Head | None:
         text = ((lease.get("metadata") or {}).get("annotations") or {}).get(HEAD)
         return None if text is None else cls.parse(str(text))
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What an attempt committed to its journal: ``records`` and their payloads' ``bytes``
+    (each record's ``size``, its payload's canonical JSON). On the Lease beside the head,
+    written in the same patch, so the SDK's count is exactly what the head reaches. It is
+    the holder's own report: admission keeps it well formed, never decreasing and moving
+    only with the head, and cannot check it against the nodes (it cannot read them)."""
+
+    records: int = 0
+    bytes: int = 0
+
+    def text(self) -> str:
+        return f"{self.records} records, {self.bytes} bytes"
+
+    def adding(self, record: Record) -> Usage:
+        return Usage(records=self.records + 1, bytes=self.bytes + record.size)
+
+    @classmethod
+    def on_lease(cls, lease: Mapping[str, Any]) -> Usage | None:
+        """The Lease's usage; None when it has none (nothing committed, or a worker from
+        before usage was kept) or one that does not parse (admission keeps it parseable)."""
+        text = ((lease.get("metadata") or {}).get("annotations") or {}).get(USAGE)
+        found = None if text is None else USAGE_PATTERN.fullmatch(str(text))
+        if found is None:
+            return None
+        return cls(records=int(found["records"]), bytes=int(found["bytes"]))
 
 
 def node(*, attempt: int, seq: int, prev: str | None, entries: list[records.Record]) -> bytes:

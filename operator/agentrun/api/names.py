@@ -139,6 +139,8 @@ JOURNAL_CREDENTIALS_VOLUME: Final = "agentrun-journal-credentials"
 JOURNAL_ACCESS_KEY: Final = "accessKeyId"
 JOURNAL_SECRET_KEY: Final = "secretAccessKey"
 JOURNAL_HEAD_ANNOTATION: Final = "journal.agentrun.dev/head"
+# Beside the head, in the same write: "<n> records, <n> bytes" (api.journalnodes.Usage).
+JOURNAL_USAGE_ANNOTATION: Final = "journal.agentrun.dev/usage"
 # The name of the journal's Secret the operator may read to check it before a launch (its
 # ClusterRole's resourceNames): the chart's default journal.secretName.
 JOURNAL_SECRET: Final = "agentrun-journal"
@@ -146,6 +148,7 @@ JOURNAL_SECRET: Final = "agentrun-journal"
 # the garbage collector could delete), then the finalizer removed.
 JOURNAL_FINALIZER: Final = "agentrun.dev/journal"
 JOURNAL_DELETED_CONDITION: Final = "JournalDeleted"
+JOURNAL_RETENTION_EXPIRED: Final = "RetentionExpired"  # its reason once retention deleted it
 # The journal's store not answering, as the worker last saw it: set on its own Lease at the
 # first failed try of an outage, removed once the store answers (agentrun.worker._journal);
 # the operator shows it as the slot condition JOURNAL_UNAVAILABLE_CONDITION.

@@ -41,15 +41,16 @@ from typing import Any, TypeVar
 
 from agentrun import objectstore as s3
 from agentrun.api import bounds, names
-from agentrun.api.journalnodes import NODE_BYTES, Head, node, read_node
+from agentrun.api.journalnodes import NODE_BYTES, Head, Usage, node, read_node
 from agentrun.kube import rest
 from agentrun.worker import _records as records
 
-__all__ = ["NODE_BYTES", "ErrorReport", "Head", "Journal", "JournalDamaged", "JournalPayloads",
-           "JournalRecords", "JournalRefused", "JournalUnavailable", "Location", "node",
-           "read_node"]
+__all__ = ["NODE_BYTES", "USAGE", "ErrorReport", "Head", "Journal", "JournalDamaged",
+           "JournalPayloads", "JournalRecords", "JournalRefused", "JournalUnavailable",
+           "Location", "Usage", "node", "read_node"]
 
 HEAD = names.JOURNAL_HEAD_ANNOTATION
+USAGE = names.JOURNAL_USAGE_ANNOTATION
 ERROR = names.JOURNAL_ERROR_ANNOTATION
 LOST = names.JOURNAL_LOST_ANNOTATION
 # How long a commit or a read retries a store that does not answer. The lease is kept
@@ -295,7 +296,11 @@ class JournalRecords:
     journal: Journal
     lease: records.LeaseRecords
     head: Head | None = None
-    pending: Head | None = None  # a head advance whose answer was lost: it may have landed
+    # What :attr:`head` reaches, on the Lease too; None: not counted (a head from a worker
+    # that kept no usage: counting from here would say less than is there).
+    usage: Usage | None = field(default_factory=Usage)
+    # A head advance (and its usage) whose answer was lost: it may have landed.
+    pending: tuple[Head, Usage | None] | None = None
     seen: dict[str, Any] | None = field(default=None, repr=False)  # the Lease as last answered
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -317,32 +322,33 @@ class JournalRecords:
             data = node(attempt=attempt, seq=seq, prev=self.head.digest if self.head else None,
                         entries=[record])
             new = Head(seq=seq, digest=records.digest(data))
+            usage = None if self.usage is None else self.usage.adding(record)
             self.journal.put_once(f"{self.journal.attempt_key(attempt)}/{new.digest}", data)
-            self._advance(new)
-            self.head = new
+            self._advance(new, usage)
+            self.head, self.usage = new, usage
         return record
 
     def _settle(self) -> None:
         """After a head advance whose answer was lost: the Lease says whether it landed."""
         assert self.pending is not None
         current = Head.on_lease(self.lease.api.request("GET", self.lease.path))
-        if current == self.pending:
-            self.head = current
+        if current == self.pending[0]:
+            self.head, self.usage = self.pending
         self.pending = None
 
-    def _advance(self, new: Head) -> None:
-        """Move the head on the Lease from :attr:`head` to ``new``. A write whose answer is
-        lost (a timeout, a 5xx) may have landed: ``new`` is kept :attr:`pending`, and the
-        next commit reads the Lease first."""
+    def _advance(self, new: Head, usage: Usage | None) -> None:
+        """Move the head on the Lease from :attr:`head` to ``new`` (and the usage with it).
+        A write whose answer is lost (a timeout, a 5xx) may have landed: ``new`` is kept
+        :attr:`pending`, and the next commit reads the Lease first."""
         try:
-            self._patch(new)
+            self._patch(new, usage)
         except (records.RecordRefused, records.RecordConflict):
             raise
         except Exception:
-            self.pending = new
+            self.pending = (new, usage)
             raise
 
-    def _patch(self, new: Head) -> None:
+    def _patch(self, new: Head, usage: Usage | None) -> None:
         """One merge patch of the head under the ``resourceVersion`` of the Lease as last
         seen: the previous commit's answer (so a commit costs one API call while nothing
         else wrote the Lease), else a fresh read; a 409 (a renewal meanwhile) reads again."""
@@ -362,7 +368,8 @@ class JournalRecords:
                     "of this attempt's journal; nothing more is committed")
             metadata = lease.get("metadata") or {}
             body = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
-                                 "annotations": {HEAD: new.text()}}}
+                                 "annotations": {HEAD: new.text(), **(
+                                     {} if usage is None else {USAGE: usage.text()})}}}
             try:
                 answer = self.lease.api.request("PATCH", path, body=body,
                                                 content_type=rest.MERGE_PATCH)

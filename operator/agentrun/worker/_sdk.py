@@ -135,12 +135,13 @@ class Worker:
             # Never a silent restart from step one: the slot shows it (JournalLost).
             journals.ErrorReport(lease=on_lease, annotation=journals.LOST)(str(damaged))
             raise
+        head = journals.Head.on_lease(own[0]) if own else None
         return prefix.Steps(
             prefix=found,
             store=self.store or slot_journal.payloads(attempt=c.attempt),
             ledger=journals.JournalRecords(
-                journal=slot_journal, lease=on_lease,
-                head=journals.Head.on_lease(own[0]) if own else None))
+                journal=slot_journal, lease=on_lease, head=head,
+                usage=journals.Usage() if head is None else journals.Usage.on_lease(own[0])))
 
     def step(self, key: str, *, do: Callable[[], T],
              kind: records.Kind = records.Kind.STEP_RESULT) -> T:

@@ -65,11 +65,11 @@ def block(point):
     say(kill_point=point)
     threading.Event().wait()
 advance = journal.JournalRecords._advance
-def patched(self, new):
+def patched(self, new, usage):
     attempt = self.lease.attempt
     if attempt == 1 and new.seq == 11:
         block("after the node object, before the head")
-    advance(self, new)
+    advance(self, new, usage)
     if attempt == 2 and new.seq == 6:
         block("after the head, before the step returns")
 journal.JournalRecords._advance = patched
@@ -177,7 +177,7 @@ with Worker.from_env() as worker:
     ledger = worker.steps.ledger
     back = journal.Head(seq=1, digest=ledger.head.digest)
     try:
-        ledger._advance(back)
+        ledger._advance(back, ledger.usage)
         say(backwards="accepted")
     except Exception as error:
         say(backwards=str(error))

@@ -300,3 +300,32 @@ def test_an_effect_whose_call_raised_is_asked_about_before_it_is_sent_again(
         assert committed["notify.outcome"].inline["via"] == "call"
     finally:
         owner.stop()
+
+
+def test_the_journal_usage_moves_only_with_the_head_and_in_its_shape(
+        attempts: Callable[[int], Attempt]) -> None:
+    """The usage beside the head (``journal.agentrun.dev/usage``): written in the head's
+    own write, well formed, never alone, never smaller and never removed; through the real
+    API server."""
+    first = attempts(1)
+
+    def heads(seq: int, usage: str | None) -> dict[str, Any]:
+        return {"metadata": {"annotations": {names.JOURNAL_HEAD_ANNOTATION: f"{seq:010d}-"
+                                             + "ab" * 32,
+                                             names.JOURNAL_USAGE_ANNOTATION: usage}}}
+
+    assert first.raw_patch(heads(1, "1 records, 120 bytes")) == ""
+    alone = first.raw_patch({"metadata": {"annotations": {
+        names.JOURNAL_USAGE_ANNOTATION: "9 records, 9 bytes"}}})
+    assert POLICY in alone and "changes only in the write that advances" in alone, alone
+    for bad in ("2 records", "2 records, -1 bytes", "2 records, 1 bytes\n", "x" * 5000):
+        refused = first.raw_patch(heads(2, bad))
+        assert "'<n> records, <n> bytes'" in refused, (bad, refused)
+    removed = first.raw_patch(heads(2, None))
+    assert POLICY in removed and "not change other annotations" in removed, removed
+    for smaller in ("0 records, 0 bytes", "2 records, 100 bytes", "0 records, 900 bytes"):
+        shrunk = first.raw_patch(heads(2, smaller))
+        assert POLICY in shrunk and "never decreases" in shrunk, (smaller, shrunk)
+    assert first.raw_patch(heads(2, "2 records, 250 bytes")) == ""
+    annotations = first.lease()["metadata"]["annotations"]
+    assert annotations[names.JOURNAL_USAGE_ANNOTATION] == "2 records, 250 bytes"

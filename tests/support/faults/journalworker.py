@@ -133,10 +133,10 @@ def block(point):
 def armed(phase):
     return at["stop"] == (at["step"], phase)
 advance = journal.JournalRecords._advance
-def patched_advance(self, new):
+def patched_advance(self, new, usage):
     if armed("after-node"):
         block("after-node")
-    advance(self, new)
+    advance(self, new, usage)
     if armed("after-head"):
         block("after-head")
 journal.JournalRecords._advance = patched_advance

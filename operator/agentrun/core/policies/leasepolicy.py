@@ -3,11 +3,10 @@
 An attempt's Lease (labelled ``agentrun.dev/attempt``; no other Lease is matched) is the
 operator's record. Its worker, authenticated by a token bound to its Pod (the API server
 puts the pod's name in ``request.userInfo.extra['authentication.kubernetes.io/pod-name']``),
-may change ``spec.renewTime``, add durable records, advance its journal's head and set or
-clear its journal's store error and loss (``journal.agentrun.dev/error``, ``/lost``,
-bounded), and
-only while the Lease names that pod as its holder and is not tombstoned (holder cleared, or an
-outcome recorded).
+may change ``spec.renewTime``, add durable records, advance its journal's head (and the
+usage beside it, in the same write) and set or clear its journal's store error and loss
+(``journal.agentrun.dev/error``, ``/lost``, bounded), and only while the Lease names that
+pod as its holder and is not tombstoned (holder cleared, or an outcome recorded).
 
 A name is not a pod: an editor of the namespace may delete the attempt's pod and run one
 of their own under the same name and ServiceAccount, whose token carries the same
@@ -40,7 +39,7 @@ without the controller's rights; nothing of the namespace will outlive it).
 
 from __future__ import annotations
 
-from agentrun.api import bounds, names
+from agentrun.api import bounds, journalnodes, names
 from agentrun.core.policies import admission, validating
 
 Object = validating.Object
@@ -56,6 +55,7 @@ KEPT_METADATA = ("labels", "ownerReferences", "finalizers")
 PREFIX = bounds.RECORD_ANNOTATION_PREFIX
 RECORDS_CHANGED = "changing or removing a committed record"
 HEAD = names.JOURNAL_HEAD_ANNOTATION
+USAGE = names.JOURNAL_USAGE_ANNOTATION
 ERROR = names.JOURNAL_ERROR_ANNOTATION
 LOST = names.JOURNAL_LOST_ANNOTATION
 HEAD_SHAPE = "^[0-9]{10}-[0-9a-f]{64}$"
@@ -159,13 +159,44 @@ def head_checks() -> list[Object]:
     ]
 
 
+def usage_checks() -> list[Object]:
+    """The usage (:data:`USAGE`, ``<n> records, <n> bytes``) beside the head: well formed
+    (so bounded), changed only in the write that moves the head, never decreasing, and
+    never removed (the kept check). It is the holder's report: admission cannot read the
+    nodes to check the numbers, only that they are shaped and only grow."""
+    new, old = f"variables.new[?'{USAGE}']", f"variables.old[?'{USAGE}']"
+    head_new, head_old = f"variables.new[?'{HEAD}']", f"variables.old[?'{HEAD}']"
+
+    def number(side: str, index: int) -> str:
+        return f"int({side}.value().split(' ')[{index}])"
+
+    return [
+        validation(f"request.operation != 'UPDATE' || !{new}.hasValue() || "
+                   f"{new}.value().matches('{journalnodes.USAGE_SHAPE}')",
+                   f"{USAGE} is '<n> records, <n> bytes' (written with the head by the worker "
+                   "SDK, agentrun.worker)"),
+        validation(f"request.operation != 'UPDATE' || {new} == {old} || ({head_new}.hasValue()"
+                   f" && {head_new} != {head_old})",
+                   f"{USAGE} changes only in the write that advances {HEAD}: it counts what "
+                   "the head reaches"),
+        validation(f"request.operation != 'UPDATE' || !{new}.hasValue() || !{old}.hasValue() "
+                   f"|| !{new}.value().matches('{journalnodes.USAGE_SHAPE}') || "
+                   f"!{old}.value().matches('{journalnodes.USAGE_SHAPE}') || "
+                   f"({number(new, 0)} >= {number(old, 0)} && "
+                   f"{number(new, 2)} >= {number(old, 2)})",
+                   f"{USAGE} never decreases: a later commit adds to what the earlier ones "
+                   "hold"),
+    ]
+
+
 def record_checks() -> list[Object]:
     """What a holder's added records must be (see the module docstring)."""
     new, old = "variables.new", "variables.old"
     kept = (f"{new}.filter(k, !k.startsWith('{PREFIX}') && k != '{HOLDER_UID}' && "
-            f"k != '{HEAD}' && k != '{ERROR}' && k != '{LOST}').all(k, k in {old} && "
-            f"{old}[k] == {new}[k]) && {old}.all(k, k == '{ERROR}' || k == '{LOST}' || "
-            f"(k in {new} && (k == '{HEAD}' || {new}[k] == {old}[k])))")
+            f"k != '{HEAD}' && k != '{USAGE}' && k != '{ERROR}' && k != '{LOST}').all(k, "
+            f"k in {old} && {old}[k] == {new}[k]) && {old}.all(k, k == '{ERROR}' || "
+            f"k == '{LOST}' || (k in {new} && (k == '{HEAD}' || k == '{USAGE}' || "
+            f"{new}[k] == {old}[k])))")
     attempt = f"oldObject.metadata.?labels.orValue({{}})[?'{names.ATTEMPT_LABEL}'].orValue('')"
     shaped = (f"variables.added.all(k, bytes({new}[k]).size() <= {bounds.RECORD_BYTES} && "
               f"{new}[k].startsWith('{{\"attempt\":' + {attempt} + ',') && "
@@ -173,7 +204,8 @@ def record_checks() -> list[Object]:
     return [
         validation(f"request.operation != 'UPDATE' || ({kept})",
                    f"a worker may add records ({PREFIX}<key>) to its attempt's Lease, "
-                   f"advance {HEAD} and set or remove {ERROR} and {LOST}, but not change "
+                   f"advance {HEAD} (and {USAGE} with it) and set or remove {ERROR} and "
+                   f"{LOST}, but not change "
                    f"other annotations; {RECORDS_CHANGED} is refused: records are "
                    "write-once"),
         validation(f"request.operation != 'UPDATE' || {new}.filter(k, k.startsWith("
@@ -185,6 +217,7 @@ def record_checks() -> list[Object]:
                    "canonical JSON that starts with the Lease's attempt number and names "
                    "its own key (write it with the worker SDK, agentrun.worker)"),
         *head_checks(),
+        *usage_checks(),
         validation("request.operation != 'UPDATE' || " + " && ".join(
                        f"(!{new}[?'{key}'].hasValue() || bytes({new}['{key}']).size() <= "
                        f"{bounds.JOURNAL_ERROR_BYTES})" for key in (ERROR, LOST)),

@@ -29,7 +29,8 @@ def record_checks() -> list[dict[str, Any]]:
 
 def test_records_are_checked_with_the_documented_bounds() -> None:
     checks = record_checks()
-    assert len(checks) == 7  # four on records, two on the journal head, one on its error
+    # four on records, two on the journal head, three on its usage, one on its error
+    assert len(checks) == 10
     text = " ".join(c["expression"] for c in checks)
     assert f"<= {bounds.MAX_RECORDS}" in text and f"<= {bounds.RECORD_BYTES}" in text
     assert f"<= {bounds.JOURNAL_ERROR_BYTES}" in text
@@ -92,6 +93,18 @@ def test_the_binding_is_checked_after_the_holders_name_and_before_the_rest() -> 
     assert "held by pod" in validations[start - 1]["messageExpression"]
     assert "is bound to the pod of uid" in checks[0]["messageExpression"]
     assert leasepolicy.BIND_HOLDERS in checks[1]["message"]
+
+
+def test_the_journal_usage_is_checked_in_the_shape_the_worker_writes() -> None:
+    from agentrun.api import journalnodes
+    shape, with_head, growing = leasepolicy.usage_checks()
+    assert all(check in record_checks() for check in (shape, with_head, growing))
+    assert "never decreases" in growing["message"]
+    text = journalnodes.Usage(records=12, bytes=3 * 1024 * 1024).text()
+    assert re.fullmatch(journalnodes.USAGE_SHAPE.strip("^$"), text)
+    assert journalnodes.USAGE_PATTERN.fullmatch(text)
+    assert journalnodes.USAGE_SHAPE in shape["expression"]
+    assert "advances" in with_head["message"]
 
 
 def test_the_journal_head_is_checked_in_the_shape_the_worker_writes_and_only_forward() -> None:
