@@ -47,6 +47,15 @@ SCALARS = {
     "STORE_PULL_POLICY": "{{ .Values.store.image.pullPolicy }}",
     "STORE_SIZE": "{{ .Values.store.size | quote }}",
 }
+def _retention(indent: str) -> list[str]:
+    """``--journal-retention-seconds`` when ``journal.retentionSeconds`` is set (null: none;
+    ``int64``: Helm holds numbers as floats, which print large ones in e-notation)."""
+    return ['{{- if not (kindIs "invalid" .retentionSeconds) }}',
+            f"{indent}- --journal-retention-seconds",
+            f"{indent}- {{{{ int64 .retentionSeconds | quote }}}}",
+            "{{- end }}"]
+
+
 # Whole lines, by sentinel name: called with the sentinel line's indentation (spaces before
 # the key or the list dash) and what stood before the sentinel (``key: `` or ``- ``).
 BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
@@ -56,6 +65,12 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
         f"{{{{- toYaml .Values.resources | nindent {len(indent) + 2} }}}}"],
     # `- __HELM_ARGS_EXTRA__` in the operator's args -> one --namespace per watched
     # namespace (none: every namespace), and --verbose when logLevel is debug.
+    # `- __HELM_ARGS_HISTORY__` -> the history API's port unless history.enabled is false.
+    "ARGS_HISTORY": lambda indent, lead: [
+        "{{- if .Values.history.enabled }}",
+        f"{indent}- --history-port",
+        f'{indent}- "{manifests.HISTORY_PORT}"',
+        "{{- end }}"],
     "ARGS_EXTRA": lambda indent, lead: [
         "{{- range .Values.watchNamespaces }}",
         f"{indent}- --namespace",
@@ -81,12 +96,14 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
         f"{indent}- --journal-secret",
         f"{indent}- {{{{ .secretName | quote }}}}",
         "{{- end }}",
+        *_retention(indent),
         "{{- else if $.Values.store.enabled }}",
         *[line for flag, value in (
             ("endpoint", f'"{bundledstore.store_endpoint()}"'),
             ("bucket", f'"{bundledstore.STORE_BUCKET}"'),
             ("prefix", "{{ .prefix | quote }}"), ("region", "{{ .region | quote }}"))
           for line in (f"{indent}- --journal-{flag}", f"{indent}- {value}")],
+        *_retention(indent),
         "{{- end }}",
         "{{- end }}"],
     # `storageClassName: __HELM_STORE_CLASS__` -> the key only when a class is named (none:
@@ -149,6 +166,8 @@ def deployment() -> list[dict[str, Any]]:
     container["imagePullPolicy"] = sentinel("PULL_POLICY")
     args: list[str] = container["args"]
     args[args.index(str(manifests.METRICS_PORT))] = sentinel("PORT_ARG")
+    at = args.index("--history-port")
+    args[at:at + 2] = [sentinel("ARGS_HISTORY")]
     args.append(sentinel("ARGS_EXTRA"))
     args.append(sentinel("ARGS_JOURNAL"))
     (port,) = [p for p in container["ports"] if p["name"] == manifests.METRICS_PORT_NAME]
@@ -187,7 +206,8 @@ def rendered(crd_source: Path = crds.DIRECTORY) -> dict[str, str]:
         "templates/admission-validating.yaml": template(manifests.validating_policies()),
         "templates/deployment.yaml": template(deployment()),
         "templates/metrics-service.yaml": metrics_service(),
-        "templates/history-api.yaml": template(manifests.history_api()),
+        "templates/history-api.yaml": ("{{- if .Values.history.enabled }}\n"
+                                       + template(manifests.history_api()) + "{{- end }}\n"),
         "templates/store.yaml": store(),
         "values.yaml": chartvalues.values_yaml(),
         "values.schema.json": chartvalues.schema_json(),

@@ -37,8 +37,10 @@ def defaults() -> dict[str, Any]:
         "logLevel": "info",
         "resources": manifests.RESOURCES,
         "metrics": {"port": manifests.METRICS_PORT, "service": {"enabled": True}},
+        "history": {"enabled": True},
         "journal": {"endpoint": "", "bucket": "", "prefix": runs.JOURNAL_BASE_PREFIX,
-                    "region": runs.JOURNAL_REGION, "secretName": ""},
+                    "region": runs.JOURNAL_REGION, "secretName": "",
+                    "retentionSeconds": None},
         "store": {"enabled": True,
                   "image": {"repository": STORE_REPOSITORY, "tag": STORE_TAG,
                             "pullPolicy": manifests.PULL_POLICY},
@@ -65,6 +67,12 @@ COMMENTS = {
     "metrics.port": "Container port of /metrics, /healthz and /readyz (1-65535).",
     "metrics.service": "A ClusterIP Service agentrun-operator-metrics in front of that port.",
     "metrics.service.enabled": "false: no Service (scrape the pod directly).",
+    "history": "The history API: people read a slot's journal through the API server, under "
+               "RBAC (kubectl agentrun history; the APIService v1alpha1.history.agentrun.dev "
+               "and its Service, served by the operator on port "
+               f"{manifests.HISTORY_PORT}).",
+    "history.enabled": "false: none. While the API server cannot reach it (the operator "
+                       "scaled to 0, say), its discovery fails and namespace deletion waits.",
     "journal": "The S3-compatible store where slots keep their journals (the operator's "
                "--journal-* flags). Each run launched pins it, so a change here reaches new "
                "runs only. endpoint and bucket: both or neither (neither: the bundled store when "
@@ -80,6 +88,11 @@ COMMENTS = {
                           f"(unsigned requests), or {names.JOURNAL_SECRET}, the one name "
                           "the operator may read (it checks the Secret before launching a "
                           "run and signs the deletion of a run's journal with it).",
+    "journal.retentionSeconds": "Seconds a finished run's journal is kept, counted from "
+                                "when the run finished; then the operator deletes it and "
+                                "the run stays (0: at once; null: kept until the run is "
+                                "deleted; Helm drops a null, so it is optional). Pinned on "
+                                "each run at launch.",
     "store": "The bundled S3-compatible object store (SeaweedFS) the slots' journals live "
              f"in: a Deployment, a Service {bundledstore.STORE} (port "
              f"{bundledstore.STORE_PORT}) and a PersistentVolumeClaim of the same name. It "
@@ -169,6 +182,7 @@ def schema() -> dict[str, Any]:
                 "port": {"type": "integer", "minimum": 1, "maximum": 65535},
                 "service": _object({"enabled": {"type": "boolean"}}, required=["enabled"]),
             }, required=["port", "service"]),
+            "history": _object({"enabled": {"type": "boolean"}}, required=["enabled"]),
             "journal": _object({
                 "endpoint": _or_empty(runs.JOURNAL_ENDPOINT_PATTERN, runs.JOURNAL_ENDPOINT_CHARS),
                 "bucket": _or_empty(runs.JOURNAL_BUCKET_PATTERN, 63),
@@ -177,6 +191,8 @@ def schema() -> dict[str, Any]:
                            "maxLength": runs.JOURNAL_REGION_CHARS,
                            "pattern": runs.JOURNAL_REGION_PATTERN},
                 "secretName": {"type": "string", "enum": ["", names.JOURNAL_SECRET]},
+                "retentionSeconds": {"type": ["integer", "null"], "minimum": 0,
+                                     "maximum": runs.JOURNAL_RETENTION_SECONDS},
             }, required=["endpoint", "bucket", "prefix", "region", "secretName"]),
             "store": _object({
                 "enabled": {"type": "boolean"},
@@ -185,8 +201,8 @@ def schema() -> dict[str, Any]:
                                      "pattern": r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$"},
                 "size": {"type": "string", "pattern": QUANTITY, "maxLength": 32},
             }, required=["enabled", "image", "storageClassName", "size"]),
-        }, required=["image", "watchNamespaces", "logLevel", "resources", "metrics", "journal",
-                     "store"]),
+        }, required=["image", "watchNamespaces", "logLevel", "resources", "metrics", "history",
+                     "journal", "store"]),
     }
 
 

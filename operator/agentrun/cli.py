@@ -19,6 +19,7 @@ serves it on 8443 behind the APIService ``v1alpha1.history.agentrun.dev``).
 ``--journal-region``, ``--journal-secret``: the S3-compatible store where slots keep their
 journals; each run launched pins them, its prefix made its own
 (``<prefix>/<namespace>/<run uid>``); without them runs get no journal.
+``--journal-retention-seconds``: how long a finished run's journal is kept (pinned too).
 
 ``agentrun-operator stamping [--context NAME] [--timeout SECONDS]`` mints the stamping
 epoch when due and waits until actor stamping is in force (exit 0), else prints why not
@@ -98,7 +99,7 @@ def checked(check: Callable[[str], str]) -> Callable[[str], str]:
     return parse
 
 
-JOURNAL_FLAGS = ("endpoint", "bucket", "prefix", "region", "secret")
+JOURNAL_FLAGS = ("endpoint", "bucket", "prefix", "region", "secret", "retention_seconds")
 
 
 def journal_secret(text: str) -> str:
@@ -120,9 +121,10 @@ def journal_settings(args: argparse.Namespace) -> run_api.JournalSettings | None
     if not given:
         return None
     if "endpoint" not in given or "bucket" not in given:
+        flags = ", ".join(f"--journal-{n.replace('_', '-')}" for n in given)
         raise ValueError("--journal-endpoint and --journal-bucket go together: give both "
                          "(the journal store) or no --journal-* flag at all (runs get no "
-                         f"journal); given: {', '.join(f'--journal-{n}' for n in given)}")
+                         f"journal); given: {flags}")
     return run_api.JournalSettings.model_validate(given)
 
 
@@ -170,6 +172,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                           f"at most {run_api.JOURNAL_BASE_PREFIX_CHARS} characters)")
     run.add_argument("--journal-region", type=checked(run_api.journal_region),
                      help=f"the store's region (default {run_api.JOURNAL_REGION})")
+    run.add_argument("--journal-retention-seconds",
+                     type=bounded(int, 0, run_api.JOURNAL_RETENTION_SECONDS,
+                                   "--journal-retention-seconds"),
+                     help="seconds a finished run's journal is kept, then deleted (the run "
+                          "stays; 0: at once; default: kept until the run is deleted)")
     run.add_argument("--journal-secret", type=checked(journal_secret),
                      help=f"the Secret {names.JOURNAL_SECRET}, in each run's namespace, with the "
                           "keys accessKeyId and secretAccessKey, mounted into its workers "
@@ -237,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.history_port:
         try:
             history = historyserver.start(context=args.context, address=args.history_address,
-                                          port=int(args.history_port),
+                                          port=int(args.history_port), bucket=bucket,
                                           logger=logging.getLogger("agentrun"))
         except OSError as error:
             print(f"cannot serve the history API on {args.history_address}:"
@@ -245,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                   "--history-port (0: none)", file=sys.stderr)
             return 1
         logging.getLogger("agentrun").info("history API served on https://%s:%d",
-                                           args.history_address, history[0].port)
+                                           args.history_address, history.server.port)
     memo = SimpleNamespace(context=args.context, namespaces=list(args.namespace),
                            workers=int(args.workers), bucket=bucket,
                            reconcile_timeout=args.reconcile_timeout, meters=meters,
@@ -262,8 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             server.close()
         if history is not None:
-            history[1].stop()
-            history[0].close()
+            history.close()
     return 0
 
 

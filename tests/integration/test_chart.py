@@ -15,7 +15,8 @@ import kubernetes
 import pytest
 import yaml
 
-from agentrun import bundledstore, manifests
+from agentrun import bundledstore, cli, manifests
+from agentrun.api import names
 from tests.support.cluster.clusters import Cluster
 from tests.support.cluster.helm import CHART, NAMESPACE, RELEASE, helm_binary
 
@@ -54,7 +55,7 @@ def expected_objects() -> list[dict[str, Any]]:
     container["args"] += BUNDLED_JOURNAL  # the chart's default: its bundled store
     everything = [*manifests.operator_rbac(), *manifests.user_roles(), *manifests.worker_rbac(),
                   *manifests.mutating_policies(), *manifests.validating_policies(),
-                  account, operator, *manifests.metrics_service(),
+                  account, operator, *manifests.metrics_service(), *manifests.history_api(),
                   *bundledstore.store(pull_policy=manifests.PULL_POLICY)]
     return [o for o in everything if o["kind"] != "Namespace"]
 
@@ -92,6 +93,7 @@ def test_values_reach_the_deployment_and_the_service() -> None:
     assert container["image"] == "localhost/op:v9"
     assert container["imagePullPolicy"] == "Never"
     assert container["args"] == ["run", "--metrics-address", "0.0.0.0", "--metrics-port", "9090",
+                                 "--history-port", str(manifests.HISTORY_PORT),
                                  "--namespace", "team-a", "--namespace", "team-*", "--verbose",
                                  *BUNDLED_JOURNAL]
     assert container["ports"][0]["containerPort"] == 9090
@@ -112,6 +114,32 @@ def test_store_values_reach_the_store_and_disable_it() -> None:
     assert (container["image"], container["imagePullPolicy"]) == ("localhost/sw:t1", "Never")
     assert not [d for d in render("--set", "store.enabled=false")
                 if d["metadata"]["name"] == bundledstore.STORE]
+
+
+def test_the_history_api_can_be_turned_off_whole() -> None:
+    documents = render("--set", "history.enabled=false")
+    assert not [d for d in documents if d["kind"] == "APIService"
+                or d["metadata"]["name"] == names.HISTORY_SERVICE]
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"
+                     and d["metadata"]["name"] == manifests.OPERATOR_ROLE]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--history-port" not in container["args"]
+    assert cli.parse(container["args"]).history_port == 0  # the command's default: none
+
+
+def test_the_journal_retention_reaches_the_flags_as_a_whole_number() -> None:
+    def args(*values: str) -> list[str]:
+        (deployment,) = [d for d in render(*values) if d["kind"] == "Deployment"
+                         and d["metadata"]["name"] == "agentrun-operator"]
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        return list(container["args"])
+
+    assert "--journal-retention-seconds" not in args()  # null: kept until the run goes
+    for values in ([], ["--set", "journal.endpoint=http://minio:9000",
+                        "--set", "journal.bucket=journals"]):
+        found = args(*values, "--set", "journal.retentionSeconds=315360000")
+        assert found[found.index("--journal-retention-seconds") + 1] == "315360000"
+        assert cli.parse(["run", *found[found.index("--journal-endpoint"):]]).journal
 
 
 def test_the_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster,
@@ -145,6 +173,8 @@ BAD = [
     pytest.param(["--set", "replicas=2"], NAMESPACE, "additional properties 'replicas' not allowed",
                  id="replicas"),
     pytest.param(["--set", "metrics.port=0"], NAMESPACE, "minimum", id="port"),
+    pytest.param(["--set", "journal.retentionSeconds=-1"], NAMESPACE, "minimum",
+                 id="retention"),
     pytest.param(["--set-json", 'watchNamespaces=["Team A"]'], NAMESPACE, "does not match pattern",
                  id="namespace-name"),
     pytest.param([], "agentrun-elsewhere",

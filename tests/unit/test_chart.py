@@ -68,8 +68,8 @@ def test_values_defaults_are_the_manifests_and_fit_the_schema() -> None:
 def test_the_journal_values_become_the_operators_journal_flags() -> None:
     """Every flag the template can pass is the CLI's, and the defaults parse there."""
     text = chart.template(chart.deployment())
-    flags = set(re.findall(r"- (--journal-[a-z]+)$", text, flags=re.MULTILINE))
-    assert flags == {f"--journal-{name}" for name in cli.JOURNAL_FLAGS}
+    flags = set(re.findall(r"- (--journal-[a-z-]+)$", text, flags=re.MULTILINE))
+    assert flags == {f"--journal-{name.replace('_', '-')}" for name in cli.JOURNAL_FLAGS}
     assert 'fail "journal.endpoint and journal.bucket go together' in text
     journal = chartvalues.defaults()["journal"]
     assert (journal["endpoint"], journal["bucket"], journal["secretName"]) == ("", "", "")

@@ -7,7 +7,8 @@ It trusts exactly what a successor would: each attempt's head on its Lease, and 
 of nodes that head reaches, every node verified against the digest that named it.
 
 A *history* is the object served (kind ``SlotHistory``): the run's pinned journal, one
-row per attempt (its head's sequence number: how many commits it made), and the newest
+row per attempt (its head's sequence number: how many commits it made; the records and
+bytes they hold, from the usage beside the head), and the newest
 *entries* (records) across attempts, at most ``limit``, each with its kind, size and
 whether its payload is inline or an object beside the nodes. Reading walks chains from the
 heads backwards, so its cost is the entries shown, never the journal's length: a history
@@ -70,6 +71,7 @@ class Attempt:
     lease: str
     head: journalnodes.Head | None
     ended: bool
+    usage: journalnodes.Usage | None = None  # None: a worker from before usage was kept
 
 
 def attempts(leases: list[Object]) -> list[Attempt]:
@@ -87,7 +89,8 @@ def attempts(leases: list[Object]) -> list[Attempt]:
             raise HistoryError(500, "InternalError", str(error)) from None
         found.append(Attempt(number=int(label), lease=str(metadata.get("name")), head=head,
                              ended=names.OUTCOME_ANNOTATION in (metadata.get("annotations")
-                                                                or {})))
+                                                                or {}),
+                             usage=journalnodes.Usage.on_lease(lease)))
     return sorted(found, key=lambda a: a.number, reverse=True)
 
 
@@ -96,15 +99,18 @@ def walk(*, chain: list[Attempt], read: Callable[[int, str], bytes], limit: int,
          ) -> tuple[list[Object], bool]:
     """The newest ``limit`` entries reachable from the attempts' heads (newest attempt
     first, each attempt's newest commit first), and whether more were left unread (the
-    limit or the deadline reached). ``read(attempt, digest)`` is a node's bytes."""
+    limit, :data:`MOST` nodes read, or the deadline reached: a node may hold no entry).
+    ``read(attempt, digest)`` is a node's bytes."""
     entries: list[Object] = []
+    nodes = 0
     for attempt in chain:
         if attempt.head is None:
             continue
         seq, digest = attempt.head.seq, attempt.head.digest
         while True:
-            if len(entries) >= limit or clock() > deadline:
+            if len(entries) >= limit or nodes >= MOST or clock() > deadline:
                 return entries, True
+            nodes += 1
             try:
                 prev, found = journalnodes.read_node(read(attempt.number, digest),
                                                      attempt=attempt.number, seq=seq,
@@ -151,7 +157,9 @@ class Histories:
             "metadata": {"name": slot, "namespace": namespace},
             "journal": None, "attempts": [
                 {"attempt": a.number, "lease": a.lease, "ended": a.ended,
-                 "commits": a.head.seq if a.head else 0} for a in chain],
+                 "commits": a.head.seq if a.head else 0,
+                 **({"records": a.usage.records, "bytes": a.usage.bytes} if a.usage else {})}
+                for a in chain],
             "entries": [], "truncated": False,
         }
         if pinned is None:
@@ -159,6 +167,12 @@ class Histories:
         pin = JournalPin.model_validate(pinned)
         history["journal"] = {"endpoint": pin.endpoint, "bucket": pin.bucket,
                               "prefix": pin.prefix}
+        deleted = [c for c in (run.get("status") or {}).get("conditions") or []
+                   if c.get("type") == names.JOURNAL_DELETED_CONDITION
+                   and c.get("status") == "True"]
+        if deleted:  # by its retention: nothing to read, and the reason why
+            history["journal"]["deleted"] = str(deleted[0].get("message") or "")
+            return history
         try:
             store = self.stores.store(endpoint=pin.endpoint, bucket=pin.bucket,
                                       region=pin.region, secret=pin.secret,

@@ -176,6 +176,13 @@ def render_tree(view: Object) -> list[str]:
     return lines
 
 
+def _commits(attempt: Object) -> str:
+    """An attempt's commits, with the bytes they hold when its Lease says."""
+    size = attempt.get("bytes")
+    return (f"{attempt.get('commits')}" if size is None
+            else f"{attempt.get('commits')} ({size} bytes)")
+
+
 def _journal(found: Object | None) -> Object | None:
     """The journal part of a history: the history API's entries (newest first), or why
     they cannot be shown; None when the run keeps no journal (its records on Leases)."""
@@ -186,8 +193,10 @@ def _journal(found: Object | None) -> Object | None:
     if found.get("journal") is None:
         return None
     where = found["journal"]
+    if where.get("deleted"):
+        return {"error": f"deleted: {where['deleted']}"}
     return {"store": f"s3://{where.get('bucket')}/{where.get('prefix')}",
-            "commits": {str(a.get("attempt")): a.get("commits")
+            "commits": {str(a.get("attempt")): _commits(a)
                         for a in found.get("attempts") or [] if isinstance(a, dict)},
             "entries": [{"attempt": e.get("attempt"), "seq": e.get("seq"),
                          "kind": e.get("kind"), "key": e.get("key"), "size": e.get("size"),

@@ -149,6 +149,10 @@ def test_a_journal_is_read_through_rbac_and_only_so(
     assert found["kind"] == names.HISTORY_KIND and not found["truncated"]
     assert found["journal"]["bucket"] == store.BUCKET
     assert [a["commits"] for a in found["attempts"]] == [len(SIZES)]
+    # The usage beside the head: every record and the bytes of every payload.
+    (attempt,) = found["attempts"]
+    assert attempt["records"] == len(SIZES)
+    assert attempt["bytes"] == sum(e["size"] for e in found["entries"])
     entries = found["entries"]
     assert [e["key"] for e in entries] == [f"h{i:02d}" for i in reversed(range(len(SIZES)))]
     assert {e["kind"] for e in entries} == {"step-result"}

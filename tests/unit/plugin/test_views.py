@@ -141,7 +141,8 @@ def test_an_empty_history_says_none() -> None:
 
 
 JOURNAL = {"kind": "SlotHistory", "journal": {"bucket": "agentrun", "prefix": "p/ns/uid"},
-           "attempts": [{"attempt": 2, "commits": 1}, {"attempt": 1, "commits": 2}],
+           "attempts": [{"attempt": 2, "commits": 1, "records": 1, "bytes": 5000},
+                        {"attempt": 1, "commits": 2}],
            "entries": [{"attempt": 2, "seq": 1, "key": "turn-3", "kind": "step-result",
                         "size": 5000, "stored": "object", "digest": "d" * 64},
                        {"attempt": 1, "seq": 2, "key": "mail.intent", "kind": "effect-intent",
@@ -152,11 +153,11 @@ JOURNAL = {"kind": "SlotHistory", "journal": {"bucket": "agentrun", "prefix": "p
 def test_the_history_shows_the_journal_newest_first_or_why_not() -> None:
     view = views.history({"metadata": {"name": "s"}}, now=NOW, journal=JOURNAL)
     assert view["journal"]["store"] == "s3://agentrun/p/ns/uid"
-    assert view["journal"]["commits"] == {"2": 1, "1": 2}
+    assert view["journal"]["commits"] == {"2": "1 (5000 bytes)", "1": "2"}
     lines = views.render_history(view)
     start = next(i for i, line in enumerate(lines) if line.startswith("Journal "))
-    assert lines[start] == ("Journal s3://agentrun/p/ns/uid (commits: attempt 2: 1, "
-                            "attempt 1: 2), newest first:")
+    assert lines[start] == ("Journal s3://agentrun/p/ns/uid (commits: attempt 2: 1 (5000 "
+                            "bytes), attempt 1: 2), newest first:")
     assert lines[start + 1].split() == ["ATTEMPT", "SEQ", "KIND", "KEY", "BYTES", "STORED"]
     assert lines[start + 2].split() == ["2", "1", "step-result", "turn-3", "5000", "object"]
     assert lines[start + 3].split()[2:4] == ["effect-intent", "mail.intent"]
