@@ -122,8 +122,10 @@ class Served:
 def served(context: Context, *, log: str, env: dict[str, str] | None = None,
            args: list[str] | None = None) -> Iterator[Served]:
     """A fresh namespace with an owner and an operator (``env``: more of its environment;
-    ``args``: more of its flags; its log ``log`` in the workdir); all stopped and the
-    namespace dropped afterwards."""
+    ``args``: more of its flags; its log ``log`` in the workdir); afterwards the namespace
+    dropped while the operator still serves it (a run with a journal holds its finalizer
+    until the operator has deleted the journal: with no operator, the namespace would
+    never go), then all stopped."""
     cluster = context.cluster
     assert cluster.local is not None and cluster.local.node_ip
     namespace = fresh_namespace(cluster)
@@ -135,8 +137,10 @@ def served(context: Context, *, log: str, env: dict[str, str] | None = None,
                      operator=operator)
     finally:
         alive = operator.alive
-        operator.stop()
-        owner.stop()
         if not alive:
             print(f"the operator had exited:\n{operator.tail(40)}", file=sys.stderr)
-        drop(cluster, namespace)
+        try:
+            drop(cluster, namespace)
+        finally:
+            operator.stop()
+            owner.stop()
