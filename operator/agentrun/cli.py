@@ -59,16 +59,24 @@ HISTORY_ADDRESS = "0.0.0.0"  # the API server reaches it through its Service, fr
 MAX_ADDRESS_CHARS = 64  # an IPv6 address with a zone fits
 
 
-def ip_address(text: str) -> str:
-    """An argparse type: an IPv4 or IPv6 address to bind, else a clear error."""
-    try:
-        if len(text) > MAX_ADDRESS_CHARS:
-            raise ValueError(text)
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--metrics-address must be an IP address such as 127.0.0.1 or 0.0.0.0, "
-            f"not {text[:40]!r}") from None
+def ip_address(what: str) -> Callable[[str], str]:
+    """An argparse type for the flag ``what``: an IPv4 or IPv6 address to bind, else a
+    clear error naming that flag."""
+    def parse(text: str) -> str:
+        try:
+            if len(text) > MAX_ADDRESS_CHARS:
+                raise ValueError(text)
+            return str(ipaddress.ip_address(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{what} must be an IP address such as 127.0.0.1 or 0.0.0.0, "
+                f"not {text[:40]!r}") from None
+    return parse
+
+
+def _number(value: float) -> str:
+    """A bound as people write it: whole numbers in full (never 3.1536e+08)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def bounded(kind: Callable[[str], float], least: float, most: float,
@@ -83,7 +91,8 @@ def bounded(kind: Callable[[str], float], least: float, most: float,
                 f"{what} must be {kind_name}, not {text[:40]!r}") from None
         if not math.isfinite(value) or not least <= value <= most:
             raise argparse.ArgumentTypeError(
-                f"{what} must be between {least:g} and {most:g}, not {text[:40]}")
+                f"{what} must be between {_number(least)} and {_number(most)}, "
+                f"not {text[:40]}")
         return value
     return parse
 
@@ -151,7 +160,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--metrics-port", type=bounded(int, *METRICS_PORT[:2], "--metrics-port"),
                      default=METRICS_PORT[2],
                      help=f"port serving /metrics (default {METRICS_PORT[2]}; 0: not served)")
-    run.add_argument("--metrics-address", type=ip_address, default=METRICS_ADDRESS,
+    run.add_argument("--metrics-address", type=ip_address("--metrics-address"),
+                     default=METRICS_ADDRESS,
                      help=f"address serving /metrics (default {METRICS_ADDRESS}; "
                           "0.0.0.0 to be scraped from other pods)")
     run.add_argument("--history-port", type=bounded(int, *HISTORY_PORT[:2], "--history-port"),
@@ -159,7 +169,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                      help="port serving the history API (people read journals through the "
                           "API server: the APIService v1alpha1.history.agentrun.dev) over "
                           "TLS (default 0: not served)")
-    run.add_argument("--history-address", type=ip_address, default=HISTORY_ADDRESS,
+    run.add_argument("--history-address", type=ip_address("--history-address"),
+                     default=HISTORY_ADDRESS,
                      help=f"address serving the history API (default {HISTORY_ADDRESS})")
     run.add_argument("--journal-endpoint", type=checked(run_api.journal_endpoint),
                      help="the journal store's S3 API, such as http://minio.storage:9000 (with "

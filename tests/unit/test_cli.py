@@ -26,6 +26,10 @@ def test_qps_zero_means_no_limit() -> None:
     ("--qps", "inf", "between 0 and 10000"),
     ("--burst", "0", "--burst must be between 1 and 20000"),
     ("--reconcile-timeout", "0.5", "between 1 and 3600"),
+    ("--history-port", "70000", "--history-port must be between 0 and 65535"),
+    ("--history-port", "8443.5", "--history-port must be a whole number"),
+    ("--history-address", "localhost", "--history-address must be an IP address"),
+    ("--metrics-address", "localhost", "--metrics-address must be an IP address"),
 ])
 def test_out_of_bounds_is_refused_clearly(flag: str, value: str, says: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,6 +73,7 @@ def test_journal_flags_become_settings_with_defaults() -> None:
     (["--journal-bucket", "journals"], "given: --journal-bucket"),
     (["--journal-secret", "agentrun-journal"], "go together"),
     (["--journal-prefix", "p"], "go together"),
+    (["--journal-retention-seconds", "60"], "given: --journal-retention-seconds"),
 ])
 def test_a_partial_journal_is_refused(args: list[str], says: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:
@@ -91,6 +96,9 @@ def test_a_partial_journal_is_refused(args: list[str], says: str,
     ("--journal-region", "r" * 65, "at most 64 characters"),
     ("--journal-secret", "Keys", "the journal Secret must be a Secret's name"),
     ("--journal-secret", "journal-keys", "the only Secret name the operator may read"),
+    ("--journal-retention-seconds", "-1", "between 0 and 315360000"),
+    ("--journal-retention-seconds", "315360001", "between 0 and 315360000"),
+    ("--journal-retention-seconds", "1.5", "must be a whole number"),
 ])
 def test_journal_flags_out_of_bounds_are_refused_clearly(
         flag: str, value: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
