@@ -269,10 +269,8 @@ class LocalCluster:
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
-            # Aggregated APIs (the operator's history API): the API server forwards to them
-            # as front-proxy-client, the user in headers they trust only from that CA; it
-            # dials the Service's endpoints itself, as a control plane without kube-proxy
-            # on its own host must.
+            # The aggregation layer as kubeadm sets it up (the operator's history API); the
+            # API server dials Service endpoints itself: no kube-proxy on its host.
             f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
             "--requestheader-allowed-names=front-proxy-client",
             "--requestheader-username-headers=X-Remote-User",
