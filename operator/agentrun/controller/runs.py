@@ -19,7 +19,7 @@ from datetime import datetime
 
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
-from agentrun.api.runs import AgentRun, JournalSettings
+from agentrun.api.runs import AgentRun, JournalPin, JournalSettings
 from agentrun.controller import applier, journalchecks, journalstores, reconcilers
 from agentrun.core.base import actions
 from agentrun.core.base.events import Event
@@ -116,33 +116,30 @@ class RunReconciler(reconcilers.Reconciler):
                                   workflow=self.workflow(run),
                                   slots=reader.slots_of(namespace, name), taken=taken)
         due = runjournals.retention_due(run, now=world.now)
-        if due is None:
-            return world
-        # A finished run whose journal's retention is over: what its store holds (once no
-        # attempt of it is live), to delete it while the run stays.
-        undeleted = self._undeleted.pop((namespace, name), None)
-        live = self.stores.live_attempts(namespace, name)
-        orphaned = None if live else self.stores.orphaned(due, namespace)
-        left, error = (None, None) if live or orphaned else self.stores.left(due, namespace)
-        return dataclasses.replace(world, journal_live=live, journal_left=left,
-                                   journal_error=error or undeleted, journal_orphaned=orphaned)
+        # A finished run whose journal's retention is over: deleted while the run stays.
+        return world if due is None else self._journal_world(world, due)
 
     def _deleting_world(self, run: AgentRun, *, tenant: str | None,
                         taken: dict[str, reads.Object]) -> runsteps.RunWorld:
-        """A run being deleted that holds its journal's finalizer: its live attempts (from
-        the API, not a cache), then (none live) what its journal's store says."""
+        """A run being deleted that holds its journal's finalizer."""
         namespace, name = run.metadata.namespace or "", run.metadata.name
-        undeleted = self._undeleted.pop((namespace, name), None)
         world = runsteps.RunWorld(run=run, tenant=tenant, now=self.clock(), taken=taken,
-                                  slots=self.reader.slots_of(namespace, name),
-                                  journal_live=self.stores.live_attempts(namespace, name))
+                                  slots=self.reader.slots_of(namespace, name))
         pin = run.status.pinned.journal if run.status.pinned is not None else None
-        if pin is None or world.journal_live:
-            return world
-        orphaned = self.stores.orphaned(pin, namespace)
-        left, error = (None, None) if orphaned else self.stores.left(pin, namespace)
-        return dataclasses.replace(world, journal_left=left, journal_error=error or undeleted,
-                                   journal_orphaned=orphaned)
+        return world if pin is None else self._journal_world(world, pin)
+
+    def _journal_world(self, world: runsteps.RunWorld,
+                       pin: JournalPin) -> runsteps.RunWorld:
+        """``world`` with what deleting the run's journal waits on: its live attempts (from
+        the API, not a cache), then (none live) whether its Secret is gone, then what its
+        store holds (or why it could not say, or why the last deletion failed)."""
+        namespace, name = world.run.metadata.namespace or "", world.run.metadata.name
+        undeleted = self._undeleted.pop((namespace, name), None)
+        live = self.stores.live_attempts(namespace, name)
+        orphaned = None if live else self.stores.orphaned(pin, namespace)
+        left, error = (None, None) if live or orphaned else self.stores.left(pin, namespace)
+        return dataclasses.replace(world, journal_live=live, journal_left=left,
+                                   journal_error=error or undeleted, journal_orphaned=orphaned)
 
     def workflow(self, run: AgentRun) -> WorkflowDocument | resolution.Problem:
         """The pinned workflow, read from the run's own snapshot (immutable, so cached)."""
