@@ -5,11 +5,13 @@ signature and refuses a wrong secret: the signing proven against a verifier not 
 Covers: a round trip (a 9 MiB object, a key with spaces and non-ASCII), write-once put,
 a bounded get, 404's code, a listing across continuation tokens (a thousand keys and
 more, and small pages), delete and delete_prefix, ensure_bucket twice, and "unreachable"
-told from an answer.
+told from an answer. Streams have their own file (test_s3_streams.py); only their
+signing is checked here, with the verifier on.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import uuid
 from collections.abc import Iterator
@@ -103,6 +105,11 @@ def test_nothing_listening_is_unavailable_status_0() -> None:
     assert (raised.value.status, raised.value.code) == (0, "")
 
 
+def failing_after(data: bytes) -> Iterator[bytes]:
+    yield data
+    raise OSError("source gone")
+
+
 def test_sigv4_accepted_by_a_real_verifier_and_a_wrong_secret_refused(tmp_path: Path) -> None:
     with running_s3(tmp_path, auth=True) as url:
         right = Credentials(ACCESS_KEY, SECRET_KEY)
@@ -111,7 +118,15 @@ def test_sigv4_accepted_by_a_real_verifier_and_a_wrong_secret_refused(tmp_path: 
         key = "a b/été+1"
         assert signed.put(key, b"payload") and signed.put(key, b"x", if_none_match=True) is False
         assert signed.get(key, limit=10) == b"payload" and signed.list("a b/") == [key]
-        assert signed.delete_prefix("a b/") == 1
+        # Multipart requests sign their queries (uploads=, partNumber, uploadId) too.
+        large = os.urandom(6 * 1024 * 1024)
+        streamed = signed.put_stream("a b/large", io.BytesIO(large), part_bytes=5 * 1024 * 1024)
+        assert streamed.parts == 2 and signed.head("a b/large").etag == streamed.etag
+        assert b"".join(signed.get_stream("a b/large", offset=1)) == large[1:]
+        with pytest.raises(OSError, match="source gone"):
+            signed.put_stream("a b/failed", failing_after(large), part_bytes=5 * 1024 * 1024)
+        assert signed.abort_uploads("a b/") == 0  # the failed upload was aborted, signed
+        assert signed.delete_prefix("a b/") == 2
 
         wrong = Credentials(ACCESS_KEY, SECRET_KEY + "x")
         forged = ObjectStore(endpoint=url, bucket="signed", credentials=lambda: wrong)

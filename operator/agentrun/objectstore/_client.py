@@ -1,18 +1,9 @@
-"""A small S3 client: the few operations the journal needs, signed with AWS Signature V4.
+"""The whole-object client: credentials, SigV4, one signed request and the bounded
+reading of its answer, and the operations on whole objects (put, get, head, list, delete).
 
-Any S3-compatible store will do (AWS S3, GCS's S3 interface, Ceph RGW, SeaweedFS, R2), so
-the client speaks only what they all share: path-style addressing
-(``<endpoint>/<bucket>/<key>``), SigV4 with the payload's sha256 (never
-``UNSIGNED-PAYLOAD``, which some stores refuse and which would leave the body unsigned),
-ListObjectsV2 and DeleteObjects. Not boto3: botocore pins ``python-dateutil<3`` while the
-kubernetes client needs ``>=3`` (pip then picks boto3 0.0.3), and it is 35 MB and half a
-second of import for an SDK meant to be light. urllib3 is already here (kubernetes').
-
-Its own layer, below the worker and the operator: workers write and read journals with it,
-the operator deletes them with their run. No request is retried here (urllib3's retries
-are off): the caller retries on its own schedule, and tells "the store is unreachable or
-failing" (:class:`S3Unavailable`, retryable) from "the store answered no"
-(:class:`S3Error`).
+What the package says of the store (path-style, SigV4 with the payload's sha256, no
+retries here) holds here; streaming and multipart uploads build on this in
+:mod:`agentrun.objectstore._streams`.
 """
 
 from __future__ import annotations
@@ -26,14 +17,28 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import cast
 
 import urllib3
 
 KEY_FILE_BYTES = 4096  # an access key or secret is tens of bytes; more is not a key file
 MESSAGE_CHARS = 300  # an error's message is clipped: a store's body never floods a log
 _ERROR_BODY_BYTES = 64 * 1024
-_LIST_BODY_BYTES = 16 * 1024 * 1024  # 1000 keys of 1 KiB each, escaped, fit many times
+LIST_BODY_BYTES = 16 * 1024 * 1024  # 1000 keys of 1 KiB each, escaped, fit many times
 _BATCH = 1000  # DeleteObjects' own maximum
+ETAG_CHARS = 1024  # an ETag is a quoted md5 (with "-<parts>" after a multipart upload)
+_COUNT_DIGITS = 19  # a byte count in a header: up to 10**19 - 1, past any object's size
+
+
+@dataclass(frozen=True)
+class Head:
+    """What HEAD says of an object: its ``size`` in bytes and its ``etag``, as the store
+    quotes it. An ETag is the content's md5 after a single PUT but not after a multipart
+    upload (nor with some encryption): equal ETags mean the same object, which is all a
+    reader may rely on."""
+
+    size: int
+    etag: str
 
 
 @dataclass(frozen=True)
@@ -125,17 +130,45 @@ def authorization(*, method: str, path: str, query: dict[str, str], headers: dic
             f"SignedHeaders={signed}, Signature={signature}")
 
 
-def _local(tag: str) -> str:
+def local(tag: str) -> str:
     """An XML tag without its namespace: stores differ in whether they declare S3's."""
     return tag.rpartition("}")[2]
 
 
-def _texts(root: ET.Element, name: str) -> list[str]:
-    return [node.text or "" for node in root.iter() if _local(node.tag) == name]
+def texts(root: ET.Element, name: str) -> list[str]:
+    return [node.text or "" for node in root.iter() if local(node.tag) == name]
 
 
-class ObjectStore:
-    """One bucket of an S3-compatible store at ``endpoint`` (``http[s]://host[:port]``)."""
+def header(response: urllib3.BaseHTTPResponse, name: str, *, what: str) -> str:
+    """A header's value ("" if absent), at most :data:`ETAG_CHARS` characters (the store
+    chose it: an over-long one is an error, never a value passed on)."""
+    value = str(response.headers.get(name, ""))
+    if len(value) > ETAG_CHARS:
+        raise S3Error(status=response.status, code="",
+                      message=f"{what}: a {name} header of {len(value)} characters")
+    return value
+
+
+def byte_count(text: str, *, what: str) -> int:
+    """A count of bytes from a header: ASCII digits only (``int`` would also take signs,
+    spaces, ``_`` and other scripts' digits) and at most :data:`_COUNT_DIGITS` of them."""
+    if not (text.isascii() and text.isdigit()) or len(text) > _COUNT_DIGITS:
+        raise S3Error(status=200, code="", message=f"{what}: {text[:40]!r} is not a byte count")
+    return int(text)
+
+
+def parse_xml(body: bytes, *, what: str) -> ET.Element:
+    """An answer's XML; leading whitespace skipped (AWS keeps a long CompleteMultipartUpload
+    alive with it); a body that is not XML is an :class:`S3Error` of status 200."""
+    try:
+        return ET.fromstring(body.lstrip())
+    except ET.ParseError as error:  # e.g. cut at the bound: an answer, but not a usable one
+        raise S3Error(status=200, code="", message=f"{what}: not S3's XML: {error}") from None
+
+
+class Client:
+    """One bucket of an S3-compatible store at ``endpoint`` (``http[s]://host[:port]``), its
+    whole objects (the streams are :class:`agentrun.objectstore.ObjectStore`'s)."""
 
     def __init__(self, *, endpoint: str, bucket: str, region: str = "us-east-1",
                  credentials: Callable[[], Credentials | None], timeout: float = 10.0,
@@ -159,7 +192,7 @@ class ObjectStore:
         return f"/{_quote(self.bucket)}/{_quote(key, safe='/')}"
 
     def _request(self, method: str, key: str | None, *, query: dict[str, str] | None = None,
-                 body: bytes = b"", headers: dict[str, str] | None = None
+                 body: bytes | bytearray = b"", headers: dict[str, str] | None = None
                  ) -> urllib3.BaseHTTPResponse:
         """Send one signed request; the response unread (the caller bounds what it reads)."""
         path, query = self._path(key), query or {}
@@ -177,9 +210,11 @@ class ObjectStore:
         if method in ("PUT", "POST"):
             sent["content-length"] = str(len(body))
         target = path + (f"?{canonical_query(query)}" if query else "")
+        # A part is a bytearray (never copied into bytes): urllib3 sends any buffer as it is.
+        sending = cast(bytes, body) or None
         try:  # the connection pool's urlopen: PoolManager.request would drop "." segments
             return self._pool.connection_from_url(self.endpoint).urlopen(
-                method, target, body=body or None, headers=sent, retries=False,
+                method, target, body=sending, headers=sent, retries=False,
                 redirect=False, timeout=self._timeout, preload_content=False)
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise S3Unavailable(status=0, code="",
@@ -216,20 +251,13 @@ class ObjectStore:
         code, message = "", body.decode("utf-8", errors="replace").strip()
         try:
             root = ET.fromstring(body)
-            code = next(iter(_texts(root, "Code")), "")
-            message = next(iter(_texts(root, "Message")), "") or message
+            code = next(iter(texts(root, "Code")), "")
+            message = next(iter(texts(root, "Message")), "") or message
         except ET.ParseError:
             pass  # not S3's XML (a proxy's page, a HEAD's empty body): the text as it is
         error = S3Unavailable if response.status >= 500 else S3Error
         raise error(status=response.status, code=code,
                     message=f"{what}: {message or response.reason or ''}")
-
-    @staticmethod
-    def _xml(body: bytes, *, what: str) -> ET.Element:
-        try:
-            return ET.fromstring(body)
-        except ET.ParseError as error:  # e.g. cut at the bound: an answer, but not a usable one
-            raise S3Error(status=200, code="", message=f"{what}: not S3's XML: {error}") from None
 
     def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> bool:
         """Write ``key``; ``if_none_match``: only if absent (write-once), ``False`` if it
@@ -250,6 +278,17 @@ class ObjectStore:
         self._answer(response, ok=(200, 404), what=f"HEAD {key}")
         return response.status == 200
 
+    def head(self, key: str) -> Head:
+        """``key``'s size and ETag, not its bytes; absent: ``S3Error`` with code
+        ``NoSuchKey`` (a HEAD's 404 has no body to name it: the code is put here)."""
+        what = f"HEAD {key}"
+        response = self._request("HEAD", key)
+        self._answer(response, ok=(200, 404), what=what)
+        if response.status == 404:
+            raise S3Error(status=404, code="NoSuchKey", message=f"{what}: no such key")
+        return Head(size=byte_count(header(response, "content-length", what=what), what=what),
+                    etag=header(response, "etag", what=what))
+
     def list(self, prefix: str, *, limit: int = 10000, page: int = 1000) -> list[str]:
         """The keys under ``prefix``, in the store's order, at most ``limit`` of them;
         ``page``: keys asked for a request (tests force continuations with a small one)."""
@@ -258,12 +297,12 @@ class ObjectStore:
         while len(keys) < limit:
             query["max-keys"] = str(min(page, limit - len(keys)))
             what = f"LIST {prefix}"
-            root = self._xml(self._answer(self._request("GET", None, query=query), ok=(200,),
-                                          what=what, most=_LIST_BODY_BYTES), what=what)
-            keys += [child.text or "" for node in root if _local(node.tag) == "Contents"
-                     for child in node if _local(child.tag) == "Key"]
-            token = next(iter(_texts(root, "NextContinuationToken")), "")
-            if _texts(root, "IsTruncated") != ["true"] or not token:
+            root = parse_xml(self._answer(self._request("GET", None, query=query), ok=(200,),
+                                          what=what, most=LIST_BODY_BYTES), what=what)
+            keys += [child.text or "" for node in root if local(node.tag) == "Contents"
+                     for child in node if local(child.tag) == "Key"]
+            token = next(iter(texts(root, "NextContinuationToken")), "")
+            if texts(root, "IsTruncated") != ["true"] or not token:
                 break
             query["continuation-token"] = token
         return keys[:limit]
@@ -287,10 +326,10 @@ class ObjectStore:
             md5 = base64.b64encode(hashlib.md5(body, usedforsecurity=False).digest()).decode()
             response = self._request("POST", None, query={"delete": ""}, body=body,
                                      headers={"content-md5": md5})
-            answer = self._xml(self._answer(response, ok=(200,), what=what,
-                                            most=_LIST_BODY_BYTES), what=what)
-            if errors := [node for node in answer if _local(node.tag) == "Error"]:
-                raise S3Error(status=200, code=next(iter(_texts(errors[0], "Code")), ""),
+            answer = parse_xml(self._answer(response, ok=(200,), what=what,
+                                            most=LIST_BODY_BYTES), what=what)
+            if errors := [node for node in answer if local(node.tag) == "Error"]:
+                raise S3Error(status=200, code=next(iter(texts(errors[0], "Code")), ""),
                               message=f"{what}: {len(errors)} keys not deleted")
             count += len(keys)
         return count

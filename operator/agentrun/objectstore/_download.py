@@ -1,0 +1,144 @@
+"""A ranged read that resumes: :class:`Download`, what ``ObjectStore.get_stream`` returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+
+import urllib3
+
+from agentrun.objectstore import _parts as parts
+from agentrun.objectstore._client import Client, S3Error, S3Unavailable, byte_count, header
+
+
+class Download:
+    """An object's bytes from an offset on, a chunk at a time: an iterator of ``bytes``
+    (each at most ``chunk_bytes``; one held at a time), to be read to its end or closed
+    (``with`` does): a body left half read holds its connection until then.
+
+    ``size``: the object's whole size, not what is left after the offset; ``etag``: the
+    object's, as its first answer gave it (or as the caller pinned it); ``position``: the
+    offset of the next byte to be handed over (``size`` once all were).
+
+    Resuming: a body cut short (a reset, a read timeout, an end before its length) is
+    asked for again from ``position`` (``Range: bytes=<position>-``) with ``If-Match:
+    <etag>``: an object replaced meanwhile is ``S3Error`` PreconditionFailed (412), never
+    the rest of another object after the start of this one (an answer whose ETag or size
+    differs is refused the same way, should a store ignore ``If-Match``). At most
+    ``retries`` attempts in a row that deliver nothing (a cut, or a resume that got no
+    answer), waiting ``wait(attempt)`` before each; a chunk delivered starts the count
+    again; then :class:`S3Unavailable`.
+    """
+
+    def __init__(self, store: Client, key: str, *, offset: int, chunk_bytes: int,
+                 etag: str | None, retries: int, wait: Callable[[int], None]) -> None:
+        self._store, self.key, self.position, self.etag = store, key, offset, etag or ""
+        self._chunk, self._retries, self._wait = chunk_bytes, retries, wait
+        self._failures = 0
+        self._response: urllib3.BaseHTTPResponse | None = None
+        self.size: int | None = None
+        self._open()
+
+    def __iter__(self) -> Download:
+        return self
+
+    def __next__(self) -> bytes:
+        assert self.size is not None  # known once the first answer came
+        while self.position < self.size:
+            if self._response is None:
+                self._resume()
+                continue
+            try:
+                chunk = self._response.read(min(self._chunk, self.size - self.position),
+                                            decode_content=False)
+            except (urllib3.exceptions.HTTPError, OSError) as error:
+                self._cut(str(error))
+                continue
+            if not chunk:
+                self._cut(f"the body ended at byte {self.position} of {self.size}")
+                continue
+            self.position += len(chunk)
+            self._failures = 0
+            return chunk
+        self.close()
+        raise StopIteration
+
+    def close(self) -> None:
+        """Give the connection back (to the pool if the body was read to its end)."""
+        response, self._response = self._response, None
+        if response is not None:
+            if self.position != self.size:
+                response.close()  # unread bytes: the connection cannot be reused
+            response.release_conn()
+
+    def __enter__(self) -> Download:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.close()
+
+    def _cut(self, reason: str) -> None:
+        """The body stopped at ``position``: count it, give up past ``retries`` in a row,
+        else wait before the resume."""
+        self.close()
+        self._failures += 1
+        if self._failures > self._retries:
+            raise S3Unavailable(status=0, code="", message=(
+                f"GET {self.key}: cut at byte {self.position} of {self.size}, "
+                f"{self._failures} times in a row: {reason}"))
+        self._wait(self._failures - 1)
+
+    def _resume(self) -> None:
+        if not self.etag:  # nothing to pin the object by: the rest could be another's
+            raise S3Unavailable(status=0, code="", message=(
+                f"GET {self.key}: cut at byte {self.position}, and no ETag to resume with"))
+        try:
+            self._open()
+        except S3Unavailable as error:
+            self._cut(str(error))
+
+    def _open(self) -> None:
+        """Ask for the bytes from ``position`` and check the answer is for them: its
+        first byte, the same ETag and size as before."""
+        what = f"GET {self.key} from byte {self.position}"
+        response = self._store._request("GET", self.key,
+                                        headers=parts.read_headers(self.position, self.etag))
+        status, expected = response.status, 206 if self.position else 200
+        if status == 416 and self.position and self.size is None:
+            _, total = parts.content_range(header(response, "content-range", what=what),
+                                           what=what)
+            if total == self.position:  # asked from the very end: nothing to read
+                Client._read(response, parts.ANSWER_BYTES, what=what)
+                self.size = total
+                return
+        if status != expected:
+            if status not in (200, 206):
+                self._store._answer(response, ok=(), what=what)  # raises the error it is
+            response.close()
+            response.release_conn()
+            raise S3Error(status=status, code="", message=f"{what}: a {status}, not {expected}")
+        try:
+            self._check(response, what=what)
+        except S3Error:
+            response.close()
+            response.release_conn()
+            raise
+        self._response = response
+
+    def _check(self, response: urllib3.BaseHTTPResponse, *, what: str) -> None:
+        etag = header(response, "etag", what=what)
+        if response.status == 206:
+            start, total = parts.content_range(header(response, "content-range", what=what),
+                                               what=what)
+            if start != self.position or total is None:
+                raise S3Error(status=206, code="", message=(
+                    f"{what}: answered from byte {start} of {total}"))
+        else:
+            total = byte_count(header(response, "content-length", what=what), what=what)
+        changed = self.etag and not parts.same_etag(self.etag, etag)
+        if changed or (self.size is not None and total != self.size):
+            raise S3Error(status=412, code="PreconditionFailed", message=(
+                f"{what}: the object changed (ETag {etag}, {total} bytes; read as "
+                f"{self.etag}, {self.size} bytes)"))
+        self.size, self.etag = total, self.etag or etag

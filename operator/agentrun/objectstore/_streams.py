@@ -1,0 +1,256 @@
+"""Streams: objects written and read a part or a chunk at a time, never whole in memory
+(a worker's artifacts run to gigabytes), and the uploads a killed writer leaves.
+
+Unlike the rest of the client, these requests are retried here, a bounded number of
+times with a doubling wait: the caller cannot retry them, since a stream's source is
+read once. A part is retried from memory (the part just read is still held), a cut
+read resumes at the byte after the last one handed over, pinned by ``If-Match`` to the
+object it started on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from agentrun.objectstore import _parts as parts
+from agentrun.objectstore._client import (
+    LIST_BODY_BYTES,
+    Client,
+    S3Error,
+    S3Unavailable,
+    header,
+)
+from agentrun.objectstore._download import Download
+from agentrun.objectstore._parts import PART_BYTES, Source, Streamed
+
+RETRIES = 3  # requests after the first: 4 in all, over 0.5 + 1 + 2 s of waiting
+BACKOFF = 0.5  # seconds before the first retry, doubled before each next one
+_BACKOFF_CAP = 8.0
+_UPLOADS_PAGE = 1000  # ListMultipartUploads' own maximum on AWS
+_UPLOADS_LIMIT = 100_000
+_ABSENT = ("NoSuchKey", "NoSuchUpload")
+
+T = TypeVar("T")
+
+
+def retrying(call: Callable[[], T], *, retries: int, backoff: float,
+             unanswered: list[bool] | None = None) -> T:
+    """``call()``, again after an :class:`S3Unavailable` up to ``retries`` more times,
+    waiting ``backoff`` seconds, then twice as long each time (capped at 8 s).
+    ``unanswered``: one ``True`` appended per attempt that got no answer at all (status
+    0), after which the store may have done what was asked."""
+    for attempt in range(retries + 1):
+        try:
+            return call()
+        except S3Unavailable as error:
+            if unanswered is not None and error.status == 0:
+                unanswered.append(True)
+            if attempt == retries:
+                raise
+            time.sleep(min(backoff * 2 ** attempt, _BACKOFF_CAP))
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+class ObjectStore(Client):
+    """One bucket of an S3-compatible store: whole objects (:class:`Client`) and streams."""
+
+    def put_stream(self, key: str, source: Source, *, part_bytes: int = PART_BYTES,
+                   if_none_match: bool = False, retries: int = RETRIES,
+                   backoff: float = BACKOFF) -> Streamed:
+        """Write ``key`` from ``source`` (a binary stream's ``read(n)``, or an iterable of
+        bytes chunks), one part of ``part_bytes`` in memory at a time; the whole content's
+        size and sha256, computed as it went by.
+
+        Content shorter than a part: one PUT. Otherwise a multipart upload, its parts
+        numbered in order (exactly ``part_bytes`` is an upload of one part); a stream
+        over :data:`MAX_PARTS` parts is a ``ValueError`` (``part_bytes_for(size)`` picks a
+        part size that fits), and so is a ``part_bytes`` S3 refuses (5 MiB to 5 GiB),
+        before any request. Each request is retried (see the module); an upload that
+        cannot finish, for any reason (the store, the source, too many parts), is
+        aborted, best effort, and the error raised: no parts are left to take storage.
+        What does leave an upload: a writer killed outright, and a CreateMultipartUpload
+        that got no answer yet made one (the retry makes another);
+        :meth:`abort_uploads` removes those.
+
+        ``if_none_match``: only if ``key`` is absent (``If-None-Match: *`` on the PUT or on
+        CompleteMultipartUpload, checked as the object is made; SeaweedFS 4.48 honours
+        both, AWS S3 since 2024); present: ``written`` False and the store unchanged.
+        An attempt that got no answer may have made the object: a later 412 (or a
+        NoSuchUpload, the upload gone with its completion) is then taken as ours when
+        the object's ETag is the one these parts make (:func:`parts.multipart_etag`).
+        """
+        parts.check_part_bytes(part_bytes)
+        digest, size = hashlib.sha256(), 0
+        pieces = parts.split(source, part_bytes)
+        part = next(pieces, b"")
+        digest.update(part)
+        size += len(part)
+        if len(part) < part_bytes:
+            etag, written = self._put_whole(key, part, if_none_match=if_none_match,
+                                            retries=retries, backoff=backoff)
+            return Streamed(size=size, sha256=digest.hexdigest(), etag=etag, parts=0,
+                            written=written)
+        what = f"UPLOAD {key}"
+        upload = retrying(lambda: parts.upload_id(self._answer(
+            self._request("POST", key, query={"uploads": ""}), ok=(200,), what=what,
+            most=parts.ANSWER_BYTES), what=what), retries=retries, backoff=backoff)
+        etags: list[str] = []
+        try:
+            while part:
+                if len(etags) == parts.MAX_PARTS:
+                    raise parts.too_many_parts(part_bytes)
+                etags.append(self._put_part(key, upload, len(etags) + 1, part,
+                                            retries=retries, backoff=backoff))
+                del part  # dropped before the next is read: one part in memory
+                part = next(pieces, b"")
+                digest.update(part)
+                size += len(part)
+            etag, written = self._complete(key, upload, etags, if_none_match=if_none_match,
+                                           retries=retries, backoff=backoff)
+            if not written:
+                self._abort(key, upload)  # its parts are kept until aborted
+        except BaseException:
+            self._abort(key, upload)
+            raise
+        return Streamed(size=size, sha256=digest.hexdigest(), etag=etag, parts=len(etags),
+                        written=written)
+
+    def _put_whole(self, key: str, data: parts.Part, *, if_none_match: bool, retries: int,
+                   backoff: float) -> tuple[str, bool]:
+        what, unanswered = f"PUT {key}", list[bool]()
+        headers = {"If-None-Match": "*"} if if_none_match else {}
+
+        def put() -> tuple[str, bool]:
+            response = self._request("PUT", key, body=data, headers=headers)
+            self._answer(response, ok=(200, 412) if if_none_match else (200,), what=what)
+            return header(response, "etag", what=what), response.status == 200
+
+        etag, written = retrying(put, retries=retries, backoff=backoff, unanswered=unanswered)
+        if not written and unanswered:  # a PUT that got no answer may have been ours
+            ours = f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+            if self._made(key, ours):
+                return ours, True
+        return (etag if written else ""), written
+
+    def _put_part(self, key: str, upload: str, number: int, part: parts.Part, *,
+                  retries: int, backoff: float) -> str:
+        what = f"UPLOAD {key} part {number}"
+
+        def put() -> str:
+            response = self._request("PUT", key, body=part,
+                                     query={"partNumber": str(number), "uploadId": upload})
+            self._answer(response, ok=(200,), what=what)
+            if not (etag := header(response, "etag", what=what)):
+                raise S3Error(status=200, code="", message=f"{what}: no ETag")
+            return etag
+
+        return retrying(put, retries=retries, backoff=backoff)
+
+    def _complete(self, key: str, upload: str, etags: list[str], *, if_none_match: bool,
+                  retries: int, backoff: float) -> tuple[str, bool]:
+        what, unanswered = f"COMPLETE {key}", list[bool]()
+        body = parts.complete_body(etags)
+        headers = {"If-None-Match": "*"} if if_none_match else {}
+
+        def complete() -> str:
+            response = self._request("POST", key, query={"uploadId": upload}, body=body,
+                                     headers=headers)
+            return parts.completed_etag(self._answer(response, ok=(200,), what=what,
+                                                     most=parts.ANSWER_BYTES), what=what)
+
+        try:
+            return retrying(complete, retries=retries, backoff=backoff,
+                            unanswered=unanswered), True
+        except S3Error as error:
+            refused = if_none_match and error.code == "PreconditionFailed"
+            if not (refused or error.code == "NoSuchUpload") or isinstance(error, S3Unavailable):
+                raise
+            ours = parts.multipart_etag(etags)
+            if unanswered and self._made(key, ours):
+                return ours, True
+            if refused:
+                return "", False
+            raise
+
+    def _made(self, key: str, etag: str) -> bool:
+        """Whether ``key`` is the object of ``etag`` (a HEAD; unknown counts as not)."""
+        try:
+            return parts.same_etag(etag, self.head(key).etag)
+        except S3Error:
+            return False
+
+    def _abort(self, key: str, upload: str) -> None:
+        """Drop an upload's parts, best effort: the error that led here is the one told."""
+        with contextlib.suppress(S3Error):
+            self._answer(self._request("DELETE", key, query={"uploadId": upload}),
+                         ok=(200, 204, 404), what=f"ABORT {key}")
+
+    def get_stream(self, key: str, *, offset: int = 0, chunk_bytes: int = parts.CHUNK_BYTES,
+                   etag: str | None = None, retries: int = RETRIES,
+                   backoff: float = BACKOFF) -> Download:
+        """``key``'s bytes from ``offset`` on, as a :class:`Download`: an iterator of
+        chunks of ``chunk_bytes`` at most, one in memory at a time, which knows the
+        object's ``size`` and ``etag``. The first request is made here (a missing key is
+        ``S3Error`` NoSuchKey now, not at the first chunk); ``etag``: only that object
+        (else S3Error PreconditionFailed); ``offset`` at the object's end: no chunks.
+        A body cut short is read again from the byte after the last one handed over
+        (see :class:`Download`)."""
+        if offset < 0 or chunk_bytes < 1:
+            raise ValueError(f"get_stream: offset {offset} and chunk_bytes {chunk_bytes}: "
+                             "want offset >= 0 and chunk_bytes >= 1")
+        return Download(self, key, offset=offset, chunk_bytes=chunk_bytes, etag=etag,
+                        retries=retries, wait=lambda attempt: time.sleep(
+                            min(backoff * 2 ** attempt, _BACKOFF_CAP)))
+
+    def abort_uploads(self, prefix: str, *, limit: int = _UPLOADS_LIMIT,
+                      page: int = _UPLOADS_PAGE) -> int:
+        """Abort every incomplete multipart upload under ``prefix`` (a writer killed
+        mid-upload leaves its parts taking storage, seen by no listing of keys); how many,
+        at most ``limit``; ``page``: uploads listed a request (tests force rounds with a
+        small one). An upload still being written is aborted too: its writer's next part
+        or completion fails (NoSuchUpload), so call this when none may write.
+
+        Each round lists the first page of uploads (no markers) and aborts them all, until
+        a listing is empty, as :meth:`delete_prefix` does with keys: SeaweedFS 4.48 orders
+        uploads by upload id and reads ``key-marker`` unlike AWS, so paging by markers
+        would skip some there. An upload listed again after its abort is an error, not a
+        loop. A blank prefix is refused: it would reach every writer in the bucket."""
+        if not prefix:
+            raise ValueError("abort_uploads wants a prefix: a blank one reaches every writer")
+        count, what, last = 0, f"LIST UPLOADS {prefix}", set[tuple[str, str]]()
+        while count < limit:
+            query = {"uploads": "", "prefix": prefix,
+                     "max-uploads": str(min(page, limit - count))}
+            answer = self._answer(self._request("GET", None, query=query), ok=(200,),
+                                  what=what, most=LIST_BODY_BYTES)
+            found, more = parts.listed_uploads(answer, what=what)
+            if again := last.intersection(found):
+                raise S3Error(status=200, code="", message=(
+                    f"{what}: {len(again)} uploads listed again after their abort"))
+            for key, upload in found[:limit - count]:
+                self._answer(self._request("DELETE", key, query={"uploadId": upload}),
+                             ok=(200, 204, 404), what=f"ABORT {key}")
+            count, last = count + len(found[:limit - count]), set(found)
+            if not found or not more:
+                break
+        return count
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Remove every key under ``prefix`` and first abort its incomplete uploads (so a
+        run's deleted journal leaves nothing, the parts of a killed writer included);
+        how many keys. Uploads first: one completed meanwhile is then a key, deleted
+        with the rest. A store without multipart uploads (501 NotImplemented) has none
+        to leave; any other refusal is raised (the credentials need
+        ``s3:ListBucketMultipartUploads`` and ``s3:AbortMultipartUpload`` on AWS)."""
+        if not prefix:
+            raise ValueError("delete_prefix wants a prefix: a blank one empties the bucket")
+        try:
+            self.abort_uploads(prefix)
+        except S3Error as error:
+            if error.status != 501 and error.code != "NotImplemented":
+                raise
+        return super().delete_prefix(prefix)
