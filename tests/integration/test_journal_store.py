@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,30 +23,21 @@ from agentrun.api import names
 from agentrun.kube import rest
 from agentrun.objectstore import ObjectStore
 from agentrun.worker import _journal as journal
+from agentrun.worker import _journalcommits as journalcommits
 from agentrun.worker import _records as records
+from tests.support.s3fixtures import endpoint, slot_journal
 from tests.support.s3server import PORT_COUNT, free_ports, running_s3
 from tests.support.waiting import wait_for
 from tests.unit.worker.test_records import FakeApi, lease
 
 Kind = records.Kind
+__all__ = ["endpoint", "slot_journal"]  # fixtures taken from tests/support/s3fixtures.py
 
 
-@pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_s3(tmp_path_factory.mktemp("s3")) as url:
-        yield url
 
-
-@pytest.fixture
-def slot_journal(endpoint: str) -> journal.Journal:
-    objects = ObjectStore(endpoint=endpoint, bucket=f"j-{uuid.uuid4().hex[:12]}",
-                          credentials=lambda: None)
-    objects.ensure_bucket()
-    return journal.Journal(objects=objects, prefix="agentrun/ns/uid", slot="s", retry_seconds=1)
-
-
-def committer(found: journal.Journal, api: Any, *, attempt: int = 1) -> journal.JournalRecords:
-    return journal.JournalRecords(journal=found, lease=records.LeaseRecords(
+def committer(found: journal.Journal, api: Any, *,
+              attempt: int = 1) -> journalcommits.JournalRecords:
+    return journalcommits.JournalRecords(journal=found, lease=records.LeaseRecords(
         api=api, namespace="ns", lease=f"s-{attempt}", attempt=attempt))
 
 

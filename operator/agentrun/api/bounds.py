@@ -70,8 +70,11 @@ PAYLOAD_URI_CHARS: Final = 1024
 PAYLOAD_DEPTH: Final = 64
 # A payload stored by reference is at most this many bytes (its record's ``size``): a
 # successor reads it whole into memory, and reads no more than that of whatever it finds.
-# A step's result, not an artifact: larger data is stored by the agent and recorded by URI.
+# A step's result, not an artifact: larger data is an artifact (below).
 PAYLOAD_BYTES: Final = 64 * 1024 * 1024
+# An artifact (``worker.artifact``): streamed into the journal, never held whole; at most
+# this many bytes (S3's 10,000 parts of 8 MiB hold 78 GiB: the bound leaves room).
+ARTIFACT_BYTES: Final = 64 * 1024 * 1024 * 1024
 
 # resolve-effect: the effect's key is a step key (above); its result,
 # as written in the annotation, is at most this many UTF-8 bytes (JSON, else plain text),

@@ -52,6 +52,7 @@ class Kind(enum.StrEnum):
     STEP_RESULT = "step-result"
     EFFECT_INTENT = "effect-intent"
     EFFECT_OUTCOME = "effect-outcome"
+    ARTIFACT = "artifact"  # bytes streamed into the journal by reference (``ref``), any size
 
 
 class RecordError(ValueError):
@@ -106,7 +107,7 @@ class Record(BaseModel):
     key: str = Field(max_length=bounds.RECORD_KEY_CHARS, pattern=bounds.RECORD_KEY_PATTERN)
     kind: Kind
     ref: str | None = Field(default=None, max_length=bounds.PAYLOAD_URI_CHARS)
-    size: int = Field(ge=0, le=bounds.PAYLOAD_BYTES)
+    size: int = Field(ge=0, le=bounds.ARTIFACT_BYTES)  # PAYLOAD_BYTES but for an artifact
 
     @field_validator("inline")
     @classmethod
@@ -122,6 +123,11 @@ class Record(BaseModel):
         if self.ref is None and self.size > bounds.INLINE_PAYLOAD_BYTES:
             raise ValueError(f"an inline payload is at most {bounds.INLINE_PAYLOAD_BYTES} "
                              "bytes; store a larger one by reference")
+        if self.kind is Kind.ARTIFACT and self.ref is None:
+            raise ValueError("an artifact is stored by reference")
+        if self.kind is not Kind.ARTIFACT and self.size > bounds.PAYLOAD_BYTES:
+            raise ValueError(f"a payload is at most {bounds.PAYLOAD_BYTES} bytes; larger data "
+                             "is an artifact")
         return self
 
     @property

@@ -83,7 +83,8 @@ class AgentWorker(Protocol):
     @property
     def steps(self) -> Steps: ...
 
-    def step(self, key: str, *, do: Callable[[], T], kind: Kind = Kind.STEP_RESULT) -> T: ...
+    def step(self, key: str, *, do: Callable[[], T], kind: Kind = Kind.STEP_RESULT,
+             durable: bool = False) -> T: ...
 
     def effect(self, name: str, *, key: str, call: Call[T],
                reconcile: Reconcile | None = None,
@@ -177,7 +178,9 @@ class Agent:
             result = do()
             self.pauses.at(f"before-commit:{key}")
             return result
-        result = self.worker.step(key, do=run, kind=kind)
+        # Durable on return: each step is a model turn or a tool call (nothing to group),
+        # and the story's kill points come after a step returned.
+        result = self.worker.step(key, do=run, kind=kind, durable=True)
         steps = self.worker.steps
         status = ("skipped" if key in steps.done else
                   "repeated" if key in steps.repeated else "ran")

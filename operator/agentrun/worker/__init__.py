@@ -3,9 +3,11 @@
 Public, the names in ``__all__`` (import them from here: ``from agentrun.worker import
 Worker``):
 
-- :class:`Worker` (``Worker.from_env()``, ``with``, ``step``, ``effect``) and what it
-  hands out: :class:`Context` (``worker.context``) with its :class:`PinnedConfig`
-  snapshots, and :class:`Steps` (``worker.steps``: what was skipped, what ran again);
+- :class:`Worker` (``Worker.from_env()``, ``with``, ``step``, ``effect``, ``artifact``,
+  ``flush``) and what it hands out: :class:`Context` (``worker.context``) with its
+  :class:`PinnedConfig` snapshots, :class:`Steps` (``worker.steps``: what was skipped,
+  what ran again) and :class:`Artifact` (``worker.artifact``: a stream stored in the
+  journal, read back as one);
 - the errors an author catches: :class:`WorkerContextError` (not in a pod the operator
   claimed); :class:`LeaseLapsed` (wait and retry) and :class:`LeaseLost` (exit: a
   successor may be running); :class:`EffectStopped` (stop the attempt) and its kinds
@@ -24,13 +26,16 @@ Everything else is in private modules: the context's checks (``_context``), the 
 keeper (``_keeper``, its pure decisions ``_renewals``, one renewal's reads and writes
 ``_renewer``), the recoverable prefix (``_prefix``), the records on the Lease
 (``_records``), the effect ledger (``_effects``), the ``Worker`` that puts them together
-(``_sdk``) and the sidecar (``_sidecar``, ``_sidecarsessions``, ``_sidecarserver``). Why:
+(``_sdk``), the journal (``_journal``, its group commit ``_journalcommits``, its
+artifacts ``_artifacts``) and the sidecar (``_sidecar``, ``_sidecarsessions``,
+``_sidecarstreams``, ``_sidecarserver``). Why:
 they are how the guarantees are kept, and they change with the operator (what a record
 looks like, how a renewal is timed); a name exported here is one the project keeps for
 agents, a private one is not. The one public submodule is :mod:`agentrun.worker.cli`, the
 ``agentrun-worker`` command the operator's pods run (``run``, ``sidecar``, ``ready``).
 """
 
+from agentrun.worker._artifacts import Artifact
 from agentrun.worker._context import Context, PinnedConfig, WorkerContextError
 from agentrun.worker._effects import (
     AmbiguousEffect,
@@ -62,6 +67,7 @@ __all__ = [
     "JSON",
     "AmbiguousEffect",
     "Answer",
+    "Artifact",
     "Call",
     "Context",
     "EffectStillInProgress",

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from agentrun import objectstore as s3
 from agentrun.api import bounds, names
@@ -46,7 +46,7 @@ from agentrun.kube import rest
 from agentrun.worker import _records as records
 
 __all__ = ["NODE_BYTES", "USAGE", "ErrorReport", "Head", "Journal", "JournalDamaged",
-           "JournalPayloads", "JournalRecords", "JournalRefused", "JournalUnavailable",
+           "JournalPayloads", "JournalRefused", "JournalUnavailable",
            "Location", "Usage", "node", "read_node"]
 
 HEAD = names.JOURNAL_HEAD_ANNOTATION
@@ -280,107 +280,3 @@ class JournalPayloads:
                                       "read only from it")
         return self.journal.get(uri.removeprefix(f"s3://{self.journal.objects.bucket}/"),
                                 size=size)
-
-
-@dataclass(kw_only=True)
-class JournalRecords:
-    """The committer of an attempt whose run has a journal.
-
-    A record goes into a new node of the attempt's chain and is committed by advancing
-    the head on the Lease (a merge patch carrying the ``resourceVersion`` read; a 409
-    re-reads). Records the operator must read without store credentials stay on the
-    Lease (``lease``): an effect's ``.unresolved`` record (the slot shows it). Commits are
-    serialized (``lock``): a chain has one order.
-    """
-
-    journal: Journal
-    lease: records.LeaseRecords
-    head: Head | None = None
-    # What :attr:`head` reaches, on the Lease too; None: not counted (a head from a worker
-    # that kept no usage: counting from here would say less than is there).
-    usage: Usage | None = field(default_factory=Usage)
-    # A head advance (and its usage) whose answer was lost: it may have landed.
-    pending: tuple[Head, Usage | None] | None = None
-    seen: dict[str, Any] | None = field(default=None, repr=False)  # the Lease as last answered
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def commit(self, record: records.Record) -> records.Record:
-        if record.key.endswith(names.UNRESOLVED_SUFFIX):
-            return self.lease.commit(record)
-        if record.key.endswith(names.RESOLVED_SUFFIX):
-            raise records.RecordError(f"record {record.key}: a <key>{names.RESOLVED_SUFFIX} "
-                                      "record is the operator's (an owner's answer a person "
-                                      "gave); a worker cannot commit one")
-        attempt = self.lease.attempt
-        if record.attempt != attempt:
-            raise records.RecordError(f"record {record.key} is of attempt {record.attempt}; "
-                                      f"this worker is attempt {attempt}")
-        with self.lock:
-            if self.pending is not None:
-                self._settle()
-            seq = (self.head.seq if self.head else 0) + 1
-            data = node(attempt=attempt, seq=seq, prev=self.head.digest if self.head else None,
-                        entries=[record])
-            new = Head(seq=seq, digest=records.digest(data))
-            usage = None if self.usage is None else self.usage.adding(record)
-            self.journal.put_once(f"{self.journal.attempt_key(attempt)}/{new.digest}", data)
-            self._advance(new, usage)
-            self.head, self.usage = new, usage
-        return record
-
-    def _settle(self) -> None:
-        """After a head advance whose answer was lost: the Lease says whether it landed."""
-        assert self.pending is not None
-        current = Head.on_lease(self.lease.api.request("GET", self.lease.path))
-        if current == self.pending[0]:
-            self.head, self.usage = self.pending
-        self.pending = None
-
-    def _advance(self, new: Head, usage: Usage | None) -> None:
-        """Move the head on the Lease from :attr:`head` to ``new`` (and the usage with it).
-        A write whose answer is lost (a timeout, a 5xx) may have landed: ``new`` is kept
-        :attr:`pending`, and the next commit reads the Lease first."""
-        try:
-            self._patch(new, usage)
-        except (records.RecordRefused, records.RecordConflict):
-            raise
-        except Exception:
-            self.pending = (new, usage)
-            raise
-
-    def _patch(self, new: Head, usage: Usage | None) -> None:
-        """One merge patch of the head under the ``resourceVersion`` of the Lease as last
-        seen: the previous commit's answer (so a commit costs one API call while nothing
-        else wrote the Lease), else a fresh read; a 409 (a renewal meanwhile) reads again."""
-        path = self.lease.path
-        for _ in range(records.CONFLICT_RETRIES):
-            lease, self.seen = self.seen or self.lease.api.request("GET", path), None
-            try:
-                current = Head.on_lease(lease)
-            except records.RecordError as error:
-                raise records.RecordConflict(str(error)) from None
-            if current == new:
-                return
-            if current != self.head:
-                raise records.RecordRefused(
-                    f"{HEAD} of Lease {self.lease.lease} is {current and current.text()}, not "
-                    f"{self.head and self.head.text()} as this attempt left it: another writer "
-                    "of this attempt's journal; nothing more is committed")
-            metadata = lease.get("metadata") or {}
-            body = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
-                                 "annotations": {HEAD: new.text(), **(
-                                     {} if usage is None else {USAGE: usage.text()})}}}
-            try:
-                answer = self.lease.api.request("PATCH", path, body=body,
-                                                content_type=rest.MERGE_PATCH)
-            except rest.ApiError as error:
-                if error.status == 409:
-                    continue
-                if error.status in (403, 422):
-                    raise records.RecordRefused(f"commit {new.seq} refused: "
-                                                f"{bounds.clip(error.message)}") from None
-                raise
-            self.seen = answer
-            return
-        raise records.RecordError(f"commit {new.seq}: the Lease changed under each of "
-                                  f"{records.CONFLICT_RETRIES} attempts to advance its head")

@@ -126,7 +126,17 @@ def list_leases(*, api: rest.Rest, namespace: str, slot: str,
 
 
 class Committer(Protocol):
+    """Where an attempt's records go: ``commit`` returns once the record is durable;
+    ``stage`` may return before (the journal's group commit: durable within its delay, or
+    at the next ``flush``); ``close`` flushes at the attempt's end."""
+
     def commit(self, record: Record) -> Record: ...
+
+    def stage(self, record: Record) -> Record: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(kw_only=True)
@@ -147,6 +157,11 @@ class Steps:
     done: list[str] = field(default_factory=list)
     repeated: list[str] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _view: dict[str, Record] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._view = dict(self.prefix.committed)  # this attempt's own copy, grown in place
+        self.prefix = replace(self.prefix, committed=self._view)
 
     def committed(self, key: str) -> tuple[bool, records.JSON]:
         """(True, the result) if ``key`` is committed and its result available intact. A
@@ -163,8 +178,10 @@ class Steps:
             return False, None
 
     def step(self, key: str, *, do: Callable[[], T],
-             kind: records.Kind = records.Kind.STEP_RESULT) -> T:
-        """Skip if committed, else do and commit: ``do()``'s result, once, durably.
+             kind: records.Kind = records.Kind.STEP_RESULT, durable: bool = True) -> T:
+        """Skip if committed, else do and commit: ``do()``'s result, once. ``durable``:
+        it is durable on return; else it may only be staged (durable within the
+        committer's delay: a crash meanwhile repeats the step).
 
         A step is repeated when its record is missing or unreadable; ``do`` must then be
         safe to run again (an external effect is not a step: use the effect ledger).
@@ -180,17 +197,18 @@ class Steps:
             self.repeated.append(key)
         result = do()
         self.commit(records.make(key=key, kind=kind, attempt=self.prefix.attempt,
-                                 payload=result, store=self.store))
+                                 payload=result, store=self.store), durable=durable)
         return result
 
-    def commit(self, record: Record) -> Record:
-        """Commit ``record`` on this attempt's Lease and :meth:`remember` it."""
-        committed = self.ledger.commit(record)
+    def commit(self, record: Record, *, durable: bool = True) -> Record:
+        """Commit (``durable``) or stage ``record`` and :meth:`remember` it."""
+        committed = self.ledger.commit(record) if durable else self.ledger.stage(record)
         self.remember(committed)
         return committed
 
     def remember(self, record: Record) -> None:
-        """Count a record this attempt committed in its own view of the prefix."""
+        """Count a record this attempt committed in its own view of the prefix: in place,
+        under :attr:`lock` (a copy per step would make a long attempt quadratic); whoever
+        iterates the view holds the lock too."""
         with self.lock:
-            self.prefix = replace(self.prefix,
-                                  committed={**self.prefix.committed, record.key: record})
+            self._view[record.key] = record

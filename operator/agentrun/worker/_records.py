@@ -167,6 +167,9 @@ def payload(record: Record, *, store: PayloadStore | None) -> JSON:
     be had intact, whatever the reference holds, so a step is repeated, never crashed on."""
     if record.ref is None:
         return record.inline
+    if record.kind is Kind.ARTIFACT:  # bytes of any size, never read whole: worker.artifact
+        raise RecordError(f"record {record.key} is an artifact ({record.size} bytes): read "
+                          "it with worker.artifact, as a stream")
     if store is None:
         raise RecordError(f"record {record.key} is stored by reference ({record.ref}) and "
                           "no payload store is configured to read it")
@@ -240,6 +243,16 @@ class LeaseRecords:
     def read(self) -> dict[str, Record]:
         found, _ = on_lease(self.api.request("GET", self.path))
         return found
+
+    def stage(self, record: Record) -> Record:
+        """A record on the Lease is durable once written: staging is committing."""
+        return self.commit(record)
+
+    def flush(self) -> None:
+        """Nothing is ever staged here (:meth:`stage` commits)."""
+
+    def close(self) -> None:
+        """Nothing to end: every record was durable on return."""
 
     def commit(self, record: Record) -> Record:
         if record.attempt != self.attempt:

@@ -20,6 +20,7 @@ successor may be running. A :class:`keeper.LeaseLapsed` means wait
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections.abc import Callable
@@ -30,8 +31,10 @@ from typing import TypeVar
 import kubernetes
 
 from agentrun.kube import clients, rest
+from agentrun.worker import _artifacts as artifacts
 from agentrun.worker import _effects as effects
 from agentrun.worker import _journal as journals
+from agentrun.worker import _journalcommits as journalcommits
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
@@ -43,6 +46,7 @@ from agentrun.worker._renewals import Verdict
 # retries are off): a hung request must not keep the keeper from renewing again for long.
 REQUEST_TIMEOUT_SECONDS = 5.0
 START_TIMEOUT_SECONDS = 60.0
+log = logging.getLogger(__name__)
 TERMINATED_EXIT = 128 + signal.SIGTERM  # 143, the shell's code for "ended by SIGTERM"
 T = TypeVar("T")  # the caller's result type: what a step's ``do`` or an effect's ``call`` returns
 
@@ -84,20 +88,26 @@ class Worker:
     api: rest.Rest
     store: records.PayloadStore | None = None
     journal: journals.Location | None = None  # None: the pinned one (AGENTRUN_JOURNAL_*), if any
+    # Group commit (a run with a journal): a step is durable within this many seconds of
+    # its return, or at the next flush; 0: every step durable on return.
+    commit_delay: float = journalcommits.DEFAULT_DELAY_SECONDS
     _steps: prefix.Steps | None = field(default=None, init=False, repr=False)
     _reading: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @classmethod
     def from_env(cls, *, api: rest.Rest | None = None,
                  store: records.PayloadStore | None = None,
-                 should_renew: Callable[[], str | None] | None = None) -> Worker:
+                 should_renew: Callable[[], str | None] | None = None,
+                 commit_delay: float = journalcommits.DEFAULT_DELAY_SECONDS) -> Worker:
         """The worker of this pod (raises :class:`context.WorkerContextError` outside one).
         Nothing is written until :meth:`start`. ``store`` keeps payloads too large to go
         inline (for example ``records.FsspecStore("file:///mnt/records")``);
-        ``should_renew`` is the keeper's renew gate (the sidecar's check-in window)."""
+        ``should_renew`` is the keeper's renew gate (the sidecar's check-in window);
+        ``commit_delay`` the group commit's (0..10 s; :meth:`step`)."""
         context = Context.from_env()
         api = api or pod_api()
-        return cls(context=context, api=api, store=store, keeper=keeper.Keeper(
+        return cls(context=context, api=api, store=store,
+                   commit_delay=journalcommits.check_delay(commit_delay), keeper=keeper.Keeper(
             renewer=renewer.Renewer(api=api, namespace=context.namespace,
                                     lease=context.lease, identity=context.identity),
             should_renew=should_renew))
@@ -139,16 +149,50 @@ class Worker:
         return prefix.Steps(
             prefix=found,
             store=self.store or slot_journal.payloads(attempt=c.attempt),
-            ledger=journals.JournalRecords(
-                journal=slot_journal, lease=on_lease, head=head,
+            ledger=journalcommits.JournalRecords(
+                journal=slot_journal, lease=on_lease, head=head, delay=self.commit_delay,
                 usage=journals.Usage() if head is None else journals.Usage.on_lease(own[0])))
 
     def step(self, key: str, *, do: Callable[[], T],
-             kind: records.Kind = records.Kind.STEP_RESULT) -> T:
+             kind: records.Kind = records.Kind.STEP_RESULT, durable: bool = False) -> T:
         """Skip if committed (its result returned), else ``do()`` and commit its result.
         Typed as ``do``'s result; a skipped step's is read back as JSON (see
-        :meth:`prefix.Steps.step`)."""
-        return self.steps.step(key, do=do, kind=kind)
+        :meth:`prefix.Steps.step`).
+
+        With a journal the commit is grouped: the result is in this attempt's view at once
+        and durable within :attr:`commit_delay` seconds (one head advance for every step
+        staged meanwhile), at the next :meth:`flush`, effect or the attempt's end, whichever
+        is first; a crash before that repeats the step in the successor. ``durable=True``
+        returns only once it is durable. Without a journal every step is durable on
+        return (a record on the Lease)."""
+        return self.steps.step(key, do=do, kind=kind, durable=durable)
+
+    def artifact(self, key: str, source: artifacts.Source) -> artifacts.Artifact:
+        """Skip if committed, else stream ``source`` (a file's path, or a binary stream's
+        ``read(n)``) into the run's journal and commit it, durably: the
+        :class:`artifacts.Artifact` (``open()`` a stream of its bytes, checked against its
+        sha256; ``download(path)``, resumable). Never holds more than one 8 MiB part of it
+        in memory. Needs a journal (the run pinned one): else :class:`records.RecordError`."""
+        return self._artifacts(key).artifact(key, source)
+
+    def committed_artifact(self, key: str) -> artifacts.Artifact | None:
+        """The artifact committed under ``key`` (by this attempt or in the recoverable
+        prefix) and still stored, else None; nothing is streamed."""
+        return self._artifacts(key).committed(key)
+
+    def _artifacts(self, key: str) -> artifacts.Artifacts:
+        ledger = self.steps.ledger
+        if not isinstance(ledger, journalcommits.JournalRecords):
+            raise records.RecordError(f"artifact {key}: artifacts go into the run's journal, "
+                                      "and this run was pinned without one (the operator has "
+                                      "no journal store configured)")
+        return artifacts.Artifacts(steps=self.steps, journal=ledger.journal)
+
+    def flush(self) -> None:
+        """Return once every step this attempt committed is durable (raises if it cannot
+        be: ``LeaseLost``-like :class:`records.RecordRefused`, or the store's outage)."""
+        if self._steps is not None:
+            self._steps.ledger.flush()
 
     def effect(self, name: str, *, key: str, call: effects.Call[T],
                reconcile: effects.Reconcile | None = None,
@@ -179,7 +223,13 @@ class Worker:
         self.keeper.start(on_lapse=on_lapse, on_resume=on_resume, on_lost=on_lost)
 
     def stop(self) -> None:
-        self.keeper.stop()
+        """The attempt's end: flush what is staged (while the lease is still renewed),
+        then stop renewing."""
+        try:
+            if self._steps is not None:
+                self._steps.ledger.close()
+        finally:
+            self.keeper.stop()
 
     def __enter__(self) -> Worker:
         self.start()
@@ -187,4 +237,12 @@ class Worker:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        self.stop()
+        """Stop (flushing); a flush that fails while another error unwinds is logged, so
+        the error that ended the block is the one raised."""
+        if error is None:
+            self.stop()
+            return
+        try:
+            self.stop()
+        except Exception as failed:
+            log.warning("steps staged by this attempt could not be made durable: %s", failed)

@@ -13,7 +13,9 @@ serves it on 127.0.0.1 only; docs/worker-sidecar.md is the protocol's reference.
 - *step*: ``GET /v1/steps/<key>`` (200 with the result if committed in the recoverable
   prefix, else 404) and ``PUT /v1/steps/<key>`` (commit, write-once: the same content
   again is a no-op, other content a 409): "skip if committed, else do and commit" split
-  over two requests.
+  over two requests. With a journal the PUT's 201 means *staged* (group commit: durable
+  within the worker's commit delay); ``PUT ...?durable=true`` answers once it is durable,
+  and ``POST /v1/flush`` (204) once everything staged so far is.
 - *effect session*: ``POST /v1/effects/<key>`` runs ``Worker.effect`` (the ledger,
   unchanged) in a thread whose ``call`` and ``reconcile`` hand an *instruction* to the
   main container and wait for its *reply* (``POST /v1/effects/<key>/reply``); each
@@ -42,6 +44,7 @@ from typing import Protocol
 
 from agentrun.api import bounds
 from agentrun.kube import rest
+from agentrun.worker import _artifacts as artifacts
 from agentrun.worker import _effects as effects
 from agentrun.worker import _journal as journals
 from agentrun.worker import _records as records
@@ -72,6 +75,19 @@ STATUS: dict[type[Exception], int] = {
     BadRequest: 400, Conflict: 409, records.RecordConflict: 409,
     records.RecordLimit: 422,  # this attempt's Lease is full: the lease itself is fine
     records.RecordRefused: 410}  # refused by admission: the lease is no longer ours
+
+
+def shown(artifact: artifacts.Artifact) -> JSON:
+    return {"key": artifact.key, "size": artifact.size, "sha256": artifact.sha256}
+
+
+def durable_query(query: str) -> bool:
+    """``durable=true`` (or ``false``, or nothing) from a step PUT's query; else 400."""
+    if query in ("", "durable=false"):
+        return False
+    if query == "durable=true":
+        return True
+    raise BadRequest(f"a step's query is durable=true or durable=false, not {query[:80]!r}")
 
 
 class CheckIns:
@@ -123,7 +139,13 @@ class Backend(Protocol):
     def steps(self) -> Committed: ...
 
     def step(self, key: str, *, do: Callable[[], JSON],
-             kind: records.Kind = records.Kind.STEP_RESULT) -> JSON: ...
+             kind: records.Kind = records.Kind.STEP_RESULT, durable: bool = False) -> JSON: ...
+
+    def flush(self) -> None: ...
+
+    def artifact(self, key: str, source: artifacts.Source) -> artifacts.Artifact: ...
+
+    def committed_artifact(self, key: str) -> artifacts.Artifact | None: ...
 
     def effect(self, name: str, *, key: str, call: effects.Call[JSON],
                reconcile: effects.Reconcile | None = None,
@@ -143,28 +165,41 @@ class Sidecar:
 
     def handle(self, method: str, path: str, body: bytes = b"") -> Reply:
         """The answer to ``method`` ``path`` with ``body``; never raises for bad input."""
+        return self.guarded(lambda: self._route(method, path, body))
+
+    def _route(self, method: str, path: str, body: bytes) -> Reply:
         parts = path.split("?", 1)[0].strip("/").split("/")
-        try:
-            if parts[:1] != ["v1"]:
-                return error(404, "NotFound", f"no such path {path[:100]!r}; see "
-                             "docs/worker-sidecar.md")
-            route = parts[1:]
-            if route == ["check-in"]:
-                return self._only(method, "POST") or self.check_in()
-            if route == ["ready"]:
-                return self._only(method, "GET") or self.ready()
-            if len(route) == 2 and route[0] == "steps":
-                if method == "GET":
-                    return self.get_step(records.check_step_key(route[1]))
-                return self._only(method, "PUT") or self.put_step(
-                    records.check_step_key(route[1]), parse_json(body))
-            if len(route) in (2, 3) and route[0] == "effects" and route[2:] in ([], ["reply"]):
-                key = records.check_step_key(route[1])
-                return self._only(method, "POST") or (
-                    self.reply(key, parse_json(body)) if route[2:] else
-                    self.start_effect(key, parse_json(body)))
+        query = path.split("?", 1)[1] if "?" in path else ""
+        if parts[:1] != ["v1"]:
             return error(404, "NotFound", f"no such path {path[:100]!r}; see "
                          "docs/worker-sidecar.md")
+        route = parts[1:]
+        if route == ["check-in"]:
+            return self._only(method, "POST") or self.check_in()
+        if route == ["ready"]:
+            return self._only(method, "GET") or self.ready()
+        if route == ["flush"]:
+            return self._only(method, "POST") or self.flush()
+        if len(route) == 2 and route[0] == "steps":
+            if method == "GET":
+                return self.get_step(records.check_step_key(route[1]))
+            return self._only(method, "PUT") or self.put_step(
+                records.check_step_key(route[1]), parse_json(body),
+                durable=durable_query(query))
+        if len(route) in (2, 3) and route[0] == "effects" and route[2:] in ([], ["reply"]):
+            key = records.check_step_key(route[1])
+            return self._only(method, "POST") or (
+                self.reply(key, parse_json(body)) if route[2:] else
+                self.start_effect(key, parse_json(body)))
+        return error(404, "NotFound", f"no such path {path[:100]!r}; see "
+                     "docs/worker-sidecar.md")
+
+    @staticmethod
+    def guarded(call: Callable[[], Reply]) -> Reply:
+        """``call()``'s answer, or the error answer of what it raised (bad input, a refusal,
+        the store or the API server failing): nothing here raises for those."""
+        try:
+            return call()
         except (BadRequest, Conflict, records.RecordConflict, records.RecordLimit,
                 records.RecordRefused) as bad:
             return error(STATUS[type(bad)], type(bad).__name__, str(bad))
@@ -207,7 +242,34 @@ class Sidecar:
                          "recoverable prefix: do it, then PUT its result")
         return Reply(status=200, body={"result": result})
 
-    def put_step(self, key: str, result: JSON) -> Reply:
+    def flush(self) -> Reply:
+        """204 once every step staged so far is durable."""
+        if (lost := self._lost()) is not None:
+            return lost
+        self.worker.flush()
+        return Reply(status=204)
+
+    def put_artifact(self, key: str, source: artifacts.Source) -> Reply:
+        """Skip if committed (200, ``source`` unread), else stream it in (201): the
+        artifact's key, size and sha256. Not under the steps' lock: an upload of
+        gigabytes must not hold the other requests back."""
+        records.check_step_key(key)
+        if (lost := self._lost()) is not None:
+            return lost
+        found = self.worker.committed_artifact(key)
+        if found is not None:
+            return Reply(status=200, body=shown(found))
+        return Reply(status=201, body=shown(self.worker.artifact(key, source)))
+
+    def find_artifact(self, key: str) -> artifacts.Artifact | Reply:
+        """The committed artifact ``key`` to stream out, or the answer why not (404)."""
+        found = self.worker.committed_artifact(records.check_step_key(key))
+        if found is None:
+            return error(404, "NotCommitted", f"artifact {key} is not committed in the "
+                         "recoverable prefix: PUT it")
+        return found
+
+    def put_step(self, key: str, result: JSON, *, durable: bool = False) -> Reply:
         fits(result, via="step", stored=self.worker.steps.store is not None)
         if (lost := self._lost()) is not None:
             return lost
@@ -219,7 +281,7 @@ class Sidecar:
                         f"step {key} is already committed with other content; records are "
                         "write-once (GET it, or use a new key)")
                 return Reply(status=200, body={"result": existing})
-            committed = self.worker.step(key, do=lambda: result)
+            committed = self.worker.step(key, do=lambda: result, durable=durable)
         return Reply(status=201, body={"result": committed})
 
     def start_effect(self, key: str, request: JSON) -> Reply:

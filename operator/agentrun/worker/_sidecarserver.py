@@ -22,13 +22,16 @@ import signal
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 
 from agentrun.api import launchspecs
 from agentrun.kube import rest
+from agentrun.worker import _artifacts as artifacts
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _sdk as sdk
+from agentrun.worker import _sidecarstreams as streams
 from agentrun.worker._context import WorkerContextError
 from agentrun.worker._sidecar import CheckIns, Sidecar
 from agentrun.worker._sidecarsessions import MAX_BODY_BYTES, Reply, error
@@ -61,6 +64,9 @@ class Handler(BaseHTTPRequestHandler):
     timeout = READ_TIMEOUT_SECONDS
 
     def _serve(self) -> None:
+        if self.path.split("?", 1)[0].startswith(streams.PATH_PREFIX):
+            self._artifact(self.path.split("?", 1)[0].removeprefix(streams.PATH_PREFIX))
+            return
         length = self.headers.get("Content-Length")
         if self.headers.get("Transfer-Encoding"):
             reply = error(400, "BadRequest", "send the body with a Content-Length")
@@ -74,6 +80,69 @@ class Handler(BaseHTTPRequestHandler):
                 logger.exception("sidecar: %s %s failed", self.command, self.path)
                 reply = error(500, "InternalError", f"{type(bug).__name__}: {bug}")
         self._send(reply)
+
+    def _artifact(self, key: str) -> None:
+        """An artifact's PUT (its body streamed in) or GET (streamed out, maybe ranged)."""
+        sidecar = self.server.sidecar
+        if self.command == "PUT":
+            body: streams.Body | None = None
+
+            def put() -> Reply:
+                nonlocal body
+                body = streams.Body(self.rfile, streams.content_length(
+                    self.headers.get("Content-Length"),
+                    chunked=bool(self.headers.get("Transfer-Encoding"))))
+                return sidecar.put_artifact(key, body)
+
+            reply = self._answered(put)
+            if body is None or not body.whole:
+                self.close_connection = True  # the rest of a refused body is never read
+            self._send(reply)
+            return
+        if self.command != "GET":
+            self.close_connection = True
+            self._send(error(405, "MethodNotAllowed", f"use GET or PUT here, not "
+                             f"{self.command}"))
+            return
+        found: list[tuple[artifacts.Artifact, int | None]] = []
+
+        def find() -> Reply:
+            artifact = sidecar.find_artifact(key)
+            if isinstance(artifact, Reply):
+                return artifact
+            start = streams.range_start(self.headers.get("Range"), size=artifact.size)
+            found.append((artifact, start))
+            return Reply(status=200)
+
+        reply = self._answered(find)
+        if not found:
+            self._send(reply)
+            return
+        artifact, start = found[0]
+        self.send_response(200 if start is None else 206)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(artifact.size - (start or 0)))
+        if start is not None:
+            self.send_header("Content-Range",
+                             f"bytes {start}-{artifact.size - 1}/{artifact.size}")
+        self.send_header("X-Agentrun-Sha256", artifact.sha256)
+        self.end_headers()
+        held = b""  # the last chunk waits for the digest check at the end of the read
+        try:
+            for chunk in artifact.open(offset=start or 0):
+                self.wfile.write(held)
+                held = chunk
+            self.wfile.write(held)
+        except Exception as failed:  # headers are sent: a body cut short is the error
+            logger.warning("sidecar: artifact %s cut short: %s", key, failed)
+            self.close_connection = True
+
+    def _answered(self, call: Callable[[], Reply]) -> Reply:
+        try:
+            return self.server.sidecar.guarded(call)
+        except Exception as bug:  # a bug answers, rather than dropping the connection
+            logger.exception("sidecar: %s %s failed", self.command, self.path)
+            return error(500, "InternalError", f"{type(bug).__name__}: {bug}")
 
     def _send(self, reply: Reply) -> None:
         data = b"" if reply.body is None else json.dumps(reply.body).encode()
@@ -131,7 +200,11 @@ def serve(*, port: int, check_in_seconds: int, start_timeout: float) -> int:
     finally:
         server.shutdown()
         server.server_close()
-        worker.stop()
+        try:
+            worker.stop()  # flushes the staged steps first
+        except Exception as failed:
+            logger.error("steps staged by the main container could not be made durable: %s",
+                         failed)
 
 
 def ready(*, port: int) -> int:

@@ -27,6 +27,7 @@ from agentrun import objectstore as s3
 from agentrun.api import names
 from agentrun.core.policies.leasepolicy import ATTEMPT_LEASES
 from agentrun.worker import _journal as journal
+from agentrun.worker import _journalcommits as journalcommits
 from agentrun.worker import _records as records
 from tests.integration.node import stale
 from tests.integration.operator import conftest as operator_fixtures
@@ -56,6 +57,7 @@ SIZES = {i: [100, 5 * 1024, 300 * 1024][i % 3] for i in range(STEPS)} | {7: 3 * 
 KILLED = f"""
 import hashlib, threading
 from agentrun.worker import _journal as journal
+from agentrun.worker import _journalcommits as journalcommits
 from agentrun.worker import _records as records
 STEPS = {STEPS}
 SIZES = {SIZES!r}
@@ -64,16 +66,16 @@ def payload(i):
 def block(point):
     say(kill_point=point)
     threading.Event().wait()
-advance = journal.JournalRecords._advance
-def patched(self, new, usage):
+advance = journalcommits.JournalRecords._advance
+def patched(self, new, usage, **counted):
     attempt = self.lease.attempt
     if attempt == 1 and new.seq == 11:
         block("after the node object, before the head")
-    advance(self, new, usage)
+    advance(self, new, usage, **counted)
     if attempt == 2 and new.seq == 6:
         block("after the head, before the step returns")
-journal.JournalRecords._advance = patched
-with Worker.from_env() as worker:
+journalcommits.JournalRecords._advance = patched
+with Worker.from_env(commit_delay=0) as worker:  # a node per step: kill points by seq
     results = {{}}
     for i in range(STEPS):
         value = worker.step("s%03d" % i, do=lambda i=i: payload(i))
@@ -84,6 +86,7 @@ with Worker.from_env() as worker:
 
 STALE_PREFIX = f"""
 from agentrun.worker import _journal as journal
+from agentrun.worker import _journalcommits as journalcommits
 TOKEN_FILE = {TOKEN_FILE!r}
 """
 
@@ -196,7 +199,7 @@ with Worker.from_env() as worker:
     pinned = scenario.agentrun("study")["status"]["pinned"]["journal"]
     stale_journal = journal.Journal(objects=objects(), prefix=pinned["prefix"], slot=slot)
     before = head_of(scenario, first)
-    late = journal.JournalRecords(
+    late = journalcommits.JournalRecords(
         journal=stale_journal, head=before, lease=records.LeaseRecords(
             api=token_client(scenario, token), namespace=scenario.namespace, lease=first,
             attempt=1))

@@ -46,7 +46,7 @@ def payload(i):
 with Worker.from_env() as worker:
     digests = {}
     def run(i):
-        value = worker.step("o%03d" % i, do=lambda: payload(i))
+        value = worker.step("o%03d" % i, do=lambda: payload(i), durable=True)
         digests[i] = hashlib.sha256(records.canonical(value)).hexdigest()
     for i in range(10):
         run(i)

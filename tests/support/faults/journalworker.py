@@ -118,6 +118,7 @@ import hashlib, json, threading, time
 import urllib3
 from agentrun.api import records as api_records
 from agentrun.worker import _journal as journal
+from agentrun.worker import _journalcommits as journalcommits
 from agentrun.worker._sdk import Worker
 STARTED = time.monotonic()
 def say(**fields):
@@ -132,14 +133,14 @@ def block(point):
     threading.Event().wait()  # the host SIGKILLs the container here
 def armed(phase):
     return at["stop"] == (at["step"], phase)
-advance = journal.JournalRecords._advance
-def patched_advance(self, new, usage):
+advance = journalcommits.JournalRecords._advance
+def patched_advance(self, new, usage, **counted):
     if armed("after-node"):
         block("after-node")
-    advance(self, new, usage)
+    advance(self, new, usage, **counted)
     if armed("after-head"):
         block("after-head")
-journal.JournalRecords._advance = patched_advance
+journalcommits.JournalRecords._advance = patched_advance
 urlopen = urllib3.connectionpool.HTTPConnectionPool.urlopen
 def patched_urlopen(self, method, url, body=None, **kwargs):
     i = at["step"]
@@ -157,7 +158,7 @@ def make(i):
     if armed("in-step"):
         block("in-step")
     return payload(i, SIZES[i])
-with Worker.from_env() as worker:
+with Worker.from_env(commit_delay=0) as worker:  # a node per step: kill points by step
     at["stop"] = KILLS.get(worker.context.attempt)
     began = time.monotonic()
     worker.steps  # the recoverable prefix, read once

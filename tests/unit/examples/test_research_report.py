@@ -55,10 +55,13 @@ class Memory:
 class FakeWorker:
     context: Context
     steps: prefix.Steps
+    durable: list[bool] = field(default_factory=list)  # each step's: the agent asks for True
 
     def step(self, key: str, *, do: Callable[[], records.JSON],
-             kind: records.Kind = records.Kind.STEP_RESULT) -> records.JSON:
-        return self.steps.step(key, do=do, kind=kind)
+             kind: records.Kind = records.Kind.STEP_RESULT,
+             durable: bool = False) -> records.JSON:
+        self.durable.append(durable)
+        return self.steps.step(key, do=do, kind=kind, durable=durable)
 
     def effect(self, name: str, *, key: str, call: effects.Call,
                reconcile: effects.Reconcile | None = None,
@@ -82,6 +85,7 @@ class Run:
     owner: EffectOwner
     memory: Memory = field(default_factory=Memory)
     events: list[dict[str, Any]] = field(default_factory=list)
+    durable: list[bool] = field(default_factory=list)  # each step's ``durable``, in order
 
     def attempt(self, number: int, *, pause: str = "") -> list[dict[str, Any]]:
         """Run attempt ``number`` (killed at ``pause`` if given); its events."""
@@ -94,7 +98,8 @@ class Run:
         mine: list[dict[str, Any]] = []
         pauses = faults.Pauses(attempt=number, points=faults.parse(pause), seconds=0.0,
                                announce=lambda p: mine.append({"event": "paused", "point": p}))
-        agent = Agent(worker=FakeWorker(context=context, steps=steps), pauses=pauses,
+        worker = FakeWorker(context=context, steps=steps)
+        agent = Agent(worker=worker, pauses=pauses,
                       brief=Brief.from_texts({"package": PACKAGE,
                                               "bindings": BINDINGS % self.owner.url}),
                       emit=mine.append)
@@ -104,6 +109,7 @@ class Run:
         else:
             agent.run()
         self.events += mine
+        self.durable += worker.durable
         return mine
 
 
@@ -132,6 +138,8 @@ def test_a_first_attempt_does_every_step_and_publishes_once(owner: EffectOwner) 
     assert (post.token, post.fence) == (1, f"{RUN_UID}/{SLOT}")
     assert post.key == effects.idempotency_key(run_uid=RUN_UID, slot=SLOT, key="publish")
     assert events[-2]["via"] == "call" and events[-1]["event"] == "finished"
+    # Each step durable on return (no group commit): the story kills after a step returned.
+    assert run.durable == [True] * 5
 
 
 def test_a_successor_of_a_finished_attempt_skips_everything_and_sends_nothing(

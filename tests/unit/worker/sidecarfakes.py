@@ -43,6 +43,13 @@ class Memory:
         self.committed[record.key] = record
         return record
 
+    stage = commit  # staged and durable are one here: the sidecar is under test, not them
+
+    def flush(self) -> None:
+        return None
+
+    close = flush
+
 
 @dataclass
 class FakeKeeper:
@@ -82,6 +89,8 @@ class FakeWorker:
     memory: Memory = field(default_factory=Memory)
     owners: list[str | None] = field(default_factory=list)  # what each effect was given
     store: Payloads | None = None
+    durables: list[bool] = field(default_factory=list)  # each step's ``durable``
+    flushes: int = 0
     _steps: prefix.Steps | None = None
 
     @property
@@ -93,8 +102,12 @@ class FakeWorker:
         return self._steps
 
     def step(self, key: str, *, do: Callable[[], Any],
-             kind: records.Kind = records.Kind.STEP_RESULT) -> Any:
-        return self.steps.step(key, do=do, kind=kind)
+             kind: records.Kind = records.Kind.STEP_RESULT, durable: bool = False) -> Any:
+        self.durables.append(durable)
+        return self.steps.step(key, do=do, kind=kind, durable=durable)
+
+    def flush(self) -> None:
+        self.flushes += 1
 
     def effect(self, name: str, *, key: str, call: effects.Call,
                reconcile: effects.Reconcile | None = None, owner: str | None = None) -> Any:

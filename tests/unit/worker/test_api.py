@@ -61,6 +61,13 @@ class Memory:
         self.committed[record.key] = record
         return record
 
+    stage = commit
+
+    def flush(self) -> None:
+        return None
+
+    close = flush
+
 
 class AlwaysLive:
     def ensure_live(self) -> None:

@@ -149,7 +149,7 @@ def test_sizes_are_bounded_both_ways(store: records.FsspecStore) -> None:
         attempt=1, digest="0" * 64, key="report", kind=Kind.STEP_RESULT,
         ref=f"{store.base}/sha256/{'0' * 64}", size=bounds.PAYLOAD_BYTES + 1)
     with pytest.raises(records.RecordError,
-                       match=f"(?s)is malformed.*less than or equal to {bounds.PAYLOAD_BYTES}"):
+                       match=f"(?s)is malformed.*a payload is at most {bounds.PAYLOAD_BYTES}"):
         records.decode(annotation=oversize.annotation, value=records.encode(oversize),
                        attempt=1)
     huge = "x" * bounds.PAYLOAD_BYTES

@@ -104,6 +104,19 @@ def test_an_inline_payload_over_the_bound_is_refused_by_the_model() -> None:
                        size=3, ref="file:///x")
 
 
+def test_only_an_artifact_is_larger_than_a_payload_and_it_is_never_read_whole() -> None:
+    big = dict(attempt=1, digest="0" * 64, key="k", ref="s3://b/p/s/1/artifact/k")
+    artifact = records.Record(kind=Kind.ARTIFACT, size=bounds.ARTIFACT_BYTES, **big)
+    with pytest.raises(ValueError, match="larger data is an artifact"):
+        records.Record(kind=Kind.STEP_RESULT, size=bounds.PAYLOAD_BYTES + 1, **big)
+    with pytest.raises(ValueError, match="less than or equal"):
+        records.Record(kind=Kind.ARTIFACT, size=bounds.ARTIFACT_BYTES + 1, **big)
+    with pytest.raises(ValueError, match="an artifact is stored by reference"):
+        records.Record(attempt=1, digest="0" * 64, key="k", kind=Kind.ARTIFACT, size=0)
+    with pytest.raises(records.RecordError, match=r"read it with worker\.artifact"):
+        records.payload(artifact, store=records.FsspecStore("file:///nonexistent"))
+
+
 def test_a_uri_too_long_for_an_annotation_is_refused() -> None:
     record = records.Record(attempt=1, digest="0" * 64, key="k", kind=Kind.DECISION,
                             size=5000, ref="file:///" + "x" * 1000)

@@ -117,6 +117,18 @@ def test_a_step_is_404_then_committed_once() -> None:
     assert worker.memory.committed["gather"].inline == {"n": 1}
 
 
+def test_a_step_is_staged_unless_asked_durable_and_a_flush_makes_all_durable() -> None:
+    sidecar, worker = make()
+    assert send(sidecar, "PUT", "/v1/steps/a", 1).status == 201
+    assert send(sidecar, "PUT", "/v1/steps/b?durable=true", 2).status == 201
+    assert send(sidecar, "PUT", "/v1/steps/c?durable=false", 3).status == 201
+    assert worker.durables == [False, True, False] and worker.flushes == 0
+    assert send(sidecar, "POST", "/v1/flush") == Reply(status=204)
+    assert worker.flushes == 1
+    worker.keeper.state = Standing.LOST
+    assert send(sidecar, "POST", "/v1/flush").status == 410 and worker.flushes == 1
+
+
 def test_a_step_committed_by_an_earlier_attempt_is_found() -> None:
     done = records.make(key="gather", kind=records.Kind.STEP_RESULT, attempt=1, payload="x")
     sidecar, worker = make(FakeWorker(earlier={"gather": done}))
@@ -132,6 +144,8 @@ def test_a_step_committed_by_an_earlier_attempt_is_found() -> None:
     ("PUT", "/v1/steps/gather", json.dumps("x" * 1100).encode(), 400, "at most 1024"),
     ("PUT", "/v1/steps/gather", b" " * (MAX_BODY_BYTES + 1), 400, f"at most {MAX_BODY_BYTES}"),
     ("DELETE", "/v1/steps/gather", b"", 405, "use PUT"),
+    ("PUT", "/v1/steps/gather?durable=yes", b"1", 400, "durable=true or durable=false"),
+    ("GET", "/v1/flush", b"", 405, "use POST"),
     ("GET", "/v1/check-in", b"", 405, "use POST"),
     ("GET", "/v2/steps/gather", b"", 404, "docs/worker-sidecar.md"),
     ("POST", "/v1/effects/publish", b'{"name": ""}', 400, '"name"'),
@@ -170,6 +184,13 @@ class Refusing:
 
     def commit(self, record: records.Record) -> records.Record:
         raise self.error
+
+    stage = commit
+
+    def flush(self) -> None:
+        raise self.error
+
+    close = flush
 
 
 @pytest.mark.parametrize(("refusal", "status"), [
@@ -237,8 +258,8 @@ def test_with_a_journal_a_large_result_is_stored_by_reference() -> None:
 
 def test_a_silent_journal_store_is_a_503_that_commits_nothing() -> None:
     class Silent(FakeWorker):
-        def step(self, key: str, *, do: Any, kind: records.Kind = records.Kind.STEP_RESULT
-                 ) -> Any:
+        def step(self, key: str, *, do: Any, kind: records.Kind = records.Kind.STEP_RESULT,
+                 durable: bool = False) -> Any:
             raise journals.JournalUnavailable("storing x: the journal's store did not answer")
 
     sidecar, worker = make(Silent(store=Payloads()))

@@ -1,0 +1,228 @@
+"""Group commit against a real S3 server (a loopback SeaweedFS), the Lease a dict.
+
+What is claimed (``agentrun.worker._journalcommits``): records staged meanwhile share one
+node and one head advance; a staged record becomes durable by itself within the delay; a
+commit (an effect's record) makes everything staged before it durable in the staging
+order; a batch is cut at a node's bounds; a flush whose answer was lost is settled without
+writing its records twice; a refusal is final; past the staged bound a stage waits for
+its flush; closing flushes. The real API server's side (writes per step, admission of the
+head) is in tests/integration/operator/test_group_commit_lease.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentrun.api import journalnodes
+from agentrun.kube import rest
+from agentrun.worker import _journal as journal
+from agentrun.worker import _journalcommits as journalcommits
+from agentrun.worker import _records as records
+from tests.integration.test_journal_store import LostAnswer
+from tests.support.s3fixtures import endpoint, slot_journal
+from tests.support.waiting import wait_for
+from tests.unit.worker.test_records import FakeApi, lease
+
+Kind = records.Kind
+__all__ = ["endpoint", "slot_journal"]  # fixtures taken from tests/support/s3fixtures.py
+LONG = journalcommits.MAX_DELAY_SECONDS  # nothing flushes by itself within a test's asserts
+
+
+
+
+@pytest.fixture
+def opened() -> Iterator[list[journalcommits.JournalRecords]]:
+    """Every committer a test makes, closed after it (its background thread ended)."""
+    made: list[journalcommits.JournalRecords] = []
+    yield made
+    for ledger in made:
+        ledger._closed = True  # not close(): a test may have left it refused or failing
+        with ledger._changed:
+            ledger._changed.notify_all()
+
+
+def committer(found: journal.Journal, api: Any, opened: list[journalcommits.JournalRecords],
+              *, delay: float = LONG) -> journalcommits.JournalRecords:
+    ledger = journalcommits.JournalRecords(journal=found, delay=delay, lease=records.LeaseRecords(
+        api=api, namespace="ns", lease="s-1", attempt=1))
+    opened.append(ledger)
+    return ledger
+
+
+def step(key: str, value: Any = 1) -> records.Record:
+    return records.make(key=key, kind=Kind.STEP_RESULT, attempt=1, payload=value)
+
+
+def head(api: FakeApi) -> journal.Head | None:
+    return journal.Head.on_lease(api.body)
+
+
+def chained(found: journal.Journal, api: FakeApi) -> list[str]:
+    """The record keys the head reaches, in commit order (first node first)."""
+    at, keys = head(api), []
+    digest = at.digest if at else None
+    for seq in range(at.seq if at else 0, 0, -1):
+        assert digest is not None
+        data = found.get(f"{found.attempt_key(1)}/{digest}", size=journalnodes.NODE_BYTES)
+        digest, entries = journalnodes.read_node(data, attempt=1, seq=seq,
+                                                 digest=records.digest(data))
+        keys = [e.key for e in entries] + keys
+    return keys
+
+
+def test_records_staged_meanwhile_share_one_node_and_one_head_advance(
+        slot_journal: journal.Journal, opened: list[journalcommits.JournalRecords]) -> None:
+    api = FakeApi(lease(1))
+    ledger = committer(slot_journal, api, opened)
+    for i in range(300):
+        ledger.stage(step(f"k{i:03d}", i))
+    assert api.patches == [] and head(api) is None  # staged: not yet durable
+    ledger.flush()
+    assert len(api.patches) == 1
+    assert head(api) == journal.Head(seq=1, digest=head(api).digest)  # type: ignore[union-attr]
+    assert chained(slot_journal, api) == [f"k{i:03d}" for i in range(300)]
+    assert journal.Usage.on_lease(api.body) == journal.Usage(records=300, bytes=sum(
+        step(f"k{i:03d}", i).size for i in range(300)))
+    ledger.flush()  # nothing staged: nothing written
+    assert len(api.patches) == 1
+
+
+def test_a_staged_record_becomes_durable_by_itself_within_the_delay(
+        slot_journal: journal.Journal, opened: list[journalcommits.JournalRecords]) -> None:
+    api = FakeApi(lease(1))
+    ledger = committer(slot_journal, api, opened, delay=0.2)
+    staged = time.monotonic()
+    ledger.stage(step("a"))
+    ledger.stage(step("b"))
+    wait_for(lambda: head(api) is not None, timeout=10, message="the batch flushed")
+    took = time.monotonic() - staged
+    assert took < 0.2 + 2.0, took  # the delay, and a write to a loopback store and a dict
+    assert chained(slot_journal, api) == ["a", "b"] and len(api.patches) == 1
+    assert ledger.staged == []
+
+
+def test_a_commit_makes_everything_staged_before_it_durable_in_order(
+        slot_journal: journal.Journal, opened: list[journalcommits.JournalRecords]) -> None:
+    api = FakeApi(lease(1))
+    ledger = committer(slot_journal, api, opened)
+    ledger.stage(step("a"))
+    ledger.stage(step("b"))
+    intent = records.make(key="pay.intent", kind=Kind.EFFECT_INTENT, attempt=1, payload={})
+    assert ledger.commit(intent) == intent  # returns durable: one node, staging's order
+    assert chained(slot_journal, api) == ["a", "b", "pay.intent"] and len(api.patches) == 1
+    ledger.stage(step("c"))
+    ledger.close()  # the attempt's end flushes
+    assert chained(slot_journal, api) == ["a", "b", "pay.intent", "c"]
+    assert ledger._flusher is not None and not ledger._flusher.is_alive()
+
+
+def node_sizes(found: journal.Journal, api: FakeApi) -> list[int]:
+    """How many records each node the head reaches holds, first node first."""
+    at, sizes = head(api), []
+    digest = at.digest if at else None
+    for seq in range(at.seq if at else 0, 0, -1):
+        assert digest is not None
+        data = found.get(f"{found.attempt_key(1)}/{digest}", size=journalnodes.NODE_BYTES)
+        digest, entries = journalnodes.read_node(data, attempt=1, seq=seq,
+                                                 digest=records.digest(data))
+        sizes.insert(0, len(entries))
+    return sizes
+
+
+def test_a_batch_is_cut_at_a_nodes_entries(
+        slot_journal: journal.Journal, opened: list[journalcommits.JournalRecords]) -> None:
+    api = FakeApi(lease(1))
+    ledger = committer(slot_journal, api, opened)
+    count = journalnodes.NODE_ENTRIES + 100
+    for i in range(count):
+        ledger.stage(step(f"k{i:04d}", i))
+    ledger.flush()
+    # A node's worth is flushed at once (by the background thread, not after the delay);
+    # the rest in one or two more nodes, depending on when that flush read the staged.
+    sizes = node_sizes(slot_journal, api)
+    assert sizes[0] == journalnodes.NODE_ENTRIES and sum(sizes) == count, sizes
+    assert len(api.patches) == len(sizes) <= 3
+    assert chained(slot_journal, api) == [f"k{i:04d}" for i in range(count)]
+
+
+class Gated(FakeApi):
+    """A Lease whose head patches wait for ``gate``: a flush that takes its time."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(body)
+        self.gate = threading.Event()
+
+    def request(self, method: str, path: str, *, body: Any = None, query: Any = None,
+                content_type: str = rest.JSON) -> dict[str, Any]:
+        if method == "PATCH":
+            self.gate.wait(timeout=60)
+        return super().request(method, path, body=body, query=query,
+                               content_type=content_type)
+
+
+def test_past_the_staged_bound_a_stage_waits_for_its_flush(
+        slot_journal: journal.Journal, opened: list[journalcommits.JournalRecords]) -> None:
+    api = Gated(lease(1))
+    ledger = committer(slot_journal, api, opened)
+    bound = journalcommits.STAGED_RECORDS
+    returned: list[int] = []
+
+    def stage_all() -> None:
+        for i in range(bound + 10):
+            ledger.stage(step(f"k{i:04d}"))
+            returned.append(i)
+
+    staging = threading.Thread(target=stage_all, daemon=True)
+    staging.start()
+    # The first node's flush (a node's worth staged) waits at the gate; the steps go on
+    # until the bound, and the stage that reaches it waits for its own flush.
+    wait_for(lambda: len(returned) == bound - 1 and len(ledger.staged) == bound,
+             timeout=30, message="the stages up to the bound returned, the last one waits")
+    assert staging.is_alive() and api.patches == []
+    api.gate.set()
+    staging.join(timeout=60)
+    assert not staging.is_alive() and len(returned) == bound + 10
+    ledger.flush()
+    assert chained(slot_journal, api) == [f"k{i:04d}" for i in range(bound + 10)]
+
+
+def test_a_flush_whose_answer_was_lost_is_settled_without_writing_it_twice(
+        slot_journal: journal.Journal, opened: list[journalcommits.JournalRecords]) -> None:
+    api = LostAnswer(lease(1))
+    ledger = committer(slot_journal, api, opened)
+    ledger.stage(step("a"))
+    ledger.stage(step("b"))
+    api.lose = 1
+    with pytest.raises(Exception, match="504"):
+        ledger.flush()  # landed, but the answer was lost
+    assert ledger.staged != []
+    ledger.stage(step("c"))  # after a failure a stage flushes itself: the Lease read first
+    assert head(api).seq == 2 and chained(slot_journal, api) == ["a", "b", "c"]  # type: ignore[union-attr]
+    assert journal.Usage.on_lease(api.body) == journal.Usage(records=3, bytes=3)
+
+
+def test_a_refusal_is_final(
+        slot_journal: journal.Journal, opened: list[journalcommits.JournalRecords]) -> None:
+    api = FakeApi(lease(1), refuse=403)
+    ledger = committer(slot_journal, api, opened)
+    ledger.stage(step("a"))
+    with pytest.raises(records.RecordRefused, match="denied"):
+        ledger.flush()
+    api.refuse = None  # even were it accepted now: a refused attempt commits nothing more
+    with pytest.raises(records.RecordRefused):
+        ledger.stage(step("b"))
+    with pytest.raises(records.RecordRefused):
+        ledger.flush()
+    assert head(api) is None
+
+
+def test_a_bad_delay_is_refused_with_its_bounds() -> None:
+    for bad in (-0.1, journalcommits.MAX_DELAY_SECONDS + 1, float("nan")):
+        with pytest.raises(ValueError, match=r"a commit delay is 0\.\.10 seconds"):
+            journalcommits.check_delay(bad)
+    assert journalcommits.check_delay(0) == 0
