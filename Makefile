@@ -23,6 +23,7 @@ help:
 	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
 	@echo "make demo      the recovery trace with real worker pods on a local cluster it starts and removes"
 	@echo "make bench     every benchmark (figures into docs/benchmarks.md, each command its own section)"
+	@echo "make bench-journal  the journal beside LangGraph's PostgresSaver (docs/benchmarks.md)"
 	@echo "make faults    fault scenarios on a cluster (and node) of their own: scenario x count x violations"
 
 # Python packages, reinstalled when pyproject.toml changes.
@@ -144,6 +145,21 @@ LATENCY_COUNT ?= 200
 bench-latency: controlplane
 	$(PY) -m bench.latency --count $(LATENCY_COUNT)
 
+# The bench extra (bench/client, bench/journal) over the venv's own install; reinstalled
+# when pyproject.toml changes or the venv is reinstalled.
+$(VENV)/.installed-bench: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install --quiet -e '.[bench]'
+	touch $@
+
+# The journal benchmark (bench/journal): the journal (a control plane of its own without a
+# node, a loopback SeaweedFS) beside LangGraph's PostgresSaver on a throwaway durable
+# PostgreSQL 15 (Debian's; installed when missing); writes its section of docs/benchmarks.md.
+# JOURNAL_ARGS="--side postgres": one side.
+JOURNAL_ARGS ?=
+.PHONY: bench-journal
+bench-journal: controlplane $(VENV)/.installed-bench
+	$(PY) -m bench.journal $(JOURNAL_ARGS)
+
 # Every benchmark, one after the other, each writing its own section of docs/benchmarks.md
 # (bench/common/report.py): figures with the machine, the commit and the date; never a test.
 .PHONY: bench
@@ -151,6 +167,7 @@ bench: bench-loop
 bench: bench-scale
 bench: bench-latency
 bench: bench-renewals
+bench: bench-journal
 
 # The renewals benchmark (bench/renewals): its own control plane WITH its node, WORKERS
 # real workers renewing their leases, the renewals per second and their API and operator

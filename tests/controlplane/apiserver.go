@@ -63,8 +63,9 @@ func startEtcd(flags etcdFlags) (*embed.Etcd, error) {
 	cfg.AdvertisePeerUrls = []url.URL{*peerURL}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogLevel = "error"
-	// A test cluster never needs to survive a power cut: skip fsync for speed.
-	cfg.UnsafeNoFsync = true
+	// A test cluster never needs to survive a power cut: skip fsync for speed, unless
+	// AGENTRUN_ETCD_FSYNC=1 (a benchmark that states its durability: bench/journal).
+	cfg.UnsafeNoFsync = os.Getenv("AGENTRUN_ETCD_FSYNC") != "1"
 	etcd, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, err
