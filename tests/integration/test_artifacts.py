@@ -121,7 +121,7 @@ def test_a_replaced_object_is_refused_at_the_end_of_its_read(
             pass
 
 
-def test_an_interrupted_download_resumes_from_its_part_file(
+def test_an_interrupted_download_resumes_from_its_part_file_and_drops_a_wrong_one(
         slot_journal: journal.Journal, tmp_path: Path) -> None:
     first = attempt(slot_journal, FakeApi(lease(1)), 1)
     stored = first.artifact("data", Generated(12 * MIB + 7))
@@ -130,6 +130,11 @@ def test_an_interrupted_download_resumes_from_its_part_file(
     (tmp_path / "data.bin.part").write_bytes(whole[:5 * MIB])  # what a killed reader left
     assert stored.download(target).read_bytes() == whole
     assert not (tmp_path / "data.bin.part").exists()
+    (tmp_path / "data.bin.part").write_bytes(b"not these bytes")  # another file's leftover
+    with pytest.raises(records.RecordError, match="does not match its digest"):
+        stored.download(target)
+    assert not (tmp_path / "data.bin.part").exists()  # thrown away: the next try is whole
+    assert stored.download(target).read_bytes() == whole
 
 
 def test_a_stream_over_the_bound_stores_nothing(

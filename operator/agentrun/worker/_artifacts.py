@@ -127,13 +127,17 @@ class Artifact:
                         break
                     digest.update(chunk)
                     kept += len(chunk)
-        with partial.open("r+b" if partial.exists() else "wb") as out:
-            out.truncate(kept)
-            out.seek(kept)
-            for chunk in self._chunks(offset=kept, digest=digest):
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
+        try:
+            with partial.open("r+b" if partial.exists() else "wb") as out:
+                out.truncate(kept)
+                out.seek(kept)
+                for chunk in self._chunks(offset=kept, digest=digest):
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+        except records.RecordError:
+            partial.unlink(missing_ok=True)  # not these bytes (another file's .part?): next
+            raise                            # time from the start, never this mismatch again
         partial.replace(target)
         return target
 

@@ -219,7 +219,7 @@ class Journal:
             except records.RecordError as error:
                 raise JournalDamaged(f"attempt {attempt}'s journal, commit {seq} of "
                                      f"{head.seq}: {error}") from None
-            for entry in entries:
+            for entry in reversed(entries):  # within a node too, the later record wins
                 if entry.key.endswith((names.RESOLVED_SUFFIX, names.UNRESOLVED_SUFFIX)):
                     problems.append(f"record {entry.key} in attempt {attempt}'s journal is "
                                     "not used: it is trusted only on the Lease")

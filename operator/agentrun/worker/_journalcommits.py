@@ -20,9 +20,13 @@ never an effect's record. Order is kept: the chain has one order, that of stagin
 
 A batch that could not be flushed stays staged and is tried again: by the background thread
 after a pause while the failure is one that passes (the store silent, an answer lost),
-and by the next stage, which flushes itself so its caller learns of the failure and memory
-stays bounded (a step waits through an outage as a commit did before). A refusal (the
-Lease no longer this attempt's) is final: every later stage and flush raises it.
+and by the next stage, which flushes first so its caller learns of the failure (its own
+record not taken) and memory stays bounded (a step waits through an outage as a commit
+did before). A record whose commit raised is dropped, never written later (an effect's
+intent must not become durable when its call was not attempted), unless its head
+advance's answer was lost: then it may have landed, and the next flush settles which.
+A refusal (the Lease no longer this attempt's) is final: every later stage and flush
+raises it. After the attempt's end (:meth:`JournalRecords.close`) nothing is staged.
 """
 
 from __future__ import annotations
@@ -44,10 +48,10 @@ from agentrun.worker._journal import HEAD, USAGE, Journal
 # while a loop of small steps shares one head advance among all it stages meanwhile.
 DEFAULT_DELAY_SECONDS = 0.25
 MAX_DELAY_SECONDS = 10.0  # a lease lasts 15 s by default: a batch must fit well inside it
-RETRY_PAUSE_SECONDS = 1.0
+RETRY_PAUSE_SECONDS = 1.0  # the background thread's pause after a flush that failed
 # Staged records at most: past this a stage flushes itself, so a flush slower than the
 # steps (a store outage) holds the steps back instead of growing what a crash would lose.
-STAGED_RECORDS = 4 * NODE_ENTRIES  # the background thread's pause after a flush that failed
+STAGED_RECORDS = 4 * NODE_ENTRIES
 # A node holds at most NODE_ENTRIES records and NODE_BYTES of canonical JSON; a batch is cut
 # at either, with room to spare for the node's own fields.
 BATCH_BYTES = NODE_BYTES - 64 * 1024
@@ -105,46 +109,81 @@ class JournalRecords:
         check_delay(self.delay)
 
     def commit(self, record: records.Record) -> records.Record:
-        """Stage ``record`` and flush: it is durable on return (or this raises)."""
+        """``record`` durable on return, after everything staged before it (one batch), or
+        this raises and it is not committed (unless the answer to its head advance was lost:
+        then, as ever, it may have landed, and the next flush settles which)."""
         if record.key.endswith(names.UNRESOLVED_SUFFIX):
             self.flush()  # what came before it first: the chain's order is the attempt's
             return self.lease.commit(record)
-        self.stage(record)
-        self.flush()
+        self._check(record)
+        with self.lock:  # no background flush between this record's staging and its end
+            self._append(record)  # last: its batch is the last, with what was staged before
+            try:
+                self._flush_staged()
+            except BaseException:
+                with self._changed:
+                    if self.pending is None:  # not written: it must not be, later
+                        self._drop(record)
+                raise
         return record
 
     def stage(self, record: records.Record) -> records.Record:
         """Take ``record`` into the next node: durable within :attr:`delay` seconds (or at
-        the next :meth:`flush`). After a flush that failed, this flushes at once (and
-        raises what it raises): a caller learns of an outage at its next record; and so
-        does one that finds :data:`STAGED_RECORDS` staged (it waits for their flush)."""
+        the next :meth:`flush`). After a flush that failed, or with :data:`STAGED_RECORDS`
+        staged, this flushes first (and raises what that raises, the record not taken): a
+        caller learns of an outage at its next record, and waits for a slow store."""
         self._check(record)
         if self.delay == 0:
             return self.commit(record)
         with self._changed:
             if self._refused is not None:
                 raise self._refused
-            self.staged.append(record)
-            self._bytes += _entry_bytes(record)
-            if self._since is None:
-                self._since = time.monotonic()
-            self._start()
-            self._changed.notify_all()
             waits = self._failure is not None or len(self.staged) >= STAGED_RECORDS
         if waits:  # an outage, or a flush slower than the steps: the caller waits
             self.flush()
+        self._append(record)
         return record
 
     def flush(self) -> None:
         """Make every record staged so far durable, in order: one node and one head advance
         per batch (usually one). Raises the failure; what failed stays staged."""
         with self.lock:
-            with self._changed:
-                if self._refused is not None:
-                    raise self._refused
-                count = len(self.staged)
-            while count > 0:
-                count -= self._flush_batch(limit=count)
+            self._flush_staged()
+
+    def _flush_staged(self) -> None:
+        """:meth:`flush` under :attr:`lock`."""
+        with self._changed:
+            if self._refused is not None:
+                raise self._refused
+            count = len(self.staged)
+        if count == 0 and self.pending is not None:
+            self._flush_batch(limit=0)  # a lost answer: settled now, not at the next record
+        while count > 0:
+            count -= self._flush_batch(limit=count)
+
+    def _append(self, record: records.Record) -> None:
+        with self._changed:
+            if self._refused is not None:
+                raise self._refused
+            if self._closed:  # nothing would flush it: say so rather than lose it
+                raise records.RecordError(f"record {record.key}: the worker has stopped (the "
+                                          "attempt's end): nothing more is committed")
+            self.staged.append(record)
+            self._bytes += _entry_bytes(record)
+            if self._since is None:
+                self._since = time.monotonic()
+            self._start()
+            self._changed.notify_all()
+
+    def _drop(self, record: records.Record) -> None:
+        """Take ``record`` out of the staged (under :attr:`_changed`): never written."""
+        for at, staged in enumerate(self.staged):
+            if staged is record:
+                del self.staged[at]
+                self._bytes -= _entry_bytes(record)
+                break
+        if not self.staged:
+            self._since = None
 
     def close(self) -> None:
         """Flush, then end the background thread (the attempt's end)."""
@@ -170,11 +209,16 @@ class JournalRecords:
 
     def _flush_batch(self, *, limit: int) -> int:
         """Write the oldest staged records (at most ``limit``, and a node's bounds) as one
-        node and advance the head to it; how many are now durable. Under :attr:`lock`."""
+        node and advance the head to it; how many are now durable. Under :attr:`lock`.
+
+        The advance is :attr:`pending` from before its request until the state says it
+        landed: whatever ends this midway (an error, a lost answer, SIGTERM's SystemExit
+        in the main thread), the next flush reads the Lease and settles it, never taking
+        a head it advanced itself for another writer's."""
         try:
             if self.pending is not None:
                 landed = self._settle()
-                if landed:
+                if landed or limit == 0:
                     return self._done(landed)
             with self._changed:
                 batch: list[records.Record] = []
@@ -195,6 +239,7 @@ class JournalRecords:
             self.journal.put_once(f"{self.journal.attempt_key(attempt)}/{new.digest}", data)
             self._advance(new, usage, count=len(batch))
         except (records.RecordRefused, records.RecordConflict) as refused:
+            self.pending = None  # an answer: not landed
             with self._changed:
                 self._refused = refused
             raise
@@ -206,11 +251,14 @@ class JournalRecords:
         return self._done(len(batch))
 
     def _done(self, count: int) -> int:
-        """The oldest ``count`` staged records are durable: no longer staged."""
+        """The oldest ``count`` staged records are durable: no longer staged (nor the
+        advance :attr:`pending`)."""
         with self._changed:
+            self.pending = None
             self._bytes -= sum(_entry_bytes(record) for record in self.staged[:count])
             del self.staged[:count]
-            self._since = time.monotonic() if self.staged else None
+            if not self.staged:
+                self._since = None
             self._failure = None
         return count
 
@@ -225,10 +273,11 @@ class JournalRecords:
         """Seconds until the staged batch is due (0: now), None when nothing is staged."""
         if self._since is None or not self.staged:
             return None
+        if self._failure is not None:  # a pause after a failure, however much is staged
+            return max(0.0, self._since + RETRY_PAUSE_SECONDS - time.monotonic())
         if len(self.staged) >= NODE_ENTRIES or self._bytes >= BATCH_BYTES:
             return 0.0
-        pause = RETRY_PAUSE_SECONDS if self._failure is not None else self.delay
-        return max(0.0, self._since + pause - time.monotonic())
+        return max(0.0, self._since + self.delay - time.monotonic())
 
     def _flushing(self) -> None:
         """The background thread: flush each batch when it is due, until closed."""
@@ -247,29 +296,24 @@ class JournalRecords:
                     self._since = time.monotonic()
 
     def _settle(self) -> int:
-        """After a head advance whose answer was lost: the Lease says whether it landed;
-        how many staged records it made durable (0: none, they are flushed again)."""
+        """After a head advance that did not end as known: the Lease says whether it
+        landed; how many staged records it made durable (0: none, they are flushed again)."""
         assert self.pending is not None
         head, usage, count = self.pending
         current = Head.on_lease(self.lease.api.request("GET", self.lease.path))
-        self.pending = None
         if current != head:
+            self.pending = None
             return 0
         self.head, self.usage = head, usage
         return count
 
-    def _advance(self, new: Head, usage: Usage | None, *, count: int) -> None:
-        """Move the head on the Lease from :attr:`head` to ``new`` (and the usage with it).
-        A write whose answer is lost (a timeout, a 5xx) may have landed: ``new`` is kept
-        :attr:`pending` (with the ``count`` records its node holds), and the next flush
-        reads the Lease first."""
-        try:
-            self._patch(new, usage)
-        except (records.RecordRefused, records.RecordConflict):
-            raise
-        except Exception:
-            self.pending = (new, usage, count)
-            raise
+    def _advance(self, new: Head, usage: Usage | None, *, count: int = 0) -> None:
+        """Move the head on the Lease from :attr:`head` to ``new`` (and the usage with it),
+        :attr:`pending` (with the ``count`` records its node holds) from before the request
+        on: a write whose answer is lost (a timeout, a 5xx, an interruption) may have
+        landed, and the next flush reads the Lease first."""
+        self.pending = (new, usage, count)
+        self._patch(new, usage)
 
     def _patch(self, new: Head, usage: Usage | None) -> None:
         """One merge patch of the head under the ``resourceVersion`` of the Lease as last

@@ -192,6 +192,8 @@ class Steps:
         done, committed = self.committed(key)
         if done:
             self.done.append(key)
+            if durable:  # it may be this attempt's, staged only: durable before returning
+                self.ledger.flush()
             return cast(T, committed)  # read back as JSON: see the docstring
         if self.prefix.get(key) is not None:
             self.repeated.append(key)

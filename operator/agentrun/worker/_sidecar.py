@@ -263,6 +263,8 @@ class Sidecar:
 
     def find_artifact(self, key: str) -> artifacts.Artifact | Reply:
         """The committed artifact ``key`` to stream out, or the answer why not (404)."""
+        if (lost := self._lost()) is not None:
+            return lost
         found = self.worker.committed_artifact(records.check_step_key(key))
         if found is None:
             return error(404, "NotCommitted", f"artifact {key} is not committed in the "
@@ -280,6 +282,8 @@ class Sidecar:
                     raise records.RecordConflict(
                         f"step {key} is already committed with other content; records are "
                         "write-once (GET it, or use a new key)")
+                if durable:  # staged by an earlier PUT, maybe: durable before answering
+                    self.worker.flush()
                 return Reply(status=200, body={"result": existing})
             committed = self.worker.step(key, do=lambda: result, durable=durable)
         return Reply(status=201, body={"result": committed})

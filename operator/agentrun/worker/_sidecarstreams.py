@@ -29,7 +29,8 @@ def content_length(value: str | None, *, chunked: bool) -> int:
     if chunked or value is None:
         raise BadRequest("send an artifact with a Content-Length (not chunked): its size is "
                          "checked before anything is stored")
-    if not value.isascii() or not value.isdigit() or int(value) > bounds.ARTIFACT_BYTES:
+    if (len(value) > 20 or not value.isascii() or not value.isdigit()
+            or int(value) > bounds.ARTIFACT_BYTES):
         raise BadRequest(f"an artifact is 0..{bounds.ARTIFACT_BYTES} bytes, not "
                          f"Content-Length {value[:30]!r}")
     return int(value)
@@ -44,8 +45,9 @@ def range_start(value: str | None, *, size: int) -> int | None:
     if found is None:
         raise BadRequest(f"Range {value[:60]!r}: only bytes=<from>- is served (resuming a read)")
     start = int(found["start"])
-    if start > size:
-        raise BadRequest(f"Range starts at {start}, past the artifact's {size} bytes")
+    if start >= size:  # nothing left to send (an empty artifact has no range at all)
+        raise BadRequest(f"Range starts at {start}, at or past the end of the artifact's "
+                         f"{size} bytes")
     return start
 
 

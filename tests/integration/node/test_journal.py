@@ -175,8 +175,8 @@ with Worker.from_env() as worker:
     if c.attempt == 1:
         say(token=open(TOKEN_FILE).read())
         sys.exit(3)
-    worker.step("decide", do=lambda: "by attempt 2")
-    worker.step("write", do=lambda: "by attempt 2")
+    worker.step("decide", do=lambda: "by attempt 2", durable=True)
+    worker.step("write", do=lambda: "by attempt 2", durable=True)  # two head advances
     ledger = worker.steps.ledger
     back = journal.Head(seq=1, digest=ledger.head.digest)
     try:

@@ -56,7 +56,7 @@ PLUGIN = Path(sys.executable).parent / "kubectl-agentrun"
 SIZES = [100, 5 * 1024, 1024 * 1024] * 4  # inline, by reference, by reference (1 MiB)
 SCRIPT = f"""
 SIZES = {SIZES!r}
-with Worker.from_env() as worker:
+with Worker.from_env(commit_delay=0) as worker:  # a commit per step: history by commit
     for i, size in enumerate(SIZES):
         worker.step("h%02d" % i, do=lambda i=i, size=size: {{"i": i, "text": "x" * size}})
     say(done=len(SIZES))

@@ -25,6 +25,7 @@ from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
 from agentrun.worker._context import Context
 from tests.support.actors.effectowner import EffectOwner
+from tests.support.ledgers import DurableOnReturn
 
 RUN_UID = "5f0c2d1e-0000-4000-8000-000000000001"
 SLOT = "study-0a1b2c3d"
@@ -38,7 +39,7 @@ class AlwaysLive:
 
 
 @dataclass
-class Memory:
+class Memory(DurableOnReturn):
     """Records committed, by key, across attempts (what the sealed Leases would hold)."""
 
     committed: dict[str, records.Record] = field(default_factory=dict)

@@ -17,6 +17,7 @@ from agentrun.worker import _records as records
 from agentrun.worker._renewals import Standing
 from agentrun.worker._sidecar import CheckIns, Sidecar
 from agentrun.worker._sidecarsessions import Reply
+from tests.support.ledgers import DurableOnReturn
 
 UID, SLOT, ATTEMPT = "uid-run", "study-research", 2
 POD = f"{SLOT}-{ATTEMPT}"
@@ -30,7 +31,7 @@ class Clock:
         return self.now
 
 
-class Memory:
+class Memory(DurableOnReturn):
     """The attempt's Lease records, in memory (write-once like LeaseRecords)."""
 
     def __init__(self) -> None:
@@ -42,14 +43,6 @@ class Memory:
             raise records.RecordConflict(f"record {record.key} is already committed")
         self.committed[record.key] = record
         return record
-
-    stage = commit  # staged and durable are one here: the sidecar is under test, not them
-
-    def flush(self) -> None:
-        return None
-
-    close = flush
-
 
 @dataclass
 class FakeKeeper:

@@ -19,6 +19,7 @@ from agentrun.worker import Kind, Steps, Worker
 from agentrun.worker._effects import Ledger
 from agentrun.worker._prefix import Prefix
 from agentrun.worker._records import Record
+from tests.support.ledgers import DurableOnReturn
 
 EXAMPLES = Path(examples.__file__).parent
 
@@ -53,21 +54,13 @@ def test_the_examples_import_only_public_names() -> None:
 # too), so a step or an effect typed ``Any`` again fails there; assert_type does nothing
 # when run.
 
-class Memory:
+class Memory(DurableOnReturn):
     def __init__(self) -> None:
         self.committed: dict[str, Record] = {}
 
     def commit(self, record: Record) -> Record:
         self.committed[record.key] = record
         return record
-
-    stage = commit
-
-    def flush(self) -> None:
-        return None
-
-    close = flush
-
 
 class AlwaysLive:
     def ensure_live(self) -> None:

@@ -14,6 +14,7 @@ import pytest
 from agentrun.worker import _effects as effects
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
+from tests.support.ledgers import DurableOnReturn
 
 Answer, Step = effects.Answer, effects.Step
 
@@ -55,7 +56,7 @@ class Owner:
                                   if answer is Answer.APPLIED else None)
 
 
-class Memory:
+class Memory(DurableOnReturn):
     def __init__(self, log: list[tuple[str, str, int | None]]) -> None:
         self.committed: list[records.Record] = []
         self.log = log

@@ -14,6 +14,7 @@ import pytest
 from agentrun.api import bounds
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
+from tests.support.ledgers import DurableOnReturn
 
 Kind = records.Kind
 
@@ -91,14 +92,13 @@ def test_unreadable_records_are_problems_not_results() -> None:
     assert values(found) == {} and "record x of attempt 1 is malformed" in found.problems[0]
 
 
-class Memory:
+class Memory(DurableOnReturn):
     def __init__(self) -> None:
         self.committed: list[records.Record] = []
 
     def commit(self, record: records.Record) -> records.Record:
         self.committed.append(record)
         return record
-
 
 @pytest.mark.parametrize("state", ["committed", "missing", "unreadable"])
 def test_step_skips_if_committed_else_does_and_commits(state: str, tmp_path: Path) -> None:
