@@ -268,3 +268,49 @@ def test_a_bad_delay_is_refused_with_its_bounds() -> None:
         with pytest.raises(ValueError, match=r"a commit delay is 0\.\.10 seconds"):
             journalcommits.check_delay(bad)
     assert journalcommits.check_delay(0) == 0
+
+
+class SilentOnce(LostAnswer):
+    """A lost PATCH answer (``lose``), then ``silent`` reads that get no answer."""
+
+    silent = 0
+
+    def request(self, method: str, path: str, *, body: Any = None, query: Any = None,
+                content_type: str = rest.JSON) -> dict[str, Any]:
+        if method == "GET" and self.silent:
+            self.silent -= 1
+            raise rest.ApiError(503, "{}")
+        return super().request(method, path, body=body, query=query,
+                               content_type=content_type)
+
+
+def test_a_commit_behind_an_unsettled_advance_is_not_kept_when_it_raises(
+        slot_journal: journal.Journal, opened: list[journalcommits.JournalRecords]) -> None:
+    api = SilentOnce(lease(1))
+    ledger = committer(slot_journal, api, opened)
+    ledger.stage(step("a"))
+    api.lose = 1
+    with pytest.raises(rest.ApiError):
+        ledger.flush()  # "a"'s advance: its answer lost
+    api.silent = 1
+    intent = records.make(key="pay.intent", kind=Kind.EFFECT_INTENT, attempt=1, payload={})
+    with pytest.raises(rest.ApiError):
+        ledger.commit(intent)  # the Lease cannot be read to settle "a": the intent raises
+    assert [r.key for r in ledger.staged] == ["a"]  # and is not kept: "a"'s advance is not its
+    ledger.flush()
+    assert chained(slot_journal, api) == ["a"]
+
+
+def test_an_advance_settled_twice_removes_its_records_once(
+        slot_journal: journal.Journal, opened: list[journalcommits.JournalRecords]) -> None:
+    api = FakeApi(lease(1))
+    ledger = committer(slot_journal, api, opened)
+    first = (step("a"), step("b"))
+    for record in first:
+        ledger.stage(record)
+    ledger.flush()
+    ledger.stage(step("c"))
+    # As if interrupted after its records left the staged, before it stopped being pending.
+    ledger.pending = (ledger.head, ledger.usage, first)  # type: ignore[assignment]
+    ledger.flush()
+    assert chained(slot_journal, api) == ["a", "b", "c"] and head(api).seq == 2  # type: ignore[union-attr]

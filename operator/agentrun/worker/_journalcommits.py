@@ -89,9 +89,9 @@ class JournalRecords:
     # that kept no usage: counting from here would say less than is there).
     usage: Usage | None = field(default_factory=Usage)
     delay: float = DEFAULT_DELAY_SECONDS
-    # A head advance (its usage, and how many staged records its node holds) whose answer
-    # was lost: it may have landed.
-    pending: tuple[Head, Usage | None, int] | None = None
+    # A head advance (its usage, and the staged records its node holds) not known to have
+    # landed or not: from before its request until the staged are updated.
+    pending: tuple[Head, Usage | None, tuple[records.Record, ...]] | None = None
     seen: dict[str, Any] | None = field(default=None, repr=False)  # the Lease as last answered
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     staged: list[records.Record] = field(default_factory=list, repr=False)
@@ -117,12 +117,12 @@ class JournalRecords:
             return self.lease.commit(record)
         self._check(record)
         with self.lock:  # no background flush between this record's staging and its end
-            self._append(record)  # last: its batch is the last, with what was staged before
             try:
-                self._flush_staged()
+                self._append(record)  # last: its batch ends the flush below
+                self._flush_staged(upto=record)
             except BaseException:
-                with self._changed:
-                    if self.pending is None:  # not written: it must not be, later
+                with self._changed:  # not written (unless its own advance is pending)
+                    if self.pending is None or not any(r is record for r in self.pending[2]):
                         self._drop(record)
                 raise
         return record
@@ -150,12 +150,14 @@ class JournalRecords:
         with self.lock:
             self._flush_staged()
 
-    def _flush_staged(self) -> None:
-        """:meth:`flush` under :attr:`lock`."""
+    def _flush_staged(self, *, upto: records.Record | None = None) -> None:
+        """:meth:`flush` under :attr:`lock`: every staged record, or those up to ``upto``
+        (itself included; none if it is no longer staged)."""
         with self._changed:
             if self._refused is not None:
                 raise self._refused
-            count = len(self.staged)
+            count = len(self.staged) if upto is None else next(
+                (at + 1 for at, r in enumerate(self.staged) if r is upto), 0)
         if count == 0 and self.pending is not None:
             self._flush_batch(limit=0)  # a lost answer: settled now, not at the next record
         while count > 0:
@@ -186,13 +188,14 @@ class JournalRecords:
             self._since = None
 
     def close(self) -> None:
-        """Flush, then end the background thread (the attempt's end)."""
+        """The attempt's end: nothing more is staged, what is gets flushed, and the
+        background thread ends."""
+        with self._changed:
+            self._closed = True  # first: a record staged from now on is refused, not lost
+            self._changed.notify_all()
         try:
             self.flush()
         finally:
-            with self._changed:
-                self._closed = True
-                self._changed.notify_all()
             if self._flusher is not None and self._flusher is not threading.current_thread():
                 self._flusher.join(timeout=MAX_DELAY_SECONDS)
 
@@ -219,7 +222,7 @@ class JournalRecords:
             if self.pending is not None:
                 landed = self._settle()
                 if landed or limit == 0:
-                    return self._done(landed)
+                    return self._done(landed)  # the records of its node: durable
             with self._changed:
                 batch: list[records.Record] = []
                 size = 0
@@ -237,7 +240,7 @@ class JournalRecords:
             for record in batch:
                 usage = None if usage is None else usage.adding(record)
             self.journal.put_once(f"{self.journal.attempt_key(attempt)}/{new.digest}", data)
-            self._advance(new, usage, count=len(batch))
+            self._advance(new, usage, batch=tuple(batch))
         except (records.RecordRefused, records.RecordConflict) as refused:
             self.pending = None  # an answer: not landed
             with self._changed:
@@ -248,18 +251,23 @@ class JournalRecords:
                 self._failure = failed
             raise
         self.head, self.usage = new, usage
-        return self._done(len(batch))
+        return self._done(tuple(batch))
 
-    def _done(self, count: int) -> int:
-        """The oldest ``count`` staged records are durable: no longer staged (nor the
-        advance :attr:`pending`)."""
+    def _done(self, batch: tuple[records.Record, ...]) -> int:
+        """``batch`` is durable: those of its records still leading the staged leave it,
+        and nothing is pending any more (last, so that an interruption here leaves the
+        advance to be settled again, which finds them gone and removes nothing else)."""
         with self._changed:
-            self.pending = None
+            count = 0
+            while (count < len(batch) and count < len(self.staged)
+                   and self.staged[count] is batch[count]):
+                count += 1
             self._bytes -= sum(_entry_bytes(record) for record in self.staged[:count])
             del self.staged[:count]
             if not self.staged:
                 self._since = None
             self._failure = None
+            self.pending = None
         return count
 
     def _start(self) -> None:
@@ -271,8 +279,10 @@ class JournalRecords:
 
     def _due(self) -> float | None:
         """Seconds until the staged batch is due (0: now), None when nothing is staged."""
-        if self._since is None or not self.staged:
+        if not self.staged:
             return None
+        if self._since is None:  # staged, its time not taken (an interrupted append): now
+            return 0.0
         if self._failure is not None:  # a pause after a failure, however much is staged
             return max(0.0, self._since + RETRY_PAUSE_SECONDS - time.monotonic())
         if len(self.staged) >= NODE_ENTRIES or self._bytes >= BATCH_BYTES:
@@ -295,24 +305,25 @@ class JournalRecords:
                 with self._changed:
                     self._since = time.monotonic()
 
-    def _settle(self) -> int:
+    def _settle(self) -> tuple[records.Record, ...]:
         """After a head advance that did not end as known: the Lease says whether it
-        landed; how many staged records it made durable (0: none, they are flushed again)."""
+        landed; the staged records it made durable (none: they are flushed again)."""
         assert self.pending is not None
-        head, usage, count = self.pending
+        head, usage, batch = self.pending
         current = Head.on_lease(self.lease.api.request("GET", self.lease.path))
         if current != head:
             self.pending = None
-            return 0
+            return ()
         self.head, self.usage = head, usage
-        return count
+        return batch
 
-    def _advance(self, new: Head, usage: Usage | None, *, count: int = 0) -> None:
+    def _advance(self, new: Head, usage: Usage | None, *,
+                 batch: tuple[records.Record, ...] = ()) -> None:
         """Move the head on the Lease from :attr:`head` to ``new`` (and the usage with it),
-        :attr:`pending` (with the ``count`` records its node holds) from before the request
-        on: a write whose answer is lost (a timeout, a 5xx, an interruption) may have
-        landed, and the next flush reads the Lease first."""
-        self.pending = (new, usage, count)
+        :attr:`pending` (with the ``batch`` its node holds) from before the request on: a
+        write whose answer is lost (a timeout, a 5xx, an interruption) may have landed,
+        and the next flush reads the Lease first."""
+        self.pending = (new, usage, batch)
         self._patch(new, usage)
 
     def _patch(self, new: Head, usage: Usage | None) -> None:
