@@ -64,8 +64,8 @@ def head(api: FakeApi) -> journal.Head | None:
     return journal.Head.on_lease(api.body)
 
 
-def chained(found: journal.Journal, api: FakeApi) -> list[str]:
-    """The record keys the head reaches, in commit order (first node first)."""
+def nodes(found: journal.Journal, api: FakeApi) -> list[list[str]]:
+    """The record keys of each node the head reaches, first node first."""
     at, keys = head(api), []
     digest = at.digest if at else None
     for seq in range(at.seq if at else 0, 0, -1):
@@ -73,8 +73,13 @@ def chained(found: journal.Journal, api: FakeApi) -> list[str]:
         data = found.get(f"{found.attempt_key(1)}/{digest}", size=journalnodes.NODE_BYTES)
         digest, entries = journalnodes.read_node(data, attempt=1, seq=seq,
                                                  digest=records.digest(data))
-        keys = [e.key for e in entries] + keys
+        keys.insert(0, [e.key for e in entries])
     return keys
+
+
+def chained(found: journal.Journal, api: FakeApi) -> list[str]:
+    """The record keys the head reaches, in commit order."""
+    return [key for keys in nodes(found, api) for key in keys]
 
 
 def test_records_staged_meanwhile_share_one_node_and_one_head_advance(
@@ -162,16 +167,7 @@ def test_a_commit_makes_everything_staged_before_it_durable_in_order(
 
 
 def node_sizes(found: journal.Journal, api: FakeApi) -> list[int]:
-    """How many records each node the head reaches holds, first node first."""
-    at, sizes = head(api), []
-    digest = at.digest if at else None
-    for seq in range(at.seq if at else 0, 0, -1):
-        assert digest is not None
-        data = found.get(f"{found.attempt_key(1)}/{digest}", size=journalnodes.NODE_BYTES)
-        digest, entries = journalnodes.read_node(data, attempt=1, seq=seq,
-                                                 digest=records.digest(data))
-        sizes.insert(0, len(entries))
-    return sizes
+    return [len(keys) for keys in nodes(found, api)]
 
 
 def test_a_batch_is_cut_at_a_nodes_entries(
