@@ -13,29 +13,16 @@ from __future__ import annotations
 
 import io
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agentrun.objectstore import Credentials, ObjectStore, S3Error, S3Unavailable
+from tests.support.s3fixtures import endpoint, store
 from tests.support.s3server import ACCESS_KEY, SECRET_KEY, free_ports, running_s3
 
-
-@pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_s3(tmp_path_factory.mktemp("s3")) as url:
-        yield url
-
-
-@pytest.fixture
-def store(endpoint: str) -> ObjectStore:
-    """A bucket of this test's own (made here: each test starts from an empty one)."""
-    made = ObjectStore(endpoint=endpoint, bucket=f"t-{uuid.uuid4().hex[:12]}",
-                       credentials=lambda: None)
-    made.ensure_bucket()
-    return made
+__all__ = ["endpoint", "store"]  # fixtures taken from tests/support/s3fixtures.py
 
 
 def test_round_trip_of_a_large_object_and_an_awkward_key(store: ObjectStore) -> None:

@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,25 +28,12 @@ import pytest
 from agentrun.objectstore import MIN_PART_BYTES, ObjectStore, S3Error, S3Unavailable
 from agentrun.objectstore import _parts as parts
 from tests.support.faults.cutproxy import CutProxy
-from tests.support.s3server import running_s3
+from tests.support.s3fixtures import endpoint, store
 
 MIB = 1024 * 1024
 ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["endpoint", "store"]  # fixtures taken from tests/support/s3fixtures.py
 
-
-@pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_s3(tmp_path_factory.mktemp("s3")) as url:
-        yield url
-
-
-@pytest.fixture
-def store(endpoint: str) -> ObjectStore:
-    """A bucket of this test's own, made here."""
-    made = ObjectStore(endpoint=endpoint, bucket=f"t-{uuid.uuid4().hex[:12]}",
-                       credentials=lambda: None)
-    made.ensure_bucket()
-    return made
 
 
 @pytest.fixture

@@ -1,9 +1,10 @@
 """Fixtures over one loopback S3 server a test module shares (``tests/support/s3server.py``).
 
-A module takes them by name (``from tests.support.s3fixtures import endpoint, bucket``
+A module takes them by name (``from tests.support.s3fixtures import endpoint, store``
 and lists them in its ``__all__``): ``endpoint``, the server's URL, one per module;
-``bucket``, a fresh bucket of each test's own; ``slot_journal``, a slot's journal in it
-that retries a silent store for one second.
+``store``, a fresh bucket of each test's own (each test starts from an empty one);
+``slot_journal``, a slot's journal in a fresh bucket that retries a silent store for one
+second.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def fresh_bucket(endpoint: str) -> ObjectStore:
 
 
 @pytest.fixture
-def bucket(endpoint: str) -> ObjectStore:
+def store(endpoint: str) -> ObjectStore:
     return fresh_bucket(endpoint)
 
 
