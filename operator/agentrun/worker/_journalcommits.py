@@ -95,8 +95,10 @@ class JournalRecords:
     seen: dict[str, Any] | None = field(default=None, repr=False)  # the Lease as last answered
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     staged: list[records.Record] = field(default_factory=list, repr=False)
-    # Staged bytes (as node entries), the monotonic time the oldest staged record waits
-    # since, and the failure of the last flush (``refused``: final).
+    # Each staged record's bytes as a node entry (measured once, when staged) and their
+    # sum, the monotonic time the oldest staged record waits since, and the failure of the
+    # last flush (``refused``: final).
+    _sizes: list[int] = field(default_factory=list, repr=False)
     _bytes: int = field(default=0, repr=False)
     _since: float | None = field(default=None, repr=False)
     _failure: Exception | None = field(default=None, repr=False)
@@ -170,8 +172,10 @@ class JournalRecords:
             if self._closed:  # nothing would flush it: say so rather than lose it
                 raise records.RecordError(f"record {record.key}: the worker has stopped (the "
                                           "attempt's end): nothing more is committed")
+            size = _entry_bytes(record)
             self.staged.append(record)
-            self._bytes += _entry_bytes(record)
+            self._sizes.append(size)
+            self._bytes += size
             if self._since is None:
                 self._since = time.monotonic()
             self._start()
@@ -182,7 +186,7 @@ class JournalRecords:
         for at, staged in enumerate(self.staged):
             if staged is record:
                 del self.staged[at]
-                self._bytes -= _entry_bytes(record)
+                self._bytes -= self._sizes.pop(at)
                 break
         if not self.staged:
             self._since = None
@@ -226,8 +230,9 @@ class JournalRecords:
             with self._changed:
                 batch: list[records.Record] = []
                 size = 0
-                for record in self.staged[:min(limit, NODE_ENTRIES)]:
-                    size += _entry_bytes(record)
+                for record, entry in zip(self.staged[:min(limit, NODE_ENTRIES)], self._sizes,
+                                         strict=False):
+                    size += entry
                     if batch and size > BATCH_BYTES:
                         break
                     batch.append(record)
@@ -262,8 +267,8 @@ class JournalRecords:
             while (count < len(batch) and count < len(self.staged)
                    and self.staged[count] is batch[count]):
                 count += 1
-            self._bytes -= sum(_entry_bytes(record) for record in self.staged[:count])
-            del self.staged[:count]
+            self._bytes -= sum(self._sizes[:count])
+            del self.staged[:count], self._sizes[:count]
             if not self.staged:
                 self._since = None
             self._failure = None
