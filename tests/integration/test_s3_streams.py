@@ -69,6 +69,11 @@ def test_a_40_mib_file_in_5_mib_parts_reads_back_whole(store: ObjectStore,
         assert download.size == len(data) and download.etag == streamed.etag
         assert sha256_of(download) == streamed.sha256
         assert download.position == len(data)
+    # in windows that straddle the parts (never one open-ended GET: parts.WINDOW_BYTES),
+    # from an offset inside one
+    with store.get_stream("runs/r/artifact", offset=3 * MIB + 7,
+                          window_bytes=7 * MIB + 3) as download:
+        assert sha256_of(download) == hashlib.sha256(data[3 * MIB + 7:]).hexdigest()
     assert store.abort_uploads("runs/") == 0  # the completed upload is no upload
 
 
@@ -82,6 +87,8 @@ def test_small_content_is_one_put_and_chunks_of_any_size_are_cut_into_parts(
     assert streamed.parts == 3 and streamed.sha256 == hashlib.sha256(b"".join(chunks)).hexdigest()
     assert sha256_of(store.get_stream("chunks")) == streamed.sha256
     assert store.put_stream("empty", iter([])).size == 0 and store.get("empty", limit=1) == b""
+    empty = store.get_stream("empty")  # a window asked of nothing: no bytes, size 0
+    assert (list(empty), empty.size) == ([], 0)
 
 
 def test_a_part_cut_mid_upload_is_sent_again(store: ObjectStore, proxy: CutProxy) -> None:

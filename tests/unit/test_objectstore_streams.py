@@ -117,13 +117,12 @@ def test_the_multipart_etag_is_the_md5_of_the_parts_md5s() -> None:
     assert parts.same_etag('"ab"', "ab") and not parts.same_etag("", "")
 
 
-def test_a_read_asks_for_a_range_past_the_first_byte_pinned_by_its_etag() -> None:
-    assert parts.read_headers(0, None) == {}
-    assert parts.read_headers(0, '"e"') == {"If-Match": '"e"'}
-    assert parts.read_headers(7, '"e"') == {"Range": "bytes=7-", "If-Match": '"e"'}
-    assert parts.content_range("bytes 7-9/10", what="w") == (7, 10)
-    assert parts.content_range("bytes */10", what="w") == (None, 10)
-    assert parts.content_range("bytes 0-9/*", what="w") == (0, None)
+def test_a_read_asks_for_a_bounded_window_pinned_by_its_etag() -> None:
+    assert parts.read_headers(0, None, window=4) == {"Range": "bytes=0-3"}
+    assert parts.read_headers(7, '"e"', window=1) == {"Range": "bytes=7-7", "If-Match": '"e"'}
+    assert parts.content_range("bytes 7-9/10", what="w") == (7, 9, 10)
+    assert parts.content_range("bytes */10", what="w") == (None, None, 10)
+    assert parts.content_range("bytes 0-9/*", what="w") == (0, 9, None)
     for bad in ("bytes -1-9/10", "bytes 7-9/\u0661\u0660", "items 0-1/2", "bytes 1-2/" + "9" * 20):
         with pytest.raises(s3.S3Error, match="Content-Range"):
             parts.content_range(bad, what="w")
@@ -231,8 +230,50 @@ def test_a_cut_read_resumes_from_the_next_byte_with_if_match() -> None:
                             (206, b"3456789", {"Content-Range": "bytes 3-9/10", "ETag": '"e"'}))
     download = store.get_stream("k", chunk_bytes=4, backoff=0)
     assert b"".join(download) == b"0123456789" and download.position == 10
-    assert pool.sent[1]["headers"]["Range"] == "bytes=3-"
+    assert pool.sent[1]["headers"]["Range"] == f"bytes=3-{3 + s3.WINDOW_BYTES - 1}"
     assert pool.sent[1]["headers"]["If-Match"] == '"e"'
+
+
+@pytest.mark.parametrize("bad", [{"offset": -1}, {"chunk_bytes": 0}, {"window_bytes": 0}])
+def test_a_read_of_no_bytes_at_a_time_is_refused_before_any_request(bad: dict[str, int]) -> None:
+    store, pool = answering()
+    with pytest.raises(ValueError, match="want offset >= 0 and the others >= 1"):
+        store.get_stream("k", **bad)  # type: ignore[arg-type]
+    assert pool.sent == []
+
+
+def test_a_large_object_is_read_a_window_at_a_time_on_one_etag() -> None:
+    """Never open-ended (a store buffering ahead of its reader runs out of memory): each
+    window asked for, the next from the byte after, pinned to the first answer's ETag."""
+    store, pool = answering(
+        (206, b"0123", {"Content-Range": "bytes 0-3/10", "ETag": '"e"'}),
+        (206, b"4567", {"Content-Range": "bytes 4-7/10", "ETag": '"e"'}),
+        (206, b"89", {"Content-Range": "bytes 8-9/10", "ETag": '"e"'}))
+    download = store.get_stream("k", chunk_bytes=3, window_bytes=4, backoff=0)
+    assert b"".join(download) == b"0123456789" and download.size == 10
+    assert [(sent["headers"]["Range"], sent["headers"].get("If-Match"))
+            for sent in pool.sent] == [("bytes=0-3", None), ("bytes=4-7", '"e"'),
+                                       ("bytes=8-11", '"e"')]
+
+
+@pytest.mark.parametrize("answer", [
+    (206, b"012345", {"Content-Range": "bytes 0-5/10", "ETag": '"e"'}),  # past the window
+    (206, b"1234", {"Content-Range": "bytes 1-4/10", "ETag": '"e"'}),  # not from its start
+    (206, b"0123", {"Content-Range": "bytes 0-3/*", "ETag": '"e"'})])  # no size
+def test_a_window_answered_for_other_bytes_is_refused(answer: Answer) -> None:
+    store, _ = answering(answer)
+    with pytest.raises(s3.S3Error, match="answered bytes"):
+        store.get_stream("k", window_bytes=4, backoff=0)
+
+
+def test_a_window_of_the_next_object_is_refused() -> None:
+    store, _ = answering((206, b"0123", {"Content-Range": "bytes 0-3/10", "ETag": '"e"'}),
+                         (206, b"4567", {"Content-Range": "bytes 4-7/10", "ETag": '"f"'}))
+    download = store.get_stream("k", window_bytes=4, backoff=0)
+    with pytest.raises(s3.S3Error) as raised:
+        b"".join(download)
+    assert (raised.value.status, raised.value.code) == (412, "PreconditionFailed")
+    assert download.position == 4
 
 
 def test_a_resume_answered_for_another_object_is_refused() -> None:

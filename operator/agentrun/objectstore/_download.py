@@ -20,22 +20,29 @@ class Download:
     object's, as its first answer gave it (or as the caller pinned it); ``position``: the
     offset of the next byte to be handed over (``size`` once all were).
 
+    Windows: each GET asks for ``window_bytes`` from ``position`` (``Range: bytes=<p>-<q>``,
+    see ``parts.WINDOW_BYTES`` for why never open-ended); a window read whole is followed
+    by the next, pinned to the first answer's ETag, on the same kept-alive connection.
+
     Resuming: a body cut short (a reset, a read timeout, an end before its length) is
-    asked for again from ``position`` (``Range: bytes=<position>-``) with ``If-Match:
-    <etag>``: an object replaced meanwhile is ``S3Error`` PreconditionFailed (412), never
-    the rest of another object after the start of this one (an answer whose ETag or size
-    differs is refused the same way, should a store ignore ``If-Match``). At most
+    asked for again from ``position`` with ``If-Match: <etag>``: an object replaced
+    meanwhile is ``S3Error`` PreconditionFailed (412), never the rest of another object
+    after the start of this one (an answer whose ETag or size differs is refused the same
+    way, should a store ignore ``If-Match``). At most
     ``retries`` attempts in a row that deliver nothing (a cut, or a resume that got no
     answer), waiting ``wait(attempt)`` before each; a chunk delivered starts the count
     again; then :class:`S3Unavailable`.
     """
 
     def __init__(self, store: Client, key: str, *, offset: int, chunk_bytes: int,
-                 etag: str | None, retries: int, wait: Callable[[int], None]) -> None:
+                 window_bytes: int, etag: str | None, retries: int,
+                 wait: Callable[[int], None]) -> None:
         self._store, self.key, self.position, self.etag = store, key, offset, etag or ""
-        self._chunk, self._retries, self._wait = chunk_bytes, retries, wait
+        self._chunk, self._window, self._retries, self._wait = (chunk_bytes, window_bytes,
+                                                                retries, wait)
         self._failures = 0
         self._response: urllib3.BaseHTTPResponse | None = None
+        self._end = offset  # the byte after the current answer's last one
         self.size: int | None = None
         self._open()
 
@@ -45,11 +52,15 @@ class Download:
     def __next__(self) -> bytes:
         assert self.size is not None  # known once the first answer came
         while self.position < self.size:
+            if self._response is not None and self.position == self._end:
+                self.close()  # this window read whole: its connection back to the pool
+                self._open_next()
+                continue
             if self._response is None:
                 self._resume()
                 continue
             try:
-                chunk = self._response.read(min(self._chunk, self.size - self.position),
+                chunk = self._response.read(min(self._chunk, self._end - self.position),
                                             decode_content=False)
             except (urllib3.exceptions.HTTPError, OSError) as error:
                 self._cut(str(error))
@@ -67,7 +78,7 @@ class Download:
         """Give the connection back (to the pool if the body was read to its end)."""
         response, self._response = self._response, None
         if response is not None:
-            if self.position != self.size:
+            if self.position != self._end:
                 response.close()  # unread bytes: the connection cannot be reused
             response.release_conn()
 
@@ -93,6 +104,10 @@ class Download:
         if not self.etag:  # nothing to pin the object by: the rest could be another's
             raise S3Unavailable(status=0, code="", message=(
                 f"GET {self.key}: cut at byte {self.position}, and no ETag to resume with"))
+        self._open_next()
+
+    def _open_next(self) -> None:
+        """The window from :attr:`position`; a request that got no answer is a cut."""
         try:
             self._open()
         except S3Unavailable as error:
@@ -102,22 +117,23 @@ class Download:
         """Ask for the bytes from ``position`` and check the answer is for them: its
         first byte, the same ETag and size as before."""
         what = f"GET {self.key} from byte {self.position}"
-        response = self._store._request("GET", self.key,
-                                        headers=parts.read_headers(self.position, self.etag))
-        status, expected = response.status, 206 if self.position else 200
-        if status == 416 and self.position and self.size is None:
-            _, total = parts.content_range(header(response, "content-range", what=what),
-                                           what=what)
-            if total == self.position:  # asked from the very end: nothing to read
+        response = self._store._request("GET", self.key, headers=parts.read_headers(
+            self.position, self.etag, window=self._window))
+        status = response.status
+        if status == 416 and self.size is None:
+            _, _, total = parts.content_range(header(response, "content-range", what=what),
+                                              what=what)
+            if total == self.position:  # asked from the very end (or empty): nothing
                 Client._read(response, parts.ANSWER_BYTES, what=what)
-                self.size = total
+                self.size = self._end = total
                 return
-        if status != expected:
+        # a 200 only from the start: a store that ignored the range sends the whole object
+        if status != 206 and (status != 200 or self.position):
             if status not in (200, 206):
                 self._store._answer(response, ok=(), what=what)  # raises the error it is
             response.close()
             response.release_conn()
-            raise S3Error(status=status, code="", message=f"{what}: a {status}, not {expected}")
+            raise S3Error(status=status, code="", message=f"{what}: a {status}, not 206")
         try:
             self._check(response, what=what)
         except S3Error:
@@ -129,16 +145,19 @@ class Download:
     def _check(self, response: urllib3.BaseHTTPResponse, *, what: str) -> None:
         etag = header(response, "etag", what=what)
         if response.status == 206:
-            start, total = parts.content_range(header(response, "content-range", what=what),
-                                               what=what)
-            if start != self.position or total is None:
+            start, last, total = parts.content_range(
+                header(response, "content-range", what=what), what=what)
+            if start != self.position or last is None or total is None or last < start \
+                    or last >= min(total, start + self._window):
                 raise S3Error(status=206, code="", message=(
-                    f"{what}: answered from byte {start} of {total}"))
+                    f"{what}: answered bytes {start}-{last} of {total}"))
+            end = last + 1
         else:
-            total = byte_count(header(response, "content-length", what=what), what=what)
+            total = end = byte_count(header(response, "content-length", what=what),
+                                     what=what)
         changed = self.etag and not parts.same_etag(self.etag, etag)
         if changed or (self.size is not None and total != self.size):
             raise S3Error(status=412, code="PreconditionFailed", message=(
                 f"{what}: the object changed (ETag {etag}, {total} bytes; read as "
                 f"{self.etag}, {self.size} bytes)"))
-        self.size, self.etag = total, self.etag or etag
+        self.size, self.etag, self._end = total, self.etag or etag, end

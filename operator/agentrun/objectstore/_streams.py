@@ -190,21 +190,23 @@ class ObjectStore(Client):
                          ok=(200, 204, 404), what=f"ABORT {key}")
 
     def get_stream(self, key: str, *, offset: int = 0, chunk_bytes: int = parts.CHUNK_BYTES,
-                   etag: str | None = None, retries: int = RETRIES,
-                   backoff: float = BACKOFF) -> Download:
+                   window_bytes: int = parts.WINDOW_BYTES, etag: str | None = None,
+                   retries: int = RETRIES, backoff: float = BACKOFF) -> Download:
         """``key``'s bytes from ``offset`` on, as a :class:`Download`: an iterator of
         chunks of ``chunk_bytes`` at most, one in memory at a time, which knows the
-        object's ``size`` and ``etag``. The first request is made here (a missing key is
-        ``S3Error`` NoSuchKey now, not at the first chunk); ``etag``: only that object
-        (else S3Error PreconditionFailed); ``offset`` at the object's end: no chunks.
-        A body cut short is read again from the byte after the last one handed over
-        (see :class:`Download`)."""
-        if offset < 0 or chunk_bytes < 1:
-            raise ValueError(f"get_stream: offset {offset} and chunk_bytes {chunk_bytes}: "
-                             "want offset >= 0 and chunk_bytes >= 1")
-        return Download(self, key, offset=offset, chunk_bytes=chunk_bytes, etag=etag,
-                        retries=retries, wait=lambda attempt: time.sleep(
-                            min(backoff * 2 ** attempt, _BACKOFF_CAP)))
+        object's ``size`` and ``etag``; each request asks for ``window_bytes``. The
+        first request is made here (a missing key is ``S3Error`` NoSuchKey now, not at
+        the first chunk); ``etag``: only that object (else S3Error PreconditionFailed);
+        ``offset`` at the object's end: no chunks. A body cut short is read again from
+        the byte after the last one handed over (see :class:`Download`)."""
+        if offset < 0 or chunk_bytes < 1 or window_bytes < 1:
+            raise ValueError(f"get_stream: offset {offset}, chunk_bytes {chunk_bytes}, "
+                             f"window_bytes {window_bytes}: want offset >= 0 and the "
+                             "others >= 1")
+        return Download(self, key, offset=offset, chunk_bytes=chunk_bytes,
+                        window_bytes=window_bytes, etag=etag, retries=retries,
+                        wait=lambda attempt: time.sleep(min(backoff * 2 ** attempt,
+                                                            _BACKOFF_CAP)))
 
     def abort_uploads(self, prefix: str, *, limit: int = _UPLOADS_LIMIT,
                       page: int = _UPLOADS_PAGE) -> int:
