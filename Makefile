@@ -25,6 +25,7 @@ help:
 	@echo "make bench     every benchmark (figures into docs/benchmarks.md, each command its own section)"
 	@echo "make bench-journal  the journal beside LangGraph's PostgresSaver (docs/benchmarks.md)"
 	@echo "make faults    fault scenarios on a cluster (and node) of their own: scenario x count x violations"
+	@echo "make journal-scale  20,000 steps and a 2 GiB artifact on real pods, killed at seeded points"
 
 # Python packages, reinstalled when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
@@ -194,3 +195,12 @@ FAULTS_ARGS ?=
 .PHONY: faults
 faults: controlplane nodedeps image
 	$(PY) -m bench.faults --count $(COUNT) $(FAULTS_ARGS)
+
+# The journal at an agent's scale on real pods (bench/faults/journal_scale.py): 20,000
+# group-committed steps and a 2 GiB artifact, the worker SIGKILLed in a commit window and
+# mid multipart upload at seeded points (JOURNAL_SCALE_ARGS="--journal-scale-seed N"),
+# every committed result checked; about 15 min on 2 cores. Not in `make faults`' default set.
+JOURNAL_SCALE_ARGS ?=
+.PHONY: journal-scale
+journal-scale: controlplane nodedeps image
+	$(PY) -m bench.faults --scenarios journal-scale $(JOURNAL_SCALE_ARGS)

@@ -10,14 +10,16 @@ invariants checked after it (the scenario's module says which). It prints a tabl
 scenario x count x violations, the violations themselves, and each play's figures, and
 stops by itself:
 
-    make faults                                     # every scenario, --count 1
+    make faults                                     # every usual scenario, --count 1
+    make journal-scale                              # the long one, alone
     .venv/bin/python -m bench.faults --count 1 --scenarios paused-apiserver --slots 4
     .venv/bin/python -m bench.faults --write docs/benchmarks.md   # also that file's section
 
 A scenario is a :class:`support.Fault` in a module ``bench/faults/<name>.py``, listed in
-:data:`FAULTS`. Nothing is written to the repository unless ``--write`` names a file; there
-the section ``## Faults`` is replaced (or appended), with the machine, the commit and the
-date. The exit status is 1 when any play had a violation.
+:data:`FAULTS`; those not ``default`` are played only when named. Nothing is written to
+the repository unless ``--write`` names a file; there the section ``## Faults`` is
+replaced (or appended), with the machine, the commit and the date. The exit status is 1
+when any play had a violation.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from bench.common.provenance import machine_commit_date
 from bench.common.report import write_section
 from bench.faults import clock_skew as fault_clock_skew
 from bench.faults import journal_matrix as fault_journal_matrix
+from bench.faults import journal_scale as fault_journal_scale
 from bench.faults import kill_points as fault_kill_points
 from bench.faults import network as fault_network
 from bench.faults import paused as fault_paused
@@ -47,7 +50,8 @@ REPO = Path(__file__).resolve().parents[2]
 SECTION = "## Faults"
 FAULTS: tuple[Fault, ...] = (fault_paused.FAULT, fault_network.CUT, fault_network.HOLE,
                              fault_racing.FAULT, fault_clock_skew.FAULT,
-                             fault_kill_points.FAULT, fault_journal_matrix.FAULT)
+                             fault_kill_points.FAULT, fault_journal_matrix.FAULT,
+                             fault_journal_scale.FAULT)
 
 
 @dataclass
@@ -93,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, choices=range(1, 51), default=1,
                         metavar="{1..50}", help="plays of each scenario (default 1)")
     known = ", ".join(f.name for f in FAULTS)
-    parser.add_argument("--scenarios", default=",".join(f.name for f in FAULTS),
-                        help=f"comma-separated scenarios to play (default all: {known})")
+    usual = ",".join(f.name for f in FAULTS if f.default)
+    parser.add_argument("--scenarios", default=usual,
+                        help=f"comma-separated scenarios to play, of {known} (default: "
+                             f"{usual})")
     parser.add_argument("--write", type=Path, default=None,
                         help="also replace (or append) the '## Faults' section of this file")
     for fault in FAULTS:

@@ -65,6 +65,8 @@ class Fault:
     # needs the cluster's bundled object store (tests/support/cluster/store.py: the
     # journals' SeaweedFS, with the node only); started only when a chosen scenario does
     store: bool = False
+    # played when --scenarios is not given; a long one (journal-scale) has its own target
+    default: bool = True
 
 
 def fresh_namespace(cluster: Cluster, *, prefix: str = "faults") -> str:

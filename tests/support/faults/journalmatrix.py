@@ -108,7 +108,8 @@ def play(scenario: Scenario, *, node: LocalNode, image: str, seed: int, kills: i
         result.violations.append(f"{slot}: {error}")
         return result
     check_store(scenario, slot, plan, sizes, result)
-    lease_writes(scenario, slot, len(plan) + 1, result)
+    result.leases = lease_writes(scenario, slot, len(plan) + 1,
+                                 violations=result.violations)
     result.seconds = time.monotonic() - started
     return result
 
@@ -238,12 +239,14 @@ def check_store(scenario: Scenario, slot: str, plan: list[worker.Kill], sizes: l
             f"stray: {sorted(stray)[:3]}")
 
 
-def lease_writes(scenario: Scenario, slot: str, attempts: int, result: Play) -> None:
-    """From the audit log: the workers' renewals (updates) and head advances (patches) of
-    their Leases, how many met a 409 (the other writer in between), and the longest gap
-    between an attempt's successful renewals. Both writers guard on the resourceVersion,
-    so every commit can make a renewal in flight fail: a gap of a whole lease would let
-    the operator fence a live worker, a fault of the SDK, not of this scenario."""
+def lease_writes(scenario: Scenario, slot: str, attempts: int, *,
+                 violations: list[str]) -> str:
+    """From the audit log, said in a line: the workers' renewals (updates) and head
+    advances (patches) of their Leases, how many met a 409 (the other writer in between),
+    and the longest gap between an attempt's successful renewals. Both writers guard on
+    the resourceVersion, so every commit can make a renewal in flight fail: a gap of a
+    whole lease would let the operator fence a live worker, a fault of the SDK, not of
+    this scenario."""
     mine = [w for w in writes(audit_log(scenario), namespace=scenario.namespace,
                               user=worker_user(scenario.namespace)) if w.resource == "leases"]
     count: dict[tuple[str, int], int] = {}
@@ -256,11 +259,12 @@ def lease_writes(scenario: Scenario, slot: str, attempts: int, result: Play) -> 
         gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(renewed)]
         if gaps and max(gaps) > longest:
             longest, at = max(gaps), attempt
-    result.leases = (f"renewals {count.get(('update', 200), 0)} ok, "
-                     f"{count.get(('update', 409), 0)} 409; head advances "
-                     f"{count.get(('patch', 200), 0)} ok, {count.get(('patch', 409), 0)} 409; "
-                     f"longest gap between renewals {longest:.1f} s (attempt {at}; lease "
-                     f"{LEASE_SECONDS} s)")
+    said = (f"renewals {count.get(('update', 200), 0)} ok, "
+            f"{count.get(('update', 409), 0)} 409; head advances "
+            f"{count.get(('patch', 200), 0)} ok, {count.get(('patch', 409), 0)} 409; "
+            f"longest gap between renewals {longest:.1f} s (attempt {at}; lease "
+            f"{LEASE_SECONDS} s)")
     if longest >= LEASE_SECONDS:
-        result.violations.append(f"attempt {at}: {longest:.1f} s between renewals, a whole "
-                                 f"{LEASE_SECONDS} s lease: its worker could be fenced alive")
+        violations.append(f"attempt {at}: {longest:.1f} s between renewals, a whole "
+                          f"{LEASE_SECONDS} s lease: its worker could be fenced alive")
+    return said

@@ -1,0 +1,60 @@
+"""``make journal-scale``: the scenario ``journal-scale``, a slot at an agent's scale on
+real pods: 20,000 group-committed steps (552 MiB of results, 100 B to 10 MiB each) and a
+2 GiB artifact streamed between them, into the cluster's bundled store; its worker is
+SIGKILLed inside a group-commit window before the artifact, halfway through one of the
+artifact's parts, and inside a window after it, at points drawn from
+``--journal-scale-seed``; each successor resumes from exactly what was durable, the
+results and the artifact end intact, RSS while streaming stays within 64 MiB of the RSS
+with a 10 MiB result (``tests/support/faults/journalscale.py`` plays and checks it;
+``scaleworker.py`` is the pod's side).
+
+Not in ``make faults``' default set (it moves 5 GiB through the store: about 15 min on 2
+cores); ``make journal-scale`` plays it alone. The seed, when not given, is drawn at
+random and printed (in the header's command too); play n of ``--count`` uses seed + n - 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+from bench.faults.support import Context, Fault, Outcome, bounded, served
+from tests.support.cluster import store
+from tests.support.faults import journalscale
+
+SEED_BOUND = 2**31 - 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--journal-scale-seed", type=bounded(0, SEED_BOUND), default=None,
+                        help="journal-scale: the kill points' seed (default: drawn at "
+                             "random and printed)")
+
+
+def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Draw the seed now when none was given: the header then names the one played."""
+    if args.journal_scale_seed is None:
+        args.journal_scale_seed = random.SystemRandom().randrange(SEED_BOUND)
+
+
+def figures(played: journalscale.Play, seed: int) -> str:
+    return (f"seed {seed}; {played.distribution}; {played.seconds:.0f} s wall; attempts: "
+            f"{'; '.join(played.said)}; artifact: {'; '.join(played.artifact)}; RSS: "
+            f"{'; '.join(played.rss)}; store: {played.store}; Lease writes: {played.leases}")
+
+
+def play(context: Context, number: int) -> Outcome:
+    cluster, args = context.cluster, context.args
+    assert cluster.node is not None
+    seed = args.journal_scale_seed + number - 1
+    with served(context, log=f"journal-scale-operator-{number}.log",
+                args=["--journal-endpoint", store.STORE_ENDPOINT,
+                      "--journal-bucket", store.BUCKET]) as on:
+        played = journalscale.play(on.scenario, node=cluster.node, image=context.image,
+                                   seed=seed)
+        return Outcome(violations=played.violations, figures=figures(played, seed))
+
+
+FAULT = Fault(name="journal-scale", play=play, bounds="tests/support/faults/journalscale.py",
+              add_arguments=add_arguments, check=check, store=True,
+              describe=lambda a: f"--journal-scale-seed {a.journal_scale_seed}")
