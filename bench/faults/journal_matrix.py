@@ -18,7 +18,6 @@ import argparse
 import random
 
 from bench.faults.support import Context, Fault, Outcome, bounded, served
-from tests.support.cluster import store
 from tests.support.faults import journalmatrix
 from tests.support.faults import journalworker as worker
 
@@ -57,9 +56,7 @@ def play(context: Context, number: int) -> Outcome:
     cluster, args = context.cluster, context.args
     assert cluster.node is not None
     seed = args.journal_matrix_seed + number - 1
-    with served(context, log=f"journal-matrix-operator-{number}.log",
-                args=["--journal-endpoint", store.STORE_ENDPOINT,
-                      "--journal-bucket", store.BUCKET]) as on:
+    with served(context, log=f"journal-matrix-operator-{number}.log", journal=True) as on:
         played = journalmatrix.play(on.scenario, node=cluster.node, image=context.image,
                                     seed=seed, kills=args.journal_matrix_kills)
         return Outcome(violations=played.violations, figures=figures(played, seed))

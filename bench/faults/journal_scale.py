@@ -19,7 +19,6 @@ import argparse
 import random
 
 from bench.faults.support import Context, Fault, Outcome, bounded, served
-from tests.support.cluster import store
 from tests.support.faults import journalscale
 
 SEED_BOUND = 2**31 - 1
@@ -47,9 +46,7 @@ def play(context: Context, number: int) -> Outcome:
     cluster, args = context.cluster, context.args
     assert cluster.node is not None
     seed = args.journal_scale_seed + number - 1
-    with served(context, log=f"journal-scale-operator-{number}.log",
-                args=["--journal-endpoint", store.STORE_ENDPOINT,
-                      "--journal-bucket", store.BUCKET]) as on:
+    with served(context, log=f"journal-scale-operator-{number}.log", journal=True) as on:
         played = journalscale.play(on.scenario, node=cluster.node, image=context.image,
                                    seed=seed)
         return Outcome(violations=played.violations, figures=figures(played, seed))

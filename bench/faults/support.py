@@ -24,6 +24,7 @@ import kubernetes
 from agentrun.api import names
 from tests.support.actors.effectowner import EffectOwner
 from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster import store
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays.scenarios import Scenario
 from tests.support.waiting import wait_for, wait_for_default_service_account
@@ -120,20 +121,25 @@ class Served:
     operator: OperatorProcess
 
 
+# the operator's flags that pin the cluster's bundled store (tests/support/cluster/store.py)
+JOURNAL_ARGS = ("--journal-endpoint", store.STORE_ENDPOINT, "--journal-bucket", store.BUCKET)
+
+
 @contextlib.contextmanager
 def served(context: Context, *, log: str, env: dict[str, str] | None = None,
-           args: list[str] | None = None) -> Iterator[Served]:
+           journal: bool = False) -> Iterator[Served]:
     """A fresh namespace with an owner and an operator (``env``: more of its environment;
-    ``args``: more of its flags; its log ``log`` in the workdir); afterwards the namespace
-    dropped while the operator still serves it (a run with a journal holds its finalizer
-    until the operator has deleted the journal: with no operator, the namespace would
-    never go), then all stopped."""
+    ``journal``: pinning the cluster's bundled store on its runs; its log ``log`` in the
+    workdir); afterwards the namespace dropped while the operator still serves it (a run
+    with a journal holds its finalizer until the operator has deleted the journal: with
+    no operator, the namespace would never go), then all stopped."""
     cluster = context.cluster
     assert cluster.local is not None and cluster.local.node_ip
     namespace = fresh_namespace(cluster)
     owner = EffectOwner(host=cluster.local.node_ip).start()
     operator = OperatorProcess(cluster=cluster, namespace=namespace,
-                               log=context.workdir / log, env=env, args=args or ()).start()
+                               log=context.workdir / log, env=env,
+                               args=JOURNAL_ARGS if journal else ()).start()
     try:
         yield Served(scenario=Scenario(cluster=cluster, namespace=namespace), owner=owner,
                      operator=operator)
