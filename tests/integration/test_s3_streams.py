@@ -6,8 +6,8 @@ Covers: a 40 MiB file in 5 MiB parts read back whole and its sha256 checked; a p
 mid-upload retried; an upload that cannot finish aborted, whether the store, the source
 or the part count stopped it; write-once streams; a read cut mid-body resumed (RST and
 FIN), and refused when the object changed meanwhile; reads from an offset, the end and
-past it; head; a killed writer's upload removed by abort_uploads and by delete_prefix;
-and the memory a 200 MiB stream takes, measured in a process of its own.
+past it; head; a killed writer's upload listed by uploads, removed by abort_uploads and by
+delete_prefix; and the memory a 200 MiB stream takes, measured in a process of its own.
 """
 
 from __future__ import annotations
@@ -222,6 +222,14 @@ def test_a_killed_writers_uploads_are_aborted_by_prefix(store: ObjectStore) -> N
     for key in ["runs/a/1", "runs/a/2", "runs/b/1"]:
         killed_mid_upload(store, key)
     assert store.list("runs/") == []  # no key shows them
+    assert sorted(key for key, _ in store.uploads("runs/")) == ["runs/a/1", "runs/a/2",
+                                                                 "runs/b/1"]
+    assert [key for key, _ in store.uploads("runs/b/")] == ["runs/b/1"]
+    assert len(store.uploads("runs/", limit=1)) == 1
+    for bad in ({"prefix": ""}, {"prefix": "runs/", "limit": 0},
+                {"prefix": "runs/", "limit": 1001}):
+        with pytest.raises(ValueError, match=r"want a prefix and 1\.\.1000"):
+            store.uploads(**bad)
     assert store.abort_uploads("runs/a/", page=1) == 2  # two rounds of a page of one
     assert store.abort_uploads("runs/a/") == 0
     assert store.abort_uploads("runs/") == 1

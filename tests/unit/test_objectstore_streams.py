@@ -266,6 +266,31 @@ def test_a_window_answered_for_other_bytes_is_refused(answer: Answer) -> None:
         store.get_stream("k", window_bytes=4, backoff=0)
 
 
+def test_an_empty_object_is_read_though_its_416_says_no_content_range() -> None:
+    """RFC 9110 only says SHOULD: Ceph RGW leaves Content-Range out for an empty object."""
+    for headers in ({"Content-Range": "bytes */0"}, {}):
+        store, _ = answering((416, b"<Error><Code>InvalidRange</Code></Error>", headers))
+        empty = store.get_stream("k")
+        assert (list(empty), empty.size) == ([], 0)
+
+
+def test_a_416_past_the_end_or_unreadable_is_raised_as_what_it_is() -> None:
+    store, _ = answering((416, b"<Error><Code>InvalidRange</Code></Error>", {}))
+    with pytest.raises(s3.S3Error) as raised:  # from byte 3, no size said: not "the end"
+        store.get_stream("k", offset=3)
+    assert (raised.value.status, raised.value.code) == (416, "InvalidRange")
+    store, _ = answering((416, b"", {"Content-Range": "bytes 0-/x"}))
+    with pytest.raises(s3.S3Error, match="Content-Range"):
+        store.get_stream("k")
+
+
+def test_a_window_whose_body_is_not_its_range_is_refused() -> None:
+    store, _ = answering((206, b"01234", {"Content-Range": "bytes 0-3/10", "ETag": '"e"',
+                                          "Content-Length": "5"}))
+    with pytest.raises(s3.S3Error, match="in a body of 5"):
+        store.get_stream("k", window_bytes=4)
+
+
 def test_a_window_of_the_next_object_is_refused() -> None:
     store, _ = answering((206, b"0123", {"Content-Range": "bytes 0-3/10", "ETag": '"e"'}),
                          (206, b"4567", {"Content-Range": "bytes 4-7/10", "ETag": '"f"'}))

@@ -28,10 +28,11 @@ class Download:
     asked for again from ``position`` with ``If-Match: <etag>``: an object replaced
     meanwhile is ``S3Error`` PreconditionFailed (412), never the rest of another object
     after the start of this one (an answer whose ETag or size differs is refused the same
-    way, should a store ignore ``If-Match``). At most
-    ``retries`` attempts in a row that deliver nothing (a cut, or a resume that got no
+    way, should a store ignore ``If-Match``). At most ``retries`` attempts in a row that
+    deliver nothing (a cut, or a request for a resume or the next window that got no
     answer), waiting ``wait(attempt)`` before each; a chunk delivered starts the count
-    again; then :class:`S3Unavailable`.
+    again; then :class:`S3Unavailable`. A store that ignores ``Range`` altogether answers
+    the first request with the whole object (a 200), which is read as one window.
     """
 
     def __init__(self, store: Client, key: str, *, offset: int, chunk_bytes: int,
@@ -120,13 +121,8 @@ class Download:
         response = self._store._request("GET", self.key, headers=parts.read_headers(
             self.position, self.etag, window=self._window))
         status = response.status
-        if status == 416 and self.size is None:
-            _, _, total = parts.content_range(header(response, "content-range", what=what),
-                                              what=what)
-            if total == self.position:  # asked from the very end (or empty): nothing
-                Client._read(response, parts.ANSWER_BYTES, what=what)
-                self.size = self._end = total
-                return
+        if status == 416 and self.size is None and self._at_end(response, what=what):
+            return
         # a 200 only from the start: a store that ignored the range sends the whole object
         if status != 206 and (status != 200 or self.position):
             if status not in (200, 206):
@@ -142,6 +138,25 @@ class Download:
             raise
         self._response = response
 
+    def _at_end(self, response: urllib3.BaseHTTPResponse, *, what: str) -> bool:
+        """Whether a 416 says :attr:`position` is the object's very end (nothing to read:
+        an empty object, or an offset at its size), and then the size known. Its
+        ``Content-Range: bytes */<size>`` says so; without one (RFC 9110 only says SHOULD:
+        Ceph RGW leaves it out for an empty object) a 416 from byte 0 is an empty object."""
+        try:
+            value = response.headers.get("content-range")
+            total = (parts.content_range(value, what=what)[2] if value
+                     else 0 if self.position == 0 else None)
+            if total != self.position:
+                return False  # past the end: the error it is (InvalidRange) is raised
+            Client._read(response, parts.ANSWER_BYTES, what=what)
+        except BaseException:
+            response.close()
+            response.release_conn()
+            raise
+        self.size = self._end = total
+        return True
+
     def _check(self, response: urllib3.BaseHTTPResponse, *, what: str) -> None:
         etag = header(response, "etag", what=what)
         if response.status == 206:
@@ -152,6 +167,10 @@ class Download:
                 raise S3Error(status=206, code="", message=(
                     f"{what}: answered bytes {start}-{last} of {total}"))
             end = last + 1
+            length = response.headers.get("content-length")
+            if length is not None and byte_count(length, what=what) != end - start:
+                raise S3Error(status=206, code="", message=(
+                    f"{what}: answered bytes {start}-{last} in a body of {length}"))
         else:
             total = end = byte_count(header(response, "content-length", what=what),
                                      what=what)

@@ -225,11 +225,7 @@ class ObjectStore(Client):
             raise ValueError("abort_uploads wants a prefix: a blank one reaches every writer")
         count, what, last = 0, f"LIST UPLOADS {prefix}", set[tuple[str, str]]()
         while count < limit:
-            query = {"uploads": "", "prefix": prefix,
-                     "max-uploads": str(min(page, limit - count))}
-            answer = self._answer(self._request("GET", None, query=query), ok=(200,),
-                                  what=what, most=LIST_BODY_BYTES)
-            found, more = parts.listed_uploads(answer, what=what)
+            found, more = self._uploads(prefix, page=min(page, limit - count))
             if again := last.intersection(found):
                 raise S3Error(status=200, code="", message=(
                     f"{what}: {len(again)} uploads listed again after their abort"))
@@ -240,6 +236,22 @@ class ObjectStore(Client):
             if not found or not more:
                 break
         return count
+
+    def uploads(self, prefix: str, *, limit: int = _UPLOADS_PAGE) -> list[tuple[str, str]]:
+        """The incomplete multipart uploads under ``prefix`` (key, upload id), at most
+        ``limit`` (1..1000: one listing) of them."""
+        if not prefix or not 1 <= limit <= _UPLOADS_PAGE:
+            raise ValueError(f"uploads: prefix {prefix!r}, limit {limit}: want a prefix and "
+                             f"1..{_UPLOADS_PAGE}")
+        return self._uploads(prefix, page=limit)[0]
+
+    def _uploads(self, prefix: str, *, page: int) -> tuple[list[tuple[str, str]], bool]:
+        """One listing of the first ``page`` uploads under ``prefix``; whether more are."""
+        what = f"LIST UPLOADS {prefix}"
+        query = {"uploads": "", "prefix": prefix, "max-uploads": str(page)}
+        answer = self._answer(self._request("GET", None, query=query), ok=(200,),
+                              what=what, most=LIST_BODY_BYTES)
+        return parts.listed_uploads(answer, what=what)
 
     def delete_prefix(self, prefix: str) -> int:
         """Remove every key under ``prefix`` and first abort its incomplete uploads (so a
