@@ -199,7 +199,7 @@ faults: controlplane nodedeps image
 # The journal at an agent's scale on real pods (bench/faults/journal_scale.py): 20,000
 # group-committed steps and a 2 GiB artifact, the worker SIGKILLed in a commit window and
 # mid multipart upload at seeded points (JOURNAL_SCALE_ARGS="--journal-scale-seed N"),
-# every committed result checked; about 15 min on 2 cores. Not in `make faults`' default set.
+# every committed result checked; about 4 min on 2 cores. Not in `make faults`' default set.
 JOURNAL_SCALE_ARGS ?=
 .PHONY: journal-scale
 journal-scale: controlplane nodedeps image

@@ -150,7 +150,7 @@ def plan(*, seed: int) -> list[Kill]:
 
 
 BODY = '''
-import hashlib, json, resource, threading, time
+import hashlib, json, re, resource, threading, time
 import urllib3
 from agentrun.api import records as api_records
 from agentrun.worker import _journalcommits as journalcommits
@@ -187,11 +187,11 @@ def patched_advance(self, new, usage, **counted):
 journalcommits.JournalRecords._advance = patched_advance
 urlopen = urllib3.connectionpool.HTTPConnectionPool.urlopen
 def patched_urlopen(self, method, url, body=None, **kwargs):
-    if (STOP and STOP[0] == "mid-upload" and method == "PUT"
-            and ("partNumber=%d&" % STOP[1]) in url):
-        def halves(data=memoryview(body)):
+    part = re.search(r"[?&]partNumber=([0-9]+)&", url) if method == "PUT" else None
+    if STOP and STOP[0] == "mid-upload" and part and int(part.group(1)) == STOP[1]:
+        def halves(data=memoryview(body), number=int(part.group(1))):
             yield bytes(data[:len(data) // 2])  # sent before the next one is asked for
-            block("mid-upload", part=STOP[1])
+            block("mid-upload", part=number, body=len(data))
         body = halves()
     return urlopen(self, method, url, body=body, **kwargs)
 urllib3.connectionpool.HTTPConnectionPool.urlopen = patched_urlopen

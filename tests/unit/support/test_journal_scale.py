@@ -46,13 +46,14 @@ def test_the_artifact_blocks_differ_and_fill_it() -> None:
     assert worker.ARTIFACT_BYTES % worker.BLOCK_BYTES == 0
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", [*range(20), 31, 2**31 - 2])
 def test_a_plan_is_a_window_a_part_and_a_window(seed: int) -> None:
     plan = worker.plan(seed=seed)
     assert [(k.attempt, k.phase) for k in plan] == [
         (1, worker.IN_WINDOW), (2, worker.MID_UPLOAD), (3, worker.IN_WINDOW)]
     before, part, after = plan
-    assert worker.MARGIN <= before.at - before.window < before.at < worker.ARTIFACT_AT
+    # the flusher held from a step that exists (the window may reach below MARGIN)
+    assert 0 < before.at - before.window < before.at < worker.ARTIFACT_AT - worker.MARGIN
     assert 2 <= part.at < worker.ARTIFACT_PARTS  # a part not the first, not past the last
     assert worker.ARTIFACT_AT < after.at - after.window < after.at < worker.STEPS
     for window in (before.window, after.window):
