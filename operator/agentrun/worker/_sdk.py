@@ -20,6 +20,7 @@ successor may be running. A :class:`keeper.LeaseLapsed` means wait
 
 from __future__ import annotations
 
+import atexit
 import logging
 import signal
 import threading
@@ -221,15 +222,28 @@ class Worker:
         if decision.verdict is Verdict.RETRY:
             raise keeper.LeaseLapsed(f"no renewal within {timeout:.0f}s: {decision.reason}")
         self.keeper.start(on_lapse=on_lapse, on_resume=on_resume, on_lost=on_lost)
+        atexit.register(self._stop_at_exit)
 
     def stop(self) -> None:
         """The attempt's end: flush what is staged (while the lease is still renewed),
         then stop renewing."""
+        atexit.unregister(self._stop_at_exit)
         try:
             if self._steps is not None:
                 self._steps.ledger.close()
         finally:
             self.keeper.stop()
+
+    def _stop_at_exit(self) -> None:
+        """A worker started and never stopped (no ``with``, no :meth:`stop`): its staged
+        steps made durable as the interpreter exits, before the process ends (a step
+        returned is then durable however the script ends, short of a kill or
+        ``os._exit``). Logged, never raised: the exit goes on."""
+        try:
+            self.stop()
+        except Exception as failed:
+            log.warning("steps staged by this attempt could not be made durable at exit: %s",
+                        failed)
 
     def __enter__(self) -> Worker:
         self.start()

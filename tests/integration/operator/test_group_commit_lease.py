@@ -7,7 +7,8 @@ the SDK's ``Worker`` with a journal: 2,000 steps in a loop cost at most 0.1 head
 intent, and every step staged before it, is durable (reachable from the head on the real
 Lease) before its call runs; a worker process sent SIGTERM with steps staged under a
 10-second delay exits 143 and its staged steps are durable (the head reaches them), none
-having been durable before the signal.
+having been durable before the signal; so are a script's that started its worker and
+ended without stopping it (flushed at the interpreter's exit).
 """
 
 from __future__ import annotations
@@ -136,3 +137,27 @@ def test_sigterm_makes_the_staged_steps_durable_before_the_worker_exits(
         child.kill()
         child.wait()
     assert reachable(attempt, location) == [f"t{i:02d}" for i in range(50)]
+
+
+FORGOTTEN = tokenworker.PRELUDE + """
+worker.start()  # no with, no stop: the script just ends
+for i in range(30):
+    worker.step("f%02d" % i, do=lambda i=i: i)
+print(json.dumps({"staged": len(worker.steps.ledger.staged)}), flush=True)
+"""
+
+
+def test_a_worker_never_stopped_makes_its_staged_steps_durable_as_its_script_ends(
+        attempts: Callable[[int], Attempt], location: journal.Location) -> None:
+    attempt = attempts(1)
+    host = attempt.leases.api_client.configuration
+    given = tokenworker.given(host=host.host, ca=host.ssl_ca_cert, token=attempt.token,
+                              namespace=attempt.namespace, run=RUN, slot=SLOT,
+                              lease=attempt.name, endpoint=location.endpoint,
+                              bucket=location.bucket, prefix=location.prefix, delay=10.0)
+    done = subprocess.run([sys.executable, "-c", FORGOTTEN, given], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"staged": 30}  # none durable when the script ended
+    assert reachable(attempt, location) == [f"f{i:02d}" for i in range(30)]
+
