@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from agentrun.api import bounds
+from agentrun.objectstore import ObjectStore
 from agentrun.worker import _artifacts as artifacts
 from agentrun.worker import _journal as journal
 from agentrun.worker import _journalcommits as journalcommits
@@ -28,6 +29,7 @@ from agentrun.worker import _records as records
 from agentrun.worker import _renewer as renewer
 from agentrun.worker._context import Context
 from agentrun.worker._sdk import Worker
+from tests.support.faults.cutproxy import CutProxy
 from tests.support.s3fixtures import endpoint, slot_journal
 from tests.unit.worker.test_records import FakeApi, lease
 
@@ -93,6 +95,35 @@ def test_a_stream_is_stored_in_parts_committed_durably_and_read_back_whole(
     file_source.write_bytes(b"x" * (9 * MIB))
     again = first.artifact("from-a-file", file_source)
     assert again.sha256 == hashlib.sha256(b"x" * (9 * MIB)).hexdigest()
+
+
+@pytest.mark.parametrize("direction", ["up", "down"])
+def test_an_outage_while_streaming_is_told_as_the_journals_then_cleared(
+        endpoint: str, slot_journal: journal.Journal, direction: str) -> None:
+    """A part (or a read) cut midway is retried as long as the journal's commits would be,
+    and the store's error is told to the journal's report (the slot shows it) meanwhile."""
+    told: list[str | None] = []
+    host, port = endpoint.removeprefix("http://").split(":")
+    with CutProxy((host, int(port))) as proxy:
+        cut = journal.Journal(
+            objects=ObjectStore(endpoint=proxy.url, bucket=slot_journal.objects.bucket,
+                                credentials=lambda: None),
+            prefix=slot_journal.prefix, slot=slot_journal.slot, retry_seconds=60,
+            report=lambda error: told.append(error) is None)
+        stored = attempt(cut, FakeApi(lease(1)), 1)
+        if direction == "up":
+            proxy.arm(direction="up", after=7 * MIB)  # in the second part's body
+        made = stored.artifact("weights", Generated(12 * MIB))
+        if direction == "down":
+            proxy.arm(direction="down", after=5 * MIB)
+            read = hashlib.sha256()
+            for chunk in made.open():
+                read.update(chunk)
+            assert read.hexdigest() == made.sha256
+        assert proxy.cuts == 1
+    what = ("storing artifact agentrun/ns/uid/s/1/artifact/weights: S3 0 -: PUT"
+            if direction == "up" else "reading artifact weights: GET agentrun/ns/uid/s/1/")
+    assert len(told) == 2 and (told[0] or "").startswith(what) and told[1] is None, told
 
 
 def test_a_successor_skips_a_committed_artifact_and_stores_a_missing_one_again(

@@ -16,6 +16,7 @@ import urllib3
 
 from agentrun import objectstore as s3
 from agentrun.objectstore import _parts as parts
+from agentrun.objectstore import _patience
 
 MIB = 1024 * 1024
 NS = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
@@ -232,6 +233,46 @@ def test_a_cut_read_resumes_from_the_next_byte_with_if_match() -> None:
     assert b"".join(download) == b"0123456789" and download.position == 10
     assert pool.sent[1]["headers"]["Range"] == f"bytes=3-{3 + s3.WINDOW_BYTES - 1}"
     assert pool.sent[1]["headers"]["If-Match"] == '"e"'
+
+
+def test_each_failure_is_told_before_its_wait_and_the_last_is_raised() -> None:
+    told: list[str] = []
+    failures = iter([s3.S3Unavailable(status=503, code="SlowDown", message="one"),
+                     s3.S3Unavailable(status=0, code="", message="two")])
+
+    def call() -> str:
+        for failure in failures:
+            raise failure
+        return "done"
+
+    def down() -> str:
+        raise s3.S3Unavailable(status=0, code="", message="three")
+
+    patience = s3.Patience(retries=2, backoff=0.001, told=told.append)
+    assert _patience.retrying(call, patience=patience) == "done"
+    assert [t.split(": ")[-1] for t in told] == ["one", "two"]
+    with pytest.raises(s3.S3Unavailable, match="three"):
+        _patience.retrying(down, patience=s3.Patience(retries=0, told=told.append))
+    assert len(told) == 2  # no wait after the last try: nothing more told
+
+
+def test_a_cut_read_is_told_before_it_resumes() -> None:
+    told: list[str] = []
+    store, _ = answering((200, Cut(b"0123456789"), {"Content-Length": "10", "ETag": '"e"'}),
+                         (206, b"3456789", {"Content-Range": "bytes 3-9/10", "ETag": '"e"'}))
+    download = store.get_stream("k", chunk_bytes=4, backoff=0, told=told.append)
+    assert b"".join(download) == b"0123456789"
+    assert len(told) == 1 and told[0].startswith("GET k: cut at byte 3"), told
+
+
+def test_retries_within_ride_out_an_outage_of_that_long() -> None:
+    assert s3.retries_within(0) == 0
+    assert s3.retries_within(3.5) == 3  # 0.5 + 1 + 2: the default
+    assert s3.retries_within(300) == 41  # 0.5 + 1 + 2 + 4, then 8 s each: 7.5 + 37 x 8
+    assert s3.retries_within(1, backoff=0.25) == 3  # 0.25 + 0.5 + 1
+    for bad in ({"seconds": -1}, {"seconds": 86_401}, {"seconds": 1, "backoff": 0}):
+        with pytest.raises(ValueError, match="retries_within"):
+            s3.retries_within(**bad)
 
 
 @pytest.mark.parametrize("bad", [{"offset": -1}, {"chunk_bytes": 0}, {"window_bytes": 0}])

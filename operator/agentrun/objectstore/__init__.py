@@ -48,6 +48,7 @@ from agentrun.objectstore._parts import (
     Streamed,
     part_bytes_for,
 )
+from agentrun.objectstore._patience import Patience, retries_within
 from agentrun.objectstore._streams import ObjectStore
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "Download",
     "Head",
     "ObjectStore",
+    "Patience",
     "Readable",
     "S3Error",
     "S3Unavailable",
@@ -72,4 +74,5 @@ __all__ = [
     "canonical_query",
     "credentials_from",
     "part_bytes_for",
+    "retries_within",
 ]

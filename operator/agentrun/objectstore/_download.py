@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from types import TracebackType
 
 import urllib3
 
 from agentrun.objectstore import _parts as parts
 from agentrun.objectstore._client import Client, S3Error, S3Unavailable, byte_count, header
+from agentrun.objectstore._patience import Patience
 
 
 class Download:
@@ -28,19 +28,18 @@ class Download:
     asked for again from ``position`` with ``If-Match: <etag>``: an object replaced
     meanwhile is ``S3Error`` PreconditionFailed (412), never the rest of another object
     after the start of this one (an answer whose ETag or size differs is refused the same
-    way, should a store ignore ``If-Match``). At most ``retries`` attempts in a row that
-    deliver nothing (a cut, or a request for a resume or the next window that got no
-    answer), waiting ``wait(attempt)`` before each; a chunk delivered starts the count
-    again; then :class:`S3Unavailable`. A store that ignores ``Range`` altogether answers
-    the first request with the whole object (a 200), which is read as one window.
+    way, should a store ignore ``If-Match``). At most ``patience.retries`` attempts in a
+    row that deliver nothing (a cut, or a request for a resume or the next window that got
+    no answer), waiting as ``patience`` says before each (and telling it); a chunk
+    delivered starts the count again; then :class:`S3Unavailable`. A store that ignores
+    ``Range`` altogether answers the first request with the whole object (a 200), which
+    is read as one window.
     """
 
     def __init__(self, store: Client, key: str, *, offset: int, chunk_bytes: int,
-                 window_bytes: int, etag: str | None, retries: int,
-                 wait: Callable[[int], None]) -> None:
+                 window_bytes: int, etag: str | None, patience: Patience) -> None:
         self._store, self.key, self.position, self.etag = store, key, offset, etag or ""
-        self._chunk, self._window, self._retries, self._wait = (chunk_bytes, window_bytes,
-                                                                retries, wait)
+        self._chunk, self._window, self._patience = chunk_bytes, window_bytes, patience
         self._failures = 0
         self._response: urllib3.BaseHTTPResponse | None = None
         self._end = offset  # the byte after the current answer's last one
@@ -91,15 +90,16 @@ class Download:
         self.close()
 
     def _cut(self, reason: str) -> None:
-        """The body stopped at ``position``: count it, give up past ``retries`` in a row,
+        """The body stopped at ``position``: count it, give up past ``patience.retries`` in a row,
         else wait before the resume."""
         self.close()
         self._failures += 1
-        if self._failures > self._retries:
+        if self._failures > self._patience.retries:
             raise S3Unavailable(status=0, code="", message=(
                 f"GET {self.key}: cut at byte {self.position} of {self.size}, "
                 f"{self._failures} times in a row: {reason}"))
-        self._wait(self._failures - 1)
+        self._patience.wait(self._failures - 1, f"GET {self.key}: cut at byte "
+                                                f"{self.position}: {reason}")
 
     def _resume(self) -> None:
         if not self.etag:  # nothing to pin the object by: the rest could be another's

@@ -1,20 +1,17 @@
 """Streams: objects written and read a part or a chunk at a time, never whole in memory
 (a worker's artifacts run to gigabytes), and the uploads a killed writer leaves.
 
-Unlike the rest of the client, these requests are retried here, a bounded number of
-times with a doubling wait: the caller cannot retry them, since a stream's source is
-read once. A part is retried from memory (the part just read is still held), a cut
-read resumes at the byte after the last one handed over, pinned by ``If-Match`` to the
-object it started on.
+Unlike the rest of the client, these requests are retried here (``_patience``): the
+caller cannot retry them, since a stream's source is read once. A part is retried from
+memory (the part just read is still held), a cut read resumes at the byte after the last
+one handed over, pinned by ``If-Match`` to the object it started on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import time
 from collections.abc import Callable
-from typing import TypeVar
 
 from agentrun.objectstore import _parts as parts
 from agentrun.objectstore._client import (
@@ -26,33 +23,11 @@ from agentrun.objectstore._client import (
 )
 from agentrun.objectstore._download import Download
 from agentrun.objectstore._parts import PART_BYTES, Source, Streamed
+from agentrun.objectstore._patience import BACKOFF, RETRIES, Patience, retrying
 
-RETRIES = 3  # requests after the first: 4 in all, over 0.5 + 1 + 2 s of waiting
-BACKOFF = 0.5  # seconds before the first retry, doubled before each next one
-_BACKOFF_CAP = 8.0
 _UPLOADS_PAGE = 1000  # ListMultipartUploads' own maximum on AWS
 _UPLOADS_LIMIT = 100_000
 _ABSENT = ("NoSuchKey", "NoSuchUpload")
-
-T = TypeVar("T")
-
-
-def retrying(call: Callable[[], T], *, retries: int, backoff: float,
-             unanswered: list[bool] | None = None) -> T:
-    """``call()``, again after an :class:`S3Unavailable` up to ``retries`` more times,
-    waiting ``backoff`` seconds, then twice as long each time (capped at 8 s).
-    ``unanswered``: one ``True`` appended per attempt that got no answer at all (status
-    0), after which the store may have done what was asked."""
-    for attempt in range(retries + 1):
-        try:
-            return call()
-        except S3Unavailable as error:
-            if unanswered is not None and error.status == 0:
-                unanswered.append(True)
-            if attempt == retries:
-                raise
-            time.sleep(min(backoff * 2 ** attempt, _BACKOFF_CAP))
-    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 class ObjectStore(Client):
@@ -60,7 +35,8 @@ class ObjectStore(Client):
 
     def put_stream(self, key: str, source: Source, *, part_bytes: int = PART_BYTES,
                    if_none_match: bool = False, retries: int = RETRIES,
-                   backoff: float = BACKOFF) -> Streamed:
+                   backoff: float = BACKOFF,
+                   told: Callable[[str], object] | None = None) -> Streamed:
         """Write ``key`` from ``source`` (a binary stream's ``read(n)``, or an iterable of
         bytes chunks), one part of ``part_bytes`` in memory at a time; the whole content's
         size and sha256, computed as it went by.
@@ -69,7 +45,8 @@ class ObjectStore(Client):
         numbered in order (exactly ``part_bytes`` is an upload of one part); a stream
         over :data:`MAX_PARTS` parts is a ``ValueError`` (``part_bytes_for(size)`` picks a
         part size that fits), and so is a ``part_bytes`` S3 refuses (5 MiB to 5 GiB),
-        before any request. Each request is retried (see the module); an upload that
+        before any request. Each request is retried (see the module; ``told``: as
+        :class:`Patience` says); an upload that
         cannot finish, for any reason (the store, the source, too many parts), is
         aborted, best effort, and the error raised: no parts are left to take storage.
         What does leave an upload: a writer killed outright, and a CreateMultipartUpload
@@ -84,6 +61,7 @@ class ObjectStore(Client):
         the object's ETag is the one these parts make (:func:`parts.multipart_etag`).
         """
         parts.check_part_bytes(part_bytes)
+        patience = Patience(retries=retries, backoff=backoff, told=told)
         digest, size = hashlib.sha256(), 0
         pieces = parts.split(source, part_bytes)
         part = next(pieces, b"")
@@ -91,26 +69,26 @@ class ObjectStore(Client):
         size += len(part)
         if len(part) < part_bytes:
             etag, written = self._put_whole(key, part, if_none_match=if_none_match,
-                                            retries=retries, backoff=backoff)
+                                            patience=patience)
             return Streamed(size=size, sha256=digest.hexdigest(), etag=etag, parts=0,
                             written=written)
         what = f"UPLOAD {key}"
         upload = retrying(lambda: parts.upload_id(self._answer(
             self._request("POST", key, query={"uploads": ""}), ok=(200,), what=what,
-            most=parts.ANSWER_BYTES), what=what), retries=retries, backoff=backoff)
+            most=parts.ANSWER_BYTES), what=what), patience=patience)
         etags: list[str] = []
         try:
             while part:
                 if len(etags) == parts.MAX_PARTS:
                     raise parts.too_many_parts(part_bytes)
                 etags.append(self._put_part(key, upload, len(etags) + 1, part,
-                                            retries=retries, backoff=backoff))
+                                            patience=patience))
                 del part  # dropped before the next is read: one part in memory
                 part = next(pieces, b"")
                 digest.update(part)
                 size += len(part)
             etag, written = self._complete(key, upload, etags, if_none_match=if_none_match,
-                                           retries=retries, backoff=backoff)
+                                           patience=patience)
             if not written:
                 self._abort(key, upload)  # its parts are kept until aborted
         except BaseException:
@@ -119,8 +97,8 @@ class ObjectStore(Client):
         return Streamed(size=size, sha256=digest.hexdigest(), etag=etag, parts=len(etags),
                         written=written)
 
-    def _put_whole(self, key: str, data: parts.Part, *, if_none_match: bool, retries: int,
-                   backoff: float) -> tuple[str, bool]:
+    def _put_whole(self, key: str, data: parts.Part, *, if_none_match: bool,
+                   patience: Patience) -> tuple[str, bool]:
         what, unanswered = f"PUT {key}", list[bool]()
         headers = {"If-None-Match": "*"} if if_none_match else {}
 
@@ -129,7 +107,7 @@ class ObjectStore(Client):
             self._answer(response, ok=(200, 412) if if_none_match else (200,), what=what)
             return header(response, "etag", what=what), response.status == 200
 
-        etag, written = retrying(put, retries=retries, backoff=backoff, unanswered=unanswered)
+        etag, written = retrying(put, patience=patience, unanswered=unanswered)
         if not written and unanswered:  # a PUT that got no answer may have been ours
             ours = f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
             if self._made(key, ours):
@@ -137,7 +115,7 @@ class ObjectStore(Client):
         return (etag if written else ""), written
 
     def _put_part(self, key: str, upload: str, number: int, part: parts.Part, *,
-                  retries: int, backoff: float) -> str:
+                  patience: Patience) -> str:
         what = f"UPLOAD {key} part {number}"
 
         def put() -> str:
@@ -148,10 +126,10 @@ class ObjectStore(Client):
                 raise S3Error(status=200, code="", message=f"{what}: no ETag")
             return etag
 
-        return retrying(put, retries=retries, backoff=backoff)
+        return retrying(put, patience=patience)
 
     def _complete(self, key: str, upload: str, etags: list[str], *, if_none_match: bool,
-                  retries: int, backoff: float) -> tuple[str, bool]:
+                  patience: Patience) -> tuple[str, bool]:
         what, unanswered = f"COMPLETE {key}", list[bool]()
         body = parts.complete_body(etags)
         headers = {"If-None-Match": "*"} if if_none_match else {}
@@ -163,7 +141,7 @@ class ObjectStore(Client):
                                                      most=parts.ANSWER_BYTES), what=what)
 
         try:
-            return retrying(complete, retries=retries, backoff=backoff,
+            return retrying(complete, patience=patience,
                             unanswered=unanswered), True
         except S3Error as error:
             refused = if_none_match and error.code == "PreconditionFailed"
@@ -191,22 +169,23 @@ class ObjectStore(Client):
 
     def get_stream(self, key: str, *, offset: int = 0, chunk_bytes: int = parts.CHUNK_BYTES,
                    window_bytes: int = parts.WINDOW_BYTES, etag: str | None = None,
-                   retries: int = RETRIES, backoff: float = BACKOFF) -> Download:
+                   retries: int = RETRIES, backoff: float = BACKOFF,
+                   told: Callable[[str], object] | None = None) -> Download:
         """``key``'s bytes from ``offset`` on, as a :class:`Download`: an iterator of
         chunks of ``chunk_bytes`` at most, one in memory at a time, which knows the
         object's ``size`` and ``etag``; each request asks for ``window_bytes``. The
         first request is made here (a missing key is ``S3Error`` NoSuchKey now, not at
         the first chunk); ``etag``: only that object (else S3Error PreconditionFailed);
         ``offset`` at the object's end: no chunks. A body cut short is read again from
-        the byte after the last one handed over (see :class:`Download`)."""
+        the byte after the last one handed over (see :class:`Download`; ``told``: as
+        :class:`Patience` says)."""
         if offset < 0 or chunk_bytes < 1 or window_bytes < 1:
             raise ValueError(f"get_stream: offset {offset}, chunk_bytes {chunk_bytes}, "
                              f"window_bytes {window_bytes}: want offset >= 0 and the "
                              "others >= 1")
         return Download(self, key, offset=offset, chunk_bytes=chunk_bytes,
-                        window_bytes=window_bytes, etag=etag, retries=retries,
-                        wait=lambda attempt: time.sleep(min(backoff * 2 ** attempt,
-                                                            _BACKOFF_CAP)))
+                        window_bytes=window_bytes, etag=etag,
+                        patience=Patience(retries=retries, backoff=backoff, told=told))
 
     def abort_uploads(self, prefix: str, *, limit: int = _UPLOADS_LIMIT,
                       page: int = _UPLOADS_PAGE) -> int:

@@ -89,8 +89,11 @@ class Artifact:
 
     def _chunks(self, *, offset: int, digest: hashlib._Hash | None) -> Iterator[bytes]:
         try:
-            download = self.journal.objects.get_stream(self._object, offset=offset,
-                                                       chunk_bytes=CHUNK_BYTES)
+            download = self.journal.objects.get_stream(
+                self._object, offset=offset, chunk_bytes=CHUNK_BYTES,
+                retries=s3.retries_within(self.journal.retry_seconds),
+                told=lambda failure: self.journal.tell(f"reading artifact {self.key}: "
+                                                       f"{failure}"))
         except s3.S3Unavailable as error:
             raise JournalUnavailable(f"reading artifact {self.key}: {error}") from None
         except s3.S3Error as error:
@@ -104,6 +107,7 @@ class Artifact:
                 for chunk in download:
                     if digest is not None:
                         digest.update(chunk)
+                    self.journal.tell(None)  # answering (again): no outage to show
                     yield chunk
             except s3.S3Unavailable as error:
                 raise JournalUnavailable(f"reading artifact {self.key}: {error}") from None
@@ -194,12 +198,16 @@ class Artifacts:
     def _put(self, name: str, source: IO[bytes] | s3.Readable, *,
              part_bytes: int) -> s3.Streamed:
         try:
-            return self.journal.objects.put_stream(name, _Bounded(source),
-                                                   part_bytes=part_bytes, if_none_match=True)
+            streamed = self.journal.objects.put_stream(
+                name, _Bounded(source), part_bytes=part_bytes, if_none_match=True,
+                retries=s3.retries_within(self.journal.retry_seconds),
+                told=lambda failure: self.journal.tell(f"storing artifact {name}: {failure}"))
         except s3.S3Unavailable as error:
             raise JournalUnavailable(f"storing artifact {name}: {error}") from None
         except s3.S3Error as error:
             raise records.RecordError(f"cannot store artifact {name}: {error}") from None
+        self.journal.tell(None)  # it answered: an outage told while storing is over
+        return streamed
 
     def _stored(self, record: records.Record) -> bool:
         """Whether a committed artifact is still there at its size (its digest is checked

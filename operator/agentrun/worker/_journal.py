@@ -136,7 +136,7 @@ class Journal:
                 answer = call()
             except s3.S3Unavailable as error:
                 message = f"{what}: {error}"
-                self._tell(message)
+                self.tell(message)
                 if time.monotonic() + pause > deadline:
                     raise JournalUnavailable(
                         f"{what}: the journal's store at {self.objects.endpoint} did not answer "
@@ -144,10 +144,10 @@ class Journal:
                 time.sleep(pause)  # a backoff between tries, not a wait for a condition
                 pause = min(pause * 2, 5.0)
                 continue
-            self._tell(None)
+            self.tell(None)
             return answer
 
-    def _tell(self, error: str | None) -> None:
+    def tell(self, error: str | None) -> None:
         """Tell :attr:`report` when the store starts or stops failing (once each way)."""
         with self.telling:
             if self.report is None or self.failing == (error is not None):

@@ -132,12 +132,12 @@ def test_a_store_error_report_that_did_not_land_is_made_again() -> None:
     store = ObjectStore(endpoint="http://127.0.0.1:9", bucket="unused", credentials=lambda: None)
     found = journal.Journal(objects=store, prefix="p", slot="s", report=report)
     for _ in range(3):
-        found._tell("down")
-    found._tell(None)
-    found._tell(None)
+        found.tell("down")
+    found.tell(None)
+    found.tell(None)
     assert calls == ["down", "down", None] and not found.failing
     cleared: list[str | None] = []
     restarted = journal.Journal(objects=store, prefix="p", slot="s", failing=True,
                                 report=lambda e: cleared.append(e) or True)
-    restarted._tell(None)
+    restarted.tell(None)
     assert cleared == [None]
