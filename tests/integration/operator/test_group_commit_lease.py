@@ -107,6 +107,15 @@ def test_an_effects_intent_and_what_was_staged_before_it_are_durable_before_its_
     worker.stop()
 
 
+def given_to(attempt: Attempt, location: journal.Location) -> str:
+    """What a worker process of ``attempt`` is given: its token, its journal, a 10 s delay."""
+    host = attempt.leases.api_client.configuration
+    return tokenworker.given(host=host.host, ca=host.ssl_ca_cert, token=attempt.token,
+                             namespace=attempt.namespace, run=RUN, slot=SLOT,
+                             lease=attempt.name, endpoint=location.endpoint,
+                             bucket=location.bucket, prefix=location.prefix, delay=10.0)
+
+
 SIGTERMED = tokenworker.PRELUDE + """
 with worker:
     for i in range(50):
@@ -119,11 +128,7 @@ with worker:
 def test_sigterm_makes_the_staged_steps_durable_before_the_worker_exits(
         attempts: Callable[[int], Attempt], location: journal.Location) -> None:
     attempt = attempts(1)
-    host = attempt.leases.api_client.configuration
-    given = tokenworker.given(host=host.host, ca=host.ssl_ca_cert, token=attempt.token,
-                              namespace=attempt.namespace, run=RUN, slot=SLOT,
-                              lease=attempt.name, endpoint=location.endpoint,
-                              bucket=location.bucket, prefix=location.prefix, delay=10.0)
+    given = given_to(attempt, location)
     child = subprocess.Popen([sys.executable, "-c", SIGTERMED, given], stdout=subprocess.PIPE,
                              text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
@@ -150,11 +155,7 @@ print(json.dumps({"staged": len(worker.steps.ledger.staged)}), flush=True)
 def test_a_worker_never_stopped_makes_its_staged_steps_durable_as_its_script_ends(
         attempts: Callable[[int], Attempt], location: journal.Location) -> None:
     attempt = attempts(1)
-    host = attempt.leases.api_client.configuration
-    given = tokenworker.given(host=host.host, ca=host.ssl_ca_cert, token=attempt.token,
-                              namespace=attempt.namespace, run=RUN, slot=SLOT,
-                              lease=attempt.name, endpoint=location.endpoint,
-                              bucket=location.bucket, prefix=location.prefix, delay=10.0)
+    given = given_to(attempt, location)
     done = subprocess.run([sys.executable, "-c", FORGOTTEN, given], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert done.returncode == 0, done.stderr
