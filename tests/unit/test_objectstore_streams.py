@@ -265,6 +265,18 @@ def test_a_cut_read_is_told_before_it_resumes() -> None:
     assert len(told) == 1 and told[0].startswith("GET k: cut at byte 3"), told
 
 
+def test_the_first_window_unanswered_is_asked_again_then_given_up() -> None:
+    told: list[str] = []
+    store, pool = answering(ConnectionResetError("down"),
+                            (200, b"0123", {"Content-Length": "4", "ETag": '"e"'}))
+    download = store.get_stream("k", backoff=0, told=told.append)
+    assert b"".join(download) == b"0123" and len(pool.sent) == 2 and len(told) == 1
+    store, pool = answering(*[ConnectionResetError("down")] * 3)
+    with pytest.raises(s3.S3Unavailable, match="down"):
+        store.get_stream("k", retries=2, backoff=0)
+    assert len(pool.sent) == 3
+
+
 def test_retries_within_ride_out_an_outage_of_that_long() -> None:
     assert s3.retries_within(0) == 0
     assert s3.retries_within(3.5) == 3  # 0.5 + 1 + 2: the default

@@ -44,7 +44,16 @@ class Download:
         self._response: urllib3.BaseHTTPResponse | None = None
         self._end = offset  # the byte after the current answer's last one
         self.size: int | None = None
-        self._open()
+        while True:  # the first window: a request that got no answer is asked again
+            try:
+                self._open()
+                break
+            except S3Unavailable as error:
+                self._failures += 1
+                if self._failures > self._patience.retries:
+                    raise
+                self._patience.wait(self._failures - 1, str(error))
+        self._failures = 0
 
     def __iter__(self) -> Download:
         return self

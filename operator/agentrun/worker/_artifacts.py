@@ -62,6 +62,26 @@ class _Bounded:
         return data
 
 
+@dataclass(kw_only=True)
+class _Outage:
+    """A stream's outage told to the journal's report (the slot shows it) while it lasts,
+    and cleared once the store answers again: only one this stream told, since a commit
+    of the same journal may be failing meanwhile (its own outage, its own to clear)."""
+
+    journal: Journal
+    what: str
+    told_one: bool = False
+
+    def told(self, failure: str) -> None:
+        self.told_one = True
+        self.journal.tell(f"{self.what}: {failure}")
+
+    def over(self) -> None:
+        if self.told_one:
+            self.told_one = False
+            self.journal.tell(None)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Artifact:
     """A committed artifact: ``size`` bytes whose sha256 is ``sha256``, at ``uri``."""
@@ -89,11 +109,10 @@ class Artifact:
 
     def _chunks(self, *, offset: int, digest: hashlib._Hash | None) -> Iterator[bytes]:
         try:
+            telling = _Outage(journal=self.journal, what=f"reading artifact {self.key}")
             download = self.journal.objects.get_stream(
                 self._object, offset=offset, chunk_bytes=CHUNK_BYTES,
-                retries=s3.retries_within(self.journal.retry_seconds),
-                told=lambda failure: self.journal.tell(f"reading artifact {self.key}: "
-                                                       f"{failure}"))
+                retries=s3.retries_within(self.journal.retry_seconds), told=telling.told)
         except s3.S3Unavailable as error:
             raise JournalUnavailable(f"reading artifact {self.key}: {error}") from None
         except s3.S3Error as error:
@@ -107,7 +126,7 @@ class Artifact:
                 for chunk in download:
                     if digest is not None:
                         digest.update(chunk)
-                    self.journal.tell(None)  # answering (again): no outage to show
+                    telling.over()
                     yield chunk
             except s3.S3Unavailable as error:
                 raise JournalUnavailable(f"reading artifact {self.key}: {error}") from None
@@ -197,28 +216,29 @@ class Artifacts:
 
     def _put(self, name: str, source: IO[bytes] | s3.Readable, *,
              part_bytes: int) -> s3.Streamed:
+        telling = _Outage(journal=self.journal, what=f"storing artifact {name}")
         try:
             streamed = self.journal.objects.put_stream(
                 name, _Bounded(source), part_bytes=part_bytes, if_none_match=True,
-                retries=s3.retries_within(self.journal.retry_seconds),
-                told=lambda failure: self.journal.tell(f"storing artifact {name}: {failure}"))
+                retries=s3.retries_within(self.journal.retry_seconds), told=telling.told)
         except s3.S3Unavailable as error:
             raise JournalUnavailable(f"storing artifact {name}: {error}") from None
         except s3.S3Error as error:
             raise records.RecordError(f"cannot store artifact {name}: {error}") from None
-        self.journal.tell(None)  # it answered: an outage told while storing is over
+        telling.over()
         return streamed
 
     def _stored(self, record: records.Record) -> bool:
         """Whether a committed artifact is still there at its size (its digest is checked
         when it is read: reading gigabytes to decide a skip would cost what it saves). A
-        store that does not answer is raised, never taken for "not stored"."""
+        store that does not answer for the journal's retry is raised
+        (:class:`JournalUnavailable`), never taken for "not stored"."""
         if record.kind is not records.Kind.ARTIFACT or not self._own(record):
             return False
-        try:
-            head = self.journal.objects.head(self._of(record)._object)
-        except s3.S3Unavailable as error:
-            raise JournalUnavailable(f"reading artifact {record.key}: {error}") from None
+        name = self._of(record)._object
+        try:  # a store that does not answer: waited for as a commit would be
+            head = self.journal.retrying(f"reading artifact {record.key}",
+                                         lambda: self.journal.objects.head(name))
         except s3.S3Error as error:
             if error.status == 404 or error.code == "NoSuchKey":
                 return False

@@ -127,7 +127,7 @@ class Journal:
     failing: bool = field(default=False, repr=False)  # the last try of any call failed
     telling: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def _retrying(self, what: str, call: Callable[[], T]) -> T:
+    def retrying(self, what: str, call: Callable[[], T]) -> T:
         """``call()``, retried while the store does not answer, for at most
         :attr:`retry_seconds`; the outage's start and end told to :attr:`report`."""
         deadline, pause = time.monotonic() + self.retry_seconds, 0.25
@@ -179,7 +179,7 @@ class Journal:
             return self.objects.put(key, data, if_none_match=True)
 
         try:
-            written = self._retrying(f"storing {key}", put)
+            written = self.retrying(f"storing {key}", put)
         except s3.S3Error as error:  # an answer, not a silence (those are retried)
             raise records.RecordError(f"cannot store {key}: {error}") from None
         if not written and self.get(key, size=len(data)) != data:
@@ -190,7 +190,7 @@ class Journal:
         """At most ``size`` bytes of ``key``; :class:`JournalUnavailable` when the store does
         not answer, :class:`RecordError` when it answers no (missing, refused)."""
         try:
-            data = self._retrying(f"reading {key}", lambda: self.objects.get(key, limit=size))
+            data = self.retrying(f"reading {key}", lambda: self.objects.get(key, limit=size))
         except s3.S3Error as error:  # an answer, not a silence (those are retried)
             if error.code == "NoSuchKey" or error.status == 404:
                 raise records.RecordError(f"cannot read {key}: {error}") from None
