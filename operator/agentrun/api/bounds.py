@@ -16,6 +16,7 @@ accounts for.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated, Final
 
 from pydantic import BeforeValidator, Field
@@ -91,6 +92,25 @@ IDEMPOTENCY_KEY_CHARS: Final = 64  # sha256, hex
 
 # The worst-case JSON size of a Slot's status (checked by tests/unit/core/commands/test_bounds.py).
 SLOT_STATUS_BYTES: Final = 1024 * 1024
+
+
+# Characters that reorder or hide what a terminal shows (Trojan Source): escaped with the
+# control characters, though not control characters themselves.
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                           "\u2066\u2067\u2068\u2069")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character (C0, DEL, C1), line or paragraph separator and
+    bidirectional control written as an escape (``\\x1b``, ``\\u202e``): what a person
+    sent is shown as sent, and cannot break a line of ``kubectl describe`` or a log, paint
+    a terminal, or reorder what is read."""
+    if text.isprintable() and not _BIDI_CONTROLS.intersection(text):
+        return text
+    return "".join(
+        (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+        if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in _BIDI_CONTROLS else c
+        for c in text)
 
 
 def clip(text: str, *, limit: int = MESSAGE_CHARS) -> str:

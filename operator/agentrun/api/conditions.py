@@ -64,7 +64,8 @@ def set_condition(
         type=type_,
         status=status,
         reason=reason,
-        message=bounds.clip(message, limit=bounds.MESSAGE_CHARS),
+        # escaped as an Event's is: `kubectl describe` prints conditions as they are
+        message=bounds.clip(bounds.printable(message), limit=bounds.MESSAGE_CHARS),
         observed_generation=observed_generation,
         last_transition_time=transition,
     )

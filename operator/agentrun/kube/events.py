@@ -63,7 +63,9 @@ class Poster:
 
     def post(self, subject: Object, event: Event) -> None:
         """Post ``event`` about ``subject`` (an object's wire form); a repeat is folded."""
-        message = bounds.clip(event.message, limit=bounds.MESSAGE_CHARS)
+        # what people wrote (a command's reason, a worker's message) shown as written,
+        # never as control characters in `kubectl describe` or the log
+        message = bounds.clip(bounds.printable(event.message), limit=bounds.MESSAGE_CHARS)
         self.logger.info("%s %s: %s", event.type, event.reason, message)
         meta = subject.get("metadata") or {}
         namespace = meta.get("namespace") or "default"

@@ -5,6 +5,7 @@ server (404) is posted anew; an Event that cannot be posted is dropped, not rais
 from __future__ import annotations
 
 import logging
+import unicodedata
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -88,3 +89,19 @@ def test_the_memory_is_bounded() -> None:
     for index in range(events.REMEMBERED + 10):
         made.post(SUBJECT, Event(type="Normal", reason="Ready", message=str(index)))
     assert len(made._posted) == events.REMEMBERED
+
+
+def test_control_characters_in_a_message_are_posted_and_logged_escaped(caplog: Any) -> None:
+    """A reason a person wrote cannot break a line of `kubectl describe` or of the log,
+    paint a terminal or reorder what is read (bidirectional overrides)."""
+    made, client, _ = poster()
+    sent = "reassigned: disk\nFAKE: Normal Succeeded\x1b[2J \u202eevil\u2028 é 👩‍💻"
+    with caplog.at_level(logging.INFO, logger="test"):
+        made.post(SUBJECT, Event(type="Warning", reason="Reassigned", message=sent))
+    (_, _, body), = client.requests
+    assert body["message"] == ("reassigned: disk\\x0aFAKE: Normal Succeeded\\x1b[2J "
+                               "\\u202eevil\\u2028 é 👩‍💻")
+    assert not [c for c in body["message"]
+                if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c == "\u202e"]
+    assert "\n" not in caplog.text.rstrip("\n") and "\x1b" not in caplog.text
+
