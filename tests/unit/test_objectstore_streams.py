@@ -265,6 +265,54 @@ def test_a_cut_read_is_told_before_it_resumes() -> None:
     assert len(told) == 1 and told[0].startswith("GET k: cut at byte 3"), told
 
 
+class Clock:
+    """A monotonic clock the test moves: each try takes ``per_try`` seconds, each wait
+    what it asks (nothing really sleeps)."""
+
+    def __init__(self, *, per_try: float) -> None:
+        self.now, self.per_try, self.waits = 100.0, per_try, list[float]()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.now += seconds
+
+
+def test_an_outage_is_given_up_within_its_seconds_each_tries_time_counted() -> None:
+    """41 retries wait 300 s in all; against a store whose every try takes a 10 s timeout,
+    ``within`` still gives up after about 300 s of outage, not 41 timeouts later."""
+    clock, tries = Clock(per_try=10.0), [0]
+
+    def timing_out() -> str:
+        tries[0] += 1
+        clock.now += clock.per_try
+        raise s3.S3Unavailable(status=0, code="", message="timed out")
+
+    patience = s3.Patience(retries=s3.retries_within(300), within=300, clock=clock,
+                           sleep=clock.sleep)
+    with pytest.raises(s3.S3Unavailable, match="timed out"):
+        _patience.retrying(timing_out, patience=patience)
+    began = 100.0 + clock.per_try  # the outage is dated from its first failure
+    assert clock.now - began <= 300 + clock.per_try and tries[0] < 41
+    assert s3.Patience(retries=41).gives_up(40, since=0) is False  # without within: count
+    assert s3.Patience(retries=41).gives_up(41, since=0) is True
+
+
+def test_a_cut_read_gives_up_within_its_seconds() -> None:
+    clock = Clock(per_try=0.0)
+    cut = (200, Cut(b"0123456789"), {"Content-Length": "10", "ETag": '"e"'})
+    store, pool = answering(cut, *[ConnectionResetError("refused")] * 50)
+    download = s3.Download(store, "k", offset=0, chunk_bytes=4, window_bytes=s3.WINDOW_BYTES,
+                           etag=None, patience=s3.Patience(retries=50, backoff=1, within=10,
+                                                           clock=clock, sleep=clock.sleep))
+    with pytest.raises(s3.S3Unavailable, match="4 times in a row"):
+        b"".join(download)
+    assert clock.waits == [1, 2, 4]  # after the cut and two unanswered resumes; 7 + 8 > 10
+    assert len(pool.sent) == 1 + 3  # the first answer, then three resumes that got none
+
+
 def test_the_first_window_unanswered_is_asked_again_then_given_up() -> None:
     told: list[str] = []
     store, pool = answering(ConnectionResetError("down"),

@@ -41,6 +41,7 @@ class Download:
         self._store, self.key, self.position, self.etag = store, key, offset, etag or ""
         self._chunk, self._window, self._patience = chunk_bytes, window_bytes, patience
         self._failures = 0
+        self._since = 0.0  # when the failures in a row began (on the patience's clock)
         self._response: urllib3.BaseHTTPResponse | None = None
         self._end = offset  # the byte after the current answer's last one
         self.size: int | None = None
@@ -49,8 +50,7 @@ class Download:
                 self._open()
                 break
             except S3Unavailable as error:
-                self._failures += 1
-                if self._failures > self._patience.retries:
+                if self._gives_up():
                     raise
                 self._patience.wait(self._failures - 1, str(error))
         self._failures = 0
@@ -102,13 +102,19 @@ class Download:
         """The body stopped at ``position``: count it, give up past ``patience.retries`` in a row,
         else wait before the resume."""
         self.close()
-        self._failures += 1
-        if self._failures > self._patience.retries:
+        if self._gives_up():
             raise S3Unavailable(status=0, code="", message=(
                 f"GET {self.key}: cut at byte {self.position} of {self.size}, "
                 f"{self._failures} times in a row: {reason}"))
         self._patience.wait(self._failures - 1, f"GET {self.key}: cut at byte "
                                                 f"{self.position}: {reason}")
+
+    def _gives_up(self) -> bool:
+        """Count a failure in a row; whether the patience is spent."""
+        self._failures += 1
+        if self._failures == 1:
+            self._since = self._patience.clock()
+        return self._patience.gives_up(self._failures - 1, since=self._since)
 
     def _resume(self) -> None:
         if not self.etag:  # nothing to pin the object by: the rest could be another's

@@ -24,18 +24,33 @@ T = TypeVar("T")
 @dataclass(frozen=True, kw_only=True)
 class Patience:
     """How a stream's request rides out a store that does not answer: ``retries`` more
-    tries, waiting ``backoff`` seconds, then twice as long each time (capped at 8 s);
-    ``told``, if given, is told each failure before its wait (a caller shows the outage
-    while it lasts, as the journal does on the Lease)."""
+    tries, waiting ``backoff`` seconds, then twice as long each time (capped at 8 s), and,
+    with ``within``, never past an outage (failures in a row) of that many seconds, each
+    try's own time included (a store that black-holes costs a timeout a try). ``told``, if
+    given, is told each failure before its wait (a caller shows the outage while it lasts,
+    as the journal does on the Lease). ``clock`` and ``sleep``: the monotonic clock's."""
 
     retries: int = RETRIES
     backoff: float = BACKOFF
+    within: float | None = None
     told: Callable[[str], object] | None = None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+    def pause(self, attempt: int) -> float:
+        """The wait after failed try ``attempt`` (from 0)."""
+        return min(self.backoff * 2.0 ** min(attempt, 32), BACKOFF_CAP)
+
+    def gives_up(self, attempt: int, *, since: float) -> bool:
+        """After failed try ``attempt`` (from 0) of an outage that began at ``since`` (on
+        :attr:`clock`): no retry left, or the next would begin past :attr:`within`."""
+        return attempt >= self.retries or (
+            self.within is not None and self.clock() - since + self.pause(attempt) > self.within)
 
     def wait(self, attempt: int, failure: str) -> None:
         if self.told is not None:
             self.told(failure)
-        time.sleep(min(self.backoff * 2 ** attempt, BACKOFF_CAP))
+        self.sleep(self.pause(attempt))
 
 
 def retrying(call: Callable[[], T], *, patience: Patience,
@@ -43,13 +58,15 @@ def retrying(call: Callable[[], T], *, patience: Patience,
     """``call()``, again after an :class:`S3Unavailable` as ``patience`` says.
     ``unanswered``: one ``True`` appended per attempt that got no answer at all (status
     0), after which the store may have done what was asked."""
+    since: float | None = None
     for attempt in range(patience.retries + 1):
         try:
             return call()
         except S3Unavailable as error:
             if unanswered is not None and error.status == 0:
                 unanswered.append(True)
-            if attempt == patience.retries:
+            since = patience.clock() if since is None else since
+            if patience.gives_up(attempt, since=since):
                 raise
             patience.wait(attempt, str(error))
     raise AssertionError("unreachable: the last attempt returns or raises")
@@ -60,9 +77,9 @@ def retries_within(seconds: float, *, backoff: float = BACKOFF) -> int:
     up to ``seconds`` at least: a stream that rides out an outage as long as a caller's."""
     if not 0 <= seconds <= 86_400 or backoff <= 0:
         raise ValueError(f"retries_within: {seconds} s with a backoff of {backoff} s")
-    count, waited = 0, 0.0
+    patience, count, waited = Patience(backoff=backoff), 0, 0.0
     while waited < seconds:
-        waited += min(backoff * 2 ** min(count, 32), BACKOFF_CAP)
+        waited += patience.pause(count)
         count += 1
     return count
 

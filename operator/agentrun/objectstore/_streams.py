@@ -35,7 +35,7 @@ class ObjectStore(Client):
 
     def put_stream(self, key: str, source: Source, *, part_bytes: int = PART_BYTES,
                    if_none_match: bool = False, retries: int = RETRIES,
-                   backoff: float = BACKOFF,
+                   backoff: float = BACKOFF, within: float | None = None,
                    told: Callable[[str], object] | None = None) -> Streamed:
         """Write ``key`` from ``source`` (a binary stream's ``read(n)``, or an iterable of
         bytes chunks), one part of ``part_bytes`` in memory at a time; the whole content's
@@ -45,8 +45,8 @@ class ObjectStore(Client):
         numbered in order (exactly ``part_bytes`` is an upload of one part); a stream
         over :data:`MAX_PARTS` parts is a ``ValueError`` (``part_bytes_for(size)`` picks a
         part size that fits), and so is a ``part_bytes`` S3 refuses (5 MiB to 5 GiB),
-        before any request. Each request is retried (see the module; ``told``: as
-        :class:`Patience` says); an upload that
+        before any request. Each request is retried (see the module; ``within`` and
+        ``told``: as :class:`Patience` says); an upload that
         cannot finish, for any reason (the store, the source, too many parts), is
         aborted, best effort, and the error raised: no parts are left to take storage.
         What does leave an upload: a writer killed outright, and a CreateMultipartUpload
@@ -61,7 +61,7 @@ class ObjectStore(Client):
         the object's ETag is the one these parts make (:func:`parts.multipart_etag`).
         """
         parts.check_part_bytes(part_bytes)
-        patience = Patience(retries=retries, backoff=backoff, told=told)
+        patience = Patience(retries=retries, backoff=backoff, within=within, told=told)
         digest, size = hashlib.sha256(), 0
         pieces = parts.split(source, part_bytes)
         part = next(pieces, b"")
@@ -170,6 +170,7 @@ class ObjectStore(Client):
     def get_stream(self, key: str, *, offset: int = 0, chunk_bytes: int = parts.CHUNK_BYTES,
                    window_bytes: int = parts.WINDOW_BYTES, etag: str | None = None,
                    retries: int = RETRIES, backoff: float = BACKOFF,
+                   within: float | None = None,
                    told: Callable[[str], object] | None = None) -> Download:
         """``key``'s bytes from ``offset`` on, as a :class:`Download`: an iterator of
         chunks of ``chunk_bytes`` at most, one in memory at a time, which knows the
@@ -177,15 +178,16 @@ class ObjectStore(Client):
         first request is made here (a missing key is ``S3Error`` NoSuchKey now, not at
         the first chunk); ``etag``: only that object (else S3Error PreconditionFailed);
         ``offset`` at the object's end: no chunks. A body cut short is read again from
-        the byte after the last one handed over (see :class:`Download`; ``told``: as
-        :class:`Patience` says)."""
+        the byte after the last one handed over (see :class:`Download`; ``within`` and
+        ``told``: as :class:`Patience` says)."""
         if offset < 0 or chunk_bytes < 1 or window_bytes < 1:
             raise ValueError(f"get_stream: offset {offset}, chunk_bytes {chunk_bytes}, "
                              f"window_bytes {window_bytes}: want offset >= 0 and the "
                              "others >= 1")
         return Download(self, key, offset=offset, chunk_bytes=chunk_bytes,
                         window_bytes=window_bytes, etag=etag,
-                        patience=Patience(retries=retries, backoff=backoff, told=told))
+                        patience=Patience(retries=retries, backoff=backoff, within=within,
+                                          told=told))
 
     def abort_uploads(self, prefix: str, *, limit: int = _UPLOADS_LIMIT,
                       page: int = _UPLOADS_PAGE) -> int:

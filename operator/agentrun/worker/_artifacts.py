@@ -112,7 +112,8 @@ class Artifact:
             telling = _Outage(journal=self.journal, what=f"reading artifact {self.key}")
             download = self.journal.objects.get_stream(
                 self._object, offset=offset, chunk_bytes=CHUNK_BYTES,
-                retries=s3.retries_within(self.journal.retry_seconds), told=telling.told)
+                retries=s3.retries_within(self.journal.retry_seconds),
+                within=self.journal.retry_seconds, told=telling.told)
         except s3.S3Unavailable as error:
             raise JournalUnavailable(f"reading artifact {self.key}: {error}") from None
         except s3.S3Error as error:
@@ -220,7 +221,8 @@ class Artifacts:
         try:
             streamed = self.journal.objects.put_stream(
                 name, _Bounded(source), part_bytes=part_bytes, if_none_match=True,
-                retries=s3.retries_within(self.journal.retry_seconds), told=telling.told)
+                retries=s3.retries_within(self.journal.retry_seconds),
+                within=self.journal.retry_seconds, told=telling.told)
         except s3.S3Unavailable as error:
             raise JournalUnavailable(f"storing artifact {name}: {error}") from None
         except s3.S3Error as error:
