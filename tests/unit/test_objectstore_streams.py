@@ -280,10 +280,12 @@ class Clock:
         self.now += seconds
 
 
-def test_an_outage_is_given_up_within_its_seconds_each_tries_time_counted() -> None:
-    """41 retries wait 300 s in all; against a store whose every try takes a 10 s timeout,
+@pytest.mark.parametrize("per_try", [10.0, 40.0])
+def test_an_outage_is_given_up_within_its_seconds_each_tries_time_counted(
+        per_try: float) -> None:
+    """41 retries wait 300 s in all; against a store whose every try takes a timeout,
     ``within`` still gives up after about 300 s of outage, not 41 timeouts later."""
-    clock, tries = Clock(per_try=10.0), [0]
+    clock, tries = Clock(per_try=per_try), [0]
 
     def timing_out() -> str:
         tries[0] += 1
@@ -294,8 +296,12 @@ def test_an_outage_is_given_up_within_its_seconds_each_tries_time_counted() -> N
                            sleep=clock.sleep)
     with pytest.raises(s3.S3Unavailable, match="timed out"):
         _patience.retrying(timing_out, patience=patience)
-    began = 100.0 + clock.per_try  # the outage is dated from its first failure
-    assert clock.now - began <= 300 + clock.per_try and tries[0] < 41
+    # dated from the first try's start (100): no try begun past 300 s of outage, and none
+    # given up while one more would still have begun within it
+    lasted = clock.now - 100.0
+    last_wait = patience.pause(tries[0] - 1)
+    assert 300 - clock.per_try - last_wait < lasted - clock.per_try <= 300, (lasted, tries)
+    assert tries[0] < 41
     assert s3.Patience(retries=41).gives_up(40, since=0) is False  # without within: count
     assert s3.Patience(retries=41).gives_up(41, since=0) is True
 
@@ -311,6 +317,43 @@ def test_a_cut_read_gives_up_within_its_seconds() -> None:
         b"".join(download)
     assert clock.waits == [1, 2, 4]  # after the cut and two unanswered resumes; 7 + 8 > 10
     assert len(pool.sent) == 1 + 3  # the first answer, then three resumes that got none
+
+
+def test_a_later_outage_of_a_read_is_dated_from_its_own_start() -> None:
+    """Progress starts the outage's clock again. Each read takes 2 s; two outages (a cut
+    read, an unanswered resume) of 5 s each, with within=8: dated from the first outage,
+    the second would be past it and given up."""
+    clock = Clock(per_try=0.0)
+
+    class Slow(Cut):
+        def read(self, size: int | None = -1, /) -> bytes:
+            clock.now += 2
+            return super().read(size)
+
+    store, _ = answering(
+        (200, Slow(b"0123456789"), {"Content-Length": "10", "ETag": '"e"'}),
+        ConnectionResetError("one"),
+        (206, Slow(b"3456789"), {"Content-Range": "bytes 3-9/10", "ETag": '"e"'}),
+        ConnectionResetError("two"),
+        (206, b"6789", {"Content-Range": "bytes 6-9/10", "ETag": '"e"'}))
+    download = s3.Download(store, "k", offset=0, chunk_bytes=3, window_bytes=s3.WINDOW_BYTES,
+                           etag=None, patience=s3.Patience(retries=50, backoff=1, within=8,
+                                                           clock=clock, sleep=clock.sleep))
+    assert b"".join(download) == b"0123456789" and clock.waits == [1, 2, 1, 2]
+
+
+@pytest.mark.parametrize("stream", ["get", "put"])
+def test_within_is_passed_to_a_streams_requests(stream: str) -> None:
+    store, pool = answering(*[ConnectionResetError("down")] * 1000)
+    def call() -> object:
+        if stream == "get":
+            return store.get_stream("k", retries=999, backoff=0.001, within=0.02)
+        return store.put_stream("k", io.BytesIO(b"x"), retries=999, backoff=0.001,
+                                within=0.02)
+
+    with pytest.raises(s3.S3Unavailable, match="down"):
+        call()
+    assert len(pool.sent) < 100  # given up by the seconds, not the 1,000 tries
 
 
 def test_the_first_window_unanswered_is_asked_again_then_given_up() -> None:

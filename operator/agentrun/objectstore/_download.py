@@ -30,8 +30,9 @@ class Download:
     after the start of this one (an answer whose ETag or size differs is refused the same
     way, should a store ignore ``If-Match``). At most ``patience.retries`` attempts in a
     row that deliver nothing (a cut, or a request for a resume or the next window that got
-    no answer), waiting as ``patience`` says before each (and telling it); a chunk
-    delivered starts the count again; then :class:`S3Unavailable`. A store that ignores
+    no answer), and none begun past ``patience.within`` seconds of them, waiting as
+    ``patience`` says before each (and telling it); a chunk delivered starts the count
+    and the outage's clock again; then :class:`S3Unavailable`. A store that ignores
     ``Range`` altogether answers the first request with the whole object (a 200), which
     is read as one window.
     """
@@ -42,11 +43,13 @@ class Download:
         self._chunk, self._window, self._patience = chunk_bytes, window_bytes, patience
         self._failures = 0
         self._since = 0.0  # when the failures in a row began (on the patience's clock)
+        self._tried = patience.clock()  # when the latest request or read began
         self._response: urllib3.BaseHTTPResponse | None = None
         self._end = offset  # the byte after the current answer's last one
         self.size: int | None = None
         while True:  # the first window: a request that got no answer is asked again
             try:
+                self._tried = self._patience.clock()
                 self._open()
                 break
             except S3Unavailable as error:
@@ -69,6 +72,7 @@ class Download:
                 self._resume()
                 continue
             try:
+                self._tried = self._patience.clock()
                 chunk = self._response.read(min(self._chunk, self._end - self.position),
                                             decode_content=False)
             except (urllib3.exceptions.HTTPError, OSError) as error:
@@ -99,7 +103,7 @@ class Download:
         self.close()
 
     def _cut(self, reason: str) -> None:
-        """The body stopped at ``position``: count it, give up past ``patience.retries`` in a row,
+        """The body stopped at ``position``: count it, give up as ``patience`` says,
         else wait before the resume."""
         self.close()
         if self._gives_up():
@@ -112,8 +116,8 @@ class Download:
     def _gives_up(self) -> bool:
         """Count a failure in a row; whether the patience is spent."""
         self._failures += 1
-        if self._failures == 1:
-            self._since = self._patience.clock()
+        if self._failures == 1:  # an outage, dated from its first failed try's start
+            self._since = self._tried
         return self._patience.gives_up(self._failures - 1, since=self._since)
 
     def _resume(self) -> None:
@@ -125,6 +129,7 @@ class Download:
     def _open_next(self) -> None:
         """The window from :attr:`position`; a request that got no answer is a cut."""
         try:
+            self._tried = self._patience.clock()
             self._open()
         except S3Unavailable as error:
             self._cut(str(error))

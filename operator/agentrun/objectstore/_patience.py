@@ -25,8 +25,9 @@ T = TypeVar("T")
 class Patience:
     """How a stream's request rides out a store that does not answer: ``retries`` more
     tries, waiting ``backoff`` seconds, then twice as long each time (capped at 8 s), and,
-    with ``within``, never past an outage (failures in a row) of that many seconds, each
-    try's own time included (a store that black-holes costs a timeout a try). ``told``, if
+    with ``within``, no try begun past that many seconds of an outage (failures in a row,
+    from the first failed try's start, each try's own time counted: a store that
+    black-holes costs a timeout a try; the last try may end up to its timeout later). ``told``, if
     given, is told each failure before its wait (a caller shows the outage while it lasts,
     as the journal does on the Lease). ``clock`` and ``sleep``: the monotonic clock's."""
 
@@ -60,12 +61,13 @@ def retrying(call: Callable[[], T], *, patience: Patience,
     0), after which the store may have done what was asked."""
     since: float | None = None
     for attempt in range(patience.retries + 1):
+        tried = patience.clock()
         try:
             return call()
         except S3Unavailable as error:
             if unanswered is not None and error.status == 0:
                 unanswered.append(True)
-            since = patience.clock() if since is None else since
+            since = tried if since is None else since  # from the first failed try's start
             if patience.gives_up(attempt, since=since):
                 raise
             patience.wait(attempt, str(error))
