@@ -15,28 +15,21 @@ so any play can be played again; play n of ``--count`` uses seed + n - 1.
 from __future__ import annotations
 
 import argparse
-import random
 
-from bench.faults.support import Context, Fault, Outcome, bounded, served
+from bench.faults.support import Context, Fault, Outcome, add_seed, bounded, draw_seed, served
 from tests.support.faults import journalmatrix
 from tests.support.faults import journalworker as worker
 
-SEED_BOUND = 2**31 - 1
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--journal-matrix-seed", type=bounded(0, SEED_BOUND), default=None,
-                        help="journal-matrix: the random kill points' seed (default: drawn "
-                             "at random and printed)")
+    add_seed(parser, scenario="journal-matrix", what="the random kill points")
     parser.add_argument("--journal-matrix-kills", type=bounded(0, 20), default=3,
                         help="journal-matrix: random kill points besides the three named "
                              "ones, 0 to 20 (default 3)")
 
 
 def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Draw the seed now when none was given: the header then names the one played."""
-    if args.journal_matrix_seed is None:
-        args.journal_matrix_seed = random.SystemRandom().randrange(SEED_BOUND)
+    draw_seed(args, scenario="journal-matrix")
 
 
 def figures(played: journalmatrix.Play, seed: int) -> str:

@@ -17,24 +17,17 @@ n of ``--count`` uses seed + n - 1.
 from __future__ import annotations
 
 import argparse
-import random
 
-from bench.faults.support import Context, Fault, Outcome, bounded, served
+from bench.faults.support import Context, Fault, Outcome, add_seed, draw_seed, served
 from tests.support.faults import journalscale
-
-SEED_BOUND = 2**31 - 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--journal-scale-seed", type=bounded(0, SEED_BOUND), default=None,
-                        help="journal-scale: the kill points' seed (default: drawn at "
-                             "random and printed)")
+    add_seed(parser, scenario="journal-scale", what="the kill points")
 
 
 def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Draw the seed now when none was given: the header then names the one played."""
-    if args.journal_scale_seed is None:
-        args.journal_scale_seed = random.SystemRandom().randrange(SEED_BOUND)
+    draw_seed(args, scenario="journal-scale")
 
 
 def figures(played: journalscale.Play, seed: int) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import random
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -119,6 +120,25 @@ class Served:
     scenario: Scenario
     owner: EffectOwner
     operator: OperatorProcess
+
+
+SEED_BOUND = 2**31 - 1
+
+
+def add_seed(parser: argparse.ArgumentParser, *, scenario: str, what: str) -> None:
+    """``--<scenario>-seed``: the seed of ``what`` (default: drawn at random, see
+    :func:`draw_seed`)."""
+    parser.add_argument(f"--{scenario}-seed", type=bounded(0, SEED_BOUND), default=None,
+                        help=f"{scenario}: the seed of {what} (default: drawn at random and "
+                             "printed)")
+
+
+def draw_seed(args: argparse.Namespace, *, scenario: str) -> None:
+    """Draw ``--<scenario>-seed`` now when none was given: the header then names the one
+    played, so any play can be played again."""
+    attribute = f"{scenario.replace('-', '_')}_seed"
+    if getattr(args, attribute) is None:
+        setattr(args, attribute, random.SystemRandom().randrange(SEED_BOUND))
 
 
 # the operator's flags that pin the cluster's bundled store (tests/support/cluster/store.py)
