@@ -20,3 +20,14 @@ class DurableOnReturn:
 
     def close(self) -> None:
         return None
+
+
+class Remembered(DurableOnReturn):
+    """Keeps every record committed, in order (``committed``)."""
+
+    def __init__(self) -> None:
+        self.committed: list[records.Record] = []
+
+    def commit(self, record: records.Record) -> records.Record:
+        self.committed.append(record)
+        return record

@@ -89,6 +89,16 @@ RESOLVE_OUTCOME_CHARS: Final = 11
 EFFECTS_KEPT: Final = 8
 EFFECT_NAME_CHARS: Final = 63  # an effect's name and its owner's, as the worker gives them
 IDEMPOTENCY_KEY_CHARS: Final = 64  # sha256, hex
+# Questions: a question's text and its JSON schema (canonical JSON) as the worker asks, and
+# an answer's value (JSON) as a person gives it; the question's record must stay inline
+# (INLINE_PAYLOAD_BYTES in all), and so must the answer's record the operator writes. A
+# slot shows at most QUESTIONS_KEPT of them (status.questions), and one attempt asks no more.
+QUESTION_BYTES: Final = 512
+SCHEMA_BYTES: Final = 512
+ANSWER_VALUE_BYTES: Final = 512
+QUESTIONS_KEPT: Final = 4
+DIGEST_CHARS: Final = 64  # sha256, hex
+DIGEST_PATTERN: Final = r"^[0-9a-f]{64}$"
 
 # The worst-case JSON size of a Slot's status (checked by tests/unit/core/commands/test_bounds.py).
 SLOT_STATUS_BYTES: Final = 1024 * 1024

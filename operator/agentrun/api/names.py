@@ -72,6 +72,16 @@ RESOLVE_EFFECT_RESULT: Final = "agentrun.dev/resolve-effect-result"
 RESOLVE_EFFECT_ACTOR: Final = "agentrun.dev/resolve-effect-actor"
 RESOLVE_EFFECT_EPOCH: Final = "agentrun.dev/resolve-effect-epoch"
 RESOLVE_EFFECT_OVERRIDE: Final = "agentrun.dev/resolve-effect-override"
+# answer: a person answers a question a worker asked (the slot condition QuestionPending).
+ANSWER_ID: Final = "agentrun.dev/answer-id"
+ANSWER_KEY: Final = "agentrun.dev/answer-key"
+ANSWER_VALUE: Final = "agentrun.dev/answer-value"
+ANSWER_REASON: Final = "agentrun.dev/answer-reason"
+ANSWER_RUN: Final = "agentrun.dev/answer-run"
+ANSWER_TENANT: Final = "agentrun.dev/answer-tenant"
+ANSWER_ACTOR: Final = "agentrun.dev/answer-actor"
+ANSWER_EPOCH: Final = "agentrun.dev/answer-epoch"
+ANSWER_OVERRIDE: Final = "agentrun.dev/answer-override"
 OVERRIDE_VERB: Final = "override"
 
 # Actor stamping: the MutatingAdmissionPolicy (and its binding, same name) and the Secret
@@ -102,6 +112,23 @@ EFFECT_NOT_SHOWN: Final = "NotShown"  # none shown is open; more were recorded t
 EFFECT_RESOLVED_EVENT: Final = "EffectResolved"
 UNRESOLVED_SUFFIX: Final = ".unresolved"  # written by the worker that stopped
 RESOLVED_SUFFIX: Final = ".resolved"  # written by the operator on a successor's Lease
+
+# Questions (docs/design/questions.md): the slot condition, its reasons and the Events, and
+# the record suffixes: ``<key>.question`` written by the worker that asked (on its Lease),
+# ``<key>.answer`` by the operator on a later attempt's Lease.
+QUESTION_PENDING_CONDITION: Final = "QuestionPending"
+QUESTION_ASKED: Final = "Asked"  # the condition's reason while one is pending; the Event's
+QUESTION_ANSWERED: Final = "Answered"  # its reason once none is pending
+# A deadline passed: the slot failed, or took the default.
+QUESTION_EXPIRED: Final = "QuestionExpired"
+QUESTION_ASKED_EVENT: Final = "QuestionAsked"
+QUESTION_ANSWERED_EVENT: Final = "QuestionAnswered"
+QUESTION_SUFFIX: Final = ".question"
+ANSWERED_SUFFIX: Final = ".answer"
+# Records only the operator writes (a holder adding one is refused by admission), and
+# records trusted only on a Lease, never from a journal (the operator reads them there).
+OPERATOR_SUFFIXES: Final = (RESOLVED_SUFFIX, ANSWERED_SUFFIX)
+LEASE_ONLY_SUFFIXES: Final = (RESOLVED_SUFFIX, UNRESOLVED_SUFFIX, ANSWERED_SUFFIX, QUESTION_SUFFIX)
 
 # Worker environment and configuration mount.
 ENV_NAMESPACE: Final = "AGENTRUN_NAMESPACE"

@@ -264,3 +264,22 @@ def written_by(lease: Mapping[str, Any], *,
                 f"{metadata.get('name', '?')} are not trusted: it is bound to the pod of uid "
                 f"{bounds.clip(str(bound), limit=64)}, not to its attempt's pod (uid "
                 f"{pod_uid}): a pod of the same name run by someone else wrote them"]
+
+
+def decisions_of(lease: Mapping[str, Any], *, pod_uid: str | None,
+                 suffix: str) -> list[tuple[str, Record]]:
+    """The ``<key><suffix>`` decision records of one attempt Lease that its own pod wrote
+    (:func:`written_by`), in key order, as (step key, record); a record of another kind or
+    whose key is not a step key is left out (only a worker past the SDK writes one)."""
+    found, _ = written_by(lease, pod_uid=pod_uid)
+    taken = []
+    for name, record in sorted(found.items()):
+        key = name.removesuffix(suffix)
+        if key == name or record.kind is not Kind.DECISION:
+            continue
+        try:
+            check_step_key(key)
+        except RecordError:
+            continue
+        taken.append((key, record))
+    return taken

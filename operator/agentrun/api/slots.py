@@ -52,6 +52,7 @@ class Outcome(StrEnum):
     START_TIMEOUT = "StartTimeout"
     CLAIM_FAILED = "ClaimFailed"
     GAVE_UP = "GaveUp"
+    ASKED = "Asked"  # the worker asked a person a question (not a failure; no maxAttempts)
 
 
 class CommandKind(StrEnum):
@@ -61,6 +62,7 @@ class CommandKind(StrEnum):
     RELEASE = "Release"
     GIVE_UP = "GiveUp"
     RESOLVE_EFFECT = "ResolveEffect"
+    ANSWER = "Answer"
 
 
 class Predicate(StrEnum):
@@ -85,6 +87,9 @@ class Predicate(StrEnum):
     NOT_HELD = "NotHeld"
     EFFECT_UNRESOLVED = "EffectUnresolved"  # a claim while an effect waits for an answer
     NO_UNRESOLVED_EFFECT = "NoUnresolvedEffect"  # resolve-effect of a key that is not open
+    NO_PENDING_QUESTION = "NoPendingQuestion"  # an answer to a key with no pending question
+    ANSWER_INVALID = "AnswerInvalid"  # an answer the question's schema refuses
+    QUESTION_EXPIRED = "QuestionExpired"  # an answer after the question's deadline
 
 
 SPEC_IMMUTABLE: JsonDict = {
@@ -185,6 +190,39 @@ class EffectEntry(Model):
     resolved_at: datetime | None = None
 
 
+class QuestionState(StrEnum):
+    PENDING = "Pending"
+    ANSWERED = "Answered"
+    EXPIRED = "Expired"
+
+
+class QuestionEntry(Model):
+    """A question a worker asked (its ``<key>.question`` record), and once answered, the answer.
+
+    ``attempt``: the attempt that asked; ``digest``: sha256 of the canonical JSON of
+    ``{"question": ..., "schema": ...}`` (what an answer is bound to); ``json_schema`` and
+    ``default`` and ``value``: canonical JSON text; ``deadline``: when the question expires
+    (counted from ``asked_at``, the operator's observation), and then ``on_expiry``: the
+    slot fails, or takes ``default`` as the answer. ``actor``: who answered (none: the
+    deadline); why is in the ledger (``status.commands``), which the worst-case status bound
+    leaves no room to repeat here.
+    """
+
+    key: str = Field(max_length=bounds.STEP_KEY_CHARS)
+    attempt: int = Field(ge=1, le=bounds.MAX_ATTEMPT_NUMBER)
+    question: str = Field(default="", max_length=bounds.QUESTION_BYTES)
+    json_schema: str | None = Field(default=None, max_length=bounds.SCHEMA_BYTES)
+    digest: str = Field(max_length=bounds.DIGEST_CHARS)
+    deadline: datetime | None = None
+    on_expiry: Literal["fail", "default"] = "fail"
+    default: str | None = Field(default=None, max_length=bounds.ANSWER_VALUE_BYTES)
+    state: QuestionState = QuestionState.PENDING
+    asked_at: datetime
+    value: str | None = Field(default=None, max_length=bounds.ANSWER_VALUE_BYTES)
+    actor: bounds.Actor | None = None
+    answered_at: datetime | None = None
+
+
 class SlotStatus(Model):
     state: SlotState = SlotState.PENDING
     worker_class: bounds.ShortText | None = None
@@ -205,6 +243,12 @@ class SlotStatus(Model):
         description="unresolved effects the latest attempt recorded beyond what "
                     f"status.effects shows (at most {bounds.EFFECTS_KEPT} entries): a later "
                     "attempt that meets one records it again, and it is shown then")
+    questions: list[QuestionEntry] = Field(default_factory=list,
+                                           max_length=bounds.QUESTIONS_KEPT)
+    asked_attempts: int = Field(
+        default=0, ge=0, le=bounds.MAX_ATTEMPT_NUMBER,
+        description="attempts that ended asking a question (outcome Asked): they do not "
+                    "count against maxAttempts")
     observed_generation: int | None = None
 
 

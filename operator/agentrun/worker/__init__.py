@@ -3,15 +3,17 @@
 Public, the names in ``__all__`` (import them from here: ``from agentrun.worker import
 Worker``):
 
-- :class:`Worker` (``Worker.from_env()``, ``with``, ``step``, ``effect``, ``artifact``,
-  ``flush``) and what it hands out: :class:`Context` (``worker.context``) with its
+- :class:`Worker` (``Worker.from_env()``, ``with``, ``step``, ``effect``, ``ask``,
+  ``artifact``, ``flush``) and what it hands out: :class:`Context` (``worker.context``) with its
   :class:`PinnedConfig` snapshots, :class:`Steps` (``worker.steps``: what was skipped,
   what ran again) and :class:`Artifact` (``worker.artifact``: a stream stored in the
   journal, read back as one);
 - the errors an author catches: :class:`WorkerContextError` (not in a pod the operator
   claimed); :class:`LeaseLapsed` (wait and retry) and :class:`LeaseLost` (exit: a
   successor may be running); :class:`EffectStopped` (stop the attempt) and its kinds
-  :class:`AmbiguousEffect` and :class:`EffectStillInProgress`; :class:`RecordError` and
+  :class:`AmbiguousEffect` and :class:`EffectStillInProgress`; :class:`QuestionAsked`
+  (``ask`` asked a person: end the attempt) and :class:`QuestionError` (a question out of
+  its bounds); :class:`RecordError` and
   its kinds :class:`ResultNotStored`, :class:`RecordLimit`, :class:`RecordRefused` and
   :class:`RecordConflict`;
 - the types ``step`` and ``effect`` take: :data:`Call` and :data:`Reconcile` (the effect's
@@ -26,9 +28,9 @@ Everything else is in private modules: the context's checks (``_context``), the 
 keeper (``_keeper``, its pure decisions ``_renewals``, one renewal's reads and writes
 ``_renewer``), the recoverable prefix (``_prefix``), the records on the Lease
 (``_records``), the effect ledger (``_effects``), the ``Worker`` that puts them together
-(``_sdk``), the journal (``_journal``, its group commit ``_journalcommits``, its
-artifacts ``_artifacts``) and the sidecar (``_sidecar``, ``_sidecarsessions``,
-``_sidecarstreams``, ``_sidecarserver``). Why:
+(``_sdk``), the questions (``_questions``), the journal (``_journal``, its group commit
+``_journalcommits``, its artifacts ``_artifacts``) and the sidecar (``_sidecar``,
+``_sidecarsessions``, ``_sidecarstreams``, ``_sidecarserver``). Why:
 they are how the guarantees are kept, and they change with the operator (what a record
 looks like, how a renewal is timed); a name exported here is one the project keeps for
 agents, a private one is not. The one public submodule is :mod:`agentrun.worker.cli`, the
@@ -50,6 +52,7 @@ from agentrun.worker._effects import (
 )
 from agentrun.worker._keeper import LeaseLapsed, LeaseLost
 from agentrun.worker._prefix import Steps
+from agentrun.worker._questions import QuestionAsked, QuestionError
 from agentrun.worker._records import (
     JSON,
     FsspecStore,
@@ -78,6 +81,8 @@ __all__ = [
     "LeaseLost",
     "PayloadStore",
     "PinnedConfig",
+    "QuestionAsked",
+    "QuestionError",
     "Reconcile",
     "Reconciled",
     "RecordConflict",

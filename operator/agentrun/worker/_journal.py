@@ -202,9 +202,9 @@ class Journal:
     def chain(self, *, attempt: int,
               head: Head) -> tuple[dict[str, records.Record], list[str]]:
         """The records reachable from attempt ``attempt``'s ``head`` (a later commit's record
-        wins over an earlier one of the same key), and the entries not taken: a ``.resolved``
-        or ``.unresolved`` record is trusted only on the Lease (the operator's and the
-        slot's), never from a journal. A node that cannot be had intact raises
+        wins over an earlier one of the same key), and the entries not taken: a ``.resolved``,
+        ``.unresolved``, ``.question`` or ``.answer`` record is trusted only on the Lease (the
+        operator's and the slot's), never from a journal. A node that cannot be had intact raises
         :class:`JournalDamaged`; a store that does not answer, :class:`JournalUnavailable`."""
         found: dict[str, records.Record] = {}
         problems: list[str] = []
@@ -220,7 +220,7 @@ class Journal:
                 raise JournalDamaged(f"attempt {attempt}'s journal, commit {seq} of "
                                      f"{head.seq}: {error}") from None
             for entry in reversed(entries):  # within a node too, the later record wins
-                if entry.key.endswith((names.RESOLVED_SUFFIX, names.UNRESOLVED_SUFFIX)):
+                if entry.key.endswith(names.LEASE_ONLY_SUFFIXES):
                     problems.append(f"record {entry.key} in attempt {attempt}'s journal is "
                                     "not used: it is trusted only on the Lease")
                     continue

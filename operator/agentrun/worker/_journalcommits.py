@@ -49,6 +49,8 @@ from agentrun.worker._journal import HEAD, USAGE, Journal
 DEFAULT_DELAY_SECONDS = 0.25
 MAX_DELAY_SECONDS = 10.0  # a lease lasts 15 s by default: a batch must fit well inside it
 RETRY_PAUSE_SECONDS = 1.0  # the background thread's pause after a flush that failed
+# Records the operator reads without store credentials: they go on the Lease, not the journal.
+ON_LEASE = (names.UNRESOLVED_SUFFIX, names.QUESTION_SUFFIX)
 # Staged records at most: past this a stage flushes itself, so a flush slower than the
 # steps (a store outage) holds the steps back instead of growing what a crash would lose.
 STAGED_RECORDS = 4 * NODE_ENTRIES
@@ -78,8 +80,8 @@ class JournalRecords:
     Records go into nodes of the attempt's chain and are made durable by advancing the head
     on the Lease (a merge patch carrying the ``resourceVersion`` read; a 409 re-reads).
     Records the operator must read without store credentials stay on the Lease (``lease``):
-    an effect's ``.unresolved`` record (the slot shows it). Flushes are serialized
-    (``lock``): a chain has one order.
+    an effect's ``.unresolved`` record and a question's ``.question`` (the slot shows them).
+    Flushes are serialized (``lock``): a chain has one order.
     """
 
     journal: Journal
@@ -114,7 +116,7 @@ class JournalRecords:
         """``record`` durable on return, after everything staged before it (one batch), or
         this raises and it is not committed (unless the answer to its head advance was lost:
         then, as ever, it may have landed, and the next flush settles which)."""
-        if record.key.endswith(names.UNRESOLVED_SUFFIX):
+        if record.key.endswith(ON_LEASE):
             self.flush()  # what came before it first: the chain's order is the attempt's
             return self.lease.commit(record)
         self._check(record)
@@ -204,14 +206,15 @@ class JournalRecords:
                 self._flusher.join(timeout=MAX_DELAY_SECONDS)
 
     def _check(self, record: records.Record) -> None:
-        if record.key.endswith(names.RESOLVED_SUFFIX):
+        if record.key.endswith(names.OPERATOR_SUFFIXES):
             raise records.RecordError(f"record {record.key}: a <key>{names.RESOLVED_SUFFIX} "
-                                      "record is the operator's (an owner's answer a person "
-                                      "gave); a worker cannot commit one")
+                                      f"or <key>{names.ANSWERED_SUFFIX} record is the "
+                                      "operator's (an answer a person gave); a worker cannot "
+                                      "commit one")
         if record.attempt != self.lease.attempt:
             raise records.RecordError(f"record {record.key} is of attempt {record.attempt}; "
                                       f"this worker is attempt {self.lease.attempt}")
-        if record.key.endswith(names.UNRESOLVED_SUFFIX):
+        if record.key.endswith(ON_LEASE):
             raise records.RecordError(f"record {record.key} goes on the Lease: commit it")
 
     def _flush_batch(self, *, limit: int) -> int:

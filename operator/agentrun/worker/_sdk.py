@@ -24,10 +24,10 @@ import atexit
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import FrameType, TracebackType
-from typing import TypeVar
+from typing import Any, Literal, TypeVar
 
 import kubernetes
 
@@ -38,6 +38,7 @@ from agentrun.worker import _journal as journals
 from agentrun.worker import _journalcommits as journalcommits
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _prefix as prefix
+from agentrun.worker import _questions as questions
 from agentrun.worker import _records as records
 from agentrun.worker import _renewer as renewer
 from agentrun.worker._context import Context
@@ -206,6 +207,20 @@ class Worker:
         ledger = effects.Ledger(steps=self.steps, keeper=self.keeper,
                                 run_uid=self.context.run_uid, slot=self.context.slot)
         return ledger.effect(name, key=key, call=call, reconcile=reconcile, owner=owner)
+
+    def ask(self, key: str, question: str, *, schema: Mapping[str, Any] | None = None,
+            deadline_seconds: int | None = None,
+            on_expiry: Literal["fail", "default"] = "fail",
+            default: records.JSON = None) -> records.JSON:
+        """A person's answer to ``question`` (JSON, satisfying ``schema``, a JSON Schema):
+        returned once answered; until then it is asked and :class:`questions.QuestionAsked`
+        is raised, which should end the attempt (leave the ``with`` block): no pod waits
+        while a person thinks, and the next attempt's ``ask`` returns the answer. A question
+        out of its bounds raises :class:`questions.QuestionError` (see
+        :meth:`questions.Questions.ask`)."""
+        return questions.Questions(steps=self.steps).ask(
+            key, question, schema=schema, deadline_seconds=deadline_seconds,
+            on_expiry=on_expiry, default=default)
 
     def start(self, *, timeout: float = START_TIMEOUT_SECONDS,
               on_lapse: Callable[[str], None] | None = None,

@@ -14,7 +14,7 @@ import pytest
 from agentrun.api import bounds
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
-from tests.support.ledgers import DurableOnReturn
+from tests.support.ledgers import Remembered
 
 Kind = records.Kind
 
@@ -92,13 +92,6 @@ def test_unreadable_records_are_problems_not_results() -> None:
     assert values(found) == {} and "record x of attempt 1 is malformed" in found.problems[0]
 
 
-class Memory(DurableOnReturn):
-    def __init__(self) -> None:
-        self.committed: list[records.Record] = []
-
-    def commit(self, record: records.Record) -> records.Record:
-        self.committed.append(record)
-        return record
 
 @pytest.mark.parametrize("state", ["committed", "missing", "unreadable"])
 def test_step_skips_if_committed_else_does_and_commits(state: str, tmp_path: Path) -> None:
@@ -109,7 +102,7 @@ def test_step_skips_if_committed_else_does_and_commits(state: str, tmp_path: Pat
     if state == "unreadable":
         Path(tmp_path / "sha256" / earlier.digest).unlink()
     committed = {} if state == "missing" else {"gather": earlier}
-    memory = Memory()
+    memory = Remembered()
     steps = prefix.Steps(prefix=prefix.Prefix(attempt=2, committed=committed),
                          ledger=memory, store=store)
     calls: list[int] = []
@@ -131,7 +124,7 @@ def test_step_skips_if_committed_else_does_and_commits(state: str, tmp_path: Pat
 
 @pytest.mark.parametrize("key", ["Bad", "a.intent", "a_b", "-a", "x" * 49, ""])
 def test_a_step_with_a_bad_key_does_nothing(key: str) -> None:
-    memory = Memory()
+    memory = Remembered()
     steps = prefix.Steps(prefix=prefix.Prefix(attempt=1), ledger=memory)
     with pytest.raises(records.RecordError, match="step key"):
         steps.step(key, do=lambda: pytest.fail("not called"))
@@ -139,7 +132,7 @@ def test_a_step_with_a_bad_key_does_nothing(key: str) -> None:
 
 
 def test_a_failing_step_commits_nothing() -> None:
-    memory = Memory()
+    memory = Remembered()
     steps = prefix.Steps(prefix=prefix.Prefix(attempt=1), ledger=memory)
 
     def boom() -> None:

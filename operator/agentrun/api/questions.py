@@ -1,0 +1,204 @@
+"""Questions a worker asks a person: what a question may be, and whether an answer fits it.
+
+Shared by the worker SDK (which refuses a question out of bounds at ask time) and the
+operator (which checks an answer before accepting it), so both judge by the same rules.
+
+Terms:
+- *question*: a text (at most :data:`~agentrun.api.bounds.QUESTION_BYTES` UTF-8 bytes)
+  and an optional *schema*, a JSON Schema (draft 2020-12) the answer must satisfy;
+- *digest*: sha256 of the canonical JSON of ``{"question": ..., "schema": ...}``: an
+  answer is bound to it, so a successor that asks something else is not answered by it;
+- *bounded schema*: at most :data:`~agentrun.api.bounds.SCHEMA_BYTES` of canonical JSON,
+  valid against the draft's metaschema, with no ``$id``, ``$dynamicRef`` or
+  ``$recursiveRef`` and only local ``$ref`` (``#...``: nothing is ever fetched), and every
+  ``pattern`` a regular expression RE2 accepts (:mod:`re2`, linear in its input: no
+  backreference or lookaround, so no pattern can take exponential time on an answer).
+
+Why jsonschema and RE2 rather than our own: jsonschema is the reference implementation of
+the standard people write their schemas in; its ``pattern`` and ``patternProperties``
+are replaced here by RE2's, the one change that bounds their cost. An answer is at most
+:data:`~agentrun.api.bounds.ANSWER_VALUE_BYTES` and a schema at most ``SCHEMA_BYTES``, so
+checking one is bounded too; a schema that refers to itself without descending into the
+answer is refused at ask time (probed) and, should one slip through, fails the answer's
+check with a message instead of looping.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from agentrun.api import bounds, records
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+MAX_SCHEMA_DEPTH = 16
+MAX_PATTERN_CHARS = 256
+_REFUSED_KEYWORDS = ("$id", "$dynamicRef", "$recursiveRef", "$dynamicAnchor",
+                     "$recursiveAnchor")
+
+
+class QuestionError(ValueError):
+    """A question, schema or answer out of its bounds: the message says which and why."""
+
+
+def canonical(value: Any) -> bytes:
+    """The bytes a value is measured and digested by: a record's canonical JSON (sorted
+    keys, no spaces, UTF-8), so an answer reaches the worker byte for byte as measured."""
+    try:
+        return records.canonical(value)
+    except records.RecordError as error:
+        raise QuestionError(str(error)) from None
+
+
+def digest(*, question: str, schema: Mapping[str, Any] | None) -> str:
+    """What an answer is bound to (see the module docstring)."""
+    return hashlib.sha256(canonical({"question": question, "schema": schema})).hexdigest()
+
+
+def _options() -> Any:
+    import re2  # imported when a question is checked: a worker that never asks skips it
+
+    options = re2.Options()
+    options.log_errors = False  # a refused pattern is said in our message, not on stderr
+    options.max_mem = 1 << 20
+    return options
+
+
+def _compiled(pattern: str) -> Any:
+    import re2
+
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise QuestionError(f"schema pattern {pattern[:40]!r}... is {len(pattern)} characters "
+                            f"long; at most {MAX_PATTERN_CHARS}")
+    try:
+        return re2.compile(pattern, _options())
+    except re2.error as error:
+        detail = error.args[0].decode(errors="replace") if error.args and isinstance(
+            error.args[0], bytes) else str(error)
+        raise QuestionError(f"schema pattern {pattern!r} is not a regular expression RE2 "
+                            f"runs in linear time ({detail}): no backreferences or "
+                            "lookaround") from None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any,
+             schema: Mapping[str, Any]) -> Iterator[Any]:
+    import jsonschema
+
+    if validator.is_type(instance, "string") and not _compiled(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: Any,
+                        schema: Mapping[str, Any]) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        compiled = _compiled(pattern)
+        for name, value in instance.items():
+            if compiled.search(name):
+                yield from validator.descend(value, subschema, path=name, schema_path=pattern)
+
+
+@functools.cache
+def _validator() -> Any:
+    """Draft 2020-12 with RE2's ``pattern`` and ``patternProperties`` (imported on first use:
+    jsonschema costs a worker that never asks nothing)."""
+    import jsonschema
+    from jsonschema import validators
+
+    return validators.extend(jsonschema.Draft202012Validator, validators={
+        "pattern": _pattern, "patternProperties": _pattern_properties})
+
+
+def _walk(node: Any, *, depth: int, where: str) -> None:
+    """Refuse what is not bounded: depth, non-local references, patterns RE2 refuses."""
+    if depth > MAX_SCHEMA_DEPTH:
+        raise QuestionError(f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels (at {where})")
+    if isinstance(node, list):
+        for n, item in enumerate(node):
+            _walk(item, depth=depth + 1, where=f"{where}/{n}")
+        return
+    if not isinstance(node, dict):
+        return
+    for keyword in _REFUSED_KEYWORDS:
+        if keyword in node:
+            raise QuestionError(f"the schema uses {keyword} (at {where}): only local $ref "
+                                "(#...) is allowed; nothing is fetched or re-based")
+    ref = node.get("$ref")
+    if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
+        raise QuestionError(f"the schema's $ref {str(ref)[:80]!r} (at {where}) is not local: "
+                            "only references inside the schema (#...) are allowed")
+    if isinstance(node.get("pattern"), str):
+        _compiled(node["pattern"])
+    if isinstance(node.get("patternProperties"), dict):
+        for pattern in node["patternProperties"]:
+            _compiled(pattern)
+    for name, value in node.items():
+        _walk(value, depth=depth + 1, where=f"{where}/{name}")
+
+
+def check_question(*, question: str, schema: Mapping[str, Any] | None) -> None:
+    """Raise :class:`QuestionError` unless the question and its schema are within bounds."""
+    if not isinstance(question, str) or not question.strip():
+        raise QuestionError("a question must be a non-blank text")
+    size = len(question.encode())
+    if size > bounds.QUESTION_BYTES:
+        raise QuestionError(f"the question is {size} bytes (UTF-8); at most "
+                            f"{bounds.QUESTION_BYTES}: put long context in a step's result "
+                            "or an artifact, and ask about it")
+    if schema is None:
+        return
+    if not isinstance(schema, dict):
+        raise QuestionError("a schema must be a JSON object (a JSON Schema, draft 2020-12)")
+    data = canonical(schema)
+    if len(data) > bounds.SCHEMA_BYTES:
+        raise QuestionError(f"the schema is {len(data)} bytes of canonical JSON; at most "
+                            f"{bounds.SCHEMA_BYTES}")
+    declared = schema.get("$schema")
+    if declared is not None and declared not in (DRAFT, DRAFT + "#"):
+        raise QuestionError(f"the schema declares $schema {str(declared)[:80]!r}; only "
+                            f"{DRAFT} (draft 2020-12) is supported")
+    _walk(schema, depth=0, where="#")
+    import jsonschema
+
+    try:
+        _validator().check_schema(schema)
+    except jsonschema.SchemaError as error:
+        raise QuestionError(f"the schema is not a valid JSON Schema: {error.message}") from None
+    violation(None, schema=schema)  # a reference loop fails here, at ask time
+
+
+def violation(value: Any, *, schema: Mapping[str, Any] | None) -> str | None:
+    """Why ``value`` does not satisfy ``schema`` (the schema's own message), or None.
+
+    A schema that loops (a ``$ref`` back to itself on the same value) raises
+    :class:`QuestionError`."""
+    if schema is None:
+        return None
+    import jsonschema
+
+    try:
+        error = jsonschema.exceptions.best_match(_validator()(schema).iter_errors(value))
+    except RecursionError:
+        raise QuestionError("the schema refers to itself without descending into the "
+                            "answer ($ref loop): it can never be checked") from None
+    except QuestionError:
+        raise
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"{error.message}" + (f" (at /{where})" if where else "")
+
+
+def check_value(value: Any, *, what: str) -> bytes:
+    """The canonical JSON of an answer or default, or :class:`QuestionError` if too large."""
+    try:
+        data = canonical(value)
+    except QuestionError as error:
+        raise QuestionError(f"{what}: {error}") from None
+    if len(data) > bounds.ANSWER_VALUE_BYTES:
+        raise QuestionError(f"{what} is {len(data)} bytes of canonical JSON; at most "
+                            f"{bounds.ANSWER_VALUE_BYTES}")
+    return data
