@@ -127,6 +127,9 @@ SLOT = Kind(
         column(name="Unresolved", json_path=condition_status(condition="EffectUnresolved"),
                priority=1, description="True: an effect waits for the owner's answer "
                "(resolve-effect; see status.effects)"),
+        column(name="Question", json_path=condition_status(condition="QuestionPending"),
+               priority=1, description="True: a question waits for a person's answer "
+               "(answer; see status.questions)"),
     ),
 )
 

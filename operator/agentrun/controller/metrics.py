@@ -89,6 +89,10 @@ class Metrics:
             "agentrun_effects_unresolved_total",
             "Effects a worker could not settle, recorded as EffectUnresolved on a slot",
             registry=into)
+        self.questions_asked = Counter(
+            "agentrun_questions_asked_total",
+            "Questions workers asked a person, recorded as QuestionPending on a slot",
+            registry=into)
 
     def count(self, tally: tallies.Tally) -> None:
         """Count one applied slot write."""
@@ -104,6 +108,8 @@ class Metrics:
             self.lease_expiries.inc(tally.lease_expiries)
         if tally.effects_unresolved:
             self.effects_unresolved.inc(tally.effects_unresolved)
+        if tally.questions_asked:
+            self.questions_asked.inc(tally.questions_asked)
 
     def run_event(self, reason: str) -> None:
         """Count one applied run status write that carried an Event (its reason)."""

@@ -21,7 +21,7 @@ from typing import NoReturn, TextIO
 
 from agentrun.api import bounds
 from agentrun.core.commands import registry
-from agentrun.core.commands.spec import Field
+from agentrun.core.commands.spec import Bound, Field
 from agentrun.plugin import client, requests, terminal, views
 from agentrun.plugin.requests import Object
 
@@ -89,18 +89,56 @@ def _limit(text: str) -> int:
 NAME = _bounded_text("the name", chars=NAME_CHARS, pattern=bounds.RUN_PATTERN)
 
 
+def _field_text(what: str, bound: Bound) -> Callable[[str], str]:
+    """An argparse type: a field's value within its bound, as the operator parses it."""
+    def parse(text: str) -> str:
+        why = requests.problem(what, text, bound)
+        if why is not None:
+            raise argparse.ArgumentTypeError(why)
+        return text
+    return parse
+
+
+def _file_text(what: str, bound: Bound) -> Callable[[str], str]:
+    """An argparse type: the path of a file whose text (trailing whitespace dropped) is a
+    field's value within its bound; no more of it is read than the bound allows."""
+    checked = _field_text(what, bound)
+    most = bound.chars if bound.in_bytes else 4 * bound.chars
+
+    def parse(path: str) -> str:
+        try:
+            with open(path, "rb") as found:
+                data = found.read(most + 1)
+        except OSError as error:
+            raise argparse.ArgumentTypeError(f"{what}: cannot read {path!r}: "
+                                             f"{error.strerror}") from None
+        if len(data) > most:
+            raise argparse.ArgumentTypeError(f"{what}: {path!r} holds more than {most} bytes; "
+                                             f"at most {bound.chars} are allowed")
+        try:
+            return checked(data.decode().rstrip())
+        except UnicodeDecodeError:
+            raise argparse.ArgumentTypeError(f"{what}: {path!r} is not UTF-8 text") from None
+    return parse
+
+
 def _flag(made: argparse.ArgumentParser, field: Field) -> None:
-    """The flag that fills ``field``: its choices, or its bound checked as it is typed."""
+    """The flag that fills ``field``: its choices, or its bound checked as it is typed (or
+    as its file is read, for a field with a ``file_flag``: one of the two is given)."""
     assert field.flag is not None
-    bound = field.bound
     if field.choices:
         made.add_argument(field.flag, dest=field.name, required=field.required,
                           choices=field.choices, help=field.help, metavar=field.metavar)
         return
-    kind = _bounded_text(field.flag, max_bytes=bound.chars) if bound.in_bytes else _bounded_text(
-        field.flag, chars=bound.chars, pattern=bound.pattern)
-    made.add_argument(field.flag, dest=field.name, required=field.required, type=kind,
-                      help=field.help, metavar=field.metavar)
+    where: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup = made
+    if field.file_flag is not None:
+        where = made.add_mutually_exclusive_group(required=field.required)
+        where.add_argument(field.file_flag, dest=field.name, metavar="FILE",
+                           type=_file_text(field.file_flag, field.bound),
+                           help=f"read {field.flag} from this file")
+    where.add_argument(field.flag, dest=field.name, type=_field_text(field.flag, field.bound),
+                       required=field.required and field.file_flag is None,
+                       help=field.help, metavar=field.metavar)
 
 
 def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:

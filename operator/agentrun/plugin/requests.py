@@ -15,6 +15,7 @@ operator would only record as ``Malformed``.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import Any
 from agentrun.api import bounds
 from agentrun.api.slots import CommandKind, Predicate
 from agentrun.core.commands import parsing, registry
+from agentrun.core.commands.spec import Bound
 
 Object = dict[str, Any]
 
@@ -73,14 +75,21 @@ def check(kind: CommandKind, fields: Mapping[str, str]) -> None:
     for name, value in fields.items():
         if name not in shape.fields:
             raise BadInput(f"{FIELD_LABELS.get(name, name)} does not apply to {kind}")
-        bound = parsing.BOUNDS[name]
-        flag = FIELD_LABELS.get(name, name)
-        if bound.in_bytes:
-            why = bounds.problem(key=flag, value=value, max_bytes=bound.chars)
-        else:
-            why = bounds.problem(key=flag, value=value, chars=bound.chars, pattern=bound.pattern)
+        why = problem(FIELD_LABELS.get(name, name), value, parsing.BOUNDS[name])
         if why is not None:
             raise BadInput(why)
+
+
+def problem(flag: str, value: str, bound: Bound) -> str | None:
+    """Why a value given as ``flag`` is out of ``bound`` (JSON text too, where the field
+    must be: the operator's command check would say Malformed), or None."""
+    why = parsing.problem(flag, value, bound)
+    if why is None and bound.json:
+        try:
+            json.loads(value)
+        except ValueError as error:
+            return f"{flag} must be JSON text: {error}"
+    return why
 
 
 def written(request: Request) -> dict[str, str]:

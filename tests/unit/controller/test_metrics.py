@@ -20,6 +20,8 @@ from agentrun.api.slots import (
     EffectEntry,
     Outcome,
     Predicate,
+    QuestionEntry,
+    QuestionState,
     SlotState,
     SlotStatus,
 )
@@ -135,6 +137,16 @@ def test_a_new_unresolved_effect_counts_once() -> None:
     new = ACTIVE.model_copy(update={"effects": [entry]})
     assert tally(ACTIVE, new).effects_unresolved == 1
     assert tally(new, new).effects_unresolved == 0
+
+
+def test_a_new_question_counts_once() -> None:
+    entry = QuestionEntry(key="plan", attempt=1, digest="0" * 64, asked_at=T0)
+    new = ACTIVE.model_copy(update={"questions": [entry]})
+    assert tally(ACTIVE, new).questions_asked == 1
+    assert tally(new, new).questions_asked == 0
+    answered = new.model_copy(update={"questions": [entry.model_copy(update={
+        "state": QuestionState.ANSWERED, "value": "true"})]})
+    assert tally(new, answered).questions_asked == 0
 
 
 def test_the_registry_moves_by_the_tally() -> None:

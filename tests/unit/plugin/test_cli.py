@@ -41,6 +41,13 @@ def test_kubectl_flags_go_before_or_after_the_command() -> None:
      "--key must match"),
     (["resolve-effect", "s", "--key", "k", "--outcome", "applied", "--reason", "r",
       "--result", "x" * 513], "--result is 513 bytes"),
+    (["answer", "s", "--key", "plan", "--value", '"' + "v" * 511 + '"', "--reason", "r"],
+     "--value is 513 bytes"),
+    (["answer", "s", "--key", "plan", "--value", "yes please", "--reason", "r"],
+     "--value must be JSON text"),
+    (["answer", "s", "--key", "plan", "--reason", "r"], "--file"),
+    (["answer", "s", "--key", "plan", "--file", "/nonexistent/x", "--reason", "r"],
+     "cannot read '/nonexistent/x'"),
     (["claim", "s", "--timeout", "0"], "--timeout must be between 1 and 3600"),
     (["claim", "s", "--timeout", "nan"], "--timeout must be between"),
     (["claim", "s", "--timeout", "soon"], "--timeout must be seconds"),
@@ -79,6 +86,32 @@ def test_fields_fill_the_run_from_the_slot_only_for_reassign() -> None:
     assert cli.fields(resolve, run="study") == {
         "effect_key": "publish", "outcome": "not-applied", "reason": "checked",
         "result": '{"id": 1}'}
+
+
+def test_an_answer_is_read_from_a_file_within_its_bound(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    given = tmp_path / "answer.json"
+    given.write_text('{"publish": true, "note": "é"}\n')
+    args = parse("answer", "s", "--key", "plan", "--file", str(given), "--reason", "ok")
+    assert cli.fields(args, run="study") == {
+        "question_key": "plan", "value": '{"publish": true, "note": "é"}', "reason": "ok",
+        "run": "study"}
+    for text, says in (('"' + "v" * 600 + '"', "holds more than 512 bytes"),
+                       ("not json", "--file must be JSON text")):
+        given.write_text(text)
+        with pytest.raises(SystemExit) as stopped:
+            cli.main(["answer", "s", "--key", "plan", "--file", str(given), "--reason", "r"])
+        assert stopped.value.code == requests.USAGE
+        assert says in capsys.readouterr().err
+    given.write_text("1")
+    with pytest.raises(SystemExit):
+        cli.main(["answer", "s", "--key", "plan", "--value", "1", "--file", str(given),
+                  "--reason", "r"])
+    assert "not allowed with argument" in capsys.readouterr().err
+    given.write_bytes(b"\xff\xfe")
+    with pytest.raises(SystemExit):
+        cli.main(["answer", "s", "--key", "plan", "--file", str(given), "--reason", "r"])
+    assert "is not UTF-8 text" in capsys.readouterr().err
 
 
 class Recorder:

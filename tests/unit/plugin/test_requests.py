@@ -12,6 +12,7 @@ from agentrun.api.slots import CommandKind, Predicate
 from agentrun.core.commands import parsing
 from agentrun.plugin import requests
 from agentrun.plugin.requests import Request
+from tests.support.commandsamples import SAMPLES
 
 RID = "0123456789abcdef0123456789abcdef"
 
@@ -26,10 +27,8 @@ def test_a_reassignment_writes_its_id_and_fields_and_nothing_stamped() -> None:
 
 @pytest.mark.parametrize("shape", parsing.SHAPES, ids=lambda s: str(s.kind))
 def test_no_command_writes_what_admission_stamps(shape: parsing.Shape) -> None:
-    values = {"reason": "why", "worker_class": "cpu", "run": "study", "tenant": "team-a",
-              "effect_key": "publish", "outcome": "applied", "result": "{}"}
     request = Request(kind=shape.kind, request_id=RID,
-                      fields={f: values[f] for f in shape.fields})
+                      fields={f: SAMPLES[f] for f in shape.fields})
     written = requests.written(request)
     assert not set(written) & set(shape.stamped)
     assert written[shape.id] == RID

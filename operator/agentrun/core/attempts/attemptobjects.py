@@ -30,7 +30,7 @@ from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.runs import JournalPin, Pins
 from agentrun.api.slots import PinnedLaunchSpec, Slot
-from agentrun.core.attempts import effectrecords
+from agentrun.core.attempts import effectrecords, questionrecords
 from agentrun.core.base import naming, owners
 from agentrun.core.machine import transitions
 
@@ -86,7 +86,8 @@ def lease_body(
             "annotations": {
                 **_annotations(owner_actor=owner_actor, launch_spec=launch_spec,
                                request_id=request_id),
-                **effectrecords.resolved_annotations(slot.status, attempt=attempt)},
+                **effectrecords.resolved_annotations(slot.status, attempt=attempt),
+                **questionrecords.answer_annotations(slot.status, attempt=attempt)},
             "ownerReferences": [owner_reference(slot)],
         },
         "spec": {"holderIdentity": name, "leaseDurationSeconds": lease_duration_seconds},

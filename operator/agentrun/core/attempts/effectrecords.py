@@ -78,16 +78,9 @@ def unresolved_on(lease: Mapping[str, Any] | None, *, now: datetime,
     when a pod other than the attempt's own (uid ``pod_uid``) wrote its records."""
     if lease is None:
         return []
-    found, _ = records.written_by(lease, pod_uid=pod_uid)
     entries = []
-    for name, record in sorted(found.items()):
-        key = name.removesuffix(names.UNRESOLVED_SUFFIX)
-        if key == name or record.kind is not records.Kind.DECISION:
-            continue
-        try:
-            records.check_step_key(key)
-        except records.RecordError:
-            continue
+    for key, record in records.decisions_of(lease, pod_uid=pod_uid,
+                                            suffix=names.UNRESOLVED_SUFFIX):
         payload = record.inline if isinstance(record.inline, dict) else {}
         reason = _text(payload, "reason", bounds.RECORD_MESSAGE_CHARS) or (
             "its payload is stored by reference" if record.ref else "")

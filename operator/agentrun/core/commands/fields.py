@@ -76,15 +76,20 @@ TENANT = Field(
     help="assert the slot's tenant (rejected if it is another's)",
     bound=Bound(chars=bounds.TENANT_CHARS, pattern=bounds.TENANT_PATTERN),
     admission=_tenant_check)
-EFFECT_KEY = Field(
-    name="effect_key", suffix="key", label="--key", flag="--key", required=True,
-    metavar="KEY", help="the effect's key",
-    bound=Bound(chars=bounds.STEP_KEY_CHARS, pattern=bounds.STEP_KEY_PATTERN),
-    admission=static(required=True, valid=f"{{value}}.size() <= {bounds.STEP_KEY_CHARS} && "
-                     f"{matches('{value}', bounds.STEP_KEY_PATTERN)}",
-                     message="{key} is required: the effect's record key as status.effects "
-                             "shows it (lower-case letters, digits and '-', at most "
-                             f"{bounds.STEP_KEY_CHARS})"))
+def _step_key(name: str, *, what: str, where: str) -> Field:
+    """The ``--key`` of a command about one record key (an effect's, a question's)."""
+    return Field(
+        name=name, suffix="key", label="--key", flag="--key", required=True, metavar="KEY",
+        help=f"the {what}'s key",
+        bound=Bound(chars=bounds.STEP_KEY_CHARS, pattern=bounds.STEP_KEY_PATTERN),
+        admission=static(required=True, valid=f"{{value}}.size() <= {bounds.STEP_KEY_CHARS} "
+                         f"&& {matches('{value}', bounds.STEP_KEY_PATTERN)}",
+                         message=f"{{key}} is required: the {what}'s key as {where} shows it "
+                                 "(lower-case letters, digits and '-', at most "
+                                 f"{bounds.STEP_KEY_CHARS})"))
+
+
+EFFECT_KEY = _step_key("effect_key", what="effect", where="status.effects")
 OUTCOME = Field(
     name="outcome", suffix="outcome", label="--outcome", flag="--outcome", required=True,
     choices=("applied", "not-applied"),
@@ -100,3 +105,12 @@ RESULT = Field(
                      valid=f"bytes({{value}}).size() <= {bounds.RESOLVE_RESULT_BYTES}",
                      message=f"{{key}} must be at most {bounds.RESOLVE_RESULT_BYTES} bytes "
                              "(JSON, or text)"))
+QUESTION_KEY = _step_key("question_key", what="question", where="status.questions")
+VALUE = Field(
+    name="value", suffix="value", label="--value", flag="--value", required=True,
+    file_flag="--file", metavar="JSON", help="the answer, as JSON (or --file F: read it from F)",
+    bound=Bound(chars=bounds.ANSWER_VALUE_BYTES, in_bytes=True, json=True),
+    admission=static(required=True,
+                     valid=f"bytes({{value}}).size() <= {bounds.ANSWER_VALUE_BYTES}",
+                     message=f"{{key}} is required: the answer as JSON text, at most "
+                             f"{bounds.ANSWER_VALUE_BYTES} bytes"))

@@ -48,6 +48,8 @@ class Command:
     effect_key: str | None = None  # resolve-effect: the effect's key, outcome and result
     outcome: str | None = None
     result: str | None = None
+    question_key: str | None = None  # answer: the question's key and the answer (JSON text)
+    value: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -56,7 +56,9 @@ BOUNDS: Mapping[str, Bound] = {
 }
 
 
-def _problem(key: str, value: str, bound: Bound) -> str | None:
+def problem(key: str, value: str, bound: Bound) -> str | None:
+    """Why ``value`` (of annotation ``key``) is out of ``bound``, or None: the bounds
+    admission checks too (``bound.json`` is the command's own check, and the plugin's)."""
     if bound.in_bytes:
         return bounds.problem(key=key, value=value, max_bytes=bound.chars)
     return bounds.problem(key=key, value=value, chars=bound.chars, pattern=bound.pattern)
@@ -106,7 +108,7 @@ def pending(annotations: Mapping[str, str]) -> Pending | None:
                    *((shape.fields[field], field, value) for field, value in values.items())]
         for key, field, value in checked:
             if malformed is None and value is not None:
-                malformed = _problem(key, value, BOUNDS[field])
+                malformed = problem(key, value, BOUNDS[field])
                 if malformed is not None and field == "reason":
                     predicate = Predicate.BLANK_REASON
         clip = {field: _clipped(value, BOUNDS[field]) for field, value in values.items()}

@@ -38,12 +38,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from agentrun.api.slots import CommandKind
-from agentrun.core.commands.kinds import claim, giveup, hold, reassign, release, resolveeffect
+from agentrun.core.commands.kinds import (
+    answer,
+    claim,
+    giveup,
+    hold,
+    reassign,
+    release,
+    resolveeffect,
+)
 from agentrun.core.commands.spec import CommandSpec, Field
 
 COMMANDS: tuple[CommandSpec, ...] = (
     reassign.SPEC,
     resolveeffect.SPEC,
+    answer.SPEC,
     claim.SPEC,
     hold.SPEC,
     release.SPEC,

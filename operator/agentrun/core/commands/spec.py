@@ -62,11 +62,13 @@ def key(word: str, suffix: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Bound:
-    """The bound on one command field: characters or UTF-8 bytes, and a pattern."""
+    """The bound on one command field: characters or UTF-8 bytes, a pattern, and whether
+    it must be JSON text (``json``: checked where it is parsed, and by the plugin)."""
 
     chars: int
     pattern: str | None = None
     in_bytes: bool = False
+    json: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +80,8 @@ class Field:
     operator parses it with (out of bound: ``Malformed``); ``admission``: its admission
     check, given the annotation and the "this request writes the command" guard.
     ``flag``: the plugin's flag (None: the plugin fills it, ``from_run``), ``label``: how
-    the plugin names it in an error; ``required``: the flag must be given.
+    the plugin names it in an error; ``required``: the flag must be given (or
+    ``file_flag``, the plugin's other flag that reads the value from a file).
     """
 
     name: str
@@ -91,6 +94,7 @@ class Field:
     help: str | None = None
     metavar: str | None = None
     choices: tuple[str, ...] = ()
+    file_flag: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -197,7 +197,9 @@ def _close(status: SlotStatus, *, worker: str, outcome: Outcome, message: str,
 
 def _wait_or_exhaust(status: SlotStatus, *, policy: retries.Effective, now: datetime,
                      update: dict[str, object]) -> SlotStatus:
-    at = retries.retry_at(policy=policy, consumed=status.attempt_count, now=now)
+    # An attempt that ended asking a question (``Asked``) is not counted: asking is not a failure.
+    at = retries.retry_at(policy=policy, consumed=status.attempt_count - status.asked_attempts,
+                          now=now)
     conds = status.conditions
     if at is None:
         conds = conditions.set_condition(
@@ -234,6 +236,9 @@ def end_attempt(status: SlotStatus, *, outcome: Outcome, message: str, exit_code
 
     ``activeWorker`` becomes ``priorWorker`` and the attempt record is closed. The caller
     tombstones the Lease (outcome, end time, owner actor, launch spec) in its next write.
+    ``Asked`` (the worker asked a person a question): RetryWait with no ``retryAt``, not
+    counted against ``maxAttempts`` (``askedAttempts``); the answer reopens the slot
+    (:func:`reopen`), and the caller adds the question (``core.attempts.questionrecords``).
     """
     _require(status, "end the attempt of", SlotState.ACTIVE)
     worker = status.active_worker
@@ -249,6 +254,10 @@ def end_attempt(status: SlotStatus, *, outcome: Outcome, message: str, exit_code
                                          reason="AttemptSucceeded", message=message, now=now)
         return status.model_copy(update={**update, "state": SlotState.SUCCEEDED,
                                           "retry_at": None, "conditions": conds})
+    if outcome is Outcome.ASKED:
+        return status.model_copy(update={**update, "state": SlotState.RETRY_WAIT,
+                                          "retry_at": None,
+                                          "asked_attempts": status.asked_attempts + 1})
     return _wait_or_exhaust(status, policy=policy, now=now, update=update)
 
 
@@ -278,8 +287,9 @@ def fail(status: SlotStatus, *, reason: str, message: str, now: datetime) -> Slo
 
 
 def reopen(status: SlotStatus, *, worker_class: str, launch_spec: PinnedLaunchSpec,
-           owner_actor: str | None, message: str, now: datetime) -> SlotStatus:
-    """RetryWait → RetryWait, reopened: the accepted reassignment.
+           owner_actor: str | None, message: str, now: datetime,
+           reason: str = "Reassigned") -> SlotStatus:
+    """RetryWait → RetryWait, reopened: the accepted reassignment (or answer: ``reason``).
 
     See docs/design/commands-and-trust.md.
 
@@ -291,7 +301,7 @@ def reopen(status: SlotStatus, *, worker_class: str, launch_spec: PinnedLaunchSp
     _require(status, "reassign", SlotState.RETRY_WAIT)
     conds = conditions.remove(conditions.remove(status.conditions, AWAITING_REASSIGNMENT),
                               NAME_SQUATTED)
-    conds = conditions.set_condition(conds, type_=REOPENED, status="True", reason="Reassigned",
+    conds = conditions.set_condition(conds, type_=REOPENED, status="True", reason=reason,
                                      message=message, now=now)
     return status.model_copy(update={
         "worker_class": worker_class, "launch_spec": launch_spec, "pending_worker": None,

@@ -224,11 +224,12 @@ def record_checks() -> list[Object]:
                    f"{ERROR} and {LOST} (the journal's store error, and what it no longer has, "
                    f"as the worker saw them) are at most {bounds.JOURNAL_ERROR_BYTES} bytes "
                    "each"),
-        validation(f"request.operation != 'UPDATE' || variables.added.all(k, "
-                   f"!k.endsWith('{names.RESOLVED_SUFFIX}'))",
-                   f"a record <key>{names.RESOLVED_SUFFIX} is the owner's answer to an "
-                   "unresolved effect, written by the operator from a person's resolve-effect "
-                   "command: a worker cannot write one"),
+        validation("request.operation != 'UPDATE' || variables.added.all(k, " + " && ".join(
+                       f"!k.endsWith('{suffix}')" for suffix in names.OPERATOR_SUFFIXES) + ")",
+                   f"a record <key>{names.RESOLVED_SUFFIX} (the owner's answer to an "
+                   f"unresolved effect) or <key>{names.ANSWERED_SUFFIX} (a person's answer to a "
+                   "question) is written by the operator from a person's command: a worker "
+                   "cannot write one"),
     ]
 
 

@@ -33,7 +33,14 @@ from agentrun.core.attempts.observations import (
 from agentrun.core.base import actions, events, owners, refusals
 from agentrun.core.commands import guards
 from agentrun.core.machine import retries, transitions
-from agentrun.core.slots import attemptpods, decisions, inputs, refusedclaims, squats
+from agentrun.core.slots import (
+    attemptpods,
+    decisions,
+    inputs,
+    questionsteps,
+    refusedclaims,
+    squats,
+)
 from agentrun.core.slots.attemptpods import attempt_pod, recorded_pod_uid
 
 GONE_WAIT = timedelta(seconds=2)  # how soon to look again for a leftover being collected
@@ -291,6 +298,11 @@ def active_step(world: inputs.World) -> actions.Step:
             until = world.now + left
         return actions.Wait(message=said, until=until)
     assert verdict.outcome is not None
+    entries = questionsteps.asked(world)
+    if entries:  # it asked a person: neither a failure nor a use of maxAttempts
+        return questionsteps.ended(world, entries=entries, exit_code=verdict.exit_code,
+                                   policy=policy(world),
+                                   message=f"it asked a question; {said}")
     message = f"attempt {objects.name} ended {verdict.outcome}: {said}"
     return actions.WriteStatus(
         status=transitions.end_attempt(status, outcome=verdict.outcome, message=said,

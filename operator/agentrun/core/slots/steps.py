@@ -54,6 +54,7 @@ from agentrun.core.slots import (
     effectsteps,
     inputs,
     journalsteps,
+    questionsteps,
     specsnapshots,
     squats,
 )
@@ -141,7 +142,11 @@ def _decide(world: inputs.World) -> decisions.Decided:
     if status.state is SlotState.PENDING:
         return by_deadline(world, pending_step(world))
     if status.state in (SlotState.READY, SlotState.RETRY_WAIT):
-        return by_deadline(world, effectsteps.gate(world) or claim_step(world))
+        expired = questionsteps.expiry_step(world)
+        if expired is not None:
+            return expired
+        return by_deadline(world, effectsteps.gate(world) or questionsteps.gate(world)
+                           or claim_step(world))
     # Every open slot that waits looks again at the run's deadline at the latest: nothing
     # else would wake an Active one whose lease is renewed until then.
     if status.state is SlotState.CLAIMING:

@@ -50,6 +50,7 @@ class Tally:
     attempt_durations: list[tuple[str, float]] = field(default_factory=list)
     lease_expiries: int = 0
     effects_unresolved: int = 0
+    questions_asked: int = 0
 
 
 def of_slot_write(*, old: SlotStatus, new: SlotStatus, created: datetime | None,
@@ -81,9 +82,12 @@ def of_slot_write(*, old: SlotStatus, new: SlotStatus, created: datetime | None,
     known = {(e.key, e.attempt) for e in old.effects}
     unresolved = sum(1 for e in new.effects if (e.key, e.attempt) not in known
                      and e.state is EffectState.UNRESOLVED)
+    asked = {(q.key, q.attempt) for q in old.questions}
     return Tally(transitions=transitions, commands=commands, claim_latencies=latencies,
                  attempt_durations=durations, lease_expiries=expiries,
-                 effects_unresolved=unresolved)
+                 effects_unresolved=unresolved,
+                 questions_asked=sum(1 for q in new.questions
+                                     if (q.key, q.attempt) not in asked))
 
 
 def claimable_since(*, old: SlotStatus, new: SlotStatus, started: AttemptRecord,

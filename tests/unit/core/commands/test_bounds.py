@@ -38,6 +38,8 @@ from agentrun.api.slots import (
     Outcome,
     PinnedLaunchSpec,
     Predicate,
+    QuestionEntry,
+    QuestionState,
     Slot,
     SlotState,
     SlotStatus,
@@ -102,7 +104,18 @@ def worst_case_status() -> SlotStatus:
                              resolution=text(bounds.REASON_BYTES),
                              actor=text(bounds.ACTOR_CHARS), resolved_at=moment)]
         * bounds.EFFECTS_KEPT,
-        effects_not_shown=bounds.MAX_RECORDS, observed_generation=2**63 - 1)
+        effects_not_shown=bounds.MAX_RECORDS,
+        questions=[QuestionEntry(key="k" * bounds.STEP_KEY_CHARS,
+                                 attempt=bounds.MAX_ATTEMPT_NUMBER,
+                                 question=text(bounds.QUESTION_BYTES),
+                                 json_schema=text(bounds.SCHEMA_BYTES), digest="0" * 64,
+                                 deadline=moment, on_expiry="default",
+                                 default=text(bounds.ANSWER_VALUE_BYTES),
+                                 state=QuestionState.ANSWERED, asked_at=moment,
+                                 value=text(bounds.ANSWER_VALUE_BYTES),
+                                 actor=text(bounds.ACTOR_CHARS), answered_at=moment)]
+        * bounds.QUESTIONS_KEPT, asked_attempts=bounds.MAX_ATTEMPT_NUMBER,
+        observed_generation=2**63 - 1)
 
 
 def test_the_worst_case_status_fits_its_bound_and_the_object_fits_the_api_server() -> None:

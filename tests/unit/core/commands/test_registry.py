@@ -3,7 +3,7 @@
 The registry (``agentrun.core.commands.registry``) is the one list the guard, the parser,
 the admission and stamping policies and the plugin iterate; these tests iterate it too,
 so a command added there is checked here without a line of this file changing, except
-a sample value for a field no command took before (:data:`SAMPLES`).
+a sample value for a field no command took before (``tests/support/commandsamples.py``).
 """
 
 from __future__ import annotations
@@ -20,12 +20,9 @@ from agentrun.core.commands import guards, kinds, ledger, parsing, registry
 from agentrun.core.commands.spec import CommandSpec
 from agentrun.core.policies import admission, validating
 from agentrun.plugin import cli, requests
+from tests.support.commandsamples import SAMPLES
 
 RID = "0123456789abcdef0123456789abcdef"
-# A value within its bound for every field a command takes (admission and the operator
-# would both accept it).
-SAMPLES = {"reason": "why", "worker_class": "cpu", "run": "study", "tenant": "team-a",
-           "effect_key": "publish", "outcome": "applied", "result": "{}"}
 COMMANDS = pytest.mark.parametrize("spec", registry.COMMANDS, ids=lambda s: s.word)
 
 

@@ -1,0 +1,77 @@
+"""Answer: a person answers a question a worker asked (the slot condition ``QuestionPending``).
+
+Accepted only if every predicate holds; the first that fails, in this order, is the one
+reported (the ledger's ``predicate``), after ``WrongTenant`` (every kind's):
+
+1. ``WrongRun``: the command's run is not the slot's run;
+2. ``BlankReason``: the reason is empty, blank, or longer than 1 KiB;
+3. ``NotOwner``: the attempt that asked records an owner actor, the command's actor
+   differs, and the actor has no ``override``;
+4. ``NoPendingQuestion``: no question with the key is waiting (none asked, an unknown
+   key, or answered already: a question is answered once); ``QuestionExpired``: its
+   deadline has passed;
+5. ``Malformed``: the value is not JSON or over its bound (or the worker's schema is out
+   of its bounds); ``AnswerInvalid``: the question's schema refuses the value, with the
+   schema's message;
+
+then by :mod:`agentrun.core.attempts.questionrecords`. Accepted, the answer is recorded on
+the question (``status.questions``) and, once none is waiting, the slot is *reopened* as
+a reassignment reopens it (same worker class and pinned LaunchSpec, the asking attempt's
+owner kept): no Pod or Lease until the claim, whose Lease carries the answer.
+"""
+
+from __future__ import annotations
+
+from agentrun.api import names
+from agentrun.api.slots import CommandKind, Predicate
+from agentrun.core.attempts import questionrecords
+from agentrun.core.commands import fields, ledger
+from agentrun.core.commands.ledger import Context, Decision, Failure
+from agentrun.core.commands.spec import CommandSpec
+
+
+def check(context: Context) -> Failure | None:
+    command, slot = context.command, context.slot
+    status, name = slot.status, slot.metadata.name
+    if command.run != slot.spec.run:
+        return (Predicate.WRONG_RUN,
+                f"the command names run {command.run!r} but slot {name!r} belongs to run "
+                f"{slot.spec.run!r}; set {names.ANSWER_RUN} to the slot's run")
+    if ledger.is_blank(command.reason):
+        return ledger.blank_reason()
+    owner = ledger.owner_of(status, status.prior_worker)
+    if owner is not None and command.actor != owner and not command.override:
+        return (Predicate.NOT_OWNER,
+                f"the attempt that asked is owned by {owner!r}, not {command.actor!r}; only "
+                "the owner, or an admin with the 'override' verb on slots, may answer it")
+    return questionrecords.failure(key=command.question_key, value=command.value,
+                                   status=status, slot=name, now=context.now)
+
+
+def apply(context: Context) -> Decision:
+    """The answer recorded; the slot reopened once no question waits."""
+    command, slot, now = context.command, context.slot, context.now
+    status = slot.status
+    assert command.question_key is not None and command.value is not None
+    message = (f"question {command.question_key} answered by {command.actor}: "
+               f"{command.reason}; the next claim's attempt reads the answer")
+    new, event = ledger.accept(command=command, status=status, message=message,
+                               reason=names.QUESTION_ANSWERED_EVENT, now=now)
+    owner = ledger.owner_of(status, status.prior_worker)
+    new = ledger.overridden(new, command=command, owner=owner)
+    new = questionrecords.answered(new, key=command.question_key, value=command.value,
+                                   actor=command.actor, reason=command.reason or "",
+                                   slot=slot.metadata.name, now=now)
+    return Decision(accepted=True, event=event, status=questionrecords.reopened(
+        new, owner=owner, message=message, now=now))
+
+
+SPEC = CommandSpec(
+    kind=CommandKind.ANSWER, word="answer", check=check, apply=apply, shown=7, opens=True,
+    help="answer a question a worker asked (status.questions); the slot reopens",
+    takes=(fields.QUESTION_KEY, fields.VALUE, fields.REASON, fields.RUN, fields.TENANT),
+    owner="prior",
+    state=("variables.state == 'RetryWait'",
+           "only a RetryWait slot whose last attempt asked a question can be answered"),
+    examples=("kubectl agentrun answer study-research-1a2b3c4d --key approve-plan \\",
+              """    --value '{"approved": true}' --reason "the plan is within budget\""""))

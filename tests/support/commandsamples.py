@@ -1,0 +1,9 @@
+"""A value within its bound for every field a command takes (admission and the operator
+would both accept it): the one sample the registry's and the plugin's tests share. A field
+no command took before needs its sample here."""
+
+from __future__ import annotations
+
+SAMPLES = {"reason": "why", "worker_class": "cpu", "run": "study", "tenant": "team-a",
+           "effect_key": "publish", "outcome": "applied", "result": "{}",
+           "question_key": "approve-plan", "value": '{"approved": true}'}
