@@ -9,7 +9,8 @@ SIGKILL the container exactly there. Points (a *key* is a step's key, e.g. ``sou
 - ``before-commit:<key>``: the step's result (a tool's answer) is obtained, not committed;
 - ``after-step:<key>``: the step is committed;
 - ``after-intent:<effect>``: the effect's intent is committed, the owner not yet called;
-- ``after-call:<effect>``: the owner answered, the outcome is not yet committed.
+- ``after-call:<effect>``: the owner answered, the outcome is not yet committed;
+- ``after-ask:<question>``: the question is committed on the Lease, the attempt not yet ended.
 
 Other attempts pass every point. A pause that nobody ends lasts at most
 :data:`PAUSE_SECONDS`, then the attempt exits non-zero (a test that forgot to kill it
@@ -31,7 +32,7 @@ ENV_PAUSE = "AGENTRUN_EXAMPLE_PAUSE"
 MAX_SPEC_CHARS = 1024
 PAUSE_SECONDS = 600.0
 PLAIN_POINTS = ("start",)
-KEYED_POINTS = ("before-commit", "after-step", "after-intent", "after-call")
+KEYED_POINTS = ("before-commit", "after-step", "after-intent", "after-call", "after-ask")
 _KEY = re.compile(bounds.STEP_KEY_PATTERN)
 
 

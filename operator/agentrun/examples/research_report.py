@@ -13,6 +13,11 @@ attempt committed and repeats only what was never externalized:
    randomness, seeded by nothing stable): the seed's point that a re-run is not a replay,
    so what was decided must be committed to be kept.
 3. *write*: step ``report``, the report's text (kept under the inline record bound).
+   With ``review: true`` in the pinned package, the agent then asks a person (question
+   ``review``, :meth:`Worker.ask`) whether to publish it, naming its title, length and
+   digest, answered as ``{"publish": true|false, "note": "..."}``: the attempt ends
+   (``asked``), and the attempt after the answer publishes, or finishes without
+   publishing (``declined``).
 4. *publish*: the external effect ``publish`` (:meth:`Worker.effect`) at the owner whose
    URL the pinned bindings name (``publish: {url: ...}``), through
    :class:`publisher.Publisher`; fenced per ``<run uid>/<slot>``.
@@ -22,7 +27,8 @@ It prints one JSON line per event on stdout, for tests and the demo to read:
 earlier attempt's record reused, ``repeated`` = a record was found but could not be read
 intact, so it ran again); ``effect-reconciled`` (the owner's answer), ``effect-sent`` (a
 POST the owner answered); ``effect`` (``via``: ``call``, ``reconcile`` or ``recorded`` =
-an earlier attempt's outcome); ``paused`` (the fault hook, :mod:`faults`); ``finished``;
+an earlier attempt's outcome); ``paused`` (the fault hook, :mod:`faults`); ``asked`` (the
+review question is committed: the attempt ends, exit 0); ``declined``; ``finished``;
 ``stopped`` (exit 3: an effect the worker cannot settle; exit 4: the lease was lost).
 """
 
@@ -49,6 +55,7 @@ from agentrun.worker import (
     Kind,
     LeaseLapsed,
     PinnedConfig,
+    QuestionAsked,
     Reconcile,
     Reconciled,
     Steps,
@@ -67,6 +74,9 @@ REPORT_BYTES = bounds.INLINE_PAYLOAD_BYTES - 64
 ANGLES = ("failure-first", "cost-first", "operator's view", "agent author's view")
 EXIT_CONFIG, EXIT_EFFECT_STOPPED, EXIT_LEASE = 2, 3, 4
 Emit = Callable[[dict[str, Any]], None]
+REVIEW_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["publish"],
+                 "properties": {"publish": {"type": "boolean"},
+                                "note": {"type": "string", "maxLength": 200}}}
 T = TypeVar("T")  # a step's or the effect's result type
 
 
@@ -90,6 +100,9 @@ class AgentWorker(Protocol):
                reconcile: Reconcile | None = None,
                owner: str | None = None) -> T: ...
 
+    def ask(self, key: str, question: str, *, schema: Mapping[str, Any] | None = None
+            ) -> Any: ...
+
 
 @dataclass(frozen=True, kw_only=True)
 class Brief:
@@ -98,6 +111,7 @@ class Brief:
     outcome: str
     topics: tuple[str, ...]
     publish_url: str
+    review: bool = False  # ask a person before publishing
 
     @classmethod
     def from_pinned(cls, pinned: Mapping[str, PinnedConfig]) -> Brief:
@@ -127,7 +141,9 @@ class Brief:
             raise ConfigError(f"the package lists {len(topics)} sources; at most "
                               f"{min(limit, MAX_SOURCES)} (constraints.maxSources, and "
                               f"{MAX_SOURCES})")
-        return cls(outcome=package.outcome,
+        if not isinstance(extra.get("review", False), bool):
+            raise ConfigError("the package's `review` must be true or false")
+        return cls(outcome=package.outcome, review=extra.get("review", False),
                    topics=tuple(bounds.clip(t, limit=TOPIC_CHARS) for t in topics),
                    publish_url=bindings.publish.url)
 
@@ -188,6 +204,22 @@ class Agent:
         self.pauses.at(f"after-step:{key}")
         return result
 
+    def _reviewed(self, report: Mapping[str, Any], *, sha256: str) -> bool:
+        """A person's review: True to publish; raises QuestionAsked until answered."""
+        question = (f"Publish the report {str(report['title'])[:TITLE_CHARS]!r} "
+                    f"({len(report['text'])} characters, sha256 {sha256[:16]})?")
+        try:
+            answer = self.worker.ask("review", question, schema=REVIEW_SCHEMA)
+        except QuestionAsked as asked:
+            self.emit({"event": "asked", "key": asked.key, "digest": asked.digest})
+            self.pauses.at("after-ask:review")
+            raise
+        self.emit({"event": "reviewed", "answer": answer})
+        if answer.get("publish") is True:
+            return True
+        self.emit({"event": "declined", "note": answer.get("note", "")})
+        return False
+
     def run(self) -> dict[str, Any]:
         """Gather, decide, write, publish; the owner's result of the publication."""
         notes = [self._step(f"source-{n}", kind=Kind.SOURCE_NOTES,
@@ -198,6 +230,8 @@ class Agent:
         report = self._step("report", kind=Kind.STEP_RESULT, do=lambda: write_report(
             outcome=self.brief.outcome, decision=decision, notes=notes))
         sha256 = hashlib.sha256(str(report["text"]).encode()).hexdigest()
+        if self.brief.review and not self._reviewed(report, sha256=sha256):
+            return {"result": None, "report": sha256}
         context = self.worker.context
         owner = Publisher(url=self.brief.publish_url, fence=f"{context.run_uid}/{context.slot}")
         payload = {"title": report["title"], "sha256": sha256, "chars": len(report["text"])}
@@ -257,6 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         pauses.at("start")
         Agent(worker=worker, brief=brief, pauses=pauses, emit=emit).run()
         return 0
+    except QuestionAsked:
+        return 0  # asking is not a failure: the operator ends the attempt Asked
     except EffectStopped as error:
         emit({"event": "stopped", "why": str(error), "idempotencyKey": error.idempotency_key})
         return EXIT_EFFECT_STOPPED

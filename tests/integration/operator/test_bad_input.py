@@ -4,7 +4,7 @@ Covers, against a real API server with the operator running:
 - a 200 KiB command with an unusable request id on a slot whose Active attempt's pod has
   Failed: the attempt still ends at once, then the command is rejected into the ledger
   (under ``invalid-<hash>``) and removed, and the Slot stays under its size bound;
-- a generated matrix: every command kind (resolve-effect too) x {blank, oversize,
+- a generated matrix: every command kind (resolve-effect and answer too) x {blank, oversize,
   malformed} request id, the fields x {missing, blank, oversize, malformed}, and a
   duplicate request id (of a hold, sent again as a hold); each case
   ends in exactly one ledger entry with its predicate (a duplicate in none) and its
@@ -47,6 +47,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentrun.api import bounds
+from agentrun.api.slots import COMMANDS_KEPT
 from agentrun.core.commands import parsing, registry
 from agentrun.core.policies import tokenpolicy
 from tests.support.actors.operators import OperatorProcess
@@ -136,7 +137,9 @@ def cases() -> list[Case]:
     good = {"reassign": {"reason": "node lost", "worker-class": "cpu", "run": "study"},
             "hold": {"reason": "look first"}, "give-up": {}, "claim": {}, "release": {},
             "resolve-effect": {"key": "publish", "outcome": "applied",
-                               "reason": "the owner has it"}}
+                               "reason": "the owner has it"},
+            "answer": {"key": "plan", "value": '{"publish": true}', "reason": "go ahead",
+                       "run": "study"}}
     assert set(good) == set(KINDS), "a good value for every registered command"
     found = []
     for kind in KINDS:
@@ -162,7 +165,12 @@ def cases() -> list[Case]:
             ("resolve-effect", "outcome", "a" * 40, "Malformed"),
             ("resolve-effect", "result", "r" * 600, "Malformed"),
             ("resolve-effect", "reason", None, "BlankReason"),
-            ("resolve-effect", "reason", HUGE, "BlankReason")):
+            ("resolve-effect", "reason", HUGE, "BlankReason"),
+            ("answer", "key", "k" * 300, "Malformed"), ("answer", "key", "Plan!", "Malformed"),
+            ("answer", "value", "v" * 600, "Malformed"), ("answer", "value", None, "Malformed"),
+            ("answer", "key", "other", "NoPendingQuestion"),  # no question is pending
+            ("answer", "run", None, "WrongRun"), ("answer", "reason", None, "BlankReason"),
+            ("answer", "reason", HUGE, "BlankReason")):
         fields = {k: v for k, v in good[kind].items() if k != field}
         if value is not None:
             fields[field] = value
@@ -191,8 +199,10 @@ def test_the_bad_input_matrix_changes_nothing_but_the_ledger(
         after, entry = decided(scenario, slot, ledger_id, id_key=id_key)
         assert (entry["outcome"], entry["predicate"]) == ("Rejected", case.predicate), case.name
         assert entry["message"], case.name
-        assert len(after["status"]["commands"]) == len(
-            before["status"].get("commands", [])) + 1, case.name
+        # One entry more, the oldest dropped once the ledger is full (it keeps the last 50).
+        assert len(after["status"]["commands"]) == min(len(
+            before["status"].get("commands", [])) + 1, COMMANDS_KEPT), case.name
+        assert after["status"]["commands"][-1]["requestId"] == ledger_id, case.name
         unchanged(before, after)
         assert status_size(after) <= bounds.SLOT_STATUS_BYTES, case.name
         assert not any(k.startswith(f"agentrun.dev/{case.kind}-") and v

@@ -24,7 +24,8 @@ from tests.support.plays.scenarios import Scenario, request_id
 pytestmark = pytest.mark.serial
 
 GOOD = {"reason": "the worker died", "worker_class": "cpu", "run": "study",
-        "effect_key": "publish", "outcome": "applied", "result": '{"url": "r/1"}'}
+        "effect_key": "publish", "outcome": "applied", "result": '{"url": "r/1"}',
+        "question_key": "plan", "value": '{"publish": true}'}
 AT_BOUND = {
     "id": ["r" * bounds.REQUEST_ID_CHARS, "a.b_c:d@e/f+g=h-1", "7"],
     "reason": ["x" * bounds.REASON_BYTES, "é" * (bounds.REASON_BYTES // 2)],
@@ -32,6 +33,9 @@ AT_BOUND = {
     "effect_key": ["k" * bounds.STEP_KEY_CHARS, "a-1"],
     "outcome": ["not-applied"],
     "result": ["r" * bounds.RESOLVE_RESULT_BYTES, "é" * (bounds.RESOLVE_RESULT_BYTES // 2)],
+    "question_key": ["k" * bounds.STEP_KEY_CHARS, "a-1"],
+    "value": ['"' + "v" * (bounds.ANSWER_VALUE_BYTES - 2) + '"',
+              '"' + "é" * ((bounds.ANSWER_VALUE_BYTES - 2) // 2) + '"'],
 }
 PAST_BOUND = {
     "id": ["r" * (bounds.REQUEST_ID_CHARS + 1), "no spaces!", "-leading", "trailing.", "  "],
@@ -43,6 +47,9 @@ PAST_BOUND = {
     "outcome": ["maybe", "Applied", ""],
     "result": ["r" * (bounds.RESOLVE_RESULT_BYTES + 1),
                "é" * (bounds.RESOLVE_RESULT_BYTES // 2 + 1)],
+    "question_key": ["k" * (bounds.STEP_KEY_CHARS + 1), "Plan", "a.b", "-x", ""],
+    "value": ['"' + "v" * (bounds.ANSWER_VALUE_BYTES - 1) + '"',
+              '"' + "é" * ((bounds.ANSWER_VALUE_BYTES - 2) // 2 + 1) + '"'],
 }
 
 

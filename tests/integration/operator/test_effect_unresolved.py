@@ -14,8 +14,9 @@ whose Lease carries ``publish.resolved`` and ``notify.resolved``. The successor'
 as pod 2's identity, returns publish's recorded result without calling or asking the
 owner, and re-sends notify with the same idempotency key under its own intent and
 fencing token: the owner applied notify once and was never sent publish. With the Lease
-policy in force, a holder cannot write a ``.resolved`` record itself (the refusal names
-the policy) but may record its own stop.
+policy in force, a holder cannot write a ``.resolved`` record itself, nor a question's
+``.answer`` (the refusal names the policy), but may record its own stop (``.unresolved``)
+and its own question (``.question``).
 """
 
 from __future__ import annotations
@@ -356,10 +357,19 @@ def test_a_worker_cannot_write_the_owners_answer_itself(
     wait_for(dry_run_refusal, timeout=30, message="the Lease policy in force")
     refused = holder.raw_patch(body)
     assert "agentrun-attempt-leases" in refused and "cannot write one" in refused, refused
+    answer = records.encode(records.make(  # nor a person's answer to a question
+        key="plan.answer", kind=records.Kind.DECISION, attempt=1,
+        payload={"value": True, "digest": "0" * 64, "questionAttempt": 1}))
+    refused = holder.raw_patch(annotation("plan.answer", answer))
+    assert "agentrun-attempt-leases" in refused and "cannot write one" in refused, refused
     stopped = records.make(key="publish.unresolved", kind=records.Kind.DECISION, attempt=1,
                            payload={"effect": "publish", "reason": "unknown"})
     assert holder.records().commit(stopped) == stopped  # its own stop it may record
+    asked = records.make(key="plan.question", kind=records.Kind.DECISION, attempt=1,
+                         payload={"question": "Go on?", "schema": None})
+    assert holder.records().commit(asked) == asked  # and its own question
     annotations = holder.lease()["metadata"]["annotations"]
     assert set(annotations) == {bounds.RECORD_ANNOTATION_PREFIX + "publish.unresolved",
+                                bounds.RECORD_ANNOTATION_PREFIX + "plan.question",
                                 names.HOLDER_UID_ANNOTATION}  # bound by its first write
     assert annotations[names.HOLDER_UID_ANNOTATION] == holder.pod.metadata.uid

@@ -13,25 +13,13 @@ and a screen clear (``kubectl annotate``) is shown escaped: one ledger row, no E
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.plugin import plugin
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays.scenarios import Scenario, request_id, unchanged
-
-PLUGIN = Path(sys.executable).parent / "kubectl-agentrun"
-
-
-def plugin(cluster: Cluster, scenario: Scenario, *args: str,
-           user: str = "alice") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(PLUGIN), "--kubeconfig", str(cluster.kubeconfig), "--context", user,
-         "-n", scenario.namespace, *args],
-        capture_output=True, text=True, check=False, timeout=120)
 
 
 def test_the_plugin_reassigns_shows_and_refuses(cluster: Cluster, scenario: Scenario,

@@ -258,15 +258,18 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 AGENT_COMMAND = ["python3", "-m", "agentrun.examples.research_report"]
 
 
-def agent_configs(scenario: Scenario, *, owner_url: str, name: str = "study") -> None:
+def agent_configs(scenario: Scenario, *, owner_url: str, name: str = "study",
+                  review: bool = False) -> None:
     """Package, a one-node workflow (``research``, class cpu) and bindings whose
-    ``publish.url`` is the test's effect owner, as revision 1 of ``name``."""
+    ``publish.url`` is the test's effect owner, as revision 1 of ``name``; ``review``: the
+    agent asks a person before publishing (its question ``review``)."""
     import yaml
 
     from tests.support.plays.scenarios import workflow
 
     scenario.config(kind="package", name=name, revision=1, text=yaml.safe_dump(
-        {"outcome": "A sourced report on recovery", "sources": ["leases", "records", "effects"]}))
+        {"outcome": "A sourced report on recovery", "sources": ["leases", "records", "effects"],
+         **({"review": True} if review else {})}))
     scenario.config(kind="workflow", name=name, revision=1,
                     text=workflow(("research", "cpu", [])))
     scenario.config(kind="bindings", name=name, revision=1, text=yaml.safe_dump({

@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
+from agentrun.api import questions
 from agentrun.examples import faults, research_report
 from agentrun.examples.publisher import Publisher, PublishError
 from agentrun.examples.research_report import Agent, Brief, ConfigError
 from agentrun.worker import _effects as effects
 from agentrun.worker import _prefix as prefix
+from agentrun.worker import _questions as asking
 from agentrun.worker import _records as records
 from agentrun.worker._context import Context
 from tests.support.actors.effectowner import EffectOwner
@@ -71,6 +73,9 @@ class FakeWorker:
                                 slot=SLOT, poll_seconds=0.0, sleep=lambda _: None)
         return ledger.effect(name, key=key, call=call, reconcile=reconcile, owner=owner)
 
+    def ask(self, key: str, question: str, *, schema: Any = None) -> records.JSON:
+        return asking.Questions(steps=self.steps).ask(key, question, schema=schema)
+
 
 @pytest.fixture
 def owner() -> Iterator[EffectOwner]:
@@ -87,6 +92,7 @@ class Run:
     memory: Memory = field(default_factory=Memory)
     events: list[dict[str, Any]] = field(default_factory=list)
     durable: list[bool] = field(default_factory=list)  # each step's ``durable``, in order
+    package: str = PACKAGE
 
     def attempt(self, number: int, *, pause: str = "") -> list[dict[str, Any]]:
         """Run attempt ``number`` (killed at ``pause`` if given); its events."""
@@ -101,7 +107,7 @@ class Run:
                                announce=lambda p: mine.append({"event": "paused", "point": p}))
         worker = FakeWorker(context=context, steps=steps)
         agent = Agent(worker=worker, pauses=pauses,
-                      brief=Brief.from_texts({"package": PACKAGE,
+                      brief=Brief.from_texts({"package": self.package,
                                               "bindings": BINDINGS % self.owner.url}),
                       emit=mine.append)
         if pause:
@@ -174,6 +180,33 @@ def test_a_committed_decision_is_kept_though_the_model_would_decide_otherwise(
     run.attempt(2)
     assert records.payload(run.memory.committed["decision"], store=None) == decided
     assert run.memory.committed["report"].attempt == 2
+
+
+def review_answer(run: Run, value: Any, *, attempt: int) -> None:
+    """What the operator puts on attempt ``attempt``'s Lease once a person answered."""
+    question = run.memory.committed["review.question"].inline
+    assert isinstance(question, dict)
+    digest = questions.digest(question=question["question"], schema=question["schema"])
+    run.memory.committed["review.answer"] = records.make(
+        key="review.answer", kind=records.Kind.DECISION, attempt=attempt,
+        payload={"value": value, "digest": digest, "questionAttempt": 1, "expired": False,
+                 "actor": "alice"})
+
+
+@pytest.mark.parametrize(("publish", "sent"), [(True, 1), (False, 0)])
+def test_with_review_it_asks_before_publishing_and_obeys_the_answer(
+        owner: EffectOwner, publish: bool, sent: int) -> None:
+    run = Run(owner=owner, package=PACKAGE + "review: true\n")
+    with pytest.raises(asking.QuestionAsked):
+        run.attempt(1)
+    assert "review.question" in run.memory.committed and owner.applied == {}
+    review_answer(run, {"publish": publish, "note": "checked"}, attempt=2)
+    events = run.attempt(2)
+    assert set(statuses(events).values()) == {"skipped"}
+    assert [e["answer"] for e in events if e["event"] == "reviewed"] == [
+        {"publish": publish, "note": "checked"}]
+    assert sum(owner.applied.values()) == sent
+    assert any(e["event"] == "declined" for e in events) is (not publish)
 
 
 def test_the_stand_in_model_varies_between_calls() -> None:
