@@ -75,6 +75,7 @@ OTHER_POINTS = ["command-ledger", "claim-failed",  # a Manual claim, a rejection
                 "label"]  # a slot's LaunchSpec label (test_launch_spec_status.py)
 STAMPING_POINTS = ["stamping-epoch"]  # the epoch just minted: test_stamping.py (serial)
 EFFECT_POINTS = ["effect-unresolved"]  # an unresolved effect shown: test_effect_unresolved.py
+QUESTION_POINTS = ["question-expired"]  # a question's deadline passed: test_questions.py
 # The journal's store error shown and cleared: test_journal_unavailable.py
 JOURNAL_POINTS = ["journal-unavailable", "journal-answers", "journal-lost",
                   "journal-owned", "journal-released"]  # and deleted: test_journal_deletion.py
@@ -87,7 +88,8 @@ def test_every_crash_point_is_covered() -> None:
         text = path.read_text()
         in_code |= set(re.findall(r'point(?:: str)? ?= ?"([a-z-]+)"', text))
     covered = {*LAUNCH_POINTS, *WAIT_POINTS, *CLAIM_POINTS, *END_POINTS, *REASSIGN_POINTS,
-               *OTHER_POINTS, *STAMPING_POINTS, *EFFECT_POINTS, *JOURNAL_POINTS}
+               *OTHER_POINTS, *STAMPING_POINTS, *EFFECT_POINTS, *QUESTION_POINTS,
+               *JOURNAL_POINTS}
     assert in_code == covered, (f"not covered: {sorted(in_code - covered)}; "
                                 f"not in the code: {sorted(covered - in_code)}")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from agentrun.api import bounds, conditions
+from agentrun.api import bounds, conditions, names
 from agentrun.api.runs import ClaimPolicy
 from agentrun.api.slots import (
     ATTEMPTS_KEPT,
@@ -278,7 +278,8 @@ def fail(status: SlotStatus, *, reason: str, message: str, now: datetime) -> Slo
             "attempts": _close(status, worker=live, outcome=Outcome.GAVE_UP, message=message,
                                exit_code=None, now=now),
         }
-    conds = _without(status.conditions, AWAITING_REASSIGNMENT, *CLAIM_WAITS)
+    conds = _without(status.conditions, AWAITING_REASSIGNMENT, *CLAIM_WAITS,
+                     names.QUESTION_PENDING_CONDITION)  # nothing waits for an answer now
     conds = conditions.set_condition(conds, type_=SUCCEEDED, status="False", reason=reason,
                                      message=message, now=now)
     return status.model_copy(update={
@@ -303,6 +304,10 @@ def reopen(status: SlotStatus, *, worker_class: str, launch_spec: PinnedLaunchSp
                               NAME_SQUATTED)
     conds = conditions.set_condition(conds, type_=REOPENED, status="True", reason=reason,
                                      message=message, now=now)
+    if conditions.is_true(conds, names.QUESTION_PENDING_CONDITION):  # reassigned unanswered
+        conds = conditions.set_condition(
+            conds, type_=names.QUESTION_PENDING_CONDITION, status="False", reason=reason,
+            message=f"{message}; the next attempt asks its question again", now=now)
     return status.model_copy(update={
         "worker_class": worker_class, "launch_spec": launch_spec, "pending_worker": None,
         "active_worker": None, "retry_at": None, "next_owner_actor": owner_actor,

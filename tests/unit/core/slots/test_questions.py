@@ -251,6 +251,9 @@ def test_a_reassignment_reopens_without_an_answer_and_the_next_question_replaces
         snapshots=frozenset({f.PINNED_RUN_SNAPSHOT}))
     reopened = expect(steps.next_step(world), WriteStatus).status
     assert answer(reopened).predicate is Predicate.NO_PENDING_QUESTION
+    pending = f.condition(reopened, CONDITION)
+    assert (pending.status, pending.reason) == ("False", "Reassigned")
+    assert "asks its question again" in pending.message
     second = reopened.model_copy(update={
         "state": SlotState.ACTIVE, "active_worker": f.worker(2), "prior_worker": f.worker(1),
         "attempt_count": 2, "attempts": [*reopened.attempts, f.attempt(2, ended=False)]})
@@ -261,6 +264,29 @@ def test_a_reassignment_reopens_without_an_answer_and_the_next_question_replaces
     assert [(q.key, q.attempt, q.state) for q in ended.questions] == [
         ("plan", 2, QuestionState.PENDING)]
     assert ended.asked_attempts == 2
+
+
+def test_a_give_up_ends_the_wait() -> None:
+    world = fenced_world(asked_status(deadline=60), annotations=f.command(
+        "give-up", reason="nobody will answer"))
+    failed = expect(steps.next_step(world), WriteStatus).status
+    assert failed.state is SlotState.FAILED
+    assert not any(c.type == CONDITION for c in failed.conditions)
+    later = fenced_world(failed, now=f.T0 + f.seconds(120))  # past the deadline: nothing
+    assert isinstance(steps.next_step(later), Wait)
+
+
+def test_a_schema_and_default_past_their_bounds_are_shown_clipped_and_refuse_answers() -> None:
+    """A worker past the SDK: the schema shown clipped (no longer JSON), a default too
+    large dropped (the deadline then fails the slot), every answer refused with why."""
+    big = asked_status(schema={"enum": ["x" * 600]})
+    [entry] = big.questions
+    assert entry.json_schema is not None and entry.json_schema.endswith("…")
+    defaulted = asked_status(schema=None, deadline=60, on_expiry="default", default="y" * 600)
+    assert (defaulted.questions[0].on_expiry, defaulted.questions[0].default) == ("fail", None)
+    decision = answer(big, value='"x"')
+    assert decision.predicate is Predicate.ANSWER_INVALID
+    assert "out of its bounds" in decision.status.commands[-1].message
 
 
 def test_a_schema_past_its_bounds_refuses_every_answer_with_why() -> None:
