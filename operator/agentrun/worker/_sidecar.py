@@ -24,6 +24,10 @@ serves it on 127.0.0.1 only; docs/worker-sidecar.md is the protocol's reference.
   about its key (so a repeated request never repeats the effect in this attempt); one
   that ends with the lease lapsed (503) is forgotten, to be asked again once it is live.
   A ``stop`` means the attempt must end (exit non-zero); a successor reconciles.
+- *question*: ``POST /v1/questions/<key>`` runs ``Worker.ask``: 200 with the answer once a
+  person answered (``{"answer": ...}``), else 202 ``{"asked": true, "digest": ...}``: the
+  question is committed, and the main container ends the attempt (exits); the next
+  attempt's same request gets the answer.
 
 Errors are JSON ``{"error": <code>, "message": ...}`` with 400 (bad input, nothing
 changed), 404, 409 (conflict), 422 (``RecordLimit``: this attempt may commit no more
@@ -38,15 +42,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 from agentrun.api import bounds
 from agentrun.kube import rest
 from agentrun.worker import _artifacts as artifacts
 from agentrun.worker import _effects as effects
 from agentrun.worker import _journal as journals
+from agentrun.worker import _questions as questions
 from agentrun.worker import _records as records
 from agentrun.worker._renewals import Standing
 from agentrun.worker._sidecarsessions import (
@@ -151,6 +156,10 @@ class Backend(Protocol):
                reconcile: effects.Reconcile | None = None,
                owner: str | None = None) -> JSON: ...
 
+    def ask(self, key: str, question: str, *, schema: Mapping[str, Any] | None = None,
+            deadline_seconds: int | None = None,
+            on_expiry: Literal["fail", "default"] = "fail", default: JSON = None) -> JSON: ...
+
 
 @dataclass(kw_only=True)
 class Sidecar:
@@ -186,6 +195,9 @@ class Sidecar:
             return self._only(method, "PUT") or self.put_step(
                 records.check_step_key(route[1]), parse_json(body),
                 durable=durable_query(query))
+        if len(route) == 2 and route[0] == "questions":
+            return self._only(method, "POST") or self.ask(
+                records.check_step_key(route[1]), parse_json(body))
         if len(route) in (2, 3) and route[0] == "effects" and route[2:] in ([], ["reply"]):
             key = records.check_step_key(route[1])
             return self._only(method, "POST") or (
@@ -208,6 +220,8 @@ class Sidecar:
                          "again (the slot shows JournalUnavailable meanwhile)")
         except records.RecordError as bad:
             return error(400, "RecordError", str(bad))
+        except questions.QuestionError as bad:
+            return error(400, "QuestionError", str(bad))
         except (rest.ApiError, OSError) as failed:
             return error(502, "ApiError", f"the API server failed: {failed}")
 
@@ -287,6 +301,33 @@ class Sidecar:
                 return Reply(status=200, body={"result": existing})
             committed = self.worker.step(key, do=lambda: result, durable=durable)
         return Reply(status=201, body={"result": committed})
+
+    def ask(self, key: str, request: JSON) -> Reply:
+        """200 with the answer, or 202 once the question is committed (end the attempt)."""
+        fields = {"question", "schema", "deadlineSeconds", "onExpiry", "default"}
+        if not isinstance(request, dict) or set(request) - fields or not isinstance(
+                request.get("question"), str):
+            raise BadRequest('a question is {"question": ..., "schema": ..., '
+                             '"deadlineSeconds": ..., "onExpiry": ..., "default": ...}')
+        schema, seconds = request.get("schema"), request.get("deadlineSeconds")
+        on_expiry = request.get("onExpiry", "fail")
+        if schema is not None and not isinstance(schema, dict):
+            raise BadRequest("schema must be a JSON Schema (an object) or null")
+        if (seconds is not None and not isinstance(seconds, int)) or on_expiry not in (
+                "fail", "default"):
+            raise BadRequest("deadlineSeconds must be whole seconds or null, and onExpiry "
+                             "fail or default")
+        if (lost := self._lost()) is not None:
+            return lost
+        try:
+            with self._lock:
+                answer = self.worker.ask(key, request["question"], schema=schema,
+                                         deadline_seconds=seconds, on_expiry=on_expiry,
+                                         default=request.get("default"))
+        except questions.QuestionAsked as asked:
+            return Reply(status=202, body={"asked": True, "digest": asked.digest,
+                                           "message": f"{asked}: end the attempt (exit)"})
+        return Reply(status=200, body={"answer": answer})
 
     def start_effect(self, key: str, request: JSON) -> Reply:
         if not isinstance(request, dict) or set(request) - {"name", "owner"}:

@@ -13,6 +13,7 @@ from typing import Any
 from agentrun.worker import _effects as effects
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _prefix as prefix
+from agentrun.worker import _questions as questions
 from agentrun.worker import _records as records
 from agentrun.worker._renewals import Standing
 from agentrun.worker._sidecar import CheckIns, Sidecar
@@ -108,6 +109,9 @@ class FakeWorker:
         return effects.Ledger(steps=self.steps, keeper=self.keeper, run_uid=UID, slot=SLOT,
                               sleep=lambda _: None).effect(name, key=key, call=call,
                                                           reconcile=reconcile, owner=owner)
+
+    def ask(self, key: str, question: str, **kwargs: Any) -> Any:
+        return questions.Questions(steps=self.steps).ask(key, question, **kwargs)
 
 
 def make(worker: FakeWorker | None = None, **kw: Any) -> tuple[Sidecar, FakeWorker]:
