@@ -6,4 +6,4 @@ from __future__ import annotations
 
 SAMPLES = {"reason": "why", "worker_class": "cpu", "run": "study", "tenant": "team-a",
            "effect_key": "publish", "outcome": "applied", "result": "{}",
-           "question_key": "approve-plan", "value": '{"approved": true}'}
+           "question_key": "approve-plan", "value": '{"approved": true}', "digest": "0" * 64}

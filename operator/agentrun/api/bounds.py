@@ -98,7 +98,7 @@ SCHEMA_BYTES: Final = 512
 ANSWER_VALUE_BYTES: Final = 512
 QUESTIONS_KEPT: Final = 4
 DIGEST_CHARS: Final = 64  # sha256, hex
-DIGEST_PATTERN: Final = r"^[0-9a-f]{64}$"
+DIGEST_PATTERN: Final = r"^[0-9a-f]+$"  # with DIGEST_CHARS (no braces: CEL messages are formatted)
 
 # The worst-case JSON size of a Slot's status (checked by tests/unit/core/commands/test_bounds.py).
 SLOT_STATUS_BYTES: Final = 1024 * 1024

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from agentrun.api import bounds, records
@@ -35,6 +36,8 @@ from agentrun.api import bounds, records
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 MAX_SCHEMA_DEPTH = 16
 MAX_PATTERN_CHARS = 256
+MAX_ANSWER_DEPTH = 16  # levels of arrays and objects in an answer or a default
+MAX_STEPS = 20_000  # keyword evaluations one check of an answer may take
 _REFUSED_KEYWORDS = ("$id", "$dynamicRef", "$recursiveRef", "$dynamicAnchor",
                      "$recursiveAnchor")
 
@@ -101,24 +104,67 @@ def _pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: A
                 yield from validator.descend(value, subschema, path=name, schema_path=pattern)
 
 
+class _OverBudget(Exception):
+    """A check took more than :data:`MAX_STEPS` keyword evaluations."""
+
+
+_budget = threading.local()  # ``left``: the evaluations the running check may still take
+
+
+def _counted(keyword: Callable[..., Any]) -> Callable[..., Iterator[Any]]:
+    """``keyword``'s validation, counted against the running check's budget."""
+    def counted(validator: Any, value: Any, instance: Any,
+                schema: Mapping[str, Any]) -> Iterator[Any]:
+        left = getattr(_budget, "left", None)
+        if left is not None:
+            if left <= 0:
+                raise _OverBudget
+            _budget.left = left - 1
+        found = keyword(validator, value, instance, schema)
+        if found is not None:
+            yield from found
+    return counted
+
+
 @functools.cache
 def _validator() -> Any:
-    """Draft 2020-12 with RE2's ``pattern`` and ``patternProperties`` (imported on first use:
-    jsonschema costs a worker that never asks nothing)."""
+    """Draft 2020-12 with RE2's ``pattern`` and ``patternProperties``, every keyword
+    counted against a budget (imported on first use: jsonschema costs a worker that never
+    asks nothing)."""
     import jsonschema
     from jsonschema import validators
 
+    keywords = {**jsonschema.Draft202012Validator.VALIDATORS, "pattern": _pattern,
+                "patternProperties": _pattern_properties}
     return validators.extend(jsonschema.Draft202012Validator, validators={
-        "pattern": _pattern, "patternProperties": _pattern_properties})
+        name: _counted(keyword) for name, keyword in keywords.items()})
 
 
-def _walk(node: Any, *, depth: int, where: str) -> None:
-    """Refuse what is not bounded: depth, non-local references, patterns RE2 refuses."""
+def _resolvable(schema: Mapping[str, Any], refs: list[str]) -> None:
+    """Refuse a ``$ref`` that names nothing in the schema (checked once, at ask time)."""
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    uri = "urn:agentrun:question"
+    resolver = Registry().with_resource(
+        uri=uri, resource=DRAFT202012.create_resource(dict(schema))).resolver(base_uri=uri)
+    for ref in refs:
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            raise QuestionError(f"the schema's $ref {ref[:80]!r} names nothing in the "
+                                "schema") from None
+
+
+def _walk(node: Any, *, depth: int, where: str, refs: list[str]) -> None:
+    """Refuse what is not bounded: depth, non-local references, patterns RE2 refuses;
+    collect the local references into ``refs``."""
     if depth > MAX_SCHEMA_DEPTH:
         raise QuestionError(f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels (at {where})")
     if isinstance(node, list):
         for n, item in enumerate(node):
-            _walk(item, depth=depth + 1, where=f"{where}/{n}")
+            _walk(item, depth=depth + 1, where=f"{where}/{n}", refs=refs)
         return
     if not isinstance(node, dict):
         return
@@ -130,13 +176,15 @@ def _walk(node: Any, *, depth: int, where: str) -> None:
     if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
         raise QuestionError(f"the schema's $ref {str(ref)[:80]!r} (at {where}) is not local: "
                             "only references inside the schema (#...) are allowed")
+    if isinstance(ref, str):
+        refs.append(ref)
     if isinstance(node.get("pattern"), str):
         _compiled(node["pattern"])
     if isinstance(node.get("patternProperties"), dict):
         for pattern in node["patternProperties"]:
             _compiled(pattern)
     for name, value in node.items():
-        _walk(value, depth=depth + 1, where=f"{where}/{name}")
+        _walk(value, depth=depth + 1, where=f"{where}/{name}", refs=refs)
 
 
 def check_question(*, question: str, schema: Mapping[str, Any] | None) -> None:
@@ -160,32 +208,45 @@ def check_question(*, question: str, schema: Mapping[str, Any] | None) -> None:
     if declared is not None and declared not in (DRAFT, DRAFT + "#"):
         raise QuestionError(f"the schema declares $schema {str(declared)[:80]!r}; only "
                             f"{DRAFT} (draft 2020-12) is supported")
-    _walk(schema, depth=0, where="#")
+    refs: list[str] = []
+    _walk(schema, depth=0, where="#", refs=refs)
     import jsonschema
 
     try:
         _validator().check_schema(schema)
     except jsonschema.SchemaError as error:
         raise QuestionError(f"the schema is not a valid JSON Schema: {error.message}") from None
+    _resolvable(schema, refs)
     violation(None, schema=schema)  # a reference loop fails here, at ask time
 
 
 def violation(value: Any, *, schema: Mapping[str, Any] | None) -> str | None:
     """Why ``value`` does not satisfy ``schema`` (the schema's own message), or None.
 
-    A schema that loops (a ``$ref`` back to itself on the same value) raises
-    :class:`QuestionError`."""
+    A schema that cannot be checked raises :class:`QuestionError`: one that loops (a
+    ``$ref`` back to itself on the same value), one whose check of this value takes more
+    than :data:`MAX_STEPS` keyword evaluations (a short schema can cost exponential time
+    in the answer's depth: the budget bounds it), one that names what is not in it."""
     if schema is None:
         return None
     import jsonschema
 
+    _budget.left = MAX_STEPS
     try:
         error = jsonschema.exceptions.best_match(_validator()(schema).iter_errors(value))
     except RecursionError:
         raise QuestionError("the schema refers to itself without descending into the "
                             "answer ($ref loop): it can never be checked") from None
+    except _OverBudget:
+        raise QuestionError(f"checking this answer against the schema takes more than "
+                            f"{MAX_STEPS} steps: the schema is too costly to check it") from None
     except QuestionError:
         raise
+    except Exception as failed:  # the validator's own, on a schema a worker wrote: never a crash
+        raise QuestionError(f"the schema cannot be checked: {type(failed).__name__}: "
+                            f"{str(failed)[:200]}") from None
+    finally:
+        _budget.left = None
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path)
@@ -193,7 +254,11 @@ def violation(value: Any, *, schema: Mapping[str, Any] | None) -> str | None:
 
 
 def check_value(value: Any, *, what: str) -> bytes:
-    """The canonical JSON of an answer or default, or :class:`QuestionError` if too large."""
+    """The canonical JSON of an answer or default, or :class:`QuestionError` if too large
+    or nested deeper than :data:`MAX_ANSWER_DEPTH`."""
+    if records.nesting(value, limit=MAX_ANSWER_DEPTH) > MAX_ANSWER_DEPTH:
+        raise QuestionError(f"{what} nests deeper than {MAX_ANSWER_DEPTH} levels of arrays "
+                            "and objects")
     try:
         data = canonical(value)
     except QuestionError as error:

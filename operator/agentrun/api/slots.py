@@ -194,6 +194,7 @@ class QuestionState(StrEnum):
     PENDING = "Pending"
     ANSWERED = "Answered"
     EXPIRED = "Expired"
+    CLOSED = "Closed"  # no longer waits: the slot was reassigned, given up or failed
 
 
 class QuestionEntry(Model):

@@ -103,7 +103,7 @@ def _file_text(what: str, bound: Bound) -> Callable[[str], str]:
     """An argparse type: the path of a file whose text (trailing whitespace dropped) is a
     field's value within its bound; no more of it is read than the bound allows."""
     checked = _field_text(what, bound)
-    most = bound.chars if bound.in_bytes else 4 * bound.chars
+    most = (bound.chars if bound.in_bytes else 4 * bound.chars) + 4096  # trailing blanks
 
     def parse(path: str) -> str:
         try:
@@ -114,7 +114,7 @@ def _file_text(what: str, bound: Bound) -> Callable[[str], str]:
                                              f"{error.strerror}") from None
         if len(data) > most:
             raise argparse.ArgumentTypeError(f"{what}: {path!r} holds more than {most} bytes; "
-                                             f"at most {bound.chars} are allowed")
+                                             f"its value may be at most {bound.chars}")
         try:
             return checked(data.decode().rstrip())
         except UnicodeDecodeError:
@@ -192,11 +192,19 @@ def parser() -> argparse.ArgumentParser:
 KINDS = {spec.word: spec.kind for spec in registry.COMMANDS}
 
 
-def fields(args: argparse.Namespace, *, run: str) -> dict[str, str]:
-    """The command's fields from its flags; the run is the slot's own (``spec.run``)."""
+def fields(args: argparse.Namespace, *, run: str,
+           slot: Object | None = None) -> dict[str, str]:
+    """The command's fields from its flags; the run is the slot's own (``spec.run``); a
+    field with a ``fill`` not given is filled from ``slot`` (the slot read)."""
     takes = registry.BY_WORD[args.command].takes
     found = {f.name: getattr(args, f.name, None) if f.flag else run for f in takes}
-    return {name: value for name, value in found.items() if value is not None}
+    given = {name: value for name, value in found.items() if value is not None}
+    for field in takes:
+        if field.fill is not None and field.name not in given and slot is not None:
+            filled = field.fill(slot, given)
+            if filled is not None:
+                given[field.name] = filled
+    return given
 
 
 def _print(args: argparse.Namespace, document: Object, lines: Sequence[str]) -> None:
@@ -229,7 +237,7 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
     slot = client.get(conn, "slots", args.name)
     run = str((slot.get("spec") or {}).get("run") or "")
     request = requests.Request(kind=kind, request_id=requests.new_request_id(),
-                               fields=fields(args, run=run))
+                               fields=fields(args, run=run, slot=slot))
     try:
         requests.check(kind, request.fields)
     except requests.BadInput as error:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrun.api import bounds
+from agentrun.api import bounds, questions
 from agentrun.api.slots import CommandKind, Predicate
 from agentrun.core.commands import parsing, registry
 from agentrun.core.commands.spec import Bound
@@ -86,7 +86,9 @@ def problem(flag: str, value: str, bound: Bound) -> str | None:
     why = parsing.problem(flag, value, bound)
     if why is None and bound.json:
         try:
-            json.loads(value)
+            questions.check_value(json.loads(value), what=flag)
+        except questions.QuestionError as error:
+            return str(error)
         except ValueError as error:
             return f"{flag} must be JSON text: {error}"
     return why

@@ -15,7 +15,8 @@ The same key committed by two trusted attempts (a successor that repeated a step
 record it could not read): the latest attempt's record wins, since the steps after it
 were built on that one; the clash is reported in :attr:`Prefix.problems` (except for an
 effect's intent or unresolved record: each attempt that sends an effect, or stops on one,
-commits its own, so they differ by design).
+commits its own, so they differ by design; so do the records that are each attempt's own
+on its Lease: a question asked again, an answer or an owner's answer delivered again).
 
 :func:`prefix` is pure; :class:`Steps` makes "skip if committed, else do and commit" one
 call; :func:`list_leases` is the one read.
@@ -107,7 +108,7 @@ def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int,
         for key, record in sorted(found.items()):
             if (key in committed and committed[key].digest != record.digest
                     and record.kind is not records.Kind.EFFECT_INTENT
-                    and not key.endswith(names.UNRESOLVED_SUFFIX)):
+                    and not key.endswith(names.LEASE_ONLY_SUFFIXES)):
                 problems.append(f"record {key}: attempt {number} committed other content "
                                 f"than attempt {origin[key]}; attempt {number}'s is used")
             committed[key], origin[key] = record, number

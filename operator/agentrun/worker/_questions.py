@@ -4,11 +4,12 @@
 
 :meth:`Questions.ask` is a step whose result is a person's answer:
 
-- committed before (this attempt or the recoverable prefix): the answer, as any step's;
+- committed before (this attempt or the recoverable prefix) as the answer to this very
+  question (its *digest*: the question's text and schema): that answer, as any step's;
 - an answer on this attempt's Lease (``<key>.answer``, written by the operator from the
-  answer command) bound to this very question (its digest: the question's text and
-  schema): the answer, committed durably as the step ``key`` before it is returned, so
-  a later attempt skips it like any step;
+  answer command) bound to this very question: the answer, committed durably as the step
+  ``key`` (``{"digest": ..., "value": ...}``) before it is returned, so a later attempt
+  skips it like any step;
 - else the question is *asked*: checked against its bounds (``agentrun.api.questions``:
   refused at ask time with :class:`QuestionError`), then, after everything staged before it
   is durable, committed as ``<key>.question`` on the attempt's own Lease, and
@@ -19,7 +20,7 @@
   runs the worker again from its recoverable prefix, and this call returns the answer.
 
 An answer to another question (a successor that computes a different question or schema
-under the same key) is not taken: the question is asked again. A deadline
+under the same key, committed or on the Lease) is not taken: the question is asked again. A deadline
 (``deadline_seconds``) ends the wait as the worker declares: the slot fails
 (``on_expiry="fail"``) or takes ``default`` as the answer (``on_expiry="default"``).
 """
@@ -60,11 +61,10 @@ class Questions:
     def attempt(self) -> int:
         return self.steps.prefix.attempt
 
-    def _answer(self, key: str, digest: str) -> tuple[bool, JSON]:
-        """(True, the value) if this attempt's Lease carries an answer to this question."""
-        if self.steps.prefix.get(f"{key}{names.ANSWERED_SUFFIX}") is None:
-            return False, None
-        done, payload = self.steps.committed(f"{key}{names.ANSWERED_SUFFIX}")
+    def _bound(self, key: str, digest: str) -> tuple[bool, JSON]:
+        """(True, the value) if the record ``key`` (the answer committed as a step, or the
+        operator's ``<key>.answer``) holds an answer to this very question (``digest``)."""
+        done, payload = self.steps.committed(key)
         if not done or not isinstance(payload, dict) or payload.get("digest") != digest:
             return False, None
         return True, payload.get("value")
@@ -80,19 +80,24 @@ class Questions:
         :class:`QuestionAsked` when it is asked now, :class:`QuestionError` when the
         question is out of its bounds (nothing is committed then)."""
         records.check_step_key(key)
-        with self.steps.lock:
-            done, value = self.steps.committed(key)
-            if done:
-                self.steps.done.append(key)
-                return value
         plain = dict(schema) if schema is not None else None
         payload = _payload(question=question, schema=plain, deadline_seconds=deadline_seconds,
                            on_expiry=on_expiry, default=default)
         digest = rules.digest(question=question, schema=plain)
-        answered, value = self._answer(key, digest)
+        with self.steps.lock:
+            done, value = self._bound(key, digest)
+            if done:
+                self.steps.done.append(key)
+                return value
+        answered, value = self._bound(f"{key}{names.ANSWERED_SUFFIX}", digest)
         if answered:
-            return self.steps.step(key, do=lambda: value, kind=records.Kind.DECISION,
-                                   durable=True)
+            if self.steps.prefix.get(key) is not None:
+                self.steps.repeated.append(key)  # committed for another question: asked again
+            self.steps.commit(records.make(key=key, kind=records.Kind.DECISION,
+                                           attempt=self.attempt,
+                                           payload={"digest": digest, "value": value},
+                                           store=self.steps.store))
+            return value
         told = (f"question {key} (digest {digest}) is asked; this attempt ends and the slot "
                 "waits for a person's answer (kubectl agentrun answer)")
         with self.steps.lock:  # counted and committed as one (the sidecar's sessions share)

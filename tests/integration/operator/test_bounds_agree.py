@@ -25,7 +25,7 @@ pytestmark = pytest.mark.serial
 
 GOOD = {"reason": "the worker died", "worker_class": "cpu", "run": "study",
         "effect_key": "publish", "outcome": "applied", "result": '{"url": "r/1"}',
-        "question_key": "plan", "value": '{"publish": true}'}
+        "question_key": "plan", "value": '{"publish": true}', "digest": "0" * 64}
 AT_BOUND = {
     "id": ["r" * bounds.REQUEST_ID_CHARS, "a.b_c:d@e/f+g=h-1", "7"],
     "reason": ["x" * bounds.REASON_BYTES, "é" * (bounds.REASON_BYTES // 2)],
@@ -36,6 +36,7 @@ AT_BOUND = {
     "question_key": ["k" * bounds.STEP_KEY_CHARS, "a-1"],
     "value": ['"' + "v" * (bounds.ANSWER_VALUE_BYTES - 2) + '"',
               '"' + "é" * ((bounds.ANSWER_VALUE_BYTES - 2) // 2) + '"'],
+    "digest": ["a" * bounds.DIGEST_CHARS, "0"],
 }
 PAST_BOUND = {
     "id": ["r" * (bounds.REQUEST_ID_CHARS + 1), "no spaces!", "-leading", "trailing.", "  "],
@@ -50,6 +51,7 @@ PAST_BOUND = {
     "question_key": ["k" * (bounds.STEP_KEY_CHARS + 1), "Plan", "a.b", "-x", ""],
     "value": ['"' + "v" * (bounds.ANSWER_VALUE_BYTES - 1) + '"',
               '"' + "é" * ((bounds.ANSWER_VALUE_BYTES - 2) // 2 + 1) + '"'],
+    "digest": ["a" * (bounds.DIGEST_CHARS + 1), "ABC", "g1", ""],
 }
 
 

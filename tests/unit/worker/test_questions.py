@@ -66,7 +66,9 @@ def test_an_answer_bound_to_the_question_is_returned_and_committed_as_the_step()
     found, memory = asker(committed=answer({"approved": True}))
     assert found.ask("plan", "Publish?", schema=SCHEMA) == {"approved": True}
     [record] = memory.committed
-    assert (record.key, record.inline) == ("plan", {"approved": True})
+    assert (record.key, record.inline) == ("plan", {
+        "digest": questions.digest(question="Publish?", schema=SCHEMA),
+        "value": {"approved": True}})
     assert found.ask("plan", "Publish?", schema=SCHEMA) == {"approved": True}  # skipped now
     assert len(memory.committed) == 1
 
@@ -81,11 +83,16 @@ def test_an_answer_to_another_question_is_not_taken(question: str, schema: Any) 
     assert [r.key for r in memory.committed] == ["plan.question"]
 
 
-def test_a_committed_step_is_the_answer() -> None:
-    step = records.make(key="plan", kind=records.Kind.DECISION, attempt=1, payload=[1, 2])
+def test_a_committed_answer_counts_only_for_its_own_question() -> None:
+    digest = questions.digest(question="anything at all?", schema=None)
+    step = records.make(key="plan", kind=records.Kind.DECISION, attempt=1,
+                        payload={"digest": digest, "value": [1, 2]})
     found, memory = asker(committed={"plan": step})
     assert found.ask("plan", "anything at all?") == [1, 2]
     assert memory.committed == []
+    with pytest.raises(asking.QuestionAsked):  # another question under the same key
+        found.ask("plan", "anything else?")
+    assert [r.key for r in memory.committed] == ["plan.question"]
 
 
 @pytest.mark.parametrize(("kwargs", "says"), [
@@ -95,6 +102,8 @@ def test_a_committed_step_is_the_answer() -> None:
     ({"schema": {"$ref": "https://example.com/s.json"}}, "not local"),
     ({"schema": {"$defs": {"a": {"$ref": "#"}}, "$ref": "#"}}, "loop"),
     ({"schema": {"type": "nothing"}}, "not a valid JSON Schema"),
+    ({"schema": {"properties": {"a": {"$ref": "#/$defs/missing"}}}}, "names nothing"),
+    ({"schema": {"$ref": "#nope"}}, "names nothing"),
     ({"schema": {"enum": ["x" * 600]}}, "bytes of canonical JSON; at most 512"),
     ({"deadline_seconds": 0}, "deadline_seconds"),
     ({"deadline_seconds": True}, "deadline_seconds"),
@@ -103,7 +112,8 @@ def test_a_committed_step_is_the_answer() -> None:
      "default answer does not satisfy"),
     ({"on_expiry": "default", "deadline_seconds": 60, "default": "x" * 600}, "at most 512"),
     ({"question": "q" * 500, "schema": {"enum": ["y" * 490]}}, "together"),
-], ids=["blank", "long", "backreference", "remote-ref", "ref-loop", "invalid", "big-schema",
+], ids=["blank", "long", "backreference", "remote-ref", "ref-loop", "invalid", "dangling-ref",
+        "dangling-anchor", "big-schema",
         "zero-deadline", "bool-deadline", "default-without-deadline", "bad-default",
         "big-default", "too-much-together"])
 def test_a_question_out_of_bounds_is_refused_and_nothing_is_committed(
@@ -124,3 +134,18 @@ def test_one_attempt_asks_at_most_as_many_as_a_slot_shows() -> None:
     with pytest.raises(asking.QuestionError, match="already asked"):
         found.ask("one-more", "Go on?")
     assert len(memory.committed) == bounds.QUESTIONS_KEPT
+
+
+def test_a_schema_too_costly_for_an_answer_is_stopped_by_its_budget() -> None:
+    """A short schema whose check doubles per level of the answer: bounded by steps."""
+    costly = {"$defs": {"a": {"allOf": [{"items": {"$ref": "#/$defs/a"}},
+                                        {"items": {"$ref": "#/$defs/a"}}]}},
+              "$ref": "#/$defs/a"}
+    questions.check_question(question="deep?", schema=costly)  # accepted when asked
+    value: Any = 0
+    for _ in range(questions.MAX_ANSWER_DEPTH - 1):
+        value = [value]
+    with pytest.raises(questions.QuestionError, match="too costly"):
+        questions.violation(value, schema=costly)
+    with pytest.raises(questions.QuestionError, match="nests deeper than 16"):
+        questions.check_value([[value]], what="the answer")

@@ -42,7 +42,8 @@ def test_an_answer_bound_to_the_question_is_returned_and_committed() -> None:
     sidecar, worker = make(FakeWorker(earlier={"review.answer": answer}))
     reply = send(sidecar, "POST", "/v1/questions/review", ASK)
     assert (reply.status, reply.body) == (200, {"answer": True})
-    assert worker.memory.committed["review"].inline is True
+    assert worker.memory.committed["review"].inline == {"digest": payload["digest"],
+                                                        "value": True}
 
 
 @pytest.mark.parametrize(("body", "status", "code"), [

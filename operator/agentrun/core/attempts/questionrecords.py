@@ -65,8 +65,8 @@ def describe(entry: QuestionEntry, *, slot: str) -> str:
     deadline = "" if entry.deadline is None else (
         f"; unanswered at {entry.deadline.isoformat()} the slot "
         + ("fails" if entry.on_expiry == "fail" else f"takes the default {entry.default}"))
-    return (f"attempt {entry.attempt} asks (key {entry.key}): {bounds.printable(entry.question)}"
-            f"{schema}{deadline}; answer: {command_line(slot=slot, key=entry.key)}")
+    return (f"attempt {entry.attempt} asks (key {entry.key}; answer: "
+            f"{command_line(slot=slot, key=entry.key)}){deadline}: {entry.question}{schema}")
 
 
 def _text(payload: Mapping[str, Any], field: str) -> str | None:
@@ -143,10 +143,10 @@ def observed(status: SlotStatus, *, asked: list[QuestionEntry]) -> SlotStatus:
     return status.model_copy(update={"questions": [*kept, *asked][-bounds.QUESTIONS_KEPT:]})
 
 
-def failure(*, key: str | None, value: str | None, status: SlotStatus, slot: str,
-            now: datetime) -> tuple[Predicate, str] | None:
+def failure(*, key: str | None, value: str | None, digest: str | None, status: SlotStatus,
+            slot: str, now: datetime) -> tuple[Predicate, str] | None:
     """Why an answer of ``key`` with ``value`` (JSON text) cannot be accepted (after the
-    run, reason and owner checks)."""
+    run, reason and owner checks); ``digest``: the question the person read, if given."""
     if key is None or value is None:
         missing = names.ANSWER_KEY if key is None else names.ANSWER_VALUE
         return Predicate.MALFORMED, f"{missing} is required (the question's key, and the answer)"
@@ -166,6 +166,11 @@ def failure(*, key: str | None, value: str | None, status: SlotStatus, slot: str
         return (Predicate.NO_PENDING_QUESTION,
                 f"slot {slot!r} has no pending question {key!r}: {why} (waiting: {shown}); "
                 "see status.questions")
+    if digest is not None and digest != entry.digest:
+        return (Predicate.NO_PENDING_QUESTION,
+                f"slot {slot!r}'s question {key!r} waiting now has digest {entry.digest}, "
+                f"not {digest}: it is not the question you read (it was asked again, "
+                "maybe differently); read status.questions and answer that one")
     if entry.deadline is not None and now >= entry.deadline:
         return (Predicate.QUESTION_EXPIRED,
                 f"slot {slot!r}'s question {key!r} expired at {entry.deadline.isoformat()}")
@@ -179,10 +184,10 @@ def failure(*, key: str | None, value: str | None, status: SlotStatus, slot: str
         if schema is not None:
             questions.check_question(question=entry.question or "?", schema=schema)
         refused = questions.violation(parsed, schema=schema)
-    except ValueError as error:  # a worker that went past the SDK: no answer can be checked
+    except ValueError as error:  # past the SDK's bounds, or too costly for this answer
         return (Predicate.ANSWER_INVALID,
-                f"question {key!r}'s schema is out of its bounds, so no answer can be "
-                f"checked against it ({error}); give the slot up, or reassign it to ask again")
+                f"question {key!r}'s schema cannot check this answer ({error}); give "
+                "another answer, or give the slot up, or reassign it to ask again")
     if refused is not None:
         return (Predicate.ANSWER_INVALID,
                 f"the answer does not satisfy question {key!r}'s schema: {refused}")
@@ -202,7 +207,8 @@ def answered(status: SlotStatus, *, key: str, value: str, actor: str | None, rea
         q.model_copy(update=update) if (q.key, q.attempt) in open_ else q
         for q in status.questions]})
     message = (f"question {key} answered by {actor or 'its deadline (the default)'}: "
-               f"{reason}; the next attempt reads the answer (record {key}{names.ANSWERED_SUFFIX})")
+               f"{reason}; the next claim's attempt reads the answer (record "
+               f"{key}{names.ANSWERED_SUFFIX})")
     return with_condition(new, slot=slot, now=now, message=message)
 
 
@@ -243,10 +249,9 @@ def answer_payload(entry: QuestionEntry) -> dict[str, records.JSON]:
         "value": json.loads(entry.value or "null"), "digest": entry.digest,
         "questionAttempt": entry.attempt, "expired": entry.state is QuestionState.EXPIRED,
         "actor": entry.actor or ""}
-    for field in ("actor",):
-        while len(records.canonical(payload)) > bounds.INLINE_PAYLOAD_BYTES and payload[field]:
-            text = str(payload[field])
-            payload[field] = text[:len(text) // 2]
+    while len(records.canonical(payload)) > bounds.INLINE_PAYLOAD_BYTES and payload["actor"]:
+        text = str(payload["actor"])  # who answered gives way to the answer
+        payload["actor"] = text[:len(text) // 2]
     return payload
 
 

@@ -10,7 +10,8 @@ reject as Malformed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from agentrun.api import bounds, names
 from agentrun.core.commands.spec import (
@@ -114,3 +115,21 @@ VALUE = Field(
                      valid=f"bytes({{value}}).size() <= {bounds.ANSWER_VALUE_BYTES}",
                      message=f"{{key}} is required: the answer as JSON text, at most "
                              f"{bounds.ANSWER_VALUE_BYTES} bytes"))
+def _shown_digest(slot: Mapping[str, Any], given: Mapping[str, str]) -> str | None:
+    """The digest of the Pending question under the given key in the slot read."""
+    entries = (slot.get("status") or {}).get("questions") or []
+    return next((str(q.get("digest")) for q in reversed(entries)
+                 if q.get("key") == given.get("question_key") and q.get("state") == "Pending"),
+                None)
+
+
+DIGEST = Field(
+    name="digest", suffix="digest", label="--digest", flag="--digest", metavar="SHA256",
+    help="the digest of the question you answer (status.questions; the plugin fills in the "
+         "one it read): refused if the question waiting is another",
+    bound=Bound(chars=bounds.DIGEST_CHARS, pattern=bounds.DIGEST_PATTERN),
+    admission=static(required=False, valid=f"{{value}}.size() <= {bounds.DIGEST_CHARS} && "
+                     f"{matches('{value}', bounds.DIGEST_PATTERN)}",
+                     message="{key} must be a sha256 digest (lower-case hex digits, "
+                             f"{bounds.DIGEST_CHARS} of them), as status.questions shows it"),
+    fill=_shown_digest)

@@ -48,8 +48,9 @@ class Command:
     effect_key: str | None = None  # resolve-effect: the effect's key, outcome and result
     outcome: str | None = None
     result: str | None = None
-    question_key: str | None = None  # answer: the question's key and the answer (JSON text)
-    value: str | None = None
+    question_key: str | None = None  # answer: the question's key, the answer (JSON text)
+    value: str | None = None  # and the digest of the question it answers
+    digest: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

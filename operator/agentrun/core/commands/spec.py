@@ -95,6 +95,9 @@ class Field:
     metavar: str | None = None
     choices: tuple[str, ...] = ()
     file_flag: str | None = None
+    # The plugin's value when the flag is not given: from the slot it read and the other
+    # fields (None: none), so the command is bound to what the person was shown.
+    fill: Callable[[Mapping[str, Any], Mapping[str, str]], str | None] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

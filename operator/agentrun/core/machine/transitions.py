@@ -25,6 +25,8 @@ from agentrun.api.slots import (
     AttemptRecord,
     Outcome,
     PinnedLaunchSpec,
+    QuestionEntry,
+    QuestionState,
     SlotState,
     SlotStatus,
 )
@@ -199,7 +201,7 @@ def _wait_or_exhaust(status: SlotStatus, *, policy: retries.Effective, now: date
                      update: dict[str, object]) -> SlotStatus:
     # An attempt that ended asking a question (``Asked``) is not counted: asking is not a failure.
     at = retries.retry_at(policy=policy, consumed=status.attempt_count - status.asked_attempts,
-                          now=now)
+                          now=now) if status.attempt_count < bounds.MAX_ATTEMPT_NUMBER else None
     conds = status.conditions
     if at is None:
         conds = conditions.set_condition(
@@ -284,7 +286,14 @@ def fail(status: SlotStatus, *, reason: str, message: str, now: datetime) -> Slo
                                      message=message, now=now)
     return status.model_copy(update={
         **update, "state": SlotState.FAILED, "active_worker": None, "pending_worker": None,
-        "retry_at": None, "next_owner_actor": None, "conditions": conds})
+        "retry_at": None, "next_owner_actor": None, "conditions": conds,
+        "questions": _closed(status.questions)})
+
+
+def _closed(found: list[QuestionEntry]) -> list[QuestionEntry]:
+    """Questions no longer waiting for an answer (the slot reopened or ended): Closed."""
+    return [q.model_copy(update={"state": QuestionState.CLOSED})
+            if q.state is QuestionState.PENDING else q for q in found]
 
 
 def reopen(status: SlotStatus, *, worker_class: str, launch_spec: PinnedLaunchSpec,
@@ -311,7 +320,7 @@ def reopen(status: SlotStatus, *, worker_class: str, launch_spec: PinnedLaunchSp
     return status.model_copy(update={
         "worker_class": worker_class, "launch_spec": launch_spec, "pending_worker": None,
         "active_worker": None, "retry_at": None, "next_owner_actor": owner_actor,
-        "conditions": conds})
+        "conditions": conds, "questions": _closed(status.questions)})
 
 
 def hold(status: SlotStatus, *, reason: str, now: datetime) -> SlotStatus:

@@ -135,11 +135,12 @@ def command_checks(shape: CommandSpec) -> list[Object]:
     new = "variables.new"
     others = _strings(tuple(k for k in shape.keys if k != shape.id))
     request = f"{new}['{shape.id}']"
+    article = "an" if str(shape.kind)[0] in "AEIOU" else "a"
     checks = [validation(
         f"('{shape.id}' in {new}) || {others}.all(k, !(k in {new}) || "
         f"(k in variables.old && variables.old[k] == {new}[k]))",
-        f"a {shape.kind} command needs its request id: set {shape.id}=<a new id> in the same "
-        "request"), validation(
+        f"{article} {shape.kind} command needs its request id: set {shape.id}=<a new id> in "
+        "the same request"), validation(
         f"{when}({request}.size() <= {bounds.REQUEST_ID_CHARS} && "
         f"{matches(request, bounds.REQUEST_ID_PATTERN)})",
         f"{shape.id} must be a request id of at most {bounds.REQUEST_ID_CHARS} characters: "

@@ -15,7 +15,7 @@ Why nothing is missed: an attempt ends only once its pod and Lease are terminal
 
 from __future__ import annotations
 
-from agentrun.api import names
+from agentrun.api import bounds, names
 from agentrun.api.slots import CommandKind, Outcome, QuestionEntry, SlotStatus
 from agentrun.core.attempts import questionrecords
 from agentrun.core.base import actions, events
@@ -64,7 +64,8 @@ def expiry_step(world: inputs.World) -> actions.WriteStatus | None:
     if entry is None:
         return None
     when = entry.deadline.isoformat() if entry.deadline else "?"
-    if entry.on_expiry == "default" and entry.default is not None:
+    if entry.on_expiry == "default" and entry.default is not None and (
+            status.attempt_count < bounds.MAX_ATTEMPT_NUMBER):
         message = (f"question {entry.key} of attempt {entry.attempt} was not answered by its "
                    f"deadline {when}: the worker's default answer {entry.default} is taken")
         new = questionrecords.answered(status, key=entry.key, value=entry.default, actor=None,
@@ -74,8 +75,11 @@ def expiry_step(world: inputs.World) -> actions.WriteStatus | None:
                                        owner=ledger.owner_of(status, status.prior_worker),
                                        message=message, now=world.now)
     else:
+        capped = status.attempt_count >= bounds.MAX_ATTEMPT_NUMBER
         message = (f"question {entry.key} of attempt {entry.attempt} was not answered by its "
-                   f"deadline {when}: the slot fails, as the worker declared")
+                   f"deadline {when}: the slot fails, " + (
+                       f"having used all {bounds.MAX_ATTEMPT_NUMBER} attempt numbers"
+                       if capped and entry.on_expiry == "default" else "as the worker declared"))
         new = questionrecords.expire(status, key=entry.key, slot=name, message=message,
                                      now=world.now)
         new = transitions.fail(_deadline_entry(new, entry=entry, message=message, world=world),

@@ -185,11 +185,11 @@ def test_claim_command_words() -> None:
     refused = other(held, CommandKind.CLAIM)
     assert refused.status.commands[-1].message == (
         f"slot '{S}' is RetryWait and held: a claim needs a Ready slot, or a RetryWait slot "
-        "that was reassigned or whose retry time has come")
+        "that was reassigned, answered or whose retry time has come")
     early = other(f.retry_wait(retry_at=f.T0 + f.seconds(101)), CommandKind.CLAIM)
     assert early.status.commands[-1].message == (
         f"slot '{S}' is RetryWait: a claim needs a Ready slot, or a RetryWait slot "
-        "that was reassigned or whose retry time has come")
+        "that was reassigned, answered or whose retry time has come")
 
 
 def test_hold_release_words() -> None:

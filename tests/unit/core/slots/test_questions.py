@@ -20,6 +20,7 @@ Covers, each by the exact step and its content:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from datetime import timedelta
@@ -27,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from agentrun.api import names, questions, records
+from agentrun.api import bounds, names, questions, records
 from agentrun.api.slots import (
     CommandKind,
     Outcome,
@@ -102,7 +103,7 @@ def test_an_attempt_that_asked_ends_asked_and_shows_the_question(phase: str) -> 
         "Normal", "QuestionAsked")
     assert not any(c.type == "AwaitingReassignment" for c in status.conditions)
     waited = expect(steps.next_step(fenced_world(status)), Wait)  # Automatic: still no claim
-    assert "asks (key plan)" in waited.message
+    assert "asks (key plan; answer: kubectl agentrun answer" in waited.message
 
 
 @pytest.mark.parametrize("record", [
@@ -251,6 +252,7 @@ def test_a_reassignment_reopens_without_an_answer_and_the_next_question_replaces
         snapshots=frozenset({f.PINNED_RUN_SNAPSHOT}))
     reopened = expect(steps.next_step(world), WriteStatus).status
     assert answer(reopened).predicate is Predicate.NO_PENDING_QUESTION
+    assert [q.state for q in reopened.questions] == [QuestionState.CLOSED]
     pending = f.condition(reopened, CONDITION)
     assert (pending.status, pending.reason) == ("False", "Reassigned")
     assert "asks its question again" in pending.message
@@ -262,7 +264,7 @@ def test_a_reassignment_reopens_without_an_answer_and_the_next_question_replaces
     ended = expect(steps.next_step(f.world(second, attempt=f.objects(
         2, pod=f.pod(2, "Failed"), lease=lease))), WriteStatus).status
     assert [(q.key, q.attempt, q.state) for q in ended.questions] == [
-        ("plan", 2, QuestionState.PENDING)]
+        ("plan", 1, QuestionState.CLOSED), ("plan", 2, QuestionState.PENDING)]
     assert ended.asked_attempts == 2
 
 
@@ -286,14 +288,14 @@ def test_a_schema_and_default_past_their_bounds_are_shown_clipped_and_refuse_ans
     assert (defaulted.questions[0].on_expiry, defaulted.questions[0].default) == ("fail", None)
     decision = answer(big, value='"x"')
     assert decision.predicate is Predicate.ANSWER_INVALID
-    assert "out of its bounds" in decision.status.commands[-1].message
+    assert "cannot check this answer" in decision.status.commands[-1].message
 
 
 def test_a_schema_past_its_bounds_refuses_every_answer_with_why() -> None:
     status = asked_status(schema={"type": "string", "pattern": "(a)\\1"})
     decision = answer(status, value='"aa"')
     assert decision.predicate is Predicate.ANSWER_INVALID
-    assert "out of its bounds" in decision.status.commands[-1].message
+    assert "cannot check this answer" in decision.status.commands[-1].message
 
 
 def test_a_pattern_that_backtracks_in_python_is_checked_in_linear_time() -> None:
@@ -304,3 +306,38 @@ def test_a_pattern_that_backtracks_in_python_is_checked_in_linear_time() -> None
     assert decision.predicate is Predicate.ANSWER_INVALID
     assert "does not match '^(a+)+$'" in decision.status.commands[-1].message
     assert answer(status, value=json.dumps("a" * 400)).accepted
+
+
+def test_an_answer_names_the_question_it_answers_by_digest() -> None:
+    status = asked_status()
+    command = guards.Command(kind=CommandKind.ANSWER, request_id="r-9", actor="alice",
+                             reason="yes", question_key="plan", value='{"approved": true}',
+                             run=f.RUN, digest="f" * 64)
+    other = guards.decide(command=command, slot=f.slot(status), tenant=f.TENANT, prior=None,
+                          launch_specs=(f.CPU_SPEC,), now=f.T0 + f.seconds(120))
+    assert other.predicate is Predicate.NO_PENDING_QUESTION
+    assert "not the question you read" in other.status.commands[-1].message
+    same = guards.decide(command=dataclasses.replace(command, digest=DIGEST),
+                         slot=f.slot(status), tenant=f.TENANT, prior=None,
+                         launch_specs=(f.CPU_SPEC,), now=f.T0 + f.seconds(120))
+    assert same.accepted
+
+
+def test_no_answer_or_default_reopens_a_slot_out_of_attempt_numbers() -> None:
+    capped = asked_status(deadline=60, on_expiry="default", default={"approved": False})
+    capped = capped.model_copy(update={"attempt_count": bounds.MAX_ATTEMPT_NUMBER})
+    assert answer(capped, now_s=30).predicate is Predicate.ATTEMPT_LIMIT
+    step = expect(steps.next_step(fenced_world(capped, now=f.T0 + f.seconds(61))), WriteStatus)
+    assert step.status.state is SlotState.FAILED
+    assert f"all {bounds.MAX_ATTEMPT_NUMBER} attempt numbers" in step.status.commands[-1].message
+
+
+def test_a_failed_attempt_at_the_last_attempt_number_is_not_retried() -> None:
+    """Asked attempts are not counted against maxAttempts, but numbers still run out."""
+    status = f.active(1).model_copy(update={"attempt_count": bounds.MAX_ATTEMPT_NUMBER,
+                                            "asked_attempts": 10})
+    world = f.world(status, run=f.agent_run(max_attempts=1000), attempt=f.objects(
+        1, pod=f.pod(1, "Failed"), lease=f.lease(1, holder=False)))
+    ended = expect(steps.next_step(world), WriteStatus).status
+    assert ended.retry_at is None
+    assert f.condition(ended, "AwaitingReassignment").status == "True"

@@ -8,11 +8,13 @@ reported (the ledger's ``predicate``), after ``WrongTenant`` (every kind's):
 3. ``NotOwner``: the attempt that asked records an owner actor, the command's actor
    differs, and the actor has no ``override``;
 4. ``NoPendingQuestion``: no question with the key is waiting (none asked, an unknown
-   key, or answered already: a question is answered once); ``QuestionExpired``: its
-   deadline has passed;
-5. ``Malformed``: the value is not JSON or over its bound (or the worker's schema is out
-   of its bounds); ``AnswerInvalid``: the question's schema refuses the value, with the
-   schema's message;
+   key, or answered already: a question is answered once), or the one waiting is not the
+   one the person read (``answer-digest`` given and not its digest); ``QuestionExpired``:
+   its deadline has passed;
+5. ``Malformed``: the value is not JSON or over its bound; ``AnswerInvalid``: the
+   question's schema refuses the value, with the schema's message (or cannot check it:
+   a schema out of its bounds, too costly for this answer);
+6. ``AttemptLimitReached``: the slot has used every attempt number it may have;
 
 then by :mod:`agentrun.core.attempts.questionrecords`. Accepted, the answer is recorded on
 the question (``status.questions``) and, once none is waiting, the slot is *reopened* as
@@ -44,8 +46,9 @@ def check(context: Context) -> Failure | None:
         return (Predicate.NOT_OWNER,
                 f"the attempt that asked is owned by {owner!r}, not {command.actor!r}; only "
                 "the owner, or an admin with the 'override' verb on slots, may answer it")
-    return questionrecords.failure(key=command.question_key, value=command.value,
-                                   status=status, slot=name, now=context.now)
+    return questionrecords.failure(
+        key=command.question_key, value=command.value, digest=command.digest, status=status,
+        slot=name, now=context.now) or ledger.attempt_limit(status, name=name)
 
 
 def apply(context: Context) -> Decision:
@@ -69,7 +72,8 @@ def apply(context: Context) -> Decision:
 SPEC = CommandSpec(
     kind=CommandKind.ANSWER, word="answer", check=check, apply=apply, shown=7, opens=True,
     help="answer a question a worker asked (status.questions); the slot reopens",
-    takes=(fields.QUESTION_KEY, fields.VALUE, fields.REASON, fields.RUN, fields.TENANT),
+    takes=(fields.QUESTION_KEY, fields.VALUE, fields.REASON, fields.DIGEST, fields.RUN,
+           fields.TENANT),
     owner="prior",
     state=("variables.state == 'RetryWait'",
            "only a RetryWait slot whose last attempt asked a question can be answered"),

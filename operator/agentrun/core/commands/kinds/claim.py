@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from agentrun.api import names
 from agentrun.api.slots import CommandKind, Predicate
-from agentrun.core.attempts import effectrecords
+from agentrun.core.attempts import effectrecords, questionrecords
 from agentrun.core.base.events import Event
 from agentrun.core.commands import ledger
 from agentrun.core.commands.ledger import Context, Decision, Failure
@@ -24,9 +24,13 @@ def check(context: Context) -> Failure | None:
         return (Predicate.EFFECT_UNRESOLVED, effectrecords.blocking(status, slot=name) or "")
     if not transitions.may_be_claimed(status, now=now):
         held = " and held" if transitions.is_held(status) else ""
+        asked = questionrecords.waiting(status)
+        why = (f"; its question {asked[0].key} waits for an answer (kubectl agentrun answer)"
+               if asked else "")
         return (Predicate.NOT_CLAIMABLE,
                 f"slot {name!r} is {status.state}{held}: a claim needs a Ready slot, or a "
-                "RetryWait slot that was reassigned or whose retry time has come")
+                f"RetryWait slot that was reassigned, answered or whose retry time has come"
+                f"{why}")
     return ledger.attempt_limit(status, name=name)
 
 
