@@ -38,6 +38,9 @@ MAX_SCHEMA_DEPTH = 16
 MAX_PATTERN_CHARS = 256
 MAX_ANSWER_DEPTH = 16  # levels of arrays and objects in an answer or a default
 MAX_STEPS = 20_000  # keyword evaluations one check of an answer may take
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions",
+                          "dependentSchemas"})
 _REFUSED_KEYWORDS = ("$id", "$dynamicRef", "$recursiveRef", "$dynamicAnchor",
                      "$recursiveAnchor")
 
@@ -104,6 +107,27 @@ def _pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: A
                 yield from validator.descend(value, subschema, path=name, schema_path=pattern)
 
 
+def _additional_properties(validator: Any, allowed: Any, instance: Any,
+                           schema: Mapping[str, Any]) -> Iterator[Any]:
+    """jsonschema's ``additionalProperties``, with ``patternProperties`` matched by RE2
+    (jsonschema's own runs them through Python's backtracking ``re``)."""
+    import jsonschema
+
+    if not validator.is_type(instance, "object"):
+        return
+    named = schema.get("properties") or {}
+    patterns = [_compiled(p) for p in schema.get("patternProperties") or {}]
+    extras = [name for name in instance
+              if name not in named and not any(p.search(name) for p in patterns)]
+    if validator.is_type(allowed, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed, path=extra)
+    elif allowed is False and extras:
+        listed = ", ".join(repr(name) for name in sorted(extras))
+        yield jsonschema.ValidationError(f"Additional properties are not allowed ({listed} "
+                                         f"{'was' if len(extras) == 1 else 'were'} unexpected)")
+
+
 class _OverBudget(Exception):
     """A check took more than :data:`MAX_STEPS` keyword evaluations."""
 
@@ -119,7 +143,9 @@ def _counted(keyword: Callable[..., Any]) -> Callable[..., Iterator[Any]]:
         if left is not None:
             if left <= 0:
                 raise _OverBudget
-            _budget.left = left - 1
+            # uniqueItems compares every pair: its cost is counted as such
+            pairs = len(instance) ** 2 // 64 if isinstance(instance, list) else 0
+            _budget.left = left - 1 - pairs
         found = keyword(validator, value, instance, schema)
         if found is not None:
             yield from found
@@ -135,7 +161,8 @@ def _validator() -> Any:
     from jsonschema import validators
 
     keywords = {**jsonschema.Draft202012Validator.VALIDATORS, "pattern": _pattern,
-                "patternProperties": _pattern_properties}
+                "patternProperties": _pattern_properties,
+                "additionalProperties": _additional_properties}
     return validators.extend(jsonschema.Draft202012Validator, validators={
         name: _counted(keyword) for name, keyword in keywords.items()})
 
@@ -152,19 +179,21 @@ def _resolvable(schema: Mapping[str, Any], refs: list[str]) -> None:
     for ref in refs:
         try:
             resolver.lookup(ref)
-        except Unresolvable:
+        except (Unresolvable, ValueError, TypeError, LookupError):  # a bad pointer too
             raise QuestionError(f"the schema's $ref {ref[:80]!r} names nothing in the "
                                 "schema") from None
 
 
-def _walk(node: Any, *, depth: int, where: str, refs: list[str]) -> None:
+def _walk(node: Any, *, depth: int, where: str, refs: list[str], seen: set[str]) -> None:
     """Refuse what is not bounded: depth, non-local references, patterns RE2 refuses;
-    collect the local references into ``refs``."""
+    collect the local references into ``refs`` and the keywords used into ``seen``.
+    Values that are data (``const``, ``enum``, ``default``, ``examples``) are not walked,
+    and the names of a map of schemas (``properties``, ``$defs``, ...) are not keywords."""
     if depth > MAX_SCHEMA_DEPTH:
         raise QuestionError(f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels (at {where})")
     if isinstance(node, list):
         for n, item in enumerate(node):
-            _walk(item, depth=depth + 1, where=f"{where}/{n}", refs=refs)
+            _walk(item, depth=depth + 1, where=f"{where}/{n}", refs=refs, seen=seen)
         return
     if not isinstance(node, dict):
         return
@@ -183,8 +212,16 @@ def _walk(node: Any, *, depth: int, where: str, refs: list[str]) -> None:
     if isinstance(node.get("patternProperties"), dict):
         for pattern in node["patternProperties"]:
             _compiled(pattern)
+    seen.update(node)
     for name, value in node.items():
-        _walk(value, depth=depth + 1, where=f"{where}/{name}", refs=refs)
+        if name in _DATA_KEYWORDS:
+            continue
+        if name in _SCHEMA_MAPS and isinstance(value, dict):
+            for child, schema in value.items():
+                _walk(schema, depth=depth + 2, where=f"{where}/{name}/{child}", refs=refs,
+                      seen=seen)
+            continue
+        _walk(value, depth=depth + 1, where=f"{where}/{name}", refs=refs, seen=seen)
 
 
 def check_question(*, question: str, schema: Mapping[str, Any] | None) -> None:
@@ -209,7 +246,12 @@ def check_question(*, question: str, schema: Mapping[str, Any] | None) -> None:
         raise QuestionError(f"the schema declares $schema {str(declared)[:80]!r}; only "
                             f"{DRAFT} (draft 2020-12) is supported")
     refs: list[str] = []
-    _walk(schema, depth=0, where="#", refs=refs)
+    seen: set[str] = set()
+    _walk(schema, depth=0, where="#", refs=refs, seen=seen)
+    if {"unevaluatedProperties", "patternProperties"} <= seen:
+        raise QuestionError("the schema uses unevaluatedProperties with patternProperties: "
+                            "jsonschema matches those patterns with Python's backtracking "
+                            "re there; use additionalProperties instead")
     import jsonschema
 
     try:

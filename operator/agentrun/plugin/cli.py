@@ -242,6 +242,11 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
         requests.check(kind, request.fields)
     except requests.BadInput as error:
         raise client.Failure(str(error), code=requests.USAGE) from None
+    for field in registry.BY_WORD[args.command].takes:  # what was filled in, said
+        if field.fill is not None and getattr(args, field.name, None) is None and (
+                field.name in request.fields):
+            write([f"{field.flag} {request.fields[field.name]} (as the slot shows it now)"],
+                  file=sys.stderr)
     client.send(conn, args.name, request)
     entry = client.wait_entry(conn, args.name, request, timeout=args.timeout)
     first = None

@@ -84,20 +84,20 @@ class Questions:
         payload = _payload(question=question, schema=plain, deadline_seconds=deadline_seconds,
                            on_expiry=on_expiry, default=default)
         digest = rules.digest(question=question, schema=plain)
-        with self.steps.lock:
+        with self.steps.lock:  # looked up and committed as one (the sidecar's threads share)
             done, value = self._bound(key, digest)
             if done:
                 self.steps.done.append(key)
                 return value
-        answered, value = self._bound(f"{key}{names.ANSWERED_SUFFIX}", digest)
-        if answered:
-            if self.steps.prefix.get(key) is not None:
-                self.steps.repeated.append(key)  # committed for another question: asked again
-            self.steps.commit(records.make(key=key, kind=records.Kind.DECISION,
-                                           attempt=self.attempt,
-                                           payload={"digest": digest, "value": value},
-                                           store=self.steps.store))
-            return value
+            answered, value = self._bound(f"{key}{names.ANSWERED_SUFFIX}", digest)
+            if answered:
+                if self.steps.prefix.get(key) is not None:
+                    self.steps.repeated.append(key)  # committed for another question
+                self.steps.commit(records.make(key=key, kind=records.Kind.DECISION,
+                                               attempt=self.attempt,
+                                               payload={"digest": digest, "value": value},
+                                               store=self.steps.store))
+                return value
         told = (f"question {key} (digest {digest}) is asked; this attempt ends and the slot "
                 "waits for a person's answer (kubectl agentrun answer)")
         with self.steps.lock:  # counted and committed as one (the sidecar's sessions share)

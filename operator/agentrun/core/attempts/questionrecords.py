@@ -66,7 +66,8 @@ def describe(entry: QuestionEntry, *, slot: str) -> str:
         f"; unanswered at {entry.deadline.isoformat()} the slot "
         + ("fails" if entry.on_expiry == "fail" else f"takes the default {entry.default}"))
     return (f"attempt {entry.attempt} asks (key {entry.key}; answer: "
-            f"{command_line(slot=slot, key=entry.key)}){deadline}: {entry.question}{schema}")
+            f"{command_line(slot=slot, key=entry.key)}){deadline}: "
+            f"{bounds.printable(entry.question)}{schema}")
 
 
 def _text(payload: Mapping[str, Any], field: str) -> str | None:
@@ -119,6 +120,9 @@ def with_condition(status: SlotStatus, *, slot: str, now: datetime,
     open_ = waiting(status)
     if open_:
         more = f" ({len(open_) - 1} more: status.questions)" if len(open_) > 1 else ""
+        if status.attempt_count >= bounds.MAX_ATTEMPT_NUMBER:
+            more += (f"; but the slot has used all {bounds.MAX_ATTEMPT_NUMBER} attempt "
+                     "numbers, so no answer can be accepted: give it up and start a new run")
         return status.model_copy(update={"conditions": conditions.set_condition(
             status.conditions, type_=CONDITION, status="True", reason=names.QUESTION_ASKED,
             message=bounds.clip(describe(open_[0], slot=slot) + more), now=now)})
@@ -132,13 +136,18 @@ def with_condition(status: SlotStatus, *, slot: str, now: datetime,
 def observed(status: SlotStatus, *, asked: list[QuestionEntry]) -> SlotStatus:
     """``asked`` (one attempt's new questions) kept in ``status.questions``: an earlier
     Pending entry of the same key is replaced (it was asked again), and room is made by
-    dropping the oldest entries of earlier attempts that are no longer Pending, then the
-    oldest of all."""
+    dropping the oldest entries that are no longer Pending (those without an answer
+    first), then the oldest of all."""
     keys = {q.key for q in asked}
     kept = [q for q in status.questions
             if not (q.key in keys and q.state is QuestionState.PENDING)]
     while len(kept) + len(asked) > bounds.QUESTIONS_KEPT and kept:
-        done = next((n for n, q in enumerate(kept) if q.state is not QuestionState.PENDING), 0)
+        # First what carries no answer (Closed, expired to a failure), then the oldest
+        # answered: answers are what later attempts' Leases are built from.
+        done = next((n for n, q in enumerate(kept)
+                     if q.state is not QuestionState.PENDING and q.value is None),
+                    next((n for n, q in enumerate(kept)
+                          if q.state is not QuestionState.PENDING), 0))
         kept.pop(done)
     return status.model_copy(update={"questions": [*kept, *asked][-bounds.QUESTIONS_KEPT:]})
 

@@ -203,7 +203,13 @@ def _wait_or_exhaust(status: SlotStatus, *, policy: retries.Effective, now: date
     at = retries.retry_at(policy=policy, consumed=status.attempt_count - status.asked_attempts,
                           now=now) if status.attempt_count < bounds.MAX_ATTEMPT_NUMBER else None
     conds = status.conditions
-    if at is None:
+    if at is None and status.attempt_count >= bounds.MAX_ATTEMPT_NUMBER:
+        conds = conditions.set_condition(
+            conds, type_=AWAITING_REASSIGNMENT, status="True", reason="AttemptNumbersExhausted",
+            message=(f"the slot has used all {bounds.MAX_ATTEMPT_NUMBER} attempt numbers a "
+                     "slot may have: nothing can be claimed or reassigned; give it up "
+                     "(agentrun.dev/give-up-*) and start a new run"), now=now)
+    elif at is None:
         conds = conditions.set_condition(
             conds, type_=AWAITING_REASSIGNMENT, status="True", reason="AttemptsExhausted",
             message=(f"all {policy.max_attempts} automatic attempts are used; reassign the "

@@ -37,6 +37,7 @@ from agentrun.api.slots import (
     SlotState,
     SlotStatus,
 )
+from agentrun.core.attempts import questionrecords
 from agentrun.core.base.actions import Create, Wait, WriteStatus
 from agentrun.core.commands import guards
 from agentrun.core.slots import steps
@@ -274,6 +275,7 @@ def test_a_give_up_ends_the_wait() -> None:
     failed = expect(steps.next_step(world), WriteStatus).status
     assert failed.state is SlotState.FAILED
     assert not any(c.type == CONDITION for c in failed.conditions)
+    assert [q.state for q in failed.questions] == [QuestionState.CLOSED]
     later = fenced_world(failed, now=f.T0 + f.seconds(120))  # past the deadline: nothing
     assert isinstance(steps.next_step(later), Wait)
 
@@ -327,6 +329,8 @@ def test_no_answer_or_default_reopens_a_slot_out_of_attempt_numbers() -> None:
     capped = asked_status(deadline=60, on_expiry="default", default={"approved": False})
     capped = capped.model_copy(update={"attempt_count": bounds.MAX_ATTEMPT_NUMBER})
     assert answer(capped, now_s=30).predicate is Predicate.ATTEMPT_LIMIT
+    shown = questionrecords.with_condition(capped, slot=f.SLOT, now=f.T0)
+    assert "no answer can be accepted" in f.condition(shown, CONDITION).message
     step = expect(steps.next_step(fenced_world(capped, now=f.T0 + f.seconds(61))), WriteStatus)
     assert step.status.state is SlotState.FAILED
     assert f"all {bounds.MAX_ATTEMPT_NUMBER} attempt numbers" in step.status.commands[-1].message
@@ -340,4 +344,19 @@ def test_a_failed_attempt_at_the_last_attempt_number_is_not_retried() -> None:
         1, pod=f.pod(1, "Failed"), lease=f.lease(1, holder=False)))
     ended = expect(steps.next_step(world), WriteStatus).status
     assert ended.retry_at is None
-    assert f.condition(ended, "AwaitingReassignment").status == "True"
+    waits = f.condition(ended, "AwaitingReassignment")
+    assert (waits.status, waits.reason) == ("True", "AttemptNumbersExhausted")
+    assert "give it up" in waits.message and "reassign the" not in waits.message
+
+
+def test_the_question_is_shown_with_its_control_characters_escaped() -> None:
+    payload = {"question": "ok?\x1b[2J\u202e\nfake line", "schema": None}
+    data = records.canonical(payload)
+    record = records.Record(attempt=1, digest=records.digest(data), inline=payload,
+                            key="plan.question", kind=records.Kind.DECISION, size=len(data))
+    step = expect(steps.next_step(ended_world((record.annotation, records.encode(record)))),
+                  WriteStatus)
+    message = f.condition(step.status, CONDITION).message
+    assert "ok?\\x1b[2J\\u202e\\x0afake line" in message
+    assert step.event is not None and "\x1b" not in step.event.message
+    assert step.status.questions[0].question == payload["question"]  # kept exact
