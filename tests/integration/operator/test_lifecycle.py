@@ -115,7 +115,8 @@ def test_dependencies_success_columns_and_garbage_collection(
           + "$ kubectl get agentruns\n" + runs_table)
     columns = ["NAME", "STATE", "CLASS", "WORKER", "ATTEMPTS", "LAUNCHSPEC", "AGE"]
     assert slots_table.splitlines()[0].split() == columns
-    assert wide.splitlines()[0].split() == [*columns, "PRIOR", "RUN", "NODE", "UNRESOLVED"]
+    assert wide.splitlines()[0].split() == [*columns, "PRIOR", "RUN", "NODE", "UNRESOLVED",
+                                            "QUESTION"]
     rows = table(slots_table)
     # WORKER is the active worker: empty once the attempt has ended.
     for name in (research, report):
