@@ -222,10 +222,18 @@ def history(slot: Object, *, now: datetime, journal: Object | None = None) -> Ob
         "class": c.get("workerClass") or NONE, "override": bool(c.get("override")),
         "reason": c.get("reason") or "", "message": c.get("message") or "",
     } for c in status.get("commands") or [] if isinstance(c, dict)]
+    asked = [{
+        "key": q.get("key") or NONE, "attempt": q.get("attempt"),
+        "state": q.get("state") or NONE, "digest": q.get("digest") or NONE,
+        "deadline": q.get("deadline") or NONE, "answer": q.get("value") or NONE,
+        "by": q.get("actor") or NONE, "question": q.get("question") or "",
+        "schema": q.get("jsonSchema") or NONE,
+    } for q in status.get("questions") or [] if isinstance(q, dict)]
     return {"slot": _name(slot), "state": status.get("state") or "Pending",
             "run": (slot.get("spec") or {}).get("run"), "age": age(
                 (slot.get("metadata") or {}).get("creationTimestamp"), now=now),
-            "attempts": attempts, "commands": commands, "journal": _journal(journal)}
+            "attempts": attempts, "commands": commands, "questions": asked,
+            "journal": _journal(journal)}
 
 
 def table(rows: Sequence[Mapping[str, object]], columns: Sequence[tuple[str, str]]) -> list[str]:
@@ -245,6 +253,9 @@ COMMAND_COLUMNS = (("TIME", "time"), ("KIND", "kind"), ("REQUEST", "requestId"),
                    ("CLASS", "class"), ("REASON", "reason"), ("MESSAGE", "message"))
 
 
+QUESTION_COLUMNS = (("KEY", "key"), ("ATTEMPT", "attempt"), ("STATE", "state"),
+                    ("DIGEST", "digest"), ("DEADLINE", "deadline"), ("ANSWER", "answer"),
+                    ("BY", "by"), ("QUESTION", "question"))
 JOURNAL_COLUMNS = (("ATTEMPT", "attempt"), ("SEQ", "seq"), ("KIND", "kind"), ("KEY", "key"),
                    ("BYTES", "size"), ("STORED", "stored"))
 
@@ -257,6 +268,9 @@ def render_history(view: Object) -> list[str]:
     lines += table(view["attempts"], ATTEMPT_COLUMNS) if view["attempts"] else ["  (none)"]
     lines += ["", "Commands:"]
     lines += table(view["commands"], COMMAND_COLUMNS) if view["commands"] else ["  (none)"]
+    if view["questions"]:  # the schema is in -o json (and status.questions)
+        lines += ["", "Questions (answer: kubectl agentrun answer <slot> --key K --digest D "
+                  "--value JSON --reason R):", *table(view["questions"], QUESTION_COLUMNS)]
     journal = view.get("journal")
     if journal is None:
         return lines

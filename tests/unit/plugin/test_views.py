@@ -138,6 +138,25 @@ def test_history_lists_attempts_and_commands_with_who_why_and_predicate() -> Non
 def test_an_empty_history_says_none() -> None:
     lines = views.render_history(views.history({"metadata": {"name": "s"}}, now=NOW))
     assert lines.count("  (none)") == 2 and "Pending" in lines[0]
+    assert not any(line.startswith("Questions") for line in lines)
+
+
+def test_the_history_shows_the_questions_with_their_digests() -> None:
+    found = slot("study-research-1", "research", ENDED, state="RetryWait")
+    found["status"]["questions"] = [
+        {"key": "review", "attempt": 1, "state": "Pending", "digest": "9d" * 32,
+         "question": "Publish\x1b it?", "jsonSchema": '{"type":"boolean"}'},
+        {"key": "plan", "attempt": 1, "state": "Answered", "digest": "ab" * 32,
+         "value": "true", "actor": "alice", "question": "Go?"}]
+    view = views.history(found, now=NOW)
+    assert [(q["key"], q["state"], q["answer"], q["by"]) for q in view["questions"]] == [
+        ("review", "Pending", "-", "-"), ("plan", "Answered", "true", "alice")]
+    assert view["questions"][0]["schema"] == '{"type":"boolean"}'
+    lines = views.render_history(view)
+    start = next(n for n, line in enumerate(lines) if line.startswith("Questions"))
+    assert "--digest D" in lines[start]
+    assert lines[start + 1].split()[:4] == ["KEY", "ATTEMPT", "STATE", "DIGEST"]
+    assert "9d" * 32 in lines[start + 2] and "Publish\\x1b it?" in lines[start + 2]
 
 
 JOURNAL = {"kind": "SlotHistory", "journal": {"bucket": "agentrun", "prefix": "p/ns/uid"},
