@@ -120,12 +120,12 @@ def with_condition(status: SlotStatus, *, slot: str, now: datetime,
     open_ = waiting(status)
     if open_:
         more = f" ({len(open_) - 1} more: status.questions)" if len(open_) > 1 else ""
-        if status.attempt_count >= bounds.MAX_ATTEMPT_NUMBER:
-            more += (f"; but the slot has used all {bounds.MAX_ATTEMPT_NUMBER} attempt "
-                     "numbers, so no answer can be accepted: give it up and start a new run")
+        capped = (f"the slot has used all {bounds.MAX_ATTEMPT_NUMBER} attempt numbers, so no "
+                  "answer can be accepted: give it up and start a new run; "
+                  if status.attempt_count >= bounds.MAX_ATTEMPT_NUMBER else "")
         return status.model_copy(update={"conditions": conditions.set_condition(
             status.conditions, type_=CONDITION, status="True", reason=names.QUESTION_ASKED,
-            message=bounds.clip(describe(open_[0], slot=slot) + more), now=now)})
+            message=bounds.clip(capped + describe(open_[0], slot=slot) + more), now=now)})
     if message is None and not conditions.is_true(status.conditions, CONDITION):
         return status
     return status.model_copy(update={"conditions": conditions.set_condition(
