@@ -211,10 +211,7 @@ def answered(status: SlotStatus, *, key: str, value: str, actor: str | None, rea
     update = {"state": QuestionState.EXPIRED if expired else QuestionState.ANSWERED,
               "value": canonical, "actor": bounds.optional_clip(actor, limit=bounds.ACTOR_CHARS),
               "answered_at": now}
-    open_ = {(q.key, q.attempt) for q in waiting(status) if q.key == key}
-    new = status.model_copy(update={"questions": [
-        q.model_copy(update=update) if (q.key, q.attempt) in open_ else q
-        for q in status.questions]})
+    new = _marked(status, key=key, update=update)
     message = (f"question {key} answered by {actor or 'its deadline (the default)'}: "
                f"{reason}; the next claim's attempt reads the answer (record "
                f"{key}{names.ANSWERED_SUFFIX})")
@@ -232,14 +229,18 @@ def reopened(status: SlotStatus, *, owner: str | None, message: str,
                               message=message, now=now, reason=names.QUESTION_ANSWERED)
 
 
-def expire(status: SlotStatus, *, key: str, slot: str, message: str,
-           now: datetime) -> SlotStatus:
-    """The waiting entries of ``key`` marked Expired (no answer), the condition updated."""
+def _marked(status: SlotStatus, *, key: str, update: dict[str, Any]) -> SlotStatus:
+    """The waiting entries of ``key`` updated with ``update``."""
     open_ = {(q.key, q.attempt) for q in waiting(status) if q.key == key}
-    new = status.model_copy(update={"questions": [
-        q.model_copy(update={"state": QuestionState.EXPIRED}) if (q.key, q.attempt) in open_
-        else q for q in status.questions]})
-    return with_condition(new, slot=slot, now=now, message=message)
+    return status.model_copy(update={"questions": [
+        q.model_copy(update=update) if (q.key, q.attempt) in open_ else q
+        for q in status.questions]})
+
+
+def expire(status: SlotStatus, *, key: str) -> SlotStatus:
+    """The waiting entries of ``key`` marked Expired, without an answer (the slot fails
+    next: ``transitions.fail`` removes the condition)."""
+    return _marked(status, key=key, update={"state": QuestionState.EXPIRED})
 
 
 def expired(status: SlotStatus, *, now: datetime) -> QuestionEntry | None:

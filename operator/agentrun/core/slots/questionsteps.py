@@ -80,8 +80,7 @@ def expiry_step(world: inputs.World) -> actions.WriteStatus | None:
                    f"deadline {when}: the slot fails, " + (
                        f"having used all {bounds.MAX_ATTEMPT_NUMBER} attempt numbers"
                        if capped and entry.on_expiry == "default" else "as the worker declared"))
-        new = questionrecords.expire(status, key=entry.key, slot=name, message=message,
-                                     now=world.now)
+        new = questionrecords.expire(status, key=entry.key)
         new = transitions.fail(_deadline_entry(new, entry=entry, message=message, world=world),
                                reason=names.QUESTION_EXPIRED, message=message, now=world.now)
     return actions.WriteStatus(status=new, point="question-expired", event=events.Event(
