@@ -83,6 +83,11 @@ ANSWER_ACTOR: Final = "agentrun.dev/answer-actor"
 ANSWER_EPOCH: Final = "agentrun.dev/answer-epoch"
 ANSWER_OVERRIDE: Final = "agentrun.dev/answer-override"
 OVERRIDE_VERB: Final = "override"
+# A run's creator: stamped by admission when the AgentRun is created (with the stamping
+# epoch in force, as a command's actor is), restored on every update; the operator copies
+# it to status.creator once, at pin time, if the epoch is the current one.
+CREATOR_ANNOTATION: Final = "agentrun.dev/creator"
+CREATOR_EPOCH_ANNOTATION: Final = "agentrun.dev/creator-epoch"
 
 # Actor stamping: the MutatingAdmissionPolicy (and its binding, same name) and the Secret
 # in the operator's namespace that holds the current epoch (the policy's params).

@@ -227,6 +227,10 @@ PINNED_WRITE_ONCE: JsonDict = {
     "message": "status.pinned is write-once: a run keeps the configuration it was pinned to "
     "at launch; create a new run to use other revisions",
 }
+CREATOR_WRITE_ONCE: JsonDict = {
+    "rule": "!has(oldSelf.creator) || (has(self.creator) && self.creator == oldSelf.creator)",
+    "message": "status.creator is write-once: who created a run never changes",
+}
 STATUS_KEPT: JsonDict = {
     "rule": "!has(oldSelf.status) || !has(oldSelf.status.pinned) || has(self.status)",
     "message": "status cannot be removed once status.pinned is set: the pins are write-once",
@@ -242,9 +246,14 @@ NAME_FITS: JsonDict = {
 class AgentRunStatus(Model):
     """Written by the operator only; ``pinned`` once, at launch."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [PINNED_WRITE_ONCE]})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        PINNED_WRITE_ONCE, CREATOR_WRITE_ONCE]})
 
     pinned: Pins | None = None
+    creator: bounds.Actor | None = Field(
+        default=None, description="who created the run, as admission stamped it (the "
+        "annotation agentrun.dev/creator under the stamping epoch in force), copied once "
+        "at pin time; none: it could not be verified (condition CreatorVerified)")
     start_time: datetime | None = None
     slots: SlotCounts | None = None
     done: str | None = Field(default=None, max_length=32,

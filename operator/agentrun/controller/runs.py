@@ -111,7 +111,9 @@ class RunReconciler(reconcilers.Reconciler):
                 run=run, tenant=tenant, now=self.clock(), config_maps=candidates,
                 snapshots={cm["metadata"]["name"]: cm for cm in found}, taken=taken,
                 journal=self.journal, journal_problem=None if self.checks is None or (
-                    tenant is None) else self.checks.problem(namespace))
+                    tenant is None) else self.checks.problem(namespace),
+                # Read after the run: see core.policies.stamping for why the order matters.
+                stamping_epoch=reader.stamping().epoch)
         world = runsteps.RunWorld(run=run, tenant=tenant, now=self.clock(),
                                   workflow=self.workflow(run),
                                   slots=reader.slots_of(namespace, name), taken=taken)

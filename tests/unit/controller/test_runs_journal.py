@@ -6,13 +6,15 @@ from typing import Any
 
 from agentrun.api.runs import AgentRun, JournalSettings
 from agentrun.controller.runs import RunReconciler
+from agentrun.core.policies.stamping import Stamping
 from tests.unit.core import launchfakes as lf
 
 SETTINGS = JournalSettings(endpoint="http://minio:9000", bucket="journals")
 
 
 class Reads:
-    """The reads a run's world takes while it is unpinned: the run, its tenant, ConfigMaps."""
+    """The reads a run's world takes while it is unpinned: the run, its tenant, ConfigMaps,
+    the stamping epoch (after the run)."""
 
     def __init__(self, run: AgentRun) -> None:
         self.found = run
@@ -25,6 +27,14 @@ class Reads:
 
     def configmaps(self, namespace: str, *, selector: str) -> list[dict[str, Any]]:
         return []
+
+    def stamping(self) -> Stamping:
+        return Stamping(epoch="e1", problem=None)
+
+
+
+def test_the_stamping_epoch_is_in_the_unpinned_runs_world() -> None:
+    assert world_of(SETTINGS).stamping_epoch == "e1"
 
 
 def world_of(journal: JournalSettings | None) -> Any:

@@ -60,6 +60,34 @@ def stamp_expression(shape: CommandSpec) -> str:
         f" ? [{', '.join(patches)}] : []")
 
 
+def slots_only(expression: str) -> str:
+    """A slot command's stamping, for slots only (the policy matches AgentRuns too)."""
+    return f"request.resource.resource != 'slots' ? [] : ({expression})"
+
+
+def creator_expression() -> str:
+    """CEL: an AgentRun's creator and epoch stamped at CREATE, restored at UPDATE.
+
+    At CREATE whatever was typed is overwritten (the annotations map is made first if the
+    run has none); at UPDATE each is put back as the old object had it, or removed when it
+    had none, so nobody can change who created a run."""
+    creator, epoch = names.CREATOR_ANNOTATION, names.CREATOR_EPOCH_ANNOTATION
+    made = ("(has(object.metadata.annotations) ? [] : [JSONPatch{op: 'add', "
+            "path: '/metadata/annotations', value: {}}])")
+    remade = (f"(('{creator}' in variables.old || '{epoch}' in variables.old) ? {made} : [])")
+    stamped = (f"[{_add(creator, 'request.userInfo.username')}, "
+               f"{_add(epoch, f'params.data[{chr(39)}{EPOCH_KEY}{chr(39)}]')}]")
+
+    def kept(key: str) -> str:
+        path = f"/metadata/annotations/{escaped(key)}"
+        return (f"(('{key}' in variables.old) ? [JSONPatch{{op: 'add', path: '{path}', "
+                f"value: variables.old['{key}']}}] : (('{key}' in variables.new) ? "
+                f"[JSONPatch{{op: 'remove', path: '{path}'}}] : []))")
+    return (f"request.resource.resource != 'agentruns' ? [] : "
+            f"request.operation == 'CREATE' ? {made} + {stamped} : "
+            f"{remade} + {kept(creator)} + {kept(epoch)}")
+
+
 def _everything() -> Object:
     return {}
 
@@ -72,7 +100,8 @@ def stamp_policy_spec() -> Object:
             "objectSelector": _everything(),
             "resourceRules": [{
                 "apiGroups": [names.GROUP], "apiVersions": [names.VERSION],
-                "operations": ["CREATE", "UPDATE"], "resources": ["slots"], "scope": "*"}],
+                "operations": ["CREATE", "UPDATE"], "resources": ["slots", "agentruns"],
+                "scope": "*"}],
             "matchPolicy": "Equivalent"},
         "variables": [
             {"name": "new", "expression": "has(object.metadata.annotations) ? "
@@ -81,9 +110,11 @@ def stamp_policy_spec() -> Object:
                                           "has(oldObject.metadata.annotations) ? "
                                           "oldObject.metadata.annotations : {}"},
         ],
-        "mutations": [{"patchType": "JSONPatch",
-                       "jsonPatch": {"expression": stamp_expression(shape)}}
-                      for shape in registry.COMMANDS],
+        "mutations": [*({"patchType": "JSONPatch",
+                         "jsonPatch": {"expression": slots_only(stamp_expression(shape))}}
+                        for shape in registry.COMMANDS),
+                      {"patchType": "JSONPatch",
+                       "jsonPatch": {"expression": creator_expression()}}],
         "failurePolicy": "Fail",
         "reinvocationPolicy": "Never",
     }

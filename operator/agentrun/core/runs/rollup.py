@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from agentrun.api import conditions
+from agentrun.api import bounds, conditions, names
 from agentrun.api.conditions import Condition, ConditionStatus
 from agentrun.api.runs import AgentRun, AgentRunStatus, Pins, SlotCounts
 from agentrun.api.slots import TERMINAL_STATES, Slot, SlotState
@@ -37,6 +37,7 @@ from agentrun.core.runs.resolution import Problem
 
 # Run condition types (docs/design/names.md).
 PINNED: Final = "Pinned"
+CREATOR_VERIFIED: Final = "CreatorVerified"
 READY: Final = "Ready"
 SUCCEEDED: Final = "Succeeded"
 FAILED: Final = "Failed"
@@ -94,8 +95,29 @@ def deadline_passed(*, run: AgentRun, now: datetime) -> bool:
     return at is not None and now >= at
 
 
-def record_pins(*, run: AgentRun, pins: Pins, now: datetime) -> AgentRunStatus:
-    """The status that pins the run: ``pinned`` and ``startTime``, each set only once.
+def verified_creator(run: AgentRun, *, epoch: str | None) -> str | Problem:
+    """The run's creator as admission stamped it, if stamped under ``epoch`` (the one in
+    force now); else why it cannot be believed."""
+    annotations = run.metadata.annotations or {}
+    creator = annotations.get(names.CREATOR_ANNOTATION)
+    stamped = annotations.get(names.CREATOR_EPOCH_ANNOTATION)
+    if epoch is None:
+        return Problem(reason="StampingNotInForce", message=(
+            "the run's creator cannot be verified: actor stamping is not in force"))
+    if not creator or not stamped:
+        return Problem(reason="Unstamped", message=(
+            "the run carries no creator stamped by admission (it was created while stamping "
+            "was not in force)"))
+    if stamped != epoch:
+        return Problem(reason="StaleEpoch", message=(
+            "the run's creator was stamped under an earlier stamping epoch"))
+    return bounds.clip(creator, limit=bounds.ACTOR_CHARS)
+
+
+def record_pins(*, run: AgentRun, pins: Pins, now: datetime,
+                creator: str | Problem | None = None) -> AgentRunStatus:
+    """The status that pins the run: ``pinned``, ``startTime`` and ``creator`` (with the
+    condition CreatorVerified), each set only once.
 
     Writing the same pins again is a no-op (a retry after a crash); other pins are a bug,
     refused here before the API server's write-once rule would refuse them.
@@ -106,7 +128,19 @@ def record_pins(*, run: AgentRun, pins: Pins, now: datetime) -> AgentRunStatus:
     start = old.start_time or now
     conds = _set(old.conditions, run=run, type_=PINNED, status="True", reason=PINNED,
                  message=_pins_message(pins), now=now)
-    return old.model_copy(update={"pinned": pins, "start_time": start, "conditions": conds})
+    who = old.creator
+    if old.pinned is not None:  # pinned already: who created it was decided then
+        creator = None
+    if who is None and isinstance(creator, str):
+        who = creator
+        conds = _set(conds, run=run, type_=CREATOR_VERIFIED, status="True", reason="Stamped",
+                     message=f"created by {creator}", now=now)
+    elif who is None and isinstance(creator, Problem):
+        conds = _set(conds, run=run, type_=CREATOR_VERIFIED, status="False",
+                     reason=creator.reason, message=f"{creator.message}: the run has no "
+                     "verified creator", now=now)
+    return old.model_copy(update={"pinned": pins, "start_time": start, "conditions": conds,
+                                  "creator": who})
 
 
 def _pins_message(pins: Pins) -> str:

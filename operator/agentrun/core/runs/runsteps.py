@@ -50,6 +50,8 @@ class RunWorld:
     at launch; None: the operator has no journal store and runs get no journal pin.
     ``journal_problem``: why that setting cannot work for this run yet (checked by the
     operator before pinning: ``controller.journalchecks``); the run waits unpinned.
+    ``stamping_epoch``: the stamping epoch in force, read (quorum) after the run while it is
+    unpinned: the run's creator annotation is believed only if stamped under it.
     ``journal_left``, ``journal_error``, ``journal_live``, ``journal_orphaned``: read only
     for a run being deleted that still holds its journal's finalizer, or a finished run
     whose journal's retention is over (``core.runs.runjournals``): whether objects are
@@ -71,6 +73,7 @@ class RunWorld:
     journal_error: str | None = None
     journal_live: Sequence[str] = ()
     journal_orphaned: str | None = None
+    stamping_epoch: str | None = None  # read after the run, while unpinned: its creator's
 
 
 # How soon a run waiting on its journal setting is looked at again: a Secret created or a
@@ -160,7 +163,9 @@ def _pin(world: RunWorld) -> RunStep:
     if pins.journal is not None:
         summary += (f"; journal in bucket {pins.journal.bucket} under {pins.journal.prefix}"
                     f" at {pins.journal.endpoint}")
-    return actions.WriteRun(status=rollup.record_pins(run=run, pins=pins, now=world.now),
+    return actions.WriteRun(status=rollup.record_pins(
+        run=run, pins=pins, now=world.now,
+        creator=rollup.verified_creator(run, epoch=world.stamping_epoch)),
                     event=events.Event(type="Normal", reason="Pinned",
                                        message=f"pinned {summary}"),
                     point="pinned", until=world.now)  # then lay out the slots at once

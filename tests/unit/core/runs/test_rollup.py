@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from agentrun.api import conditions
+from agentrun.api import conditions, names
 from agentrun.api.runs import AgentRun, AgentRunStatus, SlotCounts
 from agentrun.api.slots import Slot, SlotState
 from agentrun.core.runs import resolution, rollup, runobjects
@@ -99,6 +99,41 @@ def test_record_pins_sets_pins_and_start_time_once() -> None:
         "workflow": run.status.pinned.workflow.model_copy(update={"revision": 2})})
     with pytest.raises(ValueError, match="already pinned"):
         rollup.record_pins(run=run, pins=other, now=lf.T0)
+
+
+def stamped(creator: str | None, epoch: str | None) -> AgentRun:
+    run = lf.run()
+    annotations = {k: v for k, v in ((names.CREATOR_ANNOTATION, creator),
+                                     (names.CREATOR_EPOCH_ANNOTATION, epoch)) if v}
+    return run.model_copy(update={"metadata": run.metadata.model_copy(
+        update={"annotations": annotations})})
+
+
+@pytest.mark.parametrize(("creator", "epoch", "in_force", "verified"), [
+    ("alice", "e1", "e1", "alice"),
+    ("alice", "e0", "e1", "StaleEpoch"),
+    ("alice", None, "e1", "Unstamped"),
+    (None, "e1", "e1", "Unstamped"),
+    ("alice", "e1", None, "StampingNotInForce"),
+])
+def test_the_creator_is_believed_only_under_the_epoch_in_force(
+        creator: str | None, epoch: str | None, in_force: str | None, verified: str) -> None:
+    run = stamped(creator, epoch)
+    found = rollup.verified_creator(run, epoch=in_force)
+    pins = pinned_run().status.pinned
+    assert pins is not None
+    status = rollup.record_pins(run=run, pins=pins, now=lf.T0, creator=found)
+    if verified == "alice":
+        assert status.creator == "alice"
+        assert cond(status, "CreatorVerified") == ("True", "Stamped")
+    else:
+        assert isinstance(found, Problem) and found.reason == verified
+        assert status.creator is None
+        assert cond(status, "CreatorVerified") == ("False", verified)
+    # Pinning again (a retry) never changes who created the run.
+    again = run.model_copy(update={"status": status})
+    assert rollup.record_pins(run=again, pins=pins, now=lf.T0,
+                              creator="mallory").creator == status.creator
 
 
 def test_all_slots_created_and_running_is_ready() -> None:
