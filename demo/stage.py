@@ -23,6 +23,7 @@ import kubernetes
 import yaml
 
 from agentrun import objectstore as s3
+from agentrun.api import names
 from agentrun.worker import _journal as journals
 from tests.support.cluster import helm, store
 from tests.support.cluster.clusters import Cluster
@@ -124,10 +125,15 @@ def stage(cluster: Cluster, *, image: str, owner_url: str) -> None:
     core = kubernetes.client.CoreV1Api(cluster.client())
     wait_for(lambda: core.read_namespaced_service_account("agentrun-worker", NAMESPACE),
              timeout=30, message="the worker's ServiceAccount")
-    # alice launches her run (RBAC from her bindings, which may take a moment to apply)
+    # alice launches her run (RBAC from her bindings, which may take a moment to apply),
+    # once the operator has minted the stamping epoch: until then admission refuses every
+    # AgentRun write (it stamps the run's creator under the epoch)
     wait_for(lambda: cluster.kubectl("auth", "can-i", "create", "agentruns.agentrun.dev",
                                      "-n", NAMESPACE, user=OWNER).returncode == 0,
              timeout=30, message="alice may create AgentRuns")
+    wait_for(lambda: cluster.kubectl("-n", names.OPERATOR_NAMESPACE, "get", "secret",
+                                     names.STAMPING_SECRET).returncode == 0,
+             timeout=60, message="the operator's stamping epoch minted")
     apply(cluster, runs, user=OWNER)
 
 
