@@ -23,8 +23,8 @@ import kubernetes
 import yaml
 
 from agentrun import objectstore as s3
-from agentrun.api import names
 from agentrun.worker import _journal as journals
+from tests.support.actors import operators
 from tests.support.cluster import helm, store
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays import examples
@@ -126,14 +126,12 @@ def stage(cluster: Cluster, *, image: str, owner_url: str) -> None:
     wait_for(lambda: core.read_namespaced_service_account("agentrun-worker", NAMESPACE),
              timeout=30, message="the worker's ServiceAccount")
     # alice launches her run (RBAC from her bindings, which may take a moment to apply),
-    # once the operator has minted the stamping epoch: until then admission refuses every
-    # AgentRun write (it stamps the run's creator under the epoch)
+    # once the stamping epoch is in force (the README's `agentrun-operator stamping`): until
+    # then admission refuses every AgentRun write (it stamps the run's creator under it)
     wait_for(lambda: cluster.kubectl("auth", "can-i", "create", "agentruns.agentrun.dev",
                                      "-n", NAMESPACE, user=OWNER).returncode == 0,
              timeout=30, message="alice may create AgentRuns")
-    wait_for(lambda: cluster.kubectl("-n", names.OPERATOR_NAMESPACE, "get", "secret",
-                                     names.STAMPING_SECRET).returncode == 0,
-             timeout=60, message="the operator's stamping epoch minted")
+    operators.stamping_in_force(cluster)
     apply(cluster, runs, user=OWNER)
 
 

@@ -228,8 +228,10 @@ PINNED_WRITE_ONCE: JsonDict = {
     "at launch; create a new run to use other revisions",
 }
 CREATOR_WRITE_ONCE: JsonDict = {
-    "rule": "!has(oldSelf.creator) || (has(self.creator) && self.creator == oldSelf.creator)",
-    "message": "status.creator is write-once: who created a run never changes",
+    "rule": "!has(oldSelf.pinned) || (has(self.creator) == has(oldSelf.creator) && "
+            "(!has(self.creator) || self.creator == oldSelf.creator))",
+    "message": "status.creator is decided once, when the run is pinned: who created a run "
+    "never changes, and a run pinned without a verified creator never gets one",
 }
 STATUS_KEPT: JsonDict = {
     "rule": "!has(oldSelf.status) || !has(oldSelf.status.pinned) || has(self.status)",

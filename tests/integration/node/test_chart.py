@@ -109,6 +109,10 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
                       take_ownership=True, restore=lambda: install_for_tests(cluster))
     with release:
         pod = release.wait_ready()
+        # The README's wait, as written: exit 0 once the epoch is minted and in force.
+        stamped = cluster.kubectl("-n", NAMESPACE, "exec", "deploy/agentrun-operator", "--",
+                                  "agentrun-operator", "stamping")
+        assert stamped.returncode == 0, stamped.stdout + stamped.stderr
         operator = container(pod)
         assert pod["spec"]["serviceAccountName"] == manifests.OPERATOR_ROLE
         assert operator["image"] == worker_image

@@ -51,3 +51,10 @@ def test_the_creator_is_stamped_kept_and_verified(scenario: Scenario,
         assert result.returncode == 0, result.stderr
         assert annotations(scenario) == stamped, change
     assert scenario.agentrun("study")["status"]["creator"] == "alice"
+    # Not even an admin's status write can change it: the CRD decides it once, at pinning.
+    forged = scenario.cluster.kubectl(
+        "-n", scenario.namespace, "patch", "agentruns.agentrun.dev/study", "--subresource",
+        "status", "--type", "merge", "-p", json.dumps({"status": {"creator": "bob"}}))
+    assert forged.returncode != 0 and "status.creator is decided once" in forged.stderr, (
+        forged.stderr)
+    assert scenario.agentrun("study")["status"]["creator"] == "alice"

@@ -41,6 +41,9 @@ SLOT = naming.slot_name(run=RUN, node=NODE)
 SLOT_UID = "uid-slot-1"
 
 
+# The run's creator as verified at pinning: the owner of its automatic attempts.
+CREATOR = "alice"
+
 def seconds(n: float) -> timedelta:
     return timedelta(seconds=n)
 
@@ -87,7 +90,7 @@ def slot(status: SlotStatus | None = None, *, run: str = RUN, node: str = NODE) 
                 status=status or SlotStatus())
 
 
-def attempt(number: int, *, owner: str | None = None, outcome: Outcome | None = Outcome.FAILED,
+def attempt(number: int, *, owner: str | None = CREATOR, outcome: Outcome | None = Outcome.FAILED,
             ended: bool = True) -> AttemptRecord:
     name = naming.attempt_name(slot=SLOT, number=number)
     return AttemptRecord(number=number, pod=name, lease=name, worker_class="cpu",
@@ -96,13 +99,13 @@ def attempt(number: int, *, owner: str | None = None, outcome: Outcome | None = 
                          outcome=outcome if ended else None)
 
 
-def retry_wait(*, owner: str | None = None, attempts_used: int = 1,
+def retry_wait(*, owner: str | None = CREATOR, attempts_used: int = 1,
                retry_at: datetime | None = None) -> SlotStatus:
     """A slot whose attempt ``attempts_used`` failed: RetryWait with a prior worker."""
     return SlotStatus(
         state=SlotState.RETRY_WAIT, worker_class="cpu", launch_spec=PINNED,
         prior_worker=naming.attempt_name(slot=SLOT, number=attempts_used),
-        attempts=[attempt(n, owner=owner if n == attempts_used else None)
+        attempts=[attempt(n, owner=owner if n == attempts_used else CREATOR)
                   for n in range(1, attempts_used + 1)],
         attempt_count=attempts_used, retry_at=retry_at)
 
@@ -148,7 +151,7 @@ def claiming(number: int = 1, *, owner: str | None = None) -> SlotStatus:
         next_owner_actor=owner)
 
 
-def active(number: int = 1, *, owner: str | None = None) -> SlotStatus:
+def active(number: int = 1, *, owner: str | None = CREATOR) -> SlotStatus:
     """Attempt ``number`` running since T0 (earlier attempts failed)."""
     return SlotStatus(
         state=SlotState.ACTIVE, worker_class="cpu", launch_spec=PINNED,
@@ -170,7 +173,7 @@ def agent_run(*, claim_policy: ClaimPolicy = "Automatic", suspend: bool = False,
     return AgentRun.model_validate({
         "metadata": {"name": RUN, "namespace": NS, "uid": RUN_UID, "generation": 1},
         "spec": spec,
-        "status": {"pinned": pins().wire(),
+        "status": {"pinned": pins().wire(), "creator": CREATOR,
                    **({"startTime": start_time.isoformat()} if start_time else {})}})
 
 
@@ -240,7 +243,7 @@ def command(kind: str, request_id: str = "req-1", *, actor: str | None = "alice"
     return found
 
 
-def finished(state: SlotState, *, record: bool = True, owner: str | None = "alice") -> SlotStatus:
+def finished(state: SlotState, *, record: bool = True, owner: str | None = CREATOR) -> SlotStatus:
     """A slot that finished after attempt 1 (record: the attempt is in status.attempts)."""
     outcome = Outcome.SUCCEEDED if state is SlotState.SUCCEEDED else Outcome.GAVE_UP
     return SlotStatus(state=state, worker_class="cpu", launch_spec=PINNED,

@@ -38,7 +38,6 @@ from agentrun.core.commands.ledger import Prior as Prior
 from agentrun.core.commands.ledger import attempt_limit as attempt_limit
 from agentrun.core.commands.ledger import claim_accepted as claim_accepted
 from agentrun.core.commands.ledger import is_blank as is_blank
-from agentrun.core.commands.ledger import owner_of as owner_of
 from agentrun.core.commands.ledger import reject as reject
 from agentrun.core.commands.ledger import seen as seen
 

@@ -102,9 +102,37 @@ def is_blank(reason: str | None) -> bool:
             or len(reason.encode()) > names.MAX_REASON_BYTES)
 
 
-def owner_of(status: SlotStatus, worker: str | None) -> str | None:
-    """The owner actor recorded on the attempt ``worker``, if any."""
-    return next((a.owner_actor for a in status.attempts if a.pod == worker), None)
+@dataclass(frozen=True, kw_only=True)
+class Owner:
+    """Who owns the attempt a command acts on.
+
+    ``exists``: there is such an attempt (False: no attempt, nothing to own, no check).
+    ``actor``: its owner: the person whose command led to it, or for an automatic attempt
+    the run's creator as verified at pinning; None: no one owns it (a run without a
+    verified creator), so only someone granted ``override`` may act on it.
+    """
+
+    exists: bool
+    actor: str | None
+
+    def refusal(self, command: Command, *, whose: str, what: str) -> Failure | None:
+        """``NotOwner`` unless the command's actor owns the attempt or has ``override``."""
+        if not self.exists or command.override or (
+                self.actor is not None and command.actor == self.actor):
+            return None
+        held = (f"owned by {self.actor!r}" if self.actor is not None else
+                "owned by no one (its run has no verified creator: run condition "
+                "CreatorVerified)")
+        return (Predicate.NOT_OWNER,
+                f"{whose} is {held}, not {command.actor!r}; only the owner, or an admin "
+                f"with the 'override' verb on slots, may {what}")
+
+
+def owner_of(status: SlotStatus, worker: str | None) -> Owner:
+    """The owner of the attempt ``worker``, if there is one."""
+    record = next((a for a in status.attempts if a.pod == worker), None) if worker else None
+    return Owner(exists=record is not None,
+                 actor=None if record is None else record.owner_actor)
 
 
 def seen(status: SlotStatus, request_id: str) -> CommandRecord | None:
@@ -152,20 +180,20 @@ def accept(*, command: Command, status: SlotStatus, message: str, reason: str,
     return new, Event(type="Normal", reason=reason, message=message)
 
 
-def overridden(status: SlotStatus, *, command: Command, owner: str | None) -> SlotStatus:
+def overridden(status: SlotStatus, *, command: Command, owner: Owner) -> SlotStatus:
     """Mark the ledger entry just added when only ``override`` let the actor act on
-    another person's attempt (the audited admin path)."""
-    if owner is None or command.actor == owner:
+    another person's attempt, or on one no one owns (the audited admin path)."""
+    if not owner.exists or (owner.actor is not None and command.actor == owner.actor):
         return status
     last = status.commands[-1].model_copy(update={"override": True})
     return status.model_copy(update={"commands": [*status.commands[:-1], last]})
 
 
-def live_owner(status: SlotStatus) -> str | None:
+def live_owner(status: SlotStatus) -> Owner:
     """The owner a give-up is checked against: a claim under way has no attempt record
     yet, its owner is the one it serves."""
     if status.pending_worker is not None:
-        return status.next_owner_actor
+        return Owner(exists=True, actor=status.next_owner_actor)
     return owner_of(status, status.active_worker or status.prior_worker)
 
 
@@ -196,12 +224,7 @@ def ending_failure(context: Context, *, what: str) -> Failure | None:
                 f"slot {name!r} has already finished ({status.state}); nothing to give up")
     if is_blank(command.reason):
         return blank_reason()
-    owner = live_owner(status)
-    if owner is not None and command.actor != owner and not command.override:
-        return (Predicate.NOT_OWNER,
-                f"the attempt is owned by {owner!r}, not {command.actor!r}; only the "
-                f"owner, or an admin with the 'override' verb on slots, may {what}")
-    return None
+    return live_owner(status).refusal(command, whose="the attempt", what=what)
 
 
 def blank_reason() -> Failure:

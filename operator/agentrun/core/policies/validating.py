@@ -123,8 +123,9 @@ def touched(shape: CommandSpec) -> str:
 
 
 def _owned(owners: str) -> str:
-    return (f"{owners}.all(o, o == '' || o == request.userInfo.username) || "
-            "variables.override")
+    """No attempt (an empty list): nothing to own. An attempt no one owns ('': automatic,
+    in a run without a verified creator) needs ``override`` like another person's."""
+    return f"{owners}.all(o, o == request.userInfo.username) || variables.override"
 
 
 def command_checks(shape: CommandSpec) -> list[Object]:
@@ -158,7 +159,9 @@ def command_checks(shape: CommandSpec) -> list[Object]:
         owners = f"variables.{shape.owner}Owner"
         checks.append(dynamic_validation(
             f"{when}oldObject == null || {_owned(owners)}",
-            f"'{shape.id}: the attempt is owned by ' + {owners}.join(', ') + ', not ' + "
+            f"'{shape.id}: the attempt is owned by ' + ({owners}.exists(o, o == '') ? "
+            "'no one (its run has no verified creator)' : "
+            f"{owners}.join(', ')) + ', not ' + "
             "request.userInfo.username + '; only the owner, or someone granted the verb "
             "\\'override\\' on slots, may do this'"))
     return checks

@@ -4,13 +4,16 @@ See docs/design/runs-and-configuration.md.
 
 The run's status is a *view*: slot counts, ``done`` (succeeded/total, for the printer
 column) and four conditions, recomputed from the slots on every reconcile, so a restart
-of the operator rebuilds it exactly. Only ``pinned`` and ``startTime`` are facts the
-status itself owns; both are written once, when the run is pinned (:func:`record_pins`).
+of the operator rebuilds it exactly. Only ``pinned``, ``startTime`` and ``creator`` are
+facts the status itself owns; all are written once, when the run is pinned
+(:func:`record_pins`).
 
 Conditions:
 
 - ``Pinned``: True once ``status.pinned`` is written; False with the resolution problem's
   reason (``ConfigNotFound``, ...) while it cannot be; Unknown while resolving.
+- ``CreatorVerified``: decided with the pins: True when the run's stamped creator was
+  believed (:func:`verified_creator`), else False with why; never changed after.
 - ``Ready``: True when the run is pinned, every workflow node has its Slot, no slot has
   failed and the deadline has not passed: the run is fully laid out and can still
   succeed. It stays True after success (nothing stopped being ready).
@@ -111,7 +114,10 @@ def verified_creator(run: AgentRun, *, epoch: str | None) -> str | Problem:
     if stamped != epoch:
         return Problem(reason="StaleEpoch", message=(
             "the run's creator was stamped under an earlier stamping epoch"))
-    return bounds.clip(creator, limit=bounds.ACTOR_CHARS)
+    if len(creator) > bounds.ACTOR_CHARS:  # clipped, it could name someone else
+        return Problem(reason="Unstamped", message=(
+            f"the run's creator's name is longer than {bounds.ACTOR_CHARS} characters"))
+    return creator
 
 
 def record_pins(*, run: AgentRun, pins: Pins, now: datetime,

@@ -91,6 +91,13 @@ def fence_step(world: inputs.World) -> actions.Step | None:
     return None
 
 
+def run_creator(world: inputs.World) -> str | None:
+    """The owner of the run's automatic attempts: its creator as the operator verified it
+    when pinning the run (``status.creator``); None when it could not (then nobody owns
+    them, and only someone granted ``override`` may act on them)."""
+    return None if world.run is None else world.run.status.creator
+
+
 def claiming_world(world: inputs.World, *,
                    lease: Mapping[str, Any] | None) -> inputs.World:
     """The world with attempt n+1 consumed in memory: the slot as if ``Claiming``.
@@ -99,7 +106,8 @@ def claiming_world(world: inputs.World, *,
     the attempt's, and a claim command's request id on it puts the command's ledger entry
     back (it is written with the claim's one status write). Without it, a claim about to
     start: the status as decided (for a claim command, with its ledger entry already).
-    The attempt objects are the ones read for attempt n+1.
+    The attempt objects are the ones read for attempt n+1. A claim nobody asked for (no
+    owner decided yet) is owned by the run's creator (:func:`run_creator`).
     """
     status = world.slot.status
     if lease is not None:
@@ -109,6 +117,8 @@ def claiming_world(world: inputs.World, *,
             status = guards.claim_accepted(status, request_id=request_id, actor=owner,
                                            now=world.now)
         status = status.model_copy(update={"next_owner_actor": owner})
+    elif status.next_owner_actor is None:  # nobody asked: an automatic claim
+        status = status.model_copy(update={"next_owner_actor": run_creator(world)})
     status = transitions.start_claim(status, slot=world.slot.metadata.name, now=world.now)
     objects = world.next_attempt or inputs.AttemptObjects(
         name=status.pending_worker or "", pod=None, lease=None)
@@ -199,11 +209,13 @@ def claiming_step(world: inputs.World, *,
                 tenant=world.tenant)))
     owner = status.next_owner_actor
     # One Event at most per pod on a first claim: only a claim a person asked for (a claim
-    # command, or the claim after a reassignment) says so; an automatic one is in status.
-    event = None if owner is None else events.Event(
-        type="Normal", reason="Claimed",
-        message=f"attempt {number} claimed: pod and lease {worker} from LaunchSpec "
-                f"{pinned.name}@{pinned.generation}, owner {owner}")
+    # command, or the claim after someone other than the creator reopened the slot) says
+    # so; an automatic one, owned by the run's creator, is in status.
+    asked = attemptobjects.annotation(objects.lease, names.CLAIM_ID) is not None
+    event = None if owner is None or (owner == run_creator(world) and not asked) else (
+        events.Event(type="Normal", reason="Claimed",
+                     message=f"attempt {number} claimed: pod and lease {worker} from "
+                             f"LaunchSpec {pinned.name}@{pinned.generation}, owner {owner}"))
     return actions.WriteStatus(status=transitions.finish_claim(
         status, now=world.now, pod_uid=(objects.pod.get("metadata") or {}).get("uid")),
         event=event, point="active")

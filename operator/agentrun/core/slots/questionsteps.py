@@ -72,7 +72,7 @@ def expiry_step(world: inputs.World) -> actions.WriteStatus | None:
                                        reason=message, slot=name, now=world.now, expired=True)
         new = questionrecords.reopened(_deadline_entry(new, entry=entry, message=message,
                                                        world=world),
-                                       owner=ledger.owner_of(status, status.prior_worker),
+                                       owner=ledger.owner_of(status, status.prior_worker).actor,
                                        message=message, now=world.now)
     else:
         capped = status.attempt_count >= bounds.MAX_ATTEMPT_NUMBER

@@ -45,8 +45,11 @@ def test_manual_claim_command() -> None:
 def test_give_up_command() -> None:
     active = transitions.finish_claim(transitions.start_claim(
         f.retry_wait(owner="bob", retry_at=f.T0), slot=f.SLOT, now=f.T0), now=f.T0)
+    # The live attempt was claimed with no owner (a run without a verified creator): no one
+    # owns it, so only override may end it.
     stranger = decide(active, command(CommandKind.GIVE_UP, reason="stop"))
-    assert stranger.accepted  # the live attempt was claimed automatically: no owner
+    assert stranger.predicate is Predicate.NOT_OWNER
+    assert "owned by no one" in stranger.status.commands[-1].message
     decision = decide(active, command(CommandKind.GIVE_UP, reason="stop", override=True))
     assert decision.accepted
     assert decision.status.state is SlotState.FAILED

@@ -94,7 +94,7 @@ REJECTIONS = [
 
 
 def reassign(**kw: object) -> tuple[SlotStatus, guards.Decision]:
-    status = f.retry_wait(owner=kw.pop("owner", None))  # type: ignore[arg-type]
+    status = f.retry_wait(owner=kw.pop("owner", f.CREATOR))  # type: ignore[arg-type]
     if "state" in kw:
         status = status.model_copy(update={"state": kw.pop("state")})
     if kw.pop("held", False):

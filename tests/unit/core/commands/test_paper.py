@@ -27,6 +27,9 @@ def reassign(status: SlotStatus, *, actor: str = "alice", reason: str = "pod evi
 
 
 def claim(status: SlotStatus, *, now=f.T0) -> SlotStatus:  # type: ignore[no-untyped-def]
+    """A claim as the operator makes it: one nobody asked for is the run creator's."""
+    if status.next_owner_actor is None:
+        status = status.model_copy(update={"next_owner_actor": f.CREATOR})
     started = transitions.start_claim(status, slot=f.SLOT, now=now)
     return transitions.finish_claim(started, now=now)
 
@@ -248,9 +251,10 @@ def test_exhaustion_awaits_a_person() -> None:
 
 
 def test_owner_actor_comes_only_from_a_command() -> None:
-    """If the prior worker has an owner actor recorded ...: automatic claims record none."""
+    """If the prior worker has an owner actor recorded ...: automatic claims record the
+    run's creator, a reassignment's claim the person who sent it."""
     auto = claim(transitions.deps_met(SlotStatus(), worker_class="cpu", launch_spec=f.PINNED,
                                       now=f.T0))
-    assert auto.attempts[-1].owner_actor is None
-    manual = claim(reassign(f.retry_wait(), actor="bob").status)
+    assert auto.attempts[-1].owner_actor == f.CREATOR
+    manual = claim(reassign(f.retry_wait(owner="bob"), actor="bob").status)
     assert manual.attempts[-1].owner_actor == "bob" and manual.next_owner_actor is None

@@ -115,6 +115,7 @@ def stamped(creator: str | None, epoch: str | None) -> AgentRun:
     ("alice", None, "e1", "Unstamped"),
     (None, "e1", "e1", "Unstamped"),
     ("alice", "e1", None, "StampingNotInForce"),
+    ("a" * 257, "e1", "e1", "Unstamped"),  # clipped, it could name someone else
 ])
 def test_the_creator_is_believed_only_under_the_epoch_in_force(
         creator: str | None, epoch: str | None, in_force: str | None, verified: str) -> None:

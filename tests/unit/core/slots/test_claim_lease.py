@@ -52,6 +52,16 @@ def test_the_first_write_is_the_lease_and_no_status() -> None:
     meta = step.body["metadata"]
     assert meta["labels"][names.ATTEMPT_LABEL] == "1"
     assert names.CLAIM_ID not in meta["annotations"]  # an automatic claim serves no command
+    # ... and is the run's creator's: the owner checks of every command apply to it.
+    assert meta["annotations"][names.OWNER_ACTOR_ANNOTATION] == f.CREATOR
+
+
+def test_in_a_run_without_a_verified_creator_an_automatic_claim_is_no_ones() -> None:
+    run = f.agent_run()
+    run = run.model_copy(update={"status": run.status.model_copy(update={"creator": None})})
+    step = expect(steps.next_step(f.world(f.ready(), run=run, next_attempt=f.objects(1))),
+                  Create)
+    assert names.OWNER_ACTOR_ANNOTATION not in step.body["metadata"]["annotations"]
 
 
 def test_with_its_lease_the_claim_creates_the_pod() -> None:

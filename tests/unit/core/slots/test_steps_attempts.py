@@ -66,11 +66,19 @@ def test_claiming_with_a_lease_and_no_pod_creates_the_pod_with_the_runs_snapshot
     assert names.OWNER_ACTOR_ANNOTATION not in body["metadata"]["annotations"]
 
 
-@pytest.mark.parametrize(("owner", "says"), [(None, None), ("alice", ", owner alice")])
+@pytest.mark.parametrize(("owner", "claim_id", "says"), [
+    (None, False, None),  # automatic, in a run without a verified creator
+    (f.CREATOR, False, None),  # automatic: the run's creator's
+    (f.CREATOR, True, ", owner alice"),  # the creator's claim command
+    ("bob", False, ", owner bob"),  # bob reopened it (a reassignment, an answer)
+])
 def test_claiming_with_both_objects_records_the_attempt_as_active(
-        owner: str | None, says: str | None) -> None:
+        owner: str | None, claim_id: bool, says: str | None) -> None:
+    lease = f.lease(1)
+    if claim_id:
+        lease["metadata"]["annotations"][names.CLAIM_ID] = "c1"
     world = f.world(f.claiming(1, owner=owner), now=f.T0 + f.seconds(2),
-                    attempt=f.objects(1, pod=f.pod(1, "Pending"), lease=f.lease(1)))
+                    attempt=f.objects(1, pod=f.pod(1, "Pending"), lease=lease))
     step = expect(steps.next_step(world), WriteStatus)
     assert step.point == "active"
     status = step.status
@@ -81,7 +89,7 @@ def test_claiming_with_both_objects_records_the_attempt_as_active(
         1, "uid-pod-1", owner, f.T0 + f.seconds(2))
     assert status.next_owner_actor is None
     # At most one Event per pod on a first claim: none for an automatic claim (its status
-    # says it), one for a claim a person asked for.
+    # says it), one for a claim a person asked for (a claim command, or another person).
     assert step.event == (None if says is None else events.Event(
         type="Normal", reason="Claimed",
         message=f"attempt 1 claimed: pod and lease {f.worker(1)} from LaunchSpec cpu-spec@1"

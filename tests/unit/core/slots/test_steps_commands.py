@@ -387,7 +387,7 @@ def test_a_give_up_of_an_active_slot_fails_it_then_fences_and_tombstones_the_att
     assert tombstone.name == f.worker(1)
     assert tombstone.annotations == {
         names.OUTCOME_ANNOTATION: "GaveUp", names.ENDED_AT_ANNOTATION: "2030-01-01T12:00:30Z",
-        names.LAUNCH_SPEC_ANNOTATION: "cpu-spec@1"}
+        names.LAUNCH_SPEC_ANNOTATION: "cpu-spec@1", names.OWNER_ACTOR_ANNOTATION: f.CREATOR}
 
     done = f.objects(1, pod=None, lease=f.lease(1, holder=False, outcome="GaveUp"))
     removed = expect(steps.next_step(f.world(status, annotations=annotations, attempt=done)),

@@ -41,11 +41,10 @@ def check(context: Context) -> Failure | None:
                 f"{slot.spec.run!r}; set {names.ANSWER_RUN} to the slot's run")
     if ledger.is_blank(command.reason):
         return ledger.blank_reason()
-    owner = ledger.owner_of(status, status.prior_worker)
-    if owner is not None and command.actor != owner and not command.override:
-        return (Predicate.NOT_OWNER,
-                f"the attempt that asked is owned by {owner!r}, not {command.actor!r}; only "
-                "the owner, or an admin with the 'override' verb on slots, may answer it")
+    refused = ledger.owner_of(status, status.prior_worker).refusal(
+        command, whose="the attempt that asked", what="answer it")
+    if refused is not None:
+        return refused
     return questionrecords.failure(
         key=command.question_key, value=command.value, digest=command.digest, status=status,
         slot=name, now=context.now) or ledger.attempt_limit(status, name=name)
@@ -66,7 +65,7 @@ def apply(context: Context) -> Decision:
                                    actor=command.actor, reason=command.reason or "",
                                    slot=slot.metadata.name, now=now)
     return Decision(accepted=True, event=event, status=questionrecords.reopened(
-        new, owner=owner, message=message, now=now))
+        new, owner=owner.actor, message=message, now=now))
 
 
 SPEC = CommandSpec(

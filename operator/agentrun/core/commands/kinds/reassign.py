@@ -57,11 +57,10 @@ def check(context: Context) -> Failure | None:
         return (Predicate.BLANK_REASON,
                 "the reason (agentrun.dev/reassign-reason) must be non-blank and at most "
                 f"{names.MAX_REASON_BYTES} bytes")
-    owner = ledger.owner_of(status, status.prior_worker)
-    if owner is not None and command.actor != owner and not command.override:
-        return (Predicate.NOT_OWNER,
-                f"the prior attempt is owned by {owner!r}, not {command.actor!r}; only the "
-                "owner, or an admin with the 'override' verb on slots, may reassign it")
+    refused = ledger.owner_of(status, status.prior_worker).refusal(
+        command, whose="the prior attempt", what="reassign it")
+    if refused is not None:
+        return refused
     return ledger.attempt_limit(status, name=name)
 
 
