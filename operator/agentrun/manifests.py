@@ -145,7 +145,10 @@ def user_roles() -> list[dict[str, Any]]:
     ``agentrun-editor`` (into edit, admin) creates runs and writes commands on slots
     (``patch``; admission lets people change only command annotations);
     ``agentrun-slot-override`` (into admin) is the verb ``override``, so a namespace admin
-    may reassign or give up another person's attempt; ``agentrun-launchspec-admin`` (the
+    may reassign or give up another person's attempt; ``agentrun-approver`` (bound by
+    hand) is the verb ``approve``: approving and denying effects that wait for approval,
+    and ``agentrun-self-approver`` (bound by hand, rarely) the verb ``approve-own``: also
+    those of one's own runs; ``agentrun-launchspec-admin`` (the
     GitOps identity, bound by hand) owns LaunchSpecs and configuration ConfigMaps and may
     ``accept`` configuration; ``agentrun-tenant-admin`` (bound by hand) may ``assign`` a
     namespace's tenant label. The verbs ``override``, ``accept`` and ``assign`` are
@@ -165,6 +168,10 @@ def user_roles() -> list[dict[str, Any]]:
         _cluster_role("agentrun-slot-override",
                       [rule(group, ["slots"], [names.OVERRIDE_VERB])],
                       aggregate_to=("admin",)),
+        _cluster_role("agentrun-approver",
+                      [rule(group, ["slots"], [names.VERB_APPROVE])]),
+        _cluster_role("agentrun-self-approver",
+                      [rule(group, ["slots"], [names.VERB_APPROVE_OWN])]),
         _cluster_role("agentrun-launchspec-admin", [
             rule(group, ["launchspecs"], [*READ, "create", "update", "patch", "delete"]),
             rule([""], ["configmaps"], [*READ, "create", "update", "patch", "delete"]),

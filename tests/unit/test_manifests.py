@@ -145,6 +145,7 @@ def test_every_command_kind_is_validated_and_every_policy_is_bound_to_deny() -> 
 def test_the_user_roles_aggregate_and_never_write_status() -> None:
     roles = {r["metadata"]["name"]: r for r in documents("rbac/roles.yaml")}
     assert set(roles) == {"agentrun-viewer", "agentrun-editor", "agentrun-slot-override",
+                          "agentrun-approver", "agentrun-self-approver",
                           "agentrun-launchspec-admin", "agentrun-tenant-admin"}
     aggregated = {name: sorted(k.rsplit("-", 1)[-1] for k in r["metadata"].get("labels", {}))
                   for name, r in roles.items()}
@@ -152,6 +153,8 @@ def test_the_user_roles_aggregate_and_never_write_status() -> None:
     assert aggregated["agentrun-editor"] == ["admin", "edit"]
     assert aggregated["agentrun-slot-override"] == ["admin"]
     assert aggregated["agentrun-launchspec-admin"] == []  # bound by hand to GitOps
+    # Approving is a duty of its own: never aggregated into edit or admin.
+    assert aggregated["agentrun-approver"] == aggregated["agentrun-self-approver"] == []
     resources = {res for r in roles.values() for rule in r["rules"] for res in rule["resources"]}
     assert not any(res.endswith("/status") for res in resources)
     editor_slots = [rule for rule in roles["agentrun-editor"]["rules"]

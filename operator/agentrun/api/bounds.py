@@ -97,6 +97,13 @@ QUESTION_BYTES: Final = 512
 SCHEMA_BYTES: Final = 512
 ANSWER_VALUE_BYTES: Final = 512
 QUESTIONS_KEPT: Final = 4
+# Approvals: an effect's approval request is a question whose text is the payload's
+# redacted view; it needs 1 to MAX_APPROVERS distinct approvers, each kept as the first
+# APPROVER_DIGEST_CHARS hex digits of sha256(name) (who they are is in the ledger).
+MAX_APPROVERS: Final = 3
+APPROVER_DIGEST_CHARS: Final = 16
+# The approval floors a LaunchSpec sets (spec.approvals): effect names, at most this many.
+APPROVAL_FLOORS: Final = 16
 DIGEST_CHARS: Final = 64  # sha256, hex
 DIGEST_PATTERN: Final = r"^[0-9a-f]+$"  # with DIGEST_CHARS (no braces: CEL messages are formatted)
 

@@ -129,6 +129,16 @@ class Sidecar(Model):
         return (self.resources or DEFAULT_SIDECAR_RESOURCES).wire()
 
 
+class ApprovalFloor(Model):
+    """An effect this LaunchSpec's workers may send only once ``approvers`` distinct people
+    approved its exact payload: a floor a worker cannot lower (it may ask for more)."""
+
+    effect: str = Field(min_length=1, max_length=bounds.EFFECT_NAME_CHARS,
+                        pattern=r"^\S(.*\S)?$",
+                        description="the effect's name, as the worker's SDK call gives it")
+    approvers: int = Field(default=1, ge=1, le=bounds.MAX_APPROVERS)
+
+
 class LaunchSpecSpec(Model):
     claim: Claim
     scope: Scope = Field(default_factory=Scope)
@@ -138,6 +148,17 @@ class LaunchSpecSpec(Model):
     template: PodTemplateSpec = Field(
         json_schema_extra={"x-kubernetes-validations": [RESTART_NEVER_RULE]})
     sidecar: Sidecar | None = None
+    # None, not []: a LaunchSpec without floors keeps the digest it always had (its pins).
+    approvals: list[ApprovalFloor] | None = Field(
+        default=None, max_length=bounds.APPROVAL_FLOORS,
+        description="effects that need approval before a worker sends them (given to the "
+        "worker as AGENTRUN_APPROVALS; its SDK enforces it)",
+        json_schema_extra={"x-kubernetes-list-type": "map",
+                           "x-kubernetes-list-map-keys": ["effect"]})
+
+    def approval_floors(self) -> dict[str, int]:
+        """Effect name -> approvers, as the worker's env carries it."""
+        return {floor.effect: floor.approvers for floor in self.approvals or ()}
 
     def sidecar_conflict(self) -> str | None:
         """Why ``sidecar`` cannot be added to ``template`` (None: it can): a container or

@@ -130,10 +130,21 @@ QUESTION_ASKED_EVENT: Final = "QuestionAsked"
 QUESTION_ANSWERED_EVENT: Final = "QuestionAnswered"
 QUESTION_SUFFIX: Final = ".question"
 ANSWERED_SUFFIX: Final = ".answer"
+# Approvals: the worker's request (kind decision, on its own Lease, as a question is) and
+# the operator's decision on each later attempt's Lease (approved or denied, by whom).
+APPROVAL_SUFFIX: Final = ".approval"
+APPROVED_SUFFIX: Final = ".approved"
+VERB_APPROVE: Final = "approve"  # on slots: may approve or deny an effect
+VERB_APPROVE_OWN: Final = "approve-own"  # on slots: may approve the effects of one's own run
+# The worker pod's env: the LaunchSpec's approval floors, canonical JSON {effect: approvers}.
+ENV_APPROVALS: Final = "AGENTRUN_APPROVALS"
+APPROVAL_DENIED_EVENT: Final = "EffectDenied"
+APPROVED_EVENT: Final = "EffectApproved"
 # Records only the operator writes (a holder adding one is refused by admission), and
 # records trusted only on a Lease, never from a journal (the operator reads them there).
-OPERATOR_SUFFIXES: Final = (RESOLVED_SUFFIX, ANSWERED_SUFFIX)
-LEASE_ONLY_SUFFIXES: Final = (RESOLVED_SUFFIX, UNRESOLVED_SUFFIX, ANSWERED_SUFFIX, QUESTION_SUFFIX)
+OPERATOR_SUFFIXES: Final = (RESOLVED_SUFFIX, ANSWERED_SUFFIX, APPROVED_SUFFIX)
+LEASE_ONLY_SUFFIXES: Final = (RESOLVED_SUFFIX, UNRESOLVED_SUFFIX, ANSWERED_SUFFIX, QUESTION_SUFFIX,
+                              APPROVAL_SUFFIX, APPROVED_SUFFIX)
 
 # Worker environment and configuration mount.
 ENV_NAMESPACE: Final = "AGENTRUN_NAMESPACE"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
@@ -63,6 +63,8 @@ class CommandKind(StrEnum):
     GIVE_UP = "GiveUp"
     RESOLVE_EFFECT = "ResolveEffect"
     ANSWER = "Answer"
+    APPROVE = "Approve"
+    DENY = "Deny"
 
 
 class Predicate(StrEnum):
@@ -90,6 +92,10 @@ class Predicate(StrEnum):
     NO_PENDING_QUESTION = "NoPendingQuestion"  # an answer to a key with no pending question
     ANSWER_INVALID = "AnswerInvalid"  # an answer the question's schema refuses
     QUESTION_EXPIRED = "QuestionExpired"  # an answer after the question's deadline
+    DIGEST_MISMATCH = "DigestMismatch"  # an approval or deny of another payload than waits
+    SELF_APPROVAL = "SelfApproval"  # the run's creator approving its own effect
+    NOT_APPROVER = "NotApprover"  # no verb 'approve' on the slot
+    ALREADY_APPROVED = "AlreadyApproved"  # the same approver twice
 
 
 SPEC_IMMUTABLE: JsonDict = {
@@ -222,6 +228,14 @@ class QuestionEntry(Model):
     value: str | None = Field(default=None, max_length=bounds.ANSWER_VALUE_BYTES)
     actor: bounds.Actor | None = None
     answered_at: datetime | None = None
+    # An approval (an effect's ``<key>.approval`` request): ``question`` is the payload's
+    # redacted view, ``digest`` the payload's sha256, ``approvers`` how many distinct
+    # people must approve (None: a question), ``approved_by`` those who did so far
+    # (APPROVER_DIGEST_CHARS of sha256 of each name). Once decided, ``value`` is
+    # ``{"decision": "approved"|"denied"}``.
+    approvers: int | None = Field(default=None, ge=1, le=bounds.MAX_APPROVERS)
+    approved_by: list[Annotated[str, Field(max_length=bounds.APPROVER_DIGEST_CHARS)]] = Field(
+        default_factory=list, max_length=bounds.MAX_APPROVERS)
 
 
 class SlotStatus(Model):

@@ -120,11 +120,14 @@ class History:
         try:
             limits = urllib.parse.parse_qs(query).get("limit")
             limit = journalhistory.parse_limit(limits[0] if limits else None)
+            named = urllib.parse.parse_qs(query).get("record")
+            record = journalhistory.parse_record(named[0] if named else None)
             if not frontproxy.may_read(self.client, person, namespace=namespace, slot=name):
                 return 403, status(403, "Forbidden", f"{person.user} cannot get slot "
                                    f"{name} in {namespace}: reading a slot's journal needs "
                                    "get on the slot (the view role grants it)")
-            return 200, self.histories.history(namespace=namespace, slot=name, limit=limit)
+            return 200, self.histories.history(namespace=namespace, slot=name, limit=limit,
+                                               record=record)
         except journalhistory.HistoryError as error:
             return error.status, status(error.status, error.reason, error.message)
         except rest.ApiError as error:

@@ -12,11 +12,15 @@ bytes they hold, from the usage beside the head), and the newest
 *entries* (records) across attempts, at most ``limit``, each with its kind, size and
 whether its payload is inline or an object beside the nodes. Reading walks chains from the
 heads backwards, so its cost is the entries shown, never the journal's length: a history
-of 100,000 steps costs what one of ``limit`` does. Payloads are never read.
+of 100,000 steps costs what one of ``limit`` does. Payloads are read only when a person
+names one record (``record``: its newest entry, at most :data:`RECORD_BYTES`, verified
+against its digest), as an approver reads the exact payload of an effect waiting for them.
 """
 
 from __future__ import annotations
 
+import base64
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +38,7 @@ KIND = names.HISTORY_KIND
 LIMIT = 200  # entries shown when the request names no limit
 MOST = 1000  # the most a request may ask for (and the most nodes one reads)
 DEADLINE_SECONDS = 20.0  # a read stops here, shown as truncated: the API server waits ~60 s
+RECORD_BYTES = 1024 * 1024  # the most of one record's payload a history shows
 
 Object = dict[str, Any]
 
@@ -125,6 +130,61 @@ def walk(*, chain: list[Attempt], read: Callable[[int, str], bytes], limit: int,
     return entries[:limit], len(entries) > limit
 
 
+def parse_record(text: str | None) -> str | None:
+    """The ``record`` query parameter: a record's key, or None when absent."""
+    if text is None or text == "":
+        return None
+    try:
+        return records.check_key(text)
+    except records.RecordError as error:
+        raise HistoryError(400, "BadRequest", str(error)) from None
+
+
+def newest(*, chain: list[Attempt], read: Callable[[int, str], bytes], key: str,
+           deadline: float, clock: Callable[[], float] = time.monotonic,
+           ) -> records.Record | None:
+    """The newest entry named ``key`` reachable from the heads (at most :data:`MOST`
+    nodes read, within the deadline), or None."""
+    nodes = 0
+    for attempt in chain:
+        if attempt.head is None:
+            continue
+        seq, digest = attempt.head.seq, attempt.head.digest
+        while nodes < MOST and clock() <= deadline:
+            nodes += 1
+            try:
+                prev, found = journalnodes.read_node(read(attempt.number, digest),
+                                                     attempt=attempt.number, seq=seq,
+                                                     digest=digest)
+            except records.RecordError as error:
+                raise HistoryError(500, "InternalError",
+                                   f"the journal cannot be read whole: {error}") from None
+            match = next((r for r in reversed(found) if r.key == key), None)
+            if match is not None:
+                return match
+            if prev is None:
+                break
+            seq, digest = seq - 1, prev
+    return None
+
+
+def payload_bytes(record: records.Record, *, get: Callable[[str, int], bytes]) -> bytes:
+    """The exact bytes of ``record``'s payload (``get(key, limit)`` reads an object of
+    the slot's journal), verified against its digest."""
+    if record.ref is None:
+        data = records.canonical(record.inline)
+    elif record.size > RECORD_BYTES:
+        raise HistoryError(413, "RequestEntityTooLarge", (
+            f"record {record.key} is {record.size} bytes; a history shows at most "
+            f"{RECORD_BYTES}: read it from the journal's store ({record.ref})"))
+    else:
+        data = get(record.ref, record.size)
+    if records.digest(data) != record.digest:
+        raise HistoryError(500, "InternalError", f"record {record.key}'s payload does not "
+                           "match its digest: the journal was altered")
+    return data
+
+
 @dataclass(kw_only=True)
 class Histories:
     """Reads histories through the operator's own API client and journal credentials."""
@@ -138,7 +198,7 @@ class Histories:
             raise HistoryError(404, "NotFound", f"{what} not found")
         return found
 
-    def history(self, *, namespace: str, slot: str, limit: int,
+    def history(self, *, namespace: str, slot: str, limit: int, record: str | None = None,
                 clock: Callable[[], float] = time.monotonic) -> Object:
         """The history of ``slot`` (see the module); :class:`HistoryError` when the slot,
         its run or its journal cannot be had."""
@@ -163,6 +223,9 @@ class Histories:
             "entries": [], "truncated": False,
         }
         if pinned is None:
+            if record is not None:
+                raise HistoryError(404, "NotFound", f"the run {run_name} has no journal: "
+                                   "its records are on its attempts' Leases")
             return history  # its records are on its Leases (a run pinned without a journal)
         pin = JournalPin.model_validate(pinned)
         history["journal"] = {"endpoint": pin.endpoint, "bucket": pin.bucket,
@@ -184,7 +247,28 @@ class Histories:
             return store.get(f"{pin.prefix}/{slot}/{attempt}/sha256/{digest}",
                              limit=journalnodes.NODE_BYTES)
 
+        def get(uri: str, size: int) -> bytes:
+            own = f"s3://{pin.bucket}/{pin.prefix}/{slot}/"
+            key = uri.removeprefix(f"s3://{pin.bucket}/")
+            if not uri.startswith(own) or not re.fullmatch(r"[1-9][0-9]{0,3}/sha256/[0-9a-f]{64}",
+                                                           uri.removeprefix(own)):
+                raise HistoryError(500, "InternalError", f"{uri[:200]} is not this slot's "
+                                   "journal: a payload is read only from it")
+            return store.get(key, limit=size)
+
         try:
+            if record is not None:
+                named = newest(chain=chain, read=read, key=record,
+                               deadline=clock() + DEADLINE_SECONDS, clock=clock)
+                if named is None:
+                    raise HistoryError(404, "NotFound", f"no record {record} in slot {slot}'s "
+                                       "journal (its newest entries)")
+                data = payload_bytes(named, get=get)
+                history["record"] = {"key": named.key, "attempt": named.attempt,
+                                     "kind": str(named.kind), "digest": named.digest,
+                                     "size": len(data),
+                                     "data": base64.b64encode(data).decode()}
+                return history
             history["entries"], history["truncated"] = walk(
                 chain=chain, read=read, limit=limit, deadline=clock() + DEADLINE_SECONDS,
                 clock=clock)

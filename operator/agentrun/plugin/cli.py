@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -87,6 +88,15 @@ def _limit(text: str) -> int:
 
 
 NAME = _bounded_text("the name", chars=NAME_CHARS, pattern=bounds.RUN_PATTERN)
+
+
+def _record(text: str) -> str:
+    """``--record``: a record's key, as the journal names it."""
+    if len(text) > bounds.RECORD_KEY_CHARS or not re.fullmatch(bounds.RECORD_KEY_PATTERN, text):
+        raise argparse.ArgumentTypeError(
+            f"--record must be a record's key (lower-case letters, digits, '-' and '.', at "
+            f"most {bounds.RECORD_KEY_CHARS}), not {text[:40]!r}")
+    return text
 
 
 def _field_text(what: str, bound: Bound) -> Callable[[str], str]:
@@ -182,6 +192,10 @@ def parser() -> argparse.ArgumentParser:
     history.add_argument("--limit", type=_limit, default=JOURNAL_LIMIT[2],
                          help=f"journal entries to show, newest first (default "
                               f"{JOURNAL_LIMIT[2]}, at most {JOURNAL_LIMIT[1]})")
+    history.add_argument("--record", type=_record, metavar="KEY",
+                         help="print the newest record KEY's payload, byte for byte, its "
+                              "sha256 checked (an effect's payload waiting for approval: "
+                              "<key>.payload)")
     for spec in COMMANDS:
         made = command(spec.word, spec.help)
         for field in spec.flags:
@@ -216,6 +230,13 @@ def _print(args: argparse.Namespace, document: Object, lines: Sequence[str]) -> 
 
 def show(args: argparse.Namespace, conn: client.Connection) -> int:
     now = datetime.now(UTC)
+    if args.command == "history" and args.record is not None:
+        found = client.journal(conn, args.name, limit=1, record=args.record)
+        if "error" in found:
+            raise client.Failure(str(found["error"]), code=requests.FAILED)
+        shown = views.record(found.get("record") or {})
+        _print(args, shown, views.render_record(shown))
+        return requests.ACCEPTED if shown["verified"] else requests.FAILED
     if args.command == "history":
         slot = client.get(conn, "slots", args.name)
         view = views.history(slot, now=now,

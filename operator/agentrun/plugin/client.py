@@ -110,13 +110,16 @@ def get(conn: Connection, plural: str, name: str) -> Object:
     return found
 
 
-def journal(conn: Connection, slot_name: str, *, limit: int) -> Object:
+def journal(conn: Connection, slot_name: str, *, limit: int,
+            record: str | None = None) -> Object:
     """The slot's journal from the operator's history API (``SlotHistory``), or
-    ``{"error": why}`` when it cannot be read: the rest of ``history`` is shown anyway."""
+    ``{"error": why}`` when it cannot be read: the rest of ``history`` is shown anyway.
+    ``record``: the newest record of that key, its payload's exact bytes (``record``)."""
     path = (f"/apis/{names.HISTORY_GROUP}/{names.HISTORY_VERSION}/namespaces/"
             f"{conn.namespace}/{names.HISTORY_RESOURCE}/{slot_name}")
     try:
-        found = conn.rest.request("GET", path, query={"limit": str(limit)})
+        query = {"limit": str(limit), **({"record": record} if record else {})}
+        found = conn.rest.request("GET", path, query=query)
     except rest.ApiError as error:
         # The API server's own 404 (no APIService for the group), not the history API's
         # (which names the slot or run it did not find).

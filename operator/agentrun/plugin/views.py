@@ -16,6 +16,8 @@ Terms:
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -283,3 +285,21 @@ def render_history(view: Object) -> list[str]:
     if journal["truncated"]:
         lines.append("  ... older entries not shown (--limit)")
     return lines
+
+
+def record(found: Object) -> Object:
+    """One record's payload from the history API: its exact bytes (as text when they are
+    UTF-8), and whether their sha256 is the digest the journal names (``verified``)."""
+    data = base64.b64decode(str(found.get("data") or ""), validate=False)
+    digest = str(found.get("digest") or "")
+    return {"key": found.get("key"), "attempt": found.get("attempt"),
+            "kind": found.get("kind"), "digest": digest, "size": len(data),
+            "verified": hashlib.sha256(data).hexdigest() == digest,
+            "text": data.decode("utf-8", errors="replace")}
+
+
+def render_record(view: Object) -> list[str]:
+    checked = "matches" if view["verified"] else "DOES NOT MATCH"
+    return [f"record {view['key']} (attempt {view['attempt']}, {view['kind']}, "
+            f"{view['size']} bytes): sha256 {view['digest']} {checked} its bytes:",
+            view["text"]]

@@ -13,7 +13,10 @@ Worker``):
   successor may be running); :class:`EffectStopped` (stop the attempt) and its kinds
   :class:`AmbiguousEffect` and :class:`EffectStillInProgress`; :class:`QuestionAsked`
   (``ask`` asked a person: end the attempt) and :class:`QuestionError` (a question out of
-  its bounds); :class:`RecordError` and
+  its bounds); :class:`ApprovalRequested` (an effect waits for people's approval of its
+  payload: end the attempt; a ``QuestionAsked``), :class:`EffectDenied` (they denied it:
+  never sent) and :class:`ApprovalError` (an effect that needs approval called without
+  its payload); :func:`payload_digest` (what an approval is bound to); :class:`RecordError` and
   its kinds :class:`ResultNotStored`, :class:`RecordLimit`, :class:`RecordRefused` and
   :class:`RecordConflict`;
 - the types ``step`` and ``effect`` take: :data:`Call` and :data:`Reconcile` (the effect's
@@ -37,6 +40,12 @@ agents, a private one is not. The one public submodule is :mod:`agentrun.worker.
 ``agentrun-worker`` command the operator's pods run (``run``, ``sidecar``, ``ready``).
 """
 
+from agentrun.worker._approvals import (
+    ApprovalError,
+    ApprovalRequested,
+    EffectDenied,
+    payload_digest,
+)
 from agentrun.worker._artifacts import Artifact
 from agentrun.worker._context import Context, PinnedConfig, WorkerContextError
 from agentrun.worker._effects import (
@@ -70,9 +79,12 @@ __all__ = [
     "JSON",
     "AmbiguousEffect",
     "Answer",
+    "ApprovalError",
+    "ApprovalRequested",
     "Artifact",
     "Call",
     "Context",
+    "EffectDenied",
     "EffectStillInProgress",
     "EffectStopped",
     "FsspecStore",
@@ -95,4 +107,5 @@ __all__ = [
     "WorkerContextError",
     "canonical",
     "idempotency_key",
+    "payload_digest",
 ]

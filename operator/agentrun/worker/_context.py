@@ -27,10 +27,11 @@ import hashlib
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentrun.api import bounds, names
+from agentrun.worker import _approvals as approvals
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
@@ -80,6 +81,7 @@ class Context:
     lease: str
     config_dir: Path
     pinned: Mapping[str, PinnedConfig]
+    approvals: Mapping[str, int] = field(default_factory=dict)  # the LaunchSpec's floors
 
     @property
     def identity(self) -> str:
@@ -124,9 +126,13 @@ class Context:
         root = Path(env.get(names.ENV_CONFIG_DIR) or names.CONFIG_MOUNT_ROOT)
         pinned = {kind: config for kind in names.CONFIG_KINDS
                   if (config := _pinned(kind, root=root, env=env, problems=problems))}
+        try:
+            floors = approvals.floors(env.get(names.ENV_APPROVALS))
+        except approvals.ApprovalError as error:
+            problems.append(str(error))
         if problems:
             raise WorkerContextError(problems)
-        return cls(namespace=found[names.ENV_NAMESPACE], run=found[names.ENV_RUN],
+        return cls(approvals=floors, namespace=found[names.ENV_NAMESPACE], run=found[names.ENV_RUN],
                    run_uid=run_uid,
                    slot=found[names.ENV_SLOT], node=found[names.ENV_NODE],
                    attempt=numbers[names.ENV_ATTEMPT],

@@ -50,11 +50,12 @@ from __future__ import annotations
 import enum
 import hashlib
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, cast
 
 from agentrun.api import bounds, names
+from agentrun.worker import _approvals as approvals
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
 
@@ -189,6 +190,7 @@ class Ledger:
     keeper: Live
     run_uid: str
     slot: str
+    floors: Mapping[str, int] = field(default_factory=dict)  # the LaunchSpec's approvals
     wait_seconds: float = DEFAULT_WAIT_SECONDS
     poll_seconds: float = DEFAULT_POLL_SECONDS
     sleep: Callable[[float], None] = time.sleep
@@ -208,12 +210,13 @@ class Ledger:
         ``effect`` of the key in this attempt sees it as a successor would)."""
         self.steps.commit(self._record(key, suffix, kind, payload))
 
-    def _call(self, *, key: str, name: str, idem: str, call: Call[T], owner: str) -> T:
+    def _call(self, *, key: str, name: str, idem: str, call: Call[T], owner: str,
+              approval: dict[str, JSON] | None = None) -> T:
         self.keeper.ensure_live()
         intent = self.steps.ledger.commit(self._record(
             key, INTENT, records.Kind.EFFECT_INTENT,
             {"effect": name, "idempotencyKey": idem, "fencingToken": self.token,
-             "owner": owner}))
+             "owner": owner, **({"approval": approval} if approval else {})}))
         # A lapse here stops the effect before anything was sent: a retry in this attempt
         # may send it without asking (a successor, which cannot know that, asks).
         self.keeper.ensure_live()
@@ -295,7 +298,8 @@ class Ledger:
         return True, Reconciled(answer=Answer(answer), result=payload.get("result"))
 
     def effect(self, name: str, *, key: str, call: Call[T],
-               reconcile: Reconcile | None = None, owner: str | None = None) -> T:
+               reconcile: Reconcile | None = None, owner: str | None = None,
+               payload: JSON = None, approvers: int = 0, redact: Sequence[str] = ()) -> T:
         """Perform the effect ``name`` once per slot, or return its recorded result.
 
         ``call(idempotency_key, fencing_token)`` sends it to the owner; ``reconcile
@@ -303,6 +307,12 @@ class Ledger:
         that owns the effect (at most 63 characters; default ``name``), for the person
         who may have to ask it. Raises :class:`EffectStopped` when the attempt must stop
         (see the module docstring).
+
+        ``payload``, ``approvers``, ``redact``: an effect that requires approval (the
+        worker's ``approvers``, never below the LaunchSpec's floor) is sent only once that
+        many people approved ``payload`` (the exact JSON it sends); see
+        :mod:`agentrun.worker._approvals`, which raises ``ApprovalRequested`` (end the
+        attempt), ``EffectDenied`` or, without a ``payload``, ``ApprovalError``.
 
         The result is typed as ``call``'s. Unless ``call`` ran now, it is the recorded
         outcome read back as JSON, or the owner's ``Reconciled.result``: the same type
@@ -314,6 +324,11 @@ class Ledger:
             raise ValueError(f"effect {name}: owner {owner[:80]!r} must be a non-blank name "
                              f"of at most {bounds.EFFECT_NAME_CHARS} characters")
         idem = idempotency_key(run_uid=self.run_uid, slot=self.slot, key=key)
+        needed = approvals.required(name=name, approvers=approvers, floor=self.floors)
+        if needed and payload is None:
+            raise approvals.ApprovalError(
+                f"effect {name} requires approval by {needed} people (the worker's approvers "
+                "or the LaunchSpec's spec.approvals): give payload=, the exact JSON it sends")
         found = self.steps.prefix
         unresolved, reconciled = self.resolution(key)
         has = {INTENT: found.get(f"{key}.{INTENT}") is not None,
@@ -341,7 +356,11 @@ class Ledger:
             if step is Step.STOP_UNRESOLVED:
                 raise self._unanswered(key=key, name=name, idem=idem, owner=owner)
             if step in (Step.CALL, Step.RESEND):
-                return self._call(key=key, name=name, idem=idem, call=call, owner=owner)
+                approval = approvals.Approvals(steps=self.steps).require(
+                    key=key, name=name, owner=owner, payload=payload, approvers=needed,
+                    redact=redact) if needed else None
+                return self._call(key=key, name=name, idem=idem, call=call, owner=owner,
+                                  approval=approval)
             if step is Step.STOP_AMBIGUOUS:
                 unknown = answer is Answer.UNKNOWN
                 why = ("the owner answered unknown" if unknown else

@@ -207,10 +207,11 @@ class JournalRecords:
 
     def _check(self, record: records.Record) -> None:
         if record.key.endswith(names.OPERATOR_SUFFIXES):
-            raise records.RecordError(f"record {record.key}: a <key>{names.RESOLVED_SUFFIX} "
-                                      f"or <key>{names.ANSWERED_SUFFIX} record is the "
-                                      "operator's (an answer a person gave); a worker cannot "
-                                      "commit one")
+            raise records.RecordError(f"record {record.key}: a <key>{names.RESOLVED_SUFFIX}, "
+                                      f"<key>{names.ANSWERED_SUFFIX} or "
+                                      f"<key>{names.APPROVED_SUFFIX} record is the "
+                                      "operator's (people's answer or decision); a worker "
+                                      "cannot commit one")
         if record.attempt != self.lease.attempt:
             raise records.RecordError(f"record {record.key} is of attempt {record.attempt}; "
                                       f"this worker is attempt {self.lease.attempt}")

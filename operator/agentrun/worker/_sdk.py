@@ -24,7 +24,7 @@ import atexit
 import logging
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any, Literal, TypeVar
@@ -198,15 +198,21 @@ class Worker:
 
     def effect(self, name: str, *, key: str, call: effects.Call[T],
                reconcile: effects.Reconcile | None = None,
-               owner: str | None = None) -> T:
+               owner: str | None = None, payload: records.JSON = None, approvers: int = 0,
+               redact: Sequence[str] = ()) -> T:
         """Perform the external effect ``name`` under the ledger (see
         :meth:`effects.Ledger.effect`; ``owner`` names the service that owns it, shown
         to a person if it is ever unresolved); raises :class:`effects.EffectStopped` when
         the attempt must stop, and ``LeaseLapsed`` when the lease may have lapsed. Typed
-        as ``call``'s result (what that promises: :meth:`effects.Ledger.effect`)."""
+        as ``call``'s result (what that promises: :meth:`effects.Ledger.effect`). An effect
+        that requires approval (``approvers``, or the LaunchSpec's floor) needs ``payload``,
+        the exact JSON it sends, and is sent only once people approved it
+        (``agentrun.worker._approvals``)."""
         ledger = effects.Ledger(steps=self.steps, keeper=self.keeper,
-                                run_uid=self.context.run_uid, slot=self.context.slot)
-        return ledger.effect(name, key=key, call=call, reconcile=reconcile, owner=owner)
+                                run_uid=self.context.run_uid, slot=self.context.slot,
+                                floors=self.context.approvals)
+        return ledger.effect(name, key=key, call=call, reconcile=reconcile, owner=owner,
+                             payload=payload, approvers=approvers, redact=redact)
 
     def ask(self, key: str, question: str, *, schema: Mapping[str, Any] | None = None,
             deadline_seconds: int | None = None,

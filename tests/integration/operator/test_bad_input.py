@@ -139,7 +139,11 @@ def cases() -> list[Case]:
             "resolve-effect": {"key": "publish", "outcome": "applied",
                                "reason": "the owner has it"},
             "answer": {"key": "plan", "value": '{"publish": true}', "reason": "go ahead",
-                       "run": "study"}}
+                       "run": "study"},
+            "approve": {"key": "publish", "digest": "a" * 64, "reason": "checked it",
+                        "run": "study"},
+            "deny": {"key": "publish", "digest": "a" * 64, "reason": "wrong recipients",
+                     "run": "study"}}
     assert set(good) == set(KINDS), "a good value for every registered command"
     found = []
     for kind in KINDS:
@@ -170,7 +174,15 @@ def cases() -> list[Case]:
             ("answer", "value", "v" * 600, "Malformed"), ("answer", "value", None, "Malformed"),
             ("answer", "key", "other", "NoPendingQuestion"),  # no question is pending
             ("answer", "run", None, "WrongRun"), ("answer", "reason", None, "BlankReason"),
-            ("answer", "reason", HUGE, "BlankReason")):
+            ("answer", "reason", HUGE, "BlankReason"),
+            ("approve", "key", "k" * 300, "Malformed"), ("approve", "digest", "ABC", "Malformed"),
+            ("approve", "digest", "a" * 65, "Malformed"),
+            ("approve", "digest", None, "Malformed"),
+            ("approve", "key", "other", "NoPendingQuestion"),  # no approval is pending
+            ("approve", "run", None, "WrongRun"), ("approve", "reason", None, "BlankReason"),
+            ("deny", "digest", "g" * 64, "Malformed"), ("deny", "key", "Pub!", "Malformed"),
+            ("deny", "key", "other", "NoPendingQuestion"),
+            ("deny", "reason", HUGE, "BlankReason")):
         fields = {k: v for k, v in good[kind].items() if k != field}
         if value is not None:
             fields[field] = value

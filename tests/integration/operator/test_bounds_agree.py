@@ -25,7 +25,8 @@ pytestmark = pytest.mark.serial
 
 GOOD = {"reason": "the worker died", "worker_class": "cpu", "run": "study",
         "effect_key": "publish", "outcome": "applied", "result": '{"url": "r/1"}',
-        "question_key": "plan", "value": '{"publish": true}', "digest": "0" * 64}
+        "question_key": "plan", "value": '{"publish": true}', "digest": "0" * 64,
+        "approval_key": "publish", "payload_digest": "a" * 64}
 AT_BOUND = {
     "id": ["r" * bounds.REQUEST_ID_CHARS, "a.b_c:d@e/f+g=h-1", "7"],
     "reason": ["x" * bounds.REASON_BYTES, "é" * (bounds.REASON_BYTES // 2)],
@@ -37,6 +38,8 @@ AT_BOUND = {
     "value": ['"' + "v" * (bounds.ANSWER_VALUE_BYTES - 2) + '"',
               '"' + "é" * ((bounds.ANSWER_VALUE_BYTES - 2) // 2) + '"'],
     "digest": ["a" * bounds.DIGEST_CHARS, "0"],
+    "approval_key": ["k" * bounds.STEP_KEY_CHARS, "a-1"],
+    "payload_digest": ["a" * bounds.DIGEST_CHARS, "0"],
 }
 PAST_BOUND = {
     "id": ["r" * (bounds.REQUEST_ID_CHARS + 1), "no spaces!", "-leading", "trailing.", "  "],
@@ -52,6 +55,8 @@ PAST_BOUND = {
     "value": ['"' + "v" * (bounds.ANSWER_VALUE_BYTES - 1) + '"',
               '"' + "é" * ((bounds.ANSWER_VALUE_BYTES - 2) // 2 + 1) + '"'],
     "digest": ["a" * (bounds.DIGEST_CHARS + 1), "ABC", "g1", ""],
+    "approval_key": ["k" * (bounds.STEP_KEY_CHARS + 1), "Publish", "a.b", "-x", ""],
+    "payload_digest": ["a" * (bounds.DIGEST_CHARS + 1), "ABC", "g1", ""],
 }
 
 

@@ -149,6 +149,41 @@ def test_the_walk_is_newest_first_across_attempts_and_bounded() -> None:
     assert truncated and entries == []  # the deadline passed: shown as truncated
 
 
+def test_one_record_is_found_newest_first_and_its_bytes_verified() -> None:
+    first, first_nodes = _chain(1, [10, 20])
+    second, second_nodes = _chain(2, [30])
+    nodes = {**first_nodes, **second_nodes}
+    chain = journalhistory.attempts([_lease(1, first, ended=True), _lease(2, second, ended=True)])
+    found = journalhistory.newest(chain=chain, read=lambda _a, d: nodes[d], key="step-1-1",
+                                  deadline=1e18)
+    assert found is not None and (found.key, found.attempt) == ("step-1-1", 1)
+    data = journalhistory.payload_bytes(found, get=lambda _uri, _size: b"")
+    assert data == b'"' + b"x" * 10 + b'"' and records.digest(data) == found.digest
+    assert journalhistory.newest(chain=chain, read=lambda _a, d: nodes[d], key="nothing",
+                                 deadline=1e18) is None
+    # A payload stored by reference: read from the journal, and only if it is what its
+    # digest names.
+    big = worker_records.Record(attempt=1, digest=records.digest(b'"big"'), ref="s3://b/x",
+                                key="publish.payload", kind=records.Kind.STEP_RESULT, size=5)
+    assert journalhistory.payload_bytes(big, get=lambda _uri, _size: b'"big"') == b'"big"'
+    with pytest.raises(journalhistory.HistoryError) as altered:
+        journalhistory.payload_bytes(big, get=lambda _uri, _size: b'"bog"')
+    assert altered.value.status == 500 and "does not match its digest" in altered.value.message
+    huge = big.model_copy(update={"size": journalhistory.RECORD_BYTES + 1})
+    with pytest.raises(journalhistory.HistoryError) as large:
+        journalhistory.payload_bytes(huge, get=lambda _uri, _size: b"")
+    assert large.value.status == 413
+
+
+@pytest.mark.parametrize("text", ["Publish", "a b", "x" * 64, "-a"])
+def test_a_bad_record_key_is_a_bad_request(text: str) -> None:
+    with pytest.raises(journalhistory.HistoryError) as raised:
+        journalhistory.parse_record(text)
+    assert raised.value.status == 400
+    assert journalhistory.parse_record(None) is None
+    assert journalhistory.parse_record("publish.payload") == "publish.payload"
+
+
 def test_a_damaged_node_is_an_error_never_a_shorter_history() -> None:
     head, nodes = _chain(1, [10, 20])
     damaged = {digest: data.replace(b"step", b"stop") for digest, data in nodes.items()}

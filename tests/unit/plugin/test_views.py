@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import unicodedata
 from datetime import UTC, datetime, timedelta
@@ -276,3 +278,15 @@ def test_every_control_format_and_separator_character_is_shown_escaped(
 @pytest.mark.parametrize("text", ["plain", "caf\u00e9 \u65e5\u672c", "a\\x1b b", "", " "])
 def test_printable_text_is_left_as_written(text: str) -> None:
     assert terminal.escape(text) == text
+
+
+def test_a_records_bytes_are_shown_with_their_digest_checked() -> None:
+    data = '{"body":"é","to":"all"}'.encode()
+    found = {"key": "publish.payload", "attempt": 1, "kind": "step-result",
+             "digest": hashlib.sha256(data).hexdigest(), "data": base64.b64encode(data).decode()}
+    shown = views.record(found)
+    assert shown["verified"] and shown["text"] == data.decode() and shown["size"] == len(data)
+    assert "matches its bytes" in views.render_record(shown)[0]
+    altered = views.record({**found, "digest": "0" * 64})
+    assert not altered["verified"]
+    assert "DOES NOT MATCH" in views.render_record(altered)[0]

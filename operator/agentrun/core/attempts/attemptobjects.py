@@ -23,6 +23,7 @@ read-only at ``/var/run/agentrun/journal``. Bodies are plain dicts, as the API t
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -194,6 +195,10 @@ def pod_body(
     volumes += journal_volumes
     mounts += journal_mounts
     env = environment(slot=slot, attempt=attempt, pins=pins)
+    floors = launch_spec.approval_floors()
+    if floors:  # the effects this LaunchSpec's workers send only once approved
+        env.append({"name": names.ENV_APPROVALS,
+                    "value": json.dumps(floors, sort_keys=True, separators=(",", ":"))})
     ours = {v["name"] for v in volumes}
     spec["volumes"] = [v for v in spec.get("volumes") or [] if v.get("name") not in ours] + volumes
     if launch_spec.sidecar is not None:

@@ -60,6 +60,13 @@ def command_line(*, slot: str, key: str) -> str:
 
 
 def describe(entry: QuestionEntry, *, slot: str) -> str:
+    if entry.approvers is not None:
+        return (f"attempt {entry.attempt} asks for approval (key {entry.key}; payload digest "
+                f"{entry.digest}; {entry.approvers} distinct approvers needed, "
+                f"{len(entry.approved_by)} so far: kubectl agentrun approve {slot} --key "
+                f"{entry.key} --digest {entry.digest} --reason '<why>', or kubectl agentrun "
+                f"deny; the exact bytes: kubectl agentrun history {slot} --record "
+                f"{entry.key}.payload): {bounds.printable(entry.question)}")
     schema = f"; answer schema (digest {entry.digest}): {entry.json_schema}" if (
         entry.json_schema) else f"; any JSON answers it (digest {entry.digest})"
     deadline = "" if entry.deadline is None else (
@@ -159,8 +166,12 @@ def failure(*, key: str | None, value: str | None, digest: str | None, status: S
     if key is None or value is None:
         missing = names.ANSWER_KEY if key is None else names.ANSWER_VALUE
         return Predicate.MALFORMED, f"{missing} is required (the question's key, and the answer)"
-    open_ = waiting(status)
+    open_ = [q for q in waiting(status) if q.approvers is None]
     entry = next((q for q in open_ if q.key == key), None)
+    if entry is None and any(q.key == key and q.approvers is not None for q in waiting(status)):
+        return (Predicate.NO_PENDING_QUESTION,
+                f"slot {slot!r}'s key {key!r} waits for an approval, not an answer: "
+                "kubectl agentrun approve (or deny) it")
     if entry is None:
         done = next((q for q in reversed(status.questions) if q.key == key), None)
         if done is not None and done.state is QuestionState.ANSWERED:
@@ -211,7 +222,7 @@ def answered(status: SlotStatus, *, key: str, value: str, actor: str | None, rea
     update = {"state": QuestionState.EXPIRED if expired else QuestionState.ANSWERED,
               "value": canonical, "actor": bounds.optional_clip(actor, limit=bounds.ACTOR_CHARS),
               "answered_at": now}
-    new = _marked(status, key=key, update=update)
+    new = marked(status, key=key, update=update)
     message = (f"question {key} answered by {actor or 'its deadline (the default)'}: "
                f"{reason}; the next claim's attempt reads the answer (record "
                f"{key}{names.ANSWERED_SUFFIX})")
@@ -229,18 +240,21 @@ def reopened(status: SlotStatus, *, owner: str | None, message: str,
                               message=message, now=now, reason=names.QUESTION_ANSWERED)
 
 
-def _marked(status: SlotStatus, *, key: str, update: dict[str, Any]) -> SlotStatus:
-    """The waiting entries of ``key`` updated with ``update``."""
-    open_ = {(q.key, q.attempt) for q in waiting(status) if q.key == key}
+def marked(status: SlotStatus, *, key: str, update: dict[str, Any],
+           approval: bool = False) -> SlotStatus:
+    """The waiting questions (``approval``: approvals) of ``key`` updated with ``update``."""
+    open_ = {(q.key, q.attempt) for q in waiting(status)
+             if q.key == key and (q.approvers is not None) == approval}
     return status.model_copy(update={"questions": [
-        q.model_copy(update=update) if (q.key, q.attempt) in open_ else q
+        q.model_copy(update=update) if (q.key, q.attempt) in open_ and (
+            q.approvers is not None) == approval else q
         for q in status.questions]})
 
 
 def expire(status: SlotStatus, *, key: str) -> SlotStatus:
     """The waiting entries of ``key`` marked Expired, without an answer (the slot fails
     next: ``transitions.fail`` removes the condition)."""
-    return _marked(status, key=key, update={"state": QuestionState.EXPIRED})
+    return marked(status, key=key, update={"state": QuestionState.EXPIRED})
 
 
 def expired(status: SlotStatus, *, now: datetime) -> QuestionEntry | None:
@@ -268,17 +282,19 @@ def answer_payload(entry: QuestionEntry) -> dict[str, records.JSON]:
 def answer_annotations(status: SlotStatus, *, attempt: int) -> dict[str, str]:
     """The ``<key>.answer`` records for attempt ``attempt``'s Lease: per key, its latest
     answered question of an earlier attempt."""
-    latest: dict[str, QuestionEntry] = {}
+    latest: dict[tuple[str, bool], QuestionEntry] = {}
     for entry in status.questions:
+        which = (entry.key, entry.approvers is not None)  # an answer, or an approval
         if entry.value is not None and entry.attempt < attempt and (
-                entry.key not in latest or latest[entry.key].attempt < entry.attempt):
-            latest[entry.key] = entry
+                which not in latest or latest[which].attempt < entry.attempt):
+            latest[which] = entry
     found = {}
-    for key, entry in sorted(latest.items()):
+    for (key, _), entry in sorted(latest.items()):
         payload = answer_payload(entry)
         data = records.canonical(payload)
+        suffix = names.ANSWERED_SUFFIX if entry.approvers is None else names.APPROVED_SUFFIX
         record = records.Record(
             attempt=attempt, digest=records.digest(data), inline=payload,
-            key=f"{key}{names.ANSWERED_SUFFIX}", kind=records.Kind.DECISION, size=len(data))
+            key=f"{key}{suffix}", kind=records.Kind.DECISION, size=len(data))
         found[record.annotation] = records.encode(record)
     return found

@@ -133,3 +133,15 @@ DIGEST = Field(
                      message="{key} must be a sha256 digest (lower-case hex digits, "
                              f"{bounds.DIGEST_CHARS} of them), as status.questions shows it"),
     fill=_shown_digest)
+APPROVAL_KEY = _step_key("approval_key", what="effect", where="status.questions (an approval)")
+PAYLOAD_DIGEST = Field(
+    name="payload_digest", suffix="digest", label="--digest", flag="--digest", required=True,
+    metavar="SHA256",
+    help="the sha256 of the exact payload you approve (status.questions shows it; check it "
+         "against the bytes: kubectl agentrun history --record <key>.payload)",
+    bound=Bound(chars=bounds.DIGEST_CHARS, pattern=bounds.DIGEST_PATTERN),
+    admission=static(required=True, valid=f"{{value}}.size() <= {bounds.DIGEST_CHARS} && "
+                     f"{matches('{value}', bounds.DIGEST_PATTERN)}",
+                     message="{key} is required: the payload's sha256 digest (lower-case hex "
+                             f"digits, {bounds.DIGEST_CHARS} of them), as status.questions "
+                             "shows it"))

@@ -44,18 +44,19 @@ from agentrun.core.commands.ledger import seen as seen
 
 def decide(
     *, command: Command, slot: Slot, tenant: str | None, prior: Prior | None,
-    launch_specs: Iterable[LaunchSpec], now: datetime,
+    launch_specs: Iterable[LaunchSpec], now: datetime, creator: str | None = None,
 ) -> Decision:
     """Decide any command by its kind's spec (see the module docstring).
 
-    ``prior`` may be None only when the slot has no prior worker.
+    ``prior`` may be None only when the slot has no prior worker; ``creator``: the run's
+    verified creator (an approval's separation of duties), None when it has none.
     """
     status = slot.status
     if seen(status, command.request_id) is not None:
         return Decision(accepted=False, duplicate=True, predicate=Predicate.DUPLICATE,
                         status=status)
     context = ledger.Context(command=command, slot=slot, prior=prior,
-                             launch_specs=launch_specs, now=now)
+                             launch_specs=launch_specs, now=now, creator=creator)
     spec = registry.BY_KIND[command.kind]
     failed = ledger.tenancy(command, slot=slot, tenant=tenant) or spec.check(context)
     if failed:

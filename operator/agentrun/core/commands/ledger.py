@@ -41,6 +41,7 @@ class Command:
     request_id: str
     actor: str | None
     override: bool = False
+    granted: frozenset[str] = frozenset()  # the spec's verbs admission found the actor holds
     reason: str | None = None
     worker_class: str | None = None
     run: str | None = None
@@ -51,6 +52,8 @@ class Command:
     question_key: str | None = None  # answer: the question's key, the answer (JSON text)
     value: str | None = None  # and the digest of the question it answers
     digest: str | None = None
+    approval_key: str | None = None  # approve, deny: the effect's key and its payload's digest
+    payload_digest: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +97,7 @@ class Context:
     prior: Prior | None
     launch_specs: Iterable[LaunchSpec]
     now: datetime
+    creator: str | None = None  # the run's verified creator (status.creator); None: none
 
 
 def is_blank(reason: str | None) -> bool:

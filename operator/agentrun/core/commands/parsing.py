@@ -115,6 +115,8 @@ def pending(annotations: Mapping[str, str]) -> Pending | None:
         command = ledger.Command(
             kind=shape.kind, request_id=request_id, actor=_clipped(actor, BOUNDS["actor"]),
             override=shape.override is not None and annotations.get(shape.override) == "true",
+            granted=frozenset(verb for verb, key in shape.granted.items()
+                              if annotations.get(key) == "true"),
             **clip)
         keys = tuple(k for k in shape.keys if k in annotations)
         epoch = annotations.get(shape.epoch) or None

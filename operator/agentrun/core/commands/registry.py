@@ -40,7 +40,9 @@ from collections.abc import Mapping
 from agentrun.api.slots import CommandKind
 from agentrun.core.commands.kinds import (
     answer,
+    approve,
     claim,
+    deny,
     giveup,
     hold,
     reassign,
@@ -53,6 +55,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
     reassign.SPEC,
     resolveeffect.SPEC,
     answer.SPEC,
+    approve.SPEC,
+    deny.SPEC,
     claim.SPEC,
     hold.SPEC,
     release.SPEC,

@@ -114,6 +114,10 @@ class CommandSpec:
     target: Literal["slots"] = "slots"
     takes: tuple[Field, ...] = ()
     owner: Literal["prior", "live"] | None = None
+    # Verbs on the slot admission decides for the writer (the authorizer, as for
+    # ``override``), each stamped as ``<word>-may-<verb>``: what the check needs to know
+    # about who sends it (an approval: ``approve``, ``approve-own``).
+    verbs: tuple[str, ...] = ()
     state: tuple[str, str] | None = None  # CEL over the old status, and why not
     admission: tuple[tuple[str, str], ...] = ()  # (CEL, message): further checks
     examples: tuple[str, ...] = ()  # the plugin's help
@@ -143,6 +147,11 @@ class CommandSpec:
         return key(self.word, "override") if self.owner else None
 
     @property
+    def granted(self) -> Mapping[str, str]:
+        """Verb -> the annotation admission stamps with whether the writer holds it."""
+        return {verb: key(self.word, f"may-{verb}") for verb in self.verbs}
+
+    @property
     def fields(self) -> Mapping[str, str]:
         """Command field -> annotation."""
         return {f.name: key(self.word, f.suffix) for f in self.takes}
@@ -150,7 +159,8 @@ class CommandSpec:
     @property
     def stamped(self) -> tuple[str, ...]:
         """The annotations admission stamps (a person's value for them never stands)."""
-        return (self.actor, self.epoch, *((self.override,) if self.override else ()))
+        return (self.actor, self.epoch, *((self.override,) if self.override else ()),
+                *self.granted.values())
 
     @property
     def keys(self) -> tuple[str, ...]:

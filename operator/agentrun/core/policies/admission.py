@@ -41,10 +41,11 @@ def _add(annotation: str, value: str) -> str:
 
 
 def overrides(*, namespace: str = "object.metadata.namespace",
-              name: str = "object.metadata.name") -> str:
-    """CEL: does the requester hold ``override`` on this slot (its groups included)?"""
+              name: str = "object.metadata.name", verb: str = names.OVERRIDE_VERB) -> str:
+    """CEL: does the requester hold ``verb`` (``override``) on this slot (its groups
+    included)?"""
     return (f"authorizer.group('{names.GROUP}').resource('slots').namespace({namespace})"
-            f".name({name}).check('{names.OVERRIDE_VERB}').allowed()")
+            f".name({name}).check('{verb}').allowed()")
 
 
 def stamp_expression(shape: CommandSpec) -> str:
@@ -53,6 +54,8 @@ def stamp_expression(shape: CommandSpec) -> str:
                _add(shape.epoch, f"params.data['{EPOCH_KEY}']")]
     if shape.override:
         patches.append(_add(shape.override, f"{overrides()} ? 'true' : 'false'"))
+    patches += [_add(annotation, f"{overrides(verb=verb)} ? 'true' : 'false'")
+                for verb, annotation in shape.granted.items()]
     return (
         f"('{shape.id}' in variables.new) && [{keys}].exists(k, "
         "(k in variables.new) != (k in variables.old) || "

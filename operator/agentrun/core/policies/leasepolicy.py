@@ -227,8 +227,9 @@ def record_checks() -> list[Object]:
         validation("request.operation != 'UPDATE' || variables.added.all(k, " + " && ".join(
                        f"!k.endsWith('{suffix}')" for suffix in names.OPERATOR_SUFFIXES) + ")",
                    f"a record <key>{names.RESOLVED_SUFFIX} (the owner's answer to an "
-                   f"unresolved effect) or <key>{names.ANSWERED_SUFFIX} (a person's answer to a "
-                   "question) is written by the operator from a person's command: a worker "
+                   f"unresolved effect), <key>{names.ANSWERED_SUFFIX} (a person's answer to a "
+                   f"question) or <key>{names.APPROVED_SUFFIX} (people's decision on an effect's "
+                   "approval) is written by the operator from a person's command: a worker "
                    "cannot write one"),
     ]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from agentrun.api import bounds, names
 from agentrun.api.slots import CommandKind, Outcome, QuestionEntry, SlotStatus
-from agentrun.core.attempts import questionrecords
+from agentrun.core.attempts import approvalrecords, questionrecords
 from agentrun.core.base import actions, events
 from agentrun.core.commands import ledger
 from agentrun.core.machine import retries, transitions
@@ -30,7 +30,9 @@ def asked(world: inputs.World) -> list[QuestionEntry]:
     if objects is None:
         return []
     pod_uid = next((a.pod_uid for a in status.attempts if a.lease == objects.name), None)
-    return questionrecords.asked_on(objects.lease, now=world.now, pod_uid=pod_uid)
+    found = [*questionrecords.asked_on(objects.lease, now=world.now, pod_uid=pod_uid),
+             *approvalrecords.requested_on(objects.lease, now=world.now, pod_uid=pod_uid)]
+    return found[:bounds.QUESTIONS_KEPT]
 
 
 def ended(world: inputs.World, *, entries: list[QuestionEntry], message: str,

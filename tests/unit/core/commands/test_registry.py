@@ -68,13 +68,15 @@ def test_what_the_plugin_writes_the_parser_reads_back(spec: CommandSpec) -> None
     sent = {field.name: SAMPLES[field.name] for field in spec.takes}
     written = requests.written(requests.Request(kind=spec.kind, request_id=RID, fields=sent))
     stamped = {spec.actor: "alice", spec.epoch: "e1",
-               **({spec.override: "true"} if spec.override else {})}
+               **({spec.override: "true"} if spec.override else {}),
+               **dict.fromkeys(spec.granted.values(), "true")}
     pending = parsing.pending({**written, **stamped})
     assert pending is not None
     assert (pending.malformed, pending.stamped, pending.epoch) == (None, True, "e1")
     command = pending.command
     assert (command.kind, command.request_id, command.actor) == (spec.kind, RID, "alice")
     assert command.override is (spec.override is not None)
+    assert command.granted == frozenset(spec.verbs)
     assert {name: getattr(command, name) for name in sent} == sent
     assert set(pending.keys) == set(written) | set(stamped) == set(spec.keys)
 
