@@ -15,6 +15,7 @@ API server's authentication, RBAC and front proxy:
 - bob, bound to the standard ``view`` role (which the chart's ``agentrun-viewer``
   aggregates into), reads every step with its kind, size and where its payload is, newest
   first; ``--limit`` bounds it; ``kubectl get slothistory`` shows the same object;
+  ``history --record`` prints one record's exact bytes with its digest checked;
 - nobody reaches the history's port directly: without the front proxy's certificate it
   answers 401.
 
@@ -168,6 +169,15 @@ def test_a_journal_is_read_through_rbac_and_only_so(
     assert text.returncode == 0, (text.stdout, text.stderr)
     assert "Journal s3://" in text.stdout and "h11" in text.stdout, text.stdout
     assert "h06" not in text.stdout and "older entries not shown" in text.stdout
+    # One record's exact bytes, by reference in the store, its sha256 checked by the plugin
+    # (what an approver reads of an effect's payload before approving its digest).
+    one = plugin(scenario, "bob", "history", slot, "--record", "h01", "-o", "json")
+    assert one.returncode == 0, (one.stdout, one.stderr)
+    record = json.loads(one.stdout)
+    assert record["verified"] and record["digest"] == by_key["h01"]["digest"]
+    assert json.loads(record["text"]) == {"i": 1, "text": "x" * SIZES[1]}
+    missing = plugin(scenario, "bob", "history", slot, "--record", "nothing")
+    assert missing.returncode == 3 and "no record nothing" in missing.stderr, missing.stderr
 
     # The port itself, without the API server's front-proxy certificate: nobody.
     _, port = history

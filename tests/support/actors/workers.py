@@ -53,21 +53,24 @@ def grant_worker_role(scenario: Scenario) -> None:
 def real_launch_spec(scenario: Scenario, name: str, *, classes: list[str], image: str,
                      script: str, lease_seconds: int = LEASE_SECONDS,
                      renewer: bool = True, env: dict[str, str] | None = None,
-                     start_deadline_seconds: int = START_DEADLINE_SECONDS) -> Object:
+                     start_deadline_seconds: int = START_DEADLINE_SECONDS,
+                     extra: Object | None = None) -> Object:
     """A LaunchSpec whose pods run ``script`` under the lease renewer (or, ``renewer``
-    False, as ``python3 -c script`` alone: an SDK worker renews itself), on the node."""
+    False, as ``python3 -c script`` alone: an SDK worker renews itself), on the node;
+    ``extra``: more of its spec (its approvals)."""
     command = ["python3", "-c", script]
     container = {"name": "worker", "image": image, "imagePullPolicy": "Never",
                  "command": ["agentrun-worker", "run", "--", *command] if renewer else command,
                  "env": [{"name": k, "value": v} for k, v in sorted((env or {}).items())]}
     return node_launch_spec(scenario, name, classes=classes, container=container,
                             lease_seconds=lease_seconds,
-                            start_deadline_seconds=start_deadline_seconds)
+                            start_deadline_seconds=start_deadline_seconds, extra=extra)
 
 
 def node_launch_spec(scenario: Scenario, name: str, *, classes: list[str],
                      container: Object, lease_seconds: int = LEASE_SECONDS,
-                     start_deadline_seconds: int = START_DEADLINE_SECONDS) -> Object:
+                     start_deadline_seconds: int = START_DEADLINE_SECONDS,
+                     extra: Object | None = None) -> Object:
     """A LaunchSpec whose pods run ``container`` on the node as the worker account."""
     body: Object = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
             "metadata": {"name": name},
@@ -78,7 +81,8 @@ def node_launch_spec(scenario: Scenario, name: str, *, classes: list[str],
                                   "spec": {"restartPolicy": "Never",
                                            "serviceAccountName": WORKER_ACCOUNT,
                                            "terminationGracePeriodSeconds": 2,
-                                           "containers": [container]}}}}
+                                           "containers": [container]}},
+                     **(extra or {})}}
     created: Any = scenario.custom.create_namespaced_custom_object(
         GROUP, VERSION, scenario.namespace, "launchspecs", body)
     return dict(created)
