@@ -147,11 +147,12 @@ def user_roles() -> list[dict[str, Any]]:
     ``agentrun-slot-override`` (into admin) is the verb ``override``, so a namespace admin
     may reassign or give up another person's attempt; ``agentrun-approver`` (bound by
     hand) is the verb ``approve``: approving and denying effects that wait for approval,
-    and ``agentrun-self-approver`` (bound by hand, rarely) the verb ``approve-own``: also
-    those of one's own runs; ``agentrun-launchspec-admin`` (the
-    GitOps identity, bound by hand) owns LaunchSpecs and configuration ConfigMaps and may
-    ``accept`` configuration; ``agentrun-tenant-admin`` (bound by hand) may ``assign`` a
-    namespace's tenant label. The verbs ``override``, ``accept`` and ``assign`` are
+    and ``agentrun-self-approver`` (bound by hand, rarely) adds ``approve-own``: also those
+    of one's own runs (approvers write the command, so they need ``agentrun-editor`` too);
+    ``agentrun-launchspec-admin`` (the GitOps identity, bound by hand) owns LaunchSpecs and
+    configuration ConfigMaps and may ``accept`` configuration; ``agentrun-tenant-admin``
+    (bound by hand) may ``assign`` a namespace's tenant label. The verbs ``override``,
+    ``approve``, ``approve-own``, ``accept`` and ``assign`` are
     checked by the admission policies (``core.policies.admission``, ``core.policies.validating``).
     """
     group = [names.GROUP]
@@ -171,7 +172,7 @@ def user_roles() -> list[dict[str, Any]]:
         _cluster_role("agentrun-approver",
                       [rule(group, ["slots"], [names.VERB_APPROVE])]),
         _cluster_role("agentrun-self-approver",
-                      [rule(group, ["slots"], [names.VERB_APPROVE_OWN])]),
+                      [rule(group, ["slots"], [names.VERB_APPROVE, names.VERB_APPROVE_OWN])]),
         _cluster_role("agentrun-launchspec-admin", [
             rule(group, ["launchspecs"], [*READ, "create", "update", "patch", "delete"]),
             rule([""], ["configmaps"], [*READ, "create", "update", "patch", "delete"]),

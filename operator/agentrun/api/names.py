@@ -134,6 +134,9 @@ ANSWERED_SUFFIX: Final = ".answer"
 # the operator's decision on each later attempt's Lease (approved or denied, by whom).
 APPROVAL_SUFFIX: Final = ".approval"
 APPROVED_SUFFIX: Final = ".approved"
+# The payload an approval is asked for (in the journal, for approvers to read): a later
+# attempt that computes other arguments commits it again, by design.
+PAYLOAD_SUFFIX: Final = ".payload"
 VERB_APPROVE: Final = "approve"  # on slots: may approve or deny an effect
 VERB_APPROVE_OWN: Final = "approve-own"  # on slots: may approve the effects of one's own run
 # The worker pod's env: the LaunchSpec's approval floors, canonical JSON {effect: approvers}.

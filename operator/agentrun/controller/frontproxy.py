@@ -119,12 +119,14 @@ def read(client: rest.Rest) -> FrontProxy | None:
     return FrontProxy.from_configmap(found.get("data") or {})
 
 
-def may_read(client: rest.Rest, person: Person, *, namespace: str, slot: str) -> bool:
-    """Whether ``person`` may ``get`` the slot, by the API server's own answer."""
+def may_read(client: rest.Rest, person: Person, *, namespace: str, slot: str,
+             verb: str = "get") -> bool:
+    """Whether ``person`` may ``get`` the slot (or ``verb`` on it), by the API server's own
+    answer."""
     review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
               "spec": {"user": person.user, "groups": list(person.groups),
                        "extra": {k: list(v) for k, v in person.extra},
-                       "resourceAttributes": {"namespace": namespace, "verb": "get",
+                       "resourceAttributes": {"namespace": namespace, "verb": verb,
                                               "group": names.GROUP, "version": names.VERSION,
                                               "resource": "slots", "name": slot}}}
     answer = client.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews",

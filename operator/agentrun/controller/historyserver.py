@@ -126,6 +126,14 @@ class History:
                 return 403, status(403, "Forbidden", f"{person.user} cannot get slot "
                                    f"{name} in {namespace}: reading a slot's journal needs "
                                    "get on the slot (the view role grants it)")
+            if record is not None and not frontproxy.may_read(
+                    self.client, person, namespace=namespace, slot=name,
+                    verb=names.VERB_APPROVE):
+                return 403, status(403, "Forbidden", f"{person.user} cannot read slot "
+                                   f"{name}'s records in {namespace}: a record's payload is "
+                                   "for approvers (the verb 'approve' on the slot, the role "
+                                   "agentrun-approver); the history without --record needs "
+                                   "only get")
             return 200, self.histories.history(namespace=namespace, slot=name, limit=limit,
                                                record=record)
         except journalhistory.HistoryError as error:

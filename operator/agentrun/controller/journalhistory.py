@@ -235,6 +235,9 @@ class Histories:
                    and c.get("status") == "True"]
         if deleted:  # by its retention: nothing to read, and the reason why
             history["journal"]["deleted"] = str(deleted[0].get("message") or "")
+            if record is not None:
+                raise HistoryError(410, "Gone", f"the run's journal was deleted: "
+                                   f"{history['journal']['deleted']}")
             return history
         try:
             store = self.stores.store(endpoint=pin.endpoint, bucket=pin.bucket,

@@ -93,6 +93,10 @@ class Metrics:
             "agentrun_questions_asked_total",
             "Questions workers asked a person, recorded as QuestionPending on a slot",
             registry=into)
+        self.approvals_requested = Counter(
+            "agentrun_approvals_requested_total",
+            "Effects waiting for people's approval of their payload, recorded on a slot",
+            registry=into)
 
     def count(self, tally: tallies.Tally) -> None:
         """Count one applied slot write."""
@@ -110,6 +114,8 @@ class Metrics:
             self.effects_unresolved.inc(tally.effects_unresolved)
         if tally.questions_asked:
             self.questions_asked.inc(tally.questions_asked)
+        if tally.approvals_requested:
+            self.approvals_requested.inc(tally.approvals_requested)
 
     def run_event(self, reason: str) -> None:
         """Count one applied run status write that carried an Event (its reason)."""

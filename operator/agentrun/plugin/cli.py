@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import NoReturn, TextIO
 
-from agentrun.api import bounds
+from agentrun.api import bounds, names
 from agentrun.core.commands import registry
 from agentrun.core.commands.spec import Bound, Field
 from agentrun.plugin import client, requests, terminal, views
@@ -234,7 +234,15 @@ def show(args: argparse.Namespace, conn: client.Connection) -> int:
         found = client.journal(conn, args.name, limit=1, record=args.record)
         if "error" in found:
             raise client.Failure(str(found["error"]), code=requests.FAILED)
-        shown = views.record(found.get("record") or {})
+        waiting = None
+        if args.record.endswith(names.PAYLOAD_SUFFIX):  # an effect's payload: its approval
+            key = args.record.removesuffix(names.PAYLOAD_SUFFIX)
+            entries = (client.get(conn, "slots", args.name).get("status") or {}).get(
+                "questions") or []
+            waiting = next((str(q.get("digest")) for q in reversed(entries)
+                            if q.get("key") == key and q.get("approvers")
+                            and q.get("state") == "Pending"), None)
+        shown = views.record(found.get("record") or {}, approval=waiting)
         _print(args, shown, views.render_record(shown))
         return requests.ACCEPTED if shown["verified"] else requests.FAILED
     if args.command == "history":

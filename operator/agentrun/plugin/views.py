@@ -230,6 +230,9 @@ def history(slot: Object, *, now: datetime, journal: Object | None = None) -> Ob
         "deadline": q.get("deadline") or NONE, "answer": q.get("value") or NONE,
         "by": q.get("actor") or NONE, "question": q.get("question") or "",
         "schema": q.get("jsonSchema") or NONE,
+        # An approval: how many approved of how many needed (approve or deny it, not answer).
+        "approvals": (f"{len(q.get('approvedBy') or [])}/{q['approvers']}"
+                      if q.get("approvers") else NONE),
     } for q in status.get("questions") or [] if isinstance(q, dict)]
     return {"slot": _name(slot), "state": status.get("state") or "Pending",
             "run": (slot.get("spec") or {}).get("run"), "age": age(
@@ -257,7 +260,7 @@ COMMAND_COLUMNS = (("TIME", "time"), ("KIND", "kind"), ("REQUEST", "requestId"),
 
 QUESTION_COLUMNS = (("KEY", "key"), ("ATTEMPT", "attempt"), ("STATE", "state"),
                     ("DIGEST", "digest"), ("DEADLINE", "deadline"), ("ANSWER", "answer"),
-                    ("BY", "by"), ("QUESTION", "question"))
+                    ("BY", "by"), ("APPROVED", "approvals"), ("QUESTION", "question"))
 JOURNAL_COLUMNS = (("ATTEMPT", "attempt"), ("SEQ", "seq"), ("KIND", "kind"), ("KEY", "key"),
                    ("BYTES", "size"), ("STORED", "stored"))
 
@@ -272,7 +275,9 @@ def render_history(view: Object) -> list[str]:
     lines += table(view["commands"], COMMAND_COLUMNS) if view["commands"] else ["  (none)"]
     if view["questions"]:  # the schema is in -o json (and status.questions)
         lines += ["", "Questions (answer: kubectl agentrun answer <slot> --key K --digest D "
-                  "--value JSON --reason R):", *table(view["questions"], QUESTION_COLUMNS)]
+                  "--value JSON --reason R; an approval, APPROVED k/N: kubectl agentrun "
+                  "approve|deny <slot> --key K --digest D --reason R):",
+                  *table(view["questions"], QUESTION_COLUMNS)]
     journal = view.get("journal")
     if journal is None:
         return lines
@@ -287,19 +292,26 @@ def render_history(view: Object) -> list[str]:
     return lines
 
 
-def record(found: Object) -> Object:
+def record(found: Object, *, approval: str | None = None) -> Object:
     """One record's payload from the history API: its exact bytes (as text when they are
-    UTF-8), and whether their sha256 is the digest the journal names (``verified``)."""
+    UTF-8), and whether their sha256 is the digest the journal names and, for an
+    effect's payload, the digest of the approval waiting under its key (``approval``):
+    ``verified`` only when both match, so an approver never approves other bytes than
+    they read."""
     data = base64.b64decode(str(found.get("data") or ""), validate=False)
     digest = str(found.get("digest") or "")
+    actual = hashlib.sha256(data).hexdigest()
     return {"key": found.get("key"), "attempt": found.get("attempt"),
             "kind": found.get("kind"), "digest": digest, "size": len(data),
-            "verified": hashlib.sha256(data).hexdigest() == digest,
+            "approvalDigest": approval,
+            "verified": bool(found) and actual == digest and approval in (None, actual),
             "text": data.decode("utf-8", errors="replace")}
 
 
 def render_record(view: Object) -> list[str]:
     checked = "matches" if view["verified"] else "DOES NOT MATCH"
-    return [f"record {view['key']} (attempt {view['attempt']}, {view['kind']}, "
-            f"{view['size']} bytes): sha256 {view['digest']} {checked} its bytes:",
-            view["text"]]
+    lines = [f"record {view['key']} (attempt {view['attempt']}, {view['kind']}, "
+             f"{view['size']} bytes): sha256 {view['digest']} {checked} its bytes"
+             + ("" if view["approvalDigest"] is None else
+                f" and the approval waiting ({view['approvalDigest']})") + ":"]
+    return [*lines, view["text"]]

@@ -38,7 +38,7 @@ from agentrun.worker import _records as records
 from agentrun.worker._questions import QuestionAsked
 
 JSON = records.JSON
-PAYLOAD = ".payload"  # the record that keeps the exact payload, for approvers to read
+PAYLOAD = names.PAYLOAD_SUFFIX  # the record that keeps the exact payload, for approvers
 REDACTED = "<redacted>"
 VIEW_BYTES = bounds.QUESTION_BYTES - 2 * bounds.EFFECT_NAME_CHARS - 16  # fits the entry
 
@@ -108,9 +108,11 @@ class Approvals:
 
     def require(self, *, key: str, name: str, owner: str, payload: JSON, approvers: int,
                 redact: Sequence[str] = ()) -> dict[str, JSON]:
-        """What the intent records of the approval (``{"payloadDigest", "approvers"}``),
-        once approved; else :class:`ApprovalRequested` (asked now) or
-        :class:`EffectDenied` (see the module docstring)."""
+        """What the intent records of the approval (``payloadDigest``, ``approvals``: how
+        many approved, ``required``: how many this call needs), once approved by at least
+        ``approvers`` people; else :class:`ApprovalRequested` (asked now) or
+        :class:`EffectDenied` (see the module docstring). A decision that counted fewer
+        approvers than this call needs (a floor raised since) does not count."""
         digest = payload_digest(payload)
         records.storable(key=f"{key}{PAYLOAD}", payload=payload, store=self.steps.store)
         attempt = self.steps.prefix.attempt
@@ -119,8 +121,10 @@ class Approvals:
             value = found.get("value") if isinstance(found, dict) else None
             if done and isinstance(found, dict) and found.get("digest") == digest and (
                     isinstance(value, dict)):
-                if value.get("decision") == "approved":
-                    return {"payloadDigest": digest, "approvers": approvers}
+                count = value.get("approvals")
+                if value.get("decision") == "approved" and isinstance(count, int) and (
+                        count >= approvers):
+                    return {"payloadDigest": digest, "approvals": count, "required": approvers}
                 if value.get("decision") == "denied":
                     raise EffectDenied(f"effect {name} ({key}): its payload {digest} was "
                                        f"denied by {found.get('actor') or '?'}; it is not "

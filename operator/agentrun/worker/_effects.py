@@ -325,10 +325,6 @@ class Ledger:
                              f"of at most {bounds.EFFECT_NAME_CHARS} characters")
         idem = idempotency_key(run_uid=self.run_uid, slot=self.slot, key=key)
         needed = approvals.required(name=name, approvers=approvers, floor=self.floors)
-        if needed and payload is None:
-            raise approvals.ApprovalError(
-                f"effect {name} requires approval by {needed} people (the worker's approvers "
-                "or the LaunchSpec's spec.approvals): give payload=, the exact JSON it sends")
         found = self.steps.prefix
         unresolved, reconciled = self.resolution(key)
         has = {INTENT: found.get(f"{key}.{INTENT}") is not None,
@@ -355,6 +351,11 @@ class Ledger:
                 return cast(T, outcome.get("result"))  # recorded: see the docstring
             if step is Step.STOP_UNRESOLVED:
                 raise self._unanswered(key=key, name=name, idem=idem, owner=owner)
+            if step in (Step.CALL, Step.RESEND) and needed and payload is None:
+                raise approvals.ApprovalError(
+                    f"effect {name} requires approval by {needed} people (the worker's "
+                    "approvers or the LaunchSpec's spec.approvals) before it is sent: give "
+                    "payload=, the exact JSON it sends")
             if step in (Step.CALL, Step.RESEND):
                 approval = approvals.Approvals(steps=self.steps).require(
                     key=key, name=name, owner=owner, payload=payload, approvers=needed,

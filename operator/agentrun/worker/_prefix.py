@@ -108,7 +108,7 @@ def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int,
         for key, record in sorted(found.items()):
             if (key in committed and committed[key].digest != record.digest
                     and record.kind is not records.Kind.EFFECT_INTENT
-                    and not key.endswith(names.LEASE_ONLY_SUFFIXES)):
+                    and not key.endswith((*names.LEASE_ONLY_SUFFIXES, names.PAYLOAD_SUFFIX))):
                 problems.append(f"record {key}: attempt {number} committed other content "
                                 f"than attempt {origin[key]}; attempt {number}'s is used")
             committed[key], origin[key] = record, number

@@ -25,6 +25,7 @@ from typing import Any
 
 from agentrun.api import bounds
 from agentrun.kube import rest
+from agentrun.worker import _approvals as approvals
 from agentrun.worker import _effects as effects
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _records as records
@@ -157,6 +158,8 @@ def ended(run: Callable[[], JSON]) -> tuple[Reply, bool]:
                      ), False
     except (effects.EffectStopped, NoReply, CallFailed, records.RecordError) as stopped:
         return _stop(type(stopped).__name__, str(stopped)), True
+    except approvals.ApprovalError as refused:  # the sidecar sends no payload: see the docs
+        return _stop("ApprovalRequired", str(refused)), True
     except (rest.ApiError, OSError) as failed:
         return _stop("ApiError", f"the API server failed: {failed}"), True
     except Exception as bug:  # a bug must not leave the main container waiting

@@ -15,7 +15,8 @@ API server's authentication, RBAC and front proxy:
 - bob, bound to the standard ``view`` role (which the chart's ``agentrun-viewer``
   aggregates into), reads every step with its kind, size and where its payload is, newest
   first; ``--limit`` bounds it; ``kubectl get slothistory`` shows the same object;
-  ``history --record`` prints one record's exact bytes with its digest checked;
+  ``history --record`` prints one record's exact bytes with its digest checked, to
+  approvers only (the verb ``approve``: bob is refused until bound to it);
 - nobody reaches the history's port directly: without the front proxy's certificate it
   answers 401.
 
@@ -170,8 +171,14 @@ def test_a_journal_is_read_through_rbac_and_only_so(
     assert "Journal s3://" in text.stdout and "h11" in text.stdout, text.stdout
     assert "h06" not in text.stdout and "older entries not shown" in text.stdout
     # One record's exact bytes, by reference in the store, its sha256 checked by the plugin
-    # (what an approver reads of an effect's payload before approving its digest).
-    one = plugin(scenario, "bob", "history", slot, "--record", "h01", "-o", "json")
+    # (what an approver reads of an effect's payload before approving its digest): for
+    # approvers only, so bob with `view` is refused until bound to agentrun-approver.
+    viewer = plugin(scenario, "bob", "history", slot, "--record", "h01")
+    assert viewer.returncode == 3 and "for approvers" in viewer.stderr, viewer.stderr
+    bind(scenario, "bob", role="agentrun-approver")
+    one = wait_for(lambda: (r := plugin(scenario, "bob", "history", slot, "--record", "h01",
+                                        "-o", "json")).returncode == 0 and r, timeout=30,
+                   message="bob, an approver, reads the record")
     assert one.returncode == 0, (one.stdout, one.stderr)
     record = json.loads(one.stdout)
     assert record["verified"] and record["digest"] == by_key["h01"]["digest"]

@@ -157,6 +157,17 @@ def test_one_record_is_found_newest_first_and_its_bytes_verified() -> None:
     found = journalhistory.newest(chain=chain, read=lambda _a, d: nodes[d], key="step-1-1",
                                   deadline=1e18)
     assert found is not None and (found.key, found.attempt) == ("step-1-1", 1)
+    # The same key committed again by a later attempt (a payload asked for again): its.
+    again = worker_records.make(key="step-1-1", kind=records.Kind.STEP_RESULT, attempt=3,
+                                payload="newer", store=None)
+    data = journalnodes.node(attempt=3, seq=1, prev=None, entries=[again])
+    nodes[records.digest(data)] = data
+    newer = journalhistory.attempts([
+        _lease(1, first, ended=True), _lease(2, second, ended=True),
+        _lease(3, journalnodes.Head(seq=1, digest=records.digest(data)), ended=True)])
+    latest = journalhistory.newest(chain=newer, read=lambda _a, d: nodes[d], key="step-1-1",
+                                   deadline=1e18)
+    assert latest is not None and (latest.attempt, latest.inline) == (3, "newer")
     data = journalhistory.payload_bytes(found, get=lambda _uri, _size: b"")
     assert data == b'"' + b"x" * 10 + b'"' and records.digest(data) == found.digest
     assert journalhistory.newest(chain=chain, read=lambda _a, d: nodes[d], key="nothing",

@@ -147,6 +147,11 @@ def test_a_new_question_counts_once() -> None:
     answered = new.model_copy(update={"questions": [entry.model_copy(update={
         "state": QuestionState.ANSWERED, "value": "true"})]})
     assert tally(new, answered).questions_asked == 0
+    # An effect's approval request is counted apart from the questions.
+    approval = QuestionEntry(key="publish", attempt=1, digest="0" * 64, asked_at=T0,
+                             approvers=2)
+    both = new.model_copy(update={"questions": [entry, approval]})
+    assert (tally(new, both).questions_asked, tally(new, both).approvals_requested) == (0, 1)
 
 
 def test_the_registry_moves_by_the_tally() -> None:

@@ -149,10 +149,15 @@ def test_the_history_shows_the_questions_with_their_digests() -> None:
         {"key": "review", "attempt": 1, "state": "Pending", "digest": "9d" * 32,
          "question": "Publish\x1b it?", "jsonSchema": '{"type":"boolean"}'},
         {"key": "plan", "attempt": 1, "state": "Answered", "digest": "ab" * 32,
-         "value": "true", "actor": "alice", "question": "Go?"}]
+         "value": "true", "actor": "alice", "question": "Go?"},
+        {"key": "publish", "attempt": 1, "state": "Pending", "digest": "cd" * 32,
+         "question": "effect publish (owner blog): {}", "approvers": 2,
+         "approvedBy": ["0" * 16]}]
     view = views.history(found, now=NOW)
-    assert [(q["key"], q["state"], q["answer"], q["by"]) for q in view["questions"]] == [
-        ("review", "Pending", "-", "-"), ("plan", "Answered", "true", "alice")]
+    assert [(q["key"], q["state"], q["answer"], q["by"], q["approvals"])
+            for q in view["questions"]] == [
+        ("review", "Pending", "-", "-", "-"), ("plan", "Answered", "true", "alice", "-"),
+        ("publish", "Pending", "-", "-", "1/2")]
     assert view["questions"][0]["schema"] == '{"type":"boolean"}'
     lines = views.render_history(view)
     start = next(n for n, line in enumerate(lines) if line.startswith("Questions"))
@@ -290,3 +295,8 @@ def test_a_records_bytes_are_shown_with_their_digest_checked() -> None:
     altered = views.record({**found, "digest": "0" * 64})
     assert not altered["verified"]
     assert "DOES NOT MATCH" in views.render_record(altered)[0]
+    # An effect's payload: verified only if the approval waiting names these bytes too.
+    assert views.record(found, approval=found["digest"])["verified"]
+    other = views.record(found, approval="1" * 64)
+    assert not other["verified"] and "1" * 64 in views.render_record(other)[0]
+    assert not views.record({})["verified"]  # no record in the answer: nothing verified

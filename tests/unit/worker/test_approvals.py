@@ -17,15 +17,17 @@ import pytest
 from agentrun.api import names
 from agentrun.worker import _approvals as approvals
 from agentrun.worker import _records as records
-from tests.unit.worker.test_effects import Owner, ledger
+from agentrun.worker._effects import Answer
+from tests.unit.worker.test_effects import Owner, intent, ledger
 
 PAYLOAD = {"to": "all", "token": "s3cret", "body": "the report"}
 DIGEST = approvals.payload_digest(PAYLOAD)
 
 
-def decided(decision: str, *, digest: str = DIGEST) -> dict[str, records.Record]:
-    payload = {"value": {"decision": decision}, "digest": digest, "questionAttempt": 1,
-               "expired": False, "actor": "bob"}
+def decided(decision: str, *, digest: str = DIGEST,
+            approvals: int = 1) -> dict[str, records.Record]:
+    payload = {"value": {"decision": decision, "required": approvals, "approvals": approvals},
+               "digest": digest, "questionAttempt": 1, "expired": False, "actor": "bob"}
     key = f"publish{names.APPROVED_SUFFIX}"
     return {key: records.make(key=key, kind=records.Kind.DECISION, attempt=2, payload=payload)}
 
@@ -33,7 +35,8 @@ def decided(decision: str, *, digest: str = DIGEST) -> dict[str, records.Record]
 def send(found: object, owner: Owner, *, approvers: int = 1,
          payload: records.JSON = PAYLOAD) -> object:
     return found.effect("publish", key="publish", call=owner.call,  # type: ignore[attr-defined]
-                        owner="blog", payload=payload, approvers=approvers, redact=("token",))
+                        reconcile=owner.reconcile, owner="blog", payload=payload,
+                        approvers=approvers, redact=("token",))
 
 
 def test_a_first_call_asks_with_the_payload_and_sends_nothing() -> None:
@@ -60,8 +63,42 @@ def test_an_approved_digest_is_sent_once_and_the_intent_records_it() -> None:
     assert send(found, owner) == {"published": 1}
     intent = next(r for r in memory.committed if r.key == "publish.intent")
     assert isinstance(intent.inline, dict)
-    assert intent.inline["approval"] == {"payloadDigest": DIGEST, "approvers": 1}
+    assert intent.inline["approval"] == {"payloadDigest": DIGEST, "approvals": 1,
+                                         "required": 1}
     assert [entry[0] for entry in owner.log].count("call") == 1
+
+
+def test_a_decision_by_fewer_approvers_than_now_required_does_not_count() -> None:
+    owner = Owner()
+    found, _, _ = ledger(attempt=2, owner=owner, committed=decided("approved"))
+    found.floors = {"publish": 2}  # raised since the one approval was given
+    with pytest.raises(approvals.ApprovalRequested):
+        send(found, owner)
+    assert not [entry for entry in owner.log if entry[0] == "call"]
+
+
+def test_an_ambiguous_effect_that_the_owner_never_got_is_resent_only_as_approved() -> None:
+    """An intent without an outcome (attempt 1 sent it, approved, then died); the owner
+    answers not-applied: attempt 2 re-sends only under the approval of this digest."""
+    owner = Owner(answers=[Answer.NOT_APPLIED])
+    committed = {**intent(1), **decided("approved")}
+    found, _, _ = ledger(attempt=2, owner=owner, committed=committed)
+    assert send(found, owner) == {"published": 1}
+    assert [entry[0] for entry in owner.log if entry[0] != "commit"] == ["reconcile", "call"]
+    other = Owner(answers=[Answer.NOT_APPLIED])
+    again, _, _ = ledger(attempt=2, owner=other, committed=committed)
+    with pytest.raises(approvals.ApprovalRequested):  # other arguments: asked again
+        send(again, other, payload={"to": "nobody"})
+    assert [entry[0] for entry in other.log if entry[0] != "commit"] == ["reconcile"]
+
+
+def test_an_effect_already_applied_needs_no_payload_even_under_a_floor() -> None:
+    owner = Owner(answers=[Answer.APPLIED])
+    found, _, _ = ledger(attempt=2, owner=owner, committed=intent(1))
+    found.floors = {"publish": 1}
+    assert found.effect("publish", key="publish", call=owner.call,
+                        reconcile=owner.reconcile) == {"published": 1}
+    assert not [entry for entry in owner.log if entry[0] == "call"]
 
 
 def test_other_arguments_ask_again() -> None:

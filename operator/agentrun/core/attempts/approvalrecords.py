@@ -24,6 +24,7 @@ entry is decided, the slot reopens, and every later attempt's Lease carries
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -42,9 +43,12 @@ def approver_digest(actor: str) -> str:
     return hashlib.sha256(actor.encode()).hexdigest()[:bounds.APPROVER_DIGEST_CHARS]
 
 
-def _entry(key: str, *, attempt: int, payload: Mapping[str, Any], now: datetime) -> QuestionEntry:
+def _entry(key: str, *, attempt: int, payload: Mapping[str, Any], now: datetime,
+           floors: Mapping[str, int]) -> QuestionEntry:
     """One approval request from its record's payload; what a worker wrote past the SDK's
-    bounds is clipped or made safe (an unreadable digest can be approved by no one)."""
+    bounds is clipped or made safe (an unreadable digest can be approved by no one), and
+    the approvers it needs are never fewer than the pinned LaunchSpec's floor for the
+    effect (a worker that wrote the record itself cannot lower it)."""
     def text(field: str) -> str:
         value = payload.get(field)
         return value if isinstance(value, str) else ""
@@ -57,22 +61,25 @@ def _entry(key: str, *, attempt: int, payload: Mapping[str, Any], now: datetime)
     wanted = payload.get("approvers")
     approvers = wanted if isinstance(wanted, int) and not isinstance(wanted, bool) and (
         1 <= wanted <= bounds.MAX_APPROVERS) else bounds.MAX_APPROVERS
+    approvers = max(approvers, floors.get(text("effect"), 0))
     question = bounds.clip_bytes(f"effect {effect} (owner {owner}): {view}",
                                  limit=bounds.QUESTION_BYTES)
     return QuestionEntry(key=key, attempt=attempt, question=question, digest=digest,
                          approvers=approvers, asked_at=now)
 
 
-def requested_on(lease: Mapping[str, Any] | None, *, now: datetime,
-                 pod_uid: str | None) -> list[QuestionEntry]:
-    """The ``<key>.approval`` records the attempt's own pod committed on its Lease."""
+def requested_on(lease: Mapping[str, Any] | None, *, now: datetime, pod_uid: str | None,
+                 floors: Mapping[str, int]) -> list[QuestionEntry]:
+    """The ``<key>.approval`` records the attempt's own pod committed on its Lease;
+    ``floors``: the pinned LaunchSpec's (effect name -> approvers)."""
     if lease is None:
         return []
     found = []
     for key, record in records.decisions_of(lease, pod_uid=pod_uid,
                                             suffix=names.APPROVAL_SUFFIX):
         payload = record.inline if isinstance(record.inline, dict) else {}
-        found.append(_entry(key, attempt=record.attempt, payload=payload, now=now))
+        found.append(_entry(key, attempt=record.attempt, payload=payload, now=now,
+                            floors=floors))
     return found[:bounds.QUESTIONS_KEPT]
 
 
@@ -127,7 +134,7 @@ def failure(*, key: str | None, digest: str | None, actor: str | None,
         return (Predicate.NOT_APPROVER,
                 f"{actor!r} may not approve effects: approving needs the verb 'approve' on "
                 "slots (the role agentrun-approver)")
-    if actor is None or approver_digest(actor) in entry.approved_by:
+    if approver_digest(actor or "") in entry.approved_by:
         return (Predicate.ALREADY_APPROVED,
                 f"{actor!r} already approved it: it needs {entry.approvers} distinct "
                 f"approvers ({len(entry.approved_by)} so far)")
@@ -136,9 +143,12 @@ def failure(*, key: str | None, digest: str | None, actor: str | None,
 
 def decision(entry: QuestionEntry) -> str | None:
     """``approved`` or ``denied`` once decided, else None."""
-    if entry.value is None:
+    try:
+        value = json.loads(entry.value or "null")
+    except ValueError:
         return None
-    return DENIED if '"denied"' in entry.value else APPROVED
+    found = value.get("decision") if isinstance(value, dict) else None
+    return found if found in (APPROVED, DENIED) else None
 
 
 def decided(status: SlotStatus, *, key: str, actor: str, deny: bool, reason: str,
@@ -151,13 +161,17 @@ def decided(status: SlotStatus, *, key: str, actor: str, deny: bool, reason: str
     assert entry is not None  # failure() said so
     by = [*entry.approved_by, approver_digest(actor)][:bounds.MAX_APPROVERS] if not deny else (
         entry.approved_by)
-    if not deny and len(by) < (entry.approvers or 1):
+    if not deny and len(by) < (entry.approvers or bounds.MAX_APPROVERS):
         new = questionrecords.marked(status, key=key, update={"approved_by": by},
                                      approval=True)
         return questionrecords.with_condition(new, slot=slot, now=now), None
     verdict = DENIED if deny else APPROVED
+    # What the next attempts' Leases carry: the decision, with how many were required and
+    # how many approved, so a successor that needs more approvers than were required asks
+    # again rather than taking it.
     update = {"state": QuestionState.ANSWERED, "approved_by": by, "answered_at": now,
-              "value": questions.canonical({"decision": verdict}).decode(),
+              "value": questions.canonical({"decision": verdict, "required": entry.approvers,
+                                            "approvals": len(by)}).decode(),
               "actor": bounds.clip(actor, limit=bounds.ACTOR_CHARS)}
     new = questionrecords.marked(status, key=key, update=update, approval=True)
     message = (f"effect key {key} {verdict} by {actor}: {reason}; the next claim's attempt "

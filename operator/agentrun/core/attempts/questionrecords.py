@@ -173,7 +173,8 @@ def failure(*, key: str | None, value: str | None, digest: str | None, status: S
                 f"slot {slot!r}'s key {key!r} waits for an approval, not an answer: "
                 "kubectl agentrun approve (or deny) it")
     if entry is None:
-        done = next((q for q in reversed(status.questions) if q.key == key), None)
+        done = next((q for q in reversed(status.questions)
+                     if q.key == key and q.approvers is None), None)
         if done is not None and done.state is QuestionState.ANSWERED:
             why = (f"it was answered by {done.actor} at {done.answered_at}: a question is "
                    "answered once")

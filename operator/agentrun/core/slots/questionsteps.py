@@ -31,7 +31,9 @@ def asked(world: inputs.World) -> list[QuestionEntry]:
         return []
     pod_uid = next((a.pod_uid for a in status.attempts if a.lease == objects.name), None)
     found = [*questionrecords.asked_on(objects.lease, now=world.now, pod_uid=pod_uid),
-             *approvalrecords.requested_on(objects.lease, now=world.now, pod_uid=pod_uid)]
+             *approvalrecords.requested_on(
+                 objects.lease, now=world.now, pod_uid=pod_uid,
+                 floors=world.launch_spec.approval_floors() if world.launch_spec else {})]
     return found[:bounds.QUESTIONS_KEPT]
 
 

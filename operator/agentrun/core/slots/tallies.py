@@ -51,6 +51,7 @@ class Tally:
     lease_expiries: int = 0
     effects_unresolved: int = 0
     questions_asked: int = 0
+    approvals_requested: int = 0  # effects' approval requests (entries with approvers)
 
 
 def of_slot_write(*, old: SlotStatus, new: SlotStatus, created: datetime | None,
@@ -86,8 +87,10 @@ def of_slot_write(*, old: SlotStatus, new: SlotStatus, created: datetime | None,
     return Tally(transitions=transitions, commands=commands, claim_latencies=latencies,
                  attempt_durations=durations, lease_expiries=expiries,
                  effects_unresolved=unresolved,
-                 questions_asked=sum(1 for q in new.questions
-                                     if (q.key, q.attempt) not in asked))
+                 questions_asked=sum(1 for q in new.questions if q.approvers is None
+                                     and (q.key, q.attempt) not in asked),
+                 approvals_requested=sum(1 for q in new.questions if q.approvers is not None
+                                         and (q.key, q.attempt) not in asked))
 
 
 def claimable_since(*, old: SlotStatus, new: SlotStatus, started: AttemptRecord,

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from agentrun.api import names, records
+from agentrun.api.launchspecs import ApprovalFloor
 from agentrun.api.slots import CommandKind, Outcome, Predicate, QuestionState, SlotStatus
 from agentrun.core.base.actions import Create, WriteStatus
 from agentrun.core.commands import guards
@@ -116,14 +117,14 @@ def test_two_distinct_approvers_decide_and_the_claims_lease_carries_the_decision
     assert second.accepted
     done = second.status
     assert done.questions[0].state is QuestionState.ANSWERED
-    assert done.questions[0].value == '{"decision":"approved"}'
+    assert done.questions[0].value == '{"approvals":2,"decision":"approved","required":2}'
     assert (done.attempt_count, f.condition(done, "Reopened").reason) == (1, "Answered")
     claim = expect(steps.next_step(fenced_world(done)), Create)
     key = f"{records.PREFIX}publish{names.APPROVED_SUFFIX}"
     record = records.decode(annotation=key, value=claim.body["metadata"]["annotations"][key],
                             attempt=2)
     assert record.inline is not None and record.inline["digest"] == DIGEST
-    assert record.inline["value"] == {"decision": "approved"}
+    assert record.inline["value"] == {"decision": "approved", "required": 2, "approvals": 2}
     late = send(done, actor="dave", request_id="a-4")
     assert late.predicate is Predicate.NO_PENDING_QUESTION
     assert "was approved" in late.status.commands[-1].message
@@ -137,10 +138,20 @@ def test_a_deny_decides_at_once_the_creator_may_deny_and_nothing_counts_after() 
     assert denied.accepted and denied.event is not None
     assert denied.event.reason == names.APPROVAL_DENIED_EVENT
     entry = denied.status.questions[0]
-    assert (entry.state, entry.value) == (QuestionState.ANSWERED, '{"decision":"denied"}')
+    assert entry.state is QuestionState.ANSWERED
+    assert entry.value == '{"approvals":0,"decision":"denied","required":2}'
     after = send(denied.status, request_id="a-2")
     assert after.predicate is Predicate.NO_PENDING_QUESTION
     assert "was denied" in after.status.commands[-1].message
+
+
+def test_the_pinned_launchspecs_floor_raises_what_a_worker_asked_for() -> None:
+    """A worker that wrote its own request asking for 1 approver still needs the floor's 3."""
+    spec = f.CPU_SPEC.spec.model_copy(update={"approvals": [
+        ApprovalFloor(effect="publish", approvers=3)]})
+    step = expect(steps.next_step(ended_world(approval_record(approvers=1),
+                                              launch_spec=spec)), WriteStatus)
+    assert step.status.questions[0].approvers == 3
 
 
 def test_the_answer_command_refuses_an_approval() -> None:
