@@ -142,7 +142,8 @@ def test_effects_wait_for_distinct_approvers_of_their_exact_payload(
     lease = wait_for(lambda: scenario.lease(f"{slot}-2"), timeout=60, message="attempt 2")
     decision = records.on_lease(lease)[0]["publish.approved"].inline
     assert isinstance(decision, dict)
-    assert (decision["digest"], decision["value"]) == (digest, {"decision": "approved"})
+    assert (decision["digest"], decision["value"]) == (
+        digest, {"decision": "approved", "required": 2, "approvals": 2})
     status = waiting(scenario, slot, 2)
     said = printed(scenario, f"{slot}-2")
     assert [p["published"] for p in said if "published" in p], said
