@@ -232,8 +232,11 @@ def show(args: argparse.Namespace, conn: client.Connection) -> int:
     now = datetime.now(UTC)
     if args.command == "history" and args.record is not None:
         found = client.journal(conn, args.name, limit=1, record=args.record)
-        if "error" in found:
-            raise client.Failure(str(found["error"]), code=requests.FAILED)
+        if "error" in found:  # refused: 1; no such slot or record: 2; else 3
+            status = found.get("status")
+            raise client.Failure(str(found["error"]), code=requests.REJECTED if status == 403
+                                 else requests.USAGE if status in (404, 410)
+                                 else requests.FAILED)
         waiting = None
         if args.record.endswith(names.PAYLOAD_SUFFIX):  # an effect's payload: its approval
             key = args.record.removesuffix(names.PAYLOAD_SUFFIX)

@@ -130,7 +130,7 @@ def journal(conn: Connection, slot_name: str, *, limit: int,
             why = f"you may not read it: {error.message}"
         else:
             why = f"the history API answered {error.status}: {error.message}"
-        return {"error": why}
+        return {"error": why, "status": error.status}
     except ERRORS as error:
         return {"error": f"cannot reach the history API: {error}"}
     return found

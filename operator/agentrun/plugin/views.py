@@ -301,17 +301,22 @@ def record(found: Object, *, approval: str | None = None) -> Object:
     data = base64.b64decode(str(found.get("data") or ""), validate=False)
     digest = str(found.get("digest") or "")
     actual = hashlib.sha256(data).hexdigest()
+    journal, waiting = actual == digest, approval in (None, actual)
     return {"key": found.get("key"), "attempt": found.get("attempt"),
             "kind": found.get("kind"), "digest": digest, "size": len(data),
-            "approvalDigest": approval,
-            "verified": bool(found) and actual == digest and approval in (None, actual),
+            "sha256": actual, "approvalDigest": approval, "journalMatches": journal,
+            "approvalMatches": waiting, "verified": journal and waiting,
             "text": data.decode("utf-8", errors="replace")}
 
 
 def render_record(view: Object) -> list[str]:
-    checked = "matches" if view["verified"] else "DOES NOT MATCH"
-    lines = [f"record {view['key']} (attempt {view['attempt']}, {view['kind']}, "
-             f"{view['size']} bytes): sha256 {view['digest']} {checked} its bytes"
-             + ("" if view["approvalDigest"] is None else
-                f" and the approval waiting ({view['approvalDigest']})") + ":"]
-    return [*lines, view["text"]]
+    said = [f"record {view['key']} (attempt {view['attempt']}, {view['kind']}, "
+            f"{view['size']} bytes, sha256 {view['sha256']}): "
+            + ("its bytes match the journal's digest" if view["journalMatches"] else
+               f"ITS BYTES DO NOT MATCH the journal's digest {view['digest']}")]
+    if view["approvalDigest"] is not None:
+        said.append("they are the payload of the approval waiting" if view["approvalMatches"]
+                    else f"THE APPROVAL WAITING IS FOR OTHER BYTES: {view['approvalDigest']} "
+                         "(do not approve it: the worker asks approval for something else "
+                         "than it shows)")
+    return ["; ".join(said) + ":", view["text"]]

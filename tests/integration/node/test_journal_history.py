@@ -174,7 +174,7 @@ def test_a_journal_is_read_through_rbac_and_only_so(
     # (what an approver reads of an effect's payload before approving its digest): for
     # approvers only, so bob with `view` is refused until bound to agentrun-approver.
     viewer = plugin(scenario, "bob", "history", slot, "--record", "h01")
-    assert viewer.returncode == 3 and "for approvers" in viewer.stderr, viewer.stderr
+    assert viewer.returncode == 1 and "for approvers" in viewer.stderr, viewer.stderr
     bind(scenario, "bob", role="agentrun-approver")
     one = wait_for(lambda: (r := plugin(scenario, "bob", "history", slot, "--record", "h01",
                                         "-o", "json")).returncode == 0 and r, timeout=30,
@@ -184,7 +184,7 @@ def test_a_journal_is_read_through_rbac_and_only_so(
     assert record["verified"] and record["digest"] == by_key["h01"]["digest"]
     assert json.loads(record["text"]) == {"i": 1, "text": "x" * SIZES[1]}
     missing = plugin(scenario, "bob", "history", slot, "--record", "nothing")
-    assert missing.returncode == 3 and "no record nothing" in missing.stderr, missing.stderr
+    assert missing.returncode == 2 and "no record nothing" in missing.stderr, missing.stderr
 
     # The port itself, without the API server's front-proxy certificate: nobody.
     _, port = history

@@ -341,3 +341,51 @@ def test_more_connections_than_the_bound_are_closed_at_once() -> None:
         for opened in held:
             opened.close()
         server.close()
+
+
+class Reviews:
+    """The API server as the history server asks it: SubjectAccessReviews answered per
+    verb, the verbs asked recorded; the slot, its run (journal deleted) and its Leases."""
+
+    def __init__(self, *, allowed: set[str]) -> None:
+        self.allowed, self.asked = allowed, []  # type: ignore[var-annotated]
+
+    def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Any:
+        verb = body["spec"]["resourceAttributes"]["verb"]
+        self.asked.append(verb)
+        return {"status": {"allowed": verb in self.allowed}}
+
+    def get(self, path: str, query: Any = None) -> Any:
+        if path.endswith("/slots/s"):
+            return {"spec": {"run": "r"}}
+        if path.endswith("/agentruns/r"):
+            return {"status": {"pinned": {"journal": {
+                "endpoint": "http://store:8333", "bucket": "journals", "prefix": "p/ns/uid"}},
+                "conditions": [{"type": "JournalDeleted", "status": "True",
+                                "message": "retention over"}]}}
+        return {"items": []}
+
+
+def _served(reviews: Reviews, query: str) -> tuple[int, Any]:
+    proxy = FrontProxy(ca="unused")
+    history = historyserver.History(
+        client=reviews,  # type: ignore[arg-type]
+        histories=journalhistory.Histories(client=reviews,  # type: ignore[arg-type]
+                                           stores=None),  # type: ignore[arg-type]
+        proxy=proxy, logger=logging.getLogger())
+    return history.answer(path=f"/apis/{historyserver.GROUP}/{historyserver.VERSION}/"
+                          "namespaces/ns/slothistories/s", query=query,
+                          peer={"subject": ()}, headers=[("X-Remote-User", "bob")])
+
+
+def test_a_records_payload_is_for_approvers_and_a_deleted_journal_is_gone() -> None:
+    viewer = Reviews(allowed={"get"})
+    code, body = _served(viewer, "record=publish.payload")
+    assert code == 403 and "for approvers" in body["message"]
+    assert viewer.asked == ["get", "approve"]
+    listing = Reviews(allowed={"get"})
+    assert _served(listing, "limit=5")[0] == 200 and listing.asked == ["get"]
+    approver = Reviews(allowed={"get", "approve"})
+    code, body = _served(approver, "record=publish.payload")
+    assert code == 410 and "retention over" in body["message"]
+    assert _served(approver, "record=Not.A.Key")[0] == 400

@@ -291,12 +291,18 @@ def test_a_records_bytes_are_shown_with_their_digest_checked() -> None:
              "digest": hashlib.sha256(data).hexdigest(), "data": base64.b64encode(data).decode()}
     shown = views.record(found)
     assert shown["verified"] and shown["text"] == data.decode() and shown["size"] == len(data)
-    assert "matches its bytes" in views.render_record(shown)[0]
+    assert "its bytes match the journal's digest" in views.render_record(shown)[0]
     altered = views.record({**found, "digest": "0" * 64})
-    assert not altered["verified"]
-    assert "DOES NOT MATCH" in views.render_record(altered)[0]
-    # An effect's payload: verified only if the approval waiting names these bytes too.
-    assert views.record(found, approval=found["digest"])["verified"]
+    assert not altered["verified"] and not altered["journalMatches"]
+    assert "DO NOT MATCH the journal's digest" in views.render_record(altered)[0]
+    # An effect's payload: verified only if the approval waiting names these bytes too,
+    # and the message says which check failed.
+    waiting = views.record(found, approval=found["digest"])
+    assert waiting["verified"] and "the payload of the approval waiting" in (
+        views.render_record(waiting)[0])
     other = views.record(found, approval="1" * 64)
-    assert not other["verified"] and "1" * 64 in views.render_record(other)[0]
-    assert not views.record({})["verified"]  # no record in the answer: nothing verified
+    assert (other["verified"], other["journalMatches"], other["approvalMatches"]) == (
+        False, True, False)
+    said = views.render_record(other)[0]
+    assert "its bytes match the journal's digest" in said
+    assert "THE APPROVAL WAITING IS FOR OTHER BYTES: " + "1" * 64 in said

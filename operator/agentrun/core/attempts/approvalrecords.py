@@ -38,13 +38,21 @@ Failure = tuple[Predicate, str]
 APPROVED, DENIED = "approved", "denied"
 
 
+class Unknown:
+    """The pinned LaunchSpec's floors could not be read: every effect needs the most
+    approvers (a request is read once; it must never need fewer than the floor)."""
+
+
+UNKNOWN = Unknown()
+
+
 def approver_digest(actor: str) -> str:
     """How an approver is kept on the entry: enough of sha256(name) to tell people apart."""
     return hashlib.sha256(actor.encode()).hexdigest()[:bounds.APPROVER_DIGEST_CHARS]
 
 
 def _entry(key: str, *, attempt: int, payload: Mapping[str, Any], now: datetime,
-           floors: Mapping[str, int]) -> QuestionEntry:
+           floors: Mapping[str, int] | Unknown) -> QuestionEntry:
     """One approval request from its record's payload; what a worker wrote past the SDK's
     bounds is clipped or made safe (an unreadable digest can be approved by no one), and
     the approvers it needs are never fewer than the pinned LaunchSpec's floor for the
@@ -61,7 +69,8 @@ def _entry(key: str, *, attempt: int, payload: Mapping[str, Any], now: datetime,
     wanted = payload.get("approvers")
     approvers = wanted if isinstance(wanted, int) and not isinstance(wanted, bool) and (
         1 <= wanted <= bounds.MAX_APPROVERS) else bounds.MAX_APPROVERS
-    approvers = max(approvers, floors.get(text("effect"), 0))
+    approvers = bounds.MAX_APPROVERS if isinstance(floors, Unknown) else max(
+        approvers, floors.get(text("effect"), 0))
     question = bounds.clip_bytes(f"effect {effect} (owner {owner}): {view}",
                                  limit=bounds.QUESTION_BYTES)
     return QuestionEntry(key=key, attempt=attempt, question=question, digest=digest,
@@ -69,7 +78,7 @@ def _entry(key: str, *, attempt: int, payload: Mapping[str, Any], now: datetime,
 
 
 def requested_on(lease: Mapping[str, Any] | None, *, now: datetime, pod_uid: str | None,
-                 floors: Mapping[str, int]) -> list[QuestionEntry]:
+                 floors: Mapping[str, int] | Unknown) -> list[QuestionEntry]:
     """The ``<key>.approval`` records the attempt's own pod committed on its Lease;
     ``floors``: the pinned LaunchSpec's (effect name -> approvers)."""
     if lease is None:
@@ -114,6 +123,8 @@ def failure(*, key: str | None, digest: str | None, actor: str | None,
                 f"{entry.digest}, not {digest}: it is not the payload you checked (an "
                 "attempt computed other arguments); check that one and send its digest")
     approver = names.VERB_APPROVE in granted
+    if actor is None:  # admission stamps every command's actor: never taken on trust
+        return Predicate.NOT_APPROVER, "the command carries no stamped actor"
     if deny:
         if approver or (creator is not None and actor == creator):
             return None
@@ -134,7 +145,7 @@ def failure(*, key: str | None, digest: str | None, actor: str | None,
         return (Predicate.NOT_APPROVER,
                 f"{actor!r} may not approve effects: approving needs the verb 'approve' on "
                 "slots (the role agentrun-approver)")
-    if approver_digest(actor or "") in entry.approved_by:
+    if approver_digest(actor) in entry.approved_by:
         return (Predicate.ALREADY_APPROVED,
                 f"{actor!r} already approved it: it needs {entry.approvers} distinct "
                 f"approvers ({len(entry.approved_by)} so far)")

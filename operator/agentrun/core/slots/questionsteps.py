@@ -31,10 +31,17 @@ def asked(world: inputs.World) -> list[QuestionEntry]:
         return []
     pod_uid = next((a.pod_uid for a in status.attempts if a.lease == objects.name), None)
     found = [*questionrecords.asked_on(objects.lease, now=world.now, pod_uid=pod_uid),
-             *approvalrecords.requested_on(
-                 objects.lease, now=world.now, pod_uid=pod_uid,
-                 floors=world.launch_spec.approval_floors() if world.launch_spec else {})]
+             *approvalrecords.requested_on(objects.lease, now=world.now, pod_uid=pod_uid,
+                                           floors=_floors(world))]
     return found[:bounds.QUESTIONS_KEPT]
+
+
+def _floors(world: inputs.World) -> dict[str, int] | approvalrecords.Unknown:
+    """The pinned LaunchSpec's approval floors; when its snapshot cannot be read now,
+    :data:`approvalrecords.UNKNOWN` (the most approvers, never fewer than the floor)."""
+    if world.launch_spec is not None:
+        return world.launch_spec.approval_floors()
+    return approvalrecords.UNKNOWN if world.slot.status.launch_spec is not None else {}
 
 
 def ended(world: inputs.World, *, entries: list[QuestionEntry], message: str,

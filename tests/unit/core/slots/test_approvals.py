@@ -152,6 +152,10 @@ def test_the_pinned_launchspecs_floor_raises_what_a_worker_asked_for() -> None:
     step = expect(steps.next_step(ended_world(approval_record(approvers=1),
                                               launch_spec=spec)), WriteStatus)
     assert step.status.questions[0].approvers == 3
+    # The pinned snapshot unreadable now: the most approvers, never fewer than the floor.
+    unread = expect(steps.next_step(ended_world(approval_record(approvers=1),
+                                                launch_spec=None)), WriteStatus)
+    assert unread.status.questions[0].approvers == 3
 
 
 def test_the_answer_command_refuses_an_approval() -> None:
