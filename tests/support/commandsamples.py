@@ -7,4 +7,5 @@ from __future__ import annotations
 SAMPLES = {"reason": "why", "worker_class": "cpu", "run": "study", "tenant": "team-a",
            "effect_key": "publish", "outcome": "applied", "result": "{}",
            "question_key": "approve-plan", "value": '{"approved": true}', "digest": "0" * 64,
-           "approval_key": "publish", "payload_digest": "a" * 64}
+           "approval_key": "publish", "payload_digest": "a" * 64,
+           "value_from": "agentrun-answer-1/value@sha256:" + "b" * 64}

@@ -96,6 +96,13 @@ IDEMPOTENCY_KEY_CHARS: Final = 64  # sha256, hex
 QUESTION_BYTES: Final = 512
 SCHEMA_BYTES: Final = 512
 ANSWER_VALUE_BYTES: Final = 512
+# A larger answer travels by reference (the registry's way for large values): a ConfigMap
+# in the slot's namespace and the key in it, with the sha256 of the value, at most
+# ANSWER_FILE_BYTES; the next attempt's pod mounts it (the value never enters the status).
+ANSWER_FILE_BYTES: Final = 64 * 1024
+VALUE_FROM_CHARS: Final = 400
+VALUE_FROM_PATTERN: Final = (r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[-._a-zA-Z0-9]+"
+                             r"@sha256:[0-9a-f]+$")  # no braces: CEL messages are formatted
 QUESTIONS_KEPT: Final = 4
 # Approvals: an effect's approval request is a question whose text is the payload's
 # redacted view; it needs 1 to MAX_APPROVERS distinct approvers, each kept as the first

@@ -76,6 +76,7 @@ RESOLVE_EFFECT_OVERRIDE: Final = "agentrun.dev/resolve-effect-override"
 ANSWER_ID: Final = "agentrun.dev/answer-id"
 ANSWER_KEY: Final = "agentrun.dev/answer-key"
 ANSWER_VALUE: Final = "agentrun.dev/answer-value"
+ANSWER_VALUE_FROM: Final = "agentrun.dev/answer-value-from"  # <configmap>/<key>@sha256:<hex>
 ANSWER_REASON: Final = "agentrun.dev/answer-reason"
 ANSWER_RUN: Final = "agentrun.dev/answer-run"
 ANSWER_TENANT: Final = "agentrun.dev/answer-tenant"
@@ -139,6 +140,9 @@ APPROVED_SUFFIX: Final = ".approved"
 PAYLOAD_SUFFIX: Final = ".payload"
 VERB_APPROVE: Final = "approve"  # on slots: may approve or deny an effect
 VERB_APPROVE_OWN: Final = "approve-own"  # on slots: may approve the effects of one's own run
+# Where the next attempt's pod finds an answer given by reference: <root>/<question key>/value.
+ANSWERS_MOUNT_ROOT: Final = "/etc/agentrun/answers"
+ANSWERS_FILE: Final = "value"
 # The worker pod's env: the LaunchSpec's approval floors, canonical JSON {effect: approvers}.
 ENV_APPROVALS: Final = "AGENTRUN_APPROVALS"
 APPROVAL_DENIED_EVENT: Final = "EffectDenied"

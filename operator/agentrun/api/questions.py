@@ -295,9 +295,9 @@ def violation(value: Any, *, schema: Mapping[str, Any] | None) -> str | None:
     return f"{error.message}" + (f" (at /{where})" if where else "")
 
 
-def check_value(value: Any, *, what: str) -> bytes:
-    """The canonical JSON of an answer or default, or :class:`QuestionError` if too large
-    or nested deeper than :data:`MAX_ANSWER_DEPTH`."""
+def check_value(value: Any, *, what: str, limit: int = bounds.ANSWER_VALUE_BYTES) -> bytes:
+    """The canonical JSON of an answer or default, or :class:`QuestionError` if larger
+    than ``limit`` bytes or nested deeper than :data:`MAX_ANSWER_DEPTH`."""
     if records.nesting(value, limit=MAX_ANSWER_DEPTH) > MAX_ANSWER_DEPTH:
         raise QuestionError(f"{what} nests deeper than {MAX_ANSWER_DEPTH} levels of arrays "
                             "and objects")
@@ -305,7 +305,7 @@ def check_value(value: Any, *, what: str) -> bytes:
         data = canonical(value)
     except QuestionError as error:
         raise QuestionError(f"{what}: {error}") from None
-    if len(data) > bounds.ANSWER_VALUE_BYTES:
+    if len(data) > limit:
         raise QuestionError(f"{what} is {len(data)} bytes of canonical JSON; at most "
-                            f"{bounds.ANSWER_VALUE_BYTES}")
+                            f"{limit}")
     return data

@@ -226,6 +226,10 @@ class QuestionEntry(Model):
     state: QuestionState = QuestionState.PENDING
     asked_at: datetime
     value: str | None = Field(default=None, max_length=bounds.ANSWER_VALUE_BYTES)
+    # An answer given by reference (larger than ``value`` holds): ``<configmap>/<key>@
+    # sha256:<hex>``, the ConfigMap the next attempt's pod mounts; ``value`` stays empty.
+    value_from: str | None = Field(default=None, max_length=bounds.VALUE_FROM_CHARS,
+                                   pattern=bounds.VALUE_FROM_PATTERN)
     actor: bounds.Actor | None = None
     answered_at: datetime | None = None
     # An approval (an effect's ``<key>.approval`` request): ``question`` is the payload's

@@ -173,7 +173,9 @@ class SlotReconciler(reconcilers.Reconciler):
             first_ticks=first_ticks,
             active_in_run=active_in_run, pins_problem=pins_problem,
             # Read after the slot: see core.policies.stamping for why the order matters.
-            stamping=reader.stamping() if needs.stamping else None)
+            stamping=reader.stamping() if needs.stamping else None,
+            referenced={} if needs.referenced is None else {
+                needs.referenced: _data(reader.configmap(namespace, needs.referenced))})
 
     @staticmethod
     def _next_lease(reader: reads.Reader, slot: Slot) -> reads.Object | None:
@@ -257,3 +259,11 @@ def record(slot: Slot, step: actions.Write, result: Result) -> None:
                                           message=step.message)))
     elif isinstance(step, actions.RemoveCommand) and step.event is not None:
         result.events.append((slot, step.event))
+
+
+def _data(found: reads.Object | None) -> dict[str, str] | None:
+    """A ConfigMap's ``data`` as read (None: not found)."""
+    if found is None:
+        return None
+    data = found.get("data") or {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}

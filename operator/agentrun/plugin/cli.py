@@ -144,8 +144,11 @@ def _flag(made: argparse.ArgumentParser, field: Field) -> None:
     if field.file_flag is not None:
         where = made.add_mutually_exclusive_group(required=field.required)
         where.add_argument(field.file_flag, dest=field.name, metavar="FILE",
-                           type=_file_text(field.file_flag, field.bound),
-                           help=f"read {field.flag} from this file")
+                           type=_file_text(field.file_flag, field.by_reference or field.bound),
+                           help=f"read {field.flag} from this file" + (
+                               f" (up to {field.by_reference.chars} bytes: more than "
+                               f"{field.flag} holds is sent by reference, in a ConfigMap)"
+                               if field.by_reference else ""))
     where.add_argument(field.flag, dest=field.name, type=_field_text(field.flag, field.bound),
                        required=field.required and field.file_flag is None,
                        help=field.help, metavar=field.metavar)
@@ -211,7 +214,8 @@ def fields(args: argparse.Namespace, *, run: str,
     """The command's fields from its flags; the run is the slot's own (``spec.run``); a
     field with a ``fill`` not given is filled from ``slot`` (the slot read)."""
     takes = registry.BY_WORD[args.command].takes
-    found = {f.name: getattr(args, f.name, None) if f.flag else run for f in takes}
+    found = {f.name: getattr(args, f.name, None) if f.flag else (
+        run if f.name == "run" else None) for f in takes}
     given = {name: value for name, value in found.items() if value is not None}
     for field in takes:
         if field.fill is not None and field.name not in given and slot is not None:
@@ -271,9 +275,18 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
     request = requests.Request(kind=kind, request_id=requests.new_request_id(),
                                fields=fields(args, run=run, slot=slot))
     try:
-        requests.check(kind, request.fields)
+        large = requests.by_reference(kind, request.fields)
+        requests.check(kind, {k: v for k, v in request.fields.items() if k not in large})
     except requests.BadInput as error:
         raise client.Failure(str(error), code=requests.USAGE) from None
+    for name, value in large.items():  # written first, then the command that names it
+        configmap = client.put_value(conn, name=f"agentrun-{args.command}-"
+                                     f"{request.request_id}", value=value)
+        fields_ = {k: v for k, v in request.fields.items() if k != name}
+        fields_[f"{name}_from"] = requests.reference(configmap, value)
+        request = requests.Request(kind=kind, request_id=request.request_id, fields=fields_)
+        write([f"{name.replace('_', '-')} of {len(value.encode())} bytes sent by reference: "
+               f"ConfigMap {configmap}"], file=sys.stderr)
     for field in registry.BY_WORD[args.command].takes:  # what was filled in, said
         if field.fill is not None and getattr(args, field.name, None) is None and (
                 field.name in request.fields):

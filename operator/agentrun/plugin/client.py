@@ -206,3 +206,14 @@ def wait_entry(conn: Connection, slot_name: str, request: requests.Request, *,
                           "is the operator running? (the command stays on the slot; see "
                           "`history`)", code=requests.FAILED)
         time.sleep(min(POLL_SECONDS, left))
+
+
+def put_value(conn: Connection, *, name: str, value: str) -> str:
+    """An immutable ConfigMap ``name`` holding ``value`` (a command's value sent by
+    reference), created before the command that names it; its name."""
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "immutable": True,
+            "metadata": {"name": name, "namespace": conn.namespace},
+            "data": {names.ANSWERS_FILE: value}}
+    _call(f"creating ConfigMap {name} for the value", lambda: conn.rest.request(
+        "POST", f"/api/v1/namespaces/{conn.namespace}/configmaps", body=body))
+    return name

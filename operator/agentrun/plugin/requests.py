@@ -15,13 +15,14 @@ operator would only record as ``Malformed``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrun.api import bounds, questions
+from agentrun.api import bounds, names, questions
 from agentrun.api.slots import CommandKind, Predicate
 from agentrun.core.commands import parsing, registry
 from agentrun.core.commands.spec import Bound
@@ -80,13 +81,43 @@ def check(kind: CommandKind, fields: Mapping[str, str]) -> None:
             raise BadInput(why)
 
 
+def by_reference(kind: CommandKind, fields: Mapping[str, str]) -> dict[str, str]:
+    """The fields over their bound that travel by reference (within ``by_reference``,
+    checked as the operator will: JSON, size, depth), else :class:`BadInput`."""
+    found = {}
+    for taken in SHAPES[kind].takes:
+        value = fields.get(taken.name)
+        if taken.by_reference is None or value is None or len(value.encode()) <= (
+                taken.bound.chars):
+            continue
+        label = FIELD_LABELS.get(taken.name, taken.name)
+        why = parsing.problem(label, value, taken.by_reference)
+        if why is None and taken.by_reference.json:
+            try:
+                questions.check_value(json.loads(value), what=label,
+                                      limit=taken.by_reference.chars)
+            except questions.QuestionError as error:
+                why = str(error)
+            except ValueError as error:
+                why = f"{label} must be JSON text: {error}"
+        if why is not None:
+            raise BadInput(why)
+        found[taken.name] = value
+    return found
+
+
+def reference(configmap: str, value: str) -> str:
+    """A ``<name>_from`` field: the ConfigMap, its key and the value's sha256."""
+    return f"{configmap}/{names.ANSWERS_FILE}@sha256:{hashlib.sha256(value.encode()).hexdigest()}"
+
+
 def problem(flag: str, value: str, bound: Bound) -> str | None:
     """Why a value given as ``flag`` is out of ``bound`` (JSON text too, where the field
     must be: the operator's command check would say Malformed), or None."""
     why = parsing.problem(flag, value, bound)
     if why is None and bound.json:
         try:
-            questions.check_value(json.loads(value), what=flag)
+            questions.check_value(json.loads(value), what=flag, limit=bound.chars)
         except questions.QuestionError as error:
             return str(error)
         except ValueError as error:

@@ -27,8 +27,11 @@ under the same key, committed or on the Lease) is not taken: the question is ask
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from agentrun.api import bounds, names
@@ -53,9 +56,11 @@ class QuestionAsked(Exception):
 
 @dataclass(kw_only=True)
 class Questions:
-    """The questions of one attempt over its ``steps``."""
+    """The questions of one attempt over its ``steps``; ``answers``: where the pod finds
+    the answers given by reference (the operator mounts each at ``<answers>/<key>/value``)."""
 
     steps: prefix.Steps
+    answers: Path = Path(names.ANSWERS_MOUNT_ROOT)
 
     @property
     def attempt(self) -> int:
@@ -67,7 +72,30 @@ class Questions:
         done, payload = self.steps.committed(key)
         if not done or not isinstance(payload, dict) or payload.get("digest") != digest:
             return False, None
+        given = payload.get("valueFrom")
+        if isinstance(given, dict):  # an answer by reference: the file the pod mounts
+            return True, self._mounted(key.removesuffix(names.ANSWERED_SUFFIX),
+                                       sha256=str(given.get("sha256")))
         return True, payload.get("value")
+
+    def _mounted(self, key: str, *, sha256: str) -> JSON:
+        """The answer to ``key`` from its mounted file, verified against ``sha256``; a
+        :class:`records.RecordError` when it cannot be read intact (never a guess)."""
+        path = self.answers / key / names.ANSWERS_FILE
+        try:
+            with path.open("rb") as found:
+                data = found.read(bounds.ANSWER_FILE_BYTES + 1)
+        except OSError as error:
+            raise records.RecordError(f"question {key}: its answer is given by reference and "
+                                      f"{path} cannot be read ({error.strerror})") from None
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise records.RecordError(f"question {key}: {path} is not the answer given (its "
+                                      f"sha256 is not {sha256})")
+        try:
+            value: JSON = json.loads(data)
+        except ValueError as error:
+            raise records.RecordError(f"question {key}: {path} is not JSON: {error}") from None
+        return value
 
     def _asked_here(self) -> int:
         return sum(1 for name, record in self.steps.prefix.committed.items()

@@ -175,6 +175,8 @@ def cases() -> list[Case]:
             ("answer", "key", "other", "NoPendingQuestion"),  # no question is pending
             ("answer", "run", None, "WrongRun"), ("answer", "reason", None, "BlankReason"),
             ("answer", "reason", HUGE, "BlankReason"),
+            ("answer", "value-from", "cm/value", "Malformed"),  # the value's digest missing
+            ("answer", "value-from", "missing/value@sha256:" + "0" * 64, "Malformed"),
             ("approve", "key", "k" * 300, "Malformed"), ("approve", "digest", "ABC", "Malformed"),
             ("approve", "digest", "a" * 65, "Malformed"),
             ("approve", "digest", None, "Malformed"),
@@ -184,6 +186,8 @@ def cases() -> list[Case]:
             ("deny", "key", "other", "NoPendingQuestion"),
             ("deny", "reason", HUGE, "BlankReason")):
         fields = {k: v for k, v in good[kind].items() if k != field}
+        if field == "value-from":  # an answer by reference is given instead of its value
+            fields.pop("value")
         if value is not None:
             fields[field] = value
         shown = "missing" if value is None else ("oversize" if len(value) > 60 else repr(value))

@@ -26,7 +26,9 @@ pytestmark = pytest.mark.serial
 GOOD = {"reason": "the worker died", "worker_class": "cpu", "run": "study",
         "effect_key": "publish", "outcome": "applied", "result": '{"url": "r/1"}',
         "question_key": "plan", "value": '{"publish": true}', "digest": "0" * 64,
-        "approval_key": "publish", "payload_digest": "a" * 64}
+        "approval_key": "publish", "payload_digest": "a" * 64,
+        "value_from": "agentrun-answer-1/value@sha256:" + "b" * 64}
+EITHER = ("value", "value_from")  # an answer is given one way or the other, never both
 AT_BOUND = {
     "id": ["r" * bounds.REQUEST_ID_CHARS, "a.b_c:d@e/f+g=h-1", "7"],
     "reason": ["x" * bounds.REASON_BYTES, "é" * (bounds.REASON_BYTES // 2)],
@@ -40,6 +42,8 @@ AT_BOUND = {
     "digest": ["a" * bounds.DIGEST_CHARS, "0"],
     "approval_key": ["k" * bounds.STEP_KEY_CHARS, "a-1"],
     "payload_digest": ["a" * bounds.DIGEST_CHARS, "0"],
+    "value_from": [("c" * 200 + "/" + "k" * 100 + "@sha256:").ljust(bounds.VALUE_FROM_CHARS,
+                                                                   "0"), "a/b@sha256:0"],
 }
 PAST_BOUND = {
     "id": ["r" * (bounds.REQUEST_ID_CHARS + 1), "no spaces!", "-leading", "trailing.", "  "],
@@ -57,6 +61,8 @@ PAST_BOUND = {
     "digest": ["a" * (bounds.DIGEST_CHARS + 1), "ABC", "g1", ""],
     "approval_key": ["k" * (bounds.STEP_KEY_CHARS + 1), "Publish", "a.b", "-x", ""],
     "payload_digest": ["a" * (bounds.DIGEST_CHARS + 1), "ABC", "g1", ""],
+    "value_from": ["a/b@sha256:".ljust(bounds.VALUE_FROM_CHARS + 1, "0"), "A/b@sha256:00",
+                   "cm/value", "cm/v@md5:00", "cm@sha256:00", ""],
 }
 
 
@@ -66,6 +72,8 @@ def command(shape: parsing.Shape, *, field: str | None = None, value: str = "",
     values = {**GOOD, "tenant": tenant}
     annotations = {shape.id: value if field == "id" else "good-id"}
     for name, key in shape.fields.items():
+        if name in EITHER and name != (field if field in EITHER else EITHER[0]):
+            continue
         annotations[key] = value if name == field else values[name]
     return annotations
 

@@ -5,11 +5,14 @@ read no further than its bound, trailing blanks dropped, checked as the operator
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 import pytest
 
-from agentrun.plugin import cli, requests
+from agentrun.api import bounds
+from agentrun.plugin import cli, client, requests
 
 
 def parse(*argv: str) -> Any:
@@ -37,8 +40,9 @@ def test_an_answer_is_read_from_a_file_within_its_bound(
     assert cli.fields(args, run="study") == {
         "question_key": "plan", "value": '{"publish": true, "note": "é"}', "reason": "ok",
         "run": "study"}
-    for text, says in (('"' + "v" * 600 + '"', "--file is 602 bytes long"),
-                       ('"' + "v" * 5000 + '"', "holds more than 4608 bytes"),
+    big = bounds.ANSWER_FILE_BYTES  # past --value's 512 bytes, a file travels by reference
+    for text, says in (('"' + "v" * big + '"', f"--file is {big + 2} bytes long"),
+                       ('"' + "v" * (big + 5000) + '"', f"holds more than {big + 4096} bytes"),
                        ("[" * 20 + "]" * 20, "--file nests deeper than 16"),
                        ("[NaN]", "--file: a record's payload must be plain JSON"),
                        ("not json", "--file must be JSON text")):
@@ -47,9 +51,9 @@ def test_an_answer_is_read_from_a_file_within_its_bound(
             cli.main(["answer", "s", "--key", "plan", "--file", str(given), "--reason", "r"])
         assert stopped.value.code == requests.USAGE
         assert says in capsys.readouterr().err
-    given.write_text('"' + "v" * 510 + '"\n\n')  # at its bound, with trailing newlines
+    given.write_text('"' + "v" * (big - 2) + '"\n\n')  # at its bound, trailing newlines
     args = parse("answer", "s", "--key", "plan", "--file", str(given), "--reason", "ok")
-    assert len(cli.fields(args, run="study")["value"]) == 512
+    assert len(cli.fields(args, run="study")["value"]) == big
     given.write_text("1")
     with pytest.raises(SystemExit):
         cli.main(["answer", "s", "--key", "plan", "--value", "1", "--file", str(given),
@@ -59,3 +63,32 @@ def test_an_answer_is_read_from_a_file_within_its_bound(
     with pytest.raises(SystemExit):
         cli.main(["answer", "s", "--key", "plan", "--file", str(given), "--reason", "r"])
     assert "is not UTF-8 text" in capsys.readouterr().err
+
+
+def test_an_answer_past_its_field_is_sent_by_reference(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Written to a ConfigMap first, then the command names it with the value's sha256."""
+    value = json.dumps({"publish": True, "note": "n" * 3000})
+    given = tmp_path / "answer.json"
+    given.write_text(value)
+    conn = client.Connection(rest=None, namespace="team-a")  # type: ignore[arg-type]
+    put: list[tuple[str, str]] = []
+    sent: list[requests.Request] = []
+    monkeypatch.setattr(client, "connect", lambda **_: conn)
+    monkeypatch.setattr(client, "get", lambda _c, _p, name: {
+        "metadata": {"name": name}, "spec": {"run": "study"}, "status": {}})
+    monkeypatch.setattr(client, "put_value", lambda _c, *, name, value: (
+        put.append((name, value)) or name))
+    monkeypatch.setattr(client, "send", lambda _c, _s, request: sent.append(request) or {})
+    monkeypatch.setattr(client, "wait_entry", lambda _c, _s, request, **_: {
+        "requestId": request.request_id, "kind": "Answer", "outcome": "Accepted"})
+    assert cli.main(["answer", "s", "--key", "plan", "--file", str(given),
+                     "--reason", "ok"]) == 0
+    [(name, stored)] = put
+    [request] = sent
+    assert stored == value and name == f"agentrun-answer-{request.request_id}"
+    assert "value" not in request.fields
+    assert request.fields["value_from"] == (
+        f"{name}/value@sha256:{hashlib.sha256(value.encode()).hexdigest()}")
+    assert "sent by reference" in capsys.readouterr().err

@@ -12,6 +12,8 @@ attempt."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 import pytest
@@ -149,3 +151,31 @@ def test_a_schema_too_costly_for_an_answer_is_stopped_by_its_budget() -> None:
         questions.violation(value, schema=costly)
     with pytest.raises(questions.QuestionError, match="nests deeper than 16"):
         questions.check_value([[value]], what="the answer")
+
+
+def test_an_answer_by_reference_is_read_from_its_mounted_file_and_checked(
+        tmp_path: Any) -> None:
+    value = {"approved": True, "note": "n" * 3000}
+    data = json.dumps(value).encode()
+    sha = hashlib.sha256(data).hexdigest()
+    payload = {"valueFrom": {"configMap": "cm", "sha256": sha, "path": "ignored"},
+               "digest": questions.digest(question="Publish?", schema=SCHEMA),
+               "questionAttempt": 1, "expired": False, "actor": "alice"}
+    committed = {"plan.answer": records.make(key="plan.answer", kind=records.Kind.DECISION,
+                                             attempt=2, payload=payload)}
+    found, memory = asker(committed=committed)
+    found.answers = tmp_path
+    found.steps.store = records.FsspecStore(f"file://{tmp_path}/store")  # the journal's
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "plan" / "value").write_bytes(data)
+    assert found.ask("plan", "Publish?", schema=SCHEMA) == value
+    [step] = memory.committed
+    assert step.key == "plan" and step.inline is None  # 3 KiB: by reference, not inline
+    (tmp_path / "plan" / "value").write_bytes(data + b" ")
+    again, _ = asker(committed=committed)
+    again.answers = tmp_path
+    with pytest.raises(records.RecordError, match="is not the answer given"):
+        again.ask("plan", "Publish?", schema=SCHEMA)
+    (tmp_path / "plan" / "value").unlink()
+    with pytest.raises(records.RecordError, match="cannot be read"):
+        again.ask("plan", "Publish?", schema=SCHEMA)

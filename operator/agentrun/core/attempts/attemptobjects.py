@@ -37,6 +37,7 @@ from agentrun.core.machine import transitions
 
 COORDINATION_API_VERSION = "coordination.k8s.io/v1"
 CONFIG_VOLUME_PREFIX = "agentrun-config-"
+ANSWER_VOLUME_PREFIX = "agentrun-a-"  # + the question key (at most 48): a volume name, <= 63
 
 
 def owner_reference(slot: Slot) -> dict[str, Any]:
@@ -180,7 +181,9 @@ def pod_body(
     *, slot: Slot, pins: Pins, launch_spec: LaunchSpecSpec, pinned: PinnedLaunchSpec,
     attempt: int, owner_actor: str | None, tenant: str | None,
 ) -> dict[str, Any]:
-    """The attempt's Pod from the pinned LaunchSpec's template (see the module docstring)."""
+    """The attempt's Pod from the pinned LaunchSpec's template (see the module docstring).
+    The answers given by reference that the attempt is handed (``<key>.answer`` on its
+    Lease names them) are mounted read-only at ``<ANSWERS_MOUNT_ROOT>/<question key>/``."""
     name = naming.attempt_name(slot=slot.metadata.name, number=attempt)
     template: dict[str, Any] = copy.deepcopy(launch_spec.template.wire())
     meta = dict(template.get("metadata") or {})
@@ -194,6 +197,11 @@ def pod_body(
     journal_volumes, journal_mounts = journal_volume(pins.journal)
     volumes += journal_volumes
     mounts += journal_mounts
+    for key, configmap, item in questionrecords.answer_mounts(slot.status, attempt=attempt):
+        volumes.append({"name": f"{ANSWER_VOLUME_PREFIX}{key}", "configMap": {
+            "name": configmap, "items": [{"key": item, "path": names.ANSWERS_FILE}]}})
+        mounts.append({"name": f"{ANSWER_VOLUME_PREFIX}{key}", "readOnly": True,
+                       "mountPath": f"{names.ANSWERS_MOUNT_ROOT}/{key}"})
     env = environment(slot=slot, attempt=attempt, pins=pins)
     floors = launch_spec.approval_floors()
     if floors:  # the effects this LaunchSpec's workers send only once approved

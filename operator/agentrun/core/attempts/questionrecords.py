@@ -160,7 +160,8 @@ def observed(status: SlotStatus, *, asked: list[QuestionEntry]) -> SlotStatus:
 
 
 def failure(*, key: str | None, value: str | None, digest: str | None, status: SlotStatus,
-            slot: str, now: datetime) -> tuple[Predicate, str] | None:
+            slot: str, now: datetime,
+            limit: int = bounds.ANSWER_VALUE_BYTES) -> tuple[Predicate, str] | None:
     """Why an answer of ``key`` with ``value`` (JSON text) cannot be accepted (after the
     run, reason and owner checks); ``digest``: the question the person read, if given."""
     if key is None or value is None:
@@ -197,7 +198,7 @@ def failure(*, key: str | None, value: str | None, digest: str | None, status: S
                 f"slot {slot!r}'s question {key!r} expired at {entry.deadline.isoformat()}")
     try:
         parsed = json.loads(value)
-        questions.check_value(parsed, what=names.ANSWER_VALUE)
+        questions.check_value(parsed, what=names.ANSWER_VALUE, limit=limit)
     except ValueError as error:  # not JSON, or too large
         return Predicate.MALFORMED, f"{names.ANSWER_VALUE}: {error}"
     try:
@@ -216,12 +217,17 @@ def failure(*, key: str | None, value: str | None, digest: str | None, status: S
 
 
 def answered(status: SlotStatus, *, key: str, value: str, actor: str | None, reason: str,
-             slot: str, now: datetime, expired: bool = False) -> SlotStatus:
+             slot: str, now: datetime, expired: bool = False,
+             value_from: str | None = None) -> SlotStatus:
     """The waiting entry of ``key`` answered with ``value`` (stored canonical, as the
-    worker will read it), the condition updated."""
+    worker will read it), the condition updated; ``value_from``: the answer came by
+    reference (the next attempt's pod mounts it; larger than the status holds, only the
+    reference is kept)."""
     canonical = questions.canonical(json.loads(value)).decode()
+    large = value_from is not None and len(canonical.encode()) > bounds.ANSWER_VALUE_BYTES
     update = {"state": QuestionState.EXPIRED if expired else QuestionState.ANSWERED,
-              "value": canonical, "actor": bounds.optional_clip(actor, limit=bounds.ACTOR_CHARS),
+              "value": None if large else canonical, "value_from": value_from if large else None,
+              "actor": bounds.optional_clip(actor, limit=bounds.ACTOR_CHARS),
               "answered_at": now}
     new = marked(status, key=key, update=update)
     message = (f"question {key} answered by {actor or 'its deadline (the default)'}: "
@@ -269,9 +275,16 @@ def next_deadline(status: SlotStatus) -> datetime | None:
 
 
 def answer_payload(entry: QuestionEntry) -> dict[str, records.JSON]:
-    """The ``<key>.answer`` record's payload; the person's texts clipped so it stays inline."""
+    """The ``<key>.answer`` record's payload; the person's texts clipped so it stays inline.
+    An answer by reference names the file the pod mounts and its sha256 instead."""
+    given: dict[str, records.JSON] = {"value": json.loads(entry.value or "null")}
+    if entry.value_from is not None:
+        where, sha256 = entry.value_from.split("@sha256:")
+        given = {"valueFrom": {"configMap": where.split("/", 1)[0], "sha256": sha256,
+                               "path": f"{names.ANSWERS_MOUNT_ROOT}/{entry.key}/"
+                                       f"{names.ANSWERS_FILE}"}}
     payload: dict[str, records.JSON] = {
-        "value": json.loads(entry.value or "null"), "digest": entry.digest,
+        **given, "digest": entry.digest,
         "questionAttempt": entry.attempt, "expired": entry.state is QuestionState.EXPIRED,
         "actor": entry.actor or ""}
     while len(records.canonical(payload)) > bounds.INLINE_PAYLOAD_BYTES and payload["actor"]:
@@ -280,17 +293,35 @@ def answer_payload(entry: QuestionEntry) -> dict[str, records.JSON]:
     return payload
 
 
+def _handed(status: SlotStatus, *, attempt: int) -> dict[tuple[str, bool], QuestionEntry]:
+    """Per key (and kind: an answer, or an approval), the latest decided entry of an
+    attempt before ``attempt``: what that attempt is handed."""
+    latest: dict[tuple[str, bool], QuestionEntry] = {}
+    for entry in status.questions:
+        which = (entry.key, entry.approvers is not None)
+        given = entry.value is not None or entry.value_from is not None
+        if given and entry.attempt < attempt and (
+                which not in latest or latest[which].attempt < entry.attempt):
+            latest[which] = entry
+    return latest
+
+
+def answer_mounts(status: SlotStatus, *, attempt: int) -> list[tuple[str, str, str]]:
+    """The answers by reference attempt ``attempt``'s pod mounts: (question key,
+    ConfigMap, the key in it), at ``<ANSWERS_MOUNT_ROOT>/<question key>/value``."""
+    found = []
+    for (key, _), entry in sorted(_handed(status, attempt=attempt).items()):
+        if entry.value_from is not None:
+            configmap, item = entry.value_from.split("@sha256:")[0].split("/", 1)
+            found.append((key, configmap, item))
+    return found
+
+
 def answer_annotations(status: SlotStatus, *, attempt: int) -> dict[str, str]:
     """The ``<key>.answer`` records for attempt ``attempt``'s Lease: per key, its latest
     answered question of an earlier attempt."""
-    latest: dict[tuple[str, bool], QuestionEntry] = {}
-    for entry in status.questions:
-        which = (entry.key, entry.approvers is not None)  # an answer, or an approval
-        if entry.value is not None and entry.attempt < attempt and (
-                which not in latest or latest[which].attempt < entry.attempt):
-            latest[which] = entry
     found = {}
-    for (key, _), entry in sorted(latest.items()):
+    for (key, _), entry in sorted(_handed(status, attempt=attempt).items()):
         payload = answer_payload(entry)
         data = records.canonical(payload)
         suffix = names.ANSWERED_SUFFIX if entry.approvers is None else names.APPROVED_SUFFIX

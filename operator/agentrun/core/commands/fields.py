@@ -111,10 +111,20 @@ VALUE = Field(
     name="value", suffix="value", label="--value", flag="--value", required=True,
     file_flag="--file", metavar="JSON", help="the answer, as JSON (or --file F: read it from F)",
     bound=Bound(chars=bounds.ANSWER_VALUE_BYTES, in_bytes=True, json=True),
-    admission=static(required=True,
+    by_reference=Bound(chars=bounds.ANSWER_FILE_BYTES, in_bytes=True, json=True),
+    admission=static(required=False,
                      valid=f"bytes({{value}}).size() <= {bounds.ANSWER_VALUE_BYTES}",
-                     message=f"{{key}} is required: the answer as JSON text, at most "
-                             f"{bounds.ANSWER_VALUE_BYTES} bytes"))
+                     message=f"{{key}} must be the answer as JSON text, at most "
+                             f"{bounds.ANSWER_VALUE_BYTES} bytes (a larger one: "
+                             "-value-from)"))
+VALUE_FROM = Field(  # no flag: the plugin sends a --file larger than -value holds this way
+    name="value_from", suffix="value-from", label="the answer's ConfigMap",
+    bound=Bound(chars=bounds.VALUE_FROM_CHARS, pattern=bounds.VALUE_FROM_PATTERN),
+    admission=static(required=False, valid=f"{{value}}.size() <= {bounds.VALUE_FROM_CHARS} "
+                     f"&& {matches('{value}', bounds.VALUE_FROM_PATTERN)}",
+                     message="{key} must be <configmap>/<key>@sha256:<64 hex digits>: the "
+                             "ConfigMap in the slot's namespace that holds the answer, and "
+                             "the sha256 of the value"))
 def _shown_digest(slot: Mapping[str, Any], given: Mapping[str, str]) -> str | None:
     """The digest of the Pending question under the given key in the slot read."""
     entries = (slot.get("status") or {}).get("questions") or []

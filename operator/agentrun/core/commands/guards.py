@@ -26,7 +26,7 @@ steps and the tests have always found it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from agentrun.api.launchspecs import LaunchSpec
@@ -45,18 +45,21 @@ from agentrun.core.commands.ledger import seen as seen
 def decide(
     *, command: Command, slot: Slot, tenant: str | None, prior: Prior | None,
     launch_specs: Iterable[LaunchSpec], now: datetime, creator: str | None = None,
+    referenced: Mapping[str, Mapping[str, str] | None] | None = None,
 ) -> Decision:
     """Decide any command by its kind's spec (see the module docstring).
 
     ``prior`` may be None only when the slot has no prior worker; ``creator``: the run's
-    verified creator (an approval's separation of duties), None when it has none.
+    verified creator (an approval's separation of duties), None when it has none;
+    ``referenced``: the ConfigMaps the command names by reference, read (name -> data).
     """
     status = slot.status
     if seen(status, command.request_id) is not None:
         return Decision(accepted=False, duplicate=True, predicate=Predicate.DUPLICATE,
                         status=status)
     context = ledger.Context(command=command, slot=slot, prior=prior,
-                             launch_specs=launch_specs, now=now, creator=creator)
+                             launch_specs=launch_specs, now=now, creator=creator,
+                             referenced=referenced or {})
     spec = registry.BY_KIND[command.kind]
     failed = ledger.tenancy(command, slot=slot, tenant=tenant) or spec.check(context)
     if failed:

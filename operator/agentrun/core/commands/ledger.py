@@ -9,8 +9,8 @@ annotation removal can never apply a command twice or flip a rejection into an a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
@@ -51,6 +51,7 @@ class Command:
     result: str | None = None
     question_key: str | None = None  # answer: the question's key, the answer (JSON text)
     value: str | None = None  # and the digest of the question it answers
+    value_from: str | None = None  # an answer by reference: <configmap>/<key>@sha256:<hex>
     digest: str | None = None
     approval_key: str | None = None  # approve, deny: the effect's key and its payload's digest
     payload_digest: str | None = None
@@ -98,6 +99,9 @@ class Context:
     launch_specs: Iterable[LaunchSpec]
     now: datetime
     creator: str | None = None  # the run's verified creator (status.creator); None: none
+    # ConfigMaps a command names by reference (an answer's value-from), read when it is
+    # decided: name -> its data (None: not found).
+    referenced: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
 
 
 def is_blank(reason: str | None) -> bool:

@@ -98,6 +98,10 @@ class Field:
     # The plugin's value when the flag is not given: from the slot it read and the other
     # fields (None: none), so the command is bound to what the person was shown.
     fill: Callable[[Mapping[str, Any], Mapping[str, str]], str | None] | None = None
+    # A value over ``bound`` but within this travels by reference (the registry's way for
+    # large values): the plugin writes it to a ConfigMap and sends ``<name>_from``
+    # (``<configmap>/<key>@sha256:<hex>``) instead; the operator reads it when deciding.
+    by_reference: Bound | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -78,6 +78,8 @@ class World:
     blind: timedelta = timedelta(0)
     observation: LeaseObservation | None = None
     stamping: Stamping | None = None
+    # The ConfigMaps a pending command names by reference: name -> data (None: not found).
+    referenced: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
     pins_problem: str | None = None
     first_seen: datetime | None = None
     first_ticks: datetime | None = None
@@ -126,7 +128,9 @@ class Reads:
     ``next_worker``: the attempt n+1 whose Pod and Lease say
     whether a claim is under way; ``stamping``: a command is pending that is not in the
     ledger yet (one already there is only removed, whatever the stamping: its three quorum
-    reads would be spent on nothing, and they count against the operator's --qps).
+    reads would be spent on nothing, and they count against the operator's --qps);
+    ``referenced``: the ConfigMap a pending command names by reference (an answer's
+    ``value-from``), read once when it is decided.
     """
 
     siblings: bool
@@ -134,6 +138,7 @@ class Reads:
     worker: str | None
     next_worker: str | None
     stamping: bool
+    referenced: str | None = None
 
 
 def next_worker(slot: Slot) -> str | None:
@@ -158,7 +163,11 @@ def reads_for(slot: Slot, *, max_active: bool) -> Reads:
         worker=status.pending_worker or status.active_worker or status.prior_worker,
         next_worker=next_worker(slot),
         stamping=pending is not None
-        and guards.seen(status, pending.command.request_id) is None)
+        and guards.seen(status, pending.command.request_id) is None,
+        referenced=None if pending is None or pending.malformed is not None
+        or pending.command.value_from is None or guards.seen(
+            status, pending.command.request_id) is not None
+        else pending.command.value_from.split("/", 1)[0])
 
 
 

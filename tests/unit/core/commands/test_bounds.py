@@ -113,7 +113,12 @@ def worst_case_status() -> SlotStatus:
                                  default=text(bounds.ANSWER_VALUE_BYTES),
                                  state=QuestionState.ANSWERED, asked_at=moment,
                                  value=text(bounds.ANSWER_VALUE_BYTES),
-                                 actor=text(bounds.ACTOR_CHARS), answered_at=moment)]
+                                 actor=text(bounds.ACTOR_CHARS), answered_at=moment,
+                                 value_from=("c" * 200 + "/" + "k" * 100 + "@sha256:")
+                                 .ljust(bounds.VALUE_FROM_CHARS, "0"),
+                                 approvers=bounds.MAX_APPROVERS,
+                                 approved_by=["0" * bounds.APPROVER_DIGEST_CHARS]
+                                 * bounds.MAX_APPROVERS)]
         * bounds.QUESTIONS_KEPT, asked_attempts=bounds.MAX_ATTEMPT_NUMBER,
         observed_generation=2**63 - 1)
 

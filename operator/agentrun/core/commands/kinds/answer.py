@@ -11,9 +11,12 @@ reported (the ledger's ``predicate``), after ``WrongTenant`` (every kind's):
    key, or answered already: a question is answered once), or the one waiting is not the
    one the person read (``answer-digest`` given and not its digest); ``QuestionExpired``:
    its deadline has passed;
-5. ``Malformed``: the value is not JSON or over its bound; ``AnswerInvalid``: the
-   question's schema refuses the value, with the schema's message (or cannot check it:
-   a schema out of its bounds, too costly for this answer);
+5. ``Malformed``: the value is not JSON or over its bound, or given both ways or neither,
+   or its reference (``answer-value-from``: a ConfigMap of the slot's namespace, the key
+   in it and the value's sha256, read when the command is decided) names a ConfigMap or
+   key that is not there, a value over 64 KiB, or other bytes than its digest;
+   ``AnswerInvalid``: the question's schema refuses the value, with the schema's message
+   (or cannot check it: a schema out of its bounds, too costly for this answer);
 6. ``AttemptLimitReached``: the slot has used every attempt number it may have;
 
 then by :mod:`agentrun.core.attempts.questionrecords`. Accepted, the answer is recorded on
@@ -24,7 +27,9 @@ owner kept): no Pod or Lease until the claim, whose Lease carries the answer.
 
 from __future__ import annotations
 
-from agentrun.api import names
+import hashlib
+
+from agentrun.api import bounds, names
 from agentrun.api.slots import CommandKind, Predicate
 from agentrun.core.attempts import questionrecords
 from agentrun.core.commands import fields, ledger
@@ -45,25 +50,59 @@ def check(context: Context) -> Failure | None:
         command, whose="the attempt that asked", what="answer it")
     if refused is not None:
         return refused
+    value = command.value
+    if command.value_from is not None or value is None:
+        found = referenced(context)
+        if isinstance(found, tuple):
+            return found
+        value = found
     return questionrecords.failure(
-        key=command.question_key, value=command.value, digest=command.digest, status=status,
-        slot=name, now=context.now) or ledger.attempt_limit(status, name=name)
+        key=command.question_key, value=value, digest=command.digest, status=status,
+        slot=name, now=context.now, limit=bounds.ANSWER_FILE_BYTES if (
+            command.value_from is not None) else bounds.ANSWER_VALUE_BYTES,
+    ) or ledger.attempt_limit(status, name=name)
+
+
+def referenced(context: Context) -> str | Failure:
+    """The answer's text from its reference (``value-from``), or why it cannot be had."""
+    command = context.command
+    if (command.value is None) == (command.value_from is None):
+        return (Predicate.MALFORMED, f"give the answer as {names.ANSWER_VALUE} or by "
+                f"reference as {names.ANSWER_VALUE_FROM}, exactly one of the two")
+    assert command.value_from is not None
+    where, digest = command.value_from.split("@sha256:")
+    configmap, key = where.split("/", 1)
+    data = context.referenced.get(configmap)
+    if data is None or key not in data:
+        return (Predicate.MALFORMED, f"{names.ANSWER_VALUE_FROM}: ConfigMap {configmap!r} "
+                f"with the key {key!r} is not in the slot's namespace")
+    text = data[key]
+    if len(text.encode()) > bounds.ANSWER_FILE_BYTES:
+        return (Predicate.MALFORMED, f"{names.ANSWER_VALUE_FROM}: the value is "
+                f"{len(text.encode())} bytes; at most {bounds.ANSWER_FILE_BYTES}")
+    if hashlib.sha256(text.encode()).hexdigest() != digest:
+        return (Predicate.MALFORMED, f"{names.ANSWER_VALUE_FROM}: ConfigMap {configmap!r} "
+                f"holds other bytes than sha256 {digest} (changed since the command was "
+                "written): send the answer again")
+    return text
 
 
 def apply(context: Context) -> Decision:
     """The answer recorded; the slot reopened once no question waits."""
     command, slot, now = context.command, context.slot, context.now
     status = slot.status
-    assert command.question_key is not None and command.value is not None
+    value = command.value if command.value_from is None else referenced(context)
+    assert command.question_key is not None and isinstance(value, str)
     message = (f"question {command.question_key} answered by {command.actor}: "
                f"{command.reason}; the next claim's attempt reads the answer")
     new, event = ledger.accept(command=command, status=status, message=message,
                                reason=names.QUESTION_ANSWERED_EVENT, now=now)
     owner = ledger.owner_of(status, status.prior_worker)
     new = ledger.overridden(new, command=command, owner=owner)
-    new = questionrecords.answered(new, key=command.question_key, value=command.value,
+    new = questionrecords.answered(new, key=command.question_key, value=value,
                                    actor=command.actor, reason=command.reason or "",
-                                   slot=slot.metadata.name, now=now)
+                                   slot=slot.metadata.name, now=now,
+                                   value_from=command.value_from)
     return Decision(accepted=True, event=event, status=questionrecords.reopened(
         new, owner=owner.actor, message=message, now=now))
 
@@ -72,7 +111,11 @@ SPEC = CommandSpec(
     kind=CommandKind.ANSWER, word="answer", check=check, apply=apply, shown=7, opens=True,
     help="answer a question a worker asked (status.questions); the slot reopens",
     takes=(fields.QUESTION_KEY, fields.VALUE, fields.REASON, fields.DIGEST, fields.RUN,
-           fields.TENANT),
+           fields.TENANT, fields.VALUE_FROM),
+    admission=((f"('{names.ANSWER_VALUE}' in variables.new) != "
+                f"('{names.ANSWER_VALUE_FROM}' in variables.new)",
+                f"an answer is given as {names.ANSWER_VALUE} or by reference as "
+                f"{names.ANSWER_VALUE_FROM}: exactly one of the two"),),
     owner="prior",
     state=("variables.state == 'RetryWait'",
            "only a RetryWait slot whose last attempt asked a question can be answered"),
