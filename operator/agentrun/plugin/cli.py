@@ -279,9 +279,14 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
         requests.check(kind, {k: v for k, v in request.fields.items() if k not in large})
     except requests.BadInput as error:
         raise client.Failure(str(error), code=requests.USAGE) from None
+    written: list[str] = []
+    if large and requests.pending_id(kind, slot) is not None:  # nothing written for naught
+        raise client.Failure(f"slot {args.name} already has a {kind} command waiting; wait "
+                             "for its outcome (history) and retry", code=requests.USAGE)
     for name, value in large.items():  # written first, then the command that names it
         configmap = client.put_value(conn, name=f"agentrun-{args.command}-"
                                      f"{request.request_id}", value=value)
+        written.append(configmap)
         fields_ = {k: v for k, v in request.fields.items() if k != name}
         fields_[f"{name}_from"] = requests.reference(configmap, value)
         request = requests.Request(kind=kind, request_id=request.request_id, fields=fields_)
@@ -292,8 +297,12 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
                 field.name in request.fields):
             write([f"{field.flag} {request.fields[field.name]} (as the slot shows it now)"],
                   file=sys.stderr)
-    client.send(conn, args.name, request)
-    entry = client.wait_entry(conn, args.name, request, timeout=args.timeout)
+    try:
+        client.send(conn, args.name, request)
+        entry = client.wait_entry(conn, args.name, request, timeout=args.timeout)
+    except client.Failure:
+        client.delete_values(conn, written)  # the command never landed: nothing names them
+        raise
     first = None
     if requests.unproven(entry):
         first = entry
@@ -304,8 +313,11 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
         client.send(conn, args.name, request)
         entry = client.wait_entry(conn, args.name, request, timeout=args.timeout)
     code = requests.exit_code(entry)
+    if written and entry.get("outcome") != "Accepted":
+        client.delete_values(conn, written)  # a rejected answer's: the next one writes anew
     document = {"slot": args.name, "namespace": conn.namespace, "entry": entry,
-                "exitCode": code, **({"firstAttempt": first} if first else {})}
+                "exitCode": code, **({"firstAttempt": first} if first else {}),
+                **({"configMaps": written} if written else {})}
     _print(args, document, [requests.describe(entry)])
     return code
 

@@ -7,8 +7,9 @@ Connection as kubectl makes it: ``--kubeconfig`` (else $KUBECONFIG, else ~/.kube
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import kubernetes
@@ -214,6 +215,16 @@ def put_value(conn: Connection, *, name: str, value: str) -> str:
     body = {"apiVersion": "v1", "kind": "ConfigMap", "immutable": True,
             "metadata": {"name": name, "namespace": conn.namespace},
             "data": {names.ANSWERS_FILE: value}}
-    _call(f"creating ConfigMap {name} for the value", lambda: conn.rest.request(
-        "POST", f"/api/v1/namespaces/{conn.namespace}/configmaps", body=body))
+    _call(f"creating ConfigMap {name} for the value (a value past its field is sent by "
+          "reference: that needs create on configmaps, as the edit role has)",
+          lambda: conn.rest.request(
+              "POST", f"/api/v1/namespaces/{conn.namespace}/configmaps", body=body))
     return name
+
+
+def delete_values(conn: Connection, names_: Sequence[str]) -> None:
+    """Best effort: remove ConfigMaps :func:`put_value` wrote for a command that did not
+    land or was rejected (what is left is the person's own, small, and harmless)."""
+    for name in names_:
+        with contextlib.suppress(*ERRORS):
+            conn.rest.request("DELETE", f"/api/v1/namespaces/{conn.namespace}/configmaps/{name}")

@@ -227,7 +227,9 @@ def history(slot: Object, *, now: datetime, journal: Object | None = None) -> Ob
     asked = [{
         "key": q.get("key") or NONE, "attempt": q.get("attempt"),
         "state": q.get("state") or NONE, "digest": q.get("digest") or NONE,
-        "deadline": q.get("deadline") or NONE, "answer": q.get("value") or NONE,
+        "deadline": q.get("deadline") or NONE,
+        "answer": q.get("value") or (f"(by reference: {q['valueFrom'].split('@')[0]})"
+                                     if q.get("valueFrom") else NONE),
         "by": q.get("actor") or NONE, "question": q.get("question") or "",
         "schema": q.get("jsonSchema") or NONE,
         # An approval: how many approved of how many needed (approve or deny it, not answer).

@@ -22,7 +22,12 @@ from tests.integration.node import stale, test_journal
 from tests.integration.operator import conftest as operator_fixtures
 from tests.support.actors.operators import OperatorProcess
 from tests.support.actors.plugin import plugin
-from tests.support.actors.workers import grant_worker_role, printed, real_launch_spec
+from tests.support.actors.workers import (
+    OWNER_ENV,
+    grant_worker_role,
+    printed,
+    real_launch_spec,
+)
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays.scenarios import Scenario, condition_of, request_id
 from tests.support.waiting import wait_for
@@ -56,7 +61,8 @@ def test_a_large_answer_travels_by_reference_and_reaches_the_worker_byte_for_byt
     scenario.grant_edit("alice")  # edit: the plugin writes the answer's ConfigMap
     scenario.configs()
     real_launch_spec(scenario, "sdk-workers", classes=["cpu"], image=worker_image,
-                     script=stale.PRELUDE + SCRIPT, renewer=False)
+                     script=stale.PRELUDE + SCRIPT, renewer=False,
+                     env={OWNER_ENV: "http://127.0.0.1:9"})  # the prelude's; no effect here
     scenario.run("study", user="alice", claim_policy="Manual", max_attempts=1)
     slot = scenario.slot_name_eventually("study", "research")
     scenario.wait_state(slot, "Ready")

@@ -65,30 +65,51 @@ def test_an_answer_is_read_from_a_file_within_its_bound(
     assert "is not UTF-8 text" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("outcome", ["Accepted", "Rejected"])
 def test_an_answer_past_its_field_is_sent_by_reference(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """Written to a ConfigMap first, then the command names it with the value's sha256."""
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        outcome: str) -> None:
+    """Written to a ConfigMap first, then the command names it with the value's sha256; a
+    rejected command's ConfigMap is deleted (nothing names it)."""
     value = json.dumps({"publish": True, "note": "n" * 3000})
     given = tmp_path / "answer.json"
     given.write_text(value)
     conn = client.Connection(rest=None, namespace="team-a")  # type: ignore[arg-type]
-    put: list[tuple[str, str]] = []
-    sent: list[requests.Request] = []
+    log: list[tuple[str, Any]] = []
     monkeypatch.setattr(client, "connect", lambda **_: conn)
     monkeypatch.setattr(client, "get", lambda _c, _p, name: {
         "metadata": {"name": name}, "spec": {"run": "study"}, "status": {}})
     monkeypatch.setattr(client, "put_value", lambda _c, *, name, value: (
-        put.append((name, value)) or name))
-    monkeypatch.setattr(client, "send", lambda _c, _s, request: sent.append(request) or {})
+        log.append(("put", (name, value))) or name))
+    monkeypatch.setattr(client, "send", lambda _c, _s, request: log.append(
+        ("send", request)) or {})
     monkeypatch.setattr(client, "wait_entry", lambda _c, _s, request, **_: {
-        "requestId": request.request_id, "kind": "Answer", "outcome": "Accepted"})
-    assert cli.main(["answer", "s", "--key", "plan", "--file", str(given),
-                     "--reason", "ok"]) == 0
-    [(name, stored)] = put
-    [request] = sent
+        "requestId": request.request_id, "kind": "Answer", "outcome": outcome})
+    monkeypatch.setattr(client, "delete_values", lambda _c, names: log.append(
+        ("delete", list(names))))
+    code = cli.main(["answer", "s", "--key", "plan", "--file", str(given), "--reason", "ok"])
+    assert code == (0 if outcome == "Accepted" else 1)
+    assert [kind for kind, _ in log] == ["put", "send"] + (
+        [] if outcome == "Accepted" else ["delete"])
+    (name, stored), request = log[0][1], log[1][1]
     assert stored == value and name == f"agentrun-answer-{request.request_id}"
     assert "value" not in request.fields
     assert request.fields["value_from"] == (
         f"{name}/value@sha256:{hashlib.sha256(value.encode()).hexdigest()}")
     assert "sent by reference" in capsys.readouterr().err
+
+
+def test_no_configmap_is_written_while_an_answer_waits_on_the_slot(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    given = tmp_path / "answer.json"
+    given.write_text(json.dumps({"note": "n" * 3000}))
+    conn = client.Connection(rest=None, namespace="team-a")  # type: ignore[arg-type]
+    monkeypatch.setattr(client, "connect", lambda **_: conn)
+    monkeypatch.setattr(client, "get", lambda _c, _p, name: {
+        "metadata": {"name": name, "annotations": {"agentrun.dev/answer-id": "other"}},
+        "spec": {"run": "study"}, "status": {}})
+    written: list[str] = []
+    monkeypatch.setattr(client, "put_value", lambda _c, *, name, value: written.append(name))
+    assert cli.main(["answer", "s", "--key", "plan", "--file", str(given),
+                     "--reason", "ok"]) == requests.USAGE
+    assert written == []

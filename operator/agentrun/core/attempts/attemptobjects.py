@@ -198,8 +198,10 @@ def pod_body(
     volumes += journal_volumes
     mounts += journal_mounts
     for key, configmap, item in questionrecords.answer_mounts(slot.status, attempt=attempt):
+        # optional: a ConfigMap deleted since stops no pod; the SDK says it cannot be read
         volumes.append({"name": f"{ANSWER_VOLUME_PREFIX}{key}", "configMap": {
-            "name": configmap, "items": [{"key": item, "path": names.ANSWERS_FILE}]}})
+            "name": configmap, "optional": True,
+            "items": [{"key": item, "path": names.ANSWERS_FILE}]}})
         mounts.append({"name": f"{ANSWER_VOLUME_PREFIX}{key}", "readOnly": True,
                        "mountPath": f"{names.ANSWERS_MOUNT_ROOT}/{key}"})
     env = environment(slot=slot, attempt=attempt, pins=pins)

@@ -22,7 +22,7 @@ the one it asks again. Pure: no I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -149,21 +149,30 @@ def observed(status: SlotStatus, *, asked: list[QuestionEntry]) -> SlotStatus:
     kept = [q for q in status.questions
             if not (q.key in keys and q.state is QuestionState.PENDING)]
     while len(kept) + len(asked) > bounds.QUESTIONS_KEPT and kept:
+        # (an answer by reference is an answer: its value is in valueFrom)
         # First what carries no answer (Closed, expired to a failure), then the oldest
         # answered: answers are what later attempts' Leases are built from.
         done = next((n for n, q in enumerate(kept)
-                     if q.state is not QuestionState.PENDING and q.value is None),
+                     if q.state is not QuestionState.PENDING and q.value is None
+                     and q.value_from is None),
                     next((n for n, q in enumerate(kept)
                           if q.state is not QuestionState.PENDING), 0))
         kept.pop(done)
     return status.model_copy(update={"questions": [*kept, *asked][-bounds.QUESTIONS_KEPT:]})
 
 
-def failure(*, key: str | None, value: str | None, digest: str | None, status: SlotStatus,
-            slot: str, now: datetime,
+Given = Callable[[], "str | tuple[Predicate, str]"]  # an answer by reference, resolved late
+
+
+def failure(*, key: str | None, value: str | Given | None, digest: str | None,
+            status: SlotStatus, slot: str, now: datetime,
             limit: int = bounds.ANSWER_VALUE_BYTES) -> tuple[Predicate, str] | None:
     """Why an answer of ``key`` with ``value`` (JSON text) cannot be accepted (after the
-    run, reason and owner checks); ``digest``: the question the person read, if given."""
+    run, reason and owner checks); ``digest``: the question the person read, if given.
+    ``value`` may be a function that resolves it (an answer by reference): called only
+    once the question is known to wait, so a wrong key, a stale digest or an expired
+    question is said first, as for any answer; what it returns instead of the text is the
+    refusal."""
     if key is None or value is None:
         missing = names.ANSWER_KEY if key is None else names.ANSWER_VALUE
         return Predicate.MALFORMED, f"{missing} is required (the question's key, and the answer)"
@@ -196,6 +205,11 @@ def failure(*, key: str | None, value: str | None, digest: str | None, status: S
     if entry.deadline is not None and now >= entry.deadline:
         return (Predicate.QUESTION_EXPIRED,
                 f"slot {slot!r}'s question {key!r} expired at {entry.deadline.isoformat()}")
+    if callable(value):
+        resolved = value()
+        if isinstance(resolved, tuple):
+            return resolved
+        value = resolved
     try:
         parsed = json.loads(value)
         questions.check_value(parsed, what=names.ANSWER_VALUE, limit=limit)

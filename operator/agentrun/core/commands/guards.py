@@ -46,12 +46,14 @@ def decide(
     *, command: Command, slot: Slot, tenant: str | None, prior: Prior | None,
     launch_specs: Iterable[LaunchSpec], now: datetime, creator: str | None = None,
     referenced: Mapping[str, Mapping[str, str] | None] | None = None,
+    journaled: bool = True,
 ) -> Decision:
     """Decide any command by its kind's spec (see the module docstring).
 
     ``prior`` may be None only when the slot has no prior worker; ``creator``: the run's
     verified creator (an approval's separation of duties), None when it has none;
-    ``referenced``: the ConfigMaps the command names by reference, read (name -> data).
+    ``referenced``: the ConfigMaps the command names by reference, read (name -> data);
+    ``journaled``: the run has a journal.
     """
     status = slot.status
     if seen(status, command.request_id) is not None:
@@ -59,7 +61,7 @@ def decide(
                         status=status)
     context = ledger.Context(command=command, slot=slot, prior=prior,
                              launch_specs=launch_specs, now=now, creator=creator,
-                             referenced=referenced or {})
+                             referenced=referenced or {}, journaled=journaled)
     spec = registry.BY_KIND[command.kind]
     failed = ledger.tenancy(command, slot=slot, tenant=tenant) or spec.check(context)
     if failed:

@@ -102,6 +102,7 @@ class Context:
     # ConfigMaps a command names by reference (an answer's value-from), read when it is
     # decided: name -> its data (None: not found).
     referenced: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
+    journaled: bool = True  # the run has a journal (an answer by reference needs one)
 
 
 def is_blank(reason: str | None) -> bool:

@@ -89,7 +89,9 @@ def command_step(world: inputs.World, pending: parsing.Pending) -> decisions.Dec
             command=command,
             slot=slot, tenant=world.tenant, prior=prior(world),
             launch_specs=world.launch_specs, now=world.now,
-            creator=attemptlife.run_creator(world), referenced=world.referenced)
+            creator=attemptlife.run_creator(world), referenced=world.referenced,
+            journaled=world.run is not None and world.run.status.pinned is not None
+            and world.run.status.pinned.journal is not None)
     except ValueError as error:  # includes a model's ValidationError, IllegalTransition
         # A command that cannot be decided is rejected into the ledger, never retried forever.
         decision = guards.reject(command=command, status=status, predicate=Predicate.MALFORMED,

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from agentrun.api import bounds, names, records
+from agentrun.api.runs import AgentRun, JournalPin
 from agentrun.api.slots import Predicate, QuestionState
-from agentrun.core.attempts import attemptobjects
+from agentrun.core.attempts import attemptobjects, questionrecords
 from agentrun.core.base.actions import Create, WriteStatus
 from agentrun.core.slots import inputs, steps
 from tests.unit.core import corefakes as f
@@ -29,7 +30,16 @@ from tests.unit.core.slots.test_questions import asked_status, fenced_world
 NOTE = "n" * 3000
 VALUE = json.dumps({"approved": True, "note": NOTE})
 SHA = hashlib.sha256(VALUE.encode()).hexdigest()
-CONFIGMAP = "agentrun-answer-0123456789abcdef0123456789abcdef"
+CONFIGMAP = "agentrun-answer-r-1"  # the plugin's, for the command's request id
+
+
+def journaled_run() -> AgentRun:
+    """The fake run, pinned with a journal (an answer by reference needs one)."""
+    run = f.agent_run()
+    assert run.status.pinned is not None
+    pins = run.status.pinned.model_copy(update={"journal": JournalPin(
+        endpoint="http://store:8333", bucket="journals", prefix="p/ns/uid")})
+    return run.model_copy(update={"status": run.status.model_copy(update={"pinned": pins})})
 
 
 def command(*, value_from: str | None = f"{CONFIGMAP}/value@sha256:{SHA}",
@@ -44,9 +54,11 @@ def command(*, value_from: str | None = f"{CONFIGMAP}/value@sha256:{SHA}",
     return found
 
 
-def decided(annotations: dict[str, str], data: dict[str, str] | None) -> Any:
+def decided(annotations: dict[str, str], data: dict[str, str] | None, *,
+            journal: bool = True) -> Any:
     world = fenced_world(asked_status(), annotations=annotations,
-                         referenced={CONFIGMAP: data})
+                         referenced={CONFIGMAP: data},
+                         run=journaled_run() if journal else f.agent_run())
     return expect(steps.next_step(world), WriteStatus).status
 
 
@@ -63,7 +75,7 @@ def test_an_answer_by_reference_is_kept_as_the_reference_and_mounted_for_the_nex
     entry = status.questions[0]
     assert (entry.state, entry.value, entry.value_from) == (
         QuestionState.ANSWERED, None, f"{CONFIGMAP}/value@sha256:{SHA}")
-    lease = expect(steps.next_step(fenced_world(status)), Create)
+    lease = expect(steps.next_step(fenced_world(status, run=journaled_run())), Create)
     key = f"{records.PREFIX}plan{names.ANSWERED_SUFFIX}"
     record = records.decode(annotation=key, value=lease.body["metadata"]["annotations"][key],
                             attempt=2)
@@ -75,14 +87,14 @@ def test_an_answer_by_reference_is_kept_as_the_reference_and_mounted_for_the_nex
 
 def test_the_pod_mounts_the_answer() -> None:
     status = decided(command(), {"value": VALUE})
-    world = fenced_world(status)
+    world = fenced_world(status, run=journaled_run())
     assert world.run is not None and world.run.status.pinned is not None
     slot = world.slot.model_copy(update={"status": status})
     body = attemptobjects.pod_body(slot=slot, pins=world.run.status.pinned,
                                    launch_spec=f.CPU_SPEC.spec, pinned=f.PINNED, attempt=2,
                                    owner_actor="alice", tenant=f.TENANT)
     volume = next(v for v in body["spec"]["volumes"] if v["name"] == "agentrun-a-plan")
-    assert volume["configMap"] == {"name": CONFIGMAP, "items": [
+    assert volume["configMap"] == {"name": CONFIGMAP, "optional": True, "items": [
         {"key": "value", "path": names.ANSWERS_FILE}]}
     mounts = body["spec"]["containers"][0]["volumeMounts"]
     assert {"name": "agentrun-a-plan", "readOnly": True,
@@ -90,17 +102,23 @@ def test_the_pod_mounts_the_answer() -> None:
 
 
 @pytest.mark.parametrize(("annotations", "data", "predicate", "words"), [
-    (command(), None, Predicate.MALFORMED, "is not in the slot's namespace"),
-    (command(), {"other": VALUE}, Predicate.MALFORMED, "is not in the slot's namespace"),
-    (command(), {"value": VALUE + " "}, Predicate.MALFORMED, "holds other bytes"),
+    (command(), None, Predicate.MALFORMED, "does not hold"),
+    (command(), {"other": VALUE}, Predicate.MALFORMED, "does not hold"),
+    (command(), {"value": VALUE + " "}, Predicate.MALFORMED, "does not hold"),
     (command(value_from=f"{CONFIGMAP}/value@sha256:" + hashlib.sha256(
         ('"' + "v" * bounds.ANSWER_FILE_BYTES + '"').encode()).hexdigest()),
-     {"value": '"' + "v" * bounds.ANSWER_FILE_BYTES + '"'}, Predicate.MALFORMED, "at most"),
+     {"value": '"' + "v" * bounds.ANSWER_FILE_BYTES + '"'}, Predicate.MALFORMED,
+     "is over 65536 bytes"),
     (command(value="true"), {"value": VALUE}, Predicate.MALFORMED, "exactly one of the two"),
     (command(value_from=f"{CONFIGMAP}/value@sha256:" + hashlib.sha256(b'{"approved": 1}')
              .hexdigest()), {"value": '{"approved": 1}'}, Predicate.ANSWER_INVALID,
      "is not of type 'boolean'"),
-], ids=["missing", "no-key", "other-bytes", "too-large", "both-ways", "schema"])
+    (command(value_from=f"agentrun-config-x/value@sha256:{SHA}"), {"value": VALUE},
+     Predicate.MALFORMED, "must name this command's own ConfigMap"),
+    (command(value_from=f"{CONFIGMAP}/value@sha256:{SHA[:10]}"), {"value": VALUE},
+     Predicate.MALFORMED, "does not hold"),
+], ids=["missing", "no-key", "other-bytes", "too-large", "both-ways", "schema", "another-cm",
+        "short-digest"])
 def test_a_bad_reference_is_refused_and_changes_nothing(
         annotations: dict[str, str], data: dict[str, str] | None, predicate: Predicate,
         words: str) -> None:
@@ -110,3 +128,30 @@ def test_a_bad_reference_is_refused_and_changes_nothing(
     assert (entry.outcome, entry.predicate) == ("Rejected", predicate)
     assert words in entry.message
     assert status.questions == before.questions
+
+
+def test_a_wrong_key_is_said_before_the_reference_is_read() -> None:
+    """The question's checks come first, as for any answer: the missing ConfigMap is not
+    the news for an answer to a key nobody asked."""
+    annotations = {**command(), names.ANSWER_KEY: "other"}
+    entry = decided(annotations, None).commands[-1]
+    assert entry.predicate is Predicate.NO_PENDING_QUESTION
+
+
+def test_a_run_without_a_journal_takes_no_answer_by_reference() -> None:
+    entry = decided(command(), {"value": VALUE}, journal=False).commands[-1]
+    assert (entry.outcome, entry.predicate) == ("Rejected", Predicate.MALFORMED)
+    assert "has no journal" in entry.message
+
+
+def test_an_answer_by_reference_is_kept_over_older_answers_when_room_is_made() -> None:
+    """Room is made by dropping what carries no answer first: one by reference carries one."""
+    answered = decided(command(), {"value": VALUE})
+    big = answered.questions[0]
+    others = [big.model_copy(update={"key": f"q{n}", "value_from": None, "value": "true",
+                                     "attempt": 1}) for n in range(3)]
+    full = answered.model_copy(update={"questions": [*others[:1], big, *others[1:]]})
+    new = big.model_copy(update={"key": "next", "state": QuestionState.PENDING,
+                                 "value_from": None, "attempt": 2})
+    kept = questionrecords.observed(full, asked=[new]).questions
+    assert big in kept and others[0] not in kept

@@ -50,12 +50,11 @@ def check(context: Context) -> Failure | None:
         command, whose="the attempt that asked", what="answer it")
     if refused is not None:
         return refused
-    value = command.value
-    if command.value_from is not None or value is None:
-        found = referenced(context)
-        if isinstance(found, tuple):
-            return found
-        value = found
+    if (command.value is None) == (command.value_from is None):
+        return (Predicate.MALFORMED, f"give the answer as {names.ANSWER_VALUE} or by "
+                f"reference as {names.ANSWER_VALUE_FROM}, exactly one of the two")
+    value: str | questionrecords.Given = command.value if command.value is not None else (
+        lambda: referenced(context))
     return questionrecords.failure(
         key=command.question_key, value=value, digest=command.digest, status=status,
         slot=name, now=context.now, limit=bounds.ANSWER_FILE_BYTES if (
@@ -64,26 +63,35 @@ def check(context: Context) -> Failure | None:
 
 
 def referenced(context: Context) -> str | Failure:
-    """The answer's text from its reference (``value-from``), or why it cannot be had."""
+    """The answer's text from its reference (``value-from``), or why it cannot be had.
+
+    Only the plugin's own ConfigMap of this very command may be named
+    (``agentrun-answer-<request id>``, a re-sent command's too): a person cannot make the
+    operator read, or a worker's pod mount, another ConfigMap of the namespace, and the
+    refusal says nothing of what another ConfigMap holds. A run without a journal cannot
+    take one: its worker keeps the answer as a step on its Lease, 1 KiB at most."""
     command = context.command
-    if (command.value is None) == (command.value_from is None):
-        return (Predicate.MALFORMED, f"give the answer as {names.ANSWER_VALUE} or by "
-                f"reference as {names.ANSWER_VALUE_FROM}, exactly one of the two")
     assert command.value_from is not None
     where, digest = command.value_from.split("@sha256:")
     configmap, key = where.split("/", 1)
+    own = f"agentrun-answer-{command.request_id.removesuffix('.resend')}"
+    if configmap != own:
+        return (Predicate.MALFORMED, f"{names.ANSWER_VALUE_FROM} must name this command's "
+                f"own ConfigMap, {own} (as kubectl agentrun answer --file writes it)")
+    if not context.journaled:
+        return (Predicate.MALFORMED, "the run has no journal: its worker cannot keep an "
+                f"answer over {bounds.ANSWER_VALUE_BYTES} bytes; answer in "
+                f"{names.ANSWER_VALUE}")
     data = context.referenced.get(configmap)
-    if data is None or key not in data:
+    text = None if data is None else data.get(key)
+    if text is None or len(digest) != bounds.DIGEST_CHARS or (
+            hashlib.sha256(text.encode()).hexdigest() != digest):
         return (Predicate.MALFORMED, f"{names.ANSWER_VALUE_FROM}: ConfigMap {configmap!r} "
-                f"with the key {key!r} is not in the slot's namespace")
-    text = data[key]
+                f"does not hold, under {key!r}, the value of sha256 {digest[:64]} (missing, "
+                "or changed since the command was written): send the answer again")
     if len(text.encode()) > bounds.ANSWER_FILE_BYTES:
-        return (Predicate.MALFORMED, f"{names.ANSWER_VALUE_FROM}: the value is "
-                f"{len(text.encode())} bytes; at most {bounds.ANSWER_FILE_BYTES}")
-    if hashlib.sha256(text.encode()).hexdigest() != digest:
-        return (Predicate.MALFORMED, f"{names.ANSWER_VALUE_FROM}: ConfigMap {configmap!r} "
-                f"holds other bytes than sha256 {digest} (changed since the command was "
-                "written): send the answer again")
+        return (Predicate.MALFORMED, f"{names.ANSWER_VALUE_FROM}: the value is over "
+                f"{bounds.ANSWER_FILE_BYTES} bytes")
     return text
 
 
