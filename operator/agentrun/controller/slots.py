@@ -175,7 +175,7 @@ class SlotReconciler(reconcilers.Reconciler):
             # Read after the slot: see core.policies.stamping for why the order matters.
             stamping=reader.stamping() if needs.stamping else None,
             referenced={} if needs.referenced is None else {
-                needs.referenced: _data(reader.configmap(namespace, needs.referenced))})
+                needs.referenced: _data(reader.configmap_once(namespace, needs.referenced))})
 
     @staticmethod
     def _next_lease(reader: reads.Reader, slot: Slot) -> reads.Object | None:

@@ -172,6 +172,11 @@ class Reader:
     def configmap(self, namespace: str, name: str) -> Object | None:
         return self._get("ConfigMap", namespace, name)
 
+    def configmap_once(self, namespace: str, name: str) -> Object | None:
+        """A ConfigMap read from the API and not kept (a person's, named by one command
+        and read once when it is decided: remembering each would grow without bound)."""
+        return self.rest.get(stores.path("ConfigMap", namespace, name))
+
     def configmaps(self, namespace: str, *, selector: str) -> list[Object]:
         if self.stores is not None:
             held = self.stores.configmaps(namespace=namespace, selector=selector)

@@ -176,7 +176,8 @@ def cases() -> list[Case]:
             ("answer", "run", None, "WrongRun"), ("answer", "reason", None, "BlankReason"),
             ("answer", "reason", HUGE, "BlankReason"),
             ("answer", "value-from", "cm/value", "Malformed"),  # the value's digest missing
-            ("answer", "value-from", "missing/value@sha256:" + "0" * 64, "Malformed"),
+            # well-formed: the question's checks come first (none is pending here)
+            ("answer", "value-from", "missing/value@sha256:" + "0" * 64, "NoPendingQuestion"),
             ("approve", "key", "k" * 300, "Malformed"), ("approve", "digest", "ABC", "Malformed"),
             ("approve", "digest", "a" * 65, "Malformed"),
             ("approve", "digest", None, "Malformed"),
