@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,23 +99,23 @@ def attempts(leases: list[Object]) -> list[Attempt]:
     return sorted(found, key=lambda a: a.number, reverse=True)
 
 
-def walk(*, chain: list[Attempt], read: Callable[[int, str], bytes], limit: int,
-         deadline: float, clock: Callable[[], float] = time.monotonic,
-         ) -> tuple[list[Object], bool]:
-    """The newest ``limit`` entries reachable from the attempts' heads (newest attempt
-    first, each attempt's newest commit first), and whether more were left unread (the
-    limit, :data:`MOST` nodes read, or the deadline reached: a node may hold no entry).
-    ``read(attempt, digest)`` is a node's bytes."""
-    entries: list[Object] = []
-    nodes = 0
+def nodes(*, chain: list[Attempt], read: Callable[[int, str], bytes],
+          stop: Callable[[], bool]) -> Iterator[tuple[int, list[records.Record]] | None]:
+    """Each node reachable from the attempts' heads as ``(seq, its records)``, newest
+    attempt first, each attempt's newest commit first, every node checked against the
+    digest that named it; ``None`` (then nothing more) once ``stop()`` says so or
+    :data:`MOST` nodes were read, before reading another. ``read(attempt, digest)`` is a
+    node's bytes."""
+    count = 0
     for attempt in chain:
         if attempt.head is None:
             continue
         seq, digest = attempt.head.seq, attempt.head.digest
         while True:
-            if len(entries) >= limit or nodes >= MOST or clock() > deadline:
-                return entries, True
-            nodes += 1
+            if count >= MOST or stop():
+                yield None
+                return
+            count += 1
             try:
                 prev, found = journalnodes.read_node(read(attempt.number, digest),
                                                      attempt=attempt.number, seq=seq,
@@ -123,10 +123,25 @@ def walk(*, chain: list[Attempt], read: Callable[[int, str], bytes], limit: int,
             except records.RecordError as error:
                 raise HistoryError(500, "InternalError",
                                    f"the journal cannot be read whole: {error}") from None
-            entries.extend(_entry(r, seq=seq) for r in reversed(found))
+            yield seq, found
             if prev is None:
                 break
             seq, digest = seq - 1, prev
+
+
+def walk(*, chain: list[Attempt], read: Callable[[int, str], bytes], limit: int,
+         deadline: float, clock: Callable[[], float] = time.monotonic,
+         ) -> tuple[list[Object], bool]:
+    """The newest ``limit`` entries reachable from the attempts' heads (:func:`nodes`'
+    order), and whether more were left unread (the limit, :data:`MOST` nodes read, or the
+    deadline reached: a node may hold no entry)."""
+    entries: list[Object] = []
+    for node in nodes(chain=chain, read=read,
+                      stop=lambda: len(entries) >= limit or clock() > deadline):
+        if node is None:
+            return entries, True
+        seq, found = node
+        entries.extend(_entry(r, seq=seq) for r in reversed(found))
     return entries[:limit], len(entries) > limit
 
 
@@ -145,26 +160,12 @@ def newest(*, chain: list[Attempt], read: Callable[[int, str], bytes], key: str,
            ) -> records.Record | None:
     """The newest entry named ``key`` reachable from the heads (at most :data:`MOST`
     nodes read, within the deadline), or None."""
-    nodes = 0
-    for attempt in chain:
-        if attempt.head is None:
-            continue
-        seq, digest = attempt.head.seq, attempt.head.digest
-        while nodes < MOST and clock() <= deadline:
-            nodes += 1
-            try:
-                prev, found = journalnodes.read_node(read(attempt.number, digest),
-                                                     attempt=attempt.number, seq=seq,
-                                                     digest=digest)
-            except records.RecordError as error:
-                raise HistoryError(500, "InternalError",
-                                   f"the journal cannot be read whole: {error}") from None
-            match = next((r for r in reversed(found) if r.key == key), None)
-            if match is not None:
-                return match
-            if prev is None:
-                break
-            seq, digest = seq - 1, prev
+    for node in nodes(chain=chain, read=read, stop=lambda: clock() > deadline):
+        if node is None:
+            return None
+        match = next((r for r in reversed(node[1]) if r.key == key), None)
+        if match is not None:
+            return match
     return None
 
 
