@@ -7,7 +7,6 @@ among the commands (each command's module stays its own: none imports another).
 from __future__ import annotations
 
 from agentrun.api import names
-from agentrun.api.slots import Predicate
 from agentrun.core.attempts import approvalrecords, questionrecords
 from agentrun.core.commands import ledger
 from agentrun.core.commands.ledger import Context, Decision, Failure
@@ -19,10 +18,10 @@ def checked(context: Context, *, deny: bool) -> Failure | None:
     """The checks approve and deny share (see the module docstring)."""
     command, slot = context.command, context.slot
     status, name = slot.status, slot.metadata.name
-    if command.run != slot.spec.run:
-        return (Predicate.WRONG_RUN,
-                f"the command names run {command.run!r} but slot {name!r} belongs to run "
-                f"{slot.spec.run!r}; name the slot's run")
+    wrong = ledger.wrong_run(command, slot=slot,
+                             annotation=f"{names.GROUP}/{str(command.kind).lower()}-run")
+    if wrong is not None:
+        return wrong
     if ledger.is_blank(command.reason):
         return ledger.blank_reason()
     return approvalrecords.failure(

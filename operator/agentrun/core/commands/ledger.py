@@ -236,6 +236,16 @@ def ending_failure(context: Context, *, what: str) -> Failure | None:
     return live_owner(status).refusal(command, whose="the attempt", what=what)
 
 
+def wrong_run(command: Command, *, slot: Slot, annotation: str) -> Failure | None:
+    """``WrongRun``: the command names another run than the slot's (``annotation``: where
+    the command names it, for the message)."""
+    if command.run == slot.spec.run:
+        return None
+    return (Predicate.WRONG_RUN,
+            f"the command names run {command.run!r} but slot {slot.metadata.name!r} belongs "
+            f"to run {slot.spec.run!r}; set {annotation} to the slot's run")
+
+
 def blank_reason() -> Failure:
     return (Predicate.BLANK_REASON,
             f"the reason must be non-blank and at most {names.MAX_REASON_BYTES} bytes")

@@ -40,10 +40,9 @@ from agentrun.core.commands.spec import CommandSpec
 def check(context: Context) -> Failure | None:
     command, slot = context.command, context.slot
     status, name = slot.status, slot.metadata.name
-    if command.run != slot.spec.run:
-        return (Predicate.WRONG_RUN,
-                f"the command names run {command.run!r} but slot {name!r} belongs to run "
-                f"{slot.spec.run!r}; set {names.ANSWER_RUN} to the slot's run")
+    wrong = ledger.wrong_run(command, slot=slot, annotation=names.ANSWER_RUN)
+    if wrong is not None:
+        return wrong
     if ledger.is_blank(command.reason):
         return ledger.blank_reason()
     refused = ledger.owner_of(status, status.prior_worker).refusal(

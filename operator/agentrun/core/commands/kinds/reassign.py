@@ -36,10 +36,9 @@ def check(context: Context) -> Failure | None:
     command, slot, prior = context.command, context.slot, context.prior
     status = slot.status
     name = slot.metadata.name
-    if command.run != slot.spec.run:
-        return (Predicate.WRONG_RUN,
-                f"the command names run {command.run!r} but slot {name!r} belongs to run "
-                f"{slot.spec.run!r}; set agentrun.dev/reassign-run to the slot's run")
+    wrong = ledger.wrong_run(command, slot=slot, annotation="agentrun.dev/reassign-run")
+    if wrong is not None:
+        return wrong
     if status.state is not SlotState.RETRY_WAIT:
         return (Predicate.NOT_RETRY_WAIT,
                 f"slot {name!r} is {status.state}, not RetryWait: only a slot whose last "
