@@ -133,25 +133,29 @@ def _shown_digest(slot: Mapping[str, Any], given: Mapping[str, str]) -> str | No
                 None)
 
 
-DIGEST = Field(
-    name="digest", suffix="digest", label="--digest", flag="--digest", metavar="SHA256",
-    help="the digest of the question you answer (status.questions; the plugin fills in the "
-         "one it read): refused if the question waiting is another",
-    bound=Bound(chars=bounds.DIGEST_CHARS, pattern=bounds.DIGEST_PATTERN),
-    admission=static(required=False, valid=f"{{value}}.size() <= {bounds.DIGEST_CHARS} && "
-                     f"{matches('{value}', bounds.DIGEST_PATTERN)}",
-                     message="{key} must be a sha256 digest (lower-case hex digits, "
-                             f"{bounds.DIGEST_CHARS} of them), as status.questions shows it"),
-    fill=_shown_digest)
+def _digest(name: str, *, of: str, required: bool, help_: str,
+            fill: Callable[[Mapping[str, Any], Mapping[str, str]], str | None] | None = None,
+            ) -> Field:
+    """The ``--digest`` of a command bound to what the person read: the sha256 ``of``
+    something status.questions shows (a question, an effect's payload)."""
+    said = "is required:" if required else "must be"
+    return Field(
+        name=name, suffix="digest", label="--digest", flag="--digest", required=required,
+        metavar="SHA256", help=help_, fill=fill,
+        bound=Bound(chars=bounds.DIGEST_CHARS, pattern=bounds.DIGEST_PATTERN),
+        admission=static(required=required, valid=f"{{value}}.size() <= {bounds.DIGEST_CHARS}"
+                         f" && {matches('{value}', bounds.DIGEST_PATTERN)}",
+                         message=f"{{key}} {said} the sha256 digest of {of} (lower-case hex "
+                                 f"digits, {bounds.DIGEST_CHARS} of them), as "
+                                 "status.questions shows it"))
+
+
+DIGEST = _digest(
+    "digest", of="the question", required=False, fill=_shown_digest,
+    help_="the digest of the question you answer (status.questions; the plugin fills in the "
+          "one it read): refused if the question waiting is another")
 APPROVAL_KEY = _step_key("approval_key", what="effect", where="status.questions (an approval)")
-PAYLOAD_DIGEST = Field(
-    name="payload_digest", suffix="digest", label="--digest", flag="--digest", required=True,
-    metavar="SHA256",
-    help="the sha256 of the exact payload you approve (status.questions shows it; check it "
-         "against the bytes: kubectl agentrun history --record <key>.payload)",
-    bound=Bound(chars=bounds.DIGEST_CHARS, pattern=bounds.DIGEST_PATTERN),
-    admission=static(required=True, valid=f"{{value}}.size() <= {bounds.DIGEST_CHARS} && "
-                     f"{matches('{value}', bounds.DIGEST_PATTERN)}",
-                     message="{key} is required: the payload's sha256 digest (lower-case hex "
-                             f"digits, {bounds.DIGEST_CHARS} of them), as status.questions "
-                             "shows it"))
+PAYLOAD_DIGEST = _digest(
+    "payload_digest", of="the effect's payload", required=True,
+    help_="the sha256 of the exact payload you approve (status.questions shows it; check it "
+          "against the bytes: kubectl agentrun history --record <key>.payload)")
