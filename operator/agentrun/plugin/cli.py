@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import NoReturn, TextIO
 
-from agentrun.api import bounds, names
+from agentrun.api import bounds, names, records
 from agentrun.core.commands import registry
 from agentrun.core.commands.spec import Bound, Field
 from agentrun.plugin import client, requests, terminal, views
@@ -91,12 +90,11 @@ NAME = _bounded_text("the name", chars=NAME_CHARS, pattern=bounds.RUN_PATTERN)
 
 
 def _record(text: str) -> str:
-    """``--record``: a record's key, as the journal names it."""
-    if len(text) > bounds.RECORD_KEY_CHARS or not re.fullmatch(bounds.RECORD_KEY_PATTERN, text):
-        raise argparse.ArgumentTypeError(
-            f"--record must be a record's key (lower-case letters, digits, '-' and '.', at "
-            f"most {bounds.RECORD_KEY_CHARS}), not {text[:40]!r}")
-    return text
+    """``--record``: a record's key, as the journal names it (its own check)."""
+    try:
+        return records.check_key(text)
+    except records.RecordError as error:
+        raise argparse.ArgumentTypeError(f"--record must be a record's key: {error}") from None
 
 
 def _field_text(what: str, bound: Bound) -> Callable[[str], str]:

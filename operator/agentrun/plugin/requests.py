@@ -90,16 +90,7 @@ def by_reference(kind: CommandKind, fields: Mapping[str, str]) -> dict[str, str]
         if taken.by_reference is None or value is None or len(value.encode()) <= (
                 taken.bound.chars):
             continue
-        label = FIELD_LABELS.get(taken.name, taken.name)
-        why = parsing.problem(label, value, taken.by_reference)
-        if why is None and taken.by_reference.json:
-            try:
-                questions.check_value(json.loads(value), what=label,
-                                      limit=taken.by_reference.chars)
-            except questions.QuestionError as error:
-                why = str(error)
-            except ValueError as error:
-                why = f"{label} must be JSON text: {error}"
+        why = problem(FIELD_LABELS.get(taken.name, taken.name), value, taken.by_reference)
         if why is not None:
             raise BadInput(why)
         found[taken.name] = value
