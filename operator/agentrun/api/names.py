@@ -191,6 +191,11 @@ JOURNAL_SECRET_KEY: Final = "secretAccessKey"
 JOURNAL_HEAD_ANNOTATION: Final = "journal.agentrun.dev/head"
 # Beside the head, in the same write: "<n> records, <n> bytes" (api.journalnodes.Usage).
 JOURNAL_USAGE_ANNOTATION: Final = "journal.agentrun.dev/usage"
+# What reruns took out of the slot's prefix (api.cuts), written by the operator on each
+# attempt's Lease at its claim: the worker reads its prefix without those records.
+JOURNAL_CUTS_ANNOTATION: Final = "journal.agentrun.dev/cuts"
+# Effects a rerun sends again on purpose (api.cuts.Resend), beside the cuts.
+JOURNAL_RESENDS_ANNOTATION: Final = "journal.agentrun.dev/resends"
 # The name of the journal's Secret the operator may read to check it before a launch (its
 # ClusterRole's resourceNames): the chart's default journal.secretName.
 JOURNAL_SECRET: Final = "agentrun-journal"

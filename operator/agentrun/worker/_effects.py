@@ -5,6 +5,8 @@ there: publishing a report, charging a card. Terms:
 
 - *idempotency key*: :func:`idempotency_key`, the sha256 of the JSON list [the run's uid,
   the slot, the effect's key]; the same in every attempt, so the owner can deduplicate a re-send.
+  An effect a person chose to send again (a rerun's ``--resend``) is a new effect: its
+  generation (2, 3, ...) joins the list, so its key is new (``api.cuts.Resend``).
 - *fencing token*: the attempt number; owners reject tokens lower than the highest seen,
   so a stale attempt cannot slip an effect in after its successor spoke.
 - *owner*: a short name of the service that owns the effect (default: the effect's name),
@@ -134,11 +136,14 @@ class Step(enum.Enum):
     STOP_IN_PROGRESS = "stop: still in progress past the wait limit"
 
 
-def idempotency_key(*, run_uid: str, slot: str, key: str) -> str:
-    """The stable key the owner deduplicates by (same in every attempt of the slot)."""
+def idempotency_key(*, run_uid: str, slot: str, key: str, generation: int = 1) -> str:
+    """The stable key the owner deduplicates by (same in every attempt of the slot); an
+    effect a rerun sends again on purpose (``generation`` 2, 3, ...) is a new effect, with
+    a key of its own."""
     if not run_uid:
         raise ValueError("an idempotency key needs the run's uid (metadata.uid)")
-    return hashlib.sha256(records.canonical([run_uid, slot, key])).hexdigest()  # unambiguous
+    parts: list[JSON] = [run_uid, slot, key, *((generation,) if generation > 1 else ())]
+    return hashlib.sha256(records.canonical(parts)).hexdigest()  # unambiguous
 
 
 def decide(*, intent: bool, outcome: bool, unresolved: bool, can_reconcile: bool,
@@ -323,7 +328,8 @@ class Ledger:
         if not owner.strip() or len(owner) > bounds.EFFECT_NAME_CHARS:
             raise ValueError(f"effect {name}: owner {owner[:80]!r} must be a non-blank name "
                              f"of at most {bounds.EFFECT_NAME_CHARS} characters")
-        idem = idempotency_key(run_uid=self.run_uid, slot=self.slot, key=key)
+        idem = idempotency_key(run_uid=self.run_uid, slot=self.slot, key=key,
+                               generation=self.steps.prefix.leave.generation(key))
         needed = approvals.required(name=name, approvers=approvers, floor=self.floors)
         found = self.steps.prefix
         unresolved, reconciled = self.resolution(key)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from agentrun import objectstore as s3
-from agentrun.api import bounds, names
+from agentrun.api import bounds, cuts, names
 from agentrun.api.journalnodes import NODE_BYTES, Head, Usage, node, read_node
 from agentrun.kube import rest
 from agentrun.worker import _records as records
@@ -199,13 +199,15 @@ class Journal:
             raise records.RecordError(f"{key} holds more than the {size} bytes expected")
         return data
 
-    def chain(self, *, attempt: int,
-              head: Head) -> tuple[dict[str, records.Record], list[str]]:
+    def chain(self, *, attempt: int, head: Head, leave: cuts.Discards = cuts.NONE,
+              ) -> tuple[dict[str, records.Record], list[str]]:
         """The records reachable from attempt ``attempt``'s ``head`` (a later commit's record
         wins over an earlier one of the same key), and the entries not taken: a ``.resolved``,
         ``.unresolved``, ``.question`` or ``.answer`` record is trusted only on the Lease (the
-        operator's and the slot's), never from a journal. A node that cannot be had intact raises
-        :class:`JournalDamaged`; a store that does not answer, :class:`JournalUnavailable`."""
+        operator's and the slot's), never from a journal. A record a rerun leaves out
+        (``leave``: its cuts and re-sends, ``api.cuts``) is not taken. A node that cannot
+        be had intact raises :class:`JournalDamaged`; a store that does not answer,
+        :class:`JournalUnavailable`."""
         found: dict[str, records.Record] = {}
         problems: list[str] = []
         digest: str | None = head.digest
@@ -219,7 +221,10 @@ class Journal:
             except records.RecordError as error:
                 raise JournalDamaged(f"attempt {attempt}'s journal, commit {seq} of "
                                      f"{head.seq}: {error}") from None
-            for entry in reversed(entries):  # within a node too, the later record wins
+            for index in range(len(entries) - 1, -1, -1):  # in a node too, the later wins
+                entry = entries[index]
+                if leave.out(entry, position=(attempt, seq, index)):
+                    continue  # a rerun took it out of the prefix (it stays in the journal)
                 if entry.key.endswith(names.LEASE_ONLY_SUFFIXES):
                     problems.append(f"record {entry.key} in attempt {attempt}'s journal is "
                                     "not used: it is trusted only on the Lease")

@@ -18,6 +18,11 @@ effect's intent or unresolved record: each attempt that sends an effect, or stop
 commits its own, so they differ by design; so do the records that are each attempt's own
 on its Lease: a question asked again, an answer or an owner's answer delivered again).
 
+A rerun (``api.cuts``) takes records out: the cuts on this attempt's own Lease (the
+operator's, written at its claim) discard what earlier attempts committed from the step a
+person reran from, in the journal's commit order; an effect's records and those trusted
+only on a Lease are kept whatever the cut.
+
 :func:`prefix` is pure; :class:`Steps` makes "skip if committed, else do and commit" one
 call; :func:`list_leases` is the one read.
 """
@@ -29,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar, cast
 
-from agentrun.api import names
+from agentrun.api import cuts, names
 from agentrun.core.attempts import attemptobjects, observations
 from agentrun.kube import rest
 from agentrun.worker import _records as records
@@ -46,6 +51,7 @@ class Prefix:
     committed: Mapping[str, Record] = field(default_factory=dict)
     unsealed: tuple[int, ...] = ()  # earlier attempts whose Lease is not yet tombstoned
     problems: tuple[str, ...] = ()  # records that could not be read, or clashed
+    leave: cuts.Discards = cuts.NONE  # what reruns left out (and the effects sent again)
 
     def get(self, key: str) -> Record | None:
         return self.committed.get(key)
@@ -57,13 +63,15 @@ def _number(lease: Mapping[str, Any]) -> int | None:
 
 
 class Chains(Protocol):
-    """An attempt's journal records reachable from its head (``_journal.Journal``)."""
+    """An attempt's journal records reachable from its head (``_journal.Journal``), less
+    what a rerun's ``cut`` discards."""
 
-    def chain(self, *, attempt: int, head: Any) -> tuple[dict[str, Record], list[str]]: ...
+    def chain(self, *, attempt: int, head: Any,
+              leave: cuts.Discards = cuts.NONE) -> tuple[dict[str, Record], list[str]]: ...
 
 
 def _journaled(lease: Mapping[str, Any], *, number: int, journal: Chains | None,
-               trusted: bool) -> tuple[dict[str, Record], list[str]]:
+               trusted: bool, leave: cuts.Discards) -> tuple[dict[str, Record], list[str]]:
     """The records reachable from the journal head on ``lease`` (attempt ``number``), if
     it has one and its writer is ``trusted`` (the same rule as the Lease's own records)."""
     from agentrun.worker._journal import Head  # only a journaled attempt needs it
@@ -77,7 +85,7 @@ def _journaled(lease: Mapping[str, Any], *, number: int, journal: Chains | None,
     if journal is None:
         return {}, [f"attempt {number} committed {head.seq} time(s) to a journal, and this "
                     "attempt has none configured to read it: those steps are repeated"]
-    return journal.chain(attempt=number, head=head)
+    return journal.chain(attempt=number, head=head, leave=leave)
 
 
 def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int,
@@ -88,8 +96,10 @@ def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int,
     origin: dict[str, int] = {}
     unsealed: list[int] = []
     problems: list[str] = []
-    numbered = sorted((n, lease) for lease in leases
-                      if (n := _number(lease)) is not None and n <= attempt)
+    numbered = sorted(((n, lease) for lease in leases
+                       if (n := _number(lease)) is not None and n <= attempt),
+                      key=lambda found: found[0])
+    leave = own_discards(numbered, attempt=attempt)
     for number, lease in numbered:
         if number < attempt and not observations.lease_view(lease).tombstoned:
             unsealed.append(number)
@@ -102,7 +112,10 @@ def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int,
             found, unreadable = records.written_by(lease, pod_uid=pod_uid)
             trusted = records.bound_to(lease, pod_uid=pod_uid)
         problems.extend(unreadable)
-        journaled, unread = _journaled(lease, number=number, journal=journal, trusted=trusted)
+        found = {key: record for key, record in found.items()  # a Lease's: before its
+                 if not leave.out(record, position=(number, 0, 0))}  # nodes
+        journaled, unread = _journaled(lease, number=number, journal=journal, trusted=trusted,
+                                       leave=leave)
         problems.extend(unread)
         found = {**journaled, **found}
         for key, record in sorted(found.items()):
@@ -113,7 +126,21 @@ def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int,
                                 f"than attempt {origin[key]}; attempt {number}'s is used")
             committed[key], origin[key] = record, number
     return Prefix(attempt=attempt, committed=committed, unsealed=tuple(unsealed),
-                  problems=tuple(problems))
+                  problems=tuple(problems), leave=leave)
+
+
+def own_discards(numbered: Sequence[tuple[int, Mapping[str, Any]]], *,
+                 attempt: int) -> cuts.Discards:
+    """The cuts and re-sends on this attempt's own Lease (the operator's: ``api.cuts``),
+    none without one. One that does not parse stops the read: reading more than the
+    operator meant would bring back work a person asked to redo."""
+    own = next((lease for number, lease in numbered if number == attempt), None)
+    annotations = {} if own is None else ((own.get("metadata") or {}).get("annotations")
+                                           or {})
+    try:
+        return cuts.on_attempt_lease(annotations)
+    except cuts.CutError as error:
+        raise records.RecordError(f"this attempt's Lease: {error}") from None
 
 
 def list_leases(*, api: rest.Rest, namespace: str, slot: str,

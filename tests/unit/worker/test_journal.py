@@ -73,7 +73,8 @@ class Chains:
         self.found = found
         self.asked: list[int] = []
 
-    def chain(self, *, attempt: int, head: Any) -> tuple[dict[str, records.Record], list[str]]:
+    def chain(self, *, attempt: int, head: Any,
+              leave: Any = None) -> tuple[dict[str, records.Record], list[str]]:
         self.asked.append(attempt)
         return self.found.get(attempt, {}), []
 
