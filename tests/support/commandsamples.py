@@ -8,4 +8,5 @@ SAMPLES = {"reason": "why", "worker_class": "cpu", "run": "study", "tenant": "te
            "effect_key": "publish", "outcome": "applied", "result": "{}",
            "question_key": "approve-plan", "value": '{"approved": true}', "digest": "0" * 64,
            "approval_key": "publish", "payload_digest": "a" * 64,
-           "value_from": "agentrun-answer-1/value@sha256:" + "b" * 64}
+           "value_from": "agentrun-answer-1/value@sha256:" + "b" * 64, "from_step": "outline",
+           "resend": "publish", "resend_reason": "the blog lost the post"}

@@ -261,6 +261,11 @@ class AgentRunStatus(Model):
     done: str | None = Field(default=None, max_length=32,
                              description="succeeded/total, for the printer column")
     conditions: Conditions = Field(default_factory=list)
+    reruns: int = Field(
+        default=0, ge=0, le=2**62,
+        description="the sum of its slots' reruns when the status was last derived: a larger "
+                    "sum reopens a Succeeded or Failed verdict (a rerun), a smaller one (a "
+                    "stale read) never does")
     observed_generation: int | None = None
 
 

@@ -24,11 +24,22 @@ from pydantic.config import JsonDict
 from agentrun.api import bounds, names
 from agentrun.api.conditions import Conditions
 from agentrun.api.configs import MAX_NODES, NODE_NAME_PATTERN, WORKER_CLASS_PATTERN
+from agentrun.api.cuts import (
+    CUT_CHARS,
+    CUT_PATTERN,
+    MAX_CUTS,
+    MAX_RESENDS,
+    RESEND_CHARS,
+    RESEND_PATTERN,
+)
 from agentrun.api.meta import ObjectMeta
 from agentrun.api.models import Model
 from agentrun.api.policies import RetryPolicy
 
 ATTEMPTS_KEPT = 10
+# A count that only grows, by one per rerun of the slot or of a slot it depends on: a bound
+# no slot reaches (a rerun is a person's command), kept so the schema states one.
+MAX_RERUNS = 2**31 - 1
 COMMANDS_KEPT = 50
 
 
@@ -53,6 +64,7 @@ class Outcome(StrEnum):
     CLAIM_FAILED = "ClaimFailed"
     GAVE_UP = "GaveUp"
     ASKED = "Asked"  # the worker asked a person a question (not a failure; no maxAttempts)
+    SUPERSEDED = "Superseded"  # a dependency was rerun: this attempt's work is redone after it
 
 
 class CommandKind(StrEnum):
@@ -65,6 +77,7 @@ class CommandKind(StrEnum):
     ANSWER = "Answer"
     APPROVE = "Approve"
     DENY = "Deny"
+    RERUN = "Rerun"
 
 
 class Predicate(StrEnum):
@@ -96,6 +109,12 @@ class Predicate(StrEnum):
     SELF_APPROVAL = "SelfApproval"  # the run's creator approving its own effect
     NOT_APPROVER = "NotApprover"  # no verb 'approve' on the slot
     ALREADY_APPROVED = "AlreadyApproved"  # the same approver twice
+    NOT_RERUNNABLE = "NotRerunnable"  # a rerun of a slot that is not RetryWait or finished
+    QUESTION_PENDING = "QuestionPending"  # a rerun while a question or approval waits
+    STEP_NOT_COMMITTED = "StepNotCommitted"  # a rerun from a step the journal does not hold
+    RERUN_LIMIT = "RerunLimitReached"  # a rerun past the cuts a slot keeps
+    NO_APPLIED_EFFECT = "NoAppliedEffect"  # a re-send of an effect with no applied outcome
+    JOURNAL_GONE = "JournalGone"  # a rerun of a run whose journal was (being) deleted
 
 
 SPEC_IMMUTABLE: JsonDict = {
@@ -268,6 +287,30 @@ class SlotStatus(Model):
         default=0, ge=0, le=bounds.MAX_ATTEMPT_NUMBER,
         description="attempts that ended asking a question (outcome Asked): they do not "
                     "count against maxAttempts")
+    reruns: int = Field(
+        default=0, ge=0, le=MAX_RERUNS,
+        description="how many times the slot was rerun (a rerun command, or a dependency "
+                    "rerun): its dependents compare it with dependencyReruns to rerun after it")
+    cuts: list[Annotated[str, Field(max_length=CUT_CHARS, pattern=CUT_PATTERN)]] = Field(
+        default_factory=list, max_length=MAX_CUTS,
+        description="what reruns took out of the slot's recoverable prefix "
+                    "(<attempt>.<seq>.<index>-<last attempt>: the records committed from that "
+                    "position on, by attempts up to the last one), carried on every later "
+                    "attempt's Lease; the records stay in the journal")
+    resends: list[Annotated[str, Field(max_length=RESEND_CHARS, pattern=RESEND_PATTERN)]] = (
+        Field(default_factory=list, max_length=MAX_RESENDS,
+              description="applied effects a rerun sends again on purpose "
+                          "(<key>=<generation>@<last attempt>: a new idempotency key; the "
+                          "effect's records of attempts up to the last one are left out)"))
+    dependency_reruns: int = Field(
+        default=0, ge=0, le=MAX_NODES * MAX_RERUNS,
+        description="the sum of its dependencies' reruns when this slot last left Pending "
+                    "(reruns only grow): a dependency rerun since makes it run again from its "
+                    "start")
+    attempts_before_rerun: int = Field(
+        default=0, ge=0, le=bounds.MAX_ATTEMPT_NUMBER,
+        description="attempts (not asking) used before the latest rerun: maxAttempts counts "
+                    "afresh after a rerun")
     observed_generation: int | None = None
 
 

@@ -77,6 +77,9 @@ class Attempt:
     head: journalnodes.Head | None
     ended: bool
     usage: journalnodes.Usage | None = None  # None: a worker from before usage was kept
+    # What its worker wrote may be trusted (``records.bound_to``): a successor leaves out
+    # the journal of a Lease bound to another pod than the attempt's own.
+    trusted: bool = True
 
 
 def attempts(leases: list[Object]) -> list[Attempt]:
@@ -92,16 +95,19 @@ def attempts(leases: list[Object]) -> list[Attempt]:
             head = journalnodes.Head.on_lease(lease)
         except records.RecordError as error:
             raise HistoryError(500, "InternalError", str(error)) from None
+        annotations = metadata.get("annotations") or {}
         found.append(Attempt(number=int(label), lease=str(metadata.get("name")), head=head,
-                             ended=names.OUTCOME_ANNOTATION in (metadata.get("annotations")
-                                                                or {}),
-                             usage=journalnodes.Usage.on_lease(lease)))
+                             ended=names.OUTCOME_ANNOTATION in annotations,
+                             usage=journalnodes.Usage.on_lease(lease),
+                             trusted=records.bound_to(lease, pod_uid=annotations.get(
+                                 names.POD_UID_ANNOTATION))))
     return sorted(found, key=lambda a: a.number, reverse=True)
 
 
 def nodes(*, chain: list[Attempt], read: Callable[[int, str], bytes],
-          stop: Callable[[], bool]) -> Iterator[tuple[int, list[records.Record]] | None]:
-    """Each node reachable from the attempts' heads as ``(seq, its records)``, newest
+          stop: Callable[[], bool],
+          ) -> Iterator[tuple[int, int, list[records.Record]] | None]:
+    """Each node reachable from the attempts' heads as ``(attempt, seq, its records)``, newest
     attempt first, each attempt's newest commit first, every node checked against the
     digest that named it; ``None`` (then nothing more) once ``stop()`` says so or
     :data:`MOST` nodes were read, before reading another. ``read(attempt, digest)`` is a
@@ -123,7 +129,7 @@ def nodes(*, chain: list[Attempt], read: Callable[[int, str], bytes],
             except records.RecordError as error:
                 raise HistoryError(500, "InternalError",
                                    f"the journal cannot be read whole: {error}") from None
-            yield seq, found
+            yield attempt.number, seq, found
             if prev is None:
                 break
             seq, digest = seq - 1, prev
@@ -140,7 +146,7 @@ def walk(*, chain: list[Attempt], read: Callable[[int, str], bytes], limit: int,
                       stop=lambda: len(entries) >= limit or clock() > deadline):
         if node is None:
             return entries, True
-        seq, found = node
+        _, seq, found = node
         entries.extend(_entry(r, seq=seq) for r in reversed(found))
     return entries[:limit], len(entries) > limit
 
@@ -163,10 +169,31 @@ def newest(*, chain: list[Attempt], read: Callable[[int, str], bytes], key: str,
     for node in nodes(chain=chain, read=read, stop=lambda: clock() > deadline):
         if node is None:
             return None
-        match = next((r for r in reversed(node[1]) if r.key == key), None)
+        match = next((r for r in reversed(node[2]) if r.key == key), None)
         if match is not None:
             return match
     return None
+
+
+def positions(*, chain: list[Attempt], read: Callable[[int, str], bytes],
+              keys: tuple[str, ...], deadline: float,
+              clock: Callable[[], float] = time.monotonic,
+              ) -> dict[str, tuple[tuple[int, int, int], ...]] | str:
+    """Every position (``api.cuts``: attempt, commit, place in it) where each of ``keys``
+    was committed, read from the heads to each attempt's first commit; a text when the
+    whole journal cannot be read within :data:`MOST` nodes and the deadline (a rerun from a
+    step needs its first commit, so a partial read does not do)."""
+    found: dict[str, list[tuple[int, int, int]]] = {key: [] for key in keys}
+    trusted = [a for a in chain if a.trusted]  # as a successor reads the prefix
+    for node in nodes(chain=trusted, read=read, stop=lambda: clock() > deadline):
+        if node is None:
+            return (f"the journal holds more than {MOST} commits or could not be read within "
+                    f"{DEADLINE_SECONDS:.0f} s; rerun from the start, or fork the run")
+        number, seq, entries = node
+        for index, record in enumerate(entries):
+            if record.key in found:
+                found[record.key].append((number, seq, index))
+    return {key: tuple(sorted(places)) for key, places in found.items()}
 
 
 def payload_bytes(record: records.Record, *, get: Callable[[str, int], bytes]) -> bytes:
@@ -198,6 +225,34 @@ class Histories:
         if found is None:
             raise HistoryError(404, "NotFound", f"{what} not found")
         return found
+
+    def commits(self, *, namespace: str, slot: str, pin: JournalPin | None,
+                deleted: str | None, keys: tuple[str, ...],
+                clock: Callable[[], float] = time.monotonic,
+                ) -> dict[str, tuple[tuple[int, int, int], ...]] | str:
+        """Where each of ``keys`` was committed in ``slot``'s journal (:func:`positions`), or why
+        that cannot be read: the run has no journal (``pin``), it was ``deleted`` (the
+        condition's message), the store fails."""
+        if pin is None:
+            return "the run has no journal (its steps are on its attempts' Leases)"
+        if deleted is not None:
+            return f"the run's journal was deleted: {deleted}"
+        leases = (self.client.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+            query={"labelSelector": f"{names.SLOT_LABEL}={slot},{names.ATTEMPT_LABEL}"},
+        ) or {}).get("items") or []
+        try:
+            store = self.stores.store(endpoint=pin.endpoint, bucket=pin.bucket,
+                                      region=pin.region, secret=pin.secret,
+                                      namespace=namespace)
+            return positions(
+                chain=attempts(leases), keys=keys, clock=clock,
+                deadline=clock() + DEADLINE_SECONDS,
+                read=lambda attempt, digest: store.get(
+                    f"{pin.prefix}/{slot}/{attempt}/sha256/{digest}",
+                    limit=journalnodes.NODE_BYTES))
+        except (journalstores.Unusable, objectstore.S3Error, HistoryError) as error:
+            return f"the journal's store at {pin.endpoint} did not serve it: {error}"
 
     def history(self, *, namespace: str, slot: str, limit: int, record: str | None = None,
                 clock: Callable[[], float] = time.monotonic) -> Object:

@@ -248,6 +248,10 @@ class Operator:
                 await self.wake_slots(namespace, result.run)  # one under maxActive may go
             if result.state in (SlotState.SUCCEEDED, SlotState.FAILED):
                 self.wake_pending(namespace)
+            elif previous in (SlotState.SUCCEEDED, SlotState.FAILED):
+                # Finished no more: rerun (or superseded). Its dependents follow it, and
+                # nothing else would wake a finished one (core.slots.rerunsteps).
+                await self.wake_slots(namespace, result.run)
         until = result.wait.until if result.wait is not None else None
         return scheduling.next_look(retry=result.retry, until=until, now=clocks.system())
 

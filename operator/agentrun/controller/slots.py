@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
+from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Slot, SlotState
-from agentrun.controller import applier, reconcilers
+from agentrun.controller import applier, journalhistory, journalstores, reconcilers
 from agentrun.core.attempts import observations
 from agentrun.core.base import actions
 from agentrun.core.base.events import Event
-from agentrun.core.runs import rollup
+from agentrun.core.runs import rollup, runjournals
 from agentrun.core.slots import attemptlife, decisions, inputs, specsnapshots, steps, tallies
 from agentrun.kube import reads
 
 MAX_STEPS = 32
+JOURNAL_READS_KEPT = 64  # commands whose journal reads are remembered (see ``commits``)
 _LOCKS = threading.Lock()
 ObservationKey = tuple[str, str, str]  # namespace, lease name, lease uid
 
@@ -48,6 +52,12 @@ class SlotReconciler(reconcilers.Reconciler):
     def renewals(self) -> dict[ObservationKey, observations.LeaseObservation]:
         """This process's memory of each lease's renewals (see the module docstring)."""
         return {}
+
+    @functools.cached_property
+    def histories(self) -> journalhistory.Histories:
+        """The slot's journal as a rerun's decision reads it (where its step was committed)."""
+        return journalhistory.Histories(
+            client=self.reader.rest, stores=journalstores.JournalStores(reader=self.reader))
 
     @functools.cached_property
     def first_seen(self) -> dict[ObservationKey, datetime]:
@@ -123,10 +133,13 @@ class SlotReconciler(reconcilers.Reconciler):
         needs = inputs.reads_for(slot, max_active=run is not None
                                  and run.spec.max_active is not None)
         dependencies: dict[str, SlotState] = {}
+        dependency_reruns: int | None = None
         active_in_run = 0
         if run is not None and needs.siblings:
             siblings = rollup.own_slots(run=run, slots=reader.slots_of(namespace, slot.spec.run))
             dependencies = {node: s.status.state for node, s in siblings.items()}
+            dependency_reruns = sum(siblings[node].status.reruns
+                                    for node in slot.spec.depends_on if node in siblings)
             if run.spec.max_active is not None:
                 active_in_run = sum(1 for s in siblings.values() if s.metadata.name != name
                                     and inputs.busy(s, next_lease=self._next_lease(reader, s)))
@@ -162,7 +175,7 @@ class SlotReconciler(reconcilers.Reconciler):
             pins_problem = reader.config_snapshots_problem(run)
         return inputs.World(
             slot=slot, run=run, tenant=reader.tenant(namespace), now=now,
-            dependencies=dependencies,
+            dependencies=dependencies, dependency_reruns=dependency_reruns,
             launch_specs=reader.launch_specs(namespace) if needs.selecting else (),
             snapshots=(reader.launch_spec_snapshots(namespace, slot.spec.run,
                                                     slot_uid=run.metadata.uid or "")
@@ -175,7 +188,34 @@ class SlotReconciler(reconcilers.Reconciler):
             # Read after the slot: see core.policies.stamping for why the order matters.
             stamping=reader.stamping() if needs.stamping else None,
             referenced={} if needs.referenced is None else {
-                needs.referenced: _data(reader.configmap_once(namespace, needs.referenced))})
+                needs.referenced: _data(reader.configmap_once(namespace, needs.referenced))},
+            commits=None if not needs.journal_keys or run is None else self.commits(
+                namespace=namespace, slot=name, keys=needs.journal_keys, run=run,
+                request=needs.journal_request),
+            journal_gone=None if run is None else journal_gone(run, now=now))
+
+    def commits(self, *, namespace: str, slot: str, keys: tuple[str, ...], run: AgentRun,
+                request: str | None) -> Mapping[str, tuple[tuple[int, int, int], ...]] | str:
+        """Where a pending command's records were committed (``Histories.commits``): read
+        once per command (its request id), however many times its slot is read before it
+        is decided, so a long journal is walked once."""
+        key = (namespace, slot, request or "", keys)
+        found = self.journal_reads.get(key)
+        if found is None:
+            found = self.histories.commits(
+                namespace=namespace, slot=slot, keys=keys,
+                pin=run.status.pinned.journal if run.status.pinned is not None else None,
+                deleted=rollup.journal_deleted(run.status))
+            with _LOCKS:
+                self.journal_reads[key] = found
+                while len(self.journal_reads) > JOURNAL_READS_KEPT:
+                    del self.journal_reads[next(iter(self.journal_reads))]
+        return found
+
+    @functools.cached_property
+    def journal_reads(self) -> dict[tuple[str, str, str, tuple[str, ...]], Any]:
+        """The commits read for pending commands, by command (oldest first)."""
+        return {}
 
     @staticmethod
     def _next_lease(reader: reads.Reader, slot: Slot) -> reads.Object | None:
@@ -259,6 +299,17 @@ def record(slot: Slot, step: actions.Write, result: Result) -> None:
                                           message=step.message)))
     elif isinstance(step, actions.RemoveCommand) and step.event is not None:
         result.events.append((slot, step.event))
+
+
+def journal_gone(run: AgentRun, *, now: datetime) -> str | None:
+    """Why the run's journal cannot be read back any more: deleted, or being deleted by its
+    retention (a rerun would start from less than was committed)."""
+    deleted = rollup.journal_deleted(run.status)
+    if deleted is not None:
+        return f"was deleted ({deleted})"
+    if runjournals.retention_due(run, now=now) is not None:
+        return "is being deleted: its retention is over"
+    return None
 
 
 def _data(found: reads.Object | None) -> dict[str, str] | None:

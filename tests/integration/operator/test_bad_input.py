@@ -143,7 +143,8 @@ def cases() -> list[Case]:
             "approve": {"key": "publish", "digest": "a" * 64, "reason": "checked it",
                         "run": "study"},
             "deny": {"key": "publish", "digest": "a" * 64, "reason": "wrong recipients",
-                     "run": "study"}}
+                     "run": "study"},
+            "rerun": {"from-step": "draft", "reason": "redo the draft", "run": "study"}}
     assert set(good) == set(KINDS), "a good value for every registered command"
     found = []
     for kind in KINDS:
@@ -185,7 +186,13 @@ def cases() -> list[Case]:
             ("approve", "run", None, "WrongRun"), ("approve", "reason", None, "BlankReason"),
             ("deny", "digest", "g" * 64, "Malformed"), ("deny", "key", "Pub!", "Malformed"),
             ("deny", "key", "other", "NoPendingQuestion"),
-            ("deny", "reason", HUGE, "BlankReason")):
+            ("deny", "reason", HUGE, "BlankReason"),
+            ("rerun", "from-step", "Draft!", "Malformed"),
+            ("rerun", "from-step", "k" * 300, "Malformed"),
+            ("rerun", "run", None, "WrongRun"), ("rerun", "reason", None, "BlankReason"),
+            ("rerun", "reason", HUGE, "BlankReason"),
+            # well-formed, but this slot's run keeps no journal to find it in
+            ("rerun", "from-step", "never-ran", "StepNotCommitted")):
         fields = {k: v for k, v in good[kind].items() if k != field}
         if field == "value-from":  # an answer by reference is given instead of its value
             fields.pop("value")

@@ -67,6 +67,9 @@ def test_bad_commands_fail_in_kubectl_and_write_nothing(
                            "at most 63 characters"),
         "malformed class": (reassign_pairs(request_id(), worker_class="GPU!"),
                             "must be a worker class name"),
+        "malformed rerun step": ([f"{ANN}rerun-id={request_id()}", f"{ANN}rerun-run=study",
+                                  f"{ANN}rerun-reason=redo", f"{ANN}rerun-from-step=Draft!"],
+                                 f"{ANN}rerun-from-step must be a step's key"),
         "wrong tenant": (reassign_pairs(request_id(), tenant="someone-else"),
                          f"must be the namespace's tenant (its label {ANN}tenant, here "
                          f"{scenario.namespace})"),

@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentrun.api import names
+from agentrun.api import cuts, names
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.runs import JournalPin, Pins
 from agentrun.api.slots import PinnedLaunchSpec, Slot
@@ -76,6 +76,7 @@ def lease_body(
     command's ledger entry can be rebuilt from the Lease after a crash. The owner's
     answers to the slot's resolved effects ride along as ``<key>.resolved`` records of
     this attempt (``core.attempts.effectrecords``): the successor's ledger reads them.
+    The slot's cuts (reruns: ``api.cuts``) ride along too: the prefix the worker reads.
     """
     name = naming.attempt_name(slot=slot.metadata.name, number=attempt)
     return {
@@ -89,7 +90,8 @@ def lease_body(
                 **_annotations(owner_actor=owner_actor, launch_spec=launch_spec,
                                request_id=request_id),
                 **effectrecords.resolved_annotations(slot.status, attempt=attempt),
-                **questionrecords.answer_annotations(slot.status, attempt=attempt)},
+                **questionrecords.answer_annotations(slot.status, attempt=attempt),
+                **cuts.annotation(slot.status.cuts, slot.status.resends)},
             "ownerReferences": [owner_reference(slot)],
         },
         "spec": {"holderIdentity": name, "leaseDurationSeconds": lease_duration_seconds},

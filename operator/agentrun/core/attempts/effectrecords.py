@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from agentrun.api import bounds, conditions, names, records
+from agentrun.api import bounds, conditions, cuts, names, records
 from agentrun.api.slots import EffectEntry, EffectState, Predicate, SlotStatus
 
 CONDITION = names.EFFECT_UNRESOLVED_CONDITION
@@ -248,7 +248,10 @@ def resolved_annotations(status: SlotStatus, *, attempt: int) -> dict[str, str]:
     """The ``<key>.resolved`` records for attempt ``attempt``'s Lease: per key, the
     answer to its latest resolved entry (as ``agentrun.worker._records`` encodes them)."""
     latest: dict[str, EffectEntry] = {}
+    resent = cuts.resends_of(status.resends)
     for entry in status.effects:
+        if entry.attempt <= resent.get(entry.key, 0):
+            continue  # an effect sent again: that answer was about its earlier sending
         if entry.state is EffectState.RESOLVED and entry.attempt < attempt and (
                 entry.key not in latest or latest[entry.key].attempt < entry.attempt):
             latest[entry.key] = entry

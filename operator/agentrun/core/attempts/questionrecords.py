@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from agentrun.api import bounds, conditions, names, questions, records
+from agentrun.api import bounds, conditions, cuts, names, questions, records
 from agentrun.api.slots import (
     Predicate,
     QuestionEntry,
@@ -311,9 +311,12 @@ def _handed(status: SlotStatus, *, attempt: int) -> dict[tuple[str, bool], Quest
     """Per key (and kind: an answer, or an approval), the latest decided entry of an
     attempt before ``attempt``: what that attempt is handed."""
     latest: dict[tuple[str, bool], QuestionEntry] = {}
+    resent = cuts.resends_of(status.resends)
     for entry in status.questions:
         which = (entry.key, entry.approvers is not None)
         given = entry.value is not None or entry.value_from is not None
+        if entry.approvers is not None and entry.attempt <= resent.get(entry.key, 0):
+            continue  # an effect sent again is approved again
         if given and entry.attempt < attempt and (
                 which not in latest or latest[which].attempt < entry.attempt):
             latest[which] = entry

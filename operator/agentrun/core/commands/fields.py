@@ -77,14 +77,17 @@ TENANT = Field(
     help="assert the slot's tenant (rejected if it is another's)",
     bound=Bound(chars=bounds.TENANT_CHARS, pattern=bounds.TENANT_PATTERN),
     admission=_tenant_check)
+STEP_KEY_BOUND = Bound(chars=bounds.STEP_KEY_CHARS, pattern=bounds.STEP_KEY_PATTERN)
+STEP_KEY_VALID = (f"{{value}}.size() <= {bounds.STEP_KEY_CHARS} "
+                  f"&& {matches('{value}', bounds.STEP_KEY_PATTERN)}")
+
+
 def _step_key(name: str, *, what: str, where: str) -> Field:
     """The ``--key`` of a command about one record key (an effect's, a question's)."""
     return Field(
         name=name, suffix="key", label="--key", flag="--key", required=True, metavar="KEY",
-        help=f"the {what}'s key",
-        bound=Bound(chars=bounds.STEP_KEY_CHARS, pattern=bounds.STEP_KEY_PATTERN),
-        admission=static(required=True, valid=f"{{value}}.size() <= {bounds.STEP_KEY_CHARS} "
-                         f"&& {matches('{value}', bounds.STEP_KEY_PATTERN)}",
+        help=f"the {what}'s key", bound=STEP_KEY_BOUND,
+        admission=static(required=True, valid=STEP_KEY_VALID,
                          message=f"{{key}} is required: the {what}'s key as {where} shows it "
                                  "(lower-case letters, digits and '-', at most "
                                  f"{bounds.STEP_KEY_CHARS})"))

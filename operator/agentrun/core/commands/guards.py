@@ -47,13 +47,17 @@ def decide(
     launch_specs: Iterable[LaunchSpec], now: datetime, creator: str | None = None,
     referenced: Mapping[str, Mapping[str, str] | None] | None = None,
     journaled: bool = True,
+    commits: Mapping[str, tuple[tuple[int, int, int], ...]] | str | None = None,
+    journal_gone: str | None = None,
 ) -> Decision:
     """Decide any command by its kind's spec (see the module docstring).
 
     ``prior`` may be None only when the slot has no prior worker; ``creator``: the run's
     verified creator (an approval's separation of duties), None when it has none;
     ``referenced``: the ConfigMaps the command names by reference, read (name -> data);
-    ``journaled``: the run has a journal.
+    ``journaled``: the run has a journal; ``commits``: where the records a rerun names
+    were committed, by key (or why that could not be read); ``journal_gone``: why the
+    run's journal cannot be read back at all.
     """
     status = slot.status
     if seen(status, command.request_id) is not None:
@@ -61,7 +65,8 @@ def decide(
                         status=status)
     context = ledger.Context(command=command, slot=slot, prior=prior,
                              launch_specs=launch_specs, now=now, creator=creator,
-                             referenced=referenced or {}, journaled=journaled)
+                             referenced=referenced or {}, journaled=journaled,
+                             commits=commits, journal_gone=journal_gone)
     spec = registry.BY_KIND[command.kind]
     failed = ledger.tenancy(command, slot=slot, tenant=tenant) or spec.check(context)
     if failed:

@@ -24,6 +24,7 @@ from agentrun.api.slots import (
     Slot,
     SlotStatus,
 )
+from agentrun.core.attempts import ending
 from agentrun.core.attempts.observations import LeaseStatus, PodPhase
 from agentrun.core.base.events import Event
 from agentrun.core.launchspecs import selection
@@ -55,6 +56,9 @@ class Command:
     digest: str | None = None
     approval_key: str | None = None  # approve, deny: the effect's key and its payload's digest
     payload_digest: str | None = None
+    from_step: str | None = None  # rerun: the committed step to redo from (None: the start)
+    resend: str | None = None  # rerun: an applied effect to send again, and why
+    resend_reason: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +107,13 @@ class Context:
     # decided: name -> its data (None: not found).
     referenced: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
     journaled: bool = True  # the run has a journal (an answer by reference needs one)
+    # Where the records a rerun names were committed (its ``from_step``, the outcome of the
+    # effect it sends again), by key (``api.cuts`` positions), read from the slot's journal
+    # when the command is decided; a text: why it could not be read.
+    commits: Mapping[str, tuple[tuple[int, int, int], ...]] | str | None = None
+    # Why the run's journal cannot be read back at all (deleted, or being deleted by its
+    # retention), None when it can or the run has none.
+    journal_gone: str | None = None
 
 
 def is_blank(reason: str | None) -> bool:
@@ -234,6 +245,18 @@ def ending_failure(context: Context, *, what: str) -> Failure | None:
     if is_blank(command.reason):
         return blank_reason()
     return live_owner(status).refusal(command, whose="the attempt", what=what)
+
+
+def prior_live(status: SlotStatus, *, prior: Prior | None) -> Failure | None:
+    """``PriorNotTerminal``: the prior attempt's pod or lease may still be live (the rule a
+    reassignment and a rerun share: no attempt can be live when the slot is reopened)."""
+    if status.prior_worker is None or (
+            prior is not None and ending.is_terminal(pod=prior.pod, lease=prior.lease)):
+        return None
+    seen_as = f"pod {prior.pod}, lease {prior.lease}" if prior else "not observed"
+    return (Predicate.PRIOR_NOT_TERMINAL,
+            f"the prior attempt {status.prior_worker!r} is not terminal ({seen_as}); "
+            "wait until its pod has finished and its lease is released or expired")
 
 
 def wrong_run(command: Command, *, slot: Slot, annotation: str) -> Failure | None:

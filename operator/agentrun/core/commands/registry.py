@@ -47,6 +47,7 @@ from agentrun.core.commands.kinds import (
     hold,
     reassign,
     release,
+    rerun,
     resolveeffect,
 )
 from agentrun.core.commands.spec import CommandSpec, Field
@@ -57,6 +58,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
     answer.SPEC,
     approve.SPEC,
     deny.SPEC,
+    rerun.SPEC,
     claim.SPEC,
     hold.SPEC,
     release.SPEC,

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from agentrun.api import names
 from agentrun.api.slots import CommandKind
-from agentrun.core.commands.ledger import Context, Decision, Failure
+from agentrun.core.commands.ledger import Command, Context, Decision, Failure
 
 Object = dict[str, Any]
 TERMINAL = "['Succeeded', 'Failed']"  # CEL: the states a slot never leaves
@@ -132,6 +132,9 @@ class CommandSpec:
     # first, and the claim's Lease is its first write (the ledger entry goes with Active)
     opens: bool = False  # accepted, it lets the next attempt start: claim latency counts from it
     flag_order: tuple[str, ...] = ()  # the plugin's flags, when not in field order
+    # The record keys whose commits in the slot's journal deciding it needs (a rerun's step,
+    # the outcome of the effect it sends again): read once, before the decision.
+    journal_keys: Callable[[Command], tuple[str, ...]] = lambda command: ()
 
     @property
     def id(self) -> str:

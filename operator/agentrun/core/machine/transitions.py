@@ -45,6 +45,10 @@ LAUNCH_SPEC_REFUSED = "LaunchSpecRefused"
 CLAIM_WAITS = (QUOTA_EXCEEDED, LAUNCH_SPEC_REFUSED)  # what a claim's end clears
 NAME_SQUATTED = "NameSquatted"  # an object under one of our names is not ours (core.slots.squats)
 
+TERMINAL = (SlotState.SUCCEEDED, SlotState.FAILED)
+RERUN = "Rerun"  # the reason of Reopened (the slot rerun) and of Superseded
+# A dependency was rerun: this slot waits to run again after it (True until its next claim).
+SUPERSEDED_CONDITION = "Superseded"
 OPEN_STATES = frozenset({SlotState.PENDING, SlotState.READY, SlotState.CLAIMING,
                          SlotState.ACTIVE, SlotState.RETRY_WAIT})
 
@@ -113,11 +117,14 @@ def may_be_claimed(status: SlotStatus, *, now: datetime) -> bool:
 
 def deps_met(
     status: SlotStatus, *, worker_class: str, launch_spec: PinnedLaunchSpec, now: datetime,
+    dependency_reruns: int = 0,
 ) -> SlotStatus:
-    """Pending → Ready: dependencies succeeded and a launch spec is pinned."""
+    """Pending → Ready: dependencies succeeded and a launch spec is pinned; records the
+    sum of their reruns (``dependency_reruns``) it runs after."""
     _require(status, "mark ready", SlotState.PENDING)
     return status.model_copy(update={
         "state": SlotState.READY, "worker_class": worker_class, "launch_spec": launch_spec,
+        "dependency_reruns": dependency_reruns,
         "conditions": conditions.remove(status.conditions, NAME_SQUATTED)})
 
 
@@ -141,7 +148,7 @@ def start_claim(status: SlotStatus, *, slot: str, now: datetime) -> SlotStatus:
         "pending_worker": naming.attempt_name(slot=slot, number=number),
         "attempt_count": number,
         "retry_at": None,
-        "conditions": conditions.remove(status.conditions, REOPENED),
+        "conditions": _without(status.conditions, REOPENED, SUPERSEDED_CONDITION),
     })
 
 
@@ -200,7 +207,8 @@ def _close(status: SlotStatus, *, worker: str, outcome: Outcome, message: str,
 def _wait_or_exhaust(status: SlotStatus, *, policy: retries.Effective, now: datetime,
                      update: dict[str, object]) -> SlotStatus:
     # An attempt that ended asking a question (``Asked``) is not counted: asking is not a failure.
-    at = retries.retry_at(policy=policy, consumed=status.attempt_count - status.asked_attempts,
+    at = retries.retry_at(policy=policy, consumed=status.attempt_count - status.asked_attempts
+                          - status.attempts_before_rerun,
                           now=now) if status.attempt_count < bounds.MAX_ATTEMPT_NUMBER else None
     conds = status.conditions
     if at is None and status.attempt_count >= bounds.MAX_ATTEMPT_NUMBER:
@@ -327,6 +335,66 @@ def reopen(status: SlotStatus, *, worker_class: str, launch_spec: PinnedLaunchSp
         "worker_class": worker_class, "launch_spec": launch_spec, "pending_worker": None,
         "active_worker": None, "retry_at": None, "next_owner_actor": owner_actor,
         "conditions": conds, "questions": _closed(status.questions)})
+
+
+def rerun(status: SlotStatus, *, cuts: list[str], owner_actor: str | None, message: str,
+          now: datetime, resends: list[str] | None = None,
+          has_dependencies: bool = False) -> SlotStatus:
+    """RetryWait, Succeeded or Failed → reopened: an accepted rerun (docs/design/reruns.md).
+
+    Like :func:`reopen` (no attempt is created: the next claim does, owned by
+    ``owner_actor``), and more: ``cuts`` replaces the slot's cuts (the next attempt's
+    prefix stops where the rerun starts) and ``resends`` its effects sent again (None:
+    unchanged), ``reruns`` grows (so its dependents run again
+    after it), ``maxAttempts`` counts afresh, and a finished slot is open again: RetryWait
+    when it has no dependencies and a LaunchSpec is pinned, else Pending (its
+    dependencies are looked at again: they may have failed or be rerun themselves; the
+    pin, if any, is kept when it leaves Pending).
+    """
+    _require(status, "rerun", SlotState.RETRY_WAIT, *TERMINAL)
+    conds = _without(status.conditions, AWAITING_REASSIGNMENT, NAME_SQUATTED, SUCCEEDED,
+                     *CLAIM_WAITS)
+    conds = conditions.set_condition(conds, type_=REOPENED, status="True", reason=RERUN,
+                                     message=message, now=now)
+    return status.model_copy(update={
+        "state": SlotState.RETRY_WAIT if status.launch_spec is not None
+        and not has_dependencies else SlotState.PENDING,
+        "pending_worker": None, "active_worker": None, "retry_at": None,
+        "next_owner_actor": owner_actor, "conditions": conds, "cuts": cuts,
+        "resends": status.resends if resends is None else resends,
+        "reruns": status.reruns + 1,
+        "attempts_before_rerun": status.attempt_count - status.asked_attempts,
+        "questions": _closed(status.questions)})
+
+
+def supersede(status: SlotStatus, *, cuts: list[str], message: str, now: datetime,
+              dependency_reruns: int) -> SlotStatus:
+    """Any state → Pending: a dependency was rerun, so this slot runs again after it, from
+    its start (``cuts`` takes its whole prefix out).
+
+    A live attempt (pending or active) is closed ``Superseded`` and becomes the prior
+    worker, fenced next as a given-up one is; its records stay in the journal. The pinned
+    LaunchSpec stays; ``maxAttempts`` counts afresh, as after a rerun. The dependencies'
+    reruns it now follows (``dependency_reruns``) are recorded at once, so a slot that
+    fails before it leaves Pending again (a dependency failed, the deadline) is not
+    superseded a second time for the same rerun.
+    """
+    live = status.active_worker or status.pending_worker
+    update: dict[str, object] = {}
+    if live is not None:
+        update = {"prior_worker": live, "attempts": _close(
+            status, worker=live, outcome=Outcome.SUPERSEDED, message=message, exit_code=None,
+            now=now)}
+    conds = _without(status.conditions, AWAITING_REASSIGNMENT, NAME_SQUATTED, SUCCEEDED,
+                     REOPENED, *CLAIM_WAITS, names.QUESTION_PENDING_CONDITION)
+    conds = conditions.set_condition(conds, type_=SUPERSEDED_CONDITION, status="True",
+                                     reason=RERUN, message=message, now=now)
+    return status.model_copy(update={
+        **update, "state": SlotState.PENDING, "pending_worker": None, "active_worker": None,
+        "retry_at": None, "next_owner_actor": None, "conditions": conds, "cuts": cuts,
+        "reruns": status.reruns + 1, "dependency_reruns": dependency_reruns,
+        "attempts_before_rerun": status.attempt_count - status.asked_attempts,
+        "questions": _closed(status.questions)})
 
 
 def hold(status: SlotStatus, *, reason: str, now: datetime) -> SlotStatus:

@@ -36,6 +36,7 @@ from agentrun.api import bounds, conditions, names
 from agentrun.api.conditions import Condition, ConditionStatus
 from agentrun.api.runs import AgentRun, AgentRunStatus, Pins, SlotCounts
 from agentrun.api.slots import TERMINAL_STATES, Slot, SlotState
+from agentrun.core.machine import transitions
 from agentrun.core.runs.resolution import Problem
 
 # Run condition types (docs/design/names.md).
@@ -44,6 +45,8 @@ CREATOR_VERIFIED: Final = "CreatorVerified"
 READY: Final = "Ready"
 SUCCEEDED: Final = "Succeeded"
 FAILED: Final = "Failed"
+
+RERUNNING: Final = transitions.RERUN  # the run's Succeeded reason while slots are rerun
 
 # A reason other modules act on: the deadline fails open slots (``transitions.fail(reason=...)``).
 DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
@@ -191,6 +194,15 @@ def _failed(*, run: AgentRun, nodes: Sequence[str], own: dict[str, Slot],
         f"nodes {', '.join(failed)} failed and every slot has finished"))
 
 
+def _rerunning(slot: Slot) -> bool:
+    """The slot waits to run again after a rerun (its own, or a dependency's)."""
+    found = slot.status.conditions
+    reopened = conditions.find(found, transitions.REOPENED)
+    return slot.status.state not in TERMINAL_STATES and (
+        (reopened is not None and reopened.status == "True" and reopened.reason == RERUNNING)
+        or conditions.is_true(found, transitions.SUPERSEDED_CONDITION))
+
+
 def _ready(*, run: AgentRun, nodes: Sequence[str], own: dict[str, Slot],
            failed: _Verdict) -> _Verdict:
     missing = [n for n in nodes if n not in own]
@@ -236,18 +248,26 @@ def derive(
                      message="resolving the package, workflow and bindings", now=now)
     all_succeeded = bool(nodes) and counts.succeeded == counts.total
     failed = _failed(run=run, nodes=nodes, own=own, now=now)
-    if conditions.is_true(old.conditions, SUCCEEDED) or (
-            all_succeeded and not conditions.is_true(old.conditions, FAILED)):
+    reruns = sum(s.status.reruns for s in own.values())
+    old_conditions = old.conditions if reruns <= old.reruns else [
+        c for c in old.conditions if c.type not in (SUCCEEDED, FAILED)]  # a rerun reopens
+    rerunning = [n for n in nodes if n in own and _rerunning(own[n])]
+    if conditions.is_true(old_conditions, SUCCEEDED) or (
+            all_succeeded and not conditions.is_true(old_conditions, FAILED)):
         failed = _Verdict(status="False", reason="Succeeded", message="every slot succeeded")
         succeeded = _Verdict(status="True", reason="AllSlotsSucceeded",
                              message=f"all {counts.total} slots succeeded")
     else:
-        if conditions.is_true(old.conditions, FAILED):
-            prior = conditions.find(old.conditions, FAILED)
+        if conditions.is_true(old_conditions, FAILED):
+            prior = conditions.find(old_conditions, FAILED)
             assert prior is not None
             failed = _Verdict(status="True", reason=prior.reason, message=prior.message)
         succeeded = (_Verdict(status="False", reason=failed.reason, message=failed.message)
                      if failed.status == "True" else
+                     _Verdict(status="False", reason=RERUNNING, message=(
+                         f"nodes {', '.join(rerunning)} are rerun (see each slot's Reopened "
+                         f"or Superseded condition: who, why); {counts.succeeded}/"
+                         f"{counts.total} slots succeeded")) if rerunning else
                      _Verdict(status="False", reason="InProgress",
                               message=f"{counts.succeeded}/{counts.total} slots succeeded"))
     ready = _ready(run=run, nodes=nodes, own=own, failed=failed)
@@ -256,7 +276,14 @@ def derive(
                      reason=verdict.reason, message=verdict.message, now=now)
     return old.model_copy(update={
         "slots": counts, "done": f"{counts.succeeded}/{counts.total}", "conditions": conds,
+        "reruns": max(reruns, old.reruns),
         "observed_generation": run.metadata.generation})
+
+
+def journal_deleted(status: AgentRunStatus) -> str | None:
+    """Why the run's journal is gone (``JournalDeleted`` True: its message), else None."""
+    found = conditions.find(status.conditions, names.JOURNAL_DELETED_CONDITION)
+    return found.message if found is not None and found.status == "True" else None
 
 
 def is_finished(status: AgentRunStatus) -> bool:

@@ -18,7 +18,6 @@ has seen them.
 from __future__ import annotations
 
 from agentrun.api import bounds, names
-from agentrun.api.slots import TERMINAL_STATES
 from agentrun.core.attempts import effectrecords
 from agentrun.core.base import actions, events
 from agentrun.core.slots import inputs
@@ -28,9 +27,9 @@ def observe_step(world: inputs.World) -> actions.WriteStatus | None:
     """Record the latest attempt's newly seen unresolved effects, or None."""
     status = world.slot.status
     objects = world.attempt
-    if status.state in TERMINAL_STATES or objects is None or objects.name not in (
-            status.active_worker, status.prior_worker):
-        return None
+    if objects is None or objects.name not in (status.active_worker, status.prior_worker):
+        return None  # (a finished slot's too: a given-up attempt may have stopped on one,
+        # and a rerun must not be how it is forgotten)
     name = world.slot.metadata.name
     new, found = effectrecords.observed(status, lease=objects.lease, slot=name, now=world.now)
     if new == status:

@@ -48,11 +48,13 @@ class World:
     it last saw the attempt's lease renewed (before the first renewal: since it first read
     the lease); it never counts toward the lease's expiry or the start deadline.
     ``dependencies``: state of each slot this one depends on,
-    by node (absent: not created yet). ``snapshots``: names of the LaunchSpec snapshots
-    the slot owns. ``launch_spec``: the pinned spec read back from its snapshot, or the
-    reason it could not be. ``stamping``: whether stamping is in force now and under which
-    epoch, read after the slot (only while a command is pending; None: not read, and no
-    command is trusted). ``pins_problem``: why the run's pinned
+    by node (absent: not created yet); ``dependency_reruns``: the sum of their reruns
+    (``status.reruns``), read whenever the slot has dependencies. ``snapshots``: names
+    of the LaunchSpec snapshots the slot owns. ``launch_spec``: the pinned spec read back
+    from its snapshot, or the reason it could not be. ``stamping``: whether stamping is in
+    force now and under which epoch, read after the slot (only while a command is
+    pending; None: not read, and no command is trusted). ``pins_problem``: why the run's
+    pinned
     configuration snapshots cannot be mounted as pinned (read only while Claiming).
     ``first_seen``: when this process first read the attempt's lease (on its own clock);
     ``first_ticks``: the same moment on its monotonic clock (None: not known).
@@ -69,6 +71,8 @@ class World:
     tenant: str | None
     now: datetime
     dependencies: Mapping[str, SlotState] = field(default_factory=dict)
+    # The sum of the reruns of the slots this one depends on (None: not read).
+    dependency_reruns: int | None = None
     launch_specs: Sequence[LaunchSpec] = ()
     snapshots: frozenset[str] = frozenset()
     launch_spec: LaunchSpecSpec | None = None
@@ -80,6 +84,11 @@ class World:
     stamping: Stamping | None = None
     # The ConfigMaps a pending command names by reference: name -> data (None: not found).
     referenced: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
+    # Where the records a pending rerun names were committed in the slot's journal, by key
+    # (``api.cuts`` positions), read when it is decided; a text: why it could not be read.
+    commits: Mapping[str, tuple[tuple[int, int, int], ...]] | str | None = None
+    # Why the run's journal cannot be read back (deleted, or its retention deleting it).
+    journal_gone: str | None = None
     pins_problem: str | None = None
     first_seen: datetime | None = None
     first_ticks: datetime | None = None
@@ -130,7 +139,8 @@ class Reads:
     ledger yet (one already there is only removed, whatever the stamping: its three quorum
     reads would be spent on nothing, and they count against the operator's --qps);
     ``referenced``: the ConfigMap a pending command names by reference (an answer's
-    ``value-from``), read once when it is decided.
+    ``value-from``), read once when it is decided; ``journal_keys``: the records a pending
+    rerun names, looked up in the slot's journal when it is decided.
     """
 
     siblings: bool
@@ -139,6 +149,8 @@ class Reads:
     next_worker: str | None
     stamping: bool
     referenced: str | None = None
+    journal_keys: tuple[str, ...] = ()
+    journal_request: str | None = None  # the command they are read for (its request id)
 
 
 def next_worker(slot: Slot) -> str | None:
@@ -156,7 +168,7 @@ def reads_for(slot: Slot, *, max_active: bool) -> Reads:
     reassigning = pending is not None and registry.BY_KIND[pending.command.kind].selects
     pending_state = status.state is SlotState.PENDING
     return Reads(
-        siblings=(pending_state and bool(slot.spec.depends_on)) or (
+        siblings=bool(slot.spec.depends_on) or (
             max_active and status.state in CLAIM_OPEN),
         selecting=pending_state or reassigning or conditions.is_true(
             status.conditions, transitions.LAUNCH_SPEC_REFUSED),
@@ -167,7 +179,11 @@ def reads_for(slot: Slot, *, max_active: bool) -> Reads:
         referenced=None if pending is None or pending.malformed is not None
         or pending.command.value_from is None or guards.seen(
             status, pending.command.request_id) is not None
-        else pending.command.value_from.split("/", 1)[0])
+        else pending.command.value_from.split("/", 1)[0],
+        journal_keys=() if pending is None or pending.malformed is not None
+        or guards.seen(status, pending.command.request_id) is not None
+        else registry.BY_KIND[pending.command.kind].journal_keys(pending.command),
+        journal_request=None if pending is None else pending.command.request_id)
 
 
 

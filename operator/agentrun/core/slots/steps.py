@@ -55,6 +55,7 @@ from agentrun.core.slots import (
     inputs,
     journalsteps,
     questionsteps,
+    rerunsteps,
     specsnapshots,
     squats,
 )
@@ -92,8 +93,8 @@ def _next_step(world: inputs.World) -> decisions.Decided:
     status = world.slot.status
     if world.run is None or world.slot.metadata.deletion_timestamp is not None:
         return wind_down(world)
-    if status.state in ENDED_STATES:
-        fence = attemptlife.fence_step(world)
+    if status.state in ENDED_STATES or status.state is SlotState.PENDING:
+        fence = attemptlife.fence_step(world)  # Pending: a superseded attempt
         if fence is not None:
             return fence
     if status.state is SlotState.ACTIVE:
@@ -118,6 +119,9 @@ def _next_step(world: inputs.World) -> decisions.Decided:
     if claiming is not None:
         return claiming if not isinstance(claiming, inputs.World) else (
             attemptlife.claiming_step(claiming))
+    superseded = rerunsteps.supersede_step(world)
+    if superseded is not None:
+        return superseded
     step = _decide(world)
     if isinstance(step, actions.Wait) and world.slot.status != seen.slot.status:
         return actions.WriteStatus(status=world.slot.status, point="observed")
@@ -255,6 +259,12 @@ def ready_world(world: inputs.World) -> inputs.World | actions.Step:
     if waiting:
         return actions.Wait(message=f"waiting for {', '.join(waiting)} to succeed")
     worker_class = status.worker_class or spec.worker_class
+    reruns = world.dependency_reruns or 0
+    if status.launch_spec is not None and status.attempt_count > 0:
+        # Pending again after a rerun: its pin stays (configuration pinned once).
+        return inputs.with_status(world, transitions.deps_met(
+            status, worker_class=worker_class, launch_spec=status.launch_spec,
+            dependency_reruns=reruns, now=world.now))
     chosen = selection.select(specs=world.launch_specs,
                               namespace=world.slot.metadata.namespace or "",
                               run=spec.run, node=spec.node, worker_class=worker_class)
@@ -270,7 +280,7 @@ def ready_world(world: inputs.World) -> inputs.World | actions.Step:
         # (Without a run, in wind-down, the pin is only recorded: nothing more is made.)
         return specsnapshots.create(world, pinned=pinned, spec=chosen.spec.spec)
     ready = transitions.deps_met(status, worker_class=worker_class, launch_spec=pinned,
-                                 now=world.now)
+                                 dependency_reruns=reruns, now=world.now)
     ready = slotconditions.set_condition(ready, LAUNCH_SPEC_SELECTED, "True", "Selected",
                                        chosen.reason, world.now)
     return dataclasses.replace(inputs.with_status(world, ready), launch_spec=chosen.spec.spec,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from agentrun.api import names
 from agentrun.api.slots import CommandKind, Predicate, SlotState
-from agentrun.core.attempts import ending
 from agentrun.core.commands import fields, ledger
 from agentrun.core.commands.ledger import Context, Decision, Failure
 from agentrun.core.commands.spec import CommandSpec
@@ -46,12 +45,9 @@ def check(context: Context) -> Failure | None:
     if transitions.is_held(status):
         return (Predicate.HELD,
                 f"slot {name!r} is held; release it (agentrun.dev/release-id) first")
-    if status.prior_worker is not None and (
-            prior is None or not ending.is_terminal(pod=prior.pod, lease=prior.lease)):
-        seen_as = f"pod {prior.pod}, lease {prior.lease}" if prior else "not observed"
-        return (Predicate.PRIOR_NOT_TERMINAL,
-                f"the prior attempt {status.prior_worker!r} is not terminal ({seen_as}); "
-                "wait until its pod has finished and its lease is released or expired")
+    live = ledger.prior_live(status, prior=prior)
+    if live is not None:
+        return live
     if ledger.is_blank(command.reason):
         return (Predicate.BLANK_REASON,
                 "the reason (agentrun.dev/reassign-reason) must be non-blank and at most "
