@@ -22,7 +22,10 @@ Conditions:
   final and nothing else runs), or when ``activeDeadlineSeconds`` passed.
 
 ``Succeeded`` and ``Failed`` are verdicts: once one is True it stays so, whatever a later
-(possibly stale) list of slots says, as a Job's ``Complete``/``Failed`` do.
+(possibly stale) list of slots says, as a Job's ``Complete``/``Failed`` do. A rerun is the
+one thing that reopens them: the status keeps the sum of its slots' ``reruns``
+(``status.reruns``), a larger sum drops the verdict, and a list whose sum is smaller
+(older than a rerun the status knows of) never sets one.
 """
 
 from __future__ import annotations
@@ -252,6 +255,11 @@ def derive(
     old_conditions = old.conditions if reruns <= old.reruns else [
         c for c in old.conditions if c.type not in (SUCCEEDED, FAILED)]  # a rerun reopens
     rerunning = [n for n in nodes if n in own and _rerunning(own[n])]
+    if reruns < old.reruns:  # a list from before a rerun the status already knows of:
+        all_succeeded = False  # it cannot close the verdict the rerun reopened
+        if failed.status == "True" and failed.reason != DEADLINE_EXCEEDED:
+            failed = _Verdict(status="False", reason="SlotsFinishing",
+                              message="a rerun is under way")
     if conditions.is_true(old_conditions, SUCCEEDED) or (
             all_succeeded and not conditions.is_true(old_conditions, FAILED)):
         failed = _Verdict(status="False", reason="Succeeded", message="every slot succeeded")
@@ -284,6 +292,12 @@ def journal_deleted(status: AgentRunStatus) -> str | None:
     """Why the run's journal is gone (``JournalDeleted`` True: its message), else None."""
     found = conditions.find(status.conditions, names.JOURNAL_DELETED_CONDITION)
     return found.message if found is not None and found.status == "True" else None
+
+
+def reopened_message(status: AgentRunStatus) -> str:
+    """The run's Event when a rerun reopened its verdict: its Succeeded condition's word."""
+    found = conditions.find(status.conditions, SUCCEEDED)
+    return f"the run is open again: {found.message if found is not None else 'a slot is rerun'}"
 
 
 def is_finished(status: AgentRunStatus) -> bool:

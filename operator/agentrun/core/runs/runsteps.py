@@ -203,7 +203,10 @@ def _lay_out(world: RunWorld) -> RunStep:
     status = squats.run_cleared(rollup.derive(run=run, nodes=nodes, slots=world.slots,
                                             now=world.now))
     until = None if rollup.is_finished(status) else rollup.deadline(run)
-    written = _write(world, status, until=until)
+    reopened = rollup.is_finished(run.status) and not rollup.is_finished(status)
+    written = _write(world, status, until=until, event=events.Event(
+        type="Normal", reason=rollup.RERUNNING, message=rollup.reopened_message(status))
+        if reopened else None)
     if not isinstance(written, actions.Wait):
         return written
     kept = runjournals.retention_step(run=run, now=world.now, left=world.journal_left,

@@ -348,3 +348,29 @@ def test_a_finished_run_has_no_next_look() -> None:
     step = runsteps.next_step(laid_out_world(run, slots=slots))
     assert isinstance(step, actions.WriteRun) and step.until is None
     assert cond(step.status, rollup.SUCCEEDED) == ("True", "AllSlotsSucceeded")
+
+
+def test_a_rerun_reopens_a_succeeded_run_once_with_an_event_and_a_stale_list_never() -> None:
+    run = pinned()
+    done = [lf.slot("research", SlotState.SUCCEEDED), lf.slot("report", SlotState.SUCCEEDED)]
+    finished = written(run, runsteps.next_step(laid_out_world(run, slots=done)))
+    assert cond(finished.status, "Succeeded") == ("True", "AllSlotsSucceeded")
+    rerun = done[1].model_copy(update={"status": done[1].status.model_copy(update={
+        "state": SlotState.RETRY_WAIT, "reruns": 1, "conditions": conditions.set_condition(
+            [], type_="Reopened", status="True", reason="Rerun", message="by alice",
+            now=lf.T0)})})
+    step = runsteps.next_step(laid_out_world(finished, slots=[done[0], rerun]))
+    assert isinstance(step, actions.WriteRun) and step.event is not None
+    assert (step.event.reason, step.status.reruns) == ("Rerun", 1)
+    assert "the run is open again: nodes report are rerun" in step.event.message
+    assert cond(step.status, "Succeeded") == ("False", "Rerun")
+    # A list from before the rerun (every slot Succeeded, no reruns) closes nothing.
+    stale = runsteps.next_step(laid_out_world(written(finished, step), slots=done))
+    assert isinstance(stale, actions.WriteRun) and stale.event is None
+    assert cond(stale.status, "Succeeded") == ("False", "InProgress")
+    assert stale.status.reruns == 1
+    again = [done[0], rerun.model_copy(update={"status": rerun.status.model_copy(update={
+        "state": SlotState.SUCCEEDED, "conditions": []})})]
+    closed = runsteps.next_step(laid_out_world(written(finished, step), slots=again))
+    assert isinstance(closed, actions.WriteRun)
+    assert cond(closed.status, "Succeeded") == ("True", "AllSlotsSucceeded")
