@@ -15,7 +15,9 @@ through the effect owner). After the run Succeeded, alice reruns ``draft`` from 
   own reason): a second POST, under a new idempotency key;
 - refused: a rerun of a slot whose attempt is Active (``NotRerunnable``: its pod still
   runs; admission refuses it too where its policies are in force, ``test_validating.py``),
-  and a rerun while an effect is unresolved (``EffectUnresolved``); nothing changes.
+  of a slot given up while its worker, which ignores SIGTERM, still runs in its pod
+  (``PriorNotTerminal``), and while an effect is unresolved
+  (``EffectUnresolved``); nothing changes.
 """
 
 from __future__ import annotations
@@ -200,3 +202,46 @@ def test_a_rerun_waits_for_an_unresolved_effect(
     status = scenario.slot(slot)["status"]
     assert status.get("reruns", 0) == 0 and not status.get("cuts")
     assert scenario.pod(f"{slot}-3") is None and scenario.lease(f"{slot}-3") is None
+
+
+STUCK = """
+import signal, time
+signal.signal(signal.SIGTERM, lambda *_: say(term=True))  # a worker that will not stop
+with Worker.from_env(commit_delay=0) as worker:
+    say(started=True)
+    until = time.monotonic() + 120
+    while time.monotonic() < until:
+        worker.keeper.ensure_live()
+        time.sleep(0.5)  # in the pod: a worker busy in its work, keeping its lease
+"""
+
+
+def test_a_rerun_waits_until_the_prior_pod_is_gone(
+        cluster: Cluster, scenario: Scenario, journaled: OperatorProcess,
+        worker_image: str) -> None:
+    scenario.grant_editor("alice")
+    grant_worker_role(scenario)
+    scenario.configs()
+    real_launch_spec(scenario, "sdk-workers", classes=["cpu"], image=worker_image,
+                     script=stale.PRELUDE + STUCK, renewer=False,
+                     env={OWNER_ENV: "http://127.0.0.1:9"})
+    scenario.custom.patch_namespaced_custom_object(  # its pod outlives its fencing a while
+        "agentrun.dev", "v1alpha1", scenario.namespace, "launchspecs", "sdk-workers",
+        {"spec": {"template": {"spec": {"terminationGracePeriodSeconds": 30}}}})
+    scenario.run("study", user="alice", max_attempts=1)
+    slot = scenario.slot_name_eventually("study", "research")
+    wait_for(lambda: any("started" in p for p in printed(scenario, f"{slot}-1")),
+             timeout=120, message="attempt 1 at work")
+    gave_up = plugin(cluster, scenario, "give-up", slot, "--reason", "wrong inputs", "-o",
+                     "json", user="alice")
+    assert gave_up.returncode == 0, (gave_up.stdout, gave_up.stderr)
+    wait_for(lambda: (scenario.pod(f"{slot}-1") or {}).get("metadata", {}).get(
+        "deletionTimestamp"), timeout=30, message="the given-up pod being deleted")
+    assert scenario.slot(slot)["status"]["state"] == "Failed"
+    done = rerun(cluster, scenario, slot, "--reason", "start over with the right inputs")
+    entry = json.loads(done.stdout)["entry"]
+    assert (entry["outcome"], entry["predicate"]) == ("Rejected", "PriorNotTerminal"), entry
+    assert scenario.pod(f"{slot}-1") is not None  # still there: its pod was not terminal
+    status = scenario.slot(slot)["status"]
+    assert (status["state"], status.get("reruns", 0)) == ("Failed", 0)
+    assert scenario.lease(f"{slot}-2") is None

@@ -27,7 +27,8 @@ GOOD = {"reason": "the worker died", "worker_class": "cpu", "run": "study",
         "effect_key": "publish", "outcome": "applied", "result": '{"url": "r/1"}',
         "question_key": "plan", "value": '{"publish": true}', "digest": "0" * 64,
         "approval_key": "publish", "payload_digest": "a" * 64,
-        "value_from": "agentrun-answer-1/value@sha256:" + "b" * 64}
+        "value_from": "agentrun-answer-1/value@sha256:" + "b" * 64, "from_step": "draft",
+        "resend": "publish", "resend_reason": "the blog lost the post"}
 EITHER = ("value", "value_from")  # an answer is given one way or the other, never both
 AT_BOUND = {
     "id": ["r" * bounds.REQUEST_ID_CHARS, "a.b_c:d@e/f+g=h-1", "7"],
@@ -44,6 +45,9 @@ AT_BOUND = {
     "payload_digest": ["a" * bounds.DIGEST_CHARS, "0"],
     "value_from": [("c" * 200 + "/" + "k" * 100 + "@sha256:").ljust(bounds.VALUE_FROM_CHARS,
                                                                    "0"), "a/b@sha256:0"],
+    "from_step": ["k" * bounds.STEP_KEY_CHARS, "a-1"],
+    "resend": ["k" * bounds.STEP_KEY_CHARS, "a-1"],
+    "resend_reason": ["x" * bounds.REASON_BYTES, "é" * (bounds.REASON_BYTES // 2)],
 }
 PAST_BOUND = {
     "id": ["r" * (bounds.REQUEST_ID_CHARS + 1), "no spaces!", "-leading", "trailing.", "  "],
@@ -63,6 +67,9 @@ PAST_BOUND = {
     "payload_digest": ["a" * (bounds.DIGEST_CHARS + 1), "ABC", "g1", ""],
     "value_from": ["a/b@sha256:".ljust(bounds.VALUE_FROM_CHARS + 1, "0"), "A/b@sha256:00",
                    "cm/value", "cm/v@md5:00", "cm@sha256:00", ""],
+    "from_step": ["k" * (bounds.STEP_KEY_CHARS + 1), "Draft", "a.b", "-x", ""],
+    "resend": ["k" * (bounds.STEP_KEY_CHARS + 1), "Publish", "a.b", "-x", ""],
+    "resend_reason": ["x" * (bounds.REASON_BYTES + 1), "é" * (bounds.REASON_BYTES // 2 + 1)],
 }
 
 

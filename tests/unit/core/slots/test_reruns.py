@@ -375,3 +375,4 @@ def test_the_journal_is_read_for_a_pending_rerun_only() -> None:
         update={"annotations": plain})})
     assert inputs.reads_for(slot, max_active=False).journal_keys == ()
     assert inputs.reads_for(f.slot(succeeded()), max_active=False).journal_keys == ()
+
