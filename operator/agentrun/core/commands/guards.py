@@ -48,7 +48,7 @@ def decide(
     referenced: Mapping[str, Mapping[str, str] | None] | None = None,
     journaled: bool = True,
     commits: Mapping[str, tuple[tuple[int, int, int], ...]] | str | None = None,
-    journal_gone: str | None = None,
+    journal_gone: str | None = None, deadline_passed: bool = False,
 ) -> Decision:
     """Decide any command by its kind's spec (see the module docstring).
 
@@ -57,7 +57,8 @@ def decide(
     ``referenced``: the ConfigMaps the command names by reference, read (name -> data);
     ``journaled``: the run has a journal; ``commits``: where the records a rerun names
     were committed, by key (or why that could not be read); ``journal_gone``: why the
-    run's journal cannot be read back at all.
+    run's journal cannot be read back at all; ``deadline_passed``: the run's
+    ``activeDeadlineSeconds`` has passed (nothing in it runs again).
     """
     status = slot.status
     if seen(status, command.request_id) is not None:
@@ -66,7 +67,8 @@ def decide(
     context = ledger.Context(command=command, slot=slot, prior=prior,
                              launch_specs=launch_specs, now=now, creator=creator,
                              referenced=referenced or {}, journaled=journaled,
-                             commits=commits, journal_gone=journal_gone)
+                             commits=commits, journal_gone=journal_gone,
+                             deadline_passed=deadline_passed)
     spec = registry.BY_KIND[command.kind]
     failed = ledger.tenancy(command, slot=slot, tenant=tenant) or spec.check(context)
     if failed:

@@ -114,6 +114,7 @@ class Context:
     # Why the run's journal cannot be read back at all (deleted, or being deleted by its
     # retention), None when it can or the run has none.
     journal_gone: str | None = None
+    deadline_passed: bool = False  # the run's activeDeadlineSeconds has passed
 
 
 def is_blank(reason: str | None) -> bool:

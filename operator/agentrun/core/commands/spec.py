@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agentrun.api import names
-from agentrun.api.slots import CommandKind
+from agentrun.api.slots import CommandKind, SlotStatus
 from agentrun.core.commands.ledger import Command, Context, Decision, Failure
 
 Object = dict[str, Any]
-TERMINAL = "['Succeeded', 'Failed']"  # CEL: the states a slot never leaves
+TERMINAL = "['Succeeded', 'Failed']"  # CEL: the states a slot leaves only by a rerun
 
 
 def validation(expression: str, message: str) -> Object:
@@ -134,7 +134,8 @@ class CommandSpec:
     flag_order: tuple[str, ...] = ()  # the plugin's flags, when not in field order
     # The record keys whose commits in the slot's journal deciding it needs (a rerun's step,
     # the outcome of the effect it sends again): read once, before the decision.
-    journal_keys: Callable[[Command], tuple[str, ...]] = lambda command: ()
+    # (Given the slot's status: nothing is read for a command its cheap checks will refuse.)
+    journal_keys: Callable[[Command, SlotStatus], tuple[str, ...]] = lambda command, status: ()
 
     @property
     def id(self) -> str:

@@ -294,7 +294,8 @@ def fail(status: SlotStatus, *, reason: str, message: str, now: datetime) -> Slo
             "attempts": _close(status, worker=live, outcome=Outcome.GAVE_UP, message=message,
                                exit_code=None, now=now),
         }
-    conds = _without(status.conditions, AWAITING_REASSIGNMENT, *CLAIM_WAITS,
+    conds = _without(status.conditions, AWAITING_REASSIGNMENT, *CLAIM_WAITS, REOPENED,
+                     SUPERSEDED_CONDITION,
                      names.QUESTION_PENDING_CONDITION)  # nothing waits for an answer now
     conds = conditions.set_condition(conds, type_=SUCCEEDED, status="False", reason=reason,
                                      message=message, now=now)

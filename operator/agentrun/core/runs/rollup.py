@@ -23,9 +23,9 @@ Conditions:
 
 ``Succeeded`` and ``Failed`` are verdicts: once one is True it stays so, whatever a later
 (possibly stale) list of slots says, as a Job's ``Complete``/``Failed`` do. A rerun is the
-one thing that reopens them: the status keeps the sum of its slots' ``reruns``
-(``status.reruns``), a larger sum drops the verdict, and a list whose sum is smaller
-(older than a rerun the status knows of) never sets one.
+one thing that reopens them: the status keeps the highest sum of its slots' ``reruns``
+(``status.reruns``) and a larger sum drops the verdict. A slot whose dependencies were
+rerun after it left Pending (held: superseded once released) is not counted as done.
 """
 
 from __future__ import annotations
@@ -197,6 +197,15 @@ def _failed(*, run: AgentRun, nodes: Sequence[str], own: dict[str, Slot],
         f"nodes {', '.join(failed)} failed and every slot has finished"))
 
 
+def _behind(slot: Slot, *, own: dict[str, Slot]) -> bool:
+    """A slot whose dependencies were rerun since it left Pending (it is superseded, or
+    will be once released): what it did is being redone under it."""
+    if slot.status.state is SlotState.PENDING:
+        return False
+    return sum(own[d].status.reruns for d in slot.spec.depends_on
+               if d in own) > slot.status.dependency_reruns
+
+
 def _rerunning(slot: Slot) -> bool:
     """The slot waits to run again after a rerun (its own, or a dependency's)."""
     found = slot.status.conditions
@@ -255,11 +264,10 @@ def derive(
     old_conditions = old.conditions if reruns <= old.reruns else [
         c for c in old.conditions if c.type not in (SUCCEEDED, FAILED)]  # a rerun reopens
     rerunning = [n for n in nodes if n in own and _rerunning(own[n])]
-    if reruns < old.reruns:  # a list from before a rerun the status already knows of:
-        all_succeeded = False  # it cannot close the verdict the rerun reopened
-        if failed.status == "True" and failed.reason != DEADLINE_EXCEEDED:
-            failed = _Verdict(status="False", reason="SlotsFinishing",
-                              message="a rerun is under way")
+    behind = [n for n in nodes if n in own and _behind(own[n], own=own)]
+    if behind:  # built on work a rerun redoes (superseded once released): not done yet
+        all_succeeded = False
+        rerunning.extend(n for n in behind if n not in rerunning)
     if conditions.is_true(old_conditions, SUCCEEDED) or (
             all_succeeded and not conditions.is_true(old_conditions, FAILED)):
         failed = _Verdict(status="False", reason="Succeeded", message="every slot succeeded")

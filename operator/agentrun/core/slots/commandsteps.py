@@ -92,7 +92,7 @@ def command_step(world: inputs.World, pending: parsing.Pending) -> decisions.Dec
             creator=attemptlife.run_creator(world), referenced=world.referenced,
             journaled=world.run is not None and world.run.status.pinned is not None
             and world.run.status.pinned.journal is not None, commits=world.commits,
-            journal_gone=world.journal_gone)
+            journal_gone=world.journal_gone, deadline_passed=inputs.deadline_passed(world))
     except ValueError as error:  # includes a model's ValidationError, IllegalTransition
         # A command that cannot be decided is rejected into the ledger, never retried forever.
         decision = guards.reject(command=command, status=status, predicate=Predicate.MALFORMED,

@@ -71,7 +71,8 @@ class World:
     tenant: str | None
     now: datetime
     dependencies: Mapping[str, SlotState] = field(default_factory=dict)
-    # The sum of the reruns of the slots this one depends on (None: not read).
+    # The sum of the reruns of the slots this one depends on (None: not read; read with
+    # the run's slots while Pending, else each dependency by name).
     dependency_reruns: int | None = None
     launch_specs: Sequence[LaunchSpec] = ()
     snapshots: frozenset[str] = frozenset()
@@ -150,6 +151,9 @@ class Reads:
     stamping: bool
     referenced: str | None = None
     journal_keys: tuple[str, ...] = ()
+    # The slots it depends on, by name, read on their own (not the whole run) once it left
+    # Pending: whether one was rerun since (``dependency_reruns``).
+    dependencies: tuple[str, ...] = ()
     journal_request: str | None = None  # the command they are read for (its request id)
 
 
@@ -168,8 +172,10 @@ def reads_for(slot: Slot, *, max_active: bool) -> Reads:
     reassigning = pending is not None and registry.BY_KIND[pending.command.kind].selects
     pending_state = status.state is SlotState.PENDING
     return Reads(
-        siblings=bool(slot.spec.depends_on) or (
+        siblings=(pending_state and bool(slot.spec.depends_on)) or (
             max_active and status.state in CLAIM_OPEN),
+        dependencies=() if pending_state else tuple(
+            naming.slot_name(run=slot.spec.run, node=node) for node in slot.spec.depends_on),
         selecting=pending_state or reassigning or conditions.is_true(
             status.conditions, transitions.LAUNCH_SPEC_REFUSED),
         worker=status.pending_worker or status.active_worker or status.prior_worker,
@@ -182,9 +188,22 @@ def reads_for(slot: Slot, *, max_active: bool) -> Reads:
         else pending.command.value_from.split("/", 1)[0],
         journal_keys=() if pending is None or pending.malformed is not None
         or guards.seen(status, pending.command.request_id) is not None
-        else registry.BY_KIND[pending.command.kind].journal_keys(pending.command),
+        else registry.BY_KIND[pending.command.kind].journal_keys(pending.command, status),
         journal_request=None if pending is None else pending.command.request_id)
 
+
+
+def deadline(world: World) -> datetime | None:
+    """When the run's ``activeDeadlineSeconds`` passes (None: it has none, or no start)."""
+    run = world.run
+    if run is None or run.spec.active_deadline_seconds is None or run.status.start_time is None:
+        return None
+    return run.status.start_time + timedelta(seconds=run.spec.active_deadline_seconds)
+
+
+def deadline_passed(world: World) -> bool:
+    limit = deadline(world)
+    return limit is not None and world.now >= limit
 
 
 def busy(slot: Slot, *, next_lease: Mapping[str, Any] | None) -> bool:

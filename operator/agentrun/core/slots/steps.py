@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from datetime import datetime, timedelta
 from typing import Any
 
 from agentrun.api import conditions
@@ -136,15 +135,15 @@ def _decide(world: inputs.World) -> decisions.Decided:
         return commandsteps.command_step(world, pending)
     if status.state in TERMINAL_STATES:
         return actions.Wait(message=f"the slot has {status.state}")
-    if deadline_passed(world):
+    if inputs.deadline_passed(world):
         message = (f"the run's activeDeadlineSeconds ({world.run.spec.active_deadline_seconds})"
                    " has passed")
         return actions.WriteStatus(
             status=transitions.fail(status, reason="DeadlineExceeded", message=message,
                                     now=world.now),
             event=events.Event(type="Warning", reason="DeadlineExceeded", message=message))
-    if status.state is SlotState.PENDING:
-        return by_deadline(world, pending_step(world))
+    if status.state is SlotState.PENDING:  # (rerun with an effect open: its claim waits)
+        return by_deadline(world, effectsteps.gate(world) or pending_step(world))
     if status.state in (SlotState.READY, SlotState.RETRY_WAIT):
         expired = questionsteps.expiry_step(world)
         if expired is not None:
@@ -205,21 +204,9 @@ def wind_down(world: inputs.World) -> actions.Step:
     return attemptlife.fence_step(world) or actions.Wait(message=f"{why}: nothing to start")
 
 
-def deadline(world: inputs.World) -> datetime | None:
-    run = world.run
-    if run is None or run.spec.active_deadline_seconds is None or run.status.start_time is None:
-        return None
-    return run.status.start_time + timedelta(seconds=run.spec.active_deadline_seconds)
-
-
-def deadline_passed(world: inputs.World) -> bool:
-    limit = deadline(world)
-    return limit is not None and world.now >= limit
-
-
 def by_deadline(world: inputs.World, step: decisions.Decided) -> decisions.Decided:
     """A waiting open slot looks again at the run's deadline at the latest, to fail then."""
-    limit = deadline(world)
+    limit = inputs.deadline(world)
     if not isinstance(step, actions.Wait) or limit is None or (
             step.until is not None and step.until <= limit):
         return step
@@ -260,8 +247,8 @@ def ready_world(world: inputs.World) -> inputs.World | actions.Step:
         return actions.Wait(message=f"waiting for {', '.join(waiting)} to succeed")
     worker_class = status.worker_class or spec.worker_class
     reruns = world.dependency_reruns or 0
-    if status.launch_spec is not None and status.attempt_count > 0:
-        # Pending again after a rerun: its pin stays (configuration pinned once).
+    if status.launch_spec is not None:
+        # Pending again after a rerun or a supersede: its pin stays (pinned once).
         return inputs.with_status(world, transitions.deps_met(
             status, worker_class=worker_class, launch_spec=status.launch_spec,
             dependency_reruns=reruns, now=world.now))

@@ -48,7 +48,7 @@ from agentrun.core.attempts import observations
 from agentrun.core.base.actions import RemoveCommand, WriteStatus
 from agentrun.core.commands import guards, parsing
 from agentrun.core.machine import retries
-from agentrun.core.slots import steps
+from agentrun.core.slots import inputs, steps
 from agentrun.core.slots.inputs import World
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect
@@ -276,7 +276,7 @@ def within(moment: datetime) -> bool:
 @given(now=NOWS, seconds=st.sampled_from([1, bounds.MAX_DEADLINE_SECONDS]))
 def test_the_runs_deadline_stays_in_range(now: datetime, seconds: int) -> None:
     world = f.world(f.ready(), run=f.agent_run(deadline=seconds, start_time=now), now=now)
-    limit = steps.deadline(world)
+    limit = inputs.deadline(world)
     assert limit is not None and within(limit)
     steps.next_step(world)  # never raises
 

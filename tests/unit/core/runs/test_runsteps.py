@@ -350,7 +350,8 @@ def test_a_finished_run_has_no_next_look() -> None:
     assert cond(step.status, rollup.SUCCEEDED) == ("True", "AllSlotsSucceeded")
 
 
-def test_a_rerun_reopens_a_succeeded_run_once_with_an_event_and_a_stale_list_never() -> None:
+def test_a_rerun_reopens_a_succeeded_run_with_an_event_until_its_dependents_caught_up(
+        ) -> None:
     run = pinned()
     done = [lf.slot("research", SlotState.SUCCEEDED), lf.slot("report", SlotState.SUCCEEDED)]
     finished = written(run, runsteps.next_step(laid_out_world(run, slots=done)))
@@ -364,13 +365,22 @@ def test_a_rerun_reopens_a_succeeded_run_once_with_an_event_and_a_stale_list_nev
     assert (step.event.reason, step.status.reruns) == ("Rerun", 1)
     assert "the run is open again: nodes report are rerun" in step.event.message
     assert cond(step.status, "Succeeded") == ("False", "Rerun")
-    # A list from before the rerun (every slot Succeeded, no reruns) closes nothing.
-    stale = runsteps.next_step(laid_out_world(written(finished, step), slots=done))
-    assert isinstance(stale, actions.WriteRun) and stale.event is None
-    assert cond(stale.status, "Succeeded") == ("False", "InProgress")
-    assert stale.status.reruns == 1
+    # Its dependent, held (superseded once released), is not done: the run stays open.
+    held = lf.slot("review", SlotState.SUCCEEDED, depends_on=["report"])
     again = [done[0], rerun.model_copy(update={"status": rerun.status.model_copy(update={
-        "state": SlotState.SUCCEEDED, "conditions": []})})]
-    closed = runsteps.next_step(laid_out_world(written(finished, step), slots=again))
+        "state": SlotState.SUCCEEDED, "conditions": []})}), held]
+    flow = resolution.parse(kind="workflow", origin="test", text=(
+        "nodes:\n  - {name: research, workerClass: cpu}\n"
+        "  - {name: report, workerClass: cpu, dependsOn: [research]}\n"
+        "  - {name: review, workerClass: cpu, dependsOn: [report]}\n"))
+    assert isinstance(flow, WorkflowDocument)
+    waiting = runsteps.next_step(laid_out_world(written(finished, step), slots=again,
+                                                flow=flow))
+    assert isinstance(waiting, actions.WriteRun)
+    assert cond(waiting.status, "Succeeded") == ("False", "Rerun")
+    caught_up = held.model_copy(update={"status": held.status.model_copy(update={
+        "dependency_reruns": 1})})
+    closed = runsteps.next_step(laid_out_world(written(finished, step), flow=flow,
+                                               slots=[*again[:2], caught_up]))
     assert isinstance(closed, actions.WriteRun)
     assert cond(closed.status, "Succeeded") == ("True", "AllSlotsSucceeded")

@@ -49,7 +49,8 @@ def send(status: SlotStatus, *, actor: str = "alice", from_step: str | None = "d
          prior: guards.Prior | None = ENDED, override: bool = False,
          commits: Any = STEP_AT, request_id: str = "r-1", resend: str | None = None,
          resend_reason: str | None = None, journal_gone: str | None = None,
-         depends_on: list[str] | None = None) -> guards.Decision:
+         depends_on: list[str] | None = None, deadline_passed: bool = False,
+         ) -> guards.Decision:
     command = guards.Command(kind=CommandKind.RERUN, request_id=request_id, actor=actor,
                              reason=reason, run=run, from_step=from_step, override=override,
                              resend=resend, resend_reason=resend_reason)
@@ -59,7 +60,7 @@ def send(status: SlotStatus, *, actor: str = "alice", from_step: str | None = "d
             update={"depends_on": depends_on})})
     return guards.decide(command=command, slot=slot, tenant=f.TENANT, prior=prior,
                          launch_specs=(f.CPU_SPEC,), now=NOW, commits=commits,
-                         journal_gone=journal_gone)
+                         journal_gone=journal_gone, deadline_passed=deadline_passed)
 
 
 def succeeded(attempts: int = 2) -> SlotStatus:
@@ -85,7 +86,9 @@ def rejected(decision: guards.Decision) -> tuple[Predicate | None, str]:
     ({"held": True}, {}, Predicate.HELD, "is held"),
     ({}, {"prior": guards.Prior(pod=PodPhase.RUNNING, lease=LeaseStatus.HELD)},
      Predicate.PRIOR_NOT_TERMINAL, "is not terminal (pod Running, lease Held)"),
-    ({"effect": True}, {}, Predicate.EFFECT_UNRESOLVED, "effect publish waits"),
+    ({"effect": True, "state": SlotState.RETRY_WAIT}, {}, Predicate.EFFECT_UNRESOLVED,
+     "effect publish waits"),
+    ({}, {"deadline_passed": True}, Predicate.NOT_RERUNNABLE, "activeDeadlineSeconds"),
     ({"question": True}, {}, Predicate.QUESTION_PENDING, "plan waits for a person"),
     ({}, {"reason": "  "}, Predicate.BLANK_REASON, "non-blank"),
     ({}, {"actor": "bob"}, Predicate.NOT_OWNER, "owned by 'alice', not 'bob'"),
@@ -376,3 +379,41 @@ def test_the_journal_is_read_for_a_pending_rerun_only() -> None:
     assert inputs.reads_for(slot, max_active=False).journal_keys == ()
     assert inputs.reads_for(f.slot(succeeded()), max_active=False).journal_keys == ()
 
+
+
+def test_a_finished_slots_open_effect_waits_for_its_answer_after_the_rerun() -> None:
+    open_effect = [EffectEntry(key="publish", attempt=2, observed_at=f.T0)]
+    failed = succeeded().model_copy(update={"state": SlotState.FAILED, "effects": open_effect})
+    accepted = send(failed, from_step=None)
+    assert accepted.accepted and accepted.status.state is SlotState.RETRY_WAIT
+    waits = steps.next_step(f.world(accepted.status, attempt=f.objects(
+        2, pod=f.pod(2, "Succeeded"), lease=f.lease(2, outcome="Succeeded"))))
+    assert isinstance(waits, Wait) and "unresolved effect" in waits.message
+    pending = send(failed, from_step=None, depends_on=["gather"]).status
+    held_back = steps.next_step(dependent(pending, reruns=0, attempt=f.objects(
+        2, pod=f.pod(2, "Succeeded"), lease=f.lease(2, outcome="Succeeded"))))
+    assert isinstance(held_back, Wait) and "unresolved effect" in held_back.message
+
+
+def test_a_superseded_ready_slot_keeps_its_pin() -> None:
+    ready = f.ready().model_copy(update={"worker_class": "gpu"})
+    pending = expect(steps.next_step(dependent(ready, reruns=1)), WriteStatus).status
+    assert (pending.state, pending.launch_spec) == (SlotState.PENDING, f.PINNED)
+    again = steps.ready_world(dependent(pending, reruns=1))
+    assert not isinstance(again, (Wait, WriteStatus))
+    assert (again.slot.status.launch_spec, again.slot.status.worker_class) == (f.PINNED, "gpu")
+
+
+def test_the_journal_is_not_read_for_a_rerun_its_cheap_checks_refuse() -> None:
+    from agentrun.core.slots import inputs
+    command = f.command("rerun", "r-7", actor="bob", run=f.RUN, reason="redo",
+                        from_step="draft")
+    slot = f.slot(succeeded())
+    bobs = slot.model_copy(update={"metadata": slot.metadata.model_copy(
+        update={"annotations": command})})
+    assert inputs.reads_for(bobs, max_active=False).journal_keys == ()  # alice owns it
+    held = f.slot(transitions.hold(succeeded(), reason="x", now=f.T0))
+    held = held.model_copy(update={"metadata": held.metadata.model_copy(update={
+        "annotations": f.command("rerun", "r-8", run=f.RUN, reason="x",
+                                 from_step="draft")})})
+    assert inputs.reads_for(held, max_active=False).journal_keys == ()

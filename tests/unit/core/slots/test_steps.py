@@ -32,7 +32,7 @@ from agentrun.core.base import events, naming
 from agentrun.core.base.actions import Create, DeletePod, Tombstone, Wait, WriteStatus
 from agentrun.core.launchspecs import launchpins, selection
 from agentrun.core.machine import transitions
-from agentrun.core.slots import specsnapshots, steps
+from agentrun.core.slots import inputs, specsnapshots, steps
 from tests.unit.core import corefakes as f
 from tests.unit.core.corefakes import expect
 
@@ -166,8 +166,8 @@ def test_a_deadline_counts_only_from_the_runs_start_time() -> None:
     world = f.world(f.ready(), run=f.agent_run(deadline=1, start_time=None, claim_policy="Manual"),
                     now=f.T0 + f.seconds(10_000))
     assert expect(steps.next_step(world), Wait).until is None
-    assert steps.deadline(world) is None
-    assert steps.deadline(f.world(run=None)) is None
+    assert inputs.deadline(world) is None
+    assert inputs.deadline(f.world(run=None)) is None
 
 
 LIMIT = f.T0 + f.seconds(600)

@@ -7,11 +7,14 @@ reported (the ledger's ``predicate``), after ``WrongTenant`` (every kind's):
 
 1. ``WrongRun``: the command's run is not the slot's run;
 2. ``NotRerunnable``: the slot is not RetryWait, Succeeded or Failed (an attempt may be
-   under way: Pending, Ready, Claiming and Active slots are not rerun);
+   under way: Pending, Ready, Claiming and Active slots are not rerun), or the run's
+   ``activeDeadlineSeconds`` has passed (it would be failed again at once);
 3. ``Held``: the slot is held;
 4. ``PriorNotTerminal``: the prior attempt's pod or lease is not terminal (exactly as for
    a reassignment: no attempt can be live);
-5. ``EffectUnresolved``: an effect waits for its owner's answer (resolve it first);
+5. ``EffectUnresolved``: a RetryWait slot's effect waits for its owner's answer (resolve
+   it first; a finished slot cannot be resolved, so its rerun is accepted and the reopened
+   slot's claim waits for the answer, as every claim does);
 6. ``QuestionPending``: a question or an approval waits for a person;
 7. ``BlankReason``: the reason is empty, blank, or longer than 1 KiB;
 8. ``NotOwner``: the prior attempt records an owner actor, the command's actor differs,
@@ -39,7 +42,7 @@ commit order (``status.cuts``, carried on its Lease). Its dependents run again a
 from __future__ import annotations
 
 from agentrun.api import bounds, cuts, names
-from agentrun.api.slots import CommandKind, Predicate, QuestionState, SlotState
+from agentrun.api.slots import CommandKind, Predicate, QuestionState, SlotState, SlotStatus
 from agentrun.core.attempts import effectrecords
 from agentrun.core.commands import fields, ledger
 from agentrun.core.commands.ledger import Command, Context, Decision, Failure
@@ -60,13 +63,16 @@ def check(context: Context) -> Failure | None:
         return (Predicate.NOT_RERUNNABLE,
                 f"slot {name!r} is {status.state}: only a RetryWait, Succeeded or Failed "
                 "slot is rerun (no attempt of it may be under way)")
+    if context.deadline_passed:
+        return (Predicate.NOT_RERUNNABLE, "the run's activeDeadlineSeconds has passed: "
+                "nothing in it runs again; start a new run")
     if transitions.is_held(status):
         return (Predicate.HELD, f"slot {name!r} is held; release it first")
     live = ledger.prior_live(status, prior=prior)
     if live is not None:
         return live
     opened = effectrecords.open_effects(status)
-    if opened:
+    if opened and status.state is SlotState.RETRY_WAIT:  # (finished: the claim waits for it)
         return (Predicate.EFFECT_UNRESOLVED,
                 f"effect {opened[0].key} waits for its owner's answer: record it "
                 "(kubectl agentrun resolve-effect) before the slot is rerun")
@@ -215,7 +221,13 @@ RESEND_REASON = Field(
                                     f"non-blank, at most {bounds.REASON_BYTES} bytes"))
 
 
-def _journal_keys(command: Command) -> tuple[str, ...]:
+def _journal_keys(command: Command, status: SlotStatus) -> tuple[str, ...]:
+    """What deciding it reads in the journal: nothing when a cheap check refuses it first
+    (a slot not rerunnable or held, an actor who does not own it): a long journal is not
+    walked for a command that is refused anyway."""
+    if status.state not in RERUNNABLE or transitions.is_held(status) or ledger.owner_of(
+            status, status.prior_worker).refusal(command, whose="", what="") is not None:
+        return ()
     return (*((command.from_step,) if command.from_step else ()),
             *((f"{command.resend}.outcome",) if command.resend else ()))
 
