@@ -140,13 +140,13 @@ class SlotReconciler(reconcilers.Reconciler):
             dependencies = {node: s.status.state for node, s in siblings.items()}
             dependency_reruns = sum(siblings[node].status.reruns
                                     for node in slot.spec.depends_on if node in siblings)
+            if run.spec.max_active is not None:
+                active_in_run = sum(1 for s in siblings.values() if s.metadata.name != name
+                                    and inputs.busy(s, next_lease=self._next_lease(reader, s)))
         elif run is not None and needs.dependencies:
             found = [d for n in needs.dependencies if (d := reader.slot(namespace, n))]
             own = rollup.own_slots(run=run, slots=found)
             dependency_reruns = sum(s.status.reruns for s in own.values())
-            if run.spec.max_active is not None:
-                active_in_run = sum(1 for s in siblings.values() if s.metadata.name != name
-                                    and inputs.busy(s, next_lease=self._next_lease(reader, s)))
         launch_spec, error = (reader.pinned_launch_spec(
             namespace, status.launch_spec,
             slot_uid=specsnapshots.owner_uid(slot=slot, pinned=status.launch_spec))
