@@ -46,6 +46,8 @@ MAX_REVISION: Final = 2**53 - 1  # exact as a JSON number (the API server's boun
 MIN_LEASE_SECONDS: Final = 5  # LaunchSpec lease.durationSeconds
 MAX_LEASE_SECONDS: Final = 3600
 MAX_ATTEMPT_NUMBER: Final = 1000  # attempt numbers (and so Lease records) per slot
+# Attempt 0 is no worker's: a fork's inherited records, copied by the operator.
+ATTEMPT_NUMBER_PATH: Final = r"(0|[1-9][0-9]{0,3})"  # an attempt's number in a journal key
 
 # Durable records: annotations ``record.agentrun.dev/<key>`` on the
 # attempt's own Lease, each a small JSON document (agentrun.worker._records). Admission

@@ -43,7 +43,7 @@ from agentrun.api.records import Kind, Record
 
 MAX_CUTS = 32  # cuts a slot keeps (disjoint: overlapping ones merge)
 CUT_CHARS = 40  # "1000.4294967295.1023-1000" fits
-CUT_PATTERN = r"^[1-9][0-9]{0,3}[.][0-9]{1,10}[.][0-9]{1,4}-[1-9][0-9]{0,3}$"
+CUT_PATTERN = r"^(0|[1-9][0-9]{0,3})[.][0-9]{1,10}[.][0-9]{1,4}-[1-9][0-9]{0,3}$"
 ANNOTATION = names.JOURNAL_CUTS_ANNOTATION
 _PARSE = re.compile(r"(?P<a>[0-9]+)[.](?P<s>[0-9]+)[.](?P<i>[0-9]+)-(?P<n>[0-9]+)")
 KEPT_KINDS = frozenset({Kind.EFFECT_INTENT, Kind.EFFECT_OUTCOME})
@@ -57,7 +57,7 @@ RESEND_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?=[1-9][0-9]{0,3}@[1-9][0-9]{0,3
 EFFECT_SUFFIXES = (".intent", ".outcome", names.UNRESOLVED_SUFFIX, names.RESOLVED_SUFFIX,
                    names.PAYLOAD_SUFFIX, names.APPROVAL_SUFFIX, names.APPROVED_SUFFIX)
 Position = tuple[int, int, int]  # (attempt, seq, index)
-START: Position = (1, 0, 0)  # before every record: a rerun from the start
+START: Position = (0, 0, 0)  # before every record (a fork's inherited ones included)
 
 
 class CutError(ValueError):
@@ -160,10 +160,14 @@ class Discards:
 
     cuts: tuple[Cut, ...] = ()
     resends: tuple[Resend, ...] = ()
+    # A fork's cut (``core.runs.runforks``): everything from its start is left out, effects
+    # too: what the source did from the fork's step on, the fork does as its own.
+    hard: tuple[Cut, ...] = ()
 
     def out(self, record: Record, *, position: Position) -> bool:
         return (discarded(self.cuts, record=record, position=position)
-                or resent(self.resends, record=record, attempt=position[0]))
+                or resent(self.resends, record=record, attempt=position[0])
+                or any(cut.covers(position) for cut in self.hard))
 
     def generation(self, effect: str) -> int:
         """The sending of ``effect`` this attempt makes: 1, or a re-send's generation."""

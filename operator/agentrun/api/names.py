@@ -98,6 +98,8 @@ STAMPING_SECRET: Final = "agentrun-stamping"
 
 # Attempt tombstone: annotations on the Lease when its attempt ends.
 OUTCOME_ANNOTATION: Final = "agentrun.dev/outcome"
+# On a fork's attempt-0 Lease: "<source run> <source uid>[ at <node>:<step>]", for people.
+FORKED_FROM_ANNOTATION: Final = "agentrun.dev/forked-from"
 ENDED_AT_ANNOTATION: Final = "agentrun.dev/ended-at"
 OWNER_ACTOR_ANNOTATION: Final = "agentrun.dev/owner-actor"
 LAUNCH_SPEC_ANNOTATION: Final = "agentrun.dev/launch-spec"

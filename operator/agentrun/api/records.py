@@ -101,7 +101,7 @@ class Record(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    attempt: int = Field(ge=1, le=bounds.MAX_ATTEMPT_NUMBER)
+    attempt: int = Field(ge=0, le=bounds.MAX_ATTEMPT_NUMBER)  # 0: a fork's inherited
     digest: str = Field(pattern=SHA256_PATTERN)
     inline: JSON = None
     key: str = Field(max_length=bounds.RECORD_KEY_CHARS, pattern=bounds.RECORD_KEY_PATTERN)

@@ -37,7 +37,41 @@ class ConfigRef(Model):
     revision: int | None = Field(default=None, ge=1, le=bounds.MAX_REVISION)
 
 
+# A fork's starting point: ``<node>:<step>``, a workflow node and a step key in its journal.
+FORK_AT_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?:[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+FORK_AT_CHARS: Final = 63 + 1 + bounds.STEP_KEY_CHARS
+FORK_KEPT: JsonDict = {
+    "rule": "has(self.fork) == has(oldSelf.fork)",
+    "message": "spec.fork is set when a run is created and never after: create a new run "
+               "to fork (kubectl agentrun fork)",
+}
+
+
+class ForkSpec(Model):
+    """Where a fork starts: a run of the same namespace (and so tenant), and the step.
+
+    Written by ``kubectl agentrun fork`` (or by hand, or by GitOps) when the run is created;
+    the operator pins the source's snapshots and copies the source's journal up to ``at``
+    into the fork's own (docs/design/reruns.md, "Fork").
+    """
+
+    run: str = Field(min_length=1, max_length=253, pattern=bounds.RUN_PATTERN,
+                     description="the source run, in this run's namespace")
+    uid: str | None = Field(
+        default=None, max_length=128, pattern=r"^[-a-z0-9]+$",
+        description="the source run's uid (the plugin fills it in): a run recreated under "
+                    "the source's name is not the source")
+    at: str | None = Field(
+        default=None, max_length=FORK_AT_CHARS, pattern=FORK_AT_PATTERN,
+        description="<node>:<step>: the fork runs that node again from that step (its "
+                    "steps before it copied), the nodes after it from their start and every "
+                    "other node's committed steps copied; absent: every node's copied")
+    reason: bounds.Reason = Field(min_length=1, description="why the run was forked")
+
+
 class AgentRunSpec(Model):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [FORK_KEPT]})
+
     tenant: str | None = Field(default=None, max_length=63)
     package: ConfigRef = Field(json_schema_extra=_immutable("package"))
     workflow: ConfigRef = Field(json_schema_extra=_immutable("workflow"))
@@ -50,6 +84,9 @@ class AgentRunSpec(Model):
     max_active: int | None = Field(
         default=None, ge=1, le=1000,
         description="at most this many of the run's slots have an attempt Claiming or Active")
+    fork: ForkSpec | None = Field(default=None, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self == oldSelf", "message": "spec.fork is immutable: a fork's source and "
+                                               "step are decided when it is created"}]})
 
 
 class Pin(Model):
@@ -245,13 +282,44 @@ NAME_FITS: JsonDict = {
 }
 
 
+class Inherited(Model):
+    """What one node of a fork starts from: the source's records copied into the fork's own
+    journal as its attempt 0 (a sealed Lease ``<slot>-0`` the operator wrote)."""
+
+    node: str = Field(min_length=1, max_length=63)
+    records: int = Field(ge=0, le=2**31 - 1)
+    bytes: int = Field(ge=0, le=2**62)
+    commits: int = Field(ge=0, le=2**31 - 1, description="journal nodes written")
+
+
+class ForkStatus(Model):
+    """A fork's provenance, written once when its journal has been copied."""
+
+    run: str = Field(min_length=1, max_length=253, description="the source run's name")
+    uid: str = Field(min_length=1, max_length=128, description="the source run's uid")
+    node: str | None = Field(default=None, max_length=63)
+    step: str | None = Field(default=None, max_length=bounds.STEP_KEY_CHARS)
+    actor: bounds.Actor | None = Field(default=None, description="who forked it: the run's "
+                                       "creator as admission stamped it")
+    reason: bounds.Reason
+    copied: datetime
+    inherited: list[Inherited] = Field(default_factory=list, max_length=256)
+
+
+FORK_WRITE_ONCE: JsonDict = {
+    "rule": "!has(oldSelf.fork) || (has(self.fork) && self.fork == oldSelf.fork)",
+    "message": "status.fork is write-once: a fork's provenance never changes",
+}
+
+
 class AgentRunStatus(Model):
     """Written by the operator only; ``pinned`` once, at launch."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        PINNED_WRITE_ONCE, CREATOR_WRITE_ONCE]})
+        PINNED_WRITE_ONCE, CREATOR_WRITE_ONCE, FORK_WRITE_ONCE]})
 
     pinned: Pins | None = None
+    fork: ForkStatus | None = None
     creator: bounds.Actor | None = Field(
         default=None, description="who created the run, as admission stamped it (the "
         "annotation agentrun.dev/creator under the stamping epoch in force), copied once "

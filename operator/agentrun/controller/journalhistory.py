@@ -309,8 +309,8 @@ class Histories:
         def get(uri: str, size: int) -> bytes:
             own = f"s3://{pin.bucket}/{pin.prefix}/{slot}/"
             key = uri.removeprefix(f"s3://{pin.bucket}/")
-            if not uri.startswith(own) or not re.fullmatch(r"[1-9][0-9]{0,3}/sha256/[0-9a-f]{64}",
-                                                           uri.removeprefix(own)):
+            if not uri.startswith(own) or not re.fullmatch(
+                    bounds.ATTEMPT_NUMBER_PATH + r"/sha256/[0-9a-f]{64}", uri.removeprefix(own)):
                 raise HistoryError(500, "InternalError", f"{uri[:200]} is not this slot's "
                                    "journal: a payload is read only from it")
             return store.get(key, limit=size)

@@ -16,11 +16,12 @@ import functools
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
-from agentrun.api.runs import AgentRun, JournalPin, JournalSettings
-from agentrun.controller import applier, journalchecks, journalstores, reconcilers
+from agentrun.api.runs import AgentRun, ForkStatus, JournalPin, JournalSettings
+from agentrun.controller import applier, journalchecks, journalforks, journalstores, reconcilers
 from agentrun.core.base import actions
 from agentrun.core.base.events import Event
 from agentrun.core.runs import resolution, runjournals, runobjects, runsteps
@@ -51,6 +52,13 @@ class RunReconciler(reconcilers.Reconciler):
             settings=journal, reader=reader, stores=self.stores)
         # Why a run's journal could not be deleted, until its next look (by run).
         self._undeleted: dict[tuple[str, str], str] = {}
+        # How a fork's last copy went, until its next look (by run).
+        self._copied: dict[tuple[str, str], ForkStatus | resolution.Problem] = {}
+
+    @functools.cached_property
+    def copier(self) -> journalforks.Copier:
+        """Copies forks' journals (made at the first fork: a test's reader has no client)."""
+        return journalforks.Copier(client=self.reader.rest, stores=self.stores)
 
     @functools.cached_property
     def _workflows(self) -> dict[tuple[str, str], WorkflowDocument]:
@@ -69,6 +77,11 @@ class RunReconciler(reconcilers.Reconciler):
             if isinstance(decided, actions.Wait):
                 result.until = decided.until
                 return True
+            if isinstance(decided, actions.ForkJournal):
+                assert world.fork_source is not None
+                self._copied[(namespace, name)] = self.copier.copy(
+                    run=world.run, source=world.fork_source, planned=decided, now=self.clock())
+                return False  # look again: the core writes how it went
             if isinstance(decided, actions.DeleteJournal):
                 failed = self.stores.delete(decided.journal, namespace)
                 if failed is not None:
@@ -101,8 +114,9 @@ class RunReconciler(reconcilers.Reconciler):
             if names.JOURNAL_FINALIZER not in run.metadata.finalizers:
                 return None
             return self._deleting_world(run, tenant=tenant, taken=taken)
+        fork = self._fork_world(run) if run.spec.fork is not None else {}
         if runobjects.needs_pinning(run):
-            candidates = {} if tenant is None else {kind: reader.configmaps(
+            candidates = {} if tenant is None or run.spec.fork else {kind: reader.configmaps(
                 namespace, selector=f"{names.CONFIG_KIND_LABEL}={kind},!{names.SNAPSHOT_LABEL}")
                 for kind in names.CONFIG_KINDS}
             found = [] if tenant is None else reader.configmaps(
@@ -113,13 +127,32 @@ class RunReconciler(reconcilers.Reconciler):
                 journal=self.journal, journal_problem=None if self.checks is None or (
                     tenant is None) else self.checks.problem(namespace),
                 # Read after the run: see core.policies.stamping for why the order matters.
-                stamping_epoch=reader.stamping().epoch)
+                stamping_epoch=reader.stamping().epoch, **fork)
         world = runsteps.RunWorld(run=run, tenant=tenant, now=self.clock(),
                                   workflow=self.workflow(run),
-                                  slots=reader.slots_of(namespace, name), taken=taken)
+                                  slots=reader.slots_of(namespace, name), taken=taken, **fork)
         due = runjournals.retention_due(run, now=world.now)
         # A finished run whose journal's retention is over: deleted while the run stays.
         return world if due is None else self._journal_world(world, due)
+
+    def _fork_world(self, run: AgentRun) -> dict[str, Any]:
+        """A fork's source, read until its journal is copied: the source's snapshots while
+        the fork is unpinned, its slots once pinned, and how the last copy went."""
+        namespace, name = run.metadata.namespace or "", run.metadata.name
+        copied = self._copied.pop((namespace, name), None)
+        if run.status.fork is not None:
+            return {}
+        assert run.spec.fork is not None
+        source = self.reader.run(namespace, run.spec.fork.run)
+        if source is None or source.status.pinned is None:
+            return {"fork_source": source, "fork_copied": copied}
+        if run.status.pinned is None:
+            snapshots = {snapshot: found for snapshot in
+                         source.status.pinned.snapshot_names().values()
+                         if (found := self.reader.configmap(namespace, snapshot)) is not None}
+            return {"fork_source": source, "fork_snapshots": snapshots}
+        return {"fork_source": source, "fork_copied": copied,
+                "fork_slots": self.reader.slots_of(namespace, source.metadata.name)}
 
     def _deleting_world(self, run: AgentRun, *, tenant: str | None,
                         taken: dict[str, reads.Object]) -> runsteps.RunWorld:

@@ -199,7 +199,8 @@ class Client:
         sent = {"host": self._host, "x-amz-content-sha256": hashlib.sha256(body).hexdigest(),
                 "x-amz-date": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")}
         extra = headers or {}
-        sent |= {name: value for name, value in extra.items() if name == "content-md5"}
+        sent |= {name: value for name, value in extra.items()
+                 if name in ("content-md5", "x-amz-copy-source")}  # signed, as S3 wants
         credentials = self._credentials()
         if credentials is not None:
             sent["authorization"] = authorization(
@@ -266,6 +267,24 @@ class Client:
         response = self._request("PUT", key, body=data, headers=headers)
         self._answer(response, ok=(200, 412) if if_none_match else (200,), what=f"PUT {key}")
         return response.status == 200
+
+    def copy(self, source: str, key: str, *, source_bucket: str | None = None) -> None:
+        """Copy ``source`` (a key of ``source_bucket``, by default this one) to ``key``
+        inside the store (CopyObject:
+        no byte passes through this process; S3 copies at most 5 GiB in one request). An
+        error may come as a 200 whose body is ``<Error>``: that is an error too."""
+        what = f"COPY {source} to {key}"
+        origin = f"/{_quote(source_bucket or self.bucket)}/{_quote(source, safe='/')}"
+        response = self._request("PUT", key, headers={"x-amz-copy-source": origin})
+        body = self._answer(response, ok=(200,), what=what)
+        try:
+            root = ET.fromstring(body)
+        except ET.ParseError:
+            return
+        if local(root.tag) == "Error":
+            code = next(iter(texts(root, "Code")), "")
+            raise S3Unavailable(status=500, code=code, message=f"{what}: " + next(
+                iter(texts(root, "Message")), code))
 
     def get(self, key: str, *, limit: int) -> bytes:
         """``key``'s bytes, at most ``limit + 1`` of them read (so the caller can tell an

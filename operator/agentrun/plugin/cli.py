@@ -20,9 +20,10 @@ from datetime import UTC, datetime
 from typing import NoReturn, TextIO
 
 from agentrun.api import bounds, names, records
+from agentrun.api.runs import FORK_AT_CHARS, FORK_AT_PATTERN
 from agentrun.core.commands import registry
 from agentrun.core.commands.spec import Bound, Field
-from agentrun.plugin import client, requests, terminal, views
+from agentrun.plugin import client, forks, requests, terminal, views
 from agentrun.plugin.requests import Object
 
 TIMEOUT = (1.0, 3600.0, 60.0)  # --timeout: least, most, default seconds
@@ -35,6 +36,8 @@ EXAMPLES = "\n".join((
     "  kubectl agentrun status study                       # the run's tree: slots, attempts",
     "  kubectl agentrun history study-research-1a2b3c4d    # attempts, ledger and journal",
     *(f"  {line}" for spec in COMMANDS for line in spec.examples),
+    "  kubectl agentrun fork study --name study-b --at draft:outline --reason 'try another "
+    "outline'",
     "  kubectl agentrun -n team-a --context alice status study -o json | jq .slots",
     "",
     "exit codes: 0 accepted, 1 rejected (the message says why), 2 usage or bad input,",
@@ -197,6 +200,20 @@ def parser() -> argparse.ArgumentParser:
                          help="print the newest record KEY's payload, byte for byte, its "
                               "sha256 checked (an effect's payload waiting for approval: "
                               "<key>.payload)")
+    fork = command("fork", "a new run that starts from this run's journal: every node's "
+                           "committed steps copied, or (--at) a node's steps before one step "
+                           "and nothing of the nodes after it; the source may then go",
+                   target="RUN")
+    fork.add_argument("--name", dest="new_name", required=True, type=NAME,
+                      help="the new run's name")
+    fork.add_argument("--at", metavar="NODE:STEP", type=_bounded_text(
+        "--at", chars=FORK_AT_CHARS, pattern=FORK_AT_PATTERN),
+        help="run NODE again from STEP (its steps before STEP copied), the nodes after it "
+             "from their start")
+    fork.add_argument("--reason", required=True, type=_bounded_text(
+        "--reason", max_bytes=bounds.REASON_BYTES, pattern=r"(?s).*\S.*"), help="why")
+    fork.add_argument("--timeout", type=_timeout, default=TIMEOUT[2],
+                      help="seconds to wait for the operator to copy (default 60)")
     for spec in COMMANDS:
         made = command(spec.word, spec.help)
         for field in spec.flags:
@@ -327,6 +344,12 @@ def main(argv: list[str] | None = None) -> int:
                               namespace=args.namespace)
         if args.command in ("status", "history"):
             return show(args, conn)
+        if args.command == "fork":
+            code, said = forks.fork(conn, source_name=args.name, name=args.new_name,
+                                    at=args.at, reason=args.reason, timeout=args.timeout)
+            _print(args, {"run": args.new_name, "namespace": conn.namespace, "exitCode": code,
+                          "message": said}, [f"run {args.new_name}: {said}"])
+            return code
         return send(args, conn)
     except client.Failure as failure:
         if args.output == "json":

@@ -179,7 +179,7 @@ class Artifacts:
     def _own(self, record: records.Record) -> bool:
         """Whether ``record``'s URI is this slot's journal's artifact of its key."""
         pattern = (re.escape(self.journal.uri(f"{self.journal.prefix}/{self.journal.slot}/"))
-                   + r"[1-9][0-9]{0,3}/artifact/" + re.escape(record.key))
+                   + bounds.ATTEMPT_NUMBER_PATH + "/artifact/" + re.escape(record.key))
         return record.ref is not None and re.fullmatch(pattern, record.ref) is not None
 
     def artifact(self, key: str, source: Source) -> Artifact:

@@ -42,6 +42,7 @@ from typing import TypeVar
 from agentrun import objectstore as s3
 from agentrun.api import bounds, cuts, names
 from agentrun.api.journalnodes import NODE_BYTES, Head, Usage, node, read_node
+from agentrun.core.attempts import prefixes
 from agentrun.kube import rest
 from agentrun.worker import _records as records
 
@@ -221,15 +222,8 @@ class Journal:
             except records.RecordError as error:
                 raise JournalDamaged(f"attempt {attempt}'s journal, commit {seq} of "
                                      f"{head.seq}: {error}") from None
-            for index in range(len(entries) - 1, -1, -1):  # in a node too, the later wins
-                entry = entries[index]
-                if leave.out(entry, position=(attempt, seq, index)):
-                    continue  # a rerun took it out of the prefix (it stays in the journal)
-                if entry.key.endswith(names.LEASE_ONLY_SUFFIXES):
-                    problems.append(f"record {entry.key} in attempt {attempt}'s journal is "
-                                    "not used: it is trusted only on the Lease")
-                    continue
-                found.setdefault(entry.key, entry)
+            prefixes.take(found, problems, entries=entries, attempt=attempt, seq=seq,
+                          leave=leave)
             digest = prev
         return found, problems
 
@@ -280,7 +274,7 @@ class JournalPayloads:
 
     def get(self, uri: str, *, size: int) -> bytes:
         own = re.escape(self.journal.uri(f"{self.journal.prefix}/{self.journal.slot}/"))
-        if not re.fullmatch(own + r"[1-9][0-9]{0,3}/sha256/[0-9a-f]{64}", uri):
+        if not re.fullmatch(own + bounds.ATTEMPT_NUMBER_PATH + r"/sha256/[0-9a-f]{64}", uri):
             raise records.RecordError(f"{uri[:200]} is not this slot's journal: a payload is "
                                       "read only from it")
         return self.journal.get(uri.removeprefix(f"s3://{self.journal.objects.bucket}/"),

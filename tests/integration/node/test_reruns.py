@@ -78,15 +78,20 @@ def run_condition(scenario: Scenario, type_: str) -> dict[str, Any]:
     return condition_of(scenario.agentrun("study").get("status") or {}, type_) or {}
 
 
-def test_a_rerun_from_the_middle_nodes_second_step_redoes_what_follows(
-        cluster: Cluster, scenario: Scenario, journaled: OperatorProcess, worker_image: str,
-        owner: stale.TimedOwner) -> None:
+def study(scenario: Scenario, *, worker_image: str, owner: stale.TimedOwner) -> None:
+    """The three-node workflow on the SDK's workers, run ``study`` launched by alice."""
     grant_worker_role(scenario)
     scenario.grant_editor("alice")
     scenario.configs(nodes=NODES)
     real_launch_spec(scenario, "sdk-workers", classes=["cpu"], image=worker_image,
                      script=stale.PRELUDE + SCRIPT, renewer=False, env={OWNER_ENV: owner.url})
     scenario.run("study", user="alice", max_attempts=1)
+
+
+def test_a_rerun_from_the_middle_nodes_second_step_redoes_what_follows(
+        cluster: Cluster, scenario: Scenario, journaled: OperatorProcess, worker_image: str,
+        owner: stale.TimedOwner) -> None:
+    study(scenario, worker_image=worker_image, owner=owner)
     gather, draft, review = (scenario.slot_name_eventually("study", n) for n, _, _ in NODES)
     wait_for(lambda: run_condition(scenario, "Succeeded").get("status") == "True",
              timeout=240, message="the run succeeded")

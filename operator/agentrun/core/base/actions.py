@@ -152,6 +152,37 @@ class DeleteJournal:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ForkSlot:
+    """One node of a fork, copied (``core.runs.runforks``): the source's slot and the
+    fork's, where the copy stops (``step``: that step and the records after it are left
+    out, as a rerun from it would; None: the whole prefix), the source slot's attempt
+    count and its own reruns' cuts and re-sends (applied as its next attempt would), and
+    the Lease ``<slot>-0`` to create, less the journal annotations the copy adds."""
+
+    node: str
+    source_slot: str
+    slot: str
+    step: str | None
+    attempts: int
+    cuts: tuple[str, ...] = ()
+    resends: tuple[str, ...] = ()
+    lease: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkJournal:
+    """Copy what a fork inherits (``slots``) from the source run's journal (``source``)
+    into the fork's (``journal``): objects in the store and one Lease per slot, each
+    written once under a deterministic name, so a copy cut short is finished by the next."""
+
+    source: JournalPin
+    journal: JournalPin
+    namespace: str
+    source_run: str
+    slots: tuple[ForkSlot, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Wait:
     """Nothing to do now; look again at ``until`` (or on the next change)."""
 

@@ -40,6 +40,7 @@ CONFIG_INVALID: Final = "ConfigInvalid"
 REVISION_INVALID: Final = "RevisionInvalid"
 NOT_A_TENANT: Final = "NotATenantNamespace"
 TENANT_MISMATCH: Final = "TenantMismatch"
+FORK_SOURCE_UNUSABLE: Final = "ForkSourceUnusable"  # gone, another run, unpinned, altered
 
 # A revision label is canonical decimal, no sign and no leading zero, so that "1" and "01"
 # can never be two spellings of one revision; at most ``bounds.MAX_REVISION`` (2^53 - 1,
@@ -287,6 +288,12 @@ def resolve(
             chosen[kind] = found
     if problems:
         return _combine(problems)
+    return _validated(chosen)
+
+
+def _validated(chosen: Mapping[str, Resolved]) -> Resolution | Problem:
+    """The three chosen texts parsed, and valid together (or every kind's problem)."""
+    problems: list[Problem] = []
     parsed: dict[str, Document] = {}
     for kind, resolved in chosen.items():
         document = parse(kind=kind, text=resolved.text, origin=_origin(resolved))
@@ -309,6 +316,30 @@ def resolve(
     return Resolution(package=chosen["package"], workflow=chosen["workflow"],
                       bindings=chosen["bindings"], package_document=package,
                       workflow_document=workflow, bindings_document=bindings)
+
+
+def from_source(*, source: AgentRun, snapshots: Mapping[str, Mapping[str, Any]]) -> (
+        Resolution | Problem):
+    """A fork's configuration: exactly what its ``source`` run pinned, read from the
+    source's own snapshots (``snapshots``, by name) and checked against the digests pinned
+    on it. Never re-resolved by revision: a revision deleted or republished since does not
+    change what the fork runs."""
+    pins = source.status.pinned
+    assert pins is not None
+    chosen: dict[str, Resolved] = {}
+    for kind, pin in (("package", pins.package), ("workflow", pins.workflow),
+                      ("bindings", pins.bindings)):
+        found = snapshots.get(pin.snapshot) or {}
+        text = (found.get("data") or {}).get(names.CONFIG_DATA_KEYS[kind])
+        if not isinstance(text, str) or sha256_of(text) != pin.sha256:
+            return Problem(reason=FORK_SOURCE_UNUSABLE, message=(
+                f"run {source.metadata.name}'s pinned {kind} snapshot {pin.snapshot} is "
+                "missing or altered, so the fork cannot copy its configuration"))
+        name = str(((found.get("metadata") or {}).get("labels") or {}).get(
+            names.CONFIG_NAME_LABEL) or pin.source)
+        chosen[kind] = Resolved(kind=kind, name=name, source=pin.source, uid=pin.uid,
+                                revision=pin.revision, text=text, sha256=pin.sha256)
+    return _validated(chosen)
 
 
 def tenancy(*, run: AgentRun, tenant: str | None) -> Problem | None:

@@ -163,6 +163,13 @@ def _pins_message(pins: Pins) -> str:
     return "; ".join(parts)
 
 
+def with_condition(run: AgentRun, *, type_: str, status: ConditionStatus, reason: str,
+                   message: str, now: datetime) -> list[Condition]:
+    """The run's conditions with one set (its transition time kept if it did not change)."""
+    return _set(run.status.conditions, run=run, type_=type_, status=status, reason=reason,
+                message=message, now=now)
+
+
 def _set(conds: list[Condition], *, run: AgentRun, type_: str, status: ConditionStatus,
          reason: str, message: str, now: datetime) -> list[Condition]:
     return conditions.set_condition(conds, type_=type_, status=status, reason=reason,

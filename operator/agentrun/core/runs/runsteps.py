@@ -26,10 +26,10 @@ from typing import Any
 
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
-from agentrun.api.runs import AgentRun, AgentRunStatus, JournalSettings
+from agentrun.api.runs import AgentRun, AgentRunStatus, ForkStatus, JournalSettings
 from agentrun.api.slots import Slot
 from agentrun.core.base import actions, events
-from agentrun.core.runs import resolution, rollup, runjournals, runobjects
+from agentrun.core.runs import resolution, rollup, runforks, runjournals, runobjects
 from agentrun.core.slots import squats
 
 Object = Mapping[str, Any]
@@ -74,6 +74,13 @@ class RunWorld:
     journal_live: Sequence[str] = ()
     journal_orphaned: str | None = None
     stamping_epoch: str | None = None  # read after the run, while unpinned: its creator's
+    # A fork (``spec.fork``, ``core.runs.runforks``) until its journal is copied: its source
+    # run (None: not found), the source's snapshots (while unpinned) and slots (once
+    # pinned), and how the last copy went (None: not tried since the operator started).
+    fork_source: AgentRun | None = None
+    fork_snapshots: Mapping[str, Object] = field(default_factory=dict)
+    fork_slots: Sequence[Slot] = ()
+    fork_copied: ForkStatus | resolution.Problem | None = None
 
 
 # How soon a run waiting on its journal setting is looked at again: a Secret created or a
@@ -81,7 +88,7 @@ class RunWorld:
 JOURNAL_RECHECK = timedelta(seconds=10)
 
 RunStep = (actions.Creates | actions.WriteRun | actions.Wait | actions.SetFinalizers
-           | actions.DeleteJournal)
+           | actions.DeleteJournal | actions.ForkJournal)
 
 
 def next_step(world: RunWorld) -> RunStep:
@@ -131,10 +138,10 @@ def _squatted(world: RunWorld, status: AgentRunStatus, *, kind: str, name: str,
 
 def _pin(world: RunWorld) -> RunStep:
     run = world.run
-    resolved = (resolution.tenancy(run=run, tenant=world.tenant)
-                or resolution.resolve(run=run, config_maps=world.config_maps))
-    if isinstance(resolved, resolution.Problem):
-        return _problem(world, resolved)
+    resolved = resolution.tenancy(run=run, tenant=world.tenant) or _resolve(world)
+    if isinstance(resolved, resolution.Problem):  # a fork's source may change: look again
+        return _problem(world, resolved, until=None if run.spec.fork is None
+                        else world.now + runforks.RECHECK)
     if world.journal is not None and world.journal_problem is not None:
         return _problem(world, world.journal_problem, until=world.now + JOURNAL_RECHECK)
     missing: list[actions.Create] = []
@@ -171,6 +178,40 @@ def _pin(world: RunWorld) -> RunStep:
                     point="pinned", until=world.now)  # then lay out the slots at once
 
 
+def _resolve(world: RunWorld) -> resolution.Resolution | resolution.Problem:
+    """The run's configuration: resolved by revision, or a fork's copied from its source."""
+    run = world.run
+    if run.spec.fork is None:
+        return resolution.resolve(run=run, config_maps=world.config_maps)
+    problem = runforks.source_problem(run=run, source=world.fork_source)
+    if problem is not None:
+        return problem
+    assert world.fork_source is not None
+    resolved = resolution.from_source(source=world.fork_source, snapshots=world.fork_snapshots)
+    if isinstance(resolved, resolution.Problem):
+        return resolved
+    return runforks.at_problem(run=run, workflow=resolved.workflow_document) or resolved
+
+
+def _fork(world: RunWorld, workflow: WorkflowDocument) -> RunStep:
+    """A fork's journal copied, before any of its slots exists (``core.runs.runforks``)."""
+    run, source = world.run, world.fork_source
+    copied = world.fork_copied
+    if copied is None or source is None:
+        copied = runforks.source_problem(run=run, source=source)
+    if copied is None:
+        assert source is not None
+        planned = runforks.plan(run=run, source=source, workflow=workflow,
+                                source_slots=world.fork_slots, tenant=world.tenant)
+        if isinstance(planned, actions.ForkJournal):
+            return planned
+        copied = planned
+    status, event, until = runforks.copied_status(run=run, source=source or run,
+                                                  copied=copied, now=world.now)
+    return _write(world, status, event=event, point="fork", until=until,
+                  waiting=event.message)
+
+
 def _lay_out(world: RunWorld) -> RunStep:
     run, workflow = world.run, world.workflow
     if workflow is None:
@@ -180,6 +221,8 @@ def _lay_out(world: RunWorld) -> RunStep:
     owning = runjournals.owning_step(run)
     if owning is not None:  # before any slot: no worker writes a journal nobody deletes
         return owning
+    if run.spec.fork is not None and run.status.fork is None:
+        return _fork(world, workflow)
     nodes = [node.name for node in workflow.nodes]
     own = rollup.own_slots(run=run, slots=world.slots)
     uid = run.metadata.uid or ""

@@ -95,7 +95,7 @@ def rejected(decision: guards.Decision) -> tuple[Predicate | None, str]:
     ({}, {"commits": {"draft": ()}}, Predicate.STEP_NOT_COMMITTED, "it was never committed"),
     ({}, {"commits": "the run has no journal"}, Predicate.STEP_NOT_COMMITTED,
      "cannot be found: the run has no journal"),
-    ({"cut": "1.0.0-2"}, {}, Predicate.STEP_NOT_COMMITTED, "an earlier rerun took it out"),
+    ({"cut": "0.0.0-2"}, {}, Predicate.STEP_NOT_COMMITTED, "an earlier rerun took it out"),
     ({}, {"journal_gone": "was deleted (retention)"}, Predicate.JOURNAL_GONE,
      "the run's journal was deleted (retention)"),
     ({"cuts": True}, {"commits": {"draft": ((99, 1, 0),)}}, Predicate.RERUN_LIMIT,
@@ -149,14 +149,14 @@ def test_a_rerun_from_a_step_reopens_the_slot_with_a_cut_at_its_first_commit() -
 
 def test_a_rerun_from_the_start_cuts_everything_and_a_later_one_merges() -> None:
     first = send(succeeded(), from_step=None, commits=None).status
-    assert first.cuts == ["1.0.0-2"]
+    assert first.cuts == ["0.0.0-2"]
     again = first.model_copy(update={"state": SlotState.SUCCEEDED, "attempt_count": 4,
                                      "prior_worker": f.worker(4)})
     second = send(again, commits={"draft": ((3, 1, 0),)}, request_id="r-2").status
-    assert (second.cuts, second.reruns) == (["1.0.0-2", "3.1.0-4"], 2)
+    assert (second.cuts, second.reruns) == (["0.0.0-2", "3.1.0-4"], 2)
     third = send(second.model_copy(update={"state": SlotState.FAILED}), from_step=None,
                  commits=None, request_id="r-3").status
-    assert third.cuts == ["1.0.0-4"]  # from the start again: one cut
+    assert third.cuts == ["0.0.0-4"]  # from the start again: one cut
 
 
 def test_a_rerun_of_a_slot_with_dependencies_looks_at_them_again() -> None:
@@ -164,7 +164,7 @@ def test_a_rerun_of_a_slot_with_dependencies_looks_at_them_again() -> None:
     status = send(never, from_step=None, prior=None).status
     assert (status.state, status.cuts, status.reruns) == (SlotState.PENDING, [], 1)
     ran = send(succeeded(), from_step=None, depends_on=["gather"]).status
-    assert (ran.state, ran.launch_spec, ran.cuts) == (SlotState.PENDING, f.PINNED, ["1.0.0-2"])
+    assert (ran.state, ran.launch_spec, ran.cuts) == (SlotState.PENDING, f.PINNED, ["0.0.0-2"])
     failed = dependent(ran, reruns=0, dependencies={"gather": SlotState.FAILED})
     assert expect(steps.next_step(failed), WriteStatus).status.state is SlotState.FAILED
 
@@ -196,7 +196,7 @@ def test_a_dependent_is_superseded_and_its_live_attempt_fenced() -> None:
     assert (status.state, status.prior_worker, status.active_worker, status.reruns) == (
         SlotState.PENDING, f.worker(2), None, 1)
     assert status.attempts[-1].outcome is Outcome.SUPERSEDED
-    assert status.cuts == ["1.0.0-2"]  # its whole prefix, the earlier cut merged in
+    assert status.cuts == ["0.0.0-2"]  # its whole prefix, the earlier cut merged in
     assert f.condition(status, transitions.SUPERSEDED_CONDITION).status == "True"
     assert step.event is not None and step.event.reason == "Superseded"
     fence = steps.next_step(dependent(status, reruns=1, attempt=f.objects(
@@ -210,7 +210,7 @@ def test_a_finished_or_waiting_dependent_goes_back_to_pending(state: SlotState) 
     step = expect(steps.next_step(dependent(status, reruns=2, attempt=f.objects(
         1, pod=f.pod(1, "Succeeded"), lease=f.lease(1, outcome="Succeeded")))), WriteStatus)
     assert step.status.state is SlotState.PENDING
-    assert step.status.cuts == ([] if state is SlotState.READY else ["1.0.0-1"])
+    assert step.status.cuts == ([] if state is SlotState.READY else ["0.0.0-1"])
 
 
 def test_a_dependent_that_saw_the_reruns_is_left_alone_and_records_them_when_ready() -> None:
@@ -263,7 +263,9 @@ def test_cut_texts_parse_merge_and_refuse_what_is_out_of_bounds() -> None:
     assert (cut.start, cut.through, cut.text()) == ((2, 5, 1), 4, "2.5.1-4")
     assert cut.covers((2, 5, 1)) and cut.covers((4, 9, 0)) and not cut.covers((2, 5, 0))
     assert not cut.covers((5, 0, 0))
-    for bad in ("3.0.0-2", "0.1.0-1", "1.1-1", "1.1.1-1001", "x" * 100, "1.1.1-1,2.1.1-2"):
+    assert cuts.Cut.parse("0.1.0-1").start == (0, 1, 0)  # a fork's inherited attempt 0
+    for bad in ("3.0.0-2", "1.1.0-0", "00.1.0-1", "1.1-1", "1.1.1-1001", "x" * 100,
+                "1.1.1-1,2.1.1-2"):
         with pytest.raises(cuts.CutError):
             cuts.Cut.parse(bad)
     merged = cuts.merged(cuts.parse_all(["3.1.0-4", "1.2.0-2", "2.7.0-3", "6.1.0-6"]))

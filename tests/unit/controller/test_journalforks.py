@@ -1,0 +1,126 @@
+"""What a fork inherits of one source slot (``controller.journalforks.inherit``).
+
+Nodes are made with the journal's own code and read by the copy's walk; only the store's
+bytes are a dict (the copy against a real S3 server and API server: the node test
+``tests/integration/node/test_forks.py``). What is shown: the whole prefix in the source's
+commit order, a Lease's own records first; the source's own rerun cuts applied as its next
+attempt would; a fork's step leaves out that step and everything after it, effects too,
+and an effect's answer on a Lease goes with its intent; a step committed twice is cut from
+its first commit; a step never committed or already cut out is refused; an attempt not
+sealed yet is refused; a chain too long to copy is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentrun.api import cuts
+from agentrun.controller import journalforks
+from agentrun.core.base import actions
+from agentrun.core.runs import runforks
+from agentrun.worker import _records as records
+from tests.unit.worker.test_journal import lease
+from tests.unit.worker.test_rerun_prefix import Stored, effect, step, two_attempts
+
+Kind = records.Kind
+
+
+class Bytes:
+    """The walk's store: ``get`` from a :class:`Stored` journal's dict."""
+
+    def __init__(self, store: Stored) -> None:
+        self.store = store
+
+    def get(self, key: str, *, limit: int) -> bytes:
+        return self.store.objects_by_key[key]
+
+
+def walk(store: Stored) -> journalforks._Walk:
+    return journalforks._Walk(store=Bytes(store), prefix="p/s")  # type: ignore[arg-type]
+
+
+def sealed(store: Stored, **on_lease: records.Record) -> list[dict[str, Any]]:
+    found = [lease(n, head=h.text()) for n, h in sorted(store.heads.items())]
+    for record in on_lease.values():
+        found[record.attempt - 1]["metadata"]["annotations"][record.annotation] = (
+            records.encode(record))
+    return found
+
+
+def slot(step_key: str | None = None, *, attempts: int = 2,
+         cut: tuple[str, ...] = ()) -> actions.ForkSlot:
+    return actions.ForkSlot(node="draft", source_slot="s", slot="f", step=step_key,
+                            attempts=attempts, cuts=cut)
+
+
+def keys(found: list[records.Record]) -> list[str]:
+    return [r.key for r in found]
+
+
+def test_the_whole_prefix_in_commit_order_a_leases_own_first() -> None:
+    store = two_attempts()
+    answer = effect("publish.resolved", 1, Kind.DECISION)
+    found = journalforks.inherit(slot=slot(), leases=sealed(store, answer=answer),
+                                 walk=walk(store))
+    assert keys(found) == ["publish.resolved", "gather", "outline", "draft", "publish.intent",
+                           "publish.outcome", "polish", "review"]
+
+
+def test_the_sources_own_rerun_cuts_apply_as_its_next_attempt_would() -> None:
+    store = two_attempts()
+    found = journalforks.inherit(slot=slot(cut=("1.2.0-2",)), leases=sealed(store),
+                                 walk=walk(store))
+    assert keys(found) == ["gather", "outline", "publish.intent", "publish.outcome"]
+
+
+def test_a_forks_step_leaves_out_it_and_what_follows_effects_and_their_answers_too() -> None:
+    store = two_attempts()
+    answer = effect("publish.resolved", 1, Kind.DECISION)
+    found = journalforks.inherit(slot=slot("draft"), leases=sealed(store, answer=answer),
+                                 walk=walk(store))
+    assert keys(found) == ["gather", "outline"]
+    assert [r.attempt for r in found] == [1, 1]  # the copy re-makes them for attempt 0
+    early = journalforks.inherit(slot=slot("outline"), leases=sealed(store), walk=walk(store))
+    assert keys(early) == ["gather"]
+
+
+def test_a_step_committed_twice_is_cut_from_its_first_commit() -> None:
+    store = Stored()
+    store.commit(1, step("outline", 1), step("draft", 1), step("notes", 1))
+    store.commit(2, step("draft", 2, "again"), step("polish", 2))
+    found = journalforks.inherit(slot=slot("draft"), leases=sealed(store), walk=walk(store))
+    assert keys(found) == ["outline"]
+
+
+@pytest.mark.parametrize(("step_key", "cut"), [("nosuch", ()), ("draft", ("1.2.0-2",))])
+def test_a_step_not_in_the_prefix_is_refused(step_key: str, cut: tuple[str, ...]) -> None:
+    store = two_attempts()
+    with pytest.raises(journalforks.CopyError) as refused:
+        journalforks.inherit(slot=slot(step_key, cut=cut), leases=sealed(store),
+                             walk=walk(store))
+    assert refused.value.reason == runforks.STEP_NOT_COMMITTED
+
+
+def test_an_attempt_not_sealed_is_refused() -> None:
+    store = two_attempts()
+    found = sealed(store)
+    found[1] = lease(2, head=store.heads[2].text(), sealed=False)
+    with pytest.raises(journalforks.CopyError) as refused:
+        journalforks.inherit(slot=slot(), leases=found, walk=walk(store))
+    assert refused.value.reason == runforks.SLOT_LIVE
+
+
+def test_a_journal_too_long_to_copy_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journalforks, "MOST_NODES", 2)
+    store = two_attempts()  # three nodes
+    with pytest.raises(journalforks.CopyError, match="more than 2 commits"):
+        journalforks.inherit(slot=slot(), leases=sealed(store), walk=walk(store))
+
+
+def test_the_fork_cut_is_kind_blind_where_a_rerun_cut_keeps_effects() -> None:
+    record = effect("publish.intent", 1, Kind.EFFECT_INTENT)
+    cut = cuts.Cut(start=(1, 1, 0), through=2)
+    assert not cuts.Discards(cuts=(cut,)).out(record, position=(1, 2, 0))
+    assert cuts.Discards(hard=(cut,)).out(record, position=(1, 2, 0))
