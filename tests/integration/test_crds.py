@@ -286,3 +286,70 @@ def test_kubectl_prints_the_columns_a_person_reads_first(
     assert slots_table.stdout.split()[:10] == [
         "NAME", "STATE", "CLASS", "WORKER", "ATTEMPTS", "LAUNCHSPEC", "AGE", "PRIOR", "RUN",
         "NODE"]
+
+
+def forked(**fork: Any) -> dict[str, Any]:
+    body = example("30-agentrun.yaml")
+    body["metadata"]["name"] = "research-report-b"
+    body["spec"]["fork"] = {"run": "research-report", "reason": "another angle", **fork}
+    return body
+
+
+@pytest.mark.parametrize(("fork", "says"), [
+    ({"at": "Draft:outline"}, "spec.fork.at"),
+    ({"at": "draft"}, "spec.fork.at"),
+    ({"at": "draft:out.line"}, "spec.fork.at"),
+    ({"at": "draft:" + "s" * 49}, "spec.fork.at"),
+    ({"reason": ""}, "spec.fork.reason"),
+    ({"run": "other-namespace/research-report"}, "spec.fork.run"),  # a name, no namespace
+    ({"uid": "Not A Uid"}, "spec.fork.uid"),
+])
+def test_a_malformed_fork_is_refused_at_create(
+        api_client: kubernetes.client.ApiClient, namespace: str, fork: dict[str, Any],
+        says: str) -> None:
+    message = rejection(lambda: create(api_client, forked(**fork), namespace=namespace))
+    assert says in message, message
+
+
+def test_a_fork_is_set_at_create_never_after_and_never_changes(
+        api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    api = custom(api_client)
+    create(api_client, example("30-agentrun.yaml"), namespace=namespace)
+    create(api_client, forked(at="research:outline"), namespace=namespace)
+
+    def replace(name: str, change: Callable[[dict[str, Any]], None]) -> None:
+        run = api.get_namespaced_custom_object(names.GROUP, names.VERSION, namespace,
+                                               "agentruns", name)
+        change(run["spec"])
+        api.replace_namespaced_custom_object(names.GROUP, names.VERSION, namespace,
+                                             "agentruns", name, run)
+
+    added = rejection(lambda: replace("research-report", lambda spec: spec.update(
+        fork={"run": "research-report-b", "reason": "late"})))
+    changed = rejection(lambda: replace("research-report-b", lambda spec: spec["fork"].update(
+        at="research:draft")))
+    dropped = rejection(lambda: replace("research-report-b", lambda spec: spec.pop("fork")))
+    assert "spec.fork is set when a run is created and never after" in added
+    assert "spec.fork is immutable" in changed
+    assert "spec.fork is set when a run is created and never after" in dropped
+
+
+def test_a_forks_provenance_is_write_once(
+        api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    api = custom(api_client)
+    create(api_client, forked(), namespace=namespace)
+    provenance = {"run": "research-report", "uid": "0d1e", "reason": "another angle",
+                  "copied": "2026-12-05T06:00:00Z", "inherited": []}
+
+    def write_status(status: dict[str, Any]) -> None:
+        run = api.get_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, "agentruns", "research-report-b")
+        run["status"] = status
+        api.replace_namespaced_custom_object_status(
+            names.GROUP, names.VERSION, namespace, "agentruns", "research-report-b", run)
+
+    write_status({"pinned": pins(SHA_A), "fork": provenance})
+    changed = rejection(lambda: write_status({"pinned": pins(SHA_A), "fork": {
+        **provenance, "uid": "another"}}))
+    dropped = rejection(lambda: write_status({"pinned": pins(SHA_A)}))
+    assert "status.fork is write-once" in changed and "status.fork is write-once" in dropped

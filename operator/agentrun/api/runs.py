@@ -38,7 +38,8 @@ class ConfigRef(Model):
 
 
 # A fork's starting point: ``<node>:<step>``, a workflow node and a step key in its journal.
-FORK_AT_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?:[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+FORK_AT_PATTERN: Final = (r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"  # a node (at most 63)
+                          r":[a-z0-9]([-a-z0-9]{0,46}[a-z0-9])?$")  # a step key (48)
 FORK_AT_CHARS: Final = 63 + 1 + bounds.STEP_KEY_CHARS
 FORK_KEPT: JsonDict = {
     "rule": "has(self.fork) == has(oldSelf.fork)",

@@ -54,6 +54,17 @@ def test_kubectl_flags_go_before_or_after_the_command() -> None:
     (["claim", "Not_A_Name"], "the name must match"),
     (["status", "r", "-n", "x" * 254], "the name is 254 characters"),
     (["status"], "RUN"),
+    (["fork", "study", "--reason", "r"], "--name"),
+    (["fork", "study", "--name", "study-b"], "--reason"),
+    (["fork", "study", "--name", "study-b", "--reason", " "], "--reason must match"),
+    (["fork", "study", "--name", "Study_B", "--reason", "r"], "the name must match"),
+    (["fork", "study", "--name", "b", "--at", "draft", "--reason", "r"], "--at must match"),
+    (["fork", "study", "--name", "b", "--at", "draft:out.line", "--reason", "r"],
+     "--at must match"),
+    (["fork", "study", "--name", "b", "--at", "d:" + "s" * 49, "--reason", "r"],
+     "--at must match"),  # a step key is at most 48 characters
+    (["fork", "study", "--name", "b", "--at", "n" * 64 + ":s", "--reason", "r"],
+     "--at must match"),
     (["frobnicate", "s"], "invalid choice"),
 ])
 def test_bad_input_exits_2_and_says_why(argv: list[str], says: str,
