@@ -38,7 +38,7 @@ from agentrun.core.attempts import prefixes
 from agentrun.core.base import actions
 from agentrun.core.runs import runforks
 from agentrun.core.runs.resolution import Problem
-from agentrun.kube import rest
+from agentrun.kube import crashpoints, rest
 
 MOST_NODES = 10_000  # journal nodes of one source slot a fork reads
 COPY_BYTES = 5 * 1024**3  # S3 copies at most this much in one CopyObject
@@ -277,6 +277,7 @@ class Copier:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         try:
             self.client.request("POST", path, body=body)
+            crashpoints.reached(point="fork-lease")  # one slot copied, maybe not the rest
         except rest.ApiError as error:
             if error.status != 409:
                 raise

@@ -7,6 +7,9 @@ Then alice forks it at ``draft:draft`` through the plugin. Covers:
 - refused, each with a message and no slot made: a step the node never committed (the
   operator's ``StepNotCommitted``, the plugin's exit 1), a node the workflow lacks, a name
   taken (exit 1), a source that does not exist (exit 2);
+- the operator killed once the first node's copy is committed (its attempt-0 Lease made)
+  and once the provenance is written: each restart finishes the copy, the Lease made
+  before the crash kept as it was (the plugin, waiting 3 s, says it timed out: exit 3);
 - the fork: its snapshots pinned by digest from the source's; its provenance on its
   status (the source's uid, node, step, alice, the reason); each inherited node's
   records on its own attempt-0 Lease and in its own journal;
@@ -25,6 +28,7 @@ import pytest
 from kubernetes.client import ApiException
 
 from agentrun.api import names
+from agentrun.core.base import naming
 from tests.integration.node import stale, test_journal
 from tests.integration.node.test_reruns import NODES, ran, study
 from tests.integration.operator import conftest as operator_fixtures
@@ -89,11 +93,28 @@ def test_a_fork_at_a_step_starts_from_its_prefix_and_outlives_its_source(
     missing = fork(cluster, scenario, "nosuch", "study-z", "--reason", "r")
     assert missing.returncode == 2 and "not found" in missing.stderr, missing.stderr
 
-    done = fork(cluster, scenario, "study", "study-b", "--at", "draft:draft", "--reason",
-                "try another draft")
-    assert done.returncode == 0, (done.stdout, done.stderr)
-    assert "forked from run study" in json.loads(done.stdout)["message"]
+    # The operator dies once the first node's copy is committed (its attempt-0 Lease made,
+    # the next node's not), then once the provenance is written (no slot laid out yet).
+    journaled.stop()
+    journaled.start(crash_at="fork-lease,fork")
+    cut = fork(cluster, scenario, "study", "study-b", "--at", "draft:draft", "--reason",
+               "try another draft", "--timeout", "3")
+    assert cut.returncode == 3 and "has not copied" in cut.stderr, (cut.stdout, cut.stderr)
+    journaled.wait_crashed()
+    gather_lease = f"{naming.slot_name(run='study-b', node='gather')}-0"
+    first = scenario.lease(gather_lease)
+    assert first is not None and scenario.lease(
+        f"{naming.slot_name(run='study-b', node='draft')}-0") is None
+    journaled.start(crash_at="fork")
+    journaled.wait_crashed()
     status = scenario.agentrun("study-b")["status"]
+    assert status["fork"]["run"] == "study" and condition(scenario, "study-b", "Forked")[
+        "status"] == "True"
+    again = scenario.lease(gather_lease)  # the copy finished on it, never made again
+    assert again is not None and again["metadata"]["resourceVersion"] == first["metadata"][
+        "resourceVersion"]
+    journaled.start()
+    assert "forked from run study" in condition(scenario, "study-b", "Forked")["message"]
     provenance = status["fork"]
     assert (provenance["run"], provenance["uid"], provenance["node"], provenance["step"],
             provenance["actor"], provenance["reason"]) == (

@@ -79,6 +79,7 @@ QUESTION_POINTS = ["question-expired"]  # a question's deadline passed: test_que
 # The journal's store error shown and cleared: test_journal_unavailable.py
 JOURNAL_POINTS = ["journal-unavailable", "journal-answers", "journal-lost",
                   "journal-owned", "journal-released"]  # and deleted: test_journal_deletion.py
+FORK_POINTS = ["fork-lease", "fork"]  # a fork's copy cut short, then its status: test_forks.py
 
 
 def test_every_crash_point_is_covered() -> None:
@@ -89,7 +90,7 @@ def test_every_crash_point_is_covered() -> None:
         in_code |= set(re.findall(r'point(?:: str)? ?= ?"([a-z-]+)"', text))
     covered = {*LAUNCH_POINTS, *WAIT_POINTS, *CLAIM_POINTS, *END_POINTS, *REASSIGN_POINTS,
                *OTHER_POINTS, *STAMPING_POINTS, *EFFECT_POINTS, *QUESTION_POINTS,
-               *JOURNAL_POINTS}
+               *JOURNAL_POINTS, *FORK_POINTS}
     assert in_code == covered, (f"not covered: {sorted(in_code - covered)}; "
                                 f"not in the code: {sorted(covered - in_code)}")
 

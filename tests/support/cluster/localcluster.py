@@ -344,10 +344,11 @@ class LocalCluster:
         while time.monotonic() < deadline:
             apiserver = self.processes[0]
             if apiserver.poll() is not None:
-                raise RuntimeError(
-                    f"kube-apiserver exited with {apiserver.returncode}; "
-                    f"see {self.workdir / 'kube-apiserver.log'}"
-                )
+                log = self.workdir / "kube-apiserver.log"
+                tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
+                raise RuntimeError(  # the log's tail with it: the session's folder goes
+                    f"kube-apiserver exited with {apiserver.returncode}; see {log}, which "
+                    "ended:\n" + "\n".join(tail))
             try:
                 with urllib.request.urlopen(request, context=self._ssl_context(), timeout=5) as r:
                     if r.status == 200:
