@@ -24,8 +24,10 @@ stopped answering) is finished by the next look. Nothing of the source is change
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -41,6 +43,8 @@ from agentrun.core.runs.resolution import Problem
 from agentrun.kube import crashpoints, rest
 
 MOST_NODES = 10_000  # journal nodes of one source slot a fork reads
+MOST_NODE_BYTES = 64 * 1024 * 1024  # and their bytes (kept in memory for the second pass)
+DEADLINE_SECONDS = 30.0  # one look's copying, checked between slots (the rest: next look)
 COPY_BYTES = 5 * 1024**3  # S3 copies at most this much in one CopyObject
 BATCH_BYTES = journalnodes.NODE_BYTES - 64 * 1024  # as the SDK batches a commit
 NODE_ENTRIES = journalnodes.NODE_ENTRIES
@@ -66,17 +70,19 @@ class _Walk:
     step: str | None = None
     places: dict[int, dict[str, Position]] = field(default_factory=dict)
     steps: set[Position] = field(default_factory=set)
+    read: int = 0  # bytes of nodes read (and kept)
     _nodes: dict[tuple[int, str], tuple[str | None, list[records.Record]]] = field(
         default_factory=dict)
 
     def _node(self, attempt: int, seq: int, digest: str) -> tuple[str | None, list[records.Record]]:
         if (attempt, digest) not in self._nodes:
-            if len(self._nodes) >= MOST_NODES:
-                raise CopyError(runforks.COPY_FAILED, (
-                    f"the source slot's journal holds more than {MOST_NODES} commits: a fork "
-                    "copies smaller journals"))
+            if len(self._nodes) >= MOST_NODES or self.read > MOST_NODE_BYTES:
+                raise CopyError(runforks.TOO_LARGE, (
+                    f"the source slot's journal holds more than {MOST_NODES} commits or "
+                    f"{MOST_NODE_BYTES // 2**20} MiB of them: a fork copies smaller journals"))
             data = self.store.get(f"{self.prefix}/{attempt}/sha256/{digest}",
                                   limit=journalnodes.NODE_BYTES)
+            self.read += len(data)
             self._nodes[(attempt, digest)] = journalnodes.read_node(
                 data, attempt=attempt, seq=seq, digest=digest)
         return self._nodes[(attempt, digest)]
@@ -106,10 +112,49 @@ def _own_lease(attempt: int, *, cut: Sequence[str], resends: Sequence[str]) -> d
                          "annotations": cuts.annotation(cut, resends)}}
 
 
+def _owned(lease: Mapping[str, Any], owners: Sequence[str]) -> bool:
+    """A Lease of the source slot's (its attempts') or its run's (a fork's attempt 0), by
+    owner uid: a same-named slot's of a run deleted before is neither."""
+    return any(ref.get("uid") in owners
+               for ref in (lease.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def _answers(slot: actions.ForkSlot, *, attempt: int) -> dict[str, records.Record]:
+    """The answers the source slot's status holds for its next attempt (``attempt``), as
+    that attempt's Lease would carry them."""
+    found = {}
+    for value in slot.answers:
+        key = str(json.loads(value)["key"])
+        found[key] = records.decode(annotation=records.PREFIX + key, value=value,
+                                    attempt=attempt)
+    return found
+
+
+def _kept(key: str, record: records.Record, *, kept: Mapping[str, records.Record],
+          step: str | None) -> bool:
+    """Whether a record of the source's prefix goes into the fork (the rules of
+    docs/design/reruns.md, "Fork"): an owner's resolution never (it is about the source's
+    key: an effect with no outcome stops the copy instead); an effect's other answers with
+    its intent only (an approval of an effect the fork sends is its own to ask); an answer
+    given by reference never (its file is the source slot's to mount), nor the question and
+    answer of the fork's own step."""
+    if key.endswith((names.RESOLVED_SUFFIX, names.UNRESOLVED_SUFFIX)):
+        return False
+    if step is not None and key in {f"{step}{suffix}" for suffix in names.LEASE_ONLY_SUFFIXES}:
+        return False
+    if not key.endswith(names.LEASE_ONLY_SUFFIXES):
+        return True
+    effect = cuts.effect_of(key)
+    if effect is not None:
+        return f"{effect}.intent" in kept
+    return not (isinstance(record.inline, dict) and "valueFrom" in record.inline)
+
+
 def inherit(*, slot: actions.ForkSlot, leases: Sequence[Mapping[str, Any]],
             walk: _Walk) -> list[records.Record]:
     """The records the fork's ``slot`` inherits, in the source's commit order (pure over
     ``leases`` and what ``walk`` reads)."""
+    leases = [lease for lease in leases if not slot.owners or _owned(lease, slot.owners)]
     numbers = [int(label) for lease in leases if str(label := (
         (lease.get("metadata") or {}).get("labels") or {}).get(names.ATTEMPT_LABEL, "")).isdigit()]
     reader = max([slot.attempts, *numbers]) + 1
@@ -122,19 +167,26 @@ def inherit(*, slot: actions.ForkSlot, leases: Sequence[Mapping[str, Any]],
         if start is None:
             raise CopyError(runforks.STEP_NOT_COMMITTED, (
                 f"step {slot.step} is not committed in slot {slot.source_slot}'s journal "
-                "(or a rerun took it out): fork at a step its prefix holds"))
+                "(or a rerun took it out): delete this run and fork at a step `kubectl "
+                "agentrun history` shows"))
         fork = cuts.Cut(start=start, through=reader - 1)
     found = prefixes.prefix(leases=every, attempt=reader, journal=walk, fork=fork)
     if found.unsealed:
         raise CopyError(runforks.SLOT_LIVE, (
             f"slot {slot.source_slot}'s attempts {list(found.unsealed)} are not sealed yet: "
             "wait for the operator to end them"))
-    kept = found.committed
-    # An effect's answers on a Lease go with its intent: one the fork's cut took out is
-    # the fork's own to send (a new key), and no owner's answer about the source's holds.
-    kept = {key: record for key, record in kept.items()
-            if not key.endswith(names.LEASE_ONLY_SUFFIXES) or (effect := cuts.effect_of(key))
-            is None or f"{effect}.intent" in kept}
+    whole = {**found.committed, **_answers(slot, attempt=reader)}
+    kept = {key: record for key, record in whole.items()
+            if _kept(key, record, kept=whole, step=slot.step)}
+    unsettled = sorted(key.removesuffix(".intent") for key, record in kept.items()
+                       if record.kind is records.Kind.EFFECT_INTENT
+                       and f"{key.removesuffix('.intent')}.outcome" not in kept)
+    if unsettled:
+        raise CopyError(runforks.WAITING, (
+            f"slot {slot.source_slot} sent effect {', '.join(unsettled)} and has not recorded "
+            "its outcome: its owner's answer is about the source's idempotency key, so the "
+            "fork waits until the source's next attempt records it (resolve-effect, then a "
+            "claim), or fork at an earlier step"))
 
     def place(record: records.Record) -> Position:
         return walk.places.get(record.attempt, {}).get(record.key, (record.attempt, 0, 0))
@@ -167,13 +219,18 @@ class Copier:
 
     client: rest.Rest
     stores: journalstores.JournalStores
+    clock: Callable[[], float] = time.monotonic
 
-    def copy(self, *, run: AgentRun, source: AgentRun, planned: actions.ForkJournal,
+    def copy(self, *, run: AgentRun, planned: actions.ForkJournal,
              now: datetime) -> ForkStatus | Problem:
-        """Copy every slot of ``planned``; the provenance, or why it stopped (retried)."""
+        """Copy the slots of ``planned`` not copied yet, for at most :data:`DEADLINE_SECONDS`
+        (checked between slots: each slot's Lease commits it); the provenance once all are,
+        else why it stopped."""
         fork = run.spec.fork
         assert fork is not None
         src, pin = planned.source, planned.journal
+        deadline = self.clock() + DEADLINE_SECONDS
+        inherited: list[Inherited] = []
         try:
             if (src.endpoint, src.region) != (pin.endpoint, pin.region):
                 raise CopyError(runforks.COPY_FAILED, (
@@ -185,22 +242,57 @@ class Copier:
             store = self.stores.store(endpoint=pin.endpoint, bucket=pin.bucket,
                                       region=pin.region, secret=pin.secret,
                                       namespace=planned.namespace)
-            inherited = [self._slot(slot, planned=planned, source_store=source_store,
-                                    store=store) for slot in planned.slots]
+            for slot in planned.slots:
+                if inherited and self.clock() > deadline:
+                    return Problem(reason=runforks.COPYING, message=(
+                        f"copied {len(inherited)} of {len(planned.slots)} nodes of run "
+                        f"{planned.source_run}; the copy goes on"))
+                inherited.append(self._committed(slot, run=run) or self._slot(
+                    slot, run=run, planned=planned, source_store=source_store, store=store))
         except CopyError as error:
             return Problem(reason=error.reason, message=error.message)
         except (journalstores.Unusable, objectstore.S3Error, records.RecordError,
                 cuts.CutError, rest.ApiError) as error:
             return Problem(reason=runforks.COPY_FAILED, message=(
-                f"copying run {source.metadata.name}'s journal failed (looked at again "
+                f"copying run {planned.source_run}'s journal failed (looked at again "
                 f"soon): {bounds.clip(str(error), limit=bounds.MESSAGE_CHARS)}"))
         at = runforks.parse_at(fork.at)
-        return ForkStatus(run=source.metadata.name, uid=source.metadata.uid or "",
+        return ForkStatus(run=planned.source_run, uid=planned.source_uid,
                           node=None if at is None else at[0],
                           step=None if at is None else at[1], actor=run.status.creator,
                           reason=fork.reason, copied=now, inherited=inherited)
 
-    def _slot(self, slot: actions.ForkSlot, *, planned: actions.ForkJournal,
+    def _path(self, slot: actions.ForkSlot) -> tuple[str, str]:
+        metadata = slot.lease["metadata"]
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{metadata['namespace']}/leases"
+        return base, f"{base}/{metadata['name']}"
+
+    def _committed(self, slot: actions.ForkSlot, *, run: AgentRun) -> Inherited | None:
+        """The slot's copy if its Lease, the commit point, was made by this fork before
+        (a copy cut short, a restart): kept as it is, never made again. A Lease of that
+        name that is not this fork's stops the copy (nothing trusts it: it is not this
+        run's)."""
+        found = self.client.get(self._path(slot)[1])
+        if found is None:
+            return None
+        metadata = found.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        mine = (_owned(found, (run.metadata.uid or "",)) and (metadata.get("labels") or {})
+                == slot.lease["metadata"]["labels"] and annotations.get(
+                    names.FORKED_FROM_ANNOTATION) == slot.lease["metadata"]["annotations"][
+                    names.FORKED_FROM_ANNOTATION])
+        if not mine:
+            raise CopyError(runforks.NAME_SQUATTED, (
+                f"Lease {metadata.get('name')} is in the way of this run's copy and is not "
+                "its own: a deleted run's goes with it (the copy waits); any other, a cluster "
+                "admin deletes"))
+        head = journalnodes.Head.on_lease(found)
+        usage = journalnodes.Usage.on_lease(found) or journalnodes.Usage()
+        on_lease = sum(1 for key in annotations if key.startswith(records.PREFIX))
+        return Inherited(node=slot.node, records=usage.records + on_lease, bytes=usage.bytes,
+                         commits=0 if head is None else head.seq)
+
+    def _slot(self, slot: actions.ForkSlot, *, run: AgentRun, planned: actions.ForkJournal,
               source_store: objectstore.ObjectStore,
               store: objectstore.ObjectStore) -> Inherited:
         src, pin = planned.source, planned.journal
@@ -211,11 +303,10 @@ class Copier:
                                     f"{names.ATTEMPT_LABEL}"}) or {}).get("items") or []
         walk = _Walk(store=source_store, prefix=f"{src.prefix}/{slot.source_slot}")
         kept = inherit(slot=slot, leases=leases, walk=walk)
-        on_lease = [r for r in kept if r.key.endswith(names.LEASE_ONLY_SUFFIXES)
-                    and not r.key.endswith(names.UNRESOLVED_SUFFIX)]
+        on_lease = [r for r in kept if r.key.endswith(names.LEASE_ONLY_SUFFIXES)]
         if len(on_lease) > bounds.MAX_RECORDS:
-            raise CopyError(runforks.COPY_FAILED, (
-                f"slot {slot.source_slot} holds {len(on_lease)} answers and questions; a "
+            raise CopyError(runforks.TOO_LARGE, (
+                f"slot {slot.source_slot} holds {len(on_lease)} questions and answers; a "
                 f"Lease holds at most {bounds.MAX_RECORDS}"))
         own = f"{pin.prefix}/{slot.slot}/0"
         journaled = [self._copied(r, source_store=source_store, store=store, slot=slot,
@@ -238,7 +329,7 @@ class Copier:
             _store_node(store, f"{own}/sha256/{head.digest}", data)
             batch, size = [], 0
         if head is not None or on_lease:
-            self._lease(slot, head=head, usage=usage, on_lease=on_lease)
+            self._lease(slot, run=run, head=head, usage=usage, on_lease=on_lease)
         return Inherited(node=slot.node, records=usage.records + len(on_lease),
                          bytes=usage.bytes, commits=commits)
 
@@ -246,45 +337,38 @@ class Copier:
     def _copied(record: records.Record, *, source_store: objectstore.ObjectStore,
                 store: objectstore.ObjectStore, slot: actions.ForkSlot, src: JournalPin,
                 own: str, bucket: str) -> records.Record:
-        """``record`` as attempt 0's, the object it names copied beside the fork's nodes."""
+        """``record`` as attempt 0's, the object it names copied beside the fork's nodes
+        (again when one found there is not the same size: a copy cut short)."""
         ref = None
         if record.ref is not None:
             tail = _tail(record, pin=src, slot=slot.source_slot)
             key = f"{own}/{tail}"
             source_key = record.ref.removeprefix(f"s3://{src.bucket}/")
-            if not store.exists(key):
-                size = source_store.head(source_key).size
-                if size > COPY_BYTES:
-                    raise CopyError(runforks.COPY_FAILED, (
-                        f"{record.key} is {size} bytes; a fork copies at most {COPY_BYTES} "
-                        "per object"))
+            size = source_store.head(source_key).size
+            if size > COPY_BYTES:
+                raise CopyError(runforks.TOO_LARGE, (
+                    f"{record.key} is {size} bytes; a fork copies at most {COPY_BYTES} per "
+                    "object"))
+            if not store.exists(key) or store.head(key).size != size:
                 store.copy(source_key, key, source_bucket=src.bucket)
             ref = f"s3://{bucket}/{key}"
         return records.Record.model_validate(
             {**record.model_dump(), "attempt": 0, "ref": ref})
 
-    def _lease(self, slot: actions.ForkSlot, *, head: journalnodes.Head | None,
+    def _lease(self, slot: actions.ForkSlot, *, run: AgentRun, head: journalnodes.Head | None,
                usage: journalnodes.Usage, on_lease: Sequence[records.Record]) -> None:
-        """Create ``<slot>-0``: the copy's commit point. One found already there must be
-        this copy's (the same head): else it is someone else's, and nothing is trusted."""
+        """Create ``<slot>-0``: the copy's commit point (one made meanwhile is judged as
+        :meth:`_committed` judges it)."""
         body = {**slot.lease, "metadata": {**slot.lease["metadata"], "annotations": {
             **slot.lease["metadata"].get("annotations", {}),
             **({journalnodes.HEAD: head.text(), journalnodes.USAGE: usage.text()}
                if head is not None else {}),
             **{r.annotation: records.encode(r.model_copy(update={"attempt": 0}))
                for r in on_lease}}}}
-        namespace = body["metadata"]["namespace"]
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         try:
-            self.client.request("POST", path, body=body)
+            self.client.request("POST", self._path(slot)[0], body=body)
             crashpoints.reached(point="fork-lease")  # one slot copied, maybe not the rest
         except rest.ApiError as error:
             if error.status != 409:
                 raise
-            found = self.client.get(f"{path}/{body['metadata']['name']}") or {}
-            annotations = (found.get("metadata") or {}).get("annotations") or {}
-            if annotations.get(journalnodes.HEAD) != (None if head is None else head.text()):
-                raise CopyError("NameSquatted", (
-                    f"Lease {namespace}/{body['metadata']['name']} exists and is not this "
-                    "fork's copy: delete it (nothing trusts it) and the copy is made "
-                    "again")) from None
+            self._committed(slot, run=run)  # ours (a retried request that had landed) or not

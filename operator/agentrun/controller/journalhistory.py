@@ -97,7 +97,8 @@ def attempts(leases: list[Object]) -> list[Attempt]:
             raise HistoryError(500, "InternalError", str(error)) from None
         annotations = metadata.get("annotations") or {}
         found.append(Attempt(number=int(label), lease=str(metadata.get("name")), head=head,
-                             ended=names.OUTCOME_ANNOTATION in annotations,
+                             # attempt 0, a fork's copy, never ran: ended from the start
+                             ended=names.OUTCOME_ANNOTATION in annotations or label == "0",
                              usage=journalnodes.Usage.on_lease(lease),
                              trusted=records.bound_to(lease, pod_uid=annotations.get(
                                  names.POD_UID_ANNOTATION))))

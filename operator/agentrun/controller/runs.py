@@ -78,9 +78,8 @@ class RunReconciler(reconcilers.Reconciler):
                 result.until = decided.until
                 return True
             if isinstance(decided, actions.ForkJournal):
-                assert world.fork_source is not None
                 self._copied[(namespace, name)] = self.copier.copy(
-                    run=world.run, source=world.fork_source, planned=decided, now=self.clock())
+                    run=world.run, planned=decided, now=self.clock())
                 return False  # look again: the core writes how it went
             if isinstance(decided, actions.DeleteJournal):
                 failed = self.stores.delete(decided.journal, namespace)
@@ -108,6 +107,7 @@ class RunReconciler(reconcilers.Reconciler):
         reader = self.reader
         run = reader.run(namespace, name)
         if run is None:
+            self._copied.pop((namespace, name), None)
             return None
         tenant = reader.tenant(namespace)
         if run.metadata.deletion_timestamp is not None:

@@ -101,16 +101,16 @@ def test_a_fork_at_a_step_starts_from_its_prefix_and_outlives_its_source(
                "try another draft", "--timeout", "3")
     assert cut.returncode == 3 and "has not copied" in cut.stderr, (cut.stdout, cut.stderr)
     journaled.wait_crashed()
-    gather_lease = f"{naming.slot_name(run='study-b', node='gather')}-0"
-    first = scenario.lease(gather_lease)
+    draft_lease = f"{naming.slot_name(run='study-b', node='draft')}-0"  # the at node's first
+    first = scenario.lease(draft_lease)
     assert first is not None and scenario.lease(
-        f"{naming.slot_name(run='study-b', node='draft')}-0") is None
+        f"{naming.slot_name(run='study-b', node='gather')}-0") is None
     journaled.start(crash_at="fork")
     journaled.wait_crashed()
     status = scenario.agentrun("study-b")["status"]
     assert status["fork"]["run"] == "study" and condition(scenario, "study-b", "Forked")[
         "status"] == "True"
-    again = scenario.lease(gather_lease)  # the copy finished on it, never made again
+    again = scenario.lease(draft_lease)  # the copy finished on it, never made again
     assert again is not None and again["metadata"]["resourceVersion"] == first["metadata"][
         "resourceVersion"]
     journaled.start()

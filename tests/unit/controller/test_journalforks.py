@@ -61,11 +61,56 @@ def keys(found: list[records.Record]) -> list[str]:
 
 def test_the_whole_prefix_in_commit_order_a_leases_own_first() -> None:
     store = two_attempts()
-    answer = effect("publish.resolved", 1, Kind.DECISION)
-    found = journalforks.inherit(slot=slot(), leases=sealed(store, answer=answer),
+    answer = effect("plan.answer", 1, Kind.DECISION)
+    resolved = effect("publish.resolved", 1, Kind.DECISION)  # about the source's key
+    found = journalforks.inherit(slot=slot(), leases=sealed(store, answer=answer,
+                                                            resolved=resolved),
                                  walk=walk(store))
-    assert keys(found) == ["publish.resolved", "gather", "outline", "draft", "publish.intent",
+    assert keys(found) == ["plan.answer", "gather", "outline", "draft", "publish.intent",
                            "publish.outcome", "polish", "review"]
+
+
+def test_an_effect_sent_with_no_outcome_recorded_stops_the_copy() -> None:
+    store = Stored()
+    store.commit(1, step("outline", 1), effect("publish.intent", 1, Kind.EFFECT_INTENT))
+    with pytest.raises(journalforks.CopyError) as refused:
+        journalforks.inherit(slot=slot(attempts=1), leases=sealed(store), walk=walk(store))
+    assert refused.value.reason == runforks.WAITING and "publish" in refused.value.message
+    cut = journalforks.inherit(slot=slot("outline", attempts=1), leases=sealed(store),
+                               walk=walk(store))
+    assert keys(cut) == []  # forked before it: the fork's own to send
+
+
+def test_answers_the_slot_holds_ride_along_but_not_by_reference_nor_the_forks_step() -> None:
+    store = Stored()
+    store.commit(1, step("outline", 1), step("plan", 1))
+    given = {"digest": "d" * 64, "value": "yes"}
+    held = records.make(key="review.answer", kind=Kind.DECISION, attempt=2, payload=given)
+    mounted = records.make(key="notes.answer", kind=Kind.DECISION, attempt=2,
+                           payload={"digest": "d" * 64, "valueFrom": {"sha256": "e" * 64}})
+    asked = effect("plan.question", 1, Kind.DECISION)
+    answers = (records.encode(held), records.encode(mounted))
+    whole = journalforks.inherit(
+        slot=actions.ForkSlot(node="draft", source_slot="s", slot="f", step=None, attempts=1,
+                              answers=answers),
+        leases=sealed(store, asked=asked), walk=walk(store))
+    assert keys(whole) == ["plan.question", "outline", "plan", "review.answer"]
+    at_plan = journalforks.inherit(
+        slot=actions.ForkSlot(node="draft", source_slot="s", slot="f", step="plan",
+                              attempts=1, answers=answers),
+        leases=sealed(store, asked=asked), walk=walk(store))
+    assert keys(at_plan) == ["outline", "review.answer"]
+
+
+def test_only_the_source_slots_own_leases_are_read() -> None:
+    store = two_attempts()
+    found = sealed(store)
+    found[0]["metadata"]["ownerReferences"] = [{"uid": "uid-slot"}]
+    found[1]["metadata"]["ownerReferences"] = [{"uid": "uid-of-a-deleted-run"}]
+    kept = journalforks.inherit(
+        slot=actions.ForkSlot(node="draft", source_slot="s", slot="f", step=None, attempts=2,
+                              owners=("uid-slot", "uid-run")), leases=found, walk=walk(store))
+    assert "review" not in keys(kept) and "gather" in keys(kept)
 
 
 def test_the_sources_own_rerun_cuts_apply_as_its_next_attempt_would() -> None:

@@ -156,8 +156,9 @@ class ForkSlot:
     """One node of a fork, copied (``core.runs.runforks``): the source's slot and the
     fork's, where the copy stops (``step``: that step and the records after it are left
     out, as a rerun from it would; None: the whole prefix), the source slot's attempt
-    count and its own reruns' cuts and re-sends (applied as its next attempt would), and
-    the Lease ``<slot>-0`` to create, less the journal annotations the copy adds."""
+    count and its own reruns' cuts and re-sends (applied as its next attempt would), the
+    answers its status holds for its next attempt (encoded records), and the Lease
+    ``<slot>-0`` to create, less the journal annotations the copy adds."""
 
     node: str
     source_slot: str
@@ -166,6 +167,8 @@ class ForkSlot:
     attempts: int
     cuts: tuple[str, ...] = ()
     resends: tuple[str, ...] = ()
+    owners: tuple[str, ...] = ()  # the uids whose Leases are the source slot's: its, its run's
+    answers: tuple[str, ...] = ()  # answers the source slot holds for its next attempt's Lease
     lease: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -179,6 +182,7 @@ class ForkJournal:
     journal: JournalPin
     namespace: str
     source_run: str
+    source_uid: str
     slots: tuple[ForkSlot, ...]
 
 

@@ -8,20 +8,22 @@ tenant) and, optionally, a step ``at`` = ``<node>:<step>``. The operator:
 2. copies, before any slot exists, what the source's slots committed into the fork's own
    journal, as each slot's *attempt 0*: a Lease ``<slot>-0`` written by the operator (no
    holder, so sealed from the start) whose head names nodes holding the records. The
-   ``at`` node gets its prefix up to the step (the records a rerun from that step would
-   keep: effects' records and answers stay), the nodes after it in the workflow nothing
-   (they run from their start), every other node its whole prefix. A copy, not a
-   reference: the fork survives the source's deletion and its journal's retention;
+   ``at`` node gets its prefix less the step and everything committed after it, effects'
+   records too; the nodes after it in the workflow nothing (they run from their start);
+   every other node its whole prefix. A copy, not a reference: the fork survives the
+   source's deletion and its journal's retention;
 3. records its provenance in ``status.fork`` and the condition ``Forked``.
 
 The fork is a new run with a new uid, so its effects get new idempotency keys; an effect
-the source applied is inherited with its outcome, which the fork's workers reuse.
+the source applied before the fork's step is inherited with its outcome, which the fork's
+workers reuse.
 
 What is checked before copying, in this order: the source is there (the same uid when
-the fork names one) and pinned with a journal; the ``at`` node is in its workflow; no
-copied slot can still be written (Claiming or Active: wait, or hold it) or waits for a
-person (an unresolved effect, a question). The step committed is checked while copying
-(``controller.journalforks``), which reads the journal.
+the fork names one), pinned with a journal and, if it is a fork itself, copied; the ``at``
+node is in its workflow; every copied node's slot is there, and none can still be written
+(Claiming or Active: wait, or hold it) or waits for a person (an unresolved effect, a
+question). The rest is checked while copying (``controller.journalforks``), which reads
+the journal: the step committed, no effect sent without its outcome recorded, the sizes.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ from agentrun.core.runs.resolution import FORK_SOURCE_UNUSABLE, Problem
 FORKED: Final = "Forked"  # the run's condition, and its Event once copied
 # Reasons of Forked False (docs/design/names.md).
 SLOT_LIVE: Final = "ForkSlotLive"
+SOURCE_NOT_READY: Final = "ForkSourceNotReady"
+TOO_LARGE: Final = "ForkTooLarge"
+NAME_SQUATTED: Final = "NameSquatted"
+COPYING: Final = "ForkCopying"  # cut short by its deadline: continued at once
+# Said once and not looked at again (delete the fork): the source will not change that.
+FINAL = frozenset({"StepNotCommitted", TOO_LARGE})
 WAITING: Final = "ForkWaitsForPerson"
 STEP_NOT_COMMITTED: Final = "StepNotCommitted"
 COPY_FAILED: Final = "ForkCopyFailed"
@@ -137,21 +145,32 @@ def plan(*, run: AgentRun, source: AgentRun, workflow: WorkflowDocument,
         return Problem(reason=FORK_SOURCE_UNUSABLE, message=(
             "the source or this run has no journal: a fork copies one journal into another "
             "(is the operator configured with a journal store?)"))
+    if source.spec.fork is not None and source.status.fork is None:
+        return Problem(reason=SOURCE_NOT_READY, message=(
+            f"run {source.metadata.name} is a fork whose own copy is not made yet: the fork "
+            "copies it once it is"))
     at = parse_at(run.spec.fork.at)
     skipped = set() if at is None else after(workflow, at[0])
     own = rollup.own_slots(run=source, slots=source_slots)
+    inherited = set() if source.status.fork is None else {
+        each.node for each in source.status.fork.inherited if each.records}
     slots: list[actions.ForkSlot] = []
-    for node in workflow.nodes:
+    first = [] if at is None else [n for n in workflow.nodes if n.name == at[0]]
+    for node in [*first, *(n for n in workflow.nodes if n not in first)]:  # at's first
         if node.name in skipped:
             continue
         found = own.get(node.name)
         step = at[1] if at is not None and at[0] == node.name else None
-        if found is None or found.status.attempt_count == 0:
+        if found is None:
+            return Problem(reason=SOURCE_NOT_READY, message=(
+                f"run {source.metadata.name}'s slot of node {node.name} is not there yet (or "
+                "not seen yet): the fork copies it once it is"))
+        if found.status.attempt_count == 0 and node.name not in inherited:
             if step is not None:
                 return Problem(reason=STEP_NOT_COMMITTED, message=(
                     f"node {node.name} of run {source.metadata.name} has not run: step "
                     f"{step} is not committed; fork at a step it committed"))
-            continue
+            continue  # nothing to inherit: it runs from its start
         status = found.status
         if status.state in LIVE:
             return Problem(reason=SLOT_LIVE, message=(
@@ -164,33 +183,40 @@ def plan(*, run: AgentRun, source: AgentRun, workflow: WorkflowDocument,
                 f"{source.metadata.name} waits for a person (an unresolved effect or a "
                 "question): answer it first, then the fork copies it"))
         name = naming.slot_name(run=run.metadata.name, node=node.name)
+        reader = status.attempt_count + 1  # what the source's next attempt would be handed
         slots.append(actions.ForkSlot(
             node=node.name, source_slot=found.metadata.name, slot=name, step=step,
             attempts=status.attempt_count, cuts=tuple(status.cuts),
             resends=tuple(status.resends),
+            owners=(found.metadata.uid or "", source.metadata.uid or ""),
+            answers=tuple(questionrecords.answer_annotations(status, attempt=reader).values()),
             lease=lease_body(run=run, node=node.name, slot=name, tenant=tenant,
                              source=source)))
     return actions.ForkJournal(source=source_pin, journal=pin,
                                namespace=run.metadata.namespace or "",
-                               source_run=source.metadata.name, slots=tuple(slots))
+                               source_run=source.metadata.name,
+                               source_uid=source.metadata.uid or "", slots=tuple(slots))
 
 
-def copied_status(*, run: AgentRun, source: AgentRun, copied: ForkStatus | Problem,
-                  now: datetime) -> tuple[AgentRunStatus, events.Event, datetime]:
+def copied_status(*, run: AgentRun, copied: ForkStatus | Problem,
+                  now: datetime) -> tuple[AgentRunStatus, events.Event, datetime | None]:
     """The status that says how the copy went, its Event, and when to look again:
     ``status.fork`` and Forked True once done (then at once: lay out the slots), else
-    Forked False with why (again in :data:`RECHECK`)."""
+    Forked False with why: again in :data:`RECHECK`, at once for a copy cut short by its
+    deadline, never by itself for a reason the source will not change (:data:`FINAL`)."""
     fork = run.spec.fork
     assert fork is not None
     if isinstance(copied, Problem):
         status = run.status.model_copy(update={"conditions": rollup.with_condition(
             run, type_=FORKED, status="False", reason=copied.reason, message=copied.message,
             now=now)})
-        return status, events.Event(type="Warning", reason=copied.reason,
-                                    message=copied.message), now + RECHECK
+        until = (now if copied.reason == COPYING else None if copied.reason in FINAL
+                 else now + RECHECK)
+        return status, events.Event(type="Warning" if copied.reason != COPYING else "Normal",
+                                    reason=copied.reason, message=copied.message), until
     where = "" if fork.at is None else f" at {fork.at}"
     total = sum(each.records for each in copied.inherited)
-    message = (f"forked from run {source.metadata.name} (uid {copied.uid}){where} by "
+    message = (f"forked from run {copied.run} (uid {copied.uid}){where} by "
                f"{copied.actor or 'an unverified creator'}: {fork.reason}; {total} records "
                f"of {len(copied.inherited)} nodes copied into this run's journal")
     status = run.status.model_copy(update={"fork": copied, "conditions": rollup.with_condition(

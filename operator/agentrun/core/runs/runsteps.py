@@ -196,8 +196,8 @@ def _resolve(world: RunWorld) -> resolution.Resolution | resolution.Problem:
 def _fork(world: RunWorld, workflow: WorkflowDocument) -> RunStep:
     """A fork's journal copied, before any of its slots exists (``core.runs.runforks``)."""
     run, source = world.run, world.fork_source
-    copied = world.fork_copied
-    if copied is None or source is None:
+    copied = world.fork_copied  # a copy done stands, whatever became of its source since
+    if copied is None:
         copied = runforks.source_problem(run=run, source=source)
     if copied is None:
         assert source is not None
@@ -206,8 +206,7 @@ def _fork(world: RunWorld, workflow: WorkflowDocument) -> RunStep:
         if isinstance(planned, actions.ForkJournal):
             return planned
         copied = planned
-    status, event, until = runforks.copied_status(run=run, source=source or run,
-                                                  copied=copied, now=world.now)
+    status, event, until = runforks.copied_status(run=run, copied=copied, now=world.now)
     return _write(world, status, event=event, point="fork", until=until,
                   waiting=event.message)
 

@@ -176,8 +176,7 @@ def test_a_node_that_never_ran_is_not_copied() -> None:
     ([source_slot("research", SlotState.CLAIMING)], runforks.SLOT_LIVE),
     ([source_slot("research", SlotState.RETRY_WAIT, effects=[
         EffectEntry(key="publish", attempt=1, observed_at=lf.T0)])], runforks.WAITING),
-    ([source_slot("research", SlotState.PENDING, attempts=0)], runforks.STEP_NOT_COMMITTED),
-    ([], runforks.STEP_NOT_COMMITTED),
+    ([], runforks.SOURCE_NOT_READY),  # not laid out, or not seen yet
 ])
 def test_a_copy_that_cannot_be_made_now_is_said_once_and_tried_again(
         slots: list[Slot], reason: str) -> None:
@@ -190,6 +189,48 @@ def test_a_copy_that_cannot_be_made_now_is_said_once_and_tried_again(
                                         fork_slots=slots))
     assert isinstance(again, actions.Wait)  # said once
     assert again.until == NOW + runforks.RECHECK
+
+
+def test_a_reason_the_source_will_not_change_is_said_once_and_not_looked_at_again() -> None:
+    run = pinned_fork()
+    slots = [source_slot("research", SlotState.PENDING, attempts=0)]
+    step = runsteps.next_step(laid_out(run, fork_slots=slots))
+    assert condition(step, runforks.FORKED) == ("False", runforks.STEP_NOT_COMMITTED)
+    assert isinstance(step, actions.WriteRun) and step.until is None
+    assert step.event is not None and "has not run" in step.event.message
+    copying = runsteps.next_step(laid_out(run, fork_copied=resolution.Problem(
+        reason=runforks.COPYING, message="copied 1 of 2 nodes")))
+    assert condition(copying, runforks.FORKED) == ("False", runforks.COPYING)
+    assert isinstance(copying, actions.WriteRun) and copying.until == NOW  # goes on at once
+
+
+def test_a_fork_of_a_fork_waits_for_its_sources_copy_then_copies_what_it_inherited() -> None:
+    parent = source()
+    parent = parent.model_copy(update={"spec": parent.spec.model_copy(update={
+        "fork": fork().spec.fork})})
+    step = runsteps.next_step(laid_out(pinned_fork(fork(at=None)), fork_source=parent))
+    assert condition(step, runforks.FORKED) == ("False", runforks.SOURCE_NOT_READY)
+    copied = ForkStatus(run="older", uid="uid-older", reason="r", copied=NOW, inherited=[
+        Inherited(node="research", records=2, bytes=9, commits=1),
+        Inherited(node="report", records=0, bytes=0, commits=0)])
+    parent = parent.model_copy(update={"status": parent.status.model_copy(update={
+        "fork": copied})})
+    step = runsteps.next_step(laid_out(pinned_fork(fork(at=None)), fork_source=parent,
+                                       fork_slots=[source_slot("research", attempts=0),
+                                                   source_slot("report", attempts=0)]))
+    assert isinstance(step, actions.ForkJournal)
+    assert [(s.node, s.attempts) for s in step.slots] == [("research", 0)]  # its attempt 0
+
+
+def test_the_at_node_is_copied_first_and_the_source_slots_leases_named_by_owner() -> None:
+    flow = resolution.parse(kind="workflow", text="nodes:\n  - name: report\n    workerClass: "
+                            "cpu\n  - name: research\n    workerClass: cpu\n", origin="t")
+    assert isinstance(flow, WorkflowDocument)
+    step = runsteps.next_step(laid_out(pinned_fork(), workflow=flow))
+    assert isinstance(step, actions.ForkJournal)
+    assert [s.node for s in step.slots] == ["research", "report"]
+    assert step.slots[0].owners == ("uid-research", lf.RUN_UID)
+    assert step.source_uid == lf.RUN_UID
 
 
 def test_the_copy_is_written_once_then_the_slots_are_laid_out() -> None:
