@@ -42,7 +42,8 @@ from agentrun.core.runs import runforks
 from agentrun.core.runs.resolution import Problem
 from agentrun.kube import crashpoints, rest
 
-MOST_NODES = 10_000  # journal nodes of one source slot a fork reads
+MOST_NODES = 2_000  # journal nodes of one source slot a fork reads
+MOST_OBJECTS = 2_000  # payloads and artifacts of one slot it copies (3 requests each)
 MOST_NODE_BYTES = 64 * 1024 * 1024  # and their bytes (kept in memory for the second pass)
 DEADLINE_SECONDS = 30.0  # one look's copying, checked between slots (the rest: next look)
 COPY_BYTES = 5 * 1024**3  # S3 copies at most this much in one CopyObject
@@ -119,14 +120,14 @@ def _owned(lease: Mapping[str, Any], owners: Sequence[str]) -> bool:
                for ref in (lease.get("metadata") or {}).get("ownerReferences") or [])
 
 
-def _answers(slot: actions.ForkSlot, *, attempt: int) -> dict[str, records.Record]:
-    """The answers the source slot's status holds for its next attempt (``attempt``), as
-    that attempt's Lease would carry them."""
+def _answers(slot: actions.ForkSlot) -> dict[str, records.Record]:
+    """The answers the source slot's status holds for its next attempt, as that attempt's
+    Lease would carry them (the plan made them as attempt ``attempts + 1``'s)."""
     found = {}
     for value in slot.answers:
         key = str(json.loads(value)["key"])
         found[key] = records.decode(annotation=records.PREFIX + key, value=value,
-                                    attempt=attempt)
+                                    attempt=slot.attempts + 1)
     return found
 
 
@@ -147,6 +148,9 @@ def _kept(key: str, record: records.Record, *, kept: Mapping[str, records.Record
     effect = cuts.effect_of(key)
     if effect is not None:
         return f"{effect}.intent" in kept
+    if key.endswith(names.ANSWERED_SUFFIX) and (  # an answer goes with its question
+            f"{key.removesuffix(names.ANSWERED_SUFFIX)}{names.QUESTION_SUFFIX}" not in kept):
+        return False
     return not (isinstance(record.inline, dict) and "valueFrom" in record.inline)
 
 
@@ -160,9 +164,13 @@ def inherit(*, slot: actions.ForkSlot, leases: Sequence[Mapping[str, Any]],
     reader = max([slot.attempts, *numbers]) + 1
     every = [*leases, _own_lease(reader, cut=slot.cuts, resends=slot.resends)]
     fork = None
-    if slot.step is not None:  # first where the step was committed, then cut there
-        walk.step = slot.step
-        prefixes.prefix(leases=every, attempt=reader, journal=walk)
+    walk.step = slot.step  # noted on the way: where the fork's step was committed
+    uncut = prefixes.prefix(leases=every, attempt=reader, journal=walk)
+    if uncut.unsealed:  # an attempt ended but not fenced yet: its records are not read
+        raise CopyError(runforks.SLOT_LIVE, (
+            f"slot {slot.source_slot}'s attempts {list(uncut.unsealed)} are not sealed yet: "
+            "wait for the operator to end them"))
+    if slot.step is not None:  # the first commit of the step still standing: cut there
         start = cuts.earliest(walk.steps, cuts=cuts.parse_all(slot.cuts))
         if start is None:
             raise CopyError(runforks.STEP_NOT_COMMITTED, (
@@ -170,17 +178,20 @@ def inherit(*, slot: actions.ForkSlot, leases: Sequence[Mapping[str, Any]],
                 "(or a rerun took it out): delete this run and fork at a step `kubectl "
                 "agentrun history` shows"))
         fork = cuts.Cut(start=start, through=reader - 1)
-    found = prefixes.prefix(leases=every, attempt=reader, journal=walk, fork=fork)
-    if found.unsealed:
-        raise CopyError(runforks.SLOT_LIVE, (
-            f"slot {slot.source_slot}'s attempts {list(found.unsealed)} are not sealed yet: "
-            "wait for the operator to end them"))
-    whole = {**found.committed, **_answers(slot, attempt=reader)}
+    found = uncut if fork is None else prefixes.prefix(leases=every, attempt=reader,
+                                                        journal=walk, fork=fork)
+    whole = {**found.committed, **_answers(slot)}
     kept = {key: record for key, record in whole.items()
             if _kept(key, record, kept=whole, step=slot.step)}
     unsettled = sorted(key.removesuffix(".intent") for key, record in kept.items()
                        if record.kind is records.Kind.EFFECT_INTENT
                        and f"{key.removesuffix('.intent')}.outcome" not in kept)
+    split = [e for e in unsettled if f"{e}.outcome" in uncut.committed]
+    if split:
+        raise CopyError(runforks.SPLIT_EFFECT, (
+            f"step {slot.step} was committed while effect {', '.join(split)} was being sent "
+            "(after its intent, before its outcome): a fork there would inherit an effect "
+            "with no outcome; delete this run and fork at an earlier or later step"))
     if unsettled:
         raise CopyError(runforks.WAITING, (
             f"slot {slot.source_slot} sent effect {', '.join(unsettled)} and has not recorded "
@@ -243,12 +254,18 @@ class Copier:
                                       region=pin.region, secret=pin.secret,
                                       namespace=planned.namespace)
             for slot in planned.slots:
+                committed = self._committed(slot, run=run)
+                if committed is not None:  # copied at an earlier look: it stands as it was
+                    inherited.append(committed)
+                    continue
+                if slot.problem is not None:
+                    raise CopyError(*slot.problem)
                 if inherited and self.clock() > deadline:
                     return Problem(reason=runforks.COPYING, message=(
                         f"copied {len(inherited)} of {len(planned.slots)} nodes of run "
                         f"{planned.source_run}; the copy goes on"))
-                inherited.append(self._committed(slot, run=run) or self._slot(
-                    slot, run=run, planned=planned, source_store=source_store, store=store))
+                inherited.append(self._slot(slot, run=run, planned=planned,
+                                            source_store=source_store, store=store))
         except CopyError as error:
             return Problem(reason=error.reason, message=error.message)
         except (journalstores.Unusable, objectstore.S3Error, records.RecordError,
@@ -277,8 +294,10 @@ class Copier:
             return None
         metadata = found.get("metadata") or {}
         annotations = metadata.get("annotations") or {}
-        mine = (_owned(found, (run.metadata.uid or "",)) and (metadata.get("labels") or {})
-                == slot.lease["metadata"]["labels"] and annotations.get(
+        labels, wanted = metadata.get("labels") or {}, slot.lease["metadata"]["labels"]
+        mine = (_owned(found, (run.metadata.uid or "",)) and all(
+            labels.get(label) == wanted[label] for label in (
+                names.RUN_LABEL, names.SLOT_LABEL, names.ATTEMPT_LABEL)) and annotations.get(
                     names.FORKED_FROM_ANNOTATION) == slot.lease["metadata"]["annotations"][
                     names.FORKED_FROM_ANNOTATION])
         if not mine:
@@ -308,6 +327,11 @@ class Copier:
             raise CopyError(runforks.TOO_LARGE, (
                 f"slot {slot.source_slot} holds {len(on_lease)} questions and answers; a "
                 f"Lease holds at most {bounds.MAX_RECORDS}"))
+        objects = sum(1 for r in kept if r.ref is not None)
+        if objects > MOST_OBJECTS:
+            raise CopyError(runforks.TOO_LARGE, (
+                f"slot {slot.source_slot} names {objects} payloads and artifacts; a fork copies "
+                f"at most {MOST_OBJECTS} a slot"))
         own = f"{pin.prefix}/{slot.slot}/0"
         journaled = [self._copied(r, source_store=source_store, store=store, slot=slot,
                                   src=src, own=own, bucket=pin.bucket)
@@ -328,17 +352,19 @@ class Copier:
             head = journalnodes.Head(seq=commits, digest=records.digest(data))
             _store_node(store, f"{own}/sha256/{head.digest}", data)
             batch, size = [], 0
+        made = None
         if head is not None or on_lease:
-            self._lease(slot, run=run, head=head, usage=usage, on_lease=on_lease)
-        return Inherited(node=slot.node, records=usage.records + len(on_lease),
-                         bytes=usage.bytes, commits=commits)
+            made = self._lease(slot, run=run, head=head, usage=usage, on_lease=on_lease)
+        return made or Inherited(node=slot.node, records=usage.records + len(on_lease),
+                                 bytes=usage.bytes, commits=commits)
 
     @staticmethod
     def _copied(record: records.Record, *, source_store: objectstore.ObjectStore,
                 store: objectstore.ObjectStore, slot: actions.ForkSlot, src: JournalPin,
                 own: str, bucket: str) -> records.Record:
         """``record`` as attempt 0's, the object it names copied beside the fork's nodes
-        (again when one found there is not the same size: a copy cut short)."""
+        (a payload found there at its size is not copied again: its name is its digest; an
+        artifact always is: its name is its key, and a copy cut short may hold another)."""
         ref = None
         if record.ref is not None:
             tail = _tail(record, pin=src, slot=slot.source_slot)
@@ -349,14 +375,16 @@ class Copier:
                 raise CopyError(runforks.TOO_LARGE, (
                     f"{record.key} is {size} bytes; a fork copies at most {COPY_BYTES} per "
                     "object"))
-            if not store.exists(key) or store.head(key).size != size:
+            if (record.kind is records.Kind.ARTIFACT or not store.exists(key)
+                    or store.head(key).size != size):  # a payload's name is its digest
                 store.copy(source_key, key, source_bucket=src.bucket)
             ref = f"s3://{bucket}/{key}"
         return records.Record.model_validate(
             {**record.model_dump(), "attempt": 0, "ref": ref})
 
     def _lease(self, slot: actions.ForkSlot, *, run: AgentRun, head: journalnodes.Head | None,
-               usage: journalnodes.Usage, on_lease: Sequence[records.Record]) -> None:
+               usage: journalnodes.Usage, on_lease: Sequence[records.Record]
+               ) -> Inherited | None:
         """Create ``<slot>-0``: the copy's commit point (one made meanwhile is judged as
         :meth:`_committed` judges it)."""
         body = {**slot.lease, "metadata": {**slot.lease["metadata"], "annotations": {
@@ -371,4 +399,5 @@ class Copier:
         except rest.ApiError as error:
             if error.status != 409:
                 raise
-            self._committed(slot, run=run)  # ours (a retried request that had landed) or not
+            return self._committed(slot, run=run)  # ours (a request that had landed) or not
+        return None

@@ -52,8 +52,9 @@ class RunReconciler(reconcilers.Reconciler):
             settings=journal, reader=reader, stores=self.stores)
         # Why a run's journal could not be deleted, until its next look (by run).
         self._undeleted: dict[tuple[str, str], str] = {}
-        # How a fork's last copy went, until its next look (by run).
-        self._copied: dict[tuple[str, str], ForkStatus | resolution.Problem] = {}
+        # How a fork's last copy went, until its next look (by run, with the run's uid: a
+        # run recreated under the name meanwhile is another run).
+        self._copied: dict[tuple[str, str], tuple[str, ForkStatus | resolution.Problem]] = {}
 
     @functools.cached_property
     def copier(self) -> journalforks.Copier:
@@ -78,8 +79,8 @@ class RunReconciler(reconcilers.Reconciler):
                 result.until = decided.until
                 return True
             if isinstance(decided, actions.ForkJournal):
-                self._copied[(namespace, name)] = self.copier.copy(
-                    run=world.run, planned=decided, now=self.clock())
+                self._copied[(namespace, name)] = (world.run.metadata.uid or "", self.copier.copy(
+                    run=world.run, planned=decided, now=self.clock()))
                 return False  # look again: the core writes how it went
             if isinstance(decided, actions.DeleteJournal):
                 failed = self.stores.delete(decided.journal, namespace)
@@ -139,7 +140,9 @@ class RunReconciler(reconcilers.Reconciler):
         """A fork's source, read until its journal is copied: the source's snapshots while
         the fork is unpinned, its slots once pinned, and how the last copy went."""
         namespace, name = run.metadata.namespace or "", run.metadata.name
-        copied = self._copied.pop((namespace, name), None)
+        uid, copied = self._copied.pop((namespace, name), ("", None))
+        if uid != run.metadata.uid:
+            copied = None
         if run.status.fork is not None:
             return {}
         assert run.spec.fork is not None

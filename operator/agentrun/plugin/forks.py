@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from agentrun.api import names
+from agentrun.core.runs import runforks
 from agentrun.kube import rest
 from agentrun.plugin import client, requests
 from agentrun.plugin.requests import Object
@@ -42,14 +43,19 @@ def body(source: Object, *, name: str, at: str | None, reason: str) -> Object:
 
 
 def _verdict(run: Object) -> tuple[int, str] | None:
-    """(exit code, the condition's words) once the operator said how the fork went."""
+    """(exit code, the condition's words) once the operator said how the fork went; None
+    while it copies (``ForkCopying``: a copy longer than one look goes on)."""
     conditions = {c.get("type"): c for c in (run.get("status") or {}).get("conditions") or []}
     forked, pinned = conditions.get("Forked"), conditions.get("Pinned")
     if forked is not None and forked.get("status") == "True":
         return requests.ACCEPTED, str(forked.get("message") or "")
     for found in (forked, pinned):
-        if found is not None and found.get("status") == "False":
-            return requests.REJECTED, f"{found.get('reason')}: {found.get('message')}"
+        if found is not None and found.get("status") == "False" and (
+                found.get("reason") != runforks.COPYING):
+            said = f"{found.get('reason')}: {found.get('message')}"
+            return requests.REJECTED, said + (
+                "" if found.get("reason") in runforks.FINAL else
+                " (the run stays and tries again every 15 s; delete it to give up)")
     return None
 
 
@@ -76,9 +82,7 @@ def fork(conn: client.Connection, *, source_name: str, name: str, at: str | None
         run = client.get(conn, "agentruns", name)
         found = _verdict(run)
         if found is not None:
-            code, said = found
-            return code, said if code == requests.ACCEPTED else (
-                f"{said} (run {name} stays and tries again every 15 s; delete it to give up)")
+            return found
         if time.monotonic() >= deadline:
             raise client.Failure(f"run {name} was created, and the operator has not copied "
                                  f"its journal within {timeout:g}s: is it running? (see "

@@ -61,13 +61,13 @@ def keys(found: list[records.Record]) -> list[str]:
 
 def test_the_whole_prefix_in_commit_order_a_leases_own_first() -> None:
     store = two_attempts()
-    answer = effect("plan.answer", 1, Kind.DECISION)
-    resolved = effect("publish.resolved", 1, Kind.DECISION)  # about the source's key
-    found = journalforks.inherit(slot=slot(), leases=sealed(store, answer=answer,
-                                                            resolved=resolved),
+    on_lease = {key: effect(key, 1, Kind.DECISION) for key in (
+        "plan.question", "plan.answer", "publish.resolved",  # this one: the source's key's
+        "lost.answer")}  # an answer whose question is not kept goes too
+    found = journalforks.inherit(slot=slot(), leases=sealed(store, **on_lease),
                                  walk=walk(store))
-    assert keys(found) == ["plan.answer", "gather", "outline", "draft", "publish.intent",
-                           "publish.outcome", "polish", "review"]
+    assert keys(found) == ["plan.answer", "plan.question", "gather", "outline", "draft",
+                           "publish.intent", "publish.outcome", "polish", "review"]
 
 
 def test_an_effect_sent_with_no_outcome_recorded_stops_the_copy() -> None:
@@ -81,25 +81,39 @@ def test_an_effect_sent_with_no_outcome_recorded_stops_the_copy() -> None:
     assert keys(cut) == []  # forked before it: the fork's own to send
 
 
-def test_answers_the_slot_holds_ride_along_but_not_by_reference_nor_the_forks_step() -> None:
+def test_answers_the_slot_holds_ride_along_with_their_questions_not_by_reference() -> None:
     store = Stored()
     store.commit(1, step("outline", 1), step("plan", 1))
+    store.commit(2, step("draft", 2))
     given = {"digest": "d" * 64, "value": "yes"}
-    held = records.make(key="review.answer", kind=Kind.DECISION, attempt=2, payload=given)
-    mounted = records.make(key="notes.answer", kind=Kind.DECISION, attempt=2,
-                           payload={"digest": "d" * 64, "valueFrom": {"sha256": "e" * 64}})
-    asked = effect("plan.question", 1, Kind.DECISION)
-    answers = (records.encode(held), records.encode(mounted))
-    whole = journalforks.inherit(
-        slot=actions.ForkSlot(node="draft", source_slot="s", slot="f", step=None, attempts=1,
-                              answers=answers),
-        leases=sealed(store, asked=asked), walk=walk(store))
-    assert keys(whole) == ["plan.question", "outline", "plan", "review.answer"]
-    at_plan = journalforks.inherit(
-        slot=actions.ForkSlot(node="draft", source_slot="s", slot="f", step="plan",
-                              attempts=1, answers=answers),
-        leases=sealed(store, asked=asked), walk=walk(store))
-    assert keys(at_plan) == ["outline", "review.answer"]
+    answers = tuple(records.encode(records.make(key=key, kind=Kind.DECISION, attempt=3,
+                                                payload=payload)) for key, payload in (
+        ("review.answer", given), ("late.answer", given),
+        ("notes.answer", {"digest": "d" * 64, "valueFrom": {"sha256": "e" * 64}})))
+    asked = {key: effect(key, attempt, Kind.DECISION) for key, attempt in (
+        ("plan.question", 1), ("review.question", 1), ("notes.question", 1),
+        ("late.question", 2))}  # late: asked after outline, by attempt 2
+
+    def inherit(at: str | None) -> list[str]:
+        return keys(journalforks.inherit(
+            slot=actions.ForkSlot(node="draft", source_slot="s", slot="f", step=at,
+                                  attempts=2, answers=answers),
+            leases=sealed(store, **asked), walk=walk(store)))
+    assert inherit(None) == ["notes.question", "plan.question", "review.question", "outline",
+                             "plan", "late.question", "draft", "review.answer",
+                             "late.answer"]  # a Lease's own before its attempt's nodes
+    assert inherit("plan") == ["notes.question", "review.question", "outline",
+                               "review.answer"]  # the fork's step's and late's go
+
+
+def test_a_step_committed_inside_an_effect_is_said_to_split_it() -> None:
+    store = Stored()
+    store.commit(1, step("outline", 1), effect("publish.intent", 1, Kind.EFFECT_INTENT))
+    store.commit(1, step("notes", 1), effect("publish.outcome", 1, Kind.EFFECT_OUTCOME))
+    with pytest.raises(journalforks.CopyError) as refused:
+        journalforks.inherit(slot=slot("notes", attempts=1), leases=sealed(store),
+                             walk=walk(store))
+    assert refused.value.reason == runforks.SPLIT_EFFECT
 
 
 def test_only_the_source_slots_own_leases_are_read() -> None:
@@ -148,13 +162,14 @@ def test_a_step_not_in_the_prefix_is_refused(step_key: str, cut: tuple[str, ...]
     assert refused.value.reason == runforks.STEP_NOT_COMMITTED
 
 
-def test_an_attempt_not_sealed_is_refused() -> None:
+@pytest.mark.parametrize("at", [None, "review"])  # review: committed by attempt 2 only
+def test_an_attempt_not_sealed_is_waited_for(at: str | None) -> None:
     store = two_attempts()
     found = sealed(store)
     found[1] = lease(2, head=store.heads[2].text(), sealed=False)
     with pytest.raises(journalforks.CopyError) as refused:
-        journalforks.inherit(slot=slot(), leases=found, walk=walk(store))
-    assert refused.value.reason == runforks.SLOT_LIVE
+        journalforks.inherit(slot=slot(at), leases=found, walk=walk(store))
+    assert refused.value.reason == runforks.SLOT_LIVE  # not a final StepNotCommitted
 
 
 def test_a_journal_too_long_to_copy_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,7 +42,11 @@ def test_the_operators_answer_is_the_forked_or_pinned_condition() -> None:
     assert forks._verdict(run(("Pinned", "True", "Pinned"))) is None  # copying
     assert forks._verdict(run(("Pinned", "True", "Pinned"), ("Forked", "True", "Copied"))) == (
         requests.ACCEPTED, "Copied")
-    assert forks._verdict(run(("Forked", "False", "ForkSlotLive"))) == (
-        requests.REJECTED, "ForkSlotLive: ForkSlotLive")
-    assert forks._verdict(run(("Pinned", "False", "ForkSourceUnusable"))) == (
-        requests.REJECTED, "ForkSourceUnusable: ForkSourceUnusable")
+    code, said = forks._verdict(run(("Forked", "False", "ForkSlotLive"))) or (0, "")
+    assert code == requests.REJECTED and said.startswith("ForkSlotLive: ForkSlotLive (the "
+                                                         "run stays and tries again")
+    assert forks._verdict(run(("Forked", "False", "StepNotCommitted"))) == (
+        requests.REJECTED, "StepNotCommitted: StepNotCommitted")  # said once: no retry
+    assert forks._verdict(run(("Forked", "False", "ForkCopying"))) is None  # goes on
+    code, said = forks._verdict(run(("Pinned", "False", "ForkSourceUnusable"))) or (0, "")
+    assert code == requests.REJECTED and said.startswith("ForkSourceUnusable: ")

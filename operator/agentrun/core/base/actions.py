@@ -157,7 +157,8 @@ class ForkSlot:
     fork's, where the copy stops (``step``: that step and the records after it are left
     out, as a rerun from it would; None: the whole prefix), the source slot's attempt
     count and its own reruns' cuts and re-sends (applied as its next attempt would), the
-    answers its status holds for its next attempt (encoded records), and the Lease
+    answers its status holds for its next attempt (encoded records, as attempt
+    ``attempts + 1``'s), why it cannot be copied now if it was not already, and the Lease
     ``<slot>-0`` to create, less the journal annotations the copy adds."""
 
     node: str
@@ -169,6 +170,7 @@ class ForkSlot:
     resends: tuple[str, ...] = ()
     owners: tuple[str, ...] = ()  # the uids whose Leases are the source slot's: its, its run's
     answers: tuple[str, ...] = ()  # answers the source slot holds for its next attempt's Lease
+    problem: tuple[str, str] | None = None  # (reason, message): why not copied unless it was
     lease: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -49,7 +49,8 @@ TOO_LARGE: Final = "ForkTooLarge"
 NAME_SQUATTED: Final = "NameSquatted"
 COPYING: Final = "ForkCopying"  # cut short by its deadline: continued at once
 # Said once and not looked at again (delete the fork): the source will not change that.
-FINAL = frozenset({"StepNotCommitted", TOO_LARGE})
+SPLIT_EFFECT: Final = "ForkSplitsEffect"  # the step between an effect's intent and outcome
+FINAL = frozenset({"StepNotCommitted", TOO_LARGE, SPLIT_EFFECT})
 WAITING: Final = "ForkWaitsForPerson"
 STEP_NOT_COMMITTED: Final = "StepNotCommitted"
 COPY_FAILED: Final = "ForkCopyFailed"
@@ -135,9 +136,37 @@ def lease_body(*, run: AgentRun, node: str, slot: str, tenant: str | None,
             "spec": {}}
 
 
+def _slot_problem(*, source: AgentRun, node: str, found: Slot | None,
+                  step: str | None, inherited: set[str]) -> Problem | None:
+    """Why ``node``'s source slot cannot be copied now (checked only while the fork has not
+    committed its copy of it: a slot copied at an earlier look stands as it was)."""
+    if found is None:
+        return Problem(reason=SOURCE_NOT_READY, message=(
+            f"run {source.metadata.name}'s slot of node {node} is not there yet (or not seen "
+            "yet): the fork copies it once it is"))
+    status = found.status
+    if status.attempt_count == 0 and node not in inherited and step is not None:
+        return Problem(reason=STEP_NOT_COMMITTED, message=(
+            f"node {node} of run {source.metadata.name} has not run: step {step} is not "
+            "committed; delete this run and fork at a step the source committed"))
+    if status.state in LIVE:
+        return Problem(reason=SLOT_LIVE, message=(
+            f"slot {found.metadata.name} (node {node}) of run {source.metadata.name} is "
+            f"{status.state}: its journal may still grow; wait for its attempt to end, or "
+            "hold the slot, then the fork copies it"))
+    if effectrecords.open_effects(status) or questionrecords.waiting(status):
+        return Problem(reason=WAITING, message=(
+            f"slot {found.metadata.name} (node {node}) of run {source.metadata.name} waits "
+            "for a person (an unresolved effect or a question): answer it first, then the "
+            "fork copies it"))
+    return None
+
+
 def plan(*, run: AgentRun, source: AgentRun, workflow: WorkflowDocument,
          source_slots: Sequence[Slot], tenant: str | None) -> actions.ForkJournal | Problem:
-    """What to copy (or why not now): see the module for the checks and their order."""
+    """What to copy, or why not now: see the module for the checks and their order. A
+    slot's own problem rides on its ``ForkSlot``: the copier raises it only for a slot
+    it has not committed yet."""
     assert run.spec.fork is not None and source.status.pinned is not None
     assert run.status.pinned is not None
     source_pin, pin = source.status.pinned.journal, run.status.pinned.journal
@@ -161,35 +190,25 @@ def plan(*, run: AgentRun, source: AgentRun, workflow: WorkflowDocument,
             continue
         found = own.get(node.name)
         step = at[1] if at is not None and at[0] == node.name else None
-        if found is None:
-            return Problem(reason=SOURCE_NOT_READY, message=(
-                f"run {source.metadata.name}'s slot of node {node.name} is not there yet (or "
-                "not seen yet): the fork copies it once it is"))
-        if found.status.attempt_count == 0 and node.name not in inherited:
-            if step is not None:
-                return Problem(reason=STEP_NOT_COMMITTED, message=(
-                    f"node {node.name} of run {source.metadata.name} has not run: step "
-                    f"{step} is not committed; fork at a step it committed"))
+        problem = _slot_problem(source=source, node=node.name, found=found, step=step,
+                                inherited=inherited)
+        if found is not None and problem is None and (
+                found.status.attempt_count == 0 and node.name not in inherited):
             continue  # nothing to inherit: it runs from its start
-        status = found.status
-        if status.state in LIVE:
-            return Problem(reason=SLOT_LIVE, message=(
-                f"slot {found.metadata.name} (node {node.name}) of run "
-                f"{source.metadata.name} is {status.state}: its journal may still grow; "
-                "wait for its attempt to end, or hold the slot, then the fork copies it"))
-        if effectrecords.open_effects(status) or questionrecords.waiting(status):
-            return Problem(reason=WAITING, message=(
-                f"slot {found.metadata.name} (node {node.name}) of run "
-                f"{source.metadata.name} waits for a person (an unresolved effect or a "
-                "question): answer it first, then the fork copies it"))
+        status = found.status if found is not None else None
         name = naming.slot_name(run=run.metadata.name, node=node.name)
-        reader = status.attempt_count + 1  # what the source's next attempt would be handed
+        attempts = 0 if status is None else status.attempt_count
         slots.append(actions.ForkSlot(
-            node=node.name, source_slot=found.metadata.name, slot=name, step=step,
-            attempts=status.attempt_count, cuts=tuple(status.cuts),
-            resends=tuple(status.resends),
-            owners=(found.metadata.uid or "", source.metadata.uid or ""),
-            answers=tuple(questionrecords.answer_annotations(status, attempt=reader).values()),
+            node=node.name, slot=name, step=step, attempts=attempts,
+            source_slot=naming.slot_name(run=source.metadata.name, node=node.name)
+            if found is None else found.metadata.name,
+            cuts=() if status is None else tuple(status.cuts),
+            resends=() if status is None else tuple(status.resends),
+            owners=("" if found is None else found.metadata.uid or "",
+                    source.metadata.uid or ""),
+            answers=() if status is None else tuple(questionrecords.answer_annotations(
+                status, attempt=attempts + 1).values()),  # as its next attempt's Lease
+            problem=None if problem is None else (problem.reason, problem.message),
             lease=lease_body(run=run, node=node.name, slot=name, tenant=tenant,
                              source=source)))
     return actions.ForkJournal(source=source_pin, journal=pin,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from agentrun.api import names
+from agentrun.api import conditions, names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, AgentRunStatus, ForkStatus, JournalSettings
 from agentrun.api.slots import Slot
@@ -196,6 +196,9 @@ def _resolve(world: RunWorld) -> resolution.Resolution | resolution.Problem:
 def _fork(world: RunWorld, workflow: WorkflowDocument) -> RunStep:
     """A fork's journal copied, before any of its slots exists (``core.runs.runforks``)."""
     run, source = world.run, world.fork_source
+    said = conditions.find(run.status.conditions, runforks.FORKED)
+    if said is not None and said.status == "False" and said.reason in runforks.FINAL:
+        return actions.Wait(message=said.message)  # the source will not change it: said once
     copied = world.fork_copied  # a copy done stands, whatever became of its source since
     if copied is None:
         copied = runforks.source_problem(run=run, source=source)

@@ -177,31 +177,50 @@ def test_a_node_that_never_ran_is_not_copied() -> None:
     ([source_slot("research", SlotState.RETRY_WAIT, effects=[
         EffectEntry(key="publish", attempt=1, observed_at=lf.T0)])], runforks.WAITING),
     ([], runforks.SOURCE_NOT_READY),  # not laid out, or not seen yet
+    ([source_slot("research", SlotState.PENDING, attempts=0)], runforks.STEP_NOT_COMMITTED),
 ])
-def test_a_copy_that_cannot_be_made_now_is_said_once_and_tried_again(
+def test_a_slot_that_cannot_be_copied_now_says_why_unless_it_was_copied_before(
         slots: list[Slot], reason: str) -> None:
+    """The problem rides on the slot: the copier raises it only for a slot whose copy it
+    has not committed (one copied at an earlier look stands as it was)."""
+    step = runsteps.next_step(laid_out(pinned_fork(), fork_slots=slots))
+    assert isinstance(step, actions.ForkJournal)
+    assert step.slots[0].node == "research" and step.slots[0].problem is not None
+    assert step.slots[0].problem[0] == reason
+
+
+@pytest.mark.parametrize("reason", [runforks.SLOT_LIVE, runforks.WAITING,
+                                    runforks.SOURCE_NOT_READY, runforks.COPY_FAILED])
+def test_a_copy_that_cannot_be_made_now_is_said_once_and_tried_again(reason: str) -> None:
     run = pinned_fork()
-    step = runsteps.next_step(laid_out(run, fork_slots=slots))
+    problem = resolution.Problem(reason=reason, message="why")
+    step = runsteps.next_step(laid_out(run, fork_copied=problem))
     assert condition(step, runforks.FORKED) == ("False", reason)
     assert isinstance(step, actions.WriteRun) and step.until == NOW + runforks.RECHECK
     assert step.status.fork is None and step.event is not None
     again = runsteps.next_step(laid_out(run.model_copy(update={"status": step.status}),
-                                        fork_slots=slots))
+                                        fork_copied=problem))
     assert isinstance(again, actions.Wait)  # said once
     assert again.until == NOW + runforks.RECHECK
+    later = runsteps.next_step(laid_out(run.model_copy(update={"status": step.status})))
+    assert isinstance(later, actions.ForkJournal)  # tried again
 
 
-def test_a_reason_the_source_will_not_change_is_said_once_and_not_looked_at_again() -> None:
+@pytest.mark.parametrize("reason", sorted(runforks.FINAL))
+def test_a_reason_the_source_will_not_change_is_said_once_and_not_looked_at_again(
+        reason: str) -> None:
     run = pinned_fork()
-    slots = [source_slot("research", SlotState.PENDING, attempts=0)]
-    step = runsteps.next_step(laid_out(run, fork_slots=slots))
-    assert condition(step, runforks.FORKED) == ("False", runforks.STEP_NOT_COMMITTED)
+    step = runsteps.next_step(laid_out(run, fork_copied=resolution.Problem(
+        reason=reason, message="delete this run")))
+    assert condition(step, runforks.FORKED) == ("False", reason)
     assert isinstance(step, actions.WriteRun) and step.until is None
-    assert step.event is not None and "has not run" in step.event.message
+    done = run.model_copy(update={"status": step.status})
+    assert runsteps.next_step(laid_out(done)) == actions.Wait(message="delete this run")
     copying = runsteps.next_step(laid_out(run, fork_copied=resolution.Problem(
         reason=runforks.COPYING, message="copied 1 of 2 nodes")))
     assert condition(copying, runforks.FORKED) == ("False", runforks.COPYING)
     assert isinstance(copying, actions.WriteRun) and copying.until == NOW  # goes on at once
+    assert copying.event is not None and copying.event.type == "Normal"
 
 
 def test_a_fork_of_a_fork_waits_for_its_sources_copy_then_copies_what_it_inherited() -> None:
