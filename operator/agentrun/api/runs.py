@@ -289,7 +289,7 @@ class Inherited(Model):
 
     node: str = Field(min_length=1, max_length=63)
     records: int = Field(ge=0, le=2**31 - 1)
-    bytes: int = Field(ge=0, le=2**62)
+    bytes: int = Field(ge=0, le=bounds.MAX_REVISION)  # 2^53 - 1: exact as a JSON number
     commits: int = Field(ge=0, le=2**31 - 1, description="journal nodes written")
 
 
@@ -331,7 +331,7 @@ class AgentRunStatus(Model):
                              description="succeeded/total, for the printer column")
     conditions: Conditions = Field(default_factory=list)
     reruns: int = Field(
-        default=0, ge=0, le=2**62,
+        default=0, ge=0, le=bounds.MAX_REVISION,  # 2^53 - 1: exact as a JSON number
         description="the sum of its slots' reruns when the status was last derived: a larger "
                     "sum reopens a Succeeded or Failed verdict (a rerun), a smaller one (a "
                     "stale read) never does")

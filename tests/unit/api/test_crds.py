@@ -122,6 +122,18 @@ def test_schema_is_structural(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["AgentRun", "Slot", "LaunchSpec"])
+def test_every_numeric_bound_is_exact_as_a_json_number(kind: str) -> None:
+    """The API server keeps a schema's bounds as float64: a larger integer comes back
+    rounded (2^62 as 4611686018427388000), so a server-side apply of the very file (kubectl
+    apply --server-side, helm's CRD install) conflicts with the stored CRD."""
+    for path, node in walk(root(kind)):
+        for key in ("minimum", "maximum", "default"):
+            value = node.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                assert abs(value) <= 2**53 - 1, (path, key, value)
+
+
+@pytest.mark.parametrize("kind", ["AgentRun", "Slot", "LaunchSpec"])
 def test_root_is_what_the_api_server_owns(kind: str) -> None:
     node = root(kind)
     assert node["properties"]["metadata"] == {"type": "object"}
