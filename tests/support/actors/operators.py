@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tests.support.cluster.clusters import Cluster
@@ -21,6 +21,7 @@ from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 MANIFESTS = REPO / "manifests"
+CRDS = REPO / "crds"
 # What the suite installs once (``installed``): the RBAC, the local `operator` user's
 # binding and the actor-stamping policy. The validating policies are installed only by
 # the tests of admission itself: every other test shows what the operator decides alone.
@@ -95,6 +96,18 @@ def stamping_in_force(cluster: Cluster, *, timeout: float = 60) -> None:
     result = subprocess.run(args, env=env, capture_output=True, text=True, check=False,
                             timeout=timeout + 30)
     assert result.returncode == 0, result.stderr
+
+
+def install_crds(kubectl: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    """Apply ``crds/`` as the kustomization it is (``-f crds/`` would send its
+    kustomization.yaml as an object) and wait until each CRD is Established, named by its
+    file (``kubectl wait`` has no ``-k``). ``kubectl``: a cluster's, as admin."""
+    applied = kubectl("apply", "--server-side", "-k", str(CRDS))
+    assert applied.returncode == 0, applied.stderr
+    files = sorted(CRDS.glob("agentrun.dev_*.yaml"))
+    established = kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                          *(arg for path in files for arg in ("-f", str(path))))
+    assert established.returncode == 0, established.stderr
 
 
 def install_for_tests(cluster: Cluster) -> None:

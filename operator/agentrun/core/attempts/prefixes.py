@@ -27,7 +27,7 @@ A fork's inherited records are attempt 0's: a Lease the operator wrote (no holde
 sealed from the start) whose journal it filled with what the source's prefix held.
 
 Pure, and shared: the worker SDK reads its own prefix with it (``agentrun.worker._prefix``),
-the operator the prefix a fork copies (``agentrun.controller.journalforks``).
+the operator the prefix a fork copies (``agentrun.controller.forkprefixes``).
 """
 
 from __future__ import annotations

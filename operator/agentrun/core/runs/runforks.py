@@ -22,7 +22,7 @@ What is checked before copying, in this order: the source is there (the same uid
 the fork names one), pinned with a journal and, if it is a fork itself, copied; the ``at``
 node is in its workflow; every copied node's slot is there, and none can still be written
 (Claiming or Active: wait, or hold it) or waits for a person (an unresolved effect, a
-question). The rest is checked while copying (``controller.journalforks``), which reads
+question). The rest is checked while copying (``controller.forkprefixes``), which reads
 the journal: the step committed, no effect sent without its outcome recorded, the sizes.
 """
 

@@ -1,4 +1,4 @@
-"""What a fork inherits of one source slot (``controller.journalforks.inherit``).
+"""What a fork inherits of one source slot (``controller.forkprefixes.inherit``).
 
 Nodes are made with the journal's own code and read by the copy's walk; only the store's
 bytes are a dict (the copy against a real S3 server and API server: the node test
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agentrun.api import cuts
-from agentrun.controller import journalforks
+from agentrun.controller import forkprefixes
 from agentrun.core.base import actions
 from agentrun.core.runs import runforks
 from agentrun.worker import _records as records
@@ -37,8 +37,8 @@ class Bytes:
         return self.store.objects_by_key[key]
 
 
-def walk(store: Stored) -> journalforks._Walk:
-    return journalforks._Walk(store=Bytes(store), prefix="p/s")  # type: ignore[arg-type]
+def walk(store: Stored) -> forkprefixes.Walk:
+    return forkprefixes.Walk(store=Bytes(store), prefix="p/s")  # type: ignore[arg-type]
 
 
 def sealed(store: Stored, **on_lease: records.Record) -> list[dict[str, Any]]:
@@ -64,7 +64,7 @@ def test_the_whole_prefix_in_commit_order_a_leases_own_first() -> None:
     on_lease = {key: effect(key, 1, Kind.DECISION) for key in (
         "plan.question", "plan.answer", "publish.resolved",  # this one: the source's key's
         "lost.answer")}  # an answer whose question is not kept goes too
-    found = journalforks.inherit(slot=slot(), leases=sealed(store, **on_lease),
+    found = forkprefixes.inherit(slot=slot(), leases=sealed(store, **on_lease),
                                  walk=walk(store))
     assert keys(found) == ["plan.answer", "plan.question", "gather", "outline", "draft",
                            "publish.intent", "publish.outcome", "polish", "review"]
@@ -73,10 +73,10 @@ def test_the_whole_prefix_in_commit_order_a_leases_own_first() -> None:
 def test_an_effect_sent_with_no_outcome_recorded_stops_the_copy() -> None:
     store = Stored()
     store.commit(1, step("outline", 1), effect("publish.intent", 1, Kind.EFFECT_INTENT))
-    with pytest.raises(journalforks.CopyError) as refused:
-        journalforks.inherit(slot=slot(attempts=1), leases=sealed(store), walk=walk(store))
+    with pytest.raises(forkprefixes.CopyError) as refused:
+        forkprefixes.inherit(slot=slot(attempts=1), leases=sealed(store), walk=walk(store))
     assert refused.value.reason == runforks.WAITING and "publish" in refused.value.message
-    cut = journalforks.inherit(slot=slot("outline", attempts=1), leases=sealed(store),
+    cut = forkprefixes.inherit(slot=slot("outline", attempts=1), leases=sealed(store),
                                walk=walk(store))
     assert keys(cut) == []  # forked before it: the fork's own to send
 
@@ -95,7 +95,7 @@ def test_answers_the_slot_holds_ride_along_with_their_questions_not_by_reference
         ("late.question", 2))}  # late: asked after outline, by attempt 2
 
     def inherit(at: str | None) -> list[str]:
-        return keys(journalforks.inherit(
+        return keys(forkprefixes.inherit(
             slot=actions.ForkSlot(node="draft", source_slot="s", slot="f", step=at,
                                   attempts=2, answers=answers),
             leases=sealed(store, **asked), walk=walk(store)))
@@ -110,8 +110,8 @@ def test_a_step_committed_inside_an_effect_is_said_to_split_it() -> None:
     store = Stored()
     store.commit(1, step("outline", 1), effect("publish.intent", 1, Kind.EFFECT_INTENT))
     store.commit(1, step("notes", 1), effect("publish.outcome", 1, Kind.EFFECT_OUTCOME))
-    with pytest.raises(journalforks.CopyError) as refused:
-        journalforks.inherit(slot=slot("notes", attempts=1), leases=sealed(store),
+    with pytest.raises(forkprefixes.CopyError) as refused:
+        forkprefixes.inherit(slot=slot("notes", attempts=1), leases=sealed(store),
                              walk=walk(store))
     assert refused.value.reason == runforks.SPLIT_EFFECT
 
@@ -121,7 +121,7 @@ def test_only_the_source_slots_own_leases_are_read() -> None:
     found = sealed(store)
     found[0]["metadata"]["ownerReferences"] = [{"uid": "uid-slot"}]
     found[1]["metadata"]["ownerReferences"] = [{"uid": "uid-of-a-deleted-run"}]
-    kept = journalforks.inherit(
+    kept = forkprefixes.inherit(
         slot=actions.ForkSlot(node="draft", source_slot="s", slot="f", step=None, attempts=2,
                               owners=("uid-slot", "uid-run")), leases=found, walk=walk(store))
     assert "review" not in keys(kept) and "gather" in keys(kept)
@@ -129,7 +129,7 @@ def test_only_the_source_slots_own_leases_are_read() -> None:
 
 def test_the_sources_own_rerun_cuts_apply_as_its_next_attempt_would() -> None:
     store = two_attempts()
-    found = journalforks.inherit(slot=slot(cut=("1.2.0-2",)), leases=sealed(store),
+    found = forkprefixes.inherit(slot=slot(cut=("1.2.0-2",)), leases=sealed(store),
                                  walk=walk(store))
     assert keys(found) == ["gather", "outline", "publish.intent", "publish.outcome"]
 
@@ -137,11 +137,11 @@ def test_the_sources_own_rerun_cuts_apply_as_its_next_attempt_would() -> None:
 def test_a_forks_step_leaves_out_it_and_what_follows_effects_and_their_answers_too() -> None:
     store = two_attempts()
     answer = effect("publish.resolved", 1, Kind.DECISION)
-    found = journalforks.inherit(slot=slot("draft"), leases=sealed(store, answer=answer),
+    found = forkprefixes.inherit(slot=slot("draft"), leases=sealed(store, answer=answer),
                                  walk=walk(store))
     assert keys(found) == ["gather", "outline"]
     assert [r.attempt for r in found] == [1, 1]  # the copy re-makes them for attempt 0
-    early = journalforks.inherit(slot=slot("outline"), leases=sealed(store), walk=walk(store))
+    early = forkprefixes.inherit(slot=slot("outline"), leases=sealed(store), walk=walk(store))
     assert keys(early) == ["gather"]
 
 
@@ -149,15 +149,15 @@ def test_a_step_committed_twice_is_cut_from_its_first_commit() -> None:
     store = Stored()
     store.commit(1, step("outline", 1), step("draft", 1), step("notes", 1))
     store.commit(2, step("draft", 2, "again"), step("polish", 2))
-    found = journalforks.inherit(slot=slot("draft"), leases=sealed(store), walk=walk(store))
+    found = forkprefixes.inherit(slot=slot("draft"), leases=sealed(store), walk=walk(store))
     assert keys(found) == ["outline"]
 
 
 @pytest.mark.parametrize(("step_key", "cut"), [("nosuch", ()), ("draft", ("1.2.0-2",))])
 def test_a_step_not_in_the_prefix_is_refused(step_key: str, cut: tuple[str, ...]) -> None:
     store = two_attempts()
-    with pytest.raises(journalforks.CopyError) as refused:
-        journalforks.inherit(slot=slot(step_key, cut=cut), leases=sealed(store),
+    with pytest.raises(forkprefixes.CopyError) as refused:
+        forkprefixes.inherit(slot=slot(step_key, cut=cut), leases=sealed(store),
                              walk=walk(store))
     assert refused.value.reason == runforks.STEP_NOT_COMMITTED
 
@@ -167,16 +167,16 @@ def test_an_attempt_not_sealed_is_waited_for(at: str | None) -> None:
     store = two_attempts()
     found = sealed(store)
     found[1] = lease(2, head=store.heads[2].text(), sealed=False)
-    with pytest.raises(journalforks.CopyError) as refused:
-        journalforks.inherit(slot=slot(at), leases=found, walk=walk(store))
+    with pytest.raises(forkprefixes.CopyError) as refused:
+        forkprefixes.inherit(slot=slot(at), leases=found, walk=walk(store))
     assert refused.value.reason == runforks.SLOT_LIVE  # not a final StepNotCommitted
 
 
 def test_a_journal_too_long_to_copy_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(journalforks, "MOST_NODES", 2)
+    monkeypatch.setattr(forkprefixes, "MOST_NODES", 2)
     store = two_attempts()  # three nodes
-    with pytest.raises(journalforks.CopyError, match="more than 2 commits"):
-        journalforks.inherit(slot=slot(), leases=sealed(store), walk=walk(store))
+    with pytest.raises(forkprefixes.CopyError, match="more than 2 commits"):
+        forkprefixes.inherit(slot=slot(), leases=sealed(store), walk=walk(store))
 
 
 def test_the_fork_cut_is_kind_blind_where_a_rerun_cut_keeps_effects() -> None:
