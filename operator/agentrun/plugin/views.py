@@ -135,8 +135,14 @@ def tree(run: Object, slots: Iterable[Object], *, now: datetime,
         "state": run_state(run), "conditions": _true_conditions(status),
         "claimPolicy": (run.get("spec") or {}).get("claimPolicy") or "Automatic",
         "age": age((run.get("metadata") or {}).get("creationTimestamp"), now=now),
+        **({"fork": _fork(status["fork"])} if isinstance(status.get("fork"), dict) else {}),
         "slots": sorted(rows, key=lambda r: (str(r["node"]), str(r["name"]))),
     }
+
+
+def _fork(fork: Object) -> Object:
+    """A fork's provenance, as ``status.fork`` holds it (the inherited counts left out)."""
+    return {key: fork.get(key) for key in ("run", "uid", "node", "step", "actor", "reason")}
 
 
 def _attempt_line(row: Object) -> str:
@@ -156,6 +162,11 @@ def render_tree(view: Object) -> list[str]:
     conditions = ",".join(view["conditions"]) or NONE
     lines = [f"AgentRun {view['namespace']}/{view['run']}  {view['state']}  "
              f"claimPolicy {view['claimPolicy']}  conditions {conditions}  age {view['age']}"]
+    if "fork" in view:
+        fork = view["fork"]
+        at = f" at {fork['node']}:{fork['step']}" if fork.get("node") else ""
+        lines.append(f"   forked from {fork['run']} (uid {fork['uid']}){at} by "
+                     f"{fork.get('actor') or NONE}: {fork['reason']}")
     slots: Sequence[Object] = view["slots"]
     if not slots:
         lines.append("`- (no slots yet)")

@@ -96,6 +96,19 @@ def test_the_tree_shows_every_slot_and_attempt() -> None:
     assert all(line.isascii() for line in lines)  # readable without colour or a UTF-8 font
 
 
+def test_a_forks_provenance_is_its_second_line() -> None:
+    forked = run("Pinned", "Forked")
+    forked["status"]["fork"] = {  # type: ignore[index]
+        "run": "study-a", "uid": "0d1e", "node": "draft", "step": "outline", "actor": "alice",
+        "reason": "another\noutline", "copied": ago(60), "inherited": [{"node": "x"}]}
+    view = views.tree(forked, [], now=NOW)
+    assert view["fork"] == {"run": "study-a", "uid": "0d1e", "node": "draft",
+                            "step": "outline", "actor": "alice", "reason": "another\noutline"}
+    assert views.render_tree(view)[1] == (
+        "   forked from study-a (uid 0d1e) at draft:outline by alice: another\\noutline")
+    assert "fork" not in views.tree(run("Pinned"), [], now=NOW)
+
+
 def test_a_live_lease_never_renewed_and_one_not_readable() -> None:
     live = slot("s", "n", LIVE, activeWorker="study-research-2")
     seen = views.tree(run(), [live], now=NOW,
