@@ -161,12 +161,12 @@ def inherit(*, slot: actions.ForkSlot, leases: Sequence[Mapping[str, Any]],
     unsettled = sorted(key.removesuffix(".intent") for key, record in kept.items()
                        if record.kind is records.Kind.EFFECT_INTENT
                        and f"{key.removesuffix('.intent')}.outcome" not in kept)
-    split = [e for e in unsettled if f"{e}.outcome" in uncut.committed]
-    if split:
+    if unsettled and fork is not None:  # its outcome, recorded or to come, is cut: never
         raise CopyError(runforks.SPLIT_EFFECT, (
-            f"step {slot.step} was committed while effect {', '.join(split)} was being sent "
-            "(after its intent, before its outcome): a fork there would inherit an effect "
-            "with no outcome; delete this run and fork at an earlier or later step"))
+            f"effect {', '.join(unsettled)} of slot {slot.source_slot} was sent before step "
+            f"{slot.step} and its outcome is not recorded before it: a fork there would "
+            "inherit an effect with no outcome; delete this run and fork at an earlier step "
+            "(before the effect), or at a later one once its outcome is recorded"))
     if unsettled:
         raise CopyError(runforks.WAITING, (
             f"slot {slot.source_slot} sent effect {', '.join(unsettled)} and has not recorded "

@@ -195,9 +195,9 @@ class Copier:
             head = journalnodes.Head(seq=commits, digest=records.digest(data))
             _store_node(store, f"{own}/sha256/{head.digest}", data)
             batch, size = [], 0
-        made = None
-        if head is not None or on_lease:
-            made = self._lease(slot, run=run, head=head, usage=usage, on_lease=on_lease)
+        # Made even when nothing is inherited (the at node forked at its first step): the
+        # copy's commit point, so a later look keeps it as it was instead of checking again.
+        made = self._lease(slot, run=run, head=head, usage=usage, on_lease=on_lease)
         return made or Inherited(node=slot.node, records=usage.records + len(on_lease),
                                  bytes=usage.bytes, commits=commits)
 

@@ -141,7 +141,7 @@ class RunReconciler(reconcilers.Reconciler):
         the fork is unpinned, its slots once pinned, and how the last copy went."""
         namespace, name = run.metadata.namespace or "", run.metadata.name
         uid, copied = self._copied.pop((namespace, name), ("", None))
-        if uid != run.metadata.uid:
+        if uid != (run.metadata.uid or ""):
             copied = None
         if run.status.fork is not None:
             return {}

@@ -154,7 +154,9 @@ def _slot_problem(*, source: AgentRun, node: str, found: Slot | None,
             f"slot {found.metadata.name} (node {node}) of run {source.metadata.name} is "
             f"{status.state}: its journal may still grow; wait for its attempt to end, or "
             "hold the slot, then the fork copies it"))
-    if effectrecords.open_effects(status) or questionrecords.waiting(status):
+    # The at node's open effect is before its step (a split, which the copier says) or
+    # after it (cut); its waiting question is kept or cut with its step, never waited on.
+    if step is None and (effectrecords.open_effects(status) or questionrecords.waiting(status)):
         return Problem(reason=WAITING, message=(
             f"slot {found.metadata.name} (node {node}) of run {source.metadata.name} waits "
             "for a person (an unresolved effect or a question): answer it first, then the "

@@ -196,10 +196,11 @@ def _resolve(world: RunWorld) -> resolution.Resolution | resolution.Problem:
 def _fork(world: RunWorld, workflow: WorkflowDocument) -> RunStep:
     """A fork's journal copied, before any of its slots exists (``core.runs.runforks``)."""
     run, source = world.run, world.fork_source
-    said = conditions.find(run.status.conditions, runforks.FORKED)
-    if said is not None and said.status == "False" and said.reason in runforks.FINAL:
-        return actions.Wait(message=said.message)  # the source will not change it: said once
     copied = world.fork_copied  # a copy done stands, whatever became of its source since
+    said = conditions.find(run.status.conditions, runforks.FORKED)
+    if copied is None and said is not None and said.status == "False" and (
+            said.reason in runforks.FINAL):
+        return actions.Wait(message=said.message)  # the source will not change it: said once
     if copied is None:
         copied = runforks.source_problem(run=run, source=source)
     if copied is None:

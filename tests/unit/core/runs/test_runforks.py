@@ -171,22 +171,27 @@ def test_a_node_that_never_ran_is_not_copied() -> None:
     assert [s.node for s in step.slots] == ["research"]
 
 
-@pytest.mark.parametrize(("slots", "reason"), [
-    ([source_slot("research", SlotState.ACTIVE)], runforks.SLOT_LIVE),
-    ([source_slot("research", SlotState.CLAIMING)], runforks.SLOT_LIVE),
-    ([source_slot("research", SlotState.RETRY_WAIT, effects=[
-        EffectEntry(key="publish", attempt=1, observed_at=lf.T0)])], runforks.WAITING),
-    ([], runforks.SOURCE_NOT_READY),  # not laid out, or not seen yet
-    ([source_slot("research", SlotState.PENDING, attempts=0)], runforks.STEP_NOT_COMMITTED),
+OPEN = [EffectEntry(key="publish", attempt=1, observed_at=lf.T0)]
+
+
+@pytest.mark.parametrize(("slots", "at", "reason"), [
+    ([source_slot("research", SlotState.ACTIVE)], "research:draft", runforks.SLOT_LIVE),
+    ([source_slot("research", SlotState.CLAIMING)], "research:draft", runforks.SLOT_LIVE),
+    ([source_slot("research", SlotState.RETRY_WAIT, effects=OPEN)], None, runforks.WAITING),
+    ([source_slot("research", SlotState.RETRY_WAIT, effects=OPEN)], "research:draft",
+     None),  # the at node's: cut with its step, or a split the copier says
+    ([], "research:draft", runforks.SOURCE_NOT_READY),  # not laid out, or not seen yet
+    ([source_slot("research", SlotState.PENDING, attempts=0)], "research:draft",
+     runforks.STEP_NOT_COMMITTED),
 ])
 def test_a_slot_that_cannot_be_copied_now_says_why_unless_it_was_copied_before(
-        slots: list[Slot], reason: str) -> None:
+        slots: list[Slot], at: str | None, reason: str | None) -> None:
     """The problem rides on the slot: the copier raises it only for a slot whose copy it
     has not committed (one copied at an earlier look stands as it was)."""
-    step = runsteps.next_step(laid_out(pinned_fork(), fork_slots=slots))
+    step = runsteps.next_step(laid_out(pinned_fork(fork(at=at)), fork_slots=slots))
     assert isinstance(step, actions.ForkJournal)
-    assert step.slots[0].node == "research" and step.slots[0].problem is not None
-    assert step.slots[0].problem[0] == reason
+    assert step.slots[0].node == "research"
+    assert (step.slots[0].problem or (None,))[0] == reason
 
 
 @pytest.mark.parametrize("reason", [runforks.SLOT_LIVE, runforks.WAITING,
@@ -216,6 +221,9 @@ def test_a_reason_the_source_will_not_change_is_said_once_and_not_looked_at_agai
     assert isinstance(step, actions.WriteRun) and step.until is None
     done = run.model_copy(update={"status": step.status})
     assert runsteps.next_step(laid_out(done)) == actions.Wait(message="delete this run")
+    copied = ForkStatus(run=lf.RUN, uid=lf.RUN_UID, reason="r", copied=NOW)
+    late = runsteps.next_step(laid_out(done, fork_copied=copied))  # a copy done stands
+    assert isinstance(late, actions.WriteRun) and late.status.fork == copied
     copying = runsteps.next_step(laid_out(run, fork_copied=resolution.Problem(
         reason=runforks.COPYING, message="copied 1 of 2 nodes")))
     assert condition(copying, runforks.FORKED) == ("False", runforks.COPYING)
