@@ -54,9 +54,9 @@ def _tail(record: records.Record, *, pin: JournalPin, slot: str) -> str:
     found = re.fullmatch(own + r"/(sha256/[0-9a-f]{64}|artifact/" + re.escape(record.key)
                          + ")", record.ref or "")
     if found is None:
-        raise CopyError(runforks.COPY_FAILED, (
+        raise CopyError(runforks.CANNOT_COPY, (
             f"record {record.key} names {bounds.clip(record.ref or '', limit=200)}, which is "
-            f"not slot {slot}'s journal: not copied"))
+            f"not slot {slot}'s journal: not copied (delete this run)"))
     return found.group(2)
 
 
@@ -64,7 +64,8 @@ def _store_node(store: objectstore.ObjectStore, key: str, data: bytes) -> None:
     """Store a node once; a name found taken must hold these very bytes."""
     if not store.put(key, data, if_none_match=True) and store.get(
             key, limit=len(data) + 1) != data:
-        raise CopyError(runforks.COPY_FAILED, f"{key} is taken by other content: not copied")
+        raise CopyError(runforks.CANNOT_COPY, f"{key} is taken by other content: not copied "
+                        "(delete this run)")
 
 
 @dataclass(kw_only=True)
@@ -87,9 +88,9 @@ class Copier:
         inherited: list[Inherited] = []
         try:
             if (src.endpoint, src.region) != (pin.endpoint, pin.region):
-                raise CopyError(runforks.COPY_FAILED, (
+                raise CopyError(runforks.CANNOT_COPY, (
                     f"the source's journal is at {src.endpoint}, this run's at {pin.endpoint}: "
-                    "a fork copies inside one store"))
+                    "a fork copies inside one store (delete this run)"))
             source_store = self.stores.store(endpoint=src.endpoint, bucket=src.bucket,
                                              region=src.region, secret=src.secret,
                                              namespace=planned.namespace)

@@ -12,19 +12,23 @@ sealed yet is refused; a chain too long to copy is refused.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from agentrun.api import cuts
-from agentrun.controller import forkprefixes
+from agentrun.api.runs import AgentRun, JournalPin
+from agentrun.controller import forkprefixes, journalforks
 from agentrun.core.base import actions
 from agentrun.core.runs import runforks
+from agentrun.core.runs.resolution import Problem
 from agentrun.worker import _records as records
 from tests.unit.worker.test_journal import lease
 from tests.unit.worker.test_rerun_prefix import Stored, effect, step, two_attempts
 
 Kind = records.Kind
+NOW = datetime(2026, 12, 5, tzinfo=UTC)
 
 
 class Bytes:
@@ -194,3 +198,18 @@ def test_the_fork_cut_is_kind_blind_where_a_rerun_cut_keeps_effects() -> None:
     cut = cuts.Cut(start=(1, 1, 0), through=2)
     assert not cuts.Discards(cuts=(cut,)).out(record, position=(1, 2, 0))
     assert cuts.Discards(hard=(cut,)).out(record, position=(1, 2, 0))
+
+
+def test_journals_in_two_stores_cannot_be_copied_and_say_so_once() -> None:
+    source = JournalPin(endpoint="http://one:8333", bucket="journal", prefix="a/ns/uid-1")
+    planned = actions.ForkJournal(
+        source=source, journal=source.model_copy(update={"endpoint": "http://two:8333",
+                                                          "prefix": "a/ns/uid-2"}),
+        namespace="ns", source_run="study", source_uid="uid-1", slots=())
+    copier = journalforks.Copier(client=None, stores=None)  # type: ignore[arg-type]
+    found = copier.copy(run=AgentRun.model_validate({
+        "metadata": {"name": "study-b", "namespace": "ns", "uid": "uid-2"},
+        "spec": {**{kind: {"name": kind} for kind in ("package", "workflow", "bindings")},
+                 "fork": {"run": "study", "reason": "r"}}}), planned=planned, now=NOW)
+    assert isinstance(found, Problem) and found.reason == runforks.CANNOT_COPY
+    assert found.reason in runforks.FINAL and "inside one store" in found.message

@@ -50,7 +50,8 @@ NAME_SQUATTED: Final = "NameSquatted"
 COPYING: Final = "ForkCopying"  # cut short by its deadline: continued at once
 # Said once and not looked at again (delete the fork): the source will not change that.
 SPLIT_EFFECT: Final = "ForkSplitsEffect"  # the step between an effect's intent and outcome
-FINAL = frozenset({"StepNotCommitted", TOO_LARGE, SPLIT_EFFECT})
+CANNOT_COPY: Final = "ForkCannotCopy"  # another store, or what a record names is not its own
+FINAL = frozenset({"StepNotCommitted", TOO_LARGE, SPLIT_EFFECT, CANNOT_COPY})
 WAITING: Final = "ForkWaitsForPerson"
 STEP_NOT_COMMITTED: Final = "StepNotCommitted"
 COPY_FAILED: Final = "ForkCopyFailed"
