@@ -120,6 +120,9 @@ def slot_row(slot: Object, *, now: datetime, leases: Mapping[str, Object]) -> Ob
         "launchSpec": (f"{launch['name']}@{launch.get('generation', '?')}"
                        if launch.get("name") else NONE),
         "conditions": _true_conditions(status),
+        "reruns": status.get("reruns") if isinstance(status.get("reruns"), int) else 0,
+        "waiting": sum(1 for q in status.get("questions") or []  # for a person's answer
+                       if isinstance(q, dict) and q.get("state") == "Pending"),
         "attempts": [attempt_row(a, now=now, live=a.get("pod") in live and not a.get("outcome"),
                                  leases=leases) for a in attempts],
     }
@@ -175,7 +178,10 @@ def render_tree(view: Object) -> list[str]:
         held = [c for c in slot["conditions"] if c != "LaunchSpecSelected"]
         lines.append(f"{'`-' if last_slot else '|-'} slot {slot['name']}  node {slot['node']}"
                      f"  {slot['state']}  class {slot['class']}  spec {slot['launchSpec']}"
-                     + (f"  [{','.join(held)}]" if held else ""))
+                     + (f"  [{','.join(held)}]" if held else "")
+                     + (f"  reruns {slot['reruns']}" if slot.get("reruns") else "")
+                     + (f"  {slot['waiting']} question(s) waiting" if slot.get("waiting")
+                        else ""))
         stem = "   " if last_slot else "|  "
         attempts: Sequence[Object] = slot["attempts"]
         if not attempts:

@@ -96,6 +96,18 @@ def test_the_tree_shows_every_slot_and_attempt() -> None:
     assert all(line.isascii() for line in lines)  # readable without colour or a UTF-8 font
 
 
+def test_a_slots_reruns_and_waiting_questions_are_on_its_line() -> None:
+    asked = [{"key": "plan", "state": "Pending"}, {"key": "old", "state": "Answered"},
+             {"key": "ok", "state": "Pending"}]
+    view = views.tree(run("Pinned"), [slot("study-draft-1", "draft", reruns=2,
+                                           questions=asked)], now=NOW)
+    assert (view["slots"][0]["reruns"], view["slots"][0]["waiting"]) == (2, 2)
+    assert views.render_tree(view)[1] == ("`- slot study-draft-1  node draft  Pending  class "
+                                          "cpu  spec -  reruns 2  2 question(s) waiting")
+    plain = views.tree(run("Pinned"), [slot("s", "n", reruns="x")], now=NOW)
+    assert (plain["slots"][0]["reruns"], plain["slots"][0]["waiting"]) == (0, 0)
+
+
 def test_a_forks_provenance_is_its_second_line() -> None:
     forked = run("Pinned", "Forked")
     forked["status"]["fork"] = {  # type: ignore[index]
