@@ -110,20 +110,15 @@ def test_answers_the_slot_holds_ride_along_with_their_questions_not_by_reference
                                "review.answer"]  # the fork's step's and late's go
 
 
-def test_an_effect_with_no_outcome_before_the_forks_step_splits_it_for_good() -> None:
+@pytest.mark.parametrize("outcome", [False, True])
+def test_an_effect_with_no_outcome_before_the_forks_step_splits_it_for_good(
+        outcome: bool) -> None:
+    """Its outcome never recorded, or recorded after the step: either way, after the
+    fork's step, so cut; never something to wait for."""
     store = Stored()
     store.commit(1, step("outline", 1), effect("publish.intent", 1, Kind.EFFECT_INTENT),
-                 step("notes", 1))  # its outcome never recorded: any later one is after notes
-    with pytest.raises(forkprefixes.CopyError) as refused:
-        forkprefixes.inherit(slot=slot("notes", attempts=1), leases=sealed(store),
-                             walk=walk(store))
-    assert refused.value.reason == runforks.SPLIT_EFFECT
-
-
-def test_a_step_committed_inside_an_effect_is_said_to_split_it() -> None:
-    store = Stored()
-    store.commit(1, step("outline", 1), effect("publish.intent", 1, Kind.EFFECT_INTENT))
-    store.commit(1, step("notes", 1), effect("publish.outcome", 1, Kind.EFFECT_OUTCOME))
+                 step("notes", 1),
+                 *([effect("publish.outcome", 1, Kind.EFFECT_OUTCOME)] if outcome else []))
     with pytest.raises(forkprefixes.CopyError) as refused:
         forkprefixes.inherit(slot=slot("notes", attempts=1), leases=sealed(store),
                              walk=walk(store))
