@@ -346,9 +346,8 @@ class LocalCluster:
             if apiserver.poll() is not None:
                 log = self.workdir / "kube-apiserver.log"
                 tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
-                raise RuntimeError(  # the log's tail with it: the session's folder goes
-                    f"kube-apiserver exited with {apiserver.returncode}; see {log}, which "
-                    "ended:\n" + "\n".join(tail))
+                raise RuntimeError(f"kube-apiserver exited with {apiserver.returncode}; {log} "
+                                   "(gone with the session) ended:\n" + "\n".join(tail))
             try:
                 with urllib.request.urlopen(request, context=self._ssl_context(), timeout=5) as r:
                     if r.status == 200:
