@@ -202,15 +202,18 @@ def test_an_unknown_effect_waits_for_the_owners_answer_and_the_successor_uses_it
         message="no attempt 2 and EffectUnresolved True while effects are open")
 
     before = scenario.slot(slot)["status"]["effects"]
+    # Each sent once the one before is decided: `kubectl annotate` patches only the keys
+    # whose value differs from what it read, with no precondition, so an outcome equal
+    # to the previous command's is left out of its patch and then removed with it.
     rejections = [
-        (resolve(scenario, slot, user="bob", key="publish", outcome="applied",
-                 reason="I think so"), "NotOwner"),
-        (resolve(scenario, slot, user="alice", key="publish", outcome="applied",
-                 reason=" "), "BlankReason"),
-        (resolve(scenario, slot, user="alice", key="gather", outcome="applied",
-                 reason="no such effect"), "NoUnresolvedEffect"),
+        (dict(user="bob", key="publish", outcome="applied", reason="I think so"),
+         "NotOwner"),
+        (dict(user="alice", key="publish", outcome="applied", reason=" "), "BlankReason"),
+        (dict(user="alice", key="gather", outcome="applied", reason="no such effect"),
+         "NoUnresolvedEffect"),
     ]
-    for rid, predicate in rejections:
+    for sent, predicate in rejections:
+        rid = resolve(scenario, slot, **sent)
         entry = scenario.wait_ledger(slot, rid)
         assert (entry["outcome"], entry["predicate"]) == ("Rejected", predicate), entry
     assert scenario.slot(slot)["status"]["effects"] == before  # rejections change nothing
