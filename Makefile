@@ -31,7 +31,7 @@ help:
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,mutate]'
+	$(PY) -m pip install --quiet -e '.[test,mutate,langgraph]'
 	touch $@
 
 venv: $(VENV)/.installed

@@ -36,8 +36,10 @@ keeper (``_keeper``, its pure decisions ``_renewals``, one renewal's reads and w
 ``_sidecarsessions``, ``_sidecarstreams``, ``_sidecarserver``). Why:
 they are how the guarantees are kept, and they change with the operator (what a record
 looks like, how a renewal is timed); a name exported here is one the project keeps for
-agents, a private one is not. The one public submodule is :mod:`agentrun.worker.cli`, the
-``agentrun-worker`` command the operator's pods run (``run``, ``sidecar``, ``ready``).
+agents, a private one is not. The public submodules are :mod:`agentrun.worker.cli`, the
+``agentrun-worker`` command the operator's pods run (``run``, ``sidecar``, ``ready``), and
+:mod:`agentrun.worker.langgraph`, LangGraph's checkpointer on the journal (the
+``langgraph`` extra: only it imports LangGraph).
 """
 
 from agentrun.worker._approvals import (
