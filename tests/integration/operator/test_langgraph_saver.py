@@ -150,6 +150,18 @@ class State(TypedDict):
     steps: Annotated[list[str], operator.add]
 
 
+def chained(saver: JournalSaver, nodes: dict[str, Callable[[Any], Any]],
+            state: type = dict) -> Any:
+    """START -> each of ``nodes`` in order -> END, compiled with ``saver``."""
+    builder = StateGraph(state)
+    for name, run in nodes.items():
+        builder.add_node(name, run)
+    order = [START, *nodes, END]
+    for before, after in itertools.pairwise(order):
+        builder.add_edge(before, after)
+    return builder.compile(checkpointer=saver)
+
+
 def counting_graph(saver: JournalSaver, *, calls: list[str], fail_at: str | None) -> Any:
     """plan -> act -> check -> write; each node counts its calls and ``fail_at`` raises
     (the attempt dies there)."""
@@ -161,15 +173,8 @@ def counting_graph(saver: JournalSaver, *, calls: list[str], fail_at: str | None
             return {"steps": [name]}
         return run
 
-    builder = StateGraph(State)
-    names = ["plan", "act", "check", "write"]
-    for name in names:
-        builder.add_node(name, node(name))
-    builder.add_edge(START, names[0])
-    for before, after in itertools.pairwise(names):
-        builder.add_edge(before, after)
-    builder.add_edge(names[-1], END)
-    return builder.compile(checkpointer=saver)
+    return chained(saver, {name: node(name) for name in ["plan", "act", "check", "write"]},
+                   State)
 
 
 def test_a_graph_resumes_in_the_next_attempt_from_its_last_committed_superstep(

@@ -1,12 +1,33 @@
-"""LangGraph on the journal: a checkpointer that makes a LangGraph agent durable across pods.
+"""LangGraph on the journal: a LangGraph agent made durable across pods.
 
-Public: :class:`JournalSaver` (``builder.compile(checkpointer=JournalSaver(worker))``).
-Needs the ``langgraph`` extra (``pip install 'agentrun-operator[langgraph]'``) and a run
+Public (``__all__``):
+
+- :class:`JournalSaver`: the checkpointer (``builder.compile(checkpointer=
+  JournalSaver(worker))``), every write a fenced entry in the slot's journal;
+- :func:`invoke`: run a graph on a thread to its end from wherever earlier attempts left
+  it, its ``interrupt()`` asked as the slot's questions (the attempt ends until a person
+  answers);
+- :func:`effect` and :func:`durable_tool`: side-effecting tool calls as ledger effects,
+  keyed by their position in the graph, never by what the model passed; :func:`current`
+  (a :class:`Sent`) gives the running call's idempotency key and fencing token;
+  :class:`ConcurrentToolCall`: two of one task at once.
+
+Needs the ``langgraph`` extra (``pip install '.[langgraph]'`` from a clone) and a run
 pinned with a journal. The rest is private: ``_entries`` (the log's entries and the index
-they replay to; pure), ``_log`` (one attempt's log: replay and fenced commits) and
-``_saver`` (LangGraph's interface over it). See docs/worker-sdk.md ("LangGraph").
+they replay to; pure), ``_log`` (one attempt's log: replay and fenced commits),
+``_saver`` (LangGraph's interface over it), ``_interrupts`` and ``_tools``. See
+docs/worker-sdk.md ("LangGraph") and docs/design/frameworks.md.
 """
 
+from agentrun.worker.langgraph._interrupts import invoke
 from agentrun.worker.langgraph._saver import JournalSaver
+from agentrun.worker.langgraph._tools import (
+    ConcurrentToolCall,
+    Sent,
+    current,
+    durable_tool,
+    effect,
+)
 
-__all__ = ["JournalSaver"]
+__all__ = ["ConcurrentToolCall", "JournalSaver", "Sent", "current", "durable_tool", "effect",
+           "invoke"]

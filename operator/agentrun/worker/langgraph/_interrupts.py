@@ -1,0 +1,100 @@
+"""LangGraph's ``interrupt()`` as the slot's questions: the graph pauses, no pod waits.
+
+:func:`invoke` runs a graph compiled with the journal's checkpointer to its end in this
+attempt, whatever earlier attempts left: it starts the thread, resumes it where the last
+committed superstep left it, or, when the graph is paused at ``interrupt(value)``, asks
+the slot's question for each pending interrupt (``worker.ask``). Unanswered, ``ask``
+raises :class:`~agentrun.worker.QuestionAsked`: the attempt ends (``Asked``), the slot
+shows the question and keeps no pod. Once a person answers (``kubectl agentrun answer``),
+the next attempt's :func:`invoke` finds the same interrupts, ``ask`` returns the answers,
+and the graph resumes with ``Command(resume={interrupt id: answer})``.
+
+The question's key is the interrupt's position, not its text: LangGraph derives an
+interrupt's id from its task's namespace, which derives from the committed checkpoint
+the task runs from, so every attempt that resumes from that checkpoint names it alike.
+An interrupt's value is the question: a string, or ``{"question": ..., "schema": ...,
+"deadline_seconds": ..., "on_expiry": ..., "default": ...}`` (``worker.ask``'s
+arguments, with its bounds); ``interrupt(value, response_schema={...})`` gives the
+schema too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command, Interrupt
+
+from agentrun.worker import _questions as questions
+from agentrun.worker import _sdk as sdk
+
+KEY_PREFIX: Final = "interrupt-"
+ASK_FIELDS: Final = frozenset({"question", "schema", "deadline_seconds", "on_expiry",
+                               "default"})
+
+
+def question_key(interrupt_id: str) -> str:
+    """The question's key for an interrupt (a step key: 42 characters)."""
+    return KEY_PREFIX + hashlib.sha256(interrupt_id.encode()).hexdigest()[:32]
+
+
+def asked(interrupt: Interrupt) -> dict[str, Any]:
+    """``worker.ask``'s arguments for ``interrupt``'s value, or :class:`QuestionError`."""
+    value, schema = interrupt.value, interrupt.response_schema
+    if isinstance(value, str):
+        found: dict[str, Any] = {"question": value}
+    elif isinstance(value, Mapping) and "question" in value and set(value) <= ASK_FIELDS:
+        found = dict(value)
+    else:
+        raise questions.QuestionError(
+            "an interrupt's value is the question a person answers: a string, or an object "
+            f"with 'question' and any of {sorted(ASK_FIELDS - {'question'})}; this one is "
+            f"{type(value).__name__}")
+    if schema is not None and "schema" not in found:
+        if not isinstance(schema, Mapping):
+            raise questions.QuestionError("an interrupt's response_schema is a JSON Schema "
+                                          "(a dict) here: a person answers in JSON")
+        found["schema"] = dict(schema)
+    return found
+
+
+def answers(worker: sdk.Worker, interrupts: Sequence[Interrupt]) -> dict[str, Any]:
+    """The answer to each interrupt, by its id. Every unanswered one is asked (so a person
+    sees them all at once), then the first :class:`QuestionAsked` is raised."""
+    found: dict[str, Any] = {}
+    pending: questions.QuestionAsked | None = None
+    for interrupt in interrupts:
+        try:
+            found[interrupt.id] = worker.ask(question_key(interrupt.id), **asked(interrupt))
+        except questions.QuestionAsked as asking:
+            pending = pending or asking
+    if pending is not None:
+        raise pending
+    return found
+
+
+def invoke(graph: Any, inputs: Any, *, worker: sdk.Worker, config: RunnableConfig,
+           durability: str = "sync", **kwargs: Any) -> Any:
+    """Run ``graph`` (compiled with ``JournalSaver(worker)``) on ``config``'s thread to
+    its end and return its final state's values: the first attempt starts it with
+    ``inputs``; a successor resumes it; a graph paused at ``interrupt()`` is resumed with
+    the slot's answers, or the attempt ends with ``QuestionAsked`` until a person answers.
+    A thread already at its end is returned as it is (its values), not run again.
+    ``durability`` is LangGraph's (``"sync"``: every superstep durable before the next)."""
+    state = graph.get_state(config)
+    if state.interrupts:
+        given: Any = Command(resume=answers(worker, state.interrupts))
+    elif state.next:
+        given = None
+    elif state.values:
+        return state.values
+    else:
+        given = inputs
+    while True:
+        graph.invoke(given, config, durability=durability, **kwargs)
+        state = graph.get_state(config)
+        if not state.interrupts:
+            return state.values
+        given = Command(resume=answers(worker, state.interrupts))
