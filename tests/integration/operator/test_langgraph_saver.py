@@ -194,3 +194,35 @@ def test_a_graph_resumes_in_the_next_attempt_from_its_last_committed_superstep(
         "steps": ["plan", "act", "check", "write"]}
     assert calls == ["plan", "act", "check", "check", "write"]  # plan and act ran once
     slot.next().stop()
+
+
+def test_bad_input_is_refused_before_anything_is_committed(
+        attempts: Callable[[int], Attempt], location: journal.Location,
+        tmp_path: Path) -> None:
+    slot = Attempts(attempts, location, tmp_path)
+    saver = JournalSaver(slot.next())
+    graph = counting_graph(saver, calls=[], fail_at=None)
+    config = {"configurable": {"thread_id": 42}}  # a number, as LangGraph's savers take it
+    graph.invoke({"steps": []}, config, durability="sync")
+    assert slot.live is not None
+    head = slot.live[0].lease()["metadata"]["annotations"][journal.HEAD]
+    committed = saver.get_tuple(config)
+    assert committed is not None
+    late = dict(committed.checkpoint, id=str(uuid.uuid4()))
+    long = {"configurable": {"thread_id": "42", "checkpoint_ns": "",
+                             "checkpoint_id": "c" * 1025}}
+    for refused, message in [
+            (lambda: saver.put(long, late, {}, {}), "parent is 1025 characters"),
+            (lambda: saver.put(committed.config, late, {}, {"ch": True}), "version must be"),
+            (lambda: saver.put_writes(committed.config, [("c" * 257, 1)], "task"), "at most 256"),
+            (lambda: saver.prune("42", strategy="delete"), "not one string"),
+            (lambda: saver.delete_for_runs(["r"] * 1001), "more than 1000"),
+            (lambda: saver.prune(["42"], strategy="all"), "one of keep_latest, delete")]:
+        with pytest.raises(ValueError, match=message):
+            refused()
+    assert slot.live[0].lease()["metadata"]["annotations"][journal.HEAD] == head  # nothing
+    successor = JournalSaver(slot.next())
+    assert seen(list(successor.list(config))) == seen(list(saver.list(config)))
+    successor.delete_thread(42)
+    assert successor.get_tuple(config) is None
+    slot.next().stop()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import assert_type
 
@@ -101,3 +103,16 @@ def test_step_and_effect_give_the_callers_type() -> None:
         assert_type(sent, dict[str, int])
         assert (notes, sent) == ({"count": 2}, {"token": 1})
     assert steps.done == ["notes"]
+
+
+def test_only_the_langgraph_package_loads_langgraph() -> None:
+    """The SDK without the ``langgraph`` extra: every other module of it imports without
+    LangGraph or LangChain (in a fresh interpreter, so nothing earlier loaded them)."""
+    modules = [f"agentrun.worker.{m.name}" for m in pkgutil.iter_modules(agentrun.worker.__path__)
+               if m.name != "langgraph"]
+    script = ("import sys\n" + "".join(f"import {m}\n" for m in modules) +
+              "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
+              "('langgraph', 'langchain_core'))\nprint(loaded)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert len(modules) > 15 and done.stdout.strip() == "[]", done.stdout

@@ -3,11 +3,17 @@
 Terms:
 
 - an *entry* is one change to the store, a JSON object committed as one journal record
-  (``langgraph-<attempt>-<seq>``): ``put`` (a checkpoint: its serialized body without
-  channel values, its metadata, its parent, and the channel values it changed, each
-  inline or in a *value record* of its own, ``langgraph-<attempt>-<seq>-v``), ``writes``
+  (``langgraph.<generation>.<seq>``): ``put`` (a checkpoint: its serialized body without
+  channel values, its metadata, its parent, the channel versions it names, and the
+  channel values it changed, each inline or in a *value record* of its own,
+  ``langgraph.<generation>.<seq>.v``), ``writes``
   (a task's pending writes on a checkpoint), ``delete-thread``, ``delete-runs``,
   ``copy-thread`` and ``prune``;
+- a *generation* is one log's run of entries: a log starts the generation after the
+  highest in its prefix, so the entries sort in the order they were committed, also in a
+  fork (whose attempt 0 holds its source's entries under their own keys, and whose later
+  attempts write after them). The keys hold a '.', which a step's key never does: an
+  agent's own steps and these records never share a key;
 - the *index* is what the entries say now: checkpoints by thread, namespace and id; the
   pending writes of each; the channel values by version. Deletes are entries too: what
   they remove leaves the index, never the journal (physical removal is retention's).
@@ -29,13 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 PREFIX: Final = "langgraph"
-# What an entry's key looks like: ``langgraph-<attempt>-<seq>``; ``-v``: a value record.
-KEY: Final = re.compile(r"^langgraph-(0|[1-9][0-9]{0,3})-([1-9][0-9]{0,9})(-v)?$")
+# What an entry's key looks like: ``langgraph.<generation>.<seq>``; ``.v``: a value record.
+KEY: Final = re.compile(r"^langgraph\.([1-9][0-9]{0,5})\.([1-9][0-9]{0,9})(\.v)?$")
 ID_CHARS: Final = 1024  # a thread id, a namespace, a checkpoint id, a task id or path, a run id
 CHANNEL_CHARS: Final = 256  # a channel's name
 IDS_PER_CALL: Final = 1000  # thread or run ids in one delete, prune
 INLINE_VALUE_BYTES: Final = 256  # a channel value this small rides in its ``put`` entry
 STRATEGIES: Final = ("keep_latest", "delete")
+CHANNELS: Final = 10_000  # channels one checkpoint names
 Version = str | int | float
 
 
@@ -78,16 +85,21 @@ Blob = Typed | Ref | Literal["empty"]
 @dataclass(frozen=True)
 class Saved:
     """One checkpoint: ``checkpoint`` without its channel values, which are by version in
-    :attr:`Index.blobs`; ``run`` is its metadata's ``run_id`` (``delete-runs``)."""
+    :attr:`Index.blobs`; ``versions`` the versions it names (what keeps a value in the
+    index); ``run`` is its metadata's ``run_id`` (``delete-runs``)."""
 
     checkpoint: Typed
     metadata: Typed
     parent: str | None
     run: str | None
+    versions: tuple[tuple[str, Version], ...] = ()
 
 
 @dataclass(frozen=True)
 class Write:
+    """One pending write of a task on a checkpoint (LangGraph's ``(task, channel,
+    value)``, with the task's path, by which LangGraph orders them)."""
+
     task: str
     channel: str
     value: Typed
@@ -144,7 +156,8 @@ class Index:
         self.checkpoints.setdefault(thread, {}).setdefault(ns, {})[entry["id"]] = Saved(
             checkpoint=Typed.from_json(entry["checkpoint"], what="checkpoint"),
             metadata=Typed.from_json(entry["metadata"], what="metadata"),
-            parent=entry["parent"], run=entry["run"])
+            parent=entry["parent"], run=entry["run"],
+            versions=tuple(sorted((c, v) for c, v in entry["versions"].items())))
 
     def _writes(self, entry: Mapping[str, Any]) -> None:
         key = (entry["thread"], entry["ns"], entry["checkpoint"])
@@ -169,15 +182,32 @@ class Index:
                 for checkpoint in [c for c, s in saved.items() if s.run in runs]:
                     del saved[checkpoint]
                     self.writes.pop((thread, ns, checkpoint), None)
+            self._unnamed(thread)
 
     def _keep_latest(self, thread: str) -> None:
-        """Only the newest checkpoint of each namespace stays, with its pending writes (and
-        every channel value: a value is keyed by version, which the kept one names)."""
+        """Only the newest checkpoint of each namespace stays, with its pending writes and
+        the values it names."""
         for ns, saved in self.checkpoints.get(thread, {}).items():
             newest = max(saved) if saved else None
             for checkpoint in [c for c in saved if c != newest]:
                 del saved[checkpoint]
                 self.writes.pop((thread, ns, checkpoint), None)
+        self._unnamed(thread)
+
+    def _unnamed(self, thread: str) -> None:
+        """Forget the values of ``thread`` that no checkpoint of it names any more (the
+        index holds no more than its checkpoints need)."""
+        named = {(ns, channel, version)
+                 for ns, saved in self.checkpoints.get(thread, {}).items()
+                 for kept in saved.values() for channel, version in kept.versions}
+        for blob in [k for k in self.blobs if k[0] == thread and k[1:] not in named]:
+            del self.blobs[blob]
+
+    def has(self, thread: str) -> bool:
+        """Whether the index holds anything of ``thread`` (a delete would change it)."""
+        return (any(self.checkpoints.get(thread, {}).values())
+                or any(k[0] == thread for k in self.writes)
+                or any(k[0] == thread for k in self.blobs))
 
     def _copy(self, source: str, target: str) -> None:
         """``target`` gets every checkpoint, write and value of ``source`` (shared, not
@@ -195,12 +225,18 @@ class Index:
 def _blob(value: Any, *, what: str) -> Blob:
     if value == EMPTY:
         return EMPTY
-    if isinstance(value, dict) and set(value) == {"record"} and isinstance(value["record"], str):
-        return Ref(value["record"])
+    if isinstance(value, dict) and set(value) == {"record"}:
+        key = value["record"]
+        found = KEY.match(key) if isinstance(key, str) else None
+        if found is None or not found.group(3):
+            raise EntryError(f"channel {what[:40]!r}: a value record's key is "
+                             "langgraph.<generation>.<seq>.v")
+        return Ref(key)
     return Typed.from_json(value, what=f"channel {what}")
 
 
 def blob_json(blob: Blob) -> Any:
+    """``blob`` as a ``put`` entry holds it."""
     if isinstance(blob, Ref):
         return {"record": blob.key}
     return EMPTY if blob == EMPTY else blob.to_json()
@@ -216,13 +252,20 @@ def check_id(value: Any, *, what: str, chars: int = ID_CHARS) -> str:
 
 
 def check_ids(values: Iterable[Any], *, what: str) -> list[str]:
-    found = [check_id(v, what=what) for v in values]
-    if len(found) > IDS_PER_CALL:
-        raise EntryError(f"{len(found)} {what}s in one call; at most {IDS_PER_CALL} are allowed")
+    """``values`` as a list of ids (each :func:`check_id`), at most :data:`IDS_PER_CALL`;
+    a lone string is refused, not taken for a list of its characters."""
+    if isinstance(values, str | bytes):
+        raise EntryError(f"{what}s are a list of strings, not one string")
+    found: list[str] = []
+    for value in values:
+        if len(found) == IDS_PER_CALL:
+            raise EntryError(f"more than {IDS_PER_CALL} {what}s in one call")
+        found.append(check_id(value, what=what))
     return found
 
 
 def _version(value: Any, *, what: str) -> Version:
+    """A channel version LangGraph made: a bounded string or a number (not a boolean)."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise EntryError(f"{what}'s version must be a string or a number")
     return check_id(value, what=f"{what}'s version") if isinstance(value, str) else value
@@ -248,6 +291,13 @@ def check(entry: Any) -> dict[str, Any]:
     if op == "put":
         Typed.from_json(entry["checkpoint"], what="checkpoint")
         Typed.from_json(entry["metadata"], what="metadata")
+        if not isinstance(entry["versions"], dict):
+            raise EntryError("a put entry's versions are an object")
+        if len(entry["versions"]) > CHANNELS:
+            raise EntryError(f"a checkpoint names at most {CHANNELS} channels")
+        for channel, version in entry["versions"].items():
+            check_id(channel, what="a channel", chars=CHANNEL_CHARS)
+            _version(version, what=f"channel {channel[:40]!r}")
         if not isinstance(entry["blobs"], dict):
             raise EntryError("a put entry's blobs are an object")
         for channel, pair in entry["blobs"].items():
@@ -276,6 +326,7 @@ def check(entry: Any) -> dict[str, Any]:
 
 
 def _list(values: Any, *, what: str) -> None:
+    """``values`` a JSON list of bounded ids."""
     if not isinstance(values, list):
         raise EntryError(f"{what}s are a list")
     check_ids(values, what=what)
@@ -283,7 +334,7 @@ def _list(values: Any, *, what: str) -> None:
 
 _FIELDS: Final[Mapping[str, frozenset[str]]] = {
     "put": frozenset({"thread", "ns", "id", "parent", "run", "checkpoint", "metadata",
-                      "blobs"}),
+                      "versions", "blobs"}),
     "writes": frozenset({"thread", "ns", "checkpoint", "task", "path", "writes"}),
     "delete-thread": frozenset({"thread"}),
     "delete-runs": frozenset({"runs"}),
@@ -302,8 +353,8 @@ def writes_entry(*, thread: str, ns: str, checkpoint: str, task: str, path: str,
 
 
 def order(keys: Iterable[str]) -> list[str]:
-    """The entry keys among ``keys`` in log order: by attempt, then by sequence (value
-    records, ``-v``, left out: an entry names the ones it needs)."""
+    """The entry keys among ``keys`` in log order: by generation, then by sequence (value
+    records, ``.v``, left out: an entry names the ones it needs)."""
     found = []
     for key in keys:
         match = KEY.match(key)
@@ -312,11 +363,11 @@ def order(keys: Iterable[str]) -> list[str]:
     return [key for _, _, key in sorted(found)]
 
 
-def next_seq(keys: Iterable[str], *, attempt: int) -> int:
-    """The next free sequence number of ``attempt`` among ``keys`` (its entries and values)."""
-    seqs = [int(m.group(2)) for m in map(KEY.match, keys) if m and int(m.group(1)) == attempt]
-    return max(seqs, default=0) + 1
+def next_generation(keys: Iterable[str]) -> int:
+    """The generation after the highest among ``keys`` (a new log's own)."""
+    return max((int(m.group(1)) for m in map(KEY.match, keys) if m), default=0) + 1
 
 
-def key(*, attempt: int, seq: int, value: bool = False) -> str:
-    return f"{PREFIX}-{attempt}-{seq}{'-v' if value else ''}"
+def key(*, generation: int, seq: int, value: bool = False) -> str:
+    """The record key of entry ``seq`` of ``generation`` (``value``: a value record)."""
+    return f"{PREFIX}.{generation}.{seq}{'.v' if value else ''}"

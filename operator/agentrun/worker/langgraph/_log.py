@@ -6,7 +6,15 @@ The log is the I/O around :mod:`._entries`: it replays the recoverable prefix in
 exactly as a step is: the head that makes it durable is on the attempt's Lease, and only
 that Lease's holder pod can move it, never after the tombstone. A refusal is the lease
 lost (:class:`~agentrun.worker.LeaseLost`): the entry is not in the index and can never
-become visible to a successor.
+become visible to a successor. An entry is checked (:func:`~._entries.check`) before it
+is committed, exactly as a successor checks it read back, so no attempt commits an entry
+its successors refuse.
+
+A commit that fails otherwise (the store out for longer than the journal retries, the
+Lease changed under every try) may still land later (the group commit keeps a record
+whose head advance is in doubt), and the index would then say less than the journal: the
+log is *broken* and every later call raises :class:`LogBroken`. End the attempt; the
+successor replays what is durable.
 
 One log per attempt (:func:`of`), shared by every saver made over the same worker, so two
 savers never hand out the same record key.
@@ -31,14 +39,9 @@ from agentrun.worker.langgraph import _entries as entries
 Kind = records.Kind
 
 
-@contextmanager
-def fenced() -> Iterator[None]:
-    """A record the API server refused (a tombstoned Lease, another holder) is the lease
-    lost for good: raised as the SDK's :class:`~agentrun.worker.LeaseLost`."""
-    try:
-        yield
-    except records.RecordRefused as refused:
-        raise keeper.LeaseLost(f"a checkpoint write was refused: {refused}") from refused
+class LogBroken(records.RecordError):
+    """An earlier commit of this attempt's LangGraph log failed in a way that leaves its
+    index unsure of the journal: end the attempt (its successor replays the journal)."""
 
 
 @dataclass(kw_only=True)
@@ -48,7 +51,9 @@ class Log:
     steps: prefix.Steps
     index: entries.Index = field(default_factory=entries.Index)
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _generation: int = field(default=1, init=False)
     _seq: int = field(default=1, init=False)
+    _broken: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.steps.ledger, journalcommits.JournalRecords):
@@ -59,7 +64,7 @@ class Log:
             committed = dict(self.steps.prefix.committed)
         for key in entries.order(committed):
             self.index.apply(self._entry(committed[key]))
-        self._seq = entries.next_seq(committed, attempt=self.attempt)
+        self._generation = entries.next_generation(committed)
 
     @property
     def attempt(self) -> int:
@@ -72,23 +77,44 @@ class Log:
             raise records.RecordError(f"LangGraph entry {record.key}: {bad}") from None
 
     def _key(self, *, value: bool = False) -> str:
-        key = entries.key(attempt=self.attempt, seq=self._seq, value=value)
+        key = entries.key(generation=self._generation, seq=self._seq, value=value)
         self._seq += 1
         return key
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """One change under the lock: a refusal raised as the lease lost, any other failure
+        breaking the log (see the module docstring)."""
+        with self.lock:
+            if self._broken is not None:
+                raise LogBroken(self._broken)
+            try:
+                yield
+            except entries.EntryError:
+                raise  # refused before anything was committed
+            except records.RecordRefused as refused:
+                self._broken = f"a checkpoint write was refused: {refused}"
+                raise keeper.LeaseLost(self._broken) from refused
+            except Exception as failed:
+                self._broken = (f"this attempt's LangGraph log is broken: a commit failed "
+                                f"({type(failed).__name__}: {failed}); end the attempt")
+                raise
 
     def append(self, entry: dict[str, Any], *, durable: bool) -> None:
         """Commit ``entry`` (``durable``: it is durable on return; else staged, durable
         within the group commit's delay) and apply it to the index."""
-        with self.lock, fenced():
+        with self._changing():
+            entries.check(entry)
             self._commit(self._key(), entry, durable=durable)
             self.index.apply(entry)
 
-    def put(self, entry: dict[str, Any],
+    def put(self, entry: dict[str, Any], *,
             values: Mapping[str, tuple[entries.Version, entries.Typed | None]]) -> None:
         """Commit a ``put`` entry, durably, with its channel values: each at most
         :data:`~._entries.INLINE_VALUE_BYTES` inline in it, a larger one in a value record
         of its own staged first (so the entry never names a value that is not stored)."""
-        with self.lock, fenced():
+        with self._changing():
+            entries.check({**entry, "blobs": {}})
             blobs: dict[str, list[Any]] = {}
             for channel, (version, value) in values.items():
                 if value is None:
@@ -99,7 +125,7 @@ class Log:
                     key = self._key(value=True)
                     self._commit(key, value.to_json(), durable=False)
                     blobs[channel] = [version, entries.blob_json(entries.Ref(key))]
-            entry = {**entry, "blobs": blobs}
+            entry = entries.check({**entry, "blobs": blobs})
             self._commit(self._key(), entry, durable=True)
             self.index.apply(entry)
 

@@ -148,15 +148,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
         full = get_checkpoint_metadata(config, metadata)
         run = full.get("run_id")
         self.log.put({
-            "op": "put", "thread": thread, "ns": ns,
-            "id": entries.check_id(checkpoint["id"], what="a checkpoint id"),
+            "op": "put", "thread": thread, "ns": ns, "id": checkpoint["id"],
             "parent": config["configurable"].get("checkpoint_id"),
-            "run": None if run is None else entries.check_id(str(run), what="a run id"),
+            "run": None if run is None else str(run),
             "checkpoint": self._typed(body).to_json(),
-            "metadata": self._typed(full).to_json()},
-            {entries.check_id(channel, what="a channel", chars=entries.CHANNEL_CHARS):
-             (version, self._typed(values[channel]) if channel in values else None)
-             for channel, version in new_versions.items()})
+            "metadata": self._typed(full).to_json(),
+            "versions": dict(checkpoint["channel_versions"])},
+            values={channel: (version, self._typed(values[channel]) if channel in values
+                              else None) for channel, version in new_versions.items()})
         return {"configurable": {"thread_id": thread, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -164,21 +163,18 @@ class JournalSaver(BaseCheckpointSaver[str]):
                    task_id: str, task_path: str = "") -> None:
         """Stage a task's writes (durable with the next ``put``, or within the worker's
         group-commit delay; a successor of an attempt that died before runs the task
-        again)."""
+        again). Staged, they are in this attempt's index at once; a stale attempt's are
+        refused when they are flushed, raised (``LeaseLost``) by its next call."""
         self.log.append(entries.writes_entry(
             thread=_thread(config), ns=_ns(config),
-            checkpoint=entries.check_id(config["configurable"]["checkpoint_id"],
-                                        what="a checkpoint id"),
-            task=entries.check_id(task_id, what="a task id"),
-            path=entries.check_id(task_path, what="a task path"),
-            writes=[(WRITES_IDX_MAP.get(channel, i),
-                     entries.check_id(channel, what="a channel", chars=entries.CHANNEL_CHARS),
-                     self._typed(value)) for i, (channel, value) in enumerate(writes)]),
+            checkpoint=config["configurable"]["checkpoint_id"], task=task_id, path=task_path,
+            writes=[(WRITES_IDX_MAP.get(channel, i), channel, self._typed(value))
+                    for i, (channel, value) in enumerate(writes)]),
             durable=False)
 
     def delete_thread(self, thread_id: str) -> None:
         """Forget the thread (a durable entry; its records stay until retention)."""
-        thread = entries.check_id(thread_id, what="a thread id")
+        thread = _id(thread_id, what="a thread id")
         if self._has(thread):
             self.log.append({"op": "delete-thread", "thread": thread}, durable=True)
 
@@ -195,20 +191,30 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Give ``target`` every checkpoint and write of ``source`` (one entry: the values
         are shared, never copied)."""
-        source = entries.check_id(source_thread_id, what="a thread id")
-        target = entries.check_id(target_thread_id, what="a thread id")
+        source = _id(source_thread_id, what="a thread id")
+        target = _id(target_thread_id, what="a thread id")
         if self._has(source):
             self.log.append({"op": "copy-thread", "from": source, "to": target},
                             durable=True)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``keep_latest``: only each namespace's newest checkpoint stays (with its writes);
-        ``delete``: the threads are forgotten. A ``DeltaChannel`` whose state lives in the
-        writes of pruned ancestors loses it, as with LangGraph's own savers."""
+        """``keep_latest``: only each namespace's newest checkpoint stays (with its writes
+        and the values it names); ``delete``: the threads are forgotten. ``keep_latest`` of
+        a thread with a ``DeltaChannel`` is refused (``NotImplementedError``, as LangGraph's
+        Postgres saver does): the channel's state lives in the writes of the ancestors it
+        would drop."""
         if strategy not in entries.STRATEGIES:
-            raise ValueError(f"prune strategy {strategy[:40]!r}: one of "
+            raise ValueError(f"prune strategy {str(strategy)[:40]!r}: one of "
                              f"{', '.join(entries.STRATEGIES)}")
         threads = [t for t in entries.check_ids(thread_ids, what="thread id") if self._has(t)]
+        if strategy == "keep_latest":
+            with self.log.lock:
+                deltas = [t for t in threads if self._delta(t)]
+            if deltas:
+                raise NotImplementedError(
+                    f"prune(keep_latest) of thread {deltas[0][:80]!r}: it has a DeltaChannel, "
+                    "whose state lives in the writes of the ancestors a prune would drop; "
+                    "use strategy='delete', or keep the thread")
         if threads:
             self.log.append({"op": "prune", "threads": threads, "strategy": strategy},
                             durable=True)
@@ -222,7 +228,15 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     def _has(self, thread: str) -> bool:
         with self.log.lock:
-            return any(self.log.index.checkpoints.get(thread, {}).values())
+            return self.log.index.has(thread)
+
+    def _delta(self, thread: str) -> bool:
+        """Whether a checkpoint of ``thread`` counts updates since a ``DeltaChannel``'s
+        snapshot (LangGraph's metadata ``counters_since_delta_snapshot``)."""
+        return any("counters_since_delta_snapshot" in self.serde.loads_typed(
+                       _pair(saved.metadata))
+                   for spaces in self.log.index.checkpoints.get(thread, {}).values()
+                   for saved in spaces.values())
 
     def _typed(self, value: Any) -> entries.Typed:
         kind, data = self.serde.dumps_typed(value)
@@ -262,14 +276,24 @@ class JournalSaver(BaseCheckpointSaver[str]):
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
 
 
+def _id(value: Any, *, what: str) -> str:
+    """An id as LangGraph's savers take it: a string, or a number as its text."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    return entries.check_id(value, what=what)
+
+
 def _thread(config: RunnableConfig) -> str:
-    return entries.check_id(config["configurable"]["thread_id"], what="a thread id")
+    """The thread ``config`` names (LangGraph's ``thread_id``)."""
+    return _id(config["configurable"]["thread_id"], what="a thread id")
 
 
 def _ns(config: RunnableConfig) -> str:
+    """The checkpoint namespace ``config`` names ('' for the root graph)."""
     return entries.check_id(config["configurable"].get("checkpoint_ns", ""),
                             what="a checkpoint namespace")
 
 
 def _pair(typed: entries.Typed) -> tuple[str, bytes]:
+    """``typed`` as LangGraph's serializer takes it back."""
     return typed.type, typed.data
