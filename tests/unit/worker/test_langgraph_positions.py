@@ -16,6 +16,7 @@ from __future__ import annotations
 import operator
 import threading
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -30,6 +31,8 @@ from agentrun.worker.langgraph import _interrupts as interrupts
 
 class Recording:
     """Stands in for ``Worker.effect`` only: calls ``call`` with a key and token."""
+
+    context = SimpleNamespace(run_uid="uid", slot="s")
 
     def __init__(self) -> None:
         self.keys: list[str] = []
@@ -79,7 +82,11 @@ def test_a_task_run_again_from_its_checkpoint_names_its_calls_alike_whatever_the
     first, again = worker.keys[:3], worker.keys[3:]
     assert first == again and len(set(first)) == 3
     assert all(k.startswith("tool-") and len(k) == 45 for k in first)
-    assert seen[0] == Sent(idempotency_key=f"idem-{first[0]}", fencing_token=3)
+    assert seen[0] == Sent(idempotency_key=f"idem-{first[0]}", fencing_token=3,
+                           scope="uid/s")
+    assert seen[0].headers() == {"Idempotency-Key": f"idem-{first[0]}",  # type: ignore[union-attr]
+                                 "Agentrun-Fencing-Token": "3",
+                                 "Agentrun-Fencing-Scope": "uid/s"}
     assert current() is None  # only while the call runs
 
 

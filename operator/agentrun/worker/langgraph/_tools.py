@@ -34,7 +34,9 @@ from typing import Any, Final, TypeVar
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_config
 
+from agentrun import owner
 from agentrun.api import records as api_records
+from agentrun.worker import _approvals as approvals
 from agentrun.worker import _effects as effects
 from agentrun.worker import _sdk as sdk
 
@@ -50,10 +52,19 @@ class ConcurrentToolCall(RuntimeError):
 
 @dataclass(frozen=True, kw_only=True)
 class Sent:
-    """The effect being sent: what its owner deduplicates and fences by."""
+    """The effect being sent: what its owner deduplicates and fences by (``scope``: where
+    the tokens grow, ``<run uid>/<slot>``; ``digest``: the approved payload's, if any)."""
 
     idempotency_key: str
     fencing_token: int
+    scope: str = ""
+    digest: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        """The effect protocol's request headers (docs/effect-owners.md), for the call's
+        request to its owner."""
+        return owner.Effect(key=self.idempotency_key, token=self.fencing_token,
+                            scope=self.scope, digest=self.digest).headers()
 
 
 _current: contextvars.ContextVar[Sent | None] = contextvars.ContextVar(
@@ -133,9 +144,12 @@ def effect(name: str, *, worker: sdk.Worker, call: Callable[[], T],
     module docstring): ``call()`` runs with :func:`current` set; the rest is
     ``worker.effect``'s (``reconcile``, ``owner``, approval by ``approvers`` of
     ``payload``)."""
+    scope = f"{worker.context.run_uid}/{worker.context.slot}"
+    digest = None if payload is None else approvals.payload_digest(payload)
     with _counts.taking(tool=name) as position:
         def sending(key: str, token: int) -> T:
-            told = _current.set(Sent(idempotency_key=key, fencing_token=token))
+            told = _current.set(Sent(idempotency_key=key, fencing_token=token, scope=scope,
+                                     digest=digest))
             try:
                 return call()
             finally:
