@@ -26,7 +26,8 @@ configuration.host, configuration.ssl_ca_cert = given["host"], given["ca"]
 configuration.api_key = {"authorization": "Bearer " + given["token"]}
 api = rest.Rest(kubernetes.client.ApiClient(configuration))
 context = Context(namespace=given["namespace"], run=given["run"], run_uid="uid-1",
-                  slot=given["slot"], node="n", attempt=1, fencing_token=1,
+                  slot=given["slot"], node="n", attempt=given.get("attempt", 1),
+                  fencing_token=given.get("attempt", 1),
                   lease=given["lease"], config_dir=Path("/nonexistent"), pinned={})
 worker = Worker(context=context, api=api, commit_delay=given["delay"],
                 journal=journal.Location(**given["location"]),
