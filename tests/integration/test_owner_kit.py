@@ -98,13 +98,18 @@ def test_an_app_behind_the_middleware_keeps_the_protocol(tmp_path: Path) -> None
         plain = urllib.request.Request(url, data=b"{}", method="POST")
         with urllib.request.urlopen(plain, timeout=30) as reply:  # not an effect: through
             assert reply.status == 201
-        bad = urllib.request.Request(url, data=b"{}", method="POST",
+        own = urllib.request.Request(url, data=b"{}", method="POST",  # a client's own key
                                      headers={"Idempotency-Key": "not-hex"})
+        with urllib.request.urlopen(own, timeout=30) as reply:  # not the protocol's: through
+            assert reply.status == 201
+        bad = urllib.request.Request(url, data=b"{}", method="POST",
+                                     headers={"Idempotency-Key": "not-hex",
+                                              "Agentrun-Fencing-Token": "1"})
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(bad, timeout=30)
         answer = json.loads(refused.value.read())
         assert refused.value.code == 400 and "Idempotency-Key must be" in answer["message"]
-        assert len(app.calls) == applied + 1
+        assert len(app.calls) == applied + 2
         before = Checker(url, nonce="restart")
         sent = before.send(before.effect(1, token=3), before.body(1))
         assert sent.status == 201

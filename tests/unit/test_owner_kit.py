@@ -135,12 +135,19 @@ def test_the_fields_come_from_headers_in_any_case_or_mcp_metadata() -> None:
             "dev.agentrun/fencing-scope": "uid/s"}
     assert Effect.from_mcp(meta) == Effect(key=KEY, token=3, scope="uid/s")
     assert Effect.from_fields({"Content-Type": "x"}) is None  # not an effect request
+    assert Effect.from_fields({"Idempotency-Key": "a client's own"}) is None  # nor this
+    with pytest.raises(ProtocolError, match="given twice"):
+        Effect.from_headers([*found.headers().items(),  # type: ignore[union-attr]
+                             ("idempotency-key", "b" * 64)])
     assert Effect.from_fields({"Idempotency-Key": KEY, "Agentrun-Query": "status"}) == Effect(
         key=KEY, query=True)
 
 
 @pytest.mark.parametrize(("fields", "message"), [
-    ({"Idempotency-Key": "A" * 64}, "64 lower-case hex"),
+    ({"Idempotency-Key": "A" * 64, "Agentrun-Fencing-Token": "1"}, "64 lower-case hex"),
+    ({"Agentrun-Fencing-Token": "1"}, "needs Idempotency-Key"),
+    ({"Idempotency-Key": KEY, "Agentrun-Fencing-Token": "\u00b2",
+      "Agentrun-Fencing-Scope": "s"}, "Token must be a whole"),
     ({"Idempotency-Key": KEY, "Agentrun-Query": "all"}, "must be 'status'"),
     ({"Idempotency-Key": KEY, "Agentrun-Fencing-Scope": "s"}, "Token must be a whole"),
     ({"Idempotency-Key": KEY, "Agentrun-Fencing-Token": "-1",
@@ -156,3 +163,30 @@ def test_the_fields_come_from_headers_in_any_case_or_mcp_metadata() -> None:
 def test_a_malformed_field_is_refused_by_name(fields: dict[str, str], message: str) -> None:
     with pytest.raises(ProtocolError, match=message):
         Effect.from_fields(fields)
+
+
+def test_a_key_begun_by_a_service_that_restarted_is_unknown_never_applied_again(
+        tmp_path: Path) -> None:
+    path = str(tmp_path / "e.db")
+    before = Owner(store=SqliteStore(path))
+    assert before.begin(effect(), body=b"{}") is None  # then the service died mid-apply
+    after = Owner(store=SqliteStore(path))
+    assert answer(after) == "unknown"
+    refused = after.apply(effect(), body=b"{}", do=lambda: pytest.fail("maybe applied"))
+    assert refused.status == 409 and json.loads(refused.body)["error"] == "EffectOutcomeUnknown"
+
+
+def test_a_failed_begin_commits_nothing(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "e.db"))
+    store.db.execute("CREATE TRIGGER no BEFORE INSERT ON effects BEGIN "
+                     "SELECT RAISE(ABORT, 'refused'); END")
+    with pytest.raises(Exception, match="refused"):
+        store.begin(key=KEY, scope="other", token=7)
+    assert store.db.execute("SELECT * FROM fences").fetchall() == []
+
+
+def test_a_replay_carries_the_first_replys_headers(owner: Owner) -> None:
+    owner.apply(effect(), body=b"{}", do=lambda: Reply(status=201, body=b"{}",
+                                                       headers=(("location", "/r/1"),)))
+    again = owner.apply(effect(), body=b"{}", do=lambda: pytest.fail("applied"))
+    assert again.headers == (("location", "/r/1"), (REPLAYED, "true"))

@@ -16,7 +16,9 @@ An *effect* request carries, as HTTP headers (or as MCP ``tools/call`` metadata,
   ``sha256:<hex>`` of the canonical JSON of the body people approved; the owner checks the
   body it got against it.
 
-A *status query* is a request with ``Idempotency-Key`` and ``Agentrun-Query: status``
+A request is an effect request only if it carries an ``Agentrun-*`` header (an
+``Idempotency-Key`` alone is a client's own). A *status query* is a request with
+``Idempotency-Key`` and ``Agentrun-Query: status``
 (no token, no body): the owner answers ``{"answer": "applied" | "not-applied" |
 "in-progress", "result": ...}``, what the SDK's ``reconcile`` takes. Stdlib only: a
 service can vendor this package.
@@ -27,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -40,9 +42,11 @@ REPLAYED: Final = "Agentrun-Replayed"  # on a re-send's answer: "true"
 MCP: Final = {KEY: "dev.agentrun/idempotency-key", TOKEN: "dev.agentrun/fencing-token",
               SCOPE: "dev.agentrun/fencing-scope", DIGEST: "dev.agentrun/approval-digest",
               QUERY: "dev.agentrun/query"}
+_NAMES: Final = frozenset(n.lower() for n in (KEY, TOKEN, SCOPE, DIGEST, QUERY))
 SCOPE_CHARS: Final = 256
 MAX_TOKEN: Final = 2**53 - 1
 _HEX64: Final = re.compile(r"^[0-9a-f]{64}$")
+_DIGITS: Final = re.compile(r"^[0-9]{1,16}$")  # ASCII digits only (str.isdigit takes '²')
 _DIGEST: Final = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 
@@ -61,10 +65,26 @@ class Effect:
     query: bool = False
 
     @classmethod
+    def from_headers(cls, headers: Iterable[tuple[str, str]]) -> Effect | None:
+        """:meth:`from_fields` of a request's header list, where one of the protocol's
+        headers given twice (with other values) is a :class:`ProtocolError`."""
+        found: dict[str, str] = {}
+        for name, value in headers:
+            lower = name.lower()
+            if lower in _NAMES and found.get(lower, value) != value:
+                raise ProtocolError(f"{name} is given twice, with other values")
+            found[lower] = value
+        return cls.from_fields(found)
+
+    @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> Effect | None:
         """The effect named by ``fields`` (header names, any case), None when it names
-        none (no ``Idempotency-Key``: not an effect request), else :class:`ProtocolError`."""
+        none, else :class:`ProtocolError`. A request is an effect request only if it
+        carries an ``Agentrun-*`` field: an ``Idempotency-Key`` alone is a client's own
+        (the IETF draft's, Stripe's), left to the service."""
         found = {k.lower(): v for k, v in fields.items()}
+        if not any(name.startswith("agentrun-") for name in found):
+            return None
 
         def text(name: str) -> str | None:
             value = found.get(name.lower())
@@ -72,7 +92,7 @@ class Effect:
 
         key = text(KEY)
         if key is None:
-            return None
+            raise ProtocolError(f"an effect request (it has Agentrun-* headers) needs {KEY}")
         if not _HEX64.match(key):
             raise ProtocolError(f"{KEY} must be 64 lower-case hex digits (the SDK's "
                                 "idempotency key)")
@@ -81,7 +101,7 @@ class Effect:
                 raise ProtocolError(f"{QUERY} must be 'status'")
             return cls(key=key, query=True)
         token, scope, digest = text(TOKEN), text(SCOPE), text(DIGEST)
-        if token is None or not token.isdigit() or len(token) > 16 or int(token) > MAX_TOKEN:
+        if token is None or not _DIGITS.match(token) or int(token) > MAX_TOKEN:
             raise ProtocolError(f"{TOKEN} must be a whole number from 0 to {MAX_TOKEN}")
         if not scope or len(scope) > SCOPE_CHARS:
             raise ProtocolError(f"{SCOPE} must be 1 to {SCOPE_CHARS} characters "
@@ -117,8 +137,9 @@ def canonical(value: Any) -> bytes:
 
 
 def body_digest(body: bytes) -> str | None:
-    """The sha256 (hex) of ``body``'s canonical JSON, or None if it is not JSON."""
+    """The sha256 (hex) of ``body``'s canonical JSON, or None if it is not JSON (or nests
+    deeper than the parser goes)."""
     try:
         return hashlib.sha256(canonical(json.loads(body))).hexdigest()
-    except ValueError:
+    except (ValueError, RecursionError):
         return None

@@ -7,25 +7,27 @@ of ``agentrun-owner-check/<nonce>/<n>``, each body ``{"agentrunOwnerCheck": <n>,
 The checks, in order, each sent on its own keys:
 
 1. ``applies``: key K1, token 1 → a 2xx reply;
-2. ``deduplicates``: K1 again, token 1, another body → the first reply again (status and
-   body), marked ``Agentrun-Replayed: true``;
+2. ``deduplicates``: K11, token 1, then K11 again with another body → the first reply
+   again (status and body), marked ``Agentrun-Replayed: true``;
 3. ``answers-applied``: a status query of K1 → ``{"answer": "applied"}``;
 4. ``answers-not-applied``: a status query of K2, never sent → ``"not-applied"``;
 5. ``fences``: K3 with token 2 → 2xx; then K4 with token 1 → 409; then a status query of
    K4 → ``"not-applied"`` (nothing applied for the stale attempt);
 6. ``checks-approval``: K5, token 2, an ``Agentrun-Approval-Digest`` of another body → 422,
-   and a status query of K5 → ``"not-applied"``; then K5 with the digest of its own body
-   → 2xx.
+   and a status query of K5 → ``"not-applied"``; then K5 with the approved body (sent with
+   spaces: the digest is of its canonical JSON, not of its bytes) → 2xx.
 
 Each prints ``ok`` or ``FAIL`` with what was expected and what came. Exit 0: all passed;
-1: a check failed; 2: the service could not be reached, or the arguments are wrong.
-Nothing is retried: a check is one exchange.
+1: a check failed; 2: the service could not be reached or did not speak HTTP, or the
+arguments are wrong. Nothing is retried and no redirect is followed: each request is one
+exchange.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import json
 import secrets
 import sys
@@ -38,6 +40,16 @@ from typing import Any, Final
 from agentrun.owner._protocol import REPLAYED, Effect, canonical
 
 TIMEOUT_SECONDS: Final = 30.0
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as it came (a 3xx fails its check), never followed."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER: Final = urllib.request.build_opener(_NoRedirects)
 MAX_REPLY_BYTES: Final = 1 << 20
 
 
@@ -47,6 +59,8 @@ class Unreachable(Exception):
 
 @dataclass(frozen=True)
 class Answer:
+    """What the service answered: status, body (at most 1 MiB), headers by lower name."""
+
     status: int
     body: bytes
     headers: dict[str, str]
@@ -60,6 +74,8 @@ class Answer:
 
 @dataclass
 class Checker:
+    """The requests of the checks, on reserved keys of one random scope."""
+
     url: str
     method: str = "POST"
     nonce: str = ""
@@ -74,19 +90,22 @@ class Checker:
     def key(self, n: int) -> str:
         return hashlib.sha256(f"{self.scope}/{n}".encode()).hexdigest()
 
-    def send(self, effect: Effect, body: Any = None) -> Answer:
-        data = None if effect.query else canonical(body)
+    def send(self, effect: Effect, body: Any = None, *, spaced: bool = False) -> Answer:
+        """One exchange (``spaced``: the body's JSON not in canonical form)."""
+        data = None if effect.query else (
+            json.dumps(body, indent=1).encode() if spaced else canonical(body))
         request = urllib.request.Request(
             self.url, data=data, method="GET" if effect.query else self.method,
             headers={**effect.headers(), "Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as reply:
+            with _OPENER.open(request, timeout=TIMEOUT_SECONDS) as reply:
                 return Answer(reply.status, reply.read(MAX_REPLY_BYTES),
                               {k.lower(): v for k, v in reply.headers.items()})
         except urllib.error.HTTPError as error:
             return Answer(error.code, error.read(MAX_REPLY_BYTES),
                           {k.lower(): v for k, v in error.headers.items()})
-        except (urllib.error.URLError, OSError) as error:
+        except (urllib.error.URLError, OSError, http.client.HTTPException,
+                ValueError) as error:
             raise Unreachable(f"{self.url}: {error}") from None
 
     def effect(self, n: int, *, token: int, digest: str | None = None) -> Effect:
@@ -145,7 +164,8 @@ def _checks_approval(c: Checker) -> str | None:
         return f"expected a body other than the approved one refused with 422, got {other.status}"
     if (found := c.answer_of(5)) != "not-applied":
         return f"expected the refused key 'not-applied', got {found!r}"
-    same = c.send(c.effect(5, token=2, digest=approved), c.body(5, approved=True))
+    same = c.send(c.effect(5, token=2, digest=approved), c.body(5, approved=True),
+                  spaced=True)
     return None if 200 <= same.status < 300 else (
         f"expected the approved body applied (2xx), got {same.status}")
 

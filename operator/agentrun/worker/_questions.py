@@ -142,6 +142,16 @@ class Questions:
         raise QuestionAsked(told, key=key, digest=digest)
 
 
+def check(*, question: Any, schema: Mapping[str, Any] | None, deadline_seconds: Any,
+          on_expiry: Any, default: JSON) -> None:
+    """:class:`QuestionError` if :meth:`Questions.ask` would refuse these arguments (for a
+    caller that asks several at once and must commit none when one is out of bounds)."""
+    if not isinstance(question, str):
+        raise QuestionError(f"a question is text, not {type(question).__name__}")
+    _payload(question=question, schema=None if schema is None else dict(schema),
+             deadline_seconds=deadline_seconds, on_expiry=on_expiry, default=default)
+
+
 def _payload(*, question: str, schema: dict[str, Any] | None, deadline_seconds: int | None,
              on_expiry: str, default: JSON) -> dict[str, JSON]:
     """The ``<key>.question`` record's payload, or :class:`QuestionError` out of bounds."""

@@ -20,26 +20,32 @@ from types import SimpleNamespace
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt import ToolNode
 from langgraph.types import Interrupt, RetryPolicy
 
-from agentrun.worker import QuestionError
-from agentrun.worker.langgraph import ConcurrentToolCall, Sent, current, effect
+from agentrun.worker import QuestionAsked, QuestionError
+from agentrun.worker.langgraph import ConcurrentToolCall, Sent, current, durable_tool, effect
 from agentrun.worker.langgraph import _interrupts as interrupts
 
 
 class Recording:
     """Stands in for ``Worker.effect`` only: calls ``call`` with a key and token."""
 
-    context = SimpleNamespace(run_uid="uid", slot="s")
+    context = SimpleNamespace(run_uid="uid", slot="s", approvals={})
 
     def __init__(self) -> None:
         self.keys: list[str] = []
+        self.lock = threading.Lock()
 
     def effect(self, name: str, *, key: str, call: Callable[[str, int], Any],
                **_: Any) -> Any:
-        self.keys.append(key)
+        with self.lock:
+            self.keys.append(key)
         return call(f"idem-{key}", 3)
 
 
@@ -171,3 +177,113 @@ def test_an_interrupts_key_is_a_step_key_from_its_id() -> None:
     key = interrupts.question_key("a" * 32)
     assert key.startswith("interrupt-") and len(key) == 42
     assert key != interrupts.question_key("b" * 32)
+
+
+class Messages(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+def test_a_toolnodes_calls_are_keyed_by_their_place_in_the_message_whatever_their_order(
+        ) -> None:
+    worker, sent, runs = Recording(), [], [0]
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email (a side effect)."""
+        sent.append((to, current().idempotency_key))  # type: ignore[union-attr]
+        return f"sent to {to}"
+
+    def model(state: Messages) -> dict[str, Any]:
+        calls = [{"name": "send_email", "args": {"to": to}, "id": f"id-{to}"}
+                 for to in ("a", "b", "c")]
+        return {"messages": [AIMessage(content="", tool_calls=calls)]}
+
+    tools = ToolNode([durable_tool(send_email, worker=worker)])  # type: ignore[arg-type]
+
+    def act(state: Messages) -> dict[str, Any]:
+        runs[0] += 1
+        out = tools.invoke(state)
+        if runs[0] == 1:
+            raise RuntimeError("died after the tools ran")
+        return out
+
+    builder = StateGraph(Messages)
+    builder.add_node("model", model)
+    builder.add_node("act", act)
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "act")
+    builder.add_edge("act", END)
+    built = builder.compile(checkpointer=InMemorySaver())
+    with pytest.raises(RuntimeError, match="died"):
+        built.invoke({"messages": []}, CONFIG, durability="sync")
+    first = dict(sent)
+    sent.clear()
+    done = built.invoke(None, CONFIG, durability="sync")
+    assert dict(sent) == first and len(set(first.values())) == 3  # same place, same key
+    assert [m.content for m in done["messages"][-3:]] == ["sent to a", "sent to b",
+                                                          "sent to c"]
+
+
+def test_a_tool_effect_under_async_durability_is_refused() -> None:
+    worker = Recording()
+
+    def act(state: State) -> dict[str, list[Any]]:
+        effect("publish", worker=worker, call=lambda: None)  # type: ignore[arg-type]
+        return {"steps": ["act"]}
+
+    with pytest.raises(RuntimeError, match="durability='sync'"):
+        graph(act).invoke({"steps": []}, CONFIG, durability="async")
+    assert worker.keys == []
+
+
+class Asking(Recording):
+    """Stands in for ``Worker.ask`` too: records each question asked, answers none."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    def ask(self, key: str, question: str, **_: Any) -> Any:
+        self.asked.append(question)
+        raise QuestionAsked("asked", key=key, digest="d")
+
+
+def test_interrupts_out_of_bounds_commit_no_question() -> None:
+    worker = Asking()
+    fine, wrong = Interrupt("fine?", "i1"), Interrupt({"question": "x" * 600}, "i2")
+    with pytest.raises(QuestionError, match="at most 512"):
+        interrupts.answers(worker, [fine, wrong])  # type: ignore[arg-type]
+    many = [Interrupt(f"q{i}?", f"i{i}") for i in range(5)]
+    with pytest.raises(QuestionError, match="at most 4 questions"):
+        interrupts.answers(worker, many)  # type: ignore[arg-type]
+    assert worker.asked == []
+    with pytest.raises(QuestionAsked):
+        interrupts.answers(worker, many[:2])  # type: ignore[arg-type]
+    assert worker.asked == ["q0?", "q1?"]  # both asked, then the attempt ends
+
+
+def test_invoke_never_runs_a_finished_thread_again_nor_passes_a_breakpoint() -> None:
+    runs: list[str] = []
+
+    def act(state: State) -> dict[str, list[Any]]:
+        runs.append("act")
+        return {"steps": []}  # its state stays empty
+
+    built = graph(act)
+    worker = Asking()
+    assert interrupts.invoke(built, {"steps": []}, worker=worker,  # type: ignore[arg-type]
+                             config=CONFIG) == {"steps": ["plan"]}
+    interrupts.invoke(built, {"steps": []}, worker=worker, config=CONFIG)  # type: ignore[arg-type]
+    assert runs == ["act"]
+    paused = StateGraph(State)
+    paused.add_node("plan", lambda state: {"steps": ["plan"]})
+    paused.add_node("act", act)
+    paused.add_edge(START, "plan")
+    paused.add_edge("plan", "act")
+    compiled = paused.compile(checkpointer=InMemorySaver(), interrupt_before=["act"])
+    with pytest.raises(RuntimeError, match="static breakpoint"):
+        interrupts.invoke(compiled, {"steps": []}, worker=worker,  # type: ignore[arg-type]
+                          config={"configurable": {"thread_id": "other"}})
+    with pytest.raises(ValueError, match="only 'sync'"):
+        interrupts.invoke(compiled, {}, worker=worker, config=CONFIG,  # type: ignore[arg-type]
+                          durability="async")

@@ -27,6 +27,7 @@ from typing import Any, Final
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt
 
+from agentrun.api import bounds
 from agentrun.worker import _questions as questions
 from agentrun.worker import _sdk as sdk
 
@@ -47,6 +48,9 @@ def asked(interrupt: Interrupt) -> dict[str, Any]:
         found: dict[str, Any] = {"question": value}
     elif isinstance(value, Mapping) and "question" in value and set(value) <= ASK_FIELDS:
         found = dict(value)
+        if not isinstance(found.get("schema", {}), Mapping | None):
+            raise questions.QuestionError("an interrupt's 'schema' is a JSON Schema (an "
+                                          "object)")
     else:
         raise questions.QuestionError(
             "an interrupt's value is the question a person answers: a string, or an object "
@@ -62,7 +66,19 @@ def asked(interrupt: Interrupt) -> dict[str, Any]:
 
 def answers(worker: sdk.Worker, interrupts: Sequence[Interrupt]) -> dict[str, Any]:
     """The answer to each interrupt, by its id. Every unanswered one is asked (so a person
-    sees them all at once), then the first :class:`QuestionAsked` is raised."""
+    sees them all at once), then the first :class:`QuestionAsked` is raised. Every
+    interrupt is checked first (its value a question, and no more of them than a slot
+    shows), so a :class:`QuestionError` commits nothing."""
+    for interrupt in interrupts:  # each question within its bounds, as ask checks them
+        given = asked(interrupt)
+        questions.check(question=given["question"], schema=given.get("schema"),
+                        deadline_seconds=given.get("deadline_seconds"),
+                        on_expiry=given.get("on_expiry", "fail"),
+                        default=given.get("default"))
+    if len(interrupts) > bounds.QUESTIONS_KEPT:
+        raise questions.QuestionError(
+            f"{len(interrupts)} interrupts wait at once; a slot shows at most "
+            f"{bounds.QUESTIONS_KEPT} questions: interrupt fewer tasks at a time")
     found: dict[str, Any] = {}
     pending: questions.QuestionAsked | None = None
     for interrupt in interrupts:
@@ -81,20 +97,32 @@ def invoke(graph: Any, inputs: Any, *, worker: sdk.Worker, config: RunnableConfi
     its end and return its final state's values: the first attempt starts it with
     ``inputs``; a successor resumes it; a graph paused at ``interrupt()`` is resumed with
     the slot's answers, or the attempt ends with ``QuestionAsked`` until a person answers.
-    A thread already at its end is returned as it is (its values), not run again.
-    ``durability`` is LangGraph's (``"sync"``: every superstep durable before the next)."""
+    A thread already at its end (a checkpoint, nothing next) is returned as it is (its
+    values, even empty), not run again.
+    ``durability`` is LangGraph's, and only ``"sync"`` keeps a tool effect's key (every
+    superstep durable before the next). A graph paused at a static breakpoint
+    (``interrupt_before``/``interrupt_after``) is refused: its pause is a debugger's, not
+    a question for a person."""
+    if durability != "sync":
+        raise ValueError(f"durability {durability!r}: only 'sync' makes every superstep "
+                         "durable before the next, which a tool effect's key needs")
     state = graph.get_state(config)
     if state.interrupts:
         given: Any = Command(resume=answers(worker, state.interrupts))
     elif state.next:
         given = None
-    elif state.values:
+    elif state.created_at is not None:  # a checkpoint, nothing next: at its end
         return state.values
     else:
         given = inputs
     while True:
         graph.invoke(given, config, durability=durability, **kwargs)
         state = graph.get_state(config)
-        if not state.interrupts:
+        if state.interrupts:
+            given = Command(resume=answers(worker, state.interrupts))
+        elif state.next:
+            raise RuntimeError(f"the graph paused before {list(state.next)} with no "
+                               "interrupt (a static breakpoint): use interrupt() for a "
+                               "person, and compile without interrupt_before/after")
+        else:
             return state.values
-        given = Command(resume=answers(worker, state.interrupts))

@@ -130,9 +130,16 @@ class Log:
             self.index.apply(entry)
 
     def _commit(self, key: str, payload: api_records.JSON, *, durable: bool) -> None:
-        self.steps.commit(records.make(key=key, kind=Kind.CHECKPOINT, attempt=self.attempt,
-                                       payload=payload, store=self.steps.store),
-                          durable=durable)
+        """Make the record (a payload out of a record's bounds is an ``EntryError``:
+        nothing committed, the log not broken), then commit or stage it."""
+        try:
+            record = records.make(key=key, kind=Kind.CHECKPOINT, attempt=self.attempt,
+                                  payload=payload, store=self.steps.store)
+        except records.StoreUnavailable:
+            raise
+        except records.RecordError as bad:
+            raise entries.EntryError(f"LangGraph record {key}: {bad}") from None
+        self.steps.commit(record, durable=durable)
 
     def value(self, ref: entries.Ref) -> entries.Typed:
         """A channel value kept in a value record (read from the journal's store)."""

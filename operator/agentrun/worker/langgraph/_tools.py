@@ -22,8 +22,10 @@ task at once would make the count depend on timing: the second is refused
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import hashlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -31,7 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 
 from agentrun import owner
@@ -78,54 +81,86 @@ def current() -> Sent | None:
 
 @dataclass(frozen=True, kw_only=True)
 class Position:
-    """Where a call is in the graph: what its key is made of."""
+    """Where a call is in the graph: what its key is made of. ``index`` is the call's
+    place in the model's message a ``ToolNode`` runs (``"call-<i>"``), or else how many
+    calls of this tool the task's execution made before it (a number)."""
 
     thread: str
     task: str  # the task's checkpoint namespace (``node:task id``, nested for subgraphs)
     tool: str
-    index: int
+    index: int | str
 
     def key(self) -> str:
+        """The effect's key: ``tool-`` and 40 hex digits of the position's sha256."""
         parts: api_records.JSON = [self.thread, self.task, self.tool, self.index]
         return KEY_PREFIX + hashlib.sha256(api_records.canonical(parts)).hexdigest()[:40]
 
 
-class _Counts:
-    """Calls per task execution and tool: the next index, and whether one is running.
+def _in_message(configurable: dict[str, Any], call_id: str | None) -> int | None:
+    """The place of tool call ``call_id`` in the last message of the task's ``messages``
+    that made tool calls (what a ``ToolNode`` runs), or None. The message is in the
+    committed checkpoint the task runs from, so every attempt finds it alike; the id only
+    finds the call, it is not part of the key."""
+    read = configurable.get("__pregel_read")
+    if call_id is None or read is None:
+        return None
+    try:
+        messages = read("messages", False)
+    except Exception:  # no such channel: not a messages graph
+        return None
+    for message in reversed(messages if isinstance(messages, list) else []):
+        calls = getattr(message, "tool_calls", None)
+        if calls:
+            ids = [call.get("id") for call in calls]
+            return ids.index(call_id) if ids.count(call_id) == 1 else None
+    return None
 
-    A task execution is known by its ``Runtime`` object: LangGraph makes a new one for
-    each run of a task (each retry too, with its ``node_attempt``), so a task run again
-    (resumed in this process after its question was answered, retried) counts from 0 and
-    meets its own intents. The last :data:`KEPT` executions are remembered (each with its
-    ``Runtime``, so its id is not reused meanwhile); an older one has long ended."""
+
+class _Counts:
+    """Calls per task execution and tool: the next index, and which are running.
+
+    An execution is known by its task's namespace, its ``node_attempt`` and when its first
+    attempt started (LangGraph's ``ExecutionInfo``): a task run again (resumed in this
+    process after its question was answered, or retried) is a new execution, counts from
+    0 and meets its own intents. The last :data:`KEPT` executions are remembered."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.runs: OrderedDict[int, tuple[object, dict[str, int]]] = OrderedDict()
-        self.running: set[int] = set()
+        self.runs: OrderedDict[tuple[Any, ...], dict[str, int]] = OrderedDict()
+        self.running: set[tuple[Any, ...]] = set()
 
     @contextmanager
-    def taking(self, *, tool: str) -> Iterator[Position]:
+    def taking(self, *, tool: str, call_id: str | None = None) -> Iterator[Position]:
         configurable = get_config().get("configurable") or {}
-        runtime = configurable.get("__pregel_runtime")
+        info = getattr(configurable.get("__pregel_runtime"), "execution_info", None)
         thread = str(configurable.get("thread_id") or "")
         task = str(configurable.get("checkpoint_ns") or "")
-        if not thread or not task or getattr(runtime, "execution_info", None) is None:
+        if not thread or not task or info is None:
             raise RuntimeError("a tool effect's key is its position in a graph: call it from "
                                "a node of a graph compiled with a checkpointer, on a thread")
-        run = id(runtime)
+        durability = configurable.get("__pregel_durability")
+        if durability not in (None, "sync"):
+            raise RuntimeError(
+                f"a tool effect's key is its position, which holds only if the checkpoint its "
+                f"task runs from is durable before the task starts: run the graph with "
+                f"durability='sync' (agentrun.worker.langgraph.invoke does), not {durability!r}")
+        placed = _in_message(configurable, call_id)
+        run = (task, info.node_attempt, info.node_first_attempt_time, tool)
         with self.lock:
-            if run in self.running:
-                raise ConcurrentToolCall(
-                    f"tool {tool}: another side-effecting call of task {task[:80]} is "
-                    "running; their order is their idempotency key, so run them one at a time")
-            _, counts = self.runs.setdefault(run, (runtime, {}))
-            self.runs.move_to_end(run)
-            while len(self.runs) > KEPT:
-                self.runs.popitem(last=False)
-            index = counts.get(tool, 0)
-            counts[tool] = index + 1
-            self.running.add(run)
+            if placed is not None:
+                index: int | str = f"call-{placed}"
+            else:
+                if run in self.running:
+                    raise ConcurrentToolCall(
+                        f"tool {tool}: another call of it in task {task[:80]} is running; "
+                        "their order is their idempotency key, so run them one at a time")
+                counts = self.runs.setdefault(run[:3], {})
+                self.runs.move_to_end(run[:3])
+                while len(self.runs) > KEPT:
+                    self.runs.popitem(last=False)
+                index = counts.get(tool, 0)
+                counts[tool] = index + 1
+                self.running.add(run)
         try:
             yield Position(thread=thread, task=task, tool=tool, index=index)
         finally:
@@ -139,14 +174,16 @@ _counts = _Counts()
 def effect(name: str, *, worker: sdk.Worker, call: Callable[[], T],
            reconcile: effects.Reconcile | None = None, owner: str | None = None,
            payload: api_records.JSON = None, approvers: int = 0,
-           redact: Sequence[str] = ()) -> T:
+           redact: Sequence[str] = (), call_id: str | None = None) -> T:
     """Perform the side effect ``name`` from inside a node, once per position (see the
     module docstring): ``call()`` runs with :func:`current` set; the rest is
     ``worker.effect``'s (``reconcile``, ``owner``, approval by ``approvers`` of
-    ``payload``)."""
+    ``payload``). ``call_id``: the tool call a ``ToolNode`` runs (it finds the call's place
+    in the model's message)."""
     scope = f"{worker.context.run_uid}/{worker.context.slot}"
-    digest = None if payload is None else approvals.payload_digest(payload)
-    with _counts.taking(tool=name) as position:
+    needed = approvals.required(name=name, approvers=approvers, floor=worker.context.approvals)
+    digest = approvals.payload_digest(payload) if needed and payload is not None else None
+    with _counts.taking(tool=name, call_id=call_id) as position:
         def sending(key: str, token: int) -> T:
             told = _current.set(Sent(idempotency_key=key, fencing_token=token, scope=scope,
                                      digest=digest))
@@ -159,18 +196,56 @@ def effect(name: str, *, worker: sdk.Worker, call: Callable[[], T],
                              owner=owner, payload=payload, approvers=approvers, redact=redact)
 
 
+class _DurableTool(BaseTool):
+    """A LangChain tool whose every call is :func:`effect` (see :func:`durable_tool`)."""
+
+    inner: BaseTool
+    worker: Any
+    reconcile: Any = None
+    effect_owner: str | None = None
+    approvers: int = 0
+    redact: tuple[str, ...] = ()
+
+    def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        """A ``ToolNode`` gives a ``ToolCall`` (its ``id`` finds the call's place in the
+        model's message; the answer is a ``ToolMessage``); a direct call gives the
+        arguments (the answer is the tool's result). The ledger records the inner tool's
+        result for its arguments, so it must be JSON."""
+        is_call = isinstance(input, dict) and input.get("type") == "tool_call"
+        arguments = input.get("args", {}) if is_call else input
+        payload = json.loads(json.dumps(arguments, default=str))  # what people approve
+        result = effect(self.inner.name, worker=self.worker,
+                        call=lambda: self.inner.invoke(arguments, config, **kwargs),
+                        reconcile=self.reconcile, owner=self.effect_owner, payload=payload,
+                        approvers=self.approvers, redact=self.redact,
+                        call_id=input.get("id") if is_call else None)
+        if not is_call:
+            return result
+        return ToolMessage(content=result if isinstance(result, str) else json.dumps(result),
+                           tool_call_id=input["id"], name=self.name)
+
+    async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        """:meth:`invoke` in a thread (the ledger's calls block)."""
+        return await asyncio.to_thread(self.invoke, input, config, **kwargs)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("a durable tool runs through invoke")
+
+
 def durable_tool(tool: BaseTool, *, worker: sdk.Worker,
                  reconcile: effects.Reconcile | None = None, owner: str | None = None,
                  approvers: int = 0, redact: Sequence[str] = ()) -> BaseTool:
-    """``tool`` as an effect: the same name, description and arguments; each call is
-    :func:`effect` (its payload, for an approval, is the call's arguments). Give it to the
-    graph (``ToolNode([durable_tool(...)])``) in place of ``tool``."""
-    def run(**arguments: Any) -> Any:
-        return effect(tool.name, worker=worker, call=lambda: tool.invoke(arguments),
-                      reconcile=reconcile, owner=owner,
-                      payload=arguments if approvers else None, approvers=approvers,
-                      redact=redact)
-
-    return StructuredTool.from_function(func=run, name=tool.name,
-                                        description=tool.description,
-                                        args_schema=tool.args_schema)
+    """``tool`` as an effect: the same name, description, argument schema and return
+    settings; each call is :func:`effect` (its payload, for an approval, is the call's
+    arguments as JSON). Give it to the graph (``ToolNode([durable_tool(...)])``) in place
+    of ``tool``. Leave ``handle_tool_errors`` at its default: an error handler that turns
+    every exception into a message would swallow the SDK's (``QuestionAsked``,
+    ``EffectStopped``, ``LeaseLost``), which must end the attempt."""
+    if tool.response_format != "content":
+        raise ValueError(f"tool {tool.name}: a durable tool answers with content only "
+                         f"(response_format='content'), not {tool.response_format!r}")
+    return _DurableTool(name=tool.name, description=tool.description,
+                        args_schema=tool.args_schema, return_direct=tool.return_direct,
+                        inner=tool, worker=worker,
+                        reconcile=reconcile, effect_owner=owner, approvers=approvers,
+                        redact=tuple(redact))
