@@ -23,7 +23,7 @@ help:
 	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
 	@echo "make demo      the recovery trace with real worker pods on a local cluster it starts and removes"
 	@echo "make bench     every benchmark (figures into docs/benchmarks.md, each command its own section)"
-	@echo "make bench-journal  the journal beside LangGraph's PostgresSaver (docs/benchmarks.md)"
+	@echo "make bench-journal  the journal, and its LangGraph checkpointer, beside LangGraph's PostgresSaver (docs/benchmarks.md)"
 	@echo "make faults    fault scenarios on a cluster (and node) of their own: scenario x count x violations"
 	@echo "make journal-scale  20,000 steps and a 2 GiB artifact on real pods, killed at seeded points"
 
@@ -160,6 +160,7 @@ JOURNAL_ARGS ?=
 .PHONY: bench-journal
 bench-journal: controlplane $(VENV)/.installed-bench
 	$(PY) -m bench.journal $(JOURNAL_ARGS)
+	$(PY) -m bench.journal.graphs
 
 # Every benchmark, one after the other, each writing its own section of docs/benchmarks.md
 # (bench/common/report.py): figures with the machine, the commit and the date; never a test.

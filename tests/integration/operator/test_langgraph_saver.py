@@ -226,3 +226,22 @@ def test_bad_input_is_refused_before_anything_is_committed(
     successor.delete_thread(42)
     assert successor.get_tuple(config) is None
     slot.next().stop()
+
+
+def test_a_group_committed_put_is_durable_at_the_flush_and_the_successor_resumes_there(
+        attempts: Callable[[int], Attempt], location: journal.Location,
+        tmp_path: Path) -> None:
+    slot = Attempts(attempts, location, tmp_path)
+    worker = slot.next()
+    worker.commit_delay = 10.0  # nothing flushes by itself while the test looks
+    saver = JournalSaver(worker, group_commit=True)
+    graph = counting_graph(saver, calls=[], fail_at=None)
+    config = {"configurable": {"thread_id": "grouped"}}
+    graph.invoke({"steps": []}, config, durability="sync")
+    assert slot.live is not None
+    assert journal.HEAD not in slot.live[0].lease()["metadata"].get("annotations", {})
+    worker.flush()  # what an effect's call, a question or the attempt's end does first
+    assert journal.HEAD in slot.live[0].lease()["metadata"]["annotations"]
+    successor = JournalSaver(slot.next())
+    assert seen(list(successor.list(config))) == seen(list(saver.list(config)))
+    slot.next().stop()

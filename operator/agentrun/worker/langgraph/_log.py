@@ -109,8 +109,10 @@ class Log:
             self.index.apply(entry)
 
     def put(self, entry: dict[str, Any], *,
-            values: Mapping[str, tuple[entries.Version, entries.Typed | None]]) -> None:
-        """Commit a ``put`` entry, durably, with its channel values: each at most
+            values: Mapping[str, tuple[entries.Version, entries.Typed | None]],
+            durable: bool = True) -> None:
+        """Commit a ``put`` entry (``durable``: on return; else staged) with its channel
+        values: each at most
         :data:`~._entries.INLINE_VALUE_BYTES` inline in it, a larger one in a value record
         of its own staged first (so the entry never names a value that is not stored)."""
         with self._changing():
@@ -126,7 +128,7 @@ class Log:
                     self._commit(key, value.to_json(), durable=False)
                     blobs[channel] = [version, entries.blob_json(entries.Ref(key))]
             entry = entries.check({**entry, "blobs": blobs})
-            self._commit(self._key(), entry, durable=True)
+            self._commit(self._key(), entry, durable=durable)
             self.index.apply(entry)
 
     def _commit(self, key: str, payload: api_records.JSON, *, durable: bool) -> None:

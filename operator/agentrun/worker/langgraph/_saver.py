@@ -50,9 +50,15 @@ class JournalSaver(BaseCheckpointSaver[str]):
     retention. ``serde`` is LangGraph's serializer (its default: ``JsonPlusSerializer``).
     """
 
-    def __init__(self, worker: sdk.Worker, *, serde: SerializerProtocol | None = None) -> None:
+    def __init__(self, worker: sdk.Worker, *, serde: SerializerProtocol | None = None,
+                 group_commit: bool = False) -> None:
+        """``group_commit``: a ``put`` returns once staged, and is durable within the
+        worker's commit delay (one head advance for every checkpoint meanwhile), before
+        any effect's call, question or the attempt's end; a crash repeats the supersteps
+        of that window. Off (the default): every ``put`` returns durable."""
         super().__init__(serde=serde)
         self.worker = worker
+        self.group_commit = group_commit
         self._log: _log.Log | None = None
 
     @property
@@ -141,7 +147,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
             new_versions: ChannelVersions) -> RunnableConfig:
         """Commit the checkpoint, durably, before returning (with every write staged
         before it): the successor of an attempt that dies after this returns resumes from
-        it, or from a later one."""
+        it, or from a later one. With :attr:`group_commit`, staged only (see
+        ``__init__``)."""
         thread, ns = _thread(config), _ns(config)
         body: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = body.pop("channel_values")
@@ -155,7 +162,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
             "metadata": self._typed(full).to_json(),
             "versions": dict(checkpoint["channel_versions"])},
             values={channel: (version, self._typed(values[channel]) if channel in values
-                              else None) for channel, version in new_versions.items()})
+                              else None) for channel, version in new_versions.items()},
+            durable=not self.group_commit)
         return {"configurable": {"thread_id": thread, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
