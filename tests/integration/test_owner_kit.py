@@ -110,13 +110,13 @@ def test_an_app_behind_the_middleware_keeps_the_protocol(tmp_path: Path) -> None
         answer = json.loads(refused.value.read())
         assert refused.value.code == 400 and "Idempotency-Key must be" in answer["message"]
         assert len(app.calls) == applied + 2
-        before = Checker(url, nonce="restart")
+        before = Checker(url=url, nonce="restart")
         sent = before.send(before.effect(1, token=3), before.body(1))
         assert sent.status == 201
 
     again = Publisher()  # the service restarted over the same SQLite file
     with serving(EffectMiddleware(again, owner=Owner(store=SqliteStore(str(store))))) as url:
-        after = Checker(url, nonce="restart")
+        after = Checker(url=url, nonce="restart")
         resent = after.send(after.effect(1, token=3), after.body(1, phrased="otherwise"))
         assert (resent.status, resent.body) == (sent.status, sent.body)
         assert resent.headers[REPLAYED.lower()] == "true"

@@ -27,7 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from agentrun.owner._protocol import REPLAYED, Effect, ProtocolError, body_digest
+from agentrun.owner._protocol import (
+    REPLAYED,
+    SCOPE_CHARS,
+    Effect,
+    ProtocolError,
+    body_digest,
+)
 
 KEPT_BODY_BYTES: Final = 1 << 20  # a reply kept for re-sends: at most this much of its body
 JSON_TYPE: Final = "application/json"
@@ -191,8 +197,9 @@ class Owner:
     def begin(self, effect: Effect, *, body: bytes) -> Reply | None:
         """None if the effect is now this caller's to apply (then :meth:`finish` or
         :meth:`abandon` it); else what to send instead (a replay, a refusal)."""
-        if effect.token is None or effect.scope is None:
-            raise ProtocolError("an effect request needs a token and a scope")
+        if effect.token is None or not effect.scope or len(effect.scope) > SCOPE_CHARS:
+            raise ProtocolError(f"an effect request needs a token and a scope of 1 to "
+                                f"{SCOPE_CHARS} characters")
         if effect.digest is not None and body_digest(body) != effect.digest:
             return Reply.json(422, {"error": "ApprovalMismatch", "message": (
                 "the body is not the payload people approved (its canonical JSON's sha256 "

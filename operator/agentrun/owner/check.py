@@ -66,13 +66,14 @@ class Answer:
     headers: dict[str, str]
 
     def json(self) -> Any:
+        """The body as JSON, None if it is not."""
         try:
             return json.loads(self.body)
         except ValueError:
             return None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Checker:
     """The requests of the checks, on reserved keys of one random scope."""
 
@@ -81,13 +82,16 @@ class Checker:
     nonce: str = ""
 
     def __post_init__(self) -> None:
+        """A random nonce unless one is given (a test that sends the same keys twice)."""
         self.nonce = self.nonce or secrets.token_hex(8)
 
     @property
     def scope(self) -> str:
+        """The reserved scope of this run's requests."""
         return f"agentrun-owner-check/{self.nonce}"
 
     def key(self, n: int) -> str:
+        """Reserved key ``n``: the sha256 of ``<scope>/<n>``."""
         return hashlib.sha256(f"{self.scope}/{n}".encode()).hexdigest()
 
     def send(self, effect: Effect, body: Any = None, *, spaced: bool = False) -> Answer:
@@ -109,13 +113,16 @@ class Checker:
             raise Unreachable(f"{self.url}: {error}") from None
 
     def effect(self, n: int, *, token: int, digest: str | None = None) -> Effect:
+        """Key ``n``'s effect fields with ``token`` in this run's scope."""
         return Effect(key=self.key(n), token=token, scope=self.scope, digest=digest)
 
     def answer_of(self, n: int) -> Any:
+        """What a status query of key ``n`` answers (its ``answer`` field)."""
         found = self.send(Effect(key=self.key(n), query=True)).json()
         return found.get("answer") if isinstance(found, dict) else found
 
     def body(self, n: int, **more: Any) -> dict[str, Any]:
+        """Key ``n``'s request body."""
         return {"agentrunOwnerCheck": n, **more}
 
 
@@ -186,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     given = parser.parse_args(argv)
     if not given.url.startswith(("http://", "https://")):
         parser.error("URL must be http:// or https://")
-    checker = Checker(given.url, method=given.method)
+    checker = Checker(url=given.url, method=given.method)
     failed = 0
     print(f"agentrun-owner-check: {given.url}, scope {checker.scope}")
     for name, check in CHECKS:

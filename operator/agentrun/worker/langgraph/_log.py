@@ -158,16 +158,27 @@ class Log:
 
 # By the id of the attempt's Steps (a dataclass: not hashable). A log lives as long as a
 # saver holds it; one made again later replays this attempt's own entries too (they are in
-# its view of the prefix) and goes on after the last of them.
+# its view of the prefix) and goes on after the last of them. The global lock guards the
+# table only: a replay (reads from the store) holds its own attempt's lock, not everyone's.
 _logs: weakref.WeakValueDictionary[int, Log] = weakref.WeakValueDictionary()
-_making = threading.Lock()
+_making: dict[int, threading.Lock] = {}
+_table = threading.Lock()
 
 
 def of(steps: prefix.Steps) -> Log:
     """The one log of the attempt whose ``steps`` these are (replayed on first use)."""
-    with _making:
+    with _table:
         found = _logs.get(id(steps))
         if found is not None and found.steps is steps:
             return found
-        made = _logs[id(steps)] = Log(steps=steps)
+        making = _making.setdefault(id(steps), threading.Lock())
+    with making:
+        with _table:
+            found = _logs.get(id(steps))
+            if found is not None and found.steps is steps:
+                return found
+        made = Log(steps=steps)
+        with _table:
+            _logs[id(steps)] = made
+            _making.pop(id(steps), None)
         return made

@@ -60,7 +60,7 @@ class Sent:
 
     idempotency_key: str
     fencing_token: int
-    scope: str = ""
+    scope: str
     digest: str | None = None
 
     def headers(self) -> dict[str, str]:
