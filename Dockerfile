@@ -1,4 +1,5 @@
-# One image: the operator (entrypoint) and the minimal worker lease renewer (agentrun-worker).
+# One image: the operator (entrypoint), the minimal worker lease renewer (agentrun-worker)
+# and the example agents (with the langgraph extra: agentrun.examples.langgraph_agent).
 #
 # The build needs no network: the context holds this file and wheels/ (the project's wheel
 # and every dependency's, downloaded by the host). Make that context with
@@ -11,7 +12,7 @@ FROM ${BASE} AS install
 COPY wheels/ /wheels/
 RUN python3 -m venv /opt/agentrun \
  && /opt/agentrun/bin/pip install --no-cache-dir --disable-pip-version-check \
-        --no-index --find-links /wheels agentrun-operator
+        --no-index --find-links /wheels 'agentrun-operator[langgraph]'
 
 FROM ${BASE}
 COPY --from=install /opt/agentrun /opt/agentrun

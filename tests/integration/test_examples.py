@@ -180,3 +180,19 @@ def test_custom_objects_conform_to_the_generated_crd(documents: Documents, kind:
     for doc in of_kind(documents, kind):
         assert doc["apiVersion"] == names.API_VERSION
         assert schema.conforms(doc, openapi), doc["metadata"]["name"]
+
+
+def test_the_langgraph_overlay_runs_the_langgraph_agent_on_the_same_tenant(
+        cluster: Cluster, documents: Documents) -> None:
+    """``manifests/examples-langgraph``: the same objects, every LaunchSpec running the
+    LangGraph agent (importable here: the image carries the same extra), which reads the
+    example's configuration as the research-report agent does."""
+    overlay = rendered(cluster, EXAMPLES.parent / "examples-langgraph")
+    names_of = [(d["kind"], d["metadata"]["name"]) for d in overlay]
+    assert names_of == [(d["kind"], d["metadata"]["name"]) for d in documents]
+    for spec in of_kind(overlay, "LaunchSpec"):
+        launchspecs.LaunchSpec.model_validate(spec)
+        (container,) = spec["spec"]["template"]["spec"]["containers"]
+        assert container["command"] == ["python3", "-m", "agentrun.examples.langgraph_agent"]
+    agent = importlib.import_module("agentrun.examples.langgraph_agent")
+    assert agent.ROUNDS >= 1 and callable(agent.run)

@@ -61,16 +61,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """``app`` on uvicorn at 127.0.0.1 for the block's length; its URL."""
+def serving(app: Any, *, host: str = "127.0.0.1") -> Iterator[str]:
+    """``app`` on uvicorn at ``host`` (pods reach the node bridge's address) for the
+    block's length; its URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="error",
                                            lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         wait_for(lambda: server.started, timeout=30, message="uvicorn started")
-        yield f"http://127.0.0.1:{port}/effects"
+        yield f"http://{host}:{port}/effects"
     finally:
         server.should_exit = True
         thread.join(timeout=30)

@@ -195,8 +195,10 @@ def _platform_args() -> list[str]:
 
 
 def dependency_wheels() -> Path:
-    """The wheels of the project's dependencies, downloaded by the host once per change."""
-    requirements = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    """The wheels of the project's dependencies and of its ``langgraph`` extra (the image
+    runs the example LangGraph agent), downloaded by the host once per change."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    requirements = [*project["dependencies"], *project["optional-dependencies"]["langgraph"]]
     args = _platform_args()
     key = imagestore.key([("recipe", RECIPE.encode()),
                           ("requirements", "\0".join(requirements).encode()),

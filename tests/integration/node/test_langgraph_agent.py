@@ -1,0 +1,101 @@
+"""The example LangGraph agent on real pods, its journal in the cluster's own store.
+
+The operator pins the bundled store on the run (``--journal-*``); each attempt is a real
+pod running ``python3 -m agentrun.examples.langgraph_agent`` from the project's image
+(it carries the ``langgraph`` extra), publishing through the ledger to an
+``agentrun.owner`` app on uvicorn at the node bridge's address. Attempts 1 and 2 are
+SIGKILLed from the host once they print a node event at or past a seeded superstep; the
+run's retry starts the next. Shown: each successor starts at the superstep its
+predecessor was killed in, or the one after (never earlier: nothing committed is lost,
+at most one superstep repeated); the last attempt finishes and the owner applied the
+publish once.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentrun.owner import EffectMiddleware, MemoryStore, Owner
+from tests.integration.node import test_journal
+from tests.integration.test_owner_kit import serving
+from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.workers import (
+    agent_configs,
+    agent_events,
+    container_pid,
+    grant_worker_role,
+    kill_on_node,
+    node_address,
+    node_launch_spec,
+    wait_pod_phase,
+)
+from tests.support.cluster.localnode import LocalNode
+from tests.support.plays.scenarios import Scenario
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.kubelet
+journaled, installed = test_journal.journaled, test_journal.installed
+ROUNDS, SEED = 20, 26
+
+
+class Publisher:
+    """The owner's app: publishes (counted)."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.calls.append(json.loads((await receive()).get("body", b"{}")))
+        data = json.dumps({"published": len(self.calls)}).encode()
+        await send({"type": "http.response.start", "status": 201,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": data})
+
+
+def steps(scenario: Scenario, pod: str) -> list[int]:
+    return [e["step"] for e in agent_events(scenario, pod) if e["event"] == "node"]
+
+
+def test_the_langgraph_agent_on_pods_killed_twice_resumes_and_publishes_once(
+        scenario: Scenario, journaled: OperatorProcess, worker_image: str, node: LocalNode,
+        tmp_path: Path) -> None:
+    grant_worker_role(scenario)
+    app = Publisher()
+    draw = random.Random(SEED)  # one kill early in the loop, one late
+    targets = [draw.randrange(4, ROUNDS - 4), draw.randrange(ROUNDS + 6, 2 * ROUNDS - 2)]
+    with serving(EffectMiddleware(app, owner=Owner(store=MemoryStore())),
+                 host=node_address(scenario)) as url:
+        agent_configs(scenario, owner_url=url)
+        node_launch_spec(scenario, "cpu-workers", classes=["cpu"], container={
+            "name": "worker", "image": worker_image, "imagePullPolicy": "Never",
+            "command": ["python3", "-m", "agentrun.examples.langgraph_agent"],
+            "env": [{"name": "AGENTRUN_EXAMPLE_ROUNDS", "value": str(ROUNDS)}]})
+        scenario.run("study", max_attempts=3, initial_backoff=0)
+        slot = scenario.slot_name_eventually("study", "research")
+        for number, target in enumerate(targets, 1):
+            pod = f"{slot}-{number}"
+            wait_pod_phase(scenario, pod, {"Running"}, timeout=120)
+            wait_for(lambda pod=pod, target=target: any(
+                s >= target for s in steps(scenario, pod)), timeout=180,
+                message=f"{pod} at superstep {target}")
+            running = scenario.pod(pod)
+            assert running is not None
+            kill_on_node(container_pid(node, running), pod_uid=running["metadata"]["uid"])
+            wait_pod_phase(scenario, pod, {"Failed"}, timeout=90)
+        last = f"{slot}-{len(targets) + 1}"
+        ended = wait_pod_phase(scenario, last, {"Succeeded", "Failed"}, timeout=240)
+        events = agent_events(scenario, last)
+        assert ended["status"]["phase"] == "Succeeded", events[-5:]
+    ran = {n: steps(scenario, f"{slot}-{n}") for n in range(1, len(targets) + 2)}
+    for number in range(1, len(targets) + 1):
+        killed_in, resumed_at = ran[number][-1], ran[number + 1][0]
+        assert resumed_at in (killed_in, killed_in + 1), (number, killed_in, resumed_at)
+    assert events[-1]["event"] == "done" and len(app.calls) == 1
+    print(f"\nlanggraph agent on pods: killed once past supersteps {targets}; attempts began at "
+          f"{[ran[n][0] for n in ran]} and ended at {[ran[n][-1] for n in ran]}; "
+          f"published {len(app.calls)} time(s)")
