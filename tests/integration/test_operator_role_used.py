@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from agentrun import manifests
+from tests.support.cluster import audit
 from tests.support.cluster.clusters import Cluster
 from tests.support.parts import AFTER_PARALLEL, PART_DESELECTED
 
@@ -42,16 +43,17 @@ def granted() -> Iterator[Key]:
 
 
 def operator_events(log: Path) -> Iterator[dict[str, object]]:
-    with open(log, encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            if '"operator"' not in line:  # cheap pre-filter
-                continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if (event.get("user") or {}).get("username") == manifests.OPERATOR_USER:
-                yield event
+    """The operator's requests in the session's audit log, its rotated files included
+    (the log rotates at 100 MB: a whole suite writes more)."""
+    for line in audit.lines(log):
+        if '"operator"' not in line:  # cheap pre-filter
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if (event.get("user") or {}).get("username") == manifests.OPERATOR_USER:
+            yield event
 
 
 def key(event: dict[str, object]) -> Key:

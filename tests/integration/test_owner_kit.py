@@ -1,5 +1,6 @@
 """The effect owner's kit on a real ASGI server (uvicorn on 127.0.0.1), checked by the
-real ``agentrun-owner-check`` command, and driven by the SDK's own clients.
+real ``agentrun-owner-check`` command (and its ``Checker``, for keys sent across a
+restart).
 
 Covers: an ASGI app behind ``EffectMiddleware`` (SQLite store) passes every check of
 ``agentrun-owner-check`` (exit 0, each check named ``ok``), and the app ran once per

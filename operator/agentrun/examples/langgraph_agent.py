@@ -5,7 +5,7 @@ to do next and ``tools`` (LangGraph's ``ToolNode``) runs the tool it chose, ``re
 (no side effect: its notes join the state), for ``rounds`` rounds; then ``write`` has
 the model write the report and publishes it, in the same node: ``publish`` is a side
 effect through the ledger (:func:`agentrun.worker.langgraph.durable_tool`), its request
-carrying the effect protocol's headers to the owner at ``publish_url`` (an
+carrying the effect protocol's headers to the owner at ``<publish_url>/effects`` (an
 ``agentrun.owner`` service). The model is a stand-in from ``langchain_core``'s fake chat
 models whose words and tool arguments are drawn from the operating system's randomness:
 two attempts never phrase a call alike, so a ``write`` run again publishes other words
@@ -69,8 +69,11 @@ def model_says(message: AIMessage) -> AIMessage:
 
 
 def build(*, worker: Worker, publish_url: str, rounds: int) -> Any:
-    """The agent's graph, compiled with the journal's checkpointer."""
+    """The agent's graph, compiled with the journal's checkpointer. ``publish_url`` is the
+    owner's base URL (the bindings' ``publish.url``): effects go to ``<url>/effects``
+    with the protocol's headers, so it must be an ``agentrun.owner`` service."""
     draw = random.SystemRandom()
+    endpoint = publish_url.rstrip("/") + "/effects"
 
     def step_of() -> int:
         return int((get_config().get("metadata") or {}).get("langgraph_step", -1))
@@ -89,7 +92,7 @@ def build(*, worker: Worker, publish_url: str, rounds: int) -> Any:
         sent = current()
         assert sent is not None, "publish runs only as a ledger effect"
         body = json.dumps({"title": title, "text": text}).encode()
-        request = urllib.request.Request(publish_url, data=body, method="POST", headers={
+        request = urllib.request.Request(endpoint, data=body, method="POST", headers={
             **sent.headers(), "Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as reply:
             found: dict[str, Any] = json.loads(reply.read(MAX_ANSWER_BYTES))
@@ -97,7 +100,7 @@ def build(*, worker: Worker, publish_url: str, rounds: int) -> Any:
 
     def reconcile(idempotency_key: str) -> Reconciled:
         """The owner's answer about a publish whose outcome was not recorded."""
-        request = urllib.request.Request(publish_url, method="GET", headers=owner.Effect(
+        request = urllib.request.Request(endpoint, method="GET", headers=owner.Effect(
             key=idempotency_key, query=True).headers())
         with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as reply:
             said = json.loads(reply.read(MAX_ANSWER_BYTES))

@@ -59,15 +59,18 @@ class EffectMiddleware:
         if body is None:
             return await _send(send, Reply.json(413, {
                 "error": "BodyTooLarge", "message": f"at most {self.max_body} bytes"}))
-        early = await asyncio.to_thread(self.owner.begin, effect, body=body)
+        # The store's steps shielded: a request cancelled (a server that cancels on a
+        # disconnect) never leaves a key begun and neither finished nor abandoned.
+        early = await asyncio.shield(asyncio.to_thread(self.owner.begin, effect, body=body))
         if early is not None:
             return await _send(send, early)
         try:
             reply = await self._app(scope, body, receive)
         except BaseException:
-            await asyncio.to_thread(self.owner.abandon, effect)
+            await asyncio.shield(asyncio.to_thread(self.owner.abandon, effect))
             raise
-        await _send(send, await asyncio.to_thread(self.owner.finish, effect, reply))
+        await _send(send, await asyncio.shield(asyncio.to_thread(self.owner.finish, effect,
+                                                                  reply)))
 
     async def _app(self, scope: Scope, body: bytes, receive: Receive) -> Reply:
         """The app's reply to the request (its body given whole first, then the server's

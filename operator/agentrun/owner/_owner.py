@@ -114,7 +114,9 @@ class MemoryStore:
 class SqliteStore:
     """Keys and fences in an SQLite file (``path``), each step one transaction. Each
     store object is an *incarnation* (a random id): a key left in progress by another
-    one (the service restarted while applying it) is :attr:`Kept.lost`."""
+    one (the service restarted while applying it) is :attr:`Kept.lost`. So one process
+    of the service has the file: a second process (``--workers N``, another replica) is
+    another incarnation, whose keys in progress this one would call lost."""
 
     def __init__(self, path: str) -> None:
         self.lock = threading.Lock()
@@ -155,8 +157,9 @@ class SqliteStore:
                                 (key, self.incarnation))
             else:
                 self.db.execute("UPDATE effects SET status = ?, type = ?, body = ?, headers = ? "
-                                "WHERE key = ?", (reply.status, reply.content_type, reply.body,
-                                                  json.dumps(reply.headers), key))
+                                "WHERE key = ? AND incarnation = ? AND status IS NULL",
+                                (reply.status, reply.content_type, reply.body,
+                                 json.dumps(reply.headers), key, self.incarnation))
 
     def get(self, *, key: str) -> Kept | None:
         with self.lock:

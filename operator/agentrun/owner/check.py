@@ -66,10 +66,10 @@ class Answer:
     headers: dict[str, str]
 
     def json(self) -> Any:
-        """The body as JSON, None if it is not."""
+        """The body as JSON, None if it is not (or nests deeper than the parser goes)."""
         try:
             return json.loads(self.body)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
 

@@ -233,7 +233,31 @@ def test_a_tool_effect_under_async_durability_is_refused() -> None:
 
     with pytest.raises(RuntimeError, match="durability='sync'"):
         graph(act).invoke({"steps": []}, CONFIG, durability="async")
+    with pytest.raises(RuntimeError, match="durability='sync'"):  # LangGraph's default
+        graph(act).invoke({"steps": []}, {"configurable": {"thread_id": "default"}})
     assert worker.keys == []
+
+
+def test_a_durable_tool_refuses_bad_arguments_and_unknown_calls_before_an_intent() -> None:
+    worker = Recording()
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email (a side effect)."""
+        return f"sent to {to}"
+
+    wrapped = durable_tool(send_email, worker=worker)  # type: ignore[arg-type]
+
+    def act(state: State) -> dict[str, list[Any]]:
+        with pytest.raises(ValueError, match="to"):  # pydantic: a field missing
+            wrapped.invoke({"recipient": "a"})
+        with pytest.raises(RuntimeError, match="not found once"):
+            wrapped.invoke({"type": "tool_call", "id": "nowhere", "name": "send_email",
+                            "args": {"to": "a"}})
+        return {"steps": ["act"]}
+
+    graph(act).invoke({"steps": []}, CONFIG, durability="sync")
+    assert worker.keys == []  # no intent: nothing the ledger would have to ask about
 
 
 class Asking(Recording):
@@ -281,9 +305,11 @@ def test_invoke_never_runs_a_finished_thread_again_nor_passes_a_breakpoint() -> 
     paused.add_edge(START, "plan")
     paused.add_edge("plan", "act")
     compiled = paused.compile(checkpointer=InMemorySaver(), interrupt_before=["act"])
-    with pytest.raises(RuntimeError, match="static breakpoint"):
-        interrupts.invoke(compiled, {"steps": []}, worker=worker,  # type: ignore[arg-type]
-                          config={"configurable": {"thread_id": "other"}})
+    for _ in range(2):  # refused before it runs, in every attempt (never run past)
+        with pytest.raises(ValueError, match="static breakpoints"):
+            interrupts.invoke(compiled, {"steps": []}, worker=worker,  # type: ignore[arg-type]
+                              config={"configurable": {"thread_id": "other"}})
+    assert runs == ["act"]
     with pytest.raises(ValueError, match="only 'sync'"):
         interrupts.invoke(compiled, {}, worker=worker, config=CONFIG,  # type: ignore[arg-type]
                           durability="async")

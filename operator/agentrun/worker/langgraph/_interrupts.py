@@ -106,6 +106,12 @@ def invoke(graph: Any, inputs: Any, *, worker: sdk.Worker, config: RunnableConfi
     if durability != "sync":
         raise ValueError(f"durability {durability!r}: only 'sync' makes every superstep "
                          "durable before the next, which a tool effect's key needs")
+    if (getattr(graph, "interrupt_before_nodes", None) or getattr(
+            graph, "interrupt_after_nodes", None) or kwargs.get("interrupt_before")
+            or kwargs.get("interrupt_after")):
+        raise ValueError("a graph with static breakpoints (interrupt_before/after): a "
+                         "successor would run straight past them; use interrupt() for a "
+                         "person, and compile without them")
     state = graph.get_state(config)
     if state.interrupts:
         given: Any = Command(resume=answers(worker, state.interrupts))

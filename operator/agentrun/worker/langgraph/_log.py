@@ -177,8 +177,11 @@ def of(steps: prefix.Steps) -> Log:
             found = _logs.get(id(steps))
             if found is not None and found.steps is steps:
                 return found
-        made = Log(steps=steps)
-        with _table:
-            _logs[id(steps)] = made
-            _making.pop(id(steps), None)
+        try:
+            made = Log(steps=steps)
+            with _table:
+                _logs[id(steps)] = made
+        finally:
+            with _table:
+                _making.pop(id(steps), None)
         return made

@@ -36,6 +36,7 @@ from typing import Any, Final, TypeVar
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
+from pydantic import BaseModel
 
 from agentrun import owner
 from agentrun.api import records as api_records
@@ -96,24 +97,28 @@ class Position:
         return KEY_PREFIX + hashlib.sha256(api_records.canonical(parts)).hexdigest()[:40]
 
 
-def _in_message(configurable: dict[str, Any], call_id: str | None) -> int | None:
-    """The place of tool call ``call_id`` in the last message of the task's ``messages``
-    that made tool calls (what a ``ToolNode`` runs), or None. The message is in the
-    committed checkpoint the task runs from, so every attempt finds it alike; the id only
-    finds the call, it is not part of the key."""
+def _in_message(configurable: dict[str, Any], call_id: str, messages_key: str) -> int:
+    """The place of tool call ``call_id`` in the last message of the task's
+    ``messages_key`` channel that made tool calls (what a ``ToolNode`` runs). The message is
+    in the committed checkpoint the task runs from, so every attempt finds it alike; the id
+    only finds the call, it is not part of the key. Not found: refused (counting instead
+    would make the key depend on the order the ``ToolNode``'s threads start in)."""
     read = configurable.get("__pregel_read")
-    if call_id is None or read is None:
-        return None
     try:
-        messages = read("messages", False)
-    except Exception:  # no such channel: not a messages graph
-        return None
+        messages = read(messages_key, False) if read is not None else None
+    except Exception:  # no such channel
+        messages = None
     for message in reversed(messages if isinstance(messages, list) else []):
         calls = getattr(message, "tool_calls", None)
         if calls:
             ids = [call.get("id") for call in calls]
-            return ids.index(call_id) if ids.count(call_id) == 1 else None
-    return None
+            if ids.count(call_id) == 1:
+                return ids.index(call_id)
+            break
+    raise RuntimeError(
+        f"tool call {call_id[:80]!r}: not found once among the tool calls of the last "
+        f"message of the task's {messages_key!r} channel, which is its place and so its "
+        "key; give durable_tool the ToolNode's messages_key")
 
 
 class _Counts:
@@ -130,7 +135,8 @@ class _Counts:
         self.running: set[tuple[Any, ...]] = set()
 
     @contextmanager
-    def taking(self, *, tool: str, call_id: str | None = None) -> Iterator[Position]:
+    def taking(self, *, tool: str, call_id: str | None = None,
+               messages_key: str = "messages") -> Iterator[Position]:
         configurable = get_config().get("configurable") or {}
         info = getattr(configurable.get("__pregel_runtime"), "execution_info", None)
         thread = str(configurable.get("thread_id") or "")
@@ -138,29 +144,30 @@ class _Counts:
         if not thread or not task or info is None:
             raise RuntimeError("a tool effect's key is its position in a graph: call it from "
                                "a node of a graph compiled with a checkpointer, on a thread")
-        durability = configurable.get("__pregel_durability")
-        if durability not in (None, "sync"):
+        durability = configurable.get("__pregel_durability", "async")  # LangGraph's default
+        if durability != "sync":
             raise RuntimeError(
                 f"a tool effect's key is its position, which holds only if the checkpoint its "
                 f"task runs from is durable before the task starts: run the graph with "
                 f"durability='sync' (agentrun.worker.langgraph.invoke does), not {durability!r}")
-        placed = _in_message(configurable, call_id)
+        if call_id is not None:
+            placed = _in_message(configurable, call_id, messages_key)
+            yield Position(thread=thread, task=task, tool=tool, index=f"call-{placed}")
+            return
         run = (task, info.node_attempt, info.node_first_attempt_time, tool)
         with self.lock:
-            if placed is not None:
-                index: int | str = f"call-{placed}"
-            else:
-                if run in self.running:
-                    raise ConcurrentToolCall(
-                        f"tool {tool}: another call of it in task {task[:80]} is running; "
-                        "their order is their idempotency key, so run them one at a time")
-                counts = self.runs.setdefault(run[:3], {})
-                self.runs.move_to_end(run[:3])
-                while len(self.runs) > KEPT:
-                    self.runs.popitem(last=False)
-                index = counts.get(tool, 0)
-                counts[tool] = index + 1
-                self.running.add(run)
+            if run in self.running:
+                raise ConcurrentToolCall(
+                    f"tool {tool}: another call of it in task {task[:80]} is running; "
+                    "their order is their idempotency key, so run them one at a time")
+            counts = self.runs.setdefault(run[:3], {})
+            self.runs.move_to_end(run[:3])
+            busy = {r[:3] for r in self.running}
+            for idle in [k for k in self.runs if k not in busy][:max(0, len(self.runs) - KEPT)]:
+                del self.runs[idle]  # the oldest idle executions; never a running one
+            index = counts.get(tool, 0)
+            counts[tool] = index + 1
+            self.running.add(run)
         try:
             yield Position(thread=thread, task=task, tool=tool, index=index)
         finally:
@@ -174,16 +181,17 @@ _counts = _Counts()
 def effect(name: str, *, worker: sdk.Worker, call: Callable[[], T],
            reconcile: effects.Reconcile | None = None, owner: str | None = None,
            payload: api_records.JSON = None, approvers: int = 0,
-           redact: Sequence[str] = (), call_id: str | None = None) -> T:
+           redact: Sequence[str] = (), call_id: str | None = None,
+           messages_key: str = "messages") -> T:
     """Perform the side effect ``name`` from inside a node, once per position (see the
     module docstring): ``call()`` runs with :func:`current` set; the rest is
     ``worker.effect``'s (``reconcile``, ``owner``, approval by ``approvers`` of
     ``payload``). ``call_id``: the tool call a ``ToolNode`` runs (it finds the call's place
-    in the model's message)."""
+    in the model's message, in the task's ``messages_key`` channel)."""
     scope = f"{worker.context.run_uid}/{worker.context.slot}"
     needed = approvals.required(name=name, approvers=approvers, floor=worker.context.approvals)
     digest = approvals.payload_digest(payload) if needed and payload is not None else None
-    with _counts.taking(tool=name, call_id=call_id) as position:
+    with _counts.taking(tool=name, call_id=call_id, messages_key=messages_key) as position:
         def sending(key: str, token: int) -> T:
             told = _current.set(Sent(idempotency_key=key, fencing_token=token, scope=scope,
                                      digest=digest))
@@ -205,6 +213,7 @@ class _DurableTool(BaseTool):
     effect_owner: str | None = None
     approvers: int = 0
     redact: tuple[str, ...] = ()
+    messages_key: str = "messages"
 
     def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
         """A ``ToolNode`` gives a ``ToolCall`` (its ``id`` finds the call's place in the
@@ -213,12 +222,21 @@ class _DurableTool(BaseTool):
         result for its arguments, so it must be JSON."""
         is_call = isinstance(input, dict) and input.get("type") == "tool_call"
         arguments = input.get("args", {}) if is_call else input
-        payload = json.loads(json.dumps(arguments, default=str))  # what people approve
+        schema = self.inner.tool_call_schema
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            schema.model_validate(  # refused here, before an intent: nothing was sent
+                {k: v for k, v in arguments.items() if k in schema.model_fields})
+            model_fields = set(schema.model_fields)
+        else:
+            model_fields = set(arguments)
+        payload = json.loads(json.dumps(  # what people approve: the model's arguments only
+            {k: v for k, v in arguments.items() if k in model_fields}, default=str))
         result = effect(self.inner.name, worker=self.worker,
                         call=lambda: self.inner.invoke(arguments, config, **kwargs),
                         reconcile=self.reconcile, owner=self.effect_owner, payload=payload,
                         approvers=self.approvers, redact=self.redact,
-                        call_id=input.get("id") if is_call else None)
+                        call_id=input.get("id") if is_call else None,
+                        messages_key=self.messages_key)
         if not is_call:
             return result
         return ToolMessage(content=result if isinstance(result, str) else json.dumps(result),
@@ -234,18 +252,24 @@ class _DurableTool(BaseTool):
 
 def durable_tool(tool: BaseTool, *, worker: sdk.Worker,
                  reconcile: effects.Reconcile | None = None, owner: str | None = None,
-                 approvers: int = 0, redact: Sequence[str] = ()) -> BaseTool:
+                 approvers: int = 0, redact: Sequence[str] = (),
+                 messages_key: str = "messages") -> BaseTool:
     """``tool`` as an effect: the same name, description, argument schema and return
     settings; each call is :func:`effect` (its payload, for an approval, is the call's
     arguments as JSON). Give it to the graph (``ToolNode([durable_tool(...)])``) in place
-    of ``tool``. Leave ``handle_tool_errors`` at its default: an error handler that turns
+    of ``tool`` (``messages_key``: the ``ToolNode``'s, where the model's message is). A
+    tool with no sync function is refused (its call would raise inside the effect, after
+    the intent). Leave ``handle_tool_errors`` at its default: an error handler that turns
     every exception into a message would swallow the SDK's (``QuestionAsked``,
     ``EffectStopped``, ``LeaseLost``), which must end the attempt."""
+    if getattr(tool, "func", True) is None:
+        raise ValueError(f"tool {tool.name}: a durable tool needs a sync function (the "
+                         "effect ledger's calls block); give the tool one")
     if tool.response_format != "content":
         raise ValueError(f"tool {tool.name}: a durable tool answers with content only "
                          f"(response_format='content'), not {tool.response_format!r}")
     return _DurableTool(name=tool.name, description=tool.description,
                         args_schema=tool.args_schema, return_direct=tool.return_direct,
-                        inner=tool, worker=worker,
+                        inner=tool, worker=worker, messages_key=messages_key,
                         reconcile=reconcile, effect_owner=owner, approvers=approvers,
                         redact=tuple(redact))
