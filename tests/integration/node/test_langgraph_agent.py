@@ -13,16 +13,14 @@ publish once.
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agentrun.owner import EffectMiddleware, MemoryStore, Owner
 from tests.integration.node import test_journal
-from tests.integration.test_owner_kit import serving
+from tests.integration.test_owner_kit import Publisher, serving
 from tests.support.actors.operators import OperatorProcess
 from tests.support.actors.workers import (
     agent_configs,
@@ -41,20 +39,6 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.kubelet
 journaled, installed = test_journal.journaled, test_journal.installed
 ROUNDS, SEED = 60, 26  # 123 supersteps: room for the kill's lag (a log poll, ctr)
-
-
-class Publisher:
-    """The owner's app: publishes (counted)."""
-
-    def __init__(self) -> None:
-        self.calls: list[Any] = []
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        self.calls.append(json.loads((await receive()).get("body", b"{}")))
-        data = json.dumps({"published": len(self.calls)}).encode()
-        await send({"type": "http.response.start", "status": 201,
-                    "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": data})
 
 
 def steps(scenario: Scenario, pod: str) -> list[int]:
