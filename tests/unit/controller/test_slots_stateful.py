@@ -14,6 +14,7 @@ most one claim under way, no attempt number lost or doubled, never a Claiming wr
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -25,7 +26,7 @@ from agentrun.api.runs import Pin, Pins
 from agentrun.controller.slots import SlotReconciler
 from agentrun.core.base import naming
 from agentrun.core.runs import runobjects
-from agentrun.kube import reads, rest, writes
+from agentrun.kube import reads, rest, stores, writes
 from tests.unit.core import corefakes as f
 from tests.unit.kube import apifake
 
@@ -40,6 +41,35 @@ def _path(plural: str, name: str | None = None) -> str:
                            name=name)
 
 
+def seed(api: apifake.FakeApi) -> None:
+    """A namespace of the tenant, a run pinned with its three snapshots, a LaunchSpec
+    and one Pending slot of the run."""
+    api.put_object(f"/api/v1/namespaces/{f.NS}",
+                   {"metadata": {"name": f.NS, "labels": {names.TENANT_LABEL: f.TENANT}}})
+    pins = {}
+    for kind in names.CONFIG_KINDS:
+        text = f"{kind}: 1"
+        digest = runobjects.sha256_of(text)
+        snapshot = naming.config_snapshot_name(run=f.RUN, kind=kind, sha256=digest)
+        api.put_object(_path("configmaps", snapshot), {
+            "metadata": {"name": snapshot, "labels": {names.CONFIG_KIND_LABEL: kind},
+                         "ownerReferences": [{"uid": f.RUN_UID, "controller": True}]},
+            "immutable": True, "data": {names.CONFIG_DATA_KEYS[kind]: text}})
+        pins[kind] = Pin(source=f"{kind}-src", revision=1, uid=f"uid-{kind}",
+                         sha256=digest, snapshot=snapshot)
+    run = f.agent_run(max_attempts=3)
+    run = run.model_copy(update={"status": run.status.model_copy(
+        update={"pinned": Pins(**pins)})})
+    api.put_object(_path("agentruns", f.RUN), run.wire())
+    api.put_object(_path("launchspecs", f.CPU_SPEC.metadata.name), f.CPU_SPEC.wire())
+    slot = f.slot().wire()
+    slot["metadata"]["ownerReferences"] = [{
+        "apiVersion": names.API_VERSION, "kind": "AgentRun", "name": f.RUN,
+        "uid": f.RUN_UID, "controller": True}]
+    slot["metadata"]["labels"] = {}
+    api.put_object(_path("slots", f.SLOT), slot)
+
+
 class AppliedLife(RuleBasedStateMachine):
     """One Automatic slot reconciled by the real applier; workers and time move between."""
 
@@ -47,32 +77,8 @@ class AppliedLife(RuleBasedStateMachine):
         super().__init__()
         APPLIED["examples"] += 1
         self.api = apifake.FakeApi()
+        seed(self.api)
         self.now = f.T0
-        api = self.api
-        api.put_object(f"/api/v1/namespaces/{f.NS}",
-                       {"metadata": {"name": f.NS, "labels": {names.TENANT_LABEL: f.TENANT}}})
-        pins = {}
-        for kind in names.CONFIG_KINDS:
-            text = f"{kind}: 1"
-            digest = runobjects.sha256_of(text)
-            snapshot = naming.config_snapshot_name(run=f.RUN, kind=kind, sha256=digest)
-            api.put_object(_path("configmaps", snapshot), {
-                "metadata": {"name": snapshot, "labels": {names.CONFIG_KIND_LABEL: kind},
-                             "ownerReferences": [{"uid": f.RUN_UID, "controller": True}]},
-                "immutable": True, "data": {names.CONFIG_DATA_KEYS[kind]: text}})
-            pins[kind] = Pin(source=f"{kind}-src", revision=1, uid=f"uid-{kind}",
-                             sha256=digest, snapshot=snapshot)
-        run = f.agent_run(max_attempts=3)
-        run = run.model_copy(update={"status": run.status.model_copy(
-            update={"pinned": Pins(**pins)})})
-        api.put_object(_path("agentruns", f.RUN), run.wire())
-        api.put_object(_path("launchspecs", f.CPU_SPEC.metadata.name), f.CPU_SPEC.wire())
-        slot = f.slot().wire()
-        slot["metadata"]["ownerReferences"] = [{
-            "apiVersion": names.API_VERSION, "kind": "AgentRun", "name": f.RUN,
-            "uid": f.RUN_UID, "controller": True}]
-        slot["metadata"]["labels"] = {}
-        api.put_object(_path("slots", f.SLOT), slot)
         self.restart()
 
     def restart(self) -> None:
@@ -163,6 +169,39 @@ AppliedLife.TestCase.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestAppliedLife = AppliedLife.TestCase
+
+
+def test_a_cache_that_has_not_seen_the_run_pinned_spends_no_attempt() -> None:
+    """Another operator pinned the run a moment ago; this one's watch still holds it
+    unpinned when its claim reaches the Pod. The cache's word is checked against the API
+    before the attempt is failed: the claim goes on, attempt 1 is the run's only one."""
+    api = apifake.FakeApi()
+    seed(api)
+    reconciler = SlotReconciler(reader=reads.Reader(api),  # type: ignore[arg-type]
+                                writer=writes.Writer(api),  # type: ignore[arg-type]
+                                clock=lambda: f.T0, ticks=lambda: f.T0)
+    lease = _path("leases", f"{f.SLOT}-1")
+    api.crash_after = 1
+    while lease not in api.objects:  # up to the claim's Lease: no Pod yet
+        try:
+            reconciler.reconcile(f.NS, f.SLOT)
+        except apifake.Crashed:
+            api.crash_after = 1
+    api.crash_after = None
+    assert _path("pods", f"{f.SLOT}-1") not in api.objects
+    held = stores.Stores()
+    stale = copy.deepcopy(api.objects[_path("agentruns", f.RUN)])
+    del stale["status"]["pinned"]
+    stale["metadata"]["namespace"] = f.NS
+    held.observe(kind="AgentRun", event_type=None, body=stale)
+    behind = SlotReconciler(reader=reads.Reader(api, stores=held),  # type: ignore[arg-type]
+                            writer=writes.Writer(api),  # type: ignore[arg-type]
+                            clock=lambda: f.T0, ticks=lambda: f.T0)
+    behind.reconcile(f.NS, f.SLOT)
+    status = api.objects[_path("slots", f.SLOT)]["status"]
+    assert [a.get("outcome") for a in status.get("attempts", [])] in ([], [None]), status
+    assert _path("pods", f"{f.SLOT}-1") in api.objects
+    assert _path("leases", f"{f.SLOT}-2") not in api.objects
 
 
 def teardown_module() -> None:

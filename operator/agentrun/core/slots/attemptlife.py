@@ -196,7 +196,8 @@ def claiming_step(world: inputs.World, *,
             launch_spec=pinned, lease_duration_seconds=world.launch_spec.lease.duration_seconds,
             request_id=request_id)))
     if objects.pod is None and world.pins_problem is not None:
-        return claim_failed(world, message=world.pins_problem)
+        # Read from caches: another operator may have pinned the run a moment ago.
+        return claim_failed(world, message=world.pins_problem, fresh=True)
     if objects.pod is None:
         assert world.run is not None and world.run.status.pinned is not None
         repinned = refusedclaims.repin_step(world)
@@ -266,14 +267,20 @@ def on_rejected(world: inputs.World, *, create: actions.Create, status: int,
     return claim_failed(world, message=message)
 
 
-def claim_failed(world: inputs.World, *, message: str) -> actions.WriteStatus:
-    """The attempt's objects cannot be created: it ends as ClaimFailed, its number spent."""
+def claim_failed(world: inputs.World, *, message: str,
+                 fresh: bool = False) -> actions.WriteStatus:
+    """The attempt's objects cannot be created: it ends as ClaimFailed, its number spent.
+
+    ``fresh``: the reason was read from caches (the run's pins, its snapshots), so it is
+    decided again from quorum reads first; a cache that has not yet seen the run pinned
+    must not spend an attempt.
+    """
     status = world.slot.status
     full = f"attempt {status.pending_worker} could not be created: {message}"
     return actions.WriteStatus(
         status=transitions.fail_claim(status, message=full, policy=policy(world), now=world.now),
         event=events.Event(type="Warning", reason="ClaimFailed", message=full),
-        point="claim-failed")
+        point="claim-failed", fresh=fresh)
 
 
 def active_step(world: inputs.World) -> actions.Step:

@@ -95,6 +95,7 @@ def test_a_pod_is_not_created_from_a_swapped_snapshot() -> None:
     step = expect(steps.next_step(world), WriteStatus)
     assert step.point == "claim-failed"
     assert problem in step.status.attempts[-1].reason  # type: ignore[operator]
+    assert step.fresh  # the pins were read from caches: decided again from the API first
 
 
 # --- request ids ------------------------------------------------------------------------------
