@@ -19,7 +19,7 @@ from typing import Any
 
 import kubernetes
 
-from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.effectowner import CLIENT, EffectOwner, word_key
 from tests.support.actors.workers import (
     OWNER_ENV,
     audit_log,
@@ -31,22 +31,17 @@ from tests.support.plays.scenarios import Scenario
 from tests.support.waiting import wait_for
 
 # The worker's script: the renewer (``agentrun-worker run``) renews its Lease; the script
-# idles until the effect owner says ``finish`` (the bench's word), then exits 0.
-WORKER = """
-import json, os, time, urllib.request
-WORD = os.environ["EFFECT_OWNER"] + "/effects/finish"
-print(json.dumps({"started": time.time()}), flush=True)
-told = False
-while not told:
+# idles until the effect owner says ``finish`` (the bench's word: a status query of its
+# key answers "applied"), then exits 0.
+FINISH = "finish"
+WORKER = CLIENT + f"""
+import time
+print(json.dumps({{"started": time.time()}}), flush=True)
+while not said({FINISH!r}):
     time.sleep(2)
-    try:
-        with urllib.request.urlopen(WORD, timeout=5) as answer:
-            told = json.load(answer)["answer"] == "applied"
-    except OSError:
-        pass
-print(json.dumps({"done": time.time()}), flush=True)
+print(json.dumps({{"done": time.time()}}), flush=True)
 """
-FINISH_KEY, FINISH_FENCE = "finish", "bench"
+FINISH_KEY, FINISH_FENCE = word_key(FINISH), "bench"
 ACTIVE_BOUND = 300.0  # seconds: every attempt Active and its worker started (a cold node)
 SETTLED_BOUND = 120.0  # after the word to finish, every slot Succeeded
 TICKS = os.sysconf("SC_CLK_TCK")

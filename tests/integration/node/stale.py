@@ -2,12 +2,14 @@
 
 A worker here is ``python3 -c PRELUDE + script`` in the project's image (the SDK's keeper
 the only renewer, as in ``test_worker_keeper_pod.py``). The prelude gives the script the
-effect owner's client: ``sender(worker)`` (the effect's ``call``: POST with the idempotency
-key, the fencing token and the *fence*, the run's uid and the slot, that the owner fences
-per), ``ask`` (the effect's ``reconcile``: GET) and ``wait_released(worker, name)``, which
-waits, renewing, until the test says go (:func:`release`: the owner applies the key
-``name`` in the fence ``test``, so a worker's GET of it answers "applied"). A worker says
-what it did by printing one JSON object a line (``say``; read with ``workers.printed``).
+effect owner's client, in the owner's kit's protocol (``agentrun.owner.Effect``'s
+headers; ``effectowner.CLIENT``): ``sender(worker)`` (the effect's ``call``: POST with the
+idempotency key, the fencing token and the scope, the run's uid and the slot, that the
+owner fences per), ``ask`` (the effect's ``reconcile``: a status query) and
+``wait_released(worker, name)``, which waits, renewing, until the test says go
+(:func:`release`: the owner applies the word ``name``'s key, ``effectowner.word_key``, in
+the scope ``test``, so a status query of it answers "applied"). A worker says what it did
+by printing one JSON object a line (``say``; read with ``workers.printed``).
 :func:`sdk_run` makes the run and its LaunchSpec; the ``owner`` fixture serves the owner
 on the node bridge's address (test modules take it with ``owner = stale.owner``).
 """
@@ -21,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.actors.effectowner import EffectOwner
+from agentrun.owner import Effect, Reply
+from tests.support.actors.effectowner import CLIENT, EffectOwner, word_key
 from tests.support.actors.workers import (
     OWNER_ENV,
     grant_worker_role,
@@ -30,35 +33,31 @@ from tests.support.actors.workers import (
 )
 from tests.support.plays.scenarios import Scenario
 
-PRELUDE = """
-import json, os, sys, time, urllib.request
+PRELUDE = CLIENT + """
+import sys, time
 from agentrun.worker import _effects as effects
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _prefix as prefix
 from agentrun.worker._sdk import Worker
-OWNER = os.environ["EFFECT_OWNER"]
 def say(**fields):
     print(json.dumps(fields), flush=True)
 def sender(worker):
-    fence = worker.context.run_uid + "/" + worker.context.slot
+    scope = worker.context.run_uid + "/" + worker.context.slot
     def post(key, token):
-        body = json.dumps({"key": key, "token": token, "fence": fence}).encode()
-        request = urllib.request.Request(OWNER + "/effects", data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
+        headers = {**Effect(key=key, token=token, scope=scope).headers(),
+                   "Content-Type": "application/json"}
+        request = urllib.request.Request(OWNER, data=b"null", method="POST", headers=headers)
         with urllib.request.urlopen(request, timeout=150) as answer:
-            return json.load(answer)["result"]
+            return json.load(answer)
     return post
-def get(key):
-    with urllib.request.urlopen(OWNER + "/effects/" + key, timeout=10) as answer:
-        return json.load(answer)
 def ask(key):
-    found = get(key)
+    found = status(key)
     say(reconciled=found["answer"], key=key, at=time.time())
     return effects.Reconciled(answer=effects.Answer(found["answer"]),
                               result=found.get("result"))
 def wait_released(worker, name, timeout=120):
     deadline = time.monotonic() + timeout
-    while get(name)["answer"] != "applied":
+    while not said(name):
         if time.monotonic() > deadline:
             raise SystemExit("the test never released " + name)
         worker.keeper.ensure_live()
@@ -69,25 +68,24 @@ RELEASE_FENCE = "test"
 
 def release(owner: EffectOwner, name: str) -> None:
     """Let a worker waiting in ``wait_released(worker, name)`` go on."""
-    status, _ = owner.effect(key=name, token=0, fence=RELEASE_FENCE, payload=None)
+    status, _ = owner.effect(key=word_key(name), token=0, fence=RELEASE_FENCE, payload=None)
     assert status == 200, status
 
 
 @dataclass(kw_only=True)
 class TimedOwner(EffectOwner):
-    """The test's effect owner, also noting each POST's arrival (this machine's clock,
+    """The test's effect owner, also noting each effect's arrival (this machine's clock,
     which the API server's audit log also uses): (time, key, token)."""
 
     arrivals: list[tuple[float, str, int]] = field(default_factory=list)
 
-    def effect(self, *, key: str, token: int, fence: str,
-               payload: Any) -> tuple[int, dict[str, Any]]:
-        if fence != RELEASE_FENCE:
-            self.arrivals.append((time.time(), key, token))
-        return super().effect(key=key, token=token, fence=fence, payload=payload)
+    def decide(self, effect: Effect, *, body: bytes) -> Reply:
+        if effect.token is not None and effect.scope != RELEASE_FENCE:
+            self.arrivals.append((time.time(), effect.key, effect.token))
+        return super().decide(effect, body=body)
 
     def worker_posts(self) -> list[Any]:
-        """The POSTs workers sent (the release keys left out), in order."""
+        """The POSTs workers sent (the release words left out), in order."""
         return [r for r in self.posts() if r.fence != RELEASE_FENCE]
 
 

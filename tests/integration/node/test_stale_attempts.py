@@ -9,7 +9,8 @@ effect owner (``tests/support/actors/effectowner.py``) on the node bridge's addr
   as its pod), yet it cannot renew its lease, commit a record on its own sealed Lease or
   on the successor's (the refusal names the policy ``agentrun-attempt-leases``), and its
   effect for a key the successor never used, after the successor's first, is fenced
-  (409), not deduplicated; the successor's prefix holds nothing of that late write;
+  (409 ``StaleFencingToken``), not deduplicated; the successor's prefix holds nothing of
+  that late write;
 - a long-running effect: attempt 1 is killed while the owner applies its effect; attempt 2
   reconciles "in progress", waits without re-sending, sees "applied" and records it;
 - pinned configuration: attempt 2 reads the very bytes attempt 1 read, after a newer
@@ -32,6 +33,7 @@ from agentrun.worker import _records as records
 from agentrun.worker import _renewals as renewals
 from tests.integration.node import stale
 from tests.integration.operator import conftest as operator_fixtures
+from tests.support.actors.effectowner import word_key
 from tests.support.actors.operators import OperatorProcess
 from tests.support.actors.workers import (
     container_pid,
@@ -175,7 +177,7 @@ def test_a_stale_attempt_with_its_pod_present_cannot_write_or_slip_an_effect_in(
     uid = scenario.agentrun("study")["metadata"]["uid"]
     unused = effects.idempotency_key(run_uid=uid, slot=slot, key="late-effect")
     status, answer = owner.effect(key=unused, token=1, fence=f"{uid}/{slot}", payload=None)
-    assert (status, answer) == (409, {"error": "fenced", "highest": 2})
+    assert (status, answer["error"], answer["highest"]) == (409, "StaleFencingToken", 2)
     assert unused not in owner.applied and unused not in owner.results
 
     stale.release(owner, "checked")
@@ -188,7 +190,7 @@ def test_a_stale_attempt_with_its_pod_present_cannot_write_or_slip_an_effect_in(
         "phase"] == "Succeeded"
     final = scenario.wait_state(slot, "Succeeded", timeout=60)["status"]
     assert [a["outcome"] for a in final["attempts"]] == ["Failed", "Succeeded"]
-    assert owner.applied == {idem: 1, "checked": 1}
+    assert owner.applied == {idem: 1, word_key("checked"): 1}
     assert token_pods(scenario, user=worker_user(scenario.namespace), name=first) == {first}
     print(f"owner: {[(r.token, r.status) for r in owner.worker_posts()]} (token, status); "
           f"refusals: renewal PUT and PATCH, record on lease 1 and on lease 2")

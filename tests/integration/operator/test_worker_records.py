@@ -35,7 +35,9 @@ import pytest
 
 from agentrun import manifests
 from agentrun.api import bounds, names
+from agentrun.examples.publisher import Publisher
 from agentrun.kube import rest
+from agentrun.owner import Effect
 from agentrun.worker import _effects as effects
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _prefix as prefix
@@ -259,18 +261,16 @@ def test_an_effect_whose_call_raised_is_asked_about_before_it_is_sent_again(
         first = attempts(1)
         worker = worker_of(first, tmp_path)
 
-        def send(idem: str, token: int, *, timeout: float = 10) -> Any:
-            body = json.dumps({"key": idem, "token": token, "fence": "s"}).encode()
-            request = urllib.request.Request(f"{owner.url}/effects", data=body,
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=timeout) as answer:
-                return json.loads(answer.read())["result"]
+        publisher = Publisher(url=owner.url, fence="s")  # the example's client of the kit
+        ask = publisher.reconcile
 
-        def ask(idem: str) -> effects.Reconciled:
-            with urllib.request.urlopen(f"{owner.url}/effects/{idem}", timeout=10) as found:
-                answer = json.loads(found.read())
-            return effects.Reconciled(answer=effects.Answer(answer["answer"]),
-                                      result=answer.get("result"))
+        def send(idem: str, token: int, *, timeout: float = 10) -> Any:
+            request = urllib.request.Request(
+                publisher.endpoint, data=b"null", method="POST", headers={
+                    **Effect(key=idem, token=token, scope="s").headers(),
+                    "Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return json.loads(answer.read())
 
         def dropped(idem: str, token: int) -> Any:
             raise ConnectionResetError("the connection dropped before the owner got it")

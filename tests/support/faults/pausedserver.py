@@ -38,27 +38,23 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrun.api import names
-from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.effectowner import CLIENT, EffectOwner, word_key
 from tests.support.actors.workers import OWNER_ENV, grant_worker_role, printed, real_launch_spec
 from tests.support.faults.processfaults import Pause, hold_paused
 from tests.support.plays.scenarios import Object, Scenario, request_id
 from tests.support.waiting import ConditionTimeout, wait_for
 
-WORKER = """
-import json, os, sys, time, urllib.request
+FINISH, BEGIN = "finish", "begin"  # the test's words (effectowner.word_key)
+FINISH_KEY, FINISH_FENCE = word_key(FINISH), "test"
+BEGIN_KEY = word_key(BEGIN)
+WORKER = CLIENT + f"""
+import sys, time
 from agentrun.worker import _keeper as keeper
 from agentrun.worker._sdk import Worker
-OWNER = os.environ["EFFECT_OWNER"]
 def say(**fields):
     print(json.dumps(fields), flush=True)
-def word(key):
-    try:
-        with urllib.request.urlopen(OWNER + "/effects/" + key, timeout=5) as answer:
-            return json.load(answer)["answer"] == "applied"
-    except OSError:
-        return False
 def finish():
-    return word("finish")
+    return said({FINISH!r})
 worker = Worker.from_env()
 worker.start(on_lapse=lambda why: say(told="lapse", at=time.time()),
              on_resume=lambda why: say(told="resume", at=time.time()),
@@ -76,11 +72,9 @@ while not finish():
 worker.stop()
 say(done=time.time())
 """
-FINISH_KEY, FINISH_FENCE = "finish", "test"
-BEGIN_KEY = "begin"
-# A worker that makes its first renewal only once the owner says BEGIN_KEY: its attempt
+# A worker that makes its first renewal only once the owner says BEGIN: its attempt
 # waits on the start deadline (STARTING_DEADLINE) until then.
-STARTING = WORKER.replace("worker = Worker.from_env()\n", f"""while not word({BEGIN_KEY!r}):
+STARTING = WORKER.replace("worker = Worker.from_env()\n", f"""while not said({BEGIN!r}):
     time.sleep(0.5)
 worker = Worker.from_env()
 """)

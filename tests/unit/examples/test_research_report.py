@@ -10,6 +10,7 @@ real SIGKILL, is ``tests/integration/node/test_interruptions.py``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,17 +22,22 @@ from agentrun.api import questions
 from agentrun.examples import faults, research_report
 from agentrun.examples.publisher import Publisher, PublishError
 from agentrun.examples.research_report import Agent, Brief, ConfigError
+from agentrun.owner import MemoryStore
+from agentrun.owner._owner import Kept
+from agentrun.worker import Answer, Reconciled
 from agentrun.worker import _effects as effects
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _questions as asking
 from agentrun.worker import _records as records
 from agentrun.worker._context import Context
-from tests.support.actors.effectowner import EffectOwner
+from tests.support.actors.effectowner import EffectOwner, word_key
 from tests.support.ledgers import DurableOnReturn
+from tests.support.waiting import wait_for
 
 RUN_UID = "5f0c2d1e-0000-4000-8000-000000000001"
 SLOT = "study-0a1b2c3d"
 PACKAGE = "outcome: A short report\nconstraints: {maxSources: 4}\n"
+K1, K2 = word_key("k1"), word_key("k2")  # keys as the kit takes them (64 hex digits)
 BINDINGS = "nodes: [{node: research, agent: {name: r, revision: '1'}}]\npublish: {url: %s}\n"
 
 
@@ -254,9 +260,42 @@ def test_an_unknown_answer_stops_the_attempt_and_is_recorded(owner: EffectOwner)
 
 def test_a_fenced_attempt_is_told_why(owner: EffectOwner) -> None:
     publisher = Publisher(url=owner.url, fence="f")
-    assert publisher.call("k2", 2, {"x": 1})["payload"] == {"x": 1}
+    assert publisher.call(K2, 2, {"x": 1})["payload"] == {"x": 1}
     with pytest.raises(PublishError, match=r"fenced this attempt off \(token 1, highest seen 2\)"):
-        publisher.call("k1", 1, {"x": 1})
+        publisher.call(K1, 1, {"x": 1})
+    assert [(r.key, r.token, r.fence, r.status) for r in owner.posts()] == [
+        (K2, 2, "f", 200), (K1, 1, "f", 409)]
+    with pytest.raises(PublishError, match="answered 400: .*BadEffectHeaders"):
+        publisher.call("k1", 3, {"x": 1})  # the kit takes only the SDK's keys (64 hex)
+    with pytest.raises(PublishError, match=r"reconcile answer \(400\) is not one of"):
+        publisher.reconcile("k1")
+
+
+def test_a_resend_while_the_owner_applies_and_a_lost_outcome_are_told_why() -> None:
+    owner = EffectOwner(hold=threading.Event()).start()
+    try:
+        publisher = Publisher(url=owner.url, fence="f")
+        sent = threading.Thread(target=publisher.call, args=(K1, 1, {"x": 1}))
+        sent.start()
+        wait_for(lambda: owner.posts(key=K1), timeout=10, message="the first call")
+        assert publisher.reconcile(K1) == Reconciled(answer=Answer.IN_PROGRESS)
+        with pytest.raises(PublishError, match=r"applying this key already \(EffectInProgress"):
+            publisher.call(K1, 1, {"x": 1})
+        assert owner.hold is not None
+        owner.hold.set()
+        sent.join(timeout=10)
+        assert publisher.reconcile(K1) == Reconciled(
+            answer=Answer.APPLIED, result={"published": K1[:12], "payload": {"x": 1}})
+        assert publisher.call(K1, 1, {"x": 2}) == {"published": K1[:12], "payload": {"x": 1}}
+    finally:
+        owner.stop()
+    store = MemoryStore(keys={K2: Kept(reply=None, lost=True)})  # begun by a gone process
+    lost = EffectOwner(store=store).start()
+    try:
+        with pytest.raises(PublishError, match=r"\(EffectOutcomeUnknown: it restarted"):
+            Publisher(url=lost.url, fence="f").call(K2, 1, {"x": 1})
+    finally:
+        lost.stop()
 
 
 @pytest.mark.parametrize(("spec", "expected"), [
