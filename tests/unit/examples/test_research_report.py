@@ -265,7 +265,7 @@ def test_a_fenced_attempt_is_told_why(owner: EffectOwner) -> None:
         publisher.call(K1, 1, {"x": 1})
     assert [(r.key, r.token, r.fence, r.status) for r in owner.posts()] == [
         (K2, 2, "f", 200), (K1, 1, "f", 409)]
-    with pytest.raises(PublishError, match="answered 400: .*BadEffectHeaders"):
+    with pytest.raises(PublishError, match=r"answered 400: .*BadEffectHeaders"):
         publisher.call("k1", 3, {"x": 1})  # the kit takes only the SDK's keys (64 hex)
     with pytest.raises(PublishError, match=r"reconcile answer \(400\) is not one of"):
         publisher.reconcile("k1")
