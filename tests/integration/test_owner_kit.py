@@ -14,68 +14,19 @@ store kept in SQLite still deduplicates after the service restarts; a request wi
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import uvicorn
 
 from agentrun.owner import REPLAYED, EffectMiddleware, Owner, SqliteStore
 from agentrun.owner.check import Checker
-from tests.support.waiting import wait_for
-
-
-class Publisher:
-    """A plain ASGI app: every request it gets publishes (counted), answered with JSON."""
-
-    def __init__(self) -> None:
-        self.calls: list[bytes] = []
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        assert scope["type"] == "http"
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        self.calls.append(body)
-        data = json.dumps({"published": len(self.calls)}).encode()
-        await send({"type": "http.response.start", "status": 201,
-                    "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": data})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def serving(app: Any, *, host: str = "127.0.0.1") -> Iterator[str]:
-    """``app`` on uvicorn at ``host`` (pods reach the node bridge's address) for the
-    block's length; its URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="error",
-                                           lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started, timeout=30, message="uvicorn started")
-        yield f"http://{host}:{port}/effects"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+from tests.support.actors.ownerapp import Publisher, serving
+from tests.support.cluster.processes import free_port
 
 
 def check(url: str) -> subprocess.CompletedProcess[str]:

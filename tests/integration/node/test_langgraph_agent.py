@@ -20,8 +20,8 @@ import pytest
 
 from agentrun.owner import EffectMiddleware, MemoryStore, Owner
 from tests.integration.node import test_journal
-from tests.integration.test_owner_kit import Publisher, serving
 from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.ownerapp import Publisher, serving
 from tests.support.actors.workers import (
     agent_configs,
     agent_events,

@@ -40,8 +40,8 @@ from agentrun.worker.langgraph import JournalSaver
 from tests.integration.operator import test_worker_records as worker_records
 from tests.integration.operator.test_langgraph_saver import location
 from tests.integration.operator.test_worker_records import RUN, SLOT, Attempt, worker_of
-from tests.integration.test_owner_kit import serving
 from tests.support.actors import tokenworker
+from tests.support.actors.ownerapp import serving
 from tests.support.s3fixtures import endpoint
 
 pytestmark = pytest.mark.serial
