@@ -10,7 +10,9 @@ SIGKILL the container exactly there. Points (a *key* is a step's key, e.g. ``sou
 - ``after-step:<key>``: the step is committed;
 - ``after-intent:<effect>``: the effect's intent is committed, the owner not yet called;
 - ``after-call:<effect>``: the owner answered, the outcome is not yet committed;
-- ``after-ask:<question>``: the question is committed on the Lease, the attempt not yet ended.
+- ``after-ask:<question>``: the question is committed on the Lease, the attempt not yet ended;
+- ``superstep:<n>``: the LangGraph example (:mod:`langgraph_agent`) starts a node in
+  superstep ``n``: every earlier superstep's checkpoint is committed, this one's is not.
 
 Other attempts pass every point. A pause that nobody ends lasts at most
 :data:`PAUSE_SECONDS`, then the attempt exits non-zero (a test that forgot to kill it
@@ -32,7 +34,8 @@ ENV_PAUSE = "AGENTRUN_EXAMPLE_PAUSE"
 MAX_SPEC_CHARS = 1024
 PAUSE_SECONDS = 600.0
 PLAIN_POINTS = ("start",)
-KEYED_POINTS = ("before-commit", "after-step", "after-intent", "after-call", "after-ask")
+KEYED_POINTS = ("before-commit", "after-step", "after-intent", "after-call", "after-ask",
+                "superstep")
 _KEY = re.compile(bounds.STEP_KEY_PATTERN)
 
 

@@ -13,9 +13,18 @@ under the same key, and the owner keeps the first. The state grows by about 10 K
 (notes and tool messages; past 1 MiB at 110 rounds, 220 supersteps).
 
 Every node prints one JSON line (``{"event": "node", "node", "step", "attempt"}``) as it
-starts, so a test can see which supersteps each attempt ran and kill it at one.
+starts, so a test can see which supersteps each attempt ran and kill it at one; the fault
+hook (:mod:`agentrun.examples.faults`, ``AGENTRUN_EXAMPLE_PAUSE``) can block an attempt
+there (``superstep:<n>``) or once the owner answered the publish (``after-call:publish``).
 ``python3 -m agentrun.examples.langgraph_agent`` runs it in a worker pod (the pinned
-bindings' ``publish.url``; ``AGENTRUN_EXAMPLE_ROUNDS``, 200 by default).
+bindings' ``publish.url``; ``AGENTRUN_EXAMPLE_ROUNDS``, 200 by default;
+``AGENTRUN_EXAMPLE_APPROVERS``, 0 by default: how many people approve the publish).
+
+With approvers, ``write`` asks for approval of the words its model wrote and the attempt
+ends; a successor's model writes other words, whose digest no one approved, so it is
+asked again (nothing is sent on an approval of other words). An agent whose approved
+arguments must hold across attempts drafts them in a superstep of their own and
+publishes from the state (docs/design/frameworks.md).
 """
 
 from __future__ import annotations
@@ -37,7 +46,9 @@ from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
 from agentrun import owner
-from agentrun.worker import Answer, Reconciled, Worker
+from agentrun.api import bounds
+from agentrun.examples import faults
+from agentrun.worker import Answer, QuestionAsked, Reconciled, Worker, WorkerContextError
 from agentrun.worker.langgraph import JournalSaver, current, durable_tool, invoke
 
 ROUNDS: Final = 200
@@ -45,6 +56,8 @@ MAX_ROUNDS: Final = 2000
 NOTE_BYTES: Final = 10 * 1024
 THREAD: Final = "main"
 ENV_ROUNDS: Final = "AGENTRUN_EXAMPLE_ROUNDS"
+ENV_APPROVERS: Final = "AGENTRUN_EXAMPLE_APPROVERS"
+EXIT_CONFIG: Final = 2
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
 MAX_ANSWER_BYTES: Final = 64 * 1024
 
@@ -68,10 +81,12 @@ def model_says(message: AIMessage) -> AIMessage:
     return reply
 
 
-def build(*, worker: Worker, publish_url: str, rounds: int) -> Any:
+def build(*, worker: Worker, publish_url: str, rounds: int, approvers: int = 0,
+          pauses: faults.Pauses | None = None) -> Any:
     """The agent's graph, compiled with the journal's checkpointer. ``publish_url`` is the
     owner's base URL (the bindings' ``publish.url``): effects go to ``<url>/effects``
     with the protocol's headers, so it must be an ``agentrun.owner`` service."""
+    hook = pauses or faults.Pauses(attempt=worker.context.attempt)
     draw = random.SystemRandom()
     endpoint = publish_url.rstrip("/") + "/effects"
 
@@ -79,7 +94,9 @@ def build(*, worker: Worker, publish_url: str, rounds: int) -> Any:
         return int((get_config().get("metadata") or {}).get("langgraph_step", -1))
 
     def announced(node: str) -> None:
-        told("node", node=node, step=step_of(), attempt=worker.context.attempt)
+        step = step_of()
+        told("node", node=node, step=step, attempt=worker.context.attempt)
+        hook.at(f"superstep:{step}")
 
     @tool
     def research(query: str) -> str:
@@ -96,7 +113,8 @@ def build(*, worker: Worker, publish_url: str, rounds: int) -> Any:
             **sent.headers(), "Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as reply:
             found: dict[str, Any] = json.loads(reply.read(MAX_ANSWER_BYTES))
-            return found
+        hook.at("after-call:publish")
+        return found
 
     def reconcile(idempotency_key: str) -> Reconciled:
         """The owner's answer about a publish whose outcome was not recorded."""
@@ -129,7 +147,8 @@ def build(*, worker: Worker, publish_url: str, rounds: int) -> Any:
         notes = [str(m.content)[:80] + " ..." for m in out["messages"]]
         return {"messages": out["messages"], "notes": notes}
 
-    publishing = durable_tool(publish, worker=worker, owner="publisher", reconcile=reconcile)
+    publishing = durable_tool(publish, worker=worker, owner="publisher", reconcile=reconcile,
+                              approvers=approvers)
 
     def write(state: State) -> dict[str, Any]:
         announced("write")
@@ -153,11 +172,15 @@ def build(*, worker: Worker, publish_url: str, rounds: int) -> Any:
     return builder.compile(checkpointer=JournalSaver(worker))
 
 
-def run(*, worker: Worker, publish_url: str, rounds: int = ROUNDS) -> dict[str, Any]:
+def run(*, worker: Worker, publish_url: str, rounds: int = ROUNDS, approvers: int = 0,
+        pauses: faults.Pauses | None = None) -> dict[str, Any]:
     """The agent's thread to its end from wherever earlier attempts left it."""
     if not 1 <= rounds <= MAX_ROUNDS:
         raise ValueError(f"rounds is 1..{MAX_ROUNDS}, not {rounds}")
-    graph = build(worker=worker, publish_url=publish_url, rounds=rounds)
+    if not 0 <= approvers <= bounds.MAX_APPROVERS:
+        raise ValueError(f"approvers is 0..{bounds.MAX_APPROVERS}, not {approvers}")
+    graph = build(worker=worker, publish_url=publish_url, rounds=rounds, approvers=approvers,
+                  pauses=pauses)
     state = invoke(graph, {"task": "report on durable agents", "plan": [], "messages": [],
                            "notes": [], "report": ""},
                    worker=worker, config={"configurable": {"thread_id": THREAD},
@@ -166,12 +189,36 @@ def run(*, worker: Worker, publish_url: str, rounds: int = ROUNDS) -> dict[str, 
     return dict(state)
 
 
+def number(name: str, *, default: int, least: int, most: int) -> int:
+    """The whole number ``least``..``most`` in environment variable ``name`` (``default``
+    when unset), else a ValueError that says so."""
+    text = os.environ.get(name) or str(default)
+    if not (text.isascii() and text.isdigit() and len(text) <= 6
+            and least <= int(text) <= most):
+        raise ValueError(f"${name} is a whole number {least}..{most}, not {text[:20]!r}")
+    return int(text)
+
+
 def main() -> int:
-    from agentrun.examples.research_report import Brief
-    rounds = int(os.environ.get(ENV_ROUNDS) or ROUNDS)
-    with Worker.from_env() as worker:
+    from agentrun.examples.research_report import Brief, ConfigError
+    try:
+        rounds = number(ENV_ROUNDS, default=ROUNDS, least=1, most=MAX_ROUNDS)
+        approvers = number(ENV_APPROVERS, default=0, least=0, most=bounds.MAX_APPROVERS)
+        points = faults.parse(faults.environ_spec())
+        worker = Worker.from_env()
+        pauses = faults.Pauses(
+            attempt=worker.context.attempt, points=points,
+            announce=lambda point: told("paused", point=point, attempt=worker.context.attempt))
         brief = Brief.from_pinned(worker.context.pinned)
-        run(worker=worker, publish_url=brief.publish_url, rounds=rounds)
+    except (ValueError, WorkerContextError, faults.FaultSpecError, ConfigError) as error:
+        print(f"langgraph_agent: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    with worker:
+        try:
+            run(worker=worker, publish_url=brief.publish_url, rounds=rounds,
+                approvers=approvers, pauses=pauses)
+        except QuestionAsked as asked:  # not a failure: the operator ends the attempt Asked
+            told("asked", why=str(asked)[:300], attempt=worker.context.attempt)
     return 0
 
 
