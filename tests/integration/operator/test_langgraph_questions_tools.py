@@ -9,6 +9,10 @@ agentrun answer``). Covers:
   attempt's Lease and raises ``QuestionAsked`` (the attempt ends); the next attempt, its
   Lease holding the answer, resumes the graph with it, the nodes before the interrupt
   not run again;
+- a tool effect that needs approval: asked (the attempt ends); approved, but the
+  successor's stand-in model wrote other arguments, so it is asked again and nothing is
+  sent; drafted in a superstep of its own, the approved arguments hold across attempts
+  and the effect is sent once;
 - a tool effect whose attempt died after the owner applied it: the successor, whose
   stand-in model passes other arguments, runs the task again from the same checkpoint,
   meets the same key and gets the recorded result; the owner was called once, with the
@@ -45,13 +49,15 @@ class State(TypedDict):
     steps: Annotated[list[Any], operator.add]
 
 
-def answer_on(attempt: Attempt, *, key: str, digest: str, value: Any) -> None:
-    """The admin, as the operator, puts a person's answer on ``attempt``'s Lease."""
+def answer_on(attempt: Attempt, *, key: str, digest: str, value: Any,
+              suffix: str = names.ANSWERED_SUFFIX) -> None:
+    """The admin, as the operator, puts a person's answer (or, with ``suffix``
+    ``.approved``, people's decision on an effect) on ``attempt``'s Lease."""
     payload = {"value": value, "digest": digest, "questionAttempt": attempt.number - 1,
                "expired": False, "actor": "alice"}
     data = records.canonical(payload)
     record = records.Record(attempt=attempt.number, digest=records.digest(data), inline=payload,
-                            key=f"{key}{names.ANSWERED_SUFFIX}", kind=records.Kind.DECISION,
+                            key=f"{key}{suffix}", kind=records.Kind.DECISION,
                             size=len(data))
     attempt.leases.patch_namespaced_lease(attempt.name, attempt.namespace, {"metadata": {
         "annotations": {record.annotation: records.encode(record)}}})
@@ -135,4 +141,64 @@ def test_a_tool_effect_is_applied_once_though_the_successors_arguments_differ(
     assert len(applied) == 1  # never sent again, though this attempt's title differed
     effects = [key for key in worker.steps.prefix.committed if key.startswith("tool-")]
     assert len(effects) == 2 and all(k.endswith((".intent", ".outcome")) for k in effects)
+    slot.next().stop()
+
+
+def test_a_tool_needing_approval_is_asked_again_for_other_arguments_and_sent_once_approved(
+        attempts: Callable[[int], Attempt], location: journal.Location,
+        tmp_path: Path) -> None:
+    sent: list[dict[str, Any]] = []  # the owner
+    rng = random.Random(11)
+    approved = {"decision": "approved", "approvals": 1}
+
+    def publish(worker: Any, title: str) -> dict[str, Any]:
+        def send() -> dict[str, Any]:
+            said = current()
+            assert said is not None and said.digest is not None  # the owner can check it
+            sent.append({"title": title, "digest": said.digest})
+            return {"id": len(sent)}
+        return effect("publish", worker=worker, call=send, payload={"title": title},
+                      approvers=1)
+
+    def drafted_in_place(worker: Any) -> Any:
+        def act(state: State) -> dict[str, list[Any]]:  # the model's words, then the call
+            return {"steps": [publish(worker, f"report {rng.getrandbits(64):x}")]}
+        return chained(JournalSaver(worker), {"plan": lambda state: {"steps": ["plan"]},
+                                              "act": act}, State)
+
+    slot = Attempts(attempts, location, tmp_path)
+    config = {"configurable": {"thread_id": "in-place"}}
+    worker = slot.next()
+    with pytest.raises(QuestionAsked) as first:
+        invoke(drafted_in_place(worker), {"steps": []}, worker=worker, config=config)
+    worker = slot.next()
+    second = slot.live[0] if slot.live else pytest.fail("no attempt")
+    answer_on(second, key=first.value.key, digest=first.value.digest, value=approved,
+              suffix=names.APPROVED_SUFFIX)
+    with pytest.raises(QuestionAsked) as again:
+        invoke(drafted_in_place(worker), {"steps": []}, worker=worker, config=config)
+    assert again.value.key == first.value.key  # the same effect, at the same position
+    assert again.value.digest != first.value.digest  # other words: asked again
+    assert sent == []  # nothing sent on an approval of other words
+
+    def drafted_first(worker: Any) -> Any:
+        def draft(state: State) -> dict[str, list[Any]]:
+            return {"steps": [f"report {rng.getrandbits(64):x}"]}
+
+        def act(state: State) -> dict[str, list[Any]]:  # the call from committed words
+            return {"steps": [publish(worker, state["steps"][-1])]}
+        return chained(JournalSaver(worker), {"draft": draft, "act": act}, State)
+
+    config = {"configurable": {"thread_id": "drafted-first"}}
+    worker = slot.next()
+    with pytest.raises(QuestionAsked) as asked:
+        invoke(drafted_first(worker), {"steps": []}, worker=worker, config=config)
+    worker = slot.next()
+    live = slot.live[0] if slot.live else pytest.fail("no attempt")
+    answer_on(live, key=asked.value.key, digest=asked.value.digest, value=approved,
+              suffix=names.APPROVED_SUFFIX)
+    done = invoke(drafted_first(worker), {"steps": []}, worker=worker, config=config)
+    title = done["steps"][0]
+    assert done["steps"][1] == {"id": 1}
+    assert sent == [{"title": title, "digest": asked.value.digest}]  # the approved words, once
     slot.next().stop()
