@@ -26,6 +26,7 @@ help:
 	@echo "make bench-journal  the journal, and its LangGraph checkpointer, beside LangGraph's PostgresSaver (docs/benchmarks.md)"
 	@echo "make faults    fault scenarios on a cluster (and node) of their own: scenario x count x violations"
 	@echo "make journal-scale  20,000 steps and a 2 GiB artifact on real pods, killed at seeded points"
+	@echo "make langgraph-kills  the example LangGraph agent on real pods, killed at ten seeded supersteps"
 
 # Python packages, reinstalled when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
@@ -205,3 +206,12 @@ JOURNAL_SCALE_ARGS ?=
 .PHONY: journal-scale
 journal-scale: controlplane nodedeps image
 	$(PY) -m bench.faults --scenarios journal-scale $(JOURNAL_SCALE_ARGS)
+
+# The example LangGraph agent on real pods (bench/faults/langgraph_kills.py): SIGKILLed at
+# ten seeded supersteps (LANGGRAPH_KILLS_ARGS="--langgraph-kills-seed N") and once after
+# its owner applied the publish; each successor resumes at the superstep its predecessor
+# died in, committed checkpoints unchanged, published once. About 3 min on 2 cores.
+LANGGRAPH_KILLS_ARGS ?=
+.PHONY: langgraph-kills
+langgraph-kills: controlplane nodedeps image
+	$(PY) -m bench.faults --scenarios langgraph-kills $(LANGGRAPH_KILLS_ARGS)

@@ -37,6 +37,7 @@ from bench.faults import clock_skew as fault_clock_skew
 from bench.faults import journal_matrix as fault_journal_matrix
 from bench.faults import journal_scale as fault_journal_scale
 from bench.faults import kill_points as fault_kill_points
+from bench.faults import langgraph_kills as fault_langgraph_kills
 from bench.faults import network as fault_network
 from bench.faults import paused as fault_paused
 from bench.faults import racing as fault_racing
@@ -51,7 +52,7 @@ SECTION = "## Faults"
 FAULTS: tuple[Fault, ...] = (fault_paused.FAULT, fault_network.CUT, fault_network.HOLE,
                              fault_racing.FAULT, fault_clock_skew.FAULT,
                              fault_kill_points.FAULT, fault_journal_matrix.FAULT,
-                             fault_journal_scale.FAULT)
+                             fault_journal_scale.FAULT, fault_langgraph_kills.FAULT)
 
 
 @dataclass

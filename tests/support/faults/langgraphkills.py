@@ -1,0 +1,207 @@
+"""The fault scenario "the example LangGraph agent on real pods, SIGKILLed at ten seeded
+supersteps and once after its owner applied the publish".
+
+Played by ``make langgraph-kills`` (``bench/faults/langgraph_kills.py``) on real pods on
+the local node, the operator pinning the cluster's bundled store (SeaweedFS) on the run.
+One slot runs ``python3 -m agentrun.examples.langgraph_agent`` from the project's image:
+a ``StateGraph`` of plan, a :data:`ROUNDS`-round tool loop and write (2 x ROUNDS + 3
+supersteps, its state past 1 MiB), its stand-in model's words and tool arguments drawn
+anew in every attempt; ``write`` publishes through the ledger to an owner built with the
+kit (``agentrun.owner.EffectMiddleware`` on uvicorn at the node bridge's address). The
+example's fault hook blocks attempt ``n`` (1..10) as a node of its seeded superstep
+starts (``superstep:<s>@<n>``: every earlier superstep's checkpoint is committed, this
+one's is not) and attempt 11 once the owner answered the publish (``after-call:publish``:
+applied there, its outcome not committed); each is SIGKILLed from the node while blocked,
+so a kill lands exactly where it is said to. The run allows :data:`ATTEMPTS` attempts.
+
+What is checked (:func:`play`), each failure a line:
+- every attempt blocked where planned; each successor's first superstep is the one its
+  predecessor was killed in: nothing committed is lost, exactly one superstep repeated per
+  kill (its node had started, its checkpoint was not committed);
+- in the store's own listing, walked from every attempt's head on its Lease: every
+  LangGraph entry and value record committed before a kill is there at the end with the
+  same digest (committed bytes never change);
+- the last attempt finished (``done``), the slot Succeeded; the owner's app published
+  once; the successor asked the owner (a status query) instead of sending again; the
+  report carries the owner's first reply, though the successor's model wrote other words.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrun.owner import EffectMiddleware, MemoryStore, Owner
+from tests.support.actors.ownerapp import Counted, Publisher, serving
+from tests.support.actors.workers import (
+    agent_configs,
+    agent_events,
+    container_pid,
+    grant_worker_role,
+    kill_on_node,
+    node_address,
+    node_launch_spec,
+    wait_pod_phase,
+)
+from tests.support.cluster.localnode import LocalNode
+from tests.support.faults import journalstore
+from tests.support.faults.journalmatrix import heads, pod_name
+from tests.support.faults.journalscale import wait_said
+from tests.support.plays.scenarios import Scenario
+
+RUN, NODE = "study", "research"
+ROUNDS, KILLS = 110, 10
+ATTEMPTS = KILLS + 2  # ten at supersteps, one after the owner applied, the last runs on
+KILL_POINT_BOUND = 600.0  # an attempt at its pause: pod start, the prefix, its supersteps
+FINISHED_BOUND = 900.0
+ENDED_BOUND = 90.0
+ENTRIES = "langgraph."  # the checkpointer's entries and value records in the journal
+
+
+@dataclass
+class Play:
+    """One play: what went wrong (empty: nothing) and what it measured."""
+
+    violations: list[str] = field(default_factory=list)
+    targets: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    began: list[int] = field(default_factory=list)  # per attempt: its first superstep
+    ended: list[int] = field(default_factory=list)  # per attempt: its last superstep
+    entries: int = 0  # the checkpointer's records at the end
+    owner: str = "-"
+
+
+def kill_points(seed: int) -> list[int]:
+    """:data:`KILLS` seeded supersteps of the loop, at least four apart."""
+    draw = random.Random(seed)
+    while True:
+        found = sorted(draw.sample(range(3, 2 * ROUNDS), KILLS))
+        if all(b - a >= 4 for a, b in itertools.pairwise(found)):
+            return found
+
+
+def pauses(targets: list[int]) -> str:
+    """The example's ``AGENTRUN_EXAMPLE_PAUSE``: attempt ``n`` at ``targets[n-1]``, the
+    next after the owner answered the publish."""
+    return ",".join([*(f"superstep:{s}@{n}" for n, s in enumerate(targets, 1)),
+                     f"after-call:publish@{len(targets) + 1}"])
+
+
+def entries(scenario: Scenario, slot: str, prefix: str, attempts: int) -> dict[str, str]:
+    """The checkpointer's records in the store, reached from the heads of attempts
+    1..``attempts``: key -> digest."""
+    reached = journalstore.audit(journalstore.objects(), prefix=prefix, slot=slot,
+                                 heads=heads(scenario, slot, attempts))
+    return {k: r.digest for k, r in reached.records.items() if k.startswith(ENTRIES)}
+
+
+def play(scenario: Scenario, *, node: LocalNode, image: str, seed: int) -> Play:
+    """Play the scenario once in ``scenario``'s namespace (its operator pinning the
+    bundled store); ``seed`` chooses the supersteps."""
+    started = time.monotonic()
+    result = Play(targets=kill_points(seed))
+    print(f"langgraph-kills: seed {seed}; supersteps {result.targets}", flush=True)
+    grant_worker_role(scenario)
+    app = Publisher()
+    counted = Counted(EffectMiddleware(app, owner=Owner(store=MemoryStore())))
+    with serving(counted, host=node_address(scenario)) as url:
+        agent_configs(scenario, owner_url=url.removesuffix("/effects"), name=RUN)
+        node_launch_spec(scenario, "langgraph", classes=["cpu"], container={
+            "name": "worker", "image": image, "imagePullPolicy": "Never",
+            "command": ["python3", "-m", "agentrun.examples.langgraph_agent"],
+            "env": [{"name": "AGENTRUN_EXAMPLE_ROUNDS", "value": str(ROUNDS)},
+                    {"name": "AGENTRUN_EXAMPLE_PAUSE", "value": pauses(result.targets)}]})
+        scenario.run(RUN, config=RUN, max_attempts=ATTEMPTS, initial_backoff=0)
+        slot = scenario.slot_name_eventually(RUN, NODE)
+        prefix = scenario.agentrun(RUN)["status"]["pinned"]["journal"]["prefix"]
+        seen: dict[str, str] = {}
+        try:
+            for number in range(1, ATTEMPTS):
+                kill(scenario, node=node, slot=slot, number=number, result=result)
+                now = entries(scenario, slot, prefix, number)
+                changed = sorted(k for k in seen.keys() & now.keys() if seen[k] != now[k])
+                if changed:
+                    result.violations.append(f"after kill {number}: records changed {changed}")
+                seen |= now
+            last = pod_name(slot, ATTEMPTS)
+            ended = wait_pod_phase(scenario, last, {"Succeeded", "Failed"},
+                                   timeout=FINISHED_BOUND)
+            events = agent_events(scenario, last)
+            if ended["status"]["phase"] != "Succeeded" or events[-1]["event"] != "done":
+                result.violations.append(f"the last attempt ended {ended['status']['phase']}: "
+                                         f"{events[-3:]}")
+            final = entries(scenario, slot, prefix, ATTEMPTS)
+            result.entries = len(final)
+            lost = sorted(k for k in seen if final.get(k) != seen[k])
+            if lost:
+                result.violations.append(f"committed records missing or changed at the end: "
+                                         f"{lost[:5]} ({len(lost)})")
+            check_supersteps(scenario, slot, result)
+            check_owner(app, counted, events[-1], result)
+        except Exception as error:  # a wait that timed out, a line not as said, the store
+            result.violations.append(f"{slot}: {type(error).__name__}: {error}")
+            return result
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def kill(scenario: Scenario, *, node: LocalNode, slot: str, number: int,
+         result: Play) -> None:
+    """Attempt ``number`` blocked at its pause, SIGKILLed there, ended Failed."""
+    pod = pod_name(slot, number)
+    line = wait_said(scenario, pod, "point", timeout=KILL_POINT_BOUND)
+    want = (f"superstep:{result.targets[number - 1]}" if number <= KILLS
+            else "after-call:publish")
+    if line["point"] != want:
+        result.violations.append(f"attempt {number}: blocked at {line['point']} (planned "
+                                 f"{want})")
+    found = scenario.pod(pod)
+    assert found is not None, pod
+    kill_on_node(container_pid(node, found), pod_uid=found["metadata"]["uid"])
+    wait_pod_phase(scenario, pod, {"Failed"}, timeout=ENDED_BOUND)
+
+
+def check_supersteps(scenario: Scenario, slot: str, result: Play) -> None:
+    """Each successor begins at the superstep its predecessor was killed in; each kill
+    repeats exactly that one."""
+    ran = {n: [e["step"] for e in agent_events(scenario, pod_name(slot, n))
+               if e["event"] == "node"] for n in range(1, ATTEMPTS + 1)}
+    result.began = [steps[0] if steps else -1 for steps in ran.values()]
+    result.ended = [steps[-1] if steps else -1 for steps in ran.values()]
+    for number in range(1, ATTEMPTS):
+        killed_in, resumed_at = result.ended[number - 1], result.began[number]
+        if resumed_at != killed_in:
+            result.violations.append(f"attempt {number + 1} began at superstep {resumed_at}; "
+                                     f"its predecessor was killed in {killed_in}")
+        later = {s for n in range(number + 1, ATTEMPTS + 1) for s in ran[n]}
+        repeated = sorted(set(ran[number]) & later)
+        if repeated != [killed_in]:
+            result.violations.append(f"attempt {number}: supersteps run again {repeated} "
+                                     f"(want only {killed_in})")
+    if max(result.ended) < 2 * ROUNDS + 2:
+        result.violations.append(f"the graph ended at superstep {max(result.ended)}, want "
+                                 f"{2 * ROUNDS + 2} or later")
+
+
+def check_owner(app: Publisher, counted: Counted, done: dict[str, Any],
+                result: Play) -> None:
+    """Published once; the successor asked instead of sending again; the report carries
+    the owner's first reply though the successor's model wrote other words."""
+    posts = [r for r in counted.received if not r.query]
+    queries = [r for r in counted.received if r.query]
+    result.owner = (f"{len(app.calls)} published; {len(posts)} effect request(s) "
+                    f"{[(r.token, r.status) for r in posts]}; {len(queries)} status "
+                    f"queries {[r.status for r in queries]}")
+    keys = {r.key for r in counted.received}
+    if len(app.calls) != 1 or len(posts) != 1 or not queries or len(keys) != 1:
+        result.violations.append(f"the owner: {result.owner}; keys {sorted(map(str, keys))}")
+        return
+    title = json.loads(app.calls[0])["title"]
+    report = str(done.get("report", ""))
+    if '"published": 1' not in report or report.startswith(title):
+        result.violations.append(f"the report {report[:120]!r} is not the owner's first "
+                                 f"reply under other words (first title {title!r})")
