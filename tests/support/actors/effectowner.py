@@ -24,8 +24,9 @@ HTTP on ``host`` (the node bridge's address, so pods reach it, or 127.0.0.1), at
 An apply runs in its own thread (:meth:`Owner.begin` in the request, then a thread that
 waits for ``hold`` and calls :meth:`Owner.finish`), so a worker killed mid-request does
 not stop it; with ``hold`` set, an apply waits for it (a long-running effect).
-:attr:`requests` logs every request in order, with the status sent: what the assertions
-read (a status query as method ``GET``, however it came).
+:attr:`requests` logs every request in order, with its status as decided when it came
+(200 for an apply it began, even if the request was answered 504 while the apply was
+held): what the assertions read (a status query as method ``GET``, however it came).
 
 A test's *word* to its workers (go on, finish) is a key the test applies itself
 (:meth:`EffectOwner.effect`) and the workers ask about: :func:`word_key` makes it from a
@@ -127,14 +128,19 @@ class EffectOwner:
                done: threading.Event) -> None:
         """Apply ``effect`` once ``hold`` lets it, keep the reply through the kit, and hand
         it to the request that began it (if that still waits)."""
-        if self.hold is not None:
-            self.hold.wait(APPLY_TIMEOUT_SECONDS)
-        result = {"published": effect.key[:12], "payload": payload}
-        with self._lock:
-            self.applied[effect.key] = self.applied.get(effect.key, 0) + 1
-            self.results[effect.key] = result
-            finished.append(self.kit.finish(effect, Reply.json(200, result)))
-        done.set()
+        try:
+            if self.hold is not None:
+                self.hold.wait(APPLY_TIMEOUT_SECONDS)
+            result = {"published": effect.key[:12], "payload": payload}
+            with self._lock:
+                self.applied[effect.key] = self.applied.get(effect.key, 0) + 1
+                self.results[effect.key] = result
+                finished.append(self.kit.finish(effect, Reply.json(200, result)))
+        except BaseException:
+            self.kit.abandon(effect)  # nothing applied: a re-send may apply it
+            raise
+        finally:
+            done.set()
 
     def decide(self, effect: Effect, *, body: bytes) -> Reply:
         """The reply to one request (an effect or a status query); an effect's waits
