@@ -67,12 +67,13 @@ def parse(spec: str) -> dict[str, set[int]]:
         kind, colon, key = point.partition(":")
         plain = kind in PLAIN_POINTS and not colon
         keyed = (kind in KEYED_POINTS and len(key) <= bounds.STEP_KEY_CHARS
-                 and _KEY.fullmatch(key) is not None)
+                 and _KEY.fullmatch(key) is not None
+                 and (kind != "superstep" or (key.isascii() and key.isdigit())))
         if not (plain or keyed):
             raise FaultSpecError(
                 f"${ENV_PAUSE}: {point[:80]!r} is not a point; points are "
                 f"{', '.join(PLAIN_POINTS)} or <kind>:<step key> with kind one of "
-                f"{', '.join(KEYED_POINTS)}")
+                f"{', '.join(KEYED_POINTS)} (a superstep's key is its number)")
         found.setdefault(point, set()).add(int(attempt))
     return found
 

@@ -17,13 +17,12 @@ starts, so a test can see which supersteps each attempt ran and kill it at one; 
 hook (:mod:`agentrun.examples.faults`, ``AGENTRUN_EXAMPLE_PAUSE``) can block an attempt
 there (``superstep:<n>``) or once the owner answered the publish (``after-call:publish``).
 ``python3 -m agentrun.examples.langgraph_agent`` runs it in a worker pod (the pinned
-bindings' ``publish.url``; ``AGENTRUN_EXAMPLE_ROUNDS``, 200 by default;
-``AGENTRUN_EXAMPLE_APPROVERS``, 0 by default: how many people approve the publish).
+bindings' ``publish.url``; ``AGENTRUN_EXAMPLE_ROUNDS``, 200 by default).
 
-With approvers, ``write`` asks for approval of the words its model wrote and the attempt
-ends; a successor's model writes other words, whose digest no one approved, so it is
-asked again (nothing is sent on an approval of other words). An agent whose approved
-arguments must hold across attempts drafts them in a superstep of their own and
+Its publish needs no approval (unless a LaunchSpec's ``spec.approvals`` floor asks for
+it): ``write`` has the model write the words and publishes
+them in one node, so a successor's other words would be asked again in every attempt. An
+agent whose publish people approve drafts the words in a superstep of their own and
 publishes from the state (docs/design/frameworks.md).
 """
 
@@ -46,7 +45,6 @@ from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
 from agentrun import owner
-from agentrun.api import bounds
 from agentrun.examples import faults
 from agentrun.worker import Answer, QuestionAsked, Reconciled, Worker, WorkerContextError
 from agentrun.worker.langgraph import JournalSaver, current, durable_tool, invoke
@@ -56,7 +54,6 @@ MAX_ROUNDS: Final = 2000
 NOTE_BYTES: Final = 10 * 1024
 THREAD: Final = "main"
 ENV_ROUNDS: Final = "AGENTRUN_EXAMPLE_ROUNDS"
-ENV_APPROVERS: Final = "AGENTRUN_EXAMPLE_APPROVERS"
 EXIT_CONFIG: Final = 2
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
 MAX_ANSWER_BYTES: Final = 64 * 1024
@@ -81,7 +78,7 @@ def model_says(message: AIMessage) -> AIMessage:
     return reply
 
 
-def build(*, worker: Worker, publish_url: str, rounds: int, approvers: int = 0,
+def build(*, worker: Worker, publish_url: str, rounds: int,
           pauses: faults.Pauses | None = None) -> Any:
     """The agent's graph, compiled with the journal's checkpointer. ``publish_url`` is the
     owner's base URL (the bindings' ``publish.url``): effects go to ``<url>/effects``
@@ -147,8 +144,7 @@ def build(*, worker: Worker, publish_url: str, rounds: int, approvers: int = 0,
         notes = [str(m.content)[:80] + " ..." for m in out["messages"]]
         return {"messages": out["messages"], "notes": notes}
 
-    publishing = durable_tool(publish, worker=worker, owner="publisher", reconcile=reconcile,
-                              approvers=approvers)
+    publishing = durable_tool(publish, worker=worker, owner="publisher", reconcile=reconcile)
 
     def write(state: State) -> dict[str, Any]:
         announced("write")
@@ -172,15 +168,12 @@ def build(*, worker: Worker, publish_url: str, rounds: int, approvers: int = 0,
     return builder.compile(checkpointer=JournalSaver(worker))
 
 
-def run(*, worker: Worker, publish_url: str, rounds: int = ROUNDS, approvers: int = 0,
+def run(*, worker: Worker, publish_url: str, rounds: int = ROUNDS,
         pauses: faults.Pauses | None = None) -> dict[str, Any]:
     """The agent's thread to its end from wherever earlier attempts left it."""
     if not 1 <= rounds <= MAX_ROUNDS:
         raise ValueError(f"rounds is 1..{MAX_ROUNDS}, not {rounds}")
-    if not 0 <= approvers <= bounds.MAX_APPROVERS:
-        raise ValueError(f"approvers is 0..{bounds.MAX_APPROVERS}, not {approvers}")
-    graph = build(worker=worker, publish_url=publish_url, rounds=rounds, approvers=approvers,
-                  pauses=pauses)
+    graph = build(worker=worker, publish_url=publish_url, rounds=rounds, pauses=pauses)
     state = invoke(graph, {"task": "report on durable agents", "plan": [], "messages": [],
                            "notes": [], "report": ""},
                    worker=worker, config={"configurable": {"thread_id": THREAD},
@@ -203,7 +196,6 @@ def main() -> int:
     from agentrun.examples.research_report import Brief, ConfigError
     try:
         rounds = number(ENV_ROUNDS, default=ROUNDS, least=1, most=MAX_ROUNDS)
-        approvers = number(ENV_APPROVERS, default=0, least=0, most=bounds.MAX_APPROVERS)
         points = faults.parse(faults.environ_spec())
         worker = Worker.from_env()
         pauses = faults.Pauses(
@@ -215,9 +207,9 @@ def main() -> int:
         return EXIT_CONFIG
     with worker:
         try:
-            run(worker=worker, publish_url=brief.publish_url, rounds=rounds,
-                approvers=approvers, pauses=pauses)
-        except QuestionAsked as asked:  # not a failure: the operator ends the attempt Asked
+            run(worker=worker, publish_url=brief.publish_url, rounds=rounds, pauses=pauses)
+        except QuestionAsked as asked:  # a LaunchSpec's approvals floor made the publish
+            # ask: not a failure, the operator ends the attempt Asked
             told("asked", why=str(asked)[:300], attempt=worker.context.attempt)
     return 0
 
