@@ -182,7 +182,9 @@ def test_a_cache_that_has_not_seen_the_run_pinned_spends_no_attempt() -> None:
                                 clock=lambda: f.T0, ticks=lambda: f.T0)
     lease = _path("leases", f"{f.SLOT}-1")
     api.crash_after = 1
-    while lease not in api.objects:  # up to the claim's Lease: no Pod yet
+    for _ in range(20):  # up to the claim's Lease: no Pod yet
+        if lease in api.objects:
+            break
         try:
             reconciler.reconcile(f.NS, f.SLOT)
         except apifake.Crashed:
