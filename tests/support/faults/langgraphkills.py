@@ -20,7 +20,8 @@ What is checked (:func:`play`), each failure a line:
   kill (its node had started, its checkpoint was not committed);
 - in the store's own listing, walked from every attempt's head on its Lease: every
   LangGraph entry and value record committed before a kill is there at the end with the
-  same digest (committed bytes never change);
+  same digest, and at the end every payload object a record names is listed and its
+  bytes hash to the record's digest (committed bytes never change);
 - the last attempt finished (``done``), the slot Succeeded; the owner's app published
   once; the successor asked the owner (a status query) instead of sending again; the
   report carries the owner's first reply, though the successor's model wrote other words.
@@ -28,6 +29,7 @@ What is checked (:func:`play`), each failure a line:
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import random
@@ -91,12 +93,24 @@ def pauses(targets: list[int]) -> str:
                      f"after-call:publish@{len(targets) + 1}"])
 
 
-def entries(scenario: Scenario, slot: str, prefix: str, attempts: int) -> dict[str, str]:
+def entries(scenario: Scenario, slot: str, prefix: str, attempts: int, *,
+            violations: list[str] | None = None) -> dict[str, str]:
     """The checkpointer's records in the store, reached from the heads of attempts
-    1..``attempts``: key -> digest."""
-    reached = journalstore.audit(journalstore.objects(), prefix=prefix, slot=slot,
+    1..``attempts``: key -> digest. With ``violations``: each record's payload object
+    read back too (listed, its bytes hashing to the record's digest), each failure a line."""
+    store = journalstore.objects()
+    reached = journalstore.audit(store, prefix=prefix, slot=slot,
                                  heads=heads(scenario, slot, attempts))
-    return {k: r.digest for k, r in reached.records.items() if k.startswith(ENTRIES)}
+    found = {k: r for k, r in reached.records.items() if k.startswith(ENTRIES)}
+    for key, record in found.items() if violations is not None else ():
+        if record.ref is None:
+            continue
+        name = record.ref.removeprefix(f"s3://{store.bucket}/")
+        data = store.get(name, limit=record.size + 1) if name in reached.listed else None
+        if data is None or hashlib.sha256(data).hexdigest() != record.digest:
+            violations.append(f"record {key}: its payload {name} is "
+                              f"{'not listed' if data is None else 'not its digest'}")
+    return {k: r.digest for k, r in found.items()}
 
 
 def play(scenario: Scenario, *, node: LocalNode, image: str, seed: int) -> Play:
@@ -134,7 +148,7 @@ def play(scenario: Scenario, *, node: LocalNode, image: str, seed: int) -> Play:
             if ended["status"]["phase"] != "Succeeded" or events[-1]["event"] != "done":
                 result.violations.append(f"the last attempt ended {ended['status']['phase']}: "
                                          f"{events[-3:]}")
-            final = entries(scenario, slot, prefix, ATTEMPTS)
+            final = entries(scenario, slot, prefix, ATTEMPTS, violations=result.violations)
             result.entries = len(final)
             lost = sorted(k for k in seen if final.get(k) != seen[k])
             if lost:
@@ -144,8 +158,8 @@ def play(scenario: Scenario, *, node: LocalNode, image: str, seed: int) -> Play:
             check_owner(app, counted, events[-1], result)
         except Exception as error:  # a wait that timed out, a line not as said, the store
             result.violations.append(f"{slot}: {type(error).__name__}: {error}")
-            return result
-    result.seconds = time.monotonic() - started
+        finally:
+            result.seconds = time.monotonic() - started
     return result
 
 
