@@ -49,8 +49,10 @@ from agentrun.worker._journal import HEAD, USAGE, Journal
 DEFAULT_DELAY_SECONDS = 0.25
 MAX_DELAY_SECONDS = 10.0  # a lease lasts 15 s by default: a batch must fit well inside it
 RETRY_PAUSE_SECONDS = 1.0  # the background thread's pause after a flush that failed
-# Records the operator reads without store credentials: they go on the Lease, not the journal.
-ON_LEASE = (names.UNRESOLVED_SUFFIX, names.QUESTION_SUFFIX)
+# Records the operator reads without store credentials: they go on the Lease, not the journal
+# (an unresolved effect, a question, a request for approval: each ends the attempt waiting
+# for a person, and the operator must see it to end the attempt Asked or Unresolved).
+ON_LEASE = (names.UNRESOLVED_SUFFIX, names.QUESTION_SUFFIX, names.APPROVAL_SUFFIX)
 # Staged records at most: past this a stage flushes itself, so a flush slower than the
 # steps (a store outage) holds the steps back instead of growing what a crash would lose.
 STAGED_RECORDS = 4 * NODE_ENTRIES

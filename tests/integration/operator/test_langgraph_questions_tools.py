@@ -171,6 +171,10 @@ def test_a_tool_needing_approval_is_asked_again_for_other_arguments_and_sent_onc
     worker = slot.next()
     with pytest.raises(QuestionAsked) as first:
         invoke(drafted_in_place(worker), {"steps": []}, worker=worker, config=config)
+    asking = slot.live[0] if slot.live else pytest.fail("no attempt")
+    request = asking.lease()["metadata"]["annotations"].get(
+        f"{bounds.RECORD_ANNOTATION_PREFIX}{first.value.key}{names.APPROVAL_SUFFIX}")
+    assert request is not None and first.value.digest in request  # what the operator reads
     worker = slot.next()
     second = slot.live[0] if slot.live else pytest.fail("no attempt")
     answer_on(second, key=first.value.key, digest=first.value.digest, value=approved,
