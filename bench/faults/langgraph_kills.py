@@ -28,7 +28,8 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def figures(played: langgraphkills.Play, seed: int) -> str:
     return (f"seed {seed}; killed at supersteps {played.targets} and after the publish; "
             f"attempts began at {played.began}, ended at {played.ended}; "
-            f"{played.entries} checkpointer records; owner: {played.owner}; "
+            f"{played.entries} checkpointer records; owner: {played.owner}; approval: "
+            f"{played.approval}; "
             f"{played.seconds:.0f} s wall")
 
 

@@ -25,6 +25,12 @@ What is checked (:func:`play`), each failure a line:
 - the last attempt finished (``done``), the slot Succeeded; the owner's app published
   once; the successor asked the owner (a status query) instead of sending again; the
   report carries the owner's first reply, though the successor's model wrote other words.
+
+Then, where approval is required (a second run, one round, its LaunchSpec's
+``spec.approvals`` floor naming ``publish``): attempt 1 asks for approval of its words and
+ends Asked; alice approves that digest with ``kubectl agentrun approve``; attempt 2's model
+writes other words, so it is asked again at the same key under another digest, and the
+owner got nothing from either (:func:`check_asked_again`).
 """
 
 from __future__ import annotations
@@ -37,8 +43,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrun.api import names
 from agentrun.owner import EffectMiddleware, MemoryStore, Owner
 from tests.support.actors.ownerapp import Counted, Publisher, serving
+from tests.support.actors.plugin import plugin
 from tests.support.actors.workers import (
     agent_configs,
     agent_events,
@@ -53,9 +61,9 @@ from tests.support.cluster.localnode import LocalNode
 from tests.support.faults import journalstore
 from tests.support.faults.journalmatrix import heads, pod_name
 from tests.support.faults.journalscale import wait_said
-from tests.support.plays.scenarios import Scenario
+from tests.support.plays.scenarios import Scenario, condition_of
 
-RUN, NODE = "study", "research"
+RUN, NODE, REVIEWED = "study", "research", "reviewed"
 ROUNDS, KILLS = 110, 10
 ATTEMPTS = KILLS + 2  # ten at supersteps, one after the owner applied, the last runs on
 KILL_POINT_BOUND = 600.0  # an attempt at its pause: pod start, the prefix, its supersteps
@@ -75,6 +83,7 @@ class Play:
     ended: list[int] = field(default_factory=list)  # per attempt: its last superstep
     entries: int = 0  # the checkpointer's records at the end
     owner: str = "-"
+    approval: str = "-"
 
 
 def kill_points(seed: int) -> list[int]:
@@ -156,6 +165,7 @@ def play(scenario: Scenario, *, node: LocalNode, image: str, seed: int) -> Play:
                                          f"{lost[:5]} ({len(lost)})")
             check_supersteps(scenario, slot, result)
             check_owner(app, counted, events[-1], result)
+            check_asked_again(scenario, image=image, app=app, result=result)
         except Exception as error:  # a wait that timed out, a line not as said, the store
             result.violations.append(f"{slot}: {type(error).__name__}: {error}")
         finally:
@@ -219,3 +229,55 @@ def check_owner(app: Publisher, counted: Counted, done: dict[str, Any],
     if '"published": 1' not in report or report.startswith(title):
         result.violations.append(f"the report {report[:120]!r} is not the owner's first "
                                  f"reply under other words (first title {title!r})")
+
+
+def check_asked_again(scenario: Scenario, *, image: str, app: Publisher, result: Play) -> None:
+    """Where approval is required, the successor's other words are asked again (the
+    module docstring); run after the main run, which left the owner one publication."""
+    scenario.grant_editor("alice")
+    binding: Any = {
+        "metadata": {"name": "alice-approver"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "agentrun-approver"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                      "name": "alice"}]}
+    scenario.rbac.create_namespaced_role_binding(scenario.namespace, binding)
+    scenario.cluster.kubectl("delete", "launchspec", "langgraph", "-n", scenario.namespace)
+    node_launch_spec(scenario, "langgraph-approved", classes=["cpu"], container={
+        "name": "worker", "image": image, "imagePullPolicy": "Never",
+        "command": ["python3", "-m", "agentrun.examples.langgraph_agent"],
+        "env": [{"name": "AGENTRUN_EXAMPLE_ROUNDS", "value": "1"}]},
+        extra={"approvals": [{"effect": "publish", "approvers": 1}]})
+    scenario.run(REVIEWED, config=RUN, max_attempts=2, initial_backoff=0)
+    slot = scenario.slot_name_eventually(REVIEWED, NODE)
+    key, first = asked(scenario, slot, 1)
+    done = plugin(scenario.cluster, scenario, "approve", slot, "--key", key, "--digest",
+                  first, "--reason", "read the words", "-o", "json", user="alice")
+    entry = json.loads(done.stdout or "{}").get("entry") or {}
+    if done.returncode != 0 or entry.get("outcome") != "Accepted":
+        result.violations.append(f"alice's approval of {first[:12]}: {done.stdout[-300:]} "
+                                 f"{done.stderr[-300:]}")
+        return
+    again, second = asked(scenario, slot, 2)
+    result.approval = (f"asked {first[:12]} at {key}, approved by alice; attempt 2 asked "
+                       f"{second[:12]} at {again}; {len(app.calls)} published in all")
+    if (again, len(app.calls)) != (key, 1) or second == first:
+        result.violations.append(f"where approval is required: {result.approval} (want the "
+                                 "same key, another digest, nothing more published)")
+
+
+def asked(scenario: Scenario, slot: str, attempt: int) -> tuple[str, str]:
+    """(key, digest) of the approval attempt ``attempt`` asked for, once it ended Asked
+    (an AssertionError at once if it ended otherwise)."""
+    def ended(found: dict[str, Any]) -> bool:
+        attempts = found["status"].get("attempts") or []
+        return len(attempts) >= attempt and attempts[attempt - 1].get("endedAt") is not None
+    status = scenario.wait_slot(slot, ended, timeout=KILL_POINT_BOUND,
+                                message=f"attempt {attempt} ended")["status"]
+    outcome = status["attempts"][attempt - 1].get("outcome")
+    pending = (condition_of(status, names.QUESTION_PENDING_CONDITION) or {}).get("status")
+    assert (outcome, pending) == ("Asked", "True"), (
+        f"attempt {attempt} ended {outcome} (QuestionPending {pending}), not Asked")
+    mine = [q for q in status.get("questions") or [] if q["attempt"] == attempt]
+    assert len(mine) == 1 and mine[0].get("approvers"), status.get("questions")
+    return str(mine[0]["key"]), str(mine[0]["digest"])
