@@ -203,8 +203,9 @@ class Journal:
     def chain(self, *, attempt: int, head: Head, leave: cuts.Discards = cuts.NONE,
               ) -> tuple[dict[str, records.Record], list[str]]:
         """The records reachable from attempt ``attempt``'s ``head`` (a later commit's record
-        wins over an earlier one of the same key), and the entries not taken: a ``.resolved``,
-        ``.unresolved``, ``.question`` or ``.answer`` record is trusted only on the Lease (the
+        wins over an earlier one of the same key), and the entries not taken: a record of one
+        of ``names.LEASE_ONLY_SUFFIXES`` (``.resolved``, ``.unresolved``, ``.answer``,
+        ``.question``, ``.approval``, ``.approved``) is trusted only on the Lease (the
         operator's and the slot's), never from a journal. A record a rerun leaves out
         (``leave``: its cuts and re-sends, ``api.cuts``) is not taken. A node that cannot
         be had intact raises :class:`JournalDamaged`; a store that does not answer,

@@ -50,9 +50,10 @@ DEFAULT_DELAY_SECONDS = 0.25
 MAX_DELAY_SECONDS = 10.0  # a lease lasts 15 s by default: a batch must fit well inside it
 RETRY_PAUSE_SECONDS = 1.0  # the background thread's pause after a flush that failed
 # Records the operator reads without store credentials: they go on the Lease, not the journal
-# (an unresolved effect, a question, a request for approval: each ends the attempt waiting
-# for a person, and the operator must see it to end the attempt Asked or Unresolved).
-ON_LEASE = (names.UNRESOLVED_SUFFIX, names.QUESTION_SUFFIX, names.APPROVAL_SUFFIX)
+# (an unresolved effect, a question, a request for approval: each leaves the attempt waiting
+# for a person, and the operator must see it). The worker's share of the records a reader
+# trusts only on a Lease (names.LEASE_ONLY_SUFFIXES); the rest are the operator's.
+ON_LEASE = tuple(s for s in names.LEASE_ONLY_SUFFIXES if s not in names.OPERATOR_SUFFIXES)
 # Staged records at most: past this a stage flushes itself, so a flush slower than the
 # steps (a store outage) holds the steps back instead of growing what a crash would lose.
 STAGED_RECORDS = 4 * NODE_ENTRIES
@@ -81,8 +82,9 @@ class JournalRecords:
 
     Records go into nodes of the attempt's chain and are made durable by advancing the head
     on the Lease (a merge patch carrying the ``resourceVersion`` read; a 409 re-reads).
-    Records the operator must read without store credentials stay on the Lease (``lease``):
-    an effect's ``.unresolved`` record and a question's ``.question`` (the slot shows them).
+    Records the operator must read without store credentials stay on the Lease (``lease``,
+    :data:`ON_LEASE`): an effect's ``.unresolved`` record, a question's ``.question`` and a
+    request for approval's ``.approval`` (the slot shows them).
     Flushes are serialized (``lock``): a chain has one order.
     """
 
