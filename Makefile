@@ -210,7 +210,8 @@ journal-scale: controlplane nodedeps image
 # The example LangGraph agent on real pods (bench/faults/langgraph_kills.py): SIGKILLed at
 # ten seeded supersteps (LANGGRAPH_KILLS_ARGS="--langgraph-kills-seed N") and once after
 # its owner applied the publish; each successor resumes at the superstep its predecessor
-# died in, committed checkpoints unchanged, published once. About 3 min on 2 cores.
+# died in, committed checkpoints unchanged, published once; then, where approval is
+# required, the successor's other words asked again. About 3 min on 2 cores.
 LANGGRAPH_KILLS_ARGS ?=
 .PHONY: langgraph-kills
 langgraph-kills: controlplane nodedeps image

@@ -1,9 +1,10 @@
 """``make langgraph-kills``: the scenario ``langgraph-kills``, the example LangGraph agent
 on real pods SIGKILLed at ten seeded supersteps and once after its owner applied the
-publish (``tests/support/faults/langgraphkills.py`` plays and checks it).
+publish, then, where approval is required, asked again for its successor's other words
+(``tests/support/faults/langgraphkills.py`` plays and checks it).
 
 Not in ``make faults``' default set (a play takes about 3 min on 2 cores with its
-cluster: twelve worker pods, each importing LangGraph); ``make langgraph-kills`` plays it
+cluster: fourteen worker pods, each importing LangGraph); ``make langgraph-kills`` plays it
 alone. The seed, when
 not given, is drawn at random and printed (in the header's command too); play n of
 ``--count`` uses seed + n - 1.

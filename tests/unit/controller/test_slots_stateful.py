@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -189,6 +190,8 @@ def test_a_cache_that_has_not_seen_the_run_pinned_spends_no_attempt() -> None:
             reconciler.reconcile(f.NS, f.SLOT)
         except apifake.Crashed:
             api.crash_after = 1
+    else:
+        pytest.fail("no Lease after 20 reconciles")
     api.crash_after = None
     assert _path("pods", f"{f.SLOT}-1") not in api.objects
     held = stores.Stores()
