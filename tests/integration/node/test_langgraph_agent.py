@@ -36,22 +36,13 @@ from tests.support.actors.workers import (
     wait_printed,
 )
 from tests.support.cluster.localnode import LocalNode
+from tests.support.faults.langgraphkills import gone_or_failed, supersteps
 from tests.support.plays.scenarios import Scenario
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.kubelet
 journaled, installed = test_journal.journaled, test_journal.installed
 ROUNDS, SEED = 60, 26  # 123 supersteps
-
-
-def steps(scenario: Scenario, pod: str) -> list[int]:
-    return [e["step"] for e in agent_events(scenario, pod) if e["event"] == "node"]
-
-
-def ended(scenario: Scenario, pod: str) -> bool:
-    """The pod Failed, or is gone (the operator deletes a pod whose lease lapsed)."""
-    found = scenario.pod(pod)
-    return found is None or found.get("status", {}).get("phase") == "Failed"
 
 
 def test_the_langgraph_agent_on_pods_killed_twice_resumes_and_publishes_once(
@@ -77,17 +68,17 @@ def test_the_langgraph_agent_on_pods_killed_twice_resumes_and_publishes_once(
             pod = f"{slot}-{number}"
             paused = wait_printed(scenario, pod, "point", timeout=180)
             assert paused["point"] == f"superstep:{target}", paused
-            ran[number] = steps(scenario, pod)  # blocked: all it will ever print
+            ran[number] = supersteps(scenario, pod)  # blocked: all it will ever print
             running = scenario.pod(pod)
             assert running is not None
             kill_on_node(container_pid(node, running), pod_uid=running["metadata"]["uid"])
-            wait_for(lambda pod=pod: ended(scenario, pod), timeout=90,
+            wait_for(lambda pod=pod: gone_or_failed(scenario, pod), timeout=90,
                      message=f"{pod} Failed or deleted")
         last = f"{slot}-{len(targets) + 1}"
         finished = wait_pod_phase(scenario, last, {"Succeeded", "Failed"}, timeout=240)
         events = agent_events(scenario, last)
         assert finished["status"]["phase"] == "Succeeded", events[-5:]
-    ran[len(targets) + 1] = steps(scenario, last)
+    ran[len(targets) + 1] = supersteps(scenario, last)
     for number, target in enumerate(targets, 1):
         killed_in, resumed_at = ran[number][-1], ran[number + 1][0]
         assert killed_in == target and resumed_at == target, (number, ran[number][-3:],
