@@ -2,15 +2,16 @@
 
 A real ``StateGraph``: ``plan`` asks the model for a plan; ``agent`` asks the model what
 to do next and ``tools`` (LangGraph's ``ToolNode``) runs the tool it chose, ``research``
-(no side effect: its notes join the state), for ``rounds`` rounds; then ``write`` has
-the model write the report and publishes it, in the same node: ``publish`` is a side
-effect through the ledger (:func:`agentrun.worker.langgraph.durable_tool`), its request
-carrying the effect protocol's headers to the owner at ``<publish_url>/effects`` (an
-``agentrun.owner`` service). The model is a stand-in from ``langchain_core``'s fake chat
-models whose words and tool arguments are drawn from the operating system's randomness:
-two attempts never phrase a call alike, so a ``write`` run again publishes other words
-under the same key, and the owner keeps the first. The state grows by about 10 KiB a round
-(notes and tool messages; past 1 MiB at 110 rounds, 220 supersteps).
+(no side effect: its notes join the state), for ``rounds`` rounds; then ``write`` has the
+model write the report and publishes it, in the same node: ``publish`` is a side effect
+through the ledger (:func:`agentrun.worker.langgraph.durable_tool`), sent by the example's
+client (:mod:`agentrun.examples.publisher`) with the effect protocol's headers to the
+owner at ``<publish_url>/effects`` (an ``agentrun.owner`` service). The model is a
+stand-in from ``langchain_core``'s fake chat models whose words and tool arguments are
+drawn from the operating system's randomness: two attempts never phrase a call alike, so a
+``write`` run again publishes other words under the same key, and the owner keeps the
+first. The state grows by about 10 KiB a round (notes and tool messages; past 1 MiB at 110
+rounds, 220 supersteps).
 
 Every node prints one JSON line (``{"event": "node", "node", "step", "attempt"}``) as it
 starts, so a test can see which supersteps each attempt ran and kill it at one; the fault
@@ -33,7 +34,6 @@ import operator
 import os
 import random
 import sys
-import urllib.request
 from typing import Annotated, Any, Final, TypedDict
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -44,9 +44,9 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
-from agentrun import owner
 from agentrun.examples import faults
-from agentrun.worker import Answer, QuestionAsked, Reconciled, Worker, WorkerContextError
+from agentrun.examples.publisher import Publisher
+from agentrun.worker import QuestionAsked, Worker, WorkerContextError
 from agentrun.worker.langgraph import JournalSaver, current, durable_tool, invoke
 
 ROUNDS: Final = 200
@@ -55,8 +55,6 @@ NOTE_BYTES: Final = 10 * 1024
 THREAD: Final = "main"
 ENV_ROUNDS: Final = "AGENTRUN_EXAMPLE_ROUNDS"
 EXIT_CONFIG: Final = 2
-REQUEST_TIMEOUT_SECONDS: Final = 30.0
-MAX_ANSWER_BYTES: Final = 64 * 1024
 
 
 class State(TypedDict):
@@ -85,7 +83,8 @@ def build(*, worker: Worker, publish_url: str, rounds: int,
     with the protocol's headers, so it must be an ``agentrun.owner`` service."""
     hook = pauses or faults.Pauses(attempt=worker.context.attempt)
     draw = random.SystemRandom()
-    endpoint = publish_url.rstrip("/") + "/effects"
+    publisher = Publisher(url=publish_url,
+                          fence=f"{worker.context.run_uid}/{worker.context.slot}")
 
     def step_of() -> int:
         return int((get_config().get("metadata") or {}).get("langgraph_step", -1))
@@ -105,21 +104,11 @@ def build(*, worker: Worker, publish_url: str, rounds: int,
         """Publish the report (a side effect: through the owner's kit)."""
         sent = current()
         assert sent is not None, "publish runs only as a ledger effect"
-        body = json.dumps({"title": title, "text": text}).encode()
-        request = urllib.request.Request(endpoint, data=body, method="POST", headers={
-            **sent.headers(), "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as reply:
-            found: dict[str, Any] = json.loads(reply.read(MAX_ANSWER_BYTES))
+        found: dict[str, Any] = publisher.call(
+            sent.idempotency_key, sent.fencing_token, {"title": title, "text": text},
+            digest=sent.digest)
         hook.at("after-call:publish")
         return found
-
-    def reconcile(idempotency_key: str) -> Reconciled:
-        """The owner's answer about a publish whose outcome was not recorded."""
-        request = urllib.request.Request(endpoint, method="GET", headers=owner.Effect(
-            key=idempotency_key, query=True).headers())
-        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as reply:
-            said = json.loads(reply.read(MAX_ANSWER_BYTES))
-        return Reconciled(answer=Answer(said["answer"]), result=said.get("result"))
 
     def plan(state: State) -> dict[str, Any]:
         announced("plan")
@@ -144,7 +133,8 @@ def build(*, worker: Worker, publish_url: str, rounds: int,
         notes = [str(m.content)[:80] + " ..." for m in out["messages"]]
         return {"messages": out["messages"], "notes": notes}
 
-    publishing = durable_tool(publish, worker=worker, owner="publisher", reconcile=reconcile)
+    publishing = durable_tool(publish, worker=worker, owner="publisher",
+                              reconcile=publisher.reconcile)
 
     def write(state: State) -> dict[str, Any]:
         announced("write")

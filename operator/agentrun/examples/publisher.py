@@ -75,10 +75,13 @@ class Publisher:
         raise PublishError(f"{method} {self.endpoint}: answered {status} with no JSON "
                            f"(at most {MAX_ANSWER_BYTES} bytes)")
 
-    def call(self, idempotency_key: str, fencing_token: int, payload: Any) -> Any:
+    def call(self, idempotency_key: str, fencing_token: int, payload: Any, *,
+             digest: str | None = None) -> Any:
         """Send the effect; the owner's result (its 2xx reply's JSON, the first reply's
-        again on a re-send) once it is applied."""
-        effect = Effect(key=idempotency_key, token=fencing_token, scope=self.fence)
+        again on a re-send) once it is applied. ``digest``: the approved payload's sha256
+        (hex), sent for the owner to check the body against."""
+        effect = Effect(key=idempotency_key, token=fencing_token, scope=self.fence,
+                        digest=digest)
         status, answer = self._request("POST", headers=effect.headers(), body=payload,
                                        timeout=CALL_TIMEOUT_SECONDS)
         if 200 <= status < 300:
