@@ -196,9 +196,9 @@ SELECTOR = {"app.kubernetes.io/name": OPERATOR_ROLE}
 RESOURCES: dict[str, dict[str, str]] = {"requests": {"cpu": "50m", "memory": "128Mi"},
                                         "limits": {"memory": "512Mi"}}
 # The kubelet's probes on the metrics server (agentrun.controller.metrics): /healthz while
-# the process serves HTTP, /readyz once the stores are primed and the queue runs. Priming
-# lists every watched kind, so readiness may take a while on a big cluster: no deadline
-# on it, only on liveness, which starts answering at once.
+# the process serves HTTP, /readyz once the stores are primed, the stamping epoch is in
+# force and the queue runs. Priming lists every watched kind, so readiness may take a
+# while on a big cluster: no deadline on it, only on liveness, which answers at once.
 PROBES = {
     "livenessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT_NAME},
                       "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},

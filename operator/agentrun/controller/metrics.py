@@ -18,8 +18,10 @@ The registry is not the ``prometheus_client`` global one: tests build their own
 The same endpoint answers the kubelet's probes (the chart's Deployment): ``/healthz`` is
 200 while the process serves HTTP (liveness: a dead or wedged process is restarted);
 ``/readyz`` is 200 only while the operator serves, that is from the moment its stores are
-primed and its work queue started (``runtime.Operator.begin``) until it stops, and 503
-before and after (readiness: "this pod reconciles now").
+primed, the stamping epoch is in force and its work queue started
+(``runtime.Operator.begin``) until it stops, and 503 before and after, and whenever the
+epoch is not in force (readiness: "this pod reconciles now, and its writes are not
+refused by its own stamping policy"); the 503's text says which.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class Metrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     # Set while the operator serves (``/readyz``): see the module docstring.
     ready: threading.Event = field(default_factory=threading.Event)
+    # What ``/readyz`` says while it is not set.
+    waiting_for: str = "the stores are not primed yet"
 
     def __post_init__(self) -> None:
         into = self.registry
@@ -124,6 +128,11 @@ class Metrics:
     def reconcile_error(self, kind: str) -> None:
         self.reconcile_errors.labels(kind=kind).inc()
 
+    def unready(self, why: str) -> None:
+        """``/readyz`` 503 from now on, saying ``why``."""
+        self.waiting_for = why
+        self.ready.clear()
+
     def watch_depth(self, depth: Callable[[], float]) -> None:
         """Read the queue's depth at each scrape (never stale, nothing to update)."""
         self.queue_depth.set_function(depth)
@@ -140,7 +149,7 @@ class Metrics:
             if path == "/readyz":
                 ready = self.ready.is_set()
                 return _answer(start_response, ok=ready, text="serving" if ready
-                               else "not serving: the stores are not primed yet, or stopping")
+                               else f"not serving: {self.waiting_for}")
             return exposition(environ, start_response)  # type: ignore[no-any-return]
 
         class Bound(ThreadingWSGIServer):

@@ -28,6 +28,7 @@ import kubernetes
 from agentrun.api.runs import AgentRun, JournalSettings
 from agentrun.api.slots import SlotState
 from agentrun.controller import launchspecs, metrics, queues, runs, scheduling, slots, stamping
+from agentrun.core.policies import stamping as stamping_policy
 from agentrun.kube import clients, clocks, events, reads, rest, stores, throttle, writes
 
 Key = scheduling.Key
@@ -40,6 +41,7 @@ PRIME_BACKOFF = queues.Backoff(base=0.5, cap=30.0)
 # Three GETs a pass; commands never wait on it (they read stamping themselves), only a
 # minting does: at most this much after the enforcement delay.
 STAMPING_PERIOD_SECONDS = 2.0
+STAMPING_WAIT_SECONDS = 0.5  # before the first reconcile: how often the keeper looks
 SLOW_PASS_SECONDS = 0.05  # a run's pass that takes this much CPU is logged at INFO
 
 
@@ -129,44 +131,78 @@ class Operator:
                        max_workers=2 * workers, thread_name_prefix="reconcile"))
 
     async def begin(self, *, namespaces: Sequence[str]) -> None:
-        """Prime the stores (retrying with backoff), then start the workers and keeper.
+        """Prime the stores (retrying with backoff), wait for the stamping epoch
+        (:meth:`until_stamping`), then start the workers and keeper.
 
         Handlers may add keys before this ends: they wait in the queue, so no reconcile
         decides from stores that hold nothing yet.
         """
+        await self.patiently(functools.partial(
+            self.stores.prime, client=self.client, namespaces=prime_namespaces(namespaces)),
+            what="priming the caches")
+        self.meters.unready("the stamping epoch is not in force yet")
+        await self.until_stamping()
+        self.queue.start()
+        self.keeping = asyncio.create_task(self.keep_stamping())
+
+    async def until_stamping(self) -> None:
+        """Wait until the stamping epoch is in force (minting it when due), before the
+        first reconcile.
+
+        Until the epoch Secret exists, the stamping policy's binding refuses every create
+        and update of a Slot or an AgentRun (its params are not found), the operator's own
+        slot creates and command removals included: reconciling earlier only meets 403s
+        and retries. Waiting is pointless only when no epoch can be minted (the policy or
+        its binding missing or edited): then it reconciles at once, and commands are
+        refused (``CommandsRefused``) until stamping is back, as they always were.
+        """
+        while True:
+            found = await self.patiently(self.keeper.check, what="stamping: the epoch check")
+            self.stamped(found)
+            if found.epoch is not None:
+                return
+            if not found.mint_needed:
+                self.logger.warning("stamping is not in force and waiting cannot bring it "
+                                    "(%s): reconciling without it", found.problem)
+                return
+            await asyncio.sleep(STAMPING_WAIT_SECONDS)  # the minting's polling period
+
+    async def patiently(self, call: Callable[[], T], *, what: str) -> T:
+        """``call`` in a thread, retried with backoff while it raises (an unreachable or
+        failing API server)."""
         failures = 0
         while True:
             try:
-                await self.in_thread(functools.partial(
-                    self.stores.prime, client=self.client,
-                    namespaces=prime_namespaces(namespaces)))
-                break
-            except Exception as error:  # an unreachable or failing API server: wait, retry
+                return await self.in_thread(call)
+            except Exception as error:
                 failures += 1
                 delay = PRIME_BACKOFF.delay(failures)
-                self.logger.warning("priming the caches failed (%s); again in %.1f s",
-                                    error, delay)
+                self.logger.warning("%s failed (%s); again in %.1f s", what, error, delay)
                 await asyncio.sleep(delay)
-        self.queue.start()
-        self.keeping = asyncio.create_task(self.keep_stamping())
-        self.meters.ready.set()  # /readyz: serving from here on
+
+    def stamped(self, found: stamping_policy.Stamping) -> None:
+        """``/readyz`` follows the epoch: ready only while stamping is in force."""
+        if found.epoch is not None:
+            self.meters.ready.set()
+        else:
+            self.meters.unready(f"stamping is not in force: {found.problem}")
 
     async def keep_stamping(self) -> None:
         """Check the stamping epoch every few seconds, minting when due."""
         while True:
             try:
-                await self.in_thread(self.keeper.check)
+                self.stamped(await self.in_thread(self.keeper.check))
             except Exception:  # a 500 or a timeout: the next pass tries again
                 self.logger.exception("stamping: the epoch check failed")
             await asyncio.sleep(STAMPING_PERIOD_SECONDS)  # the check's period
 
     async def stop(self) -> None:
-        self.meters.ready.clear()
-        await self.queue.stop()
-        if self.keeping is not None:
+        if self.keeping is not None:  # first: it would set /readyz again
             self.keeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.keeping
+        self.meters.unready("stopping")
+        await self.queue.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def in_thread(self, call: Callable[[], T]) -> T:

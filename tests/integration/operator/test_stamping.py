@@ -15,7 +15,10 @@ shows what admission stamped, epoch included). Covers:
   CommandsRefused while not as shipped, accepted again once a new epoch is minted;
 - the params Secret deleted (every write to a Slot is denied, with the reason) and edited
   (a command stamped under the earlier epoch: StaleEpoch); deleted, and minted anew by the
-  running operator's keeper on its own (killed right after minting, restarted: kept).
+  running operator's keeper on its own (killed right after minting, restarted: kept);
+- an operator started while the params Secret is missing: ``/readyz`` says 503 (why:
+  stamping) until it has minted the epoch, and the audit log shows its first slot create
+  after the Secret's, none of its writes refused by its own stamping policy.
 
 Each test changes cluster-wide admission objects (``serial``) and restores them.
 """
@@ -23,13 +26,18 @@ Each test changes cluster-wide admission objects (``serial``) and restores them.
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from tests.support.actors.operators import OperatorProcess, stamping_in_force
+from tests.support.cluster import audit
 from tests.support.cluster.clusters import Cluster
+from tests.support.cluster.processes import free_port
 from tests.support.plays.scenarios import Object, Scenario, condition_of, request_id, unchanged
 from tests.support.waiting import wait_for
 
@@ -286,3 +294,61 @@ def test_the_params_secret_deleted_with_the_operator_running_is_minted_anew(
     assert scenario.annotate(slot, user="alice", hold_id=again,
                              hold_reason="wait").returncode == 0
     assert scenario.wait_ledger(slot, again)["outcome"] == "Accepted"
+
+
+def readyz(port: int) -> tuple[int, str] | None:
+    """``/readyz``'s status and text, or None while nothing answers on ``port``."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode()
+    except OSError:
+        return None
+
+
+def test_an_operator_started_without_its_epoch_is_unready_and_refused_nothing(
+        scenario: Scenario, operator: OperatorProcess, cluster: Cluster, restore: None,
+        tmp_path: Path) -> None:
+    if cluster.audit_log is None:
+        pytest.skip("needs the local control plane's audit log")
+    operator.stop()
+    nodes = tuple((node, "cpu", []) for node in ("one", "two", "three"))
+    scenario.configs(nodes=nodes)
+    scenario.launch_spec("cpu-workers", classes=["cpu"])
+    scenario.run("wide")  # created while the epoch exists: its slots are the operator's
+    since = datetime.now(UTC)
+    assert cluster.kubectl("delete", *SECRET).returncode == 0
+    port = free_port()
+    starting = OperatorProcess(cluster=cluster, namespace=scenario.namespace,
+                               log=tmp_path / "starting.log",
+                               args=["--metrics-port", str(port)]).start()
+    try:
+        answers: list[tuple[int, str]] = []
+
+        def serving() -> bool:
+            found = readyz(port)
+            if found is not None:
+                answers.append(found)
+            return found is not None and found[0] == 200
+        wait_for(serving, timeout=90,
+                 message=f"/readyz 200 once the epoch is minted; {starting.tail()}")
+        # The keeper mints 5 s after it first finds the policy as shipped: /readyz says
+        # why it waits meanwhile (after "not primed yet").
+        waiting = [text for code, text in answers if code == 503 and "stamping" in text]
+        assert waiting and "not in force" in waiting[0], answers[:3]
+        wait_for(lambda: len(scenario.slot_names("wide")) == 3, timeout=60,
+                 message="the run's three slots")
+        log = cluster.audit_log
+        minted = [w for w in audit.writes(log, namespace="agentrun-system", user="operator",
+                                          since=since)
+                  if w.resource == "secrets" and w.verb == "create" and w.code == 201]
+        assert len(minted) == 1, minted
+        ours = audit.writes(log, namespace=scenario.namespace, user="operator", since=since)
+        refused = [w.row() for w in ours if w.code == 403]
+        assert not refused, refused  # none refused by its own stamping policy
+        creates = [w for w in ours if (w.verb, w.resource) == ("create", "slots")]
+        assert len(creates) == 3 and all(w.code == 201 for w in creates), creates
+        assert min(w.at for w in creates) > minted[0].at  # nothing before the epoch
+    finally:
+        starting.stop()

@@ -256,3 +256,27 @@ def test_the_probes_say_alive_always_and_ready_only_while_serving() -> None:
     assert before == (200, 503)
     assert serving == (200, 200)
     assert stopping == 503
+
+
+def test_readyz_says_why_it_is_not_ready() -> None:
+    meters = metrics.Metrics()
+    server = meters.serve(address="127.0.0.1", port=0)
+
+    def answer() -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/readyz",
+                                        timeout=10) as found:
+                return int(found.status), found.read().decode().strip()
+        except urllib.error.HTTPError as error:
+            return int(error.code), error.read().decode().strip()
+    try:
+        priming = answer()
+        meters.unready("stamping is not in force: the Secret is missing")
+        stamping = answer()
+        meters.ready.set()
+        serving = answer()
+    finally:
+        server.close()
+    assert priming == (503, "not serving: the stores are not primed yet")
+    assert stamping == (503, "not serving: stamping is not in force: the Secret is missing")
+    assert serving == (200, "serving")
