@@ -53,6 +53,8 @@ OPERATOR_RULES: list[Rule] = [
     # stores (agentrun.kube.stores); no patch or delete (tombstones are PUTs, the garbage
     # collector deletes them with their slot).
     rule(["coordination.k8s.io"], ["leases"], ["get", "list", "watch", "create", "update"]),
+    # The Node of an attempt's pod that cannot be confirmed gone, by name (is it lost?).
+    rule([""], ["nodes"], ["get"]),
     # Kopf lists and watches namespaces to resolve `--namespace` globs to real namespaces.
     rule([""], ["namespaces"], ["get", "list", "watch"]),
     # core/v1 Events, posted by kube.events: patch folds a repeat into the first one's series.

@@ -125,6 +125,8 @@ RESOLVED_SUFFIX: Final = ".resolved"  # written by the operator on a successor's
 # the record suffixes: ``<key>.question`` written by the worker that asked (on its Lease),
 # ``<key>.answer`` by the operator on a later attempt's Lease.
 QUESTION_PENDING_CONDITION: Final = "QuestionPending"
+# A slot's attempt whose pod cannot be confirmed gone: its node is lost (core.attempts.lostnodes).
+NODE_LOST_CONDITION: Final = "NodeLost"
 QUESTION_ASKED: Final = "Asked"  # the condition's reason while one is pending; the Event's
 QUESTION_ANSWERED: Final = "Answered"  # its reason once none is pending
 # A deadline passed: the slot failed, or took the default.

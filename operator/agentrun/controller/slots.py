@@ -19,7 +19,7 @@ from typing import Any
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Slot, SlotState
 from agentrun.controller import applier, journalhistory, journalstores, reconcilers
-from agentrun.core.attempts import observations
+from agentrun.core.attempts import lostnodes, observations
 from agentrun.core.base import actions
 from agentrun.core.base.events import Event
 from agentrun.core.runs import rollup, runjournals
@@ -165,6 +165,11 @@ class SlotReconciler(reconcilers.Reconciler):
             since = observation.observed_at if observation is not None else first_ticks
             if since is not None:  # before the first renewal: the start deadline's blind time
                 blind = reader.blind_time(since=since)
+        node = None
+        where = lostnodes.node_name(attempt.pod) if attempt is not None else None
+        if attempt is not None and where is not None and observations.pod_view(
+                attempt.pod).phase in lostnodes.STUCK:
+            node = lostnodes.node_view(where, reader.node(where))
         next_attempt = None
         if needs.next_worker is not None:
             next_lease = reader.lease(namespace, needs.next_worker)
@@ -188,7 +193,7 @@ class SlotReconciler(reconcilers.Reconciler):
             next_attempt=next_attempt, blind=blind,
             observation=observation, ticks=ticks, first_seen=first_seen,
             first_ticks=first_ticks,
-            active_in_run=active_in_run, pins_problem=pins_problem,
+            active_in_run=active_in_run, pins_problem=pins_problem, node=node,
             # Read after the slot: see core.policies.stamping for why the order matters.
             stamping=reader.stamping() if needs.stamping else None,
             referenced={} if needs.referenced is None else {

@@ -34,6 +34,7 @@ from agentrun.kube import rest, stores
 
 Object = dict[str, Any]
 CACHE_SECONDS = 5.0
+NODES_KEPT = 1024
 KINDS = {plural: kind for kind, plural in stores.PLURALS.items()}
 Stores = stores.Stores  # the parameter of that name hides the module in Reader
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
@@ -57,6 +58,7 @@ class Reader:
         self._snapshots: dict[tuple[str, str], LaunchSpecSpec] = {}
         self._tenants: dict[str, tuple[float, str | None]] = {}
         self._tenants_lock = threading.Lock()  # one GET per expiry, not one per thread
+        self._nodes: dict[str, tuple[float, Object | None]] = {}
 
     def fresh(self) -> Reader:
         """A reader that asks the API (reads without a resourceVersion: quorum reads) and
@@ -162,6 +164,21 @@ class Reader:
                 time.monotonic() - cached[0] < CACHE_SECONDS):
             return cached
         return None
+
+    def node(self, name: str) -> Object | None:
+        """A Node by name, cached a few seconds. Read only for an attempt's pod that
+        cannot be confirmed gone (``core.attempts.lostnodes``): rare, and a watch of every
+        Node for it would hold the whole cluster's nodes. At most ``NODES_KEPT`` names are
+        remembered (a cluster's nodes come and go under new names)."""
+        cached = self._nodes.get(name)
+        if cached is not None and self._through is None and (
+                time.monotonic() - cached[0] < CACHE_SECONDS):
+            return cached[1]
+        found = self.rest.get(f"/api/v1/nodes/{name}")
+        if len(self._nodes) >= NODES_KEPT:
+            self._nodes.clear()
+        self._nodes[name] = (time.monotonic(), found)
+        return found
 
     def pod(self, namespace: str, name: str) -> Object | None:
         return self._get("Pod", namespace, name)

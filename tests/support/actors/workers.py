@@ -54,24 +54,26 @@ def real_launch_spec(scenario: Scenario, name: str, *, classes: list[str], image
                      script: str, lease_seconds: int = LEASE_SECONDS,
                      renewer: bool = True, env: dict[str, str] | None = None,
                      start_deadline_seconds: int = START_DEADLINE_SECONDS,
-                     extra: Object | None = None) -> Object:
+                     extra: Object | None = None, pod: Object | None = None) -> Object:
     """A LaunchSpec whose pods run ``script`` under the lease renewer (or, ``renewer``
     False, as ``python3 -c script`` alone: an SDK worker renews itself), on the node;
-    ``extra``: more of its spec (its approvals)."""
+    ``extra``: more of its spec (its approvals); ``pod``: more of its pods' spec."""
     command = ["python3", "-c", script]
     container = {"name": "worker", "image": image, "imagePullPolicy": "Never",
                  "command": ["agentrun-worker", "run", "--", *command] if renewer else command,
                  "env": [{"name": k, "value": v} for k, v in sorted((env or {}).items())]}
     return node_launch_spec(scenario, name, classes=classes, container=container,
                             lease_seconds=lease_seconds,
-                            start_deadline_seconds=start_deadline_seconds, extra=extra)
+                            start_deadline_seconds=start_deadline_seconds, extra=extra,
+                            pod=pod)
 
 
 def node_launch_spec(scenario: Scenario, name: str, *, classes: list[str],
                      container: Object, lease_seconds: int = LEASE_SECONDS,
                      start_deadline_seconds: int = START_DEADLINE_SECONDS,
-                     extra: Object | None = None) -> Object:
-    """A LaunchSpec whose pods run ``container`` on the node as the worker account."""
+                     extra: Object | None = None, pod: Object | None = None) -> Object:
+    """A LaunchSpec whose pods run ``container`` on the node as the worker account
+    (``pod``: more of their spec)."""
     body: Object = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
             "metadata": {"name": name},
             "spec": {"claim": {"workerClasses": classes},
@@ -81,7 +83,7 @@ def node_launch_spec(scenario: Scenario, name: str, *, classes: list[str],
                                   "spec": {"restartPolicy": "Never",
                                            "serviceAccountName": WORKER_ACCOUNT,
                                            "terminationGracePeriodSeconds": 2,
-                                           "containers": [container]}},
+                                           "containers": [container], **(pod or {})}},
                      **(extra or {})}}
     created: Any = scenario.custom.create_namespaced_custom_object(
         GROUP, VERSION, scenario.namespace, "launchspecs", body)

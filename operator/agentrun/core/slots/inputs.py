@@ -19,7 +19,7 @@ from agentrun.api import conditions
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Slot, SlotState, SlotStatus
-from agentrun.core.attempts import attemptobjects
+from agentrun.core.attempts import attemptobjects, lostnodes
 from agentrun.core.attempts.observations import LeaseObservation
 from agentrun.core.base import naming, owners
 from agentrun.core.commands import guards, parsing, registry
@@ -95,6 +95,9 @@ class World:
     first_ticks: datetime | None = None
     ticks: datetime | None = None
     active_in_run: int = 0
+    # The Node of the attempt's pod, read only while that pod is stuck (being deleted or
+    # Unknown, not finished): core.attempts.lostnodes.
+    node: lostnodes.NodeView | None = None
 
 
 CLAIM_OPEN = frozenset({SlotState.PENDING, SlotState.READY, SlotState.RETRY_WAIT})

@@ -19,7 +19,8 @@ Order of concerns, first match wins:
    (pod finished, lease expired) is due is judged before any command; then an effect
    the latest attempt recorded unresolved is shown (``core.slots.effectsteps``), so no
    command or claim is decided without it, and so is its journal's store not answering
-   (``core.slots.journalsteps``);
+   (``core.slots.journalsteps``), and an attempt whose pod is stuck on a lost node
+   (``core.slots.nodesteps``);
 3. a pending command (annotations): refused unless its stamping can be believed, then
    rejected when malformed (out of its bounds), else decided into the ledger; then removed;
 4. the slot's first status (``observedGeneration``);
@@ -53,6 +54,7 @@ from agentrun.core.slots import (
     effectsteps,
     inputs,
     journalsteps,
+    nodesteps,
     questionsteps,
     rerunsteps,
     specsnapshots,
@@ -104,7 +106,8 @@ def _next_step(world: inputs.World) -> decisions.Decided:
             return judged
     # An effect the worker left unresolved is shown before anything else is decided, so
     # that neither a command nor a claim is decided without it (see core.slots.effectsteps).
-    observed = effectsteps.observe_step(world) or journalsteps.observe_step(world)
+    observed = (effectsteps.observe_step(world) or journalsteps.observe_step(world)
+                or nodesteps.observe_step(world))
     if observed is not None:
         return observed
     # The slot's first status is written with the next status write, or on its own
