@@ -204,6 +204,7 @@ def rendered(crd_source: Path = crds.DIRECTORY) -> dict[str, str]:
         "templates/worker-role.yaml": template(manifests.worker_rbac()),
         "templates/admission-stamp.yaml": template(manifests.mutating_policies()),
         "templates/admission-validating.yaml": template(manifests.validating_policies()),
+        "templates/admission-fence.yaml": template(manifests.fence_policy()),
         "templates/deployment.yaml": template(deployment()),
         "templates/metrics-service.yaml": metrics_service(),
         "templates/history-api.yaml": ("{{- if .Values.history.enabled }}\n"

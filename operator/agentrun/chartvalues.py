@@ -5,8 +5,8 @@ resources, metrics port), so ``helm template`` with no values renders what
 ``manifests/deploy/`` holds. The schema rejects any key it does not name
 (``additionalProperties: false`` at every level: a misspelt key is an error, not a
 silent default) and bounds every string and number, as ``api/bounds.py`` does for what
-people write into the API. ``replicas`` is deliberately not a value: one replica
-(Kopf peers of equal priority all pause), see ``manifests.deployment``.
+people write into the API. ``replicas`` is not a value yet: one replica with leader
+election and the fence (docs/design/leadership.md), see ``manifests.deployment``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``agentrun-operator run [--context NAME] [--namespace GLOB ...] [--workers N] [--qps Q]
 [--burst B] [--reconcile-timeout SECONDS] [--journal-* ...]`` starts Kopf with the handlers of
-:mod:`agentrun.controller.handlers`, peering off (one replica), JSON logs on stderr.
+:mod:`agentrun.controller.handlers`, Kopf's peering off, JSON logs on stderr.
 Without ``--namespace`` it watches every namespace. ``--workers``: reconciles at once
 (the work queue's workers); ``--qps``/``--burst``: the client-side rate limit on every
 request the process makes, Kopf's watches and our Events included (``--qps 0``: none);
@@ -20,6 +20,11 @@ serves it on 8443 behind the APIService ``v1alpha1.history.agentrun.dev``).
 journals; each run launched pins them, its prefix made its own
 (``<prefix>/<namespace>/<run uid>``); without them runs get no journal.
 ``--journal-retention-seconds``: how long a finished run's journal is kept (pinned too).
+``--leader-elect``: several replicas elect a leader on the Lease
+``agentrun-system/agentrun-operator`` (:mod:`agentrun.controller.leadership`), as
+``--identity`` (their pod's name, default ``$POD_NAME``); only the leader reconciles and
+mints, the others keep their caches primed; ``--leader-election-lease``,
+``-renew-deadline``, ``-retry-period``: its timing (client-go's defaults 15, 10, 2 s).
 
 ``agentrun-operator stamping [--context NAME] [--timeout SECONDS]`` mints the stamping
 epoch when due and waits until actor stamping is in force (exit 0), else prints why not
@@ -33,6 +38,9 @@ import asyncio
 import ipaddress
 import logging
 import math
+import os
+import re
+import socket
 import sys
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -43,6 +51,7 @@ from agentrun.api import names
 from agentrun.api import runs as run_api
 from agentrun.controller import handlers, historyserver, metrics
 from agentrun.controller import stamping as stamping_keeper
+from agentrun.core.policies import leadership
 from agentrun.kube import clients, reads, rest, throttle, writes
 
 # Bounds of the operator's own flags (see docs/design/caches-and-queue.md, "The work queue").
@@ -57,6 +66,25 @@ METRICS_ADDRESS = "127.0.0.1"
 HISTORY_PORT = (0, 65535, 0)  # 0: not served (the chart serves it on 8443)
 HISTORY_ADDRESS = "0.0.0.0"  # the API server reaches it through its Service, from outside
 MAX_ADDRESS_CHARS = 64  # an IPv6 address with a zone fits
+# Leader election's timing, in seconds (client-go's defaults: 15, 10, 2).
+LEASE_SECONDS = (2.0, 300.0, 15.0)
+RENEW_DEADLINE = (1.0, 299.0, 10.0)
+RETRY_PERIOD = (0.2, 60.0, 2.0)
+IDENTITY = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a pod's name
+
+
+def identity(text: str) -> str:
+    """An argparse type: a pod's name (a DNS subdomain), the replica's leader identity."""
+    if not IDENTITY.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"--identity must be this replica's pod name (lower-case letters, digits, '-' "
+            f"and '.', at most 253), not {text[:40]!r}")
+    return text
+
+
+def default_identity() -> str:
+    """The pod's name (``POD_NAME``, from the downward API), else this host's name."""
+    return os.environ.get("POD_NAME") or socket.gethostname().lower()
 
 
 def ip_address(what: str) -> Callable[[str], str]:
@@ -192,6 +220,28 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                      help=f"the Secret {names.JOURNAL_SECRET}, in each run's namespace, with the "
                           "keys accessKeyId and secretAccessKey, mounted into its workers "
                           "(default: none, unsigned requests)")
+    run.add_argument("--leader-elect", action="store_true",
+                     help="elect a leader among the replicas on the Lease "
+                          f"{names.OPERATOR_NAMESPACE}/{names.LEADER_LEASE}: only the leader "
+                          "reconciles, the others stand by with primed caches")
+    run.add_argument("--identity", type=identity,
+                     help="this replica's identity in the election: its pod's name (default: "
+                          "$POD_NAME, else the host name)")
+    run.add_argument("--leader-election-lease", type=bounded(float, *LEASE_SECONDS[:2],
+                                                             "--leader-election-lease"),
+                     default=LEASE_SECONDS[2],
+                     help="seconds a leader's claim lasts unrenewed (default "
+                          f"{LEASE_SECONDS[2]:g})")
+    run.add_argument("--leader-election-renew-deadline",
+                     type=bounded(float, *RENEW_DEADLINE[:2], "--leader-election-renew-deadline"),
+                     default=RENEW_DEADLINE[2],
+                     help="seconds after which a leader that could not renew stops "
+                          f"(default {RENEW_DEADLINE[2]:g}; less than the lease)")
+    run.add_argument("--leader-election-retry-period",
+                     type=bounded(float, *RETRY_PERIOD[:2], "--leader-election-retry-period"),
+                     default=RETRY_PERIOD[2],
+                     help="seconds between a replica's election passes (default "
+                          f"{RETRY_PERIOD[2]:g}; less than the renew deadline)")
     run.add_argument("--verbose", "-v", action="store_true")
     stamp = sub.add_parser("stamping", help="mint the stamping epoch when due; wait until "
                                             "actor stamping is in force")
@@ -201,8 +251,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.command == "run":
         try:
             args.journal = journal_settings(args)
+            args.election = leadership.Timing(
+                lease=args.leader_election_lease,
+                renew_deadline=args.leader_election_renew_deadline,
+                retry=args.leader_election_retry_period) if args.leader_elect else None
         except ValueError as error:
             parser.error(str(error))
+        args.identity = args.identity or default_identity()
     return args
 
 
@@ -267,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     memo = SimpleNamespace(context=args.context, namespaces=list(args.namespace),
                            workers=int(args.workers), bucket=bucket,
                            reconcile_timeout=args.reconcile_timeout, meters=meters,
-                           journal=args.journal)
+                           journal=args.journal, election=args.election,
+                           identity=args.identity)
     try:
         asyncio.run(kopf.operator(
             registry=handlers.registry(),

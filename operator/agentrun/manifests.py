@@ -19,7 +19,7 @@ import yaml
 
 from agentrun import bundledstore
 from agentrun.api import crds, names
-from agentrun.core.policies import admission, leasepolicy, tokenpolicy, validating
+from agentrun.core.policies import admission, fencing, leasepolicy, tokenpolicy, validating
 
 STAMP_POLICY = names.STAMP_POLICY
 OPERATOR_ROLE = "agentrun-operator"
@@ -51,7 +51,8 @@ OPERATOR_RULES: list[Rule] = [
     rule([""], ["configmaps"], ["get", "list", "watch", "create"]),
     # list and watch: the attempt Leases' watch (label agentrun.dev/attempt) that feeds the
     # stores (agentrun.kube.stores); no patch or delete (tombstones are PUTs, the garbage
-    # collector deletes them with their slot).
+    # collector deletes them with their slot). Also the leader Lease the replicas elect on
+    # (controller.leadership), in the operator's namespace.
     rule(["coordination.k8s.io"], ["leases"], ["get", "list", "watch", "create", "update"]),
     # The Node of an attempt's pod that cannot be confirmed gone, by name (is it lost?).
     rule([""], ["nodes"], ["get"]),
@@ -75,11 +76,13 @@ OPERATOR_RULES: list[Rule] = [
 # every aggregated API is bound to: the history API trusts only the API server's requests.
 AUTHENTICATION_READER = "extension-apiserver-authentication-reader"
 AUTHENTICATION_BINDING = "agentrun-operator-authentication-reader"
-# In its own namespace only: the stamping epoch Secret (core.policies.stamping), which it alone
-# writes. `create` cannot be limited to a name; get and update are.
+# In its own namespace only: the stamping epoch Secret (core.policies.stamping) and the
+# fencing token (core.policies.fencing), which it alone writes. `create` cannot be limited
+# to a name; get and update are.
 OPERATOR_NAMESPACE_RULES: list[dict[str, Any]] = [
     rule([""], ["secrets"], ["create"]),
-    {**rule([""], ["secrets"], ["get", "update"]), "resourceNames": [names.STAMPING_SECRET]},
+    {**rule([""], ["secrets"], ["get", "update"]),
+     "resourceNames": [names.STAMPING_SECRET, names.LEADER_SECRET]},
 ]
 
 
@@ -211,17 +214,24 @@ PROBES = {
 
 def operator_args(*, port: int = METRICS_PORT) -> list[str]:
     """The operator's command line in its pod: metrics (and probes) on every address, the
-    history API on its port."""
+    history API on its port, leader election (its identity: the pod's name, ``POD_NAME``;
+    the fencing policy lets only the leader's pod write)."""
     return ["run", "--metrics-address", "0.0.0.0", "--metrics-port", str(port),
-            "--history-port", str(HISTORY_PORT)]
+            "--history-port", str(HISTORY_PORT), "--leader-elect"]
+
+
+# The pod's own name, which leader election and the Events' reportingInstance use.
+POD_NAME_ENV = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
 
 
 def deployment(*, image: str = IMAGE) -> list[dict[str, Any]]:
     """The operator's service account and Deployment (in the namespace that
-    :func:`operator_rbac` makes): one replica, Recreate.
+    :func:`operator_rbac` makes): one replica, Recreate, leader election and the fence.
 
-    One replica because Kopf peers of equal priority all pause; Recreate so an upgrade
-    never runs two on purpose (two at once stay correct, through preconditions).
+    The election and the fence make a restart or an upgrade safe like a failover (the new
+    pod writes only once admission sees it in the fencing token). One replica still: the
+    history API's serving certificate is per process, and its APIService trusts one
+    (docs/design/leadership.md, "Where it stands").
     """
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount",
@@ -242,6 +252,7 @@ def deployment(*, image: str = IMAGE) -> list[dict[str, Any]]:
                      "containers": [{
                          "name": "operator", "image": image, "imagePullPolicy": PULL_POLICY,
                          "args": operator_args(),
+                         "env": [POD_NAME_ENV],
                          "ports": [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT,
                                     "protocol": "TCP"},
                                    {"name": HISTORY_PORT_NAME, "containerPort": HISTORY_PORT,
@@ -303,6 +314,11 @@ def validating_policies() -> list[dict[str, Any]]:
             *tokenpolicy.pod_tokens()]
 
 
+def fence_policy() -> list[dict[str, Any]]:
+    """Only the leader's pod writes as the operator (``core.policies.fencing``)."""
+    return fencing.fence_policy()
+
+
 def mutating_policies() -> list[dict[str, Any]]:
     """What admission stamps: commands' actors, and each attempt Lease's holder uid
     (``core.policies.leasepolicy.bind_holders``, which the validating Lease policy relies on)."""
@@ -330,7 +346,8 @@ def worker_rbac() -> list[dict[str, Any]]:
 # the operator, in the order a plain ``kubectl apply -f`` of the folders would use. Not
 # manifests/local (the local control plane's user binding) nor examples/ (a tenant's).
 BASE_FILES = ["rbac/operator.yaml", "rbac/roles.yaml", "rbac/worker.yaml",
-              "admission/stamp-actors.yaml", "admission/validating.yaml", "deploy/operator.yaml"]
+              "admission/stamp-actors.yaml", "admission/validating.yaml",
+              "admission/fence-operator.yaml", "deploy/operator.yaml"]
 
 
 def kustomization() -> dict[str, Any]:
@@ -352,6 +369,7 @@ def rendered() -> dict[str, str]:
             "local/operator-user.yaml": dump(local_user_binding()),
             "admission/stamp-actors.yaml": dump(mutating_policies()),
             "admission/validating.yaml": dump(validating_policies()),
+            "admission/fence-operator.yaml": dump(fence_policy()),
             "deploy/operator.yaml": dump([*deployment(), *metrics_service(), *history_api()]),
             # Not in the base: a cluster may bring its own S3 store.
             "store/store.yaml": dump(bundledstore.store(pull_policy=PULL_POLICY)),

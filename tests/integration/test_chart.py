@@ -55,6 +55,7 @@ def expected_objects() -> list[dict[str, Any]]:
     container["args"] += BUNDLED_JOURNAL  # the chart's default: its bundled store
     everything = [*manifests.operator_rbac(), *manifests.user_roles(), *manifests.worker_rbac(),
                   *manifests.mutating_policies(), *manifests.validating_policies(),
+                  *manifests.fence_policy(),
                   account, operator, *manifests.metrics_service(), *manifests.history_api(),
                   *bundledstore.store(pull_policy=manifests.PULL_POLICY)]
     return [o for o in everything if o["kind"] != "Namespace"]
@@ -94,7 +95,8 @@ def test_values_reach_the_deployment_and_the_service() -> None:
     assert container["imagePullPolicy"] == "Never"
     assert container["args"] == ["run", "--metrics-address", "0.0.0.0", "--metrics-port", "9090",
                                  "--history-port", str(manifests.HISTORY_PORT),
-                                 "--namespace", "team-a", "--namespace", "team-*", "--verbose",
+                                 "--leader-elect", "--namespace", "team-a", "--namespace",
+                                 "team-*", "--verbose",
                                  *BUNDLED_JOURNAL]
     assert container["ports"][0]["containerPort"] == 9090
     assert container["resources"]["requests"] == {"cpu": "200m", "memory": "128Mi"}

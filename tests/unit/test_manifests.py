@@ -94,13 +94,13 @@ def test_the_local_file_binds_only_the_local_operator_user() -> None:
         "agentrun-operator")
 
 
-def test_the_operator_writes_only_its_own_secret_in_its_own_namespace() -> None:
+def test_the_operator_writes_only_its_own_secrets_in_its_own_namespace() -> None:
     role = next(d for d in documents("rbac/operator.yaml") if d["kind"] == "Role")
     assert role["metadata"]["namespace"] == "agentrun-system"
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "update"],
-         "resourceNames": ["agentrun-stamping"]}]
+         "resourceNames": ["agentrun-stamping", "agentrun-operator-leader"]}]
     # cluster-wide, only the journal's Secret by its one name, only read (checked before a
     # run is launched, and signed with to delete a run's journal)
     assert [r for r in manifests.OPERATOR_RULES if "secrets" in r["resources"]] == [

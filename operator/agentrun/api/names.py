@@ -95,6 +95,15 @@ CREATOR_EPOCH_ANNOTATION: Final = "agentrun.dev/creator-epoch"
 OPERATOR_NAMESPACE: Final = "agentrun-system"
 STAMP_POLICY: Final = "agentrun-stamp-actors"
 STAMPING_SECRET: Final = "agentrun-stamping"
+# Leader election (core.policies.leadership): the Lease the replicas elect on, in the
+# operator's namespace; the fencing token, a Secret there naming the leader and its term;
+# and the policy that refuses a non-leader's writes (core.policies.fencing).
+OPERATOR_APP: Final = "agentrun-operator"  # app.kubernetes.io/name, the ServiceAccount's name
+LEADER_LEASE: Final = "agentrun-operator"
+LEADER_SECRET: Final = "agentrun-operator-leader"
+LEADER_ANNOTATION: Final = "agentrun.dev/leader"
+LEADER_TERM_ANNOTATION: Final = "agentrun.dev/leader-term"
+FENCE_POLICY: Final = "agentrun-fence-operator"
 
 # Attempt tombstone: annotations on the Lease when its attempt ends.
 OUTCOME_ANNOTATION: Final = "agentrun.dev/outcome"

@@ -27,7 +27,17 @@ import kubernetes
 
 from agentrun.api.runs import AgentRun, JournalSettings
 from agentrun.api.slots import SlotState
-from agentrun.controller import launchspecs, metrics, queues, runs, scheduling, slots, stamping
+from agentrun.controller import (
+    launchspecs,
+    leadership,
+    metrics,
+    queues,
+    runs,
+    scheduling,
+    slots,
+    stamping,
+)
+from agentrun.core.policies import leadership as leadership_rules
 from agentrun.core.policies import stamping as stamping_policy
 from agentrun.kube import clients, clocks, events, reads, rest, stores, throttle, writes
 
@@ -102,6 +112,9 @@ class Operator:
     unpinned: set[Key] = field(default_factory=set)
     generations: dict[Key, int | None] = field(default_factory=dict)
     keeping: asyncio.Task[None] | None = None
+    # Leader election (None: this process reconciles alone, as it always did).
+    elector: leadership.Elector | None = None
+    serving: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
         self.queue = queues.Queue(work=self.work, workers=self.workers, timeout=self.timeout,
@@ -112,20 +125,31 @@ class Operator:
     def build(cls, *, context: str | None, bucket: throttle.Bucket | None, workers: int,
               timeout: float, logger: logging.Logger,
               meters: metrics.Metrics | None = None,
-              journal: JournalSettings | None = None) -> Operator:
+              journal: JournalSettings | None = None,
+              election: leadership_rules.Timing | None = None,
+              identity: str = events.COMPONENT) -> Operator:
         """The operator over one client; ``journal``: where new runs' journals go (pinned
-        on each at launch), None: runs get no journal."""
+        on each at launch), None: runs get no journal; ``election``: elect a leader on the
+        leader Lease with this timing, as ``identity`` (its pod's name: what its Events
+        name, and what the fencing policy lets write)."""
         client = rest.Rest(clients.configure(context=context), throttle=bucket)
         store = stores.Stores()
         reader, writer = views(client, store)
-        return cls(client=client, stores=store,
+        elector = None if election is None else leadership.Elector(
+            client=rest.Rest(clients.configure(context=context)), identity=identity,
+            timing=election, logger=logger)
+        keeper = stamping.Keeper(reader=reader, writer=writer, logger=logger)
+        if elector is not None:
+            keeper.may_mint = elector.leading.is_set
+        return cls(client=client, stores=store, elector=elector,
                    slots=slots.SlotReconciler(reader=reader, writer=writer, logger=logger),
                    runs=runs.RunReconciler(reader=reader, writer=writer, journal=journal,
                                            logger=logger),
                    launch_specs=launchspecs.LaunchSpecReconciler(
                        reader=reader, writer=writer, logger=logger),
-                   keeper=stamping.Keeper(reader=reader, writer=writer, logger=logger),
-                   poster=events.Poster(client, logger=logger), logger=logger,
+                   keeper=keeper,
+                   poster=events.Poster(client, logger=logger, instance=identity),
+                   logger=logger,
                    workers=workers, timeout=timeout, meters=meters or metrics.Metrics(),
                    executor=concurrent.futures.ThreadPoolExecutor(
                        max_workers=2 * workers, thread_name_prefix="reconcile"))
@@ -135,15 +159,37 @@ class Operator:
         (:meth:`until_stamping`), then start the workers and keeper.
 
         Handlers may add keys before this ends: they wait in the queue, so no reconcile
-        decides from stores that hold nothing yet.
+        decides from stores that hold nothing yet. Under leader election it returns once
+        the stores are primed (Kopf starts its watches only after this: they keep a
+        standby's stores current) and :meth:`serve` waits for the lead in a task.
         """
         await self.patiently(functools.partial(
             self.stores.prime, client=self.client, namespaces=prime_namespaces(namespaces)),
             what="priming the caches")
         self.meters.unready("the stamping epoch is not in force yet")
+        if self.elector is None:
+            await self.serve()
+            return
+        self.elector.start()
+        self.keeping = asyncio.create_task(self.keep_stamping())  # readiness: the epoch
+        self.serving = asyncio.create_task(self.serve())
+
+    async def serve(self) -> None:
+        """Once this replica leads (at once without election), wait for the epoch and
+        start the work queue: the keys added meanwhile are its first work."""
+        if self.elector is not None:
+            self.logger.info("leading: %s stands by, its caches primed",
+                             self.elector.identity)
+            led = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            self.elector.on_lead = lambda: loop.call_soon_threadsafe(led.set)
+            if self.elector.leading.is_set():  # (led before the callback was set)
+                led.set()
+            await led.wait()
         await self.until_stamping()
         self.queue.start()
-        self.keeping = asyncio.create_task(self.keep_stamping())
+        if self.keeping is None:
+            self.keeping = asyncio.create_task(self.keep_stamping())
 
     async def until_stamping(self) -> None:
         """Wait until the stamping epoch is in force (minting it when due), before the
@@ -197,12 +243,15 @@ class Operator:
             await asyncio.sleep(STAMPING_PERIOD_SECONDS)  # the check's period
 
     async def stop(self) -> None:
-        if self.keeping is not None:  # first: it would set /readyz again
-            self.keeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.keeping
+        for task in (self.serving, self.keeping):  # first: they would set /readyz again
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self.meters.unready("stopping")
         await self.queue.stop()
+        if self.elector is not None:  # last: no write of ours after the release
+            await asyncio.get_running_loop().run_in_executor(None, self.elector.stop)
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def in_thread(self, call: Callable[[], T]) -> T:

@@ -28,13 +28,16 @@ class Keeper:
     logger: logging.Logger
     delay: float = stamping.ENFORCEMENT_DELAY_SECONDS
     clock: Callable[[], float] = time.monotonic
+    # Whether this replica may mint (only the leader does: a failover must not rotate the
+    # epoch, or every command in flight would be StaleEpoch).
+    may_mint: Callable[[], bool] = lambda: True
     _candidate: stamping.Identity | None = field(default=None, init=False)
     _since: float = field(default=0.0, init=False)
 
     def check(self) -> stamping.Stamping:
         """One pass: read, and mint a new epoch when one is due. What it found."""
         found = self.reader.stamping()
-        if not found.mint_needed:
+        if not found.mint_needed or not self.may_mint():
             self._candidate = None
             return found
         now = self.clock()

@@ -169,7 +169,7 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         # Gone: every object of the chart's templates.
         left = [o for o in chart_objects(release) if existing(api, *o)]
         assert left == [], left
-        # Kept, as documented: the CRDs, the users' runs, the stamping Secret.
+        # Kept, as documented: the CRDs, the users' runs, the stamping and leader Secrets.
         extensions = kubernetes.client.ApiextensionsV1Api(api)
         kept = {c.metadata.name for c in extensions.list_custom_resource_definition().items}
         assert {f"{plural}.{GROUP}" for plural in ("agentruns", "slots", "launchspecs")} <= kept
@@ -178,7 +178,7 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         assert sorted(r["metadata"]["name"] for r in runs["items"]) == ["after-upgrade", "study"]
         assert scenario.slot(slot)["status"]["attemptCount"] == 2
         secrets = [s.metadata.name for s in core.list_namespaced_secret(NAMESPACE).items]
-        assert secrets == [names.STAMPING_SECRET], secrets
+        assert sorted(secrets) == sorted([names.STAMPING_SECRET, names.LEADER_SECRET]), secrets
         accounts = [a.metadata.name for a in core.list_namespaced_service_account(NAMESPACE).items]
         assert accounts == ["default"], accounts
     # restored for the tests after this one: the objects `installed` applied, stamping in force

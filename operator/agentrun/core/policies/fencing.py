@@ -1,0 +1,167 @@
+"""Fencing: the API server refuses the operator's writes from any pod but the leader's.
+
+Leader election (:mod:`agentrun.core.policies.leadership`) says who should lead; it
+cannot stop a former leader that was paused (a long GC, a frozen VM, SIGSTOP) or cut off
+from the API server and does not know yet that its lease passed on: its reconciles may be
+midway, each about to write what it decided from what it read before. Preconditions
+(``resourceVersion``, deterministic names) make such a late write fail where the new
+leader has written since, but not on an object the new leader has not touched yet: a
+claim of a slot it has not looked at, which could exceed ``spec.maxActive`` by one.
+
+So the fencing is the API server's, with a classic *fencing token*: the Secret
+``agentrun-system/agentrun-operator-leader`` names the leader's pod
+(``agentrun.dev/leader``) and its *term* (``agentrun.dev/leader-term``: the leader
+Lease's ``leaseTransitions`` when it took it). The ValidatingAdmissionPolicy
+``agentrun-fence-operator`` takes that Secret as its params and, for every create,
+update, patch or delete by the operator's ServiceAccount:
+
+- refuses it unless the request's token is bound to the pod the Secret names (the API
+  server puts the pod's name in ``request.userInfo.extra['authentication.kubernetes.io/
+  pod-name']``, as for attempt Leases);
+- lets the election through (the leader Lease), and the token itself, whose term may only
+  grow: a former leader that wakes up after its successor wrote the token cannot name
+  itself again.
+
+A new leader takes the Lease, writes the token with its term, then makes sure admission
+sees it before its first write (a server-side dry run the policy must accept:
+:func:`probe_body`). From then on no write of a former leader's is admitted.
+
+Why a Secret and not the Lease itself as the params: the API server keeps a param
+informer per ``paramKind``, and for a built-in kind it stops that informer for good the
+first time no binding names the kind for a moment (an uninstall and reinstall does it);
+the params are then frozen until the API server restarts (kubernetes/kubernetes#130887,
+measured here with a Lease: a holder changed three times, admission still saw the first).
+Secrets are read by the API server itself, whose own informer keeps theirs running
+(measured: the binding deleted and re-created three times, each change seen); the
+stamping policy's epoch is a Secret for the same reason. ``tests/integration/operator/
+test_leader_election.py`` re-creates the binding and checks that the params follow.
+
+A missing Secret admits (``parameterNotFoundAction: Allow``): the API server looks for the
+params before it evaluates ``matchConditions``, so a Deny would refuse every matched
+write in the cluster, everyone's, until the first election. Nothing is fenced until a
+leader has written the token; deleting it unfences until the next take. Writes by any
+other identity (the local ``operator`` user of the tests, an operator run from a
+kubeconfig: they run alone, without election) are not matched. With several API servers
+each has its own cache: the dry run proves one; another may admit a former leader's
+write for the milliseconds its watch lags.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrun.api import names
+from agentrun.core.policies import admission, leasepolicy, validating
+
+Object = dict[str, Any]
+OPERATOR_USER = f"system:serviceaccount:{names.OPERATOR_NAMESPACE}:{names.OPERATOR_APP}"
+ALL = ("CREATE", "UPDATE", "DELETE")
+POD = f"request.userInfo.?extra.orValue({{}})[?'{leasepolicy.POD_NAME}'].orValue([])"
+FENCED = "fenced"  # the word every refusal starts with (what a former leader's log shows)
+
+
+def rules() -> list[Object]:
+    """Everything the operator writes (its ClusterRole's and Role's write verbs)."""
+    return [
+        validating.match_rule(names.GROUP, names.VERSION,
+                              ["agentruns", "agentruns/status", "slots", "slots/status",
+                               "launchspecs/status"], list(ALL)),
+        validating.match_rule("", "v1", ["pods", "configmaps", "events", "secrets"],
+                              list(ALL)),
+        validating.match_rule("coordination.k8s.io", "v1", ["leases"], list(ALL)),
+    ]
+
+
+def _named(group: str, resource: str, name: str) -> str:
+    return (f"request.resource.group == '{group}' && request.resource.resource == "
+            f"'{resource}' && request.namespace == '{names.OPERATOR_NAMESPACE}' && "
+            f"request.name == '{name}'")
+
+
+def _term(obj: str) -> str:
+    return (f"int({obj}.metadata.?annotations.orValue({{}})"
+            f"[?'{names.LEADER_TERM_ANNOTATION}'].orValue('-1'))")
+
+
+def fence_policy() -> list[Object]:
+    """The fencing ValidatingAdmissionPolicy and its binding (same name)."""
+    election = _named("coordination.k8s.io", "leases", names.LEADER_LEASE)
+    token = _named("", "secrets", names.LEADER_SECRET)
+    leader = f"params.metadata.?annotations.orValue({{}})[?'{names.LEADER_ANNOTATION}']"
+    where = f"{names.OPERATOR_NAMESPACE}/{names.LEADER_SECRET}"
+    spec: Object = {
+        "failurePolicy": "Fail",
+        "paramKind": {"apiVersion": "v1", "kind": "Secret"},
+        "matchConstraints": {"namespaceSelector": {}, "objectSelector": {},
+                             "resourceRules": rules(), "matchPolicy": "Equivalent"},
+        "matchConditions": [
+            {"name": "the-operator",
+             "expression": f"request.userInfo.username == '{OPERATOR_USER}'"},
+            {"name": "not-the-election", "expression": f"!({election})"},
+        ],
+        "variables": [{"name": "pod", "expression": POD},
+                      {"name": "leader", "expression": f"{leader}.orValue('')"},
+                      {"name": "token", "expression": token}],
+        "validations": [
+            validating.dynamic_validation(
+                "variables.token || (variables.pod.size() == 1 && "
+                "variables.pod[0] == variables.leader)",
+                f"'{FENCED}: ' + (variables.pod.size() == 1 ? 'pod ' + variables.pod[0] : "
+                "'a token bound to no pod') + ' is not the leader (the fencing token "
+                f"{where} names ' + (variables.leader == '' ? 'nobody' : variables.leader) "
+                "+ '): only the leader writes'",
+                reason="Forbidden"),
+            validating.dynamic_validation(
+                "!variables.token || request.operation != 'UPDATE' || "
+                f"{_term('object')} > {_term('oldObject')}",
+                f"'{FENCED}: the fencing token {where} is at term ' + "
+                f"string({_term('oldObject')}) + '; a leader writes it only with a later "
+                "term (it took the leader Lease since)'",
+                reason="Forbidden"),
+        ],
+    }
+    return [
+        {"apiVersion": admission.ADMISSION_API, "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": names.FENCE_POLICY}, "spec": spec},
+        {"apiVersion": admission.ADMISSION_API, "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": names.FENCE_POLICY},
+         "spec": {"policyName": names.FENCE_POLICY, "validationActions": ["Deny"],
+                  "paramRef": {"name": names.LEADER_SECRET,
+                               "namespace": names.OPERATOR_NAMESPACE,
+                               "parameterNotFoundAction": "Allow"}}},
+    ]
+
+
+def token_body(*, identity: str, term: int, resource_version: str | None) -> Object:
+    """The fencing token naming ``identity`` at ``term`` (a create, or a PUT under the
+    resourceVersion read)."""
+    metadata: Object = {"name": names.LEADER_SECRET, "namespace": names.OPERATOR_NAMESPACE,
+                        "labels": {"app.kubernetes.io/name": names.OPERATOR_APP},
+                        "annotations": {names.LEADER_ANNOTATION: identity,
+                                        names.LEADER_TERM_ANNOTATION: str(term)}}
+    if resource_version is not None:
+        metadata["resourceVersion"] = resource_version
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": metadata}
+
+
+def token_names(secret: Object | None) -> tuple[str, int]:
+    """Who the token names, and at which term (``("", -1)``: no token)."""
+    annotations = ((secret or {}).get("metadata") or {}).get("annotations") or {}
+    try:
+        term = int(annotations.get(names.LEADER_TERM_ANNOTATION, "-1"))
+    except ValueError:
+        term = -1
+    return str(annotations.get(names.LEADER_ANNOTATION) or ""), term
+
+
+def probe_body(identity: str) -> Object:
+    """What a new leader dry-runs before its first write: an Event (never stored: the dry
+    run), which admission accepts only once it sees this replica in the token."""
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": "agentrun-leader-probe-",
+                         "namespace": names.OPERATOR_NAMESPACE},
+            "involvedObject": {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                               "name": names.LEADER_LEASE,
+                               "namespace": names.OPERATOR_NAMESPACE},
+            "reason": "LeaderProbe", "message": f"{identity} checks that it is fenced in",
+            "type": "Normal", "source": {"component": names.OPERATOR_APP}}
