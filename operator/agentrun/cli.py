@@ -42,6 +42,7 @@ import os
 import re
 import socket
 import sys
+import uuid
 from collections.abc import Callable
 from types import SimpleNamespace
 
@@ -83,8 +84,14 @@ def identity(text: str) -> str:
 
 
 def default_identity() -> str:
-    """The pod's name (``POD_NAME``, from the downward API), else this host's name."""
-    return os.environ.get("POD_NAME") or socket.gethostname().lower()
+    """The pod's name (``POD_NAME``, from the downward API; what the fence checks), else
+    this host's name made a DNS subdomain, with a random suffix (client-go's habit: two
+    processes on one host must not both believe they hold the Lease)."""
+    pod = os.environ.get("POD_NAME")
+    if pod:
+        return identity(pod)
+    host = re.sub(r"[^a-z0-9.-]+", "-", socket.gethostname().lower()).strip("-.")[:200]
+    return f"{host or 'operator'}-{uuid.uuid4().hex[:8]}"
 
 
 def ip_address(what: str) -> Callable[[str], str]:
@@ -257,7 +264,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                 retry=args.leader_election_retry_period) if args.leader_elect else None
         except ValueError as error:
             parser.error(str(error))
-        args.identity = args.identity or default_identity()
+        try:
+            args.identity = args.identity or default_identity()
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"$POD_NAME: {error}")
     return args
 
 

@@ -62,7 +62,12 @@ class Elector:
     _thread: threading.Thread | None = field(default=None, init=False)
 
     def step(self) -> None:
-        """One pass: read the Lease, decide, write (a conflict: someone else wrote first)."""
+        """One pass: read the Lease, decide, write (a conflict: someone else wrote first).
+
+        A leader also reads the fencing token after each renewal: one that names another
+        pod (changed under it) means its writes are refused: it has lost. A candidate
+        reads it before each write, so its term starts above any other pod's token
+        (:func:`agentrun.core.policies.leadership.term`)."""
         now = self.clock()
         found = leadership.record(self.client.get(lease_path(namespace=self.namespace,
                                                              name=self.name)))
@@ -74,17 +79,26 @@ class Elector:
         move = leadership.decide(found, observed=self._observed, me=self.identity, now=now)
         if move is Move.WAIT:
             return
+        token = None if self.leading.is_set() else self._token()
+        who, held = fencing.token_names(token)
         body = leadership.body(move, found=found, me=self.identity, name=self.name,
-                               namespace=self.namespace, timing=self.timing, now=self.wall())
+                               namespace=self.namespace, timing=self.timing, now=self.wall(),
+                               floor=-1 if who == self.identity else held)
         try:
             self._write(body, create=found is None)
         except writes.Conflict:
             return  # another candidate wrote first: read again next pass
         self._renewed = now
-        if not self.leading.is_set() and self.token(term=int(body["spec"]["leaseTransitions"])
-                                                    ) and self.fenced_in():
-            self.logger.info("leading: %s took the leader Lease %s/%s (%s)", self.identity,
-                             self.namespace, self.name, move)
+        if self.leading.is_set():
+            named, _ = fencing.token_names(self._token())
+            if named not in ("", self.identity):
+                self.lose(f"the fencing token now names {named}")
+            return
+        if self.token(term=int(body["spec"]["leaseTransitions"]), found=token) and (
+                self.fenced_in()):
+            self.logger.info("leading: %s took the leader Lease %s/%s (%s, term %s)",
+                             self.identity, self.namespace, self.name, move,
+                             body["spec"]["leaseTransitions"])
             self.leading.set()
             if self.on_lead is not None:
                 self.on_lead()
@@ -99,18 +113,19 @@ class Elector:
         except rest.ApiError as error:
             raise writes.translated(error) from error
 
-    def token(self, *, term: int) -> bool:
-        """Make the fencing token name this replica at ``term`` (the Lease's transitions
-        when it took it); whether it does. A token at a later term, or another replica's
-        at this one, means someone took the Lease since: not this replica's to lead."""
-        path = rest.namespaced(group="", version="v1", plural="secrets",
-                               namespace=self.namespace)
-        found = self.client.get(f"{path}/{names.LEADER_SECRET}")
+    def token(self, *, term: int, found: leadership.Object | None) -> bool:
+        """Make the fencing token (``found``, as read before the Lease write) name this
+        replica at ``term``, the term just written on the Lease; whether it does. Its term
+        is above any other pod's token read then; a token written since at a term not
+        below it means another replica took the Lease meanwhile: the write is refused
+        (admission's term check, or the resourceVersion), and this one does not lead."""
+        path = self._secrets()
         who, held = fencing.token_names(found)
         if (who, held) == (self.identity, term):
             return True
-        if held > term or (held == term and who not in ("", self.identity)):
-            return False
+        if held > term:  # (this replica's own token at a later term: a Lease made anew)
+            self.logger.warning("leading: the fencing token is at term %s, above the "
+                                "Lease's %s", held, term)
         version = (found or {}).get("metadata", {}).get("resourceVersion")
         body = fencing.token_body(identity=self.identity, term=term,
                                   resource_version=version if found else None)
@@ -121,11 +136,19 @@ class Elector:
                 self.client.request("PUT", f"{path}/{names.LEADER_SECRET}", body=body)
         except rest.ApiError as error:
             if error.status in (403, 409):  # a later term written first, or a race
-                self.logger.info("leading: the fencing token was not written (%s)",
-                                 error.message[:300])
+                self.logger.warning("leading: the fencing token was not written (%s)",
+                                    error.message[:300])
                 return False
             raise
         return True
+
+    def _secrets(self) -> str:
+        return rest.namespaced(group="", version="v1", plural="secrets",
+                               namespace=self.namespace)
+
+    def _token(self) -> leadership.Object | None:
+        """The fencing token as it is (None: none yet)."""
+        return self.client.get(f"{self._secrets()}/{names.LEADER_SECRET}")
 
     def fenced_in(self) -> bool:
         """Does admission already see this replica as the holder? A server-side dry run
@@ -150,6 +173,7 @@ class Elector:
                 and self.clock() - self._renewed > self.timing.renew_deadline)
 
     def lose(self, why: str) -> None:
+        """Stop leading, and (``on_lost``) the process: at once, mid-reconcile."""
         self.logger.critical("leading: %s lost the lead (%s); stopping at once", self.identity,
                              why)
         self.leading.clear()
@@ -162,13 +186,23 @@ class Elector:
                 self.step()
             except Exception as error:  # an unreachable or failing API server: next pass
                 self.logger.warning("leading: a pass failed (%s)", error)
-            if self.overdue():
-                self.lose(f"no renewal for {self.timing.renew_deadline:g} s")
+            self.watch()
             self.stopping.wait(self.timing.retry)  # the election's period, not a sync
+
+    def watch(self) -> None:
+        """Stop at once if the renew deadline passed (also from the watchdog thread, so a
+        pass stuck in a hung request cannot keep a leader past it)."""
+        if self.overdue():
+            self.lose(f"no renewal for {self.timing.renew_deadline:g} s")
+
+    def _watchdog(self) -> None:
+        while not self.stopping.wait(self.timing.retry / 2):  # its period, not a sync
+            self.watch()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, daemon=True, name="leader-election")
         self._thread.start()
+        threading.Thread(target=self._watchdog, daemon=True, name="leader-watchdog").start()
 
     def stop(self) -> None:
         """Stop electing; a leader releases the Lease so its successor need not wait."""

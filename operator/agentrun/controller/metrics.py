@@ -20,8 +20,9 @@ The same endpoint answers the kubelet's probes (the chart's Deployment): ``/heal
 ``/readyz`` is 200 only while the operator serves, that is from the moment its stores are
 primed, the stamping epoch is in force and its work queue started
 (``runtime.Operator.begin``) until it stops, and 503 before and after, and whenever the
-epoch is not in force (readiness: "this pod reconciles now, and its writes are not
-refused by its own stamping policy"); the 503's text says which.
+epoch is not in force (readiness: "this pod reconciles, or as a standby could take over
+at once, and its writes are not refused by its own stamping policy"); the 503's text says
+which.
 """
 
 from __future__ import annotations

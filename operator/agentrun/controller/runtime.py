@@ -115,6 +115,7 @@ class Operator:
     # Leader election (None: this process reconciles alone, as it always did).
     elector: leadership.Elector | None = None
     serving: asyncio.Task[None] | None = None
+    primed: list[str] = field(default_factory=list)  # the namespaces listed at start
 
     def __post_init__(self) -> None:
         self.queue = queues.Queue(work=self.work, workers=self.workers, timeout=self.timeout,
@@ -136,8 +137,11 @@ class Operator:
         store = stores.Stores()
         reader, writer = views(client, store)
         elector = None if election is None else leadership.Elector(
-            client=rest.Rest(clients.configure(context=context)), identity=identity,
-            timing=election, logger=logger)
+            # Its requests time out within one retry period: a hung one must not hold the
+            # renewals (the watchdog stops a leader past its renew deadline regardless).
+            client=rest.Rest(clients.configure(context=context), timeout=rest.Timeout(
+                connect=min(5.0, election.retry), read=election.retry)),
+            identity=identity, timing=election, logger=logger)
         keeper = stamping.Keeper(reader=reader, writer=writer, logger=logger)
         if elector is not None:
             keeper.may_mint = elector.leading.is_set
@@ -163,8 +167,9 @@ class Operator:
         the stores are primed (Kopf starts its watches only after this: they keep a
         standby's stores current) and :meth:`serve` waits for the lead in a task.
         """
+        self.primed = prime_namespaces(namespaces)
         await self.patiently(functools.partial(
-            self.stores.prime, client=self.client, namespaces=prime_namespaces(namespaces)),
+            self.stores.prime, client=self.client, namespaces=self.primed),
             what="priming the caches")
         self.meters.unready("the stamping epoch is not in force yet")
         if self.elector is None:
@@ -186,6 +191,12 @@ class Operator:
             if self.elector.leading.is_set():  # (led before the callback was set)
                 led.set()
             await led.wait()
+            # Fenced in: the former leader writes nothing more. List everything again,
+            # so no decision (maxActive above all) rests on a cache that missed its last
+            # writes.
+            await self.patiently(functools.partial(
+                self.stores.prime, client=self.client, namespaces=self.primed),
+                what="priming the caches again as the new leader")
         await self.until_stamping()
         self.queue.start()
         if self.keeping is None:
@@ -250,7 +261,7 @@ class Operator:
                     await task
         self.meters.unready("stopping")
         await self.queue.stop()
-        if self.elector is not None:  # last: no write of ours after the release
+        if self.elector is not None:  # last (a reconcile thread still midway is fenced)
             await asyncio.get_running_loop().run_in_executor(None, self.elector.stop)
         self.executor.shutdown(wait=False, cancel_futures=True)
 

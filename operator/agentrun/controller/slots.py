@@ -169,7 +169,11 @@ class SlotReconciler(reconcilers.Reconciler):
         where = lostnodes.node_name(attempt.pod) if attempt is not None else None
         if attempt is not None and where is not None and observations.pod_view(
                 attempt.pod).phase in lostnodes.STUCK:
-            node = lostnodes.node_view(where, reader.node(where))
+            try:
+                node = lostnodes.node_view(where, reader.node(where))
+            except Exception as unread:  # a 403 (RBAC not upgraded) or a 5xx: not known
+                self.logger.warning("slot %s/%s: node %s not read (%s)", namespace, name,
+                                    where, unread)
         next_attempt = None
         if needs.next_worker is not None:
             next_lease = reader.lease(namespace, needs.next_worker)

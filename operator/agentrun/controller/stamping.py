@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,11 +32,17 @@ class Keeper:
     # Whether this replica may mint (only the leader does: a failover must not rotate the
     # epoch, or every command in flight would be StaleEpoch).
     may_mint: Callable[[], bool] = lambda: True
+    # One check at a time (the start-up wait and the periodic check may overlap).
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _candidate: stamping.Identity | None = field(default=None, init=False)
     _since: float = field(default=0.0, init=False)
 
     def check(self) -> stamping.Stamping:
         """One pass: read, and mint a new epoch when one is due. What it found."""
+        with self._lock:
+            return self._check()
+
+    def _check(self) -> stamping.Stamping:
         found = self.reader.stamping()
         if not found.mint_needed or not self.may_mint():
             self._candidate = None

@@ -9,7 +9,8 @@ while the first renews, takes once the first stopped renewing for the lease dura
 (term 1), and the first, on its next pass, finds another holder and stops at once; a
 leader that cannot renew for the renew deadline stops; a graceful stop releases the
 Lease, and the standby takes it on its next pass; a probe refused (admission not caught
-up) keeps the lead unset until it passes.
+up) keeps the lead unset until it passes; a Lease made anew starts its term above the
+token an earlier install left.
 """
 
 from __future__ import annotations
@@ -160,12 +161,14 @@ def test_the_lead_waits_until_admission_sees_the_token() -> None:
     assert a.leading.is_set() and api.token() == ("a", 0)
 
 
-def test_a_token_at_a_later_term_is_never_overwritten() -> None:
+def test_a_lease_made_anew_starts_above_the_token_an_earlier_install_left() -> None:
+    """The Lease deleted (the token kept, at term 7): the next leader's term is 8, so
+    the fence lets it lead; a term below the token's would be refused forever."""
     api, clock, lost = Api(), Clock(), []
     a = elector(api, clock, "a", lost)
-    api.objects[f"{SECRETS}/{names.LEADER_SECRET}"] = {
-        **fencing.token_body(identity="z", term=7, resource_version=None),
-        "metadata": {**fencing.token_body(identity="z", term=7, resource_version=None)[
-            "metadata"], "resourceVersion": "0"}}
-    a.step()  # creates the Lease at term 0: the token says someone took it since
-    assert not a.leading.is_set() and api.token() == ("z", 7)
+    left = fencing.token_body(identity="z", term=7, resource_version=None)
+    left["metadata"]["resourceVersion"] = "0"
+    api.objects[f"{SECRETS}/{names.LEADER_SECRET}"] = left
+    a.step()
+    assert a.leading.is_set() and api.token() == ("a", 8)
+    assert api.objects[f"{LEASES}/{names.LEADER_LEASE}"]["spec"]["leaseTransitions"] == 8

@@ -58,6 +58,7 @@ OPERATOR_USER = f"system:serviceaccount:{names.OPERATOR_NAMESPACE}:{names.OPERAT
 ALL = ("CREATE", "UPDATE", "DELETE")
 POD = f"request.userInfo.?extra.orValue({{}})[?'{leasepolicy.POD_NAME}'].orValue([])"
 FENCED = "fenced"  # the word every refusal starts with (what a former leader's log shows)
+SPARED = ("kube-system", "kube-node-lease", "kube-public")  # never matched
 
 
 def rules() -> list[Object]:
@@ -79,8 +80,11 @@ def _named(group: str, resource: str, name: str) -> str:
 
 
 def _term(obj: str) -> str:
-    return (f"int({obj}.metadata.?annotations.orValue({{}})"
-            f"[?'{names.LEADER_TERM_ANNOTATION}'].orValue('-1'))")
+    """CEL: the token's term in ``obj`` (-1: none, or not a whole number: never an error,
+    which would refuse every later write of the token)."""
+    text = (f"{obj}.metadata.?annotations.orValue({{}})"
+            f"[?'{names.LEADER_TERM_ANNOTATION}'].orValue('')")
+    return f"({text}.matches('^[0-9]{{1,18}}$') ? int({text}) : -1)"
 
 
 def fence_policy() -> list[Object]:
@@ -92,7 +96,12 @@ def fence_policy() -> list[Object]:
     spec: Object = {
         "failurePolicy": "Fail",
         "paramKind": {"apiVersion": "v1", "kind": "Secret"},
-        "matchConstraints": {"namespaceSelector": {}, "objectSelector": {},
+        # Never the control plane's own namespaces: a failure to resolve the params
+        # (failurePolicy Fail) must not stop node heartbeats or controllers' elections.
+        "matchConstraints": {"namespaceSelector": {"matchExpressions": [{
+                                 "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                 "values": list(SPARED)}]},
+                             "objectSelector": {},
                              "resourceRules": rules(), "matchPolicy": "Equivalent"},
         "matchConditions": [
             {"name": "the-operator",

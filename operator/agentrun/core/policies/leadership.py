@@ -28,6 +28,7 @@ from any pod but the Lease's holder.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -130,20 +131,33 @@ def _time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def term(move: Move, *, found: Record | None, me: str, floor: int = -1) -> int:
+    """The ``leaseTransitions`` ``move`` writes: the leader's term. A take starts a new
+    one; every move writes a term above ``floor``, the term of a fencing token that names
+    another pod (-1: none, or it names this one). Without it, a Lease deleted and made
+    anew (the token kept) would start below the token, and the fence would refuse every
+    new leader forever; holding the Lease proves that token's term is over."""
+    if found is None:
+        return max(0, floor + 1)
+    base = found.transitions + (1 if move is Move.TAKE and found.holder != me else 0)
+    return max(base, floor + 1)
+
+
 def body(move: Move, *, found: Record | None, me: str, name: str, namespace: str,
-         timing: Timing, now: datetime) -> Object:
-    """The Lease ``move`` writes (a create's, or a PUT under the resourceVersion read)."""
+         timing: Timing, now: datetime, floor: int = -1) -> Object:
+    """The Lease ``move`` writes (a create's, or a PUT under the resourceVersion read);
+    ``floor``: the fencing token's term (:func:`term`)."""
     assert move is not Move.WAIT
     stamp = _time(now)
     renewing = move is Move.RENEW and found is not None
     spec: Object = {
         "holderIdentity": me,
-        "leaseDurationSeconds": max(1, round(timing.lease)),
+        # Never below the lease (a rounded-down duration could undercut the renew deadline).
+        "leaseDurationSeconds": max(1, math.ceil(timing.lease)),
         "acquireTime": (found.acquire_time if renewing and found and found.acquire_time
                         else stamp),
         "renewTime": stamp,
-        "leaseTransitions": (0 if found is None else found.transitions
-                             + (1 if move is Move.TAKE and found.holder != me else 0)),
+        "leaseTransitions": term(move, found=found, me=me, floor=floor),
     }
     metadata: Object = {"name": name, "namespace": namespace,
                         "labels": {"app.kubernetes.io/name": names.OPERATOR_APP}}

@@ -18,8 +18,8 @@ from agentrun.core.slots import attemptpods, inputs
 
 
 def observe_step(world: inputs.World) -> actions.WriteStatus | None:
-    """The condition's change, or None when it is not shown and need not be. (A status
-    equal to the one read is no write: ``steps.decide`` makes it a Wait, Event and all.)"""
+    """The condition's change, or None when it says what is true already (then the
+    slot's step goes on: commands, deadlines and all are decided as ever)."""
     status = world.slot.status
     shown = conditions.find(status.conditions, names.NODE_LOST_CONDITION)
     objects = world.attempt
@@ -38,9 +38,10 @@ def observe_step(world: inputs.World) -> actions.WriteStatus | None:
         message = (f"node {world.node.name} is Ready again" if back and world.node
                    else "the pod is gone or finished: the attempt ends as its pod and lease say")
         return actions.WriteStatus(status=slotconditions.set_condition(
-            status, names.NODE_LOST_CONDITION, "False", reason, message, world.now),
-            point="node-lost")
+            status, names.NODE_LOST_CONDITION, "False", reason, message, world.now))
     new = slotconditions.set_condition(status, names.NODE_LOST_CONDITION, "True",
                                        stuck.reason, stuck.message, world.now)
-    return actions.WriteStatus(status=new, point="node-lost", event=events.Event(
+    if new == status:  # shown already: the rest of the slot's step goes on
+        return None
+    return actions.WriteStatus(status=new, event=events.Event(
         type="Warning", reason=names.NODE_LOST_CONDITION, message=stuck.message))

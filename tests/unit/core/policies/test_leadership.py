@@ -98,3 +98,17 @@ def test_the_bodies() -> None:
 def test_the_timing_must_be_ordered(lease: float, renew: float, retry: float) -> None:
     with pytest.raises(ValueError, match="retry"):
         lead.Timing(lease=lease, renew_deadline=renew, retry=retry)
+
+
+@pytest.mark.parametrize(("move", "holder", "transitions", "floor", "expected"), [
+    (Move.CREATE, None, None, -1, 0), (Move.CREATE, None, None, 4, 5),
+    (Move.TAKE, OTHER, 3, -1, 4), (Move.TAKE, OTHER, 3, 9, 10), (Move.TAKE, OTHER, 9, 3, 10),
+    (Move.TAKE, "", 3, 2, 4), (Move.RENEW, ME, 3, -1, 3), (Move.RENEW, ME, 3, 9, 10)])
+def test_a_new_term_is_above_the_lease_and_the_token(
+        move: Move, holder: str | None, transitions: int | None, floor: int,
+        expected: int) -> None:
+    record = None if holder is None else found(holder, transitions=transitions or 0)
+    assert lead.term(move, found=record, me=ME, floor=floor) == expected
+    made = lead.body(move, found=record, me=ME, name="l", namespace="n", timing=TIMING,
+                     now=NOW, floor=floor)
+    assert made["spec"]["leaseTransitions"] == expected

@@ -167,3 +167,18 @@ def test_the_attempt_ends_only_when_its_pod_is_gone() -> None:
                                                 status=stuck.status)), WriteStatus)
     assert ended.status.state is SlotState.RETRY_WAIT
     assert ended.event is not None and ended.event.reason == "AttemptEnded"
+
+
+def test_a_command_is_still_decided_while_node_lost_is_shown() -> None:
+    """Shown already, the condition writes nothing, and the rest of the step goes on: a
+    hold sent meanwhile is decided (the ledger has it), the condition kept as it was."""
+    shown = expect(steps.next_step(active_world("Terminating", read="not ready")),
+                   WriteStatus).status
+    phase, deleting = PODS["Terminating"]
+    world = f.world(shown, now=f.T0 + f.seconds(3600),
+                    annotations=f.command("hold", "req-hold", hold_reason="wait for ops"),
+                    attempt=f.objects(1, pod=on_node(f.pod(1, phase, deleting=deleting)),
+                                      lease=None), node=READS["not ready"])
+    written = expect(steps.next_step(world), WriteStatus)
+    assert [c.request_id for c in written.status.commands] == ["req-hold"]
+    assert f.condition(written.status, names.NODE_LOST_CONDITION).status == "True"
