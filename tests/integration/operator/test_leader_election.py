@@ -15,7 +15,11 @@ Covers:
   cannot write the token back at its old term; a token bound to no pod is refused; the
   election's own Lease is never fenced; the binding deleted and re-created (an uninstall
   and reinstall), the params still follow the token (the API server's param informer for
-  a Lease froze there: the reason the token is a Secret).
+  a Lease froze there: the reason the token is a Secret);
+- two replicas acting as the operator's ServiceAccount with pod-bound tokens, the fence
+  in force: the leader SIGSTOPped past its lease, the standby takes over and serves a
+  command; SIGCONTed, the former leader exits 75 and the audit log shows no write of it
+  admitted after the new leader's first.
 
 The replicas here act as the local ``operator`` user, which the fencing policy does not
 match (it matches the ServiceAccount only); the chart's in-cluster replica runs with both.
@@ -28,14 +32,18 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import kubernetes
 import pytest
+import yaml
 
 from agentrun import manifests
 from agentrun.api import names
+from agentrun.core.policies import fencing, leasepolicy
 from tests.support.actors.operators import OperatorProcess
+from tests.support.cluster import audit
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays.scenarios import Scenario, request_id
 from tests.support.waiting import wait_for
@@ -242,3 +250,86 @@ def test_only_the_leaders_pod_writes_as_the_operator(
     wait_for(lambda: fenced(cluster, namespace, token_b), timeout=30,
              message="the token's change seen after the re-creation")
     assert fenced(cluster, namespace, token_a) == ""
+
+
+def token_kubeconfig(cluster: Cluster, token: str, path: Path) -> Path:
+    """The cluster's kubeconfig with its ``operator`` context acting with ``token``."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    context = next(c for c in config["contexts"] if c["name"] == "operator")
+    context["context"]["user"] = "bound"
+    config["users"] = [{"name": "bound", "user": {"token": token}}]
+    config["contexts"] = [context]
+    config["current-context"] = "operator"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def operator_writes(cluster: Cluster, *, since: datetime) -> list[tuple[datetime, str, int, str]]:
+    """Every write by the operator's ServiceAccount since ``since``, but the election's
+    own (its Lease and the fencing token): (time, pod, code, what)."""
+    assert cluster.audit_log is not None
+    found = []
+    for line in audit.lines(cluster.audit_log):
+        if fencing.OPERATOR_USER not in line:
+            continue
+        event = json.loads(line)
+        user = event.get("user") or {}
+        ref = event.get("objectRef") or {}
+        at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+        if (user.get("username") != fencing.OPERATOR_USER or at < since
+                or event.get("verb") not in audit.WRITE_VERBS
+                or ref.get("name") in (names.LEADER_LEASE, names.LEADER_SECRET)
+                or "dryRun" in event.get("requestURI", "")):
+            continue
+        pod = (user.get("extra") or {}).get(leasepolicy.POD_NAME, [""])[0]
+        found.append((at, pod, int((event.get("responseStatus") or {}).get("code", 0)),
+                      f"{event['verb']} {ref.get('resource')} {ref.get('name')}"))
+    return sorted(found)
+
+
+def test_a_leader_paused_past_its_lease_wakes_fenced_off_and_stops(
+        scenario: Scenario, cluster: Cluster, namespace: str, fence: tuple[str, str],
+        tmp_path: Path) -> None:
+    """Two replicas acting as the operator's ServiceAccount, with tokens bound to their
+    pods (the fence in force): the leader SIGSTOPped past its lease, the standby takes
+    over and serves a command; SIGCONTed, the former leader stops (75), and the audit log
+    shows no write of it admitted after the new leader's first."""
+    if cluster.audit_log is None:
+        pytest.skip("needs the local control plane's audit log")
+    a, b = fence
+    first, second = (OperatorProcess(
+        cluster=cluster, namespace=namespace, log=tmp_path / f"{pod}.log",
+        args=[*ELECTION, "--identity", pod],
+        env={"KUBECONFIG": str(token_kubeconfig(cluster, bound_token(cluster, pod),
+                                                tmp_path / f"{pod}.kubeconfig"))})
+        for pod in (a, b))
+    try:
+        first.start()
+        wait_for(lambda: "took the leader Lease" in first.tail(80), timeout=60,
+                 message=f"{a} leading; {first.tail()}")
+        second.start()
+        wait_for(lambda: "stands by" in second.tail(80), timeout=60,
+                 message=f"{b} standing by; {second.tail()}")
+        slot = scenario.owned_retry_wait()  # served by a
+        since = datetime.now(UTC)
+        assert first.process is not None
+        os.killpg(first.process.pid, signal.SIGSTOP)
+        wait_for(lambda: "took the leader Lease" in second.tail(80), timeout=60,
+                 message=f"{b} taking over; {second.tail()}")
+        rid = request_id()
+        assert scenario.annotate(slot, user="alice", hold_id=rid,
+                                 hold_reason="the leader paused").returncode == 0
+        assert scenario.wait_ledger(slot, rid, timeout=60)["outcome"] == "Accepted"
+        os.killpg(first.process.pid, signal.SIGCONT)
+        assert first.wait_crashed(timeout=30) == 75, first.tail()
+        writes = operator_writes(cluster, since=since)
+        new = [at for at, pod, code, _ in writes if pod == b and code < 300]
+        assert new, writes  # the hold's ledger entry, at least
+        late = [w for w in writes if w[1] == a and w[2] < 300 and w[0] >= min(new)]
+        assert not late, late
+    finally:
+        for process in (first, second):
+            if process.process is not None and process.alive:
+                os.killpg(process.process.pid, signal.SIGCONT)
+            process.stop()
+            print(f"--- {process.log.name} (tail) ---\n{process.tail(40)}")
