@@ -30,6 +30,12 @@ def test_qps_zero_means_no_limit() -> None:
     ("--history-port", "8443.5", "--history-port must be a whole number"),
     ("--history-address", "localhost", "--history-address must be an IP address"),
     ("--metrics-address", "localhost", "--metrics-address must be an IP address"),
+    ("--identity", "Operator_A", "--identity must be this replica's pod name"),
+    ("--identity", "a" * 254, "--identity must be this replica's pod name"),
+    ("--identity", "a-", "--identity must be this replica's pod name"),
+    ("--leader-election-lease", "1", "--leader-election-lease must be between 2 and 300"),
+    ("--leader-election-renew-deadline", "nan", "between 1 and 299"),
+    ("--leader-election-retry-period", "0.1", "between 0.2 and 60"),
 ])
 def test_out_of_bounds_is_refused_clearly(flag: str, value: str, says: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,3 +113,29 @@ def test_journal_flags_out_of_bounds_are_refused_clearly(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {flag}: " in err and says in err
+
+
+def test_leader_election_is_off_unless_asked_and_its_timing_is_ordered(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAME", "agentrun-operator-5d9c-x2")
+    assert cli.parse(["run"]).election is None
+    args = cli.parse(["run", "--leader-elect"])
+    assert args.election == cli.leadership.Timing() and args.identity == "agentrun-operator-5d9c-x2"
+    with pytest.raises(SystemExit) as exited:  # each in bounds, not in order
+        cli.parse(["run", "--leader-elect", "--leader-election-lease", "5",
+                   "--leader-election-renew-deadline", "6"])
+    assert exited.value.code == 2
+    assert "retry (2) < renew deadline (6) < lease (5)" in capsys.readouterr().err
+    monkeypatch.setenv("POD_NAME", "Not A Pod")
+    with pytest.raises(SystemExit):
+        cli.parse(["run", "--leader-elect"])
+    assert "$POD_NAME: --identity must be this replica's pod name" in capsys.readouterr().err
+
+
+def test_off_cluster_the_identity_is_the_host_made_a_name_and_unique(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POD_NAME", raising=False)
+    monkeypatch.setattr(cli.socket, "gethostname", lambda: "Dev_Box.local")
+    first, second = cli.default_identity(), cli.default_identity()
+    assert first.startswith("dev-box.local-") and first != second
+    assert cli.identity(first) == first
