@@ -48,7 +48,7 @@ from types import SimpleNamespace
 
 import kopf
 
-from agentrun.api import names
+from agentrun.api import bounds, names
 from agentrun.api import runs as run_api
 from agentrun.controller import handlers, historyserver, metrics
 from agentrun.controller import stamping as stamping_keeper
@@ -71,12 +71,11 @@ MAX_ADDRESS_CHARS = 64  # an IPv6 address with a zone fits
 LEASE_SECONDS = (2.0, 300.0, 15.0)
 RENEW_DEADLINE = (1.0, 299.0, 10.0)
 RETRY_PERIOD = (0.2, 60.0, 2.0)
-IDENTITY = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a pod's name
 
 
 def identity(text: str) -> str:
     """An argparse type: a pod's name (a DNS subdomain), the replica's leader identity."""
-    if not IDENTITY.fullmatch(text):
+    if not bounds.DNS_SUBDOMAIN.fullmatch(text):
         raise argparse.ArgumentTypeError(
             f"--identity must be this replica's pod name (lower-case letters, digits, '-' "
             f"and '.', at most 253), not {text[:40]!r}")

@@ -25,6 +25,9 @@ from agentrun.api import configs, names
 
 # Command annotations (docs/design/commands-and-trust.md). Admission enforces the same bounds.
 REQUEST_ID_CHARS: Final = 253
+# A Kubernetes object name that is a DNS subdomain (a pod's, a Lease's): lower-case
+# letters, digits, '-' and '.', alphanumeric at both ends, at most 253 characters.
+DNS_SUBDOMAIN: Final = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 REQUEST_ID_PATTERN: Final = r"^[A-Za-z0-9]([A-Za-z0-9._:@/+=-]*[A-Za-z0-9])?$"
 REASON_BYTES: Final = names.MAX_REASON_BYTES
 WORKER_CLASS_CHARS: Final = 63

@@ -6,12 +6,18 @@ ignored rather than modelled, so a newer API server cannot break parsing.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ConfigDict, Field
 
 from agentrun.api.models import Model
+
+
+def micro_time(moment: datetime) -> str:
+    """A ``MicroTime`` as the API server writes it: UTC, six fractional digits, ``Z``
+    (a Lease's ``renewTime``, an Event series' ``lastObservedTime``)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class OwnerReference(Model):

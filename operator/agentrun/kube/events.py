@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agentrun.api import bounds
+from agentrun.api.meta import micro_time
 from agentrun.core.base.events import Event
 from agentrun.kube import clocks, rest
 
@@ -44,10 +45,6 @@ class Posted:
 
 def _stamp(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _micro(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Poster:
@@ -101,7 +98,7 @@ class Poster:
     def _fold(self, posted: Posted, *, now: datetime) -> bool:
         """PATCH the repeat into the first Event; False when that Event is gone (expired)."""
         patch = {"count": posted.count, "lastTimestamp": _stamp(now),
-                 "series": {"count": posted.count, "lastObservedTime": _micro(now)}}
+                 "series": {"count": posted.count, "lastObservedTime": micro_time(now)}}
         try:
             self.rest.request("PATCH", self._path(posted.namespace, posted.name), body=patch,
                               content_type=rest.MERGE_PATCH)

@@ -34,7 +34,7 @@ from agentrun.api import bounds, names
 from agentrun.worker import _approvals as approvals
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+DNS_SUBDOMAIN = bounds.DNS_SUBDOMAIN
 SHA256 = re.compile(r"[0-9a-f]{64}")
 UID = re.compile(r"[0-9a-fA-F-]{1,64}")
 # A ConfigMap holds at most 1 MiB: a longer file is not a snapshot the operator made.

@@ -21,10 +21,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from agentrun.api.meta import micro_time
 from agentrun.core.attempts.observations import LeaseView
 
 # The LaunchSpec's default lease duration, for a Lease that does not say (it always does
@@ -159,9 +160,6 @@ def _duration(duration_seconds: int | None) -> int:
         else DEFAULT_DURATION_SECONDS
 
 
-def micro_time(moment: datetime) -> str:
-    """A ``MicroTime`` as the API server writes it: UTC, six fractional digits, ``Z``."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def renewed(lease: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from enum import StrEnum
 from typing import Any
 
 from agentrun.api import names
+from agentrun.api.meta import micro_time
 
 Object = dict[str, Any]
 IDENTITY_CHARS = 253  # a pod's name, the identity a candidate runs as
@@ -126,11 +127,6 @@ def decide(found: Record | None, *, observed: Observed | None, me: str, now: flo
     return Move.WAIT
 
 
-def _time(moment: datetime) -> str:
-    """A MicroTime as the API writes one."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def term(move: Move, *, found: Record | None, me: str, floor: int = -1) -> int:
     """The ``leaseTransitions`` ``move`` writes: the leader's term. A take starts a new
     one; every move writes a term above ``floor``, the term of a fencing token that names
@@ -148,7 +144,7 @@ def body(move: Move, *, found: Record | None, me: str, name: str, namespace: str
     """The Lease ``move`` writes (a create's, or a PUT under the resourceVersion read);
     ``floor``: the fencing token's term (:func:`term`)."""
     assert move is not Move.WAIT
-    stamp = _time(now)
+    stamp = micro_time(now)
     renewing = move is Move.RENEW and found is not None
     spec: Object = {
         "holderIdentity": me,
@@ -175,5 +171,5 @@ def released(found: Record, *, name: str, namespace: str, now: datetime) -> Obje
                          "resourceVersion": found.resource_version,
                          "labels": {"app.kubernetes.io/name": names.OPERATOR_APP}},
             "spec": {"holderIdentity": "", "leaseDurationSeconds": 1,
-                     "acquireTime": _time(now), "renewTime": _time(now),
+                     "acquireTime": micro_time(now), "renewTime": micro_time(now),
                      "leaseTransitions": found.transitions}}
