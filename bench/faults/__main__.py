@@ -17,8 +17,9 @@ stops by itself:
 
 A scenario is a :class:`support.Fault` in a module ``bench/faults/<name>.py``, listed in
 :data:`FAULTS`; those not ``default`` are played only when named. Nothing is written to
-the repository unless ``--write`` names a file; there the section ``## Faults`` is
-replaced (or appended), with the machine, the commit and the date. The exit status is 1
+the repository unless ``--write`` names a file; there the section ``## Faults`` (or the
+chosen scenarios' own, ``Fault.section``: ``## Failover``) is replaced (or appended), with
+the machine, the commit and the date. The exit status is 1
 when any play had a violation.
 """
 
@@ -34,6 +35,7 @@ from pathlib import Path
 from bench.common.provenance import machine_commit_date
 from bench.common.report import write_section
 from bench.faults import clock_skew as fault_clock_skew
+from bench.faults import failover as fault_failover
 from bench.faults import journal_matrix as fault_journal_matrix
 from bench.faults import journal_scale as fault_journal_scale
 from bench.faults import kill_points as fault_kill_points
@@ -52,7 +54,8 @@ SECTION = "## Faults"
 FAULTS: tuple[Fault, ...] = (fault_paused.FAULT, fault_network.CUT, fault_network.HOLE,
                              fault_racing.FAULT, fault_clock_skew.FAULT,
                              fault_kill_points.FAULT, fault_journal_matrix.FAULT,
-                             fault_journal_scale.FAULT, fault_langgraph_kills.FAULT)
+                             fault_journal_scale.FAULT, fault_langgraph_kills.FAULT,
+                             fault_failover.FAULT)
 
 
 @dataclass
@@ -78,11 +81,19 @@ def table(tallies: list[Tally]) -> str:
     return "\n".join(lines)
 
 
+def section(chosen: list[Fault]) -> str:
+    """Where --write puts the table: the chosen scenarios' own section when they share
+    one, else :data:`SECTION`."""
+    own = {f.section for f in chosen}
+    shared = own.pop() if len(own) == 1 else None
+    return shared or SECTION
+
+
 def header(args: argparse.Namespace, chosen: list[Fault]) -> str:
     said = " ".join(f"{f.describe(args)}" for f in chosen if f.describe(args))
     names = ",".join(f.name for f in chosen)
     bounds = ", ".join(f"{f.name}: `{f.bounds}`" for f in chosen)
-    return (f"{SECTION}\n\n{machine_commit_date()} Made by `python -m bench.faults --count "
+    return (f"{section(chosen)}\n\n{machine_commit_date()} Made by `python -m bench.faults --count "
             f"{args.count} --scenarios {names}{' ' + said if said else ''}` (`make faults`) "
             f"on a local control plane{' with its node' if any(f.node for f in chosen) else ''}"
             f"; the bounds are stated in {bounds}.\n")
@@ -139,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     text = header(args, chosen) + "\n" + table(tallies) + "\n"
     print(f"\n{text}\n({time.monotonic() - started:.0f} s in all)")
     if args.write is not None:
-        write_section(args.write, heading=SECTION, text=text)
+        write_section(args.write, heading=section(chosen), text=text)
     return 1 if any(t.violations for t in tallies) else 0
 
 

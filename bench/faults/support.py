@@ -69,6 +69,9 @@ class Fault:
     store: bool = False
     # played when --scenarios is not given; a long one (journal-scale) has its own target
     default: bool = True
+    # the docs/benchmarks.md section --write replaces when only scenarios of this section
+    # are played (None: "## Faults", with the others)
+    section: str | None = None
 
 
 def fresh_namespace(cluster: Cluster, *, prefix: str = "faults") -> str:

@@ -37,33 +37,18 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-import yaml
 
-from agentrun import manifests
 from agentrun.api import names
-from agentrun.core.policies import fencing, leasepolicy
+from tests.support.actors import leaders
+from tests.support.actors.leaders import LEASE, TOKEN, bound_token, holder, token_kubeconfig
 from tests.support.actors.operators import OperatorProcess
-from tests.support.cluster import audit
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays.scenarios import Scenario, request_id
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.serial
 
-FENCE = Path(manifests.__file__).resolve().parents[2] / "manifests" / "admission" / \
-    "fence-operator.yaml"
-LEASE = ("-n", names.OPERATOR_NAMESPACE, "lease", names.LEADER_LEASE)
-TOKEN = ("-n", names.OPERATOR_NAMESPACE, "secret", names.LEADER_SECRET)
-ELECTION = ["--leader-elect", "--leader-election-lease", "4",
-            "--leader-election-renew-deadline", "3", "--leader-election-retry-period", "0.5"]
-
-
-def holder(cluster: Cluster) -> str | None:
-    found = cluster.kubectl("get", *LEASE, "-o", "json")
-    if found.returncode != 0:
-        return None
-    spec = json.loads(found.stdout).get("spec") or {}
-    return str(spec.get("holderIdentity") or "")
+ELECTION = leaders.election()
 
 
 def replica(cluster: Cluster, namespace: str, tmp_path: Path, name: str) -> OperatorProcess:
@@ -123,54 +108,11 @@ def test_the_standby_takes_over_and_a_command_in_flight_stands(
     assert holder(cluster) == ""
 
 
-ACCOUNT = names.OPERATOR_APP
-
-
-def placeholder(name: str) -> dict[str, object]:
-    """A pod of the operator's ServiceAccount that never runs: what a token is bound to."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": names.OPERATOR_NAMESPACE},
-            "spec": {"serviceAccountName": ACCOUNT, "restartPolicy": "Never",
-                     "schedulerName": "agentrun-test-unserved",
-                     "containers": [{"name": "operator", "image": "localhost/unused:0"}]}}
-
-
-def bound_token(cluster: Cluster, pod: str | None) -> str:
-    core = kubernetes.client.CoreV1Api(cluster.client())
-    spec: dict[str, object] = {"expirationSeconds": 600}
-    if pod is not None:
-        uid = core.read_namespaced_pod(pod, names.OPERATOR_NAMESPACE).metadata.uid
-        spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": pod, "uid": uid}
-    made = core.create_namespaced_service_account_token(ACCOUNT, names.OPERATOR_NAMESPACE,
-                                                        {"spec": spec})
-    return str(made.status.token)
-
-
 @pytest.fixture
-def fence(cluster: Cluster, installed: None) -> Iterator[tuple[str, str]]:
+def fence(cluster: Cluster, installed: None) -> Iterator[tuple[str, ...]]:
     """The fencing policy in force, and two placeholder pods of the operator's account."""
-    account = {"apiVersion": "v1", "kind": "ServiceAccount",
-               "metadata": {"name": ACCOUNT, "namespace": names.OPERATOR_NAMESPACE}}
-    made = cluster.kubectl("apply", "-f", "-", input=json.dumps(account))  # (or the chart's)
-    assert made.returncode == 0, made.stderr
-    pods = ("fence-probe-a", "fence-probe-b")
-    for pod in pods:
-        cluster.kubectl("delete", "pod", "-n", names.OPERATOR_NAMESPACE, pod,
-                        "--ignore-not-found", "--wait=true")
-        made = cluster.kubectl("create", "-f", "-", input=json.dumps(placeholder(pod)))
-        assert made.returncode == 0, made.stderr
-    for left in (LEASE, TOKEN):  # an earlier install's election, at its own terms
-        cluster.kubectl("delete", *left, "--ignore-not-found")
-    applied = cluster.kubectl("apply", "--server-side", "-f", str(FENCE))
-    assert applied.returncode == 0, applied.stderr
-    yield pods
-    removed = cluster.kubectl("delete", "--ignore-not-found", "-f", str(FENCE))
-    assert removed.returncode == 0, removed.stderr
-    for pod in pods:
-        cluster.kubectl("delete", "pod", "-n", names.OPERATOR_NAMESPACE, pod,
-                        "--ignore-not-found", "--wait=false")
-    for left in (LEASE, TOKEN):
-        cluster.kubectl("delete", *left, "--ignore-not-found")
+    with leaders.fenced(cluster, pods=("fence-probe-a", "fence-probe-b")) as pods:
+        yield pods
 
 
 def secret(pod: str, term: int) -> dict[str, object]:
@@ -242,7 +184,7 @@ def test_only_the_leaders_pod_writes_as_the_operator(
     assert cluster.kubectl("delete", *binding).returncode == 0
     wait_for(lambda: fenced(cluster, namespace, token_a) == "", timeout=30,
              message="nothing fenced without the binding")
-    applied = cluster.kubectl("apply", "--server-side", "-f", str(FENCE))
+    applied = cluster.kubectl("apply", "--server-side", "-f", str(leaders.FENCE))
     assert applied.returncode == 0, applied.stderr
     wait_for(lambda: fenced(cluster, namespace, token_a), timeout=30,
              message="the binding back in force")
@@ -250,41 +192,6 @@ def test_only_the_leaders_pod_writes_as_the_operator(
     wait_for(lambda: fenced(cluster, namespace, token_b), timeout=30,
              message="the token's change seen after the re-creation")
     assert fenced(cluster, namespace, token_a) == ""
-
-
-def token_kubeconfig(cluster: Cluster, token: str, path: Path) -> Path:
-    """The cluster's kubeconfig with its ``operator`` context acting with ``token``."""
-    config = yaml.safe_load(cluster.kubeconfig.read_text())
-    context = next(c for c in config["contexts"] if c["name"] == "operator")
-    context["context"]["user"] = "bound"
-    config["users"] = [{"name": "bound", "user": {"token": token}}]
-    config["contexts"] = [context]
-    config["current-context"] = "operator"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def operator_writes(cluster: Cluster, *, since: datetime) -> list[tuple[datetime, str, int, str]]:
-    """Every write by the operator's ServiceAccount since ``since``, but the election's
-    own (its Lease and the fencing token): (time, pod, code, what)."""
-    assert cluster.audit_log is not None
-    found = []
-    for line in audit.lines(cluster.audit_log):
-        if fencing.OPERATOR_USER not in line:
-            continue
-        event = json.loads(line)
-        user = event.get("user") or {}
-        ref = event.get("objectRef") or {}
-        at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
-        if (user.get("username") != fencing.OPERATOR_USER or at < since
-                or event.get("verb") not in audit.WRITE_VERBS
-                or ref.get("name") in (names.LEADER_LEASE, names.LEADER_SECRET)
-                or "dryRun" in event.get("requestURI", "")):
-            continue
-        pod = (user.get("extra") or {}).get(leasepolicy.POD_NAME, [""])[0]
-        found.append((at, pod, int((event.get("responseStatus") or {}).get("code", 0)),
-                      f"{event['verb']} {ref.get('resource')} {ref.get('name')}"))
-    return sorted(found)
 
 
 def test_a_leader_paused_past_its_lease_wakes_fenced_off_and_stops(
@@ -322,10 +229,10 @@ def test_a_leader_paused_past_its_lease_wakes_fenced_off_and_stops(
         assert scenario.wait_ledger(slot, rid, timeout=60)["outcome"] == "Accepted"
         os.killpg(first.process.pid, signal.SIGCONT)
         assert first.wait_crashed(timeout=30) == 75, first.tail()
-        writes = operator_writes(cluster, since=since)
-        new = [at for at, pod, code, _ in writes if pod == b and code < 300]
+        writes = leaders.operator_writes(cluster, since=since)
+        new = [w.at for w in writes if w.pod == b and w.admitted]
         assert new, writes  # the hold's ledger entry, at least
-        late = [w for w in writes if w[1] == a and w[2] < 300 and w[0] >= min(new)]
+        late = [w for w in writes if w.pod == a and w.admitted and w.at >= min(new)]
         assert not late, late
     finally:
         for process in (first, second):

@@ -30,7 +30,8 @@ PHASE_BOUND = 90.0  # seconds: every slot of a phase Active on its attempt (two 
 
 
 class Following(Workers):
-    """Renews the current attempt's lease of every Active slot, as its worker would."""
+    """Tends the current attempt of every Active slot as its worker would: renews its
+    lease (:meth:`tend`)."""
 
     def renew_all(self) -> None:
         try:
@@ -43,9 +44,12 @@ class Following(Workers):
             worker = status(slot).get("activeWorker")
             if status(slot).get("state") == "Active" and worker:
                 try:
-                    self.scenario.renew(worker)
+                    self.tend(worker)
                 except Exception:  # the attempt may have just ended: next period
                     self.errors += 1
+
+    def tend(self, worker: str) -> None:
+        self.scenario.renew(worker)
 
 
 def on_attempt(scenario: Scenario, names: list[str], attempts: int) -> bool:
