@@ -24,7 +24,6 @@ import yaml
 
 from agentrun import objectstore as s3
 from agentrun.worker import _journal as journals
-from tests.support.actors import operators
 from tests.support.cluster import helm, store
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays import examples
@@ -126,12 +125,16 @@ def stage(cluster: Cluster, *, image: str, owner_url: str) -> None:
     wait_for(lambda: core.read_namespaced_service_account("agentrun-worker", NAMESPACE),
              timeout=30, message="the worker's ServiceAccount")
     # alice launches her run (RBAC from her bindings, which may take a moment to apply),
-    # once the stamping epoch is in force (the README's `agentrun-operator stamping`): until
-    # then admission refuses every AgentRun write (it stamps the run's creator under it)
+    # once the stamping epoch is in force (the README's wait, as written: `agentrun-operator
+    # stamping` in the operator's pod): until then admission refuses every AgentRun write
+    # (it stamps the run's creator under it)
     wait_for(lambda: cluster.kubectl("auth", "can-i", "create", "agentruns.agentrun.dev",
                                      "-n", NAMESPACE, user=OWNER).returncode == 0,
              timeout=30, message="alice may create AgentRuns")
-    operators.stamping_in_force(cluster)
+    stamped = cluster.kubectl("-n", helm.NAMESPACE, "exec", "deploy/agentrun-operator", "--",
+                              "agentrun-operator", "stamping")
+    if stamped.returncode != 0:
+        raise RuntimeError(f"actor stamping is not in force: {stamped.stderr.strip()[:600]}")
     apply(cluster, runs, user=OWNER)
 
 

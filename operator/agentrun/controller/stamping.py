@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from agentrun.controller import applier
 from agentrun.core.base import actions
-from agentrun.core.policies import stamping
+from agentrun.core.policies import fencing, stamping
 from agentrun.kube import reads, writes
 
 
@@ -62,6 +62,14 @@ class Keeper:
             applier.Applier(writer=self.writer).apply(actions.MintEpoch(body=body))
         except writes.Conflict:
             return found  # another operator minted first: read again next pass
+        except writes.Rejected as error:
+            if error.status != 403 or fencing.FENCED not in str(error):
+                raise
+            # Fenced: this pod is not the leader (`agentrun-operator stamping` run in a
+            # standby's pod); the leader mints. Read again next pass.
+            self.logger.info("stamping: not the leader's pod, so not minting: %s",
+                             str(error)[:300])
+            return found
         self._candidate = None
         self.logger.info("stamping: a new epoch minted for policy %s and binding %s",
                          found.identity.policy, found.identity.binding)

@@ -4,7 +4,9 @@ Covers: nothing is minted while stamping is in force, or while policy or binding
 missing or edited; a mint waits until the same identity has been seen for the whole
 enforcement delay (a new identity restarts the wait); the Secret is written with the
 identity and the resourceVersion read (the precondition), a fresh 128-bit epoch each
-time; a conflict (another operator minted first) is not an error.
+time; a conflict (another operator minted first) is not an error, nor is the fence's
+refusal (the command run in a standby's pod: the leader mints), while any other refusal
+is raised.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import base64
 import logging
 from dataclasses import dataclass, field
 from typing import Any
+
+import pytest
 
 from agentrun.controller import stamping as keeping
 from agentrun.core.policies import stamping
@@ -34,10 +38,13 @@ class Reader:
 class Writer:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     conflict: bool = False
+    refused: str | None = None  # a 403's message
 
     def stamping_secret(self, body: dict[str, Any]) -> None:
         if self.conflict:
             raise writes.Conflict("someone else minted")
+        if self.refused is not None:
+            raise writes.Rejected(403, self.refused)
         self.bodies.append(body)
 
 
@@ -107,3 +114,16 @@ def test_each_mint_is_a_fresh_epoch_and_a_conflict_is_no_error() -> None:
     busy.check()
     clock.now += stamping.ENFORCEMENT_DELAY_SECONDS
     assert busy.check().epoch is None  # read again on the next pass
+
+
+def test_a_fenced_pod_leaves_the_mint_to_the_leader_and_other_refusals_are_raised() -> None:
+    clock = Clock()
+    fenced = keeper(needing(ONE), Writer(refused="fenced: pod b is not the leader"), clock)
+    fenced.check()
+    clock.now += stamping.ENFORCEMENT_DELAY_SECONDS
+    assert fenced.check().epoch is None  # waits: the leader mints
+    forbidden = keeper(needing(ONE), Writer(refused="secrets is forbidden"), clock)
+    forbidden.check()
+    clock.now += stamping.ENFORCEMENT_DELAY_SECONDS
+    with pytest.raises(writes.Rejected):
+        forbidden.check()
