@@ -26,6 +26,7 @@ when any play had a violation.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -89,14 +90,19 @@ def section(chosen: list[Fault]) -> str:
     return shared or SECTION
 
 
-def header(args: argparse.Namespace, chosen: list[Fault]) -> str:
+def load() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def header(args: argparse.Namespace, chosen: list[Fault], *, loads: tuple[str, str]) -> str:
     said = " ".join(f"{f.describe(args)}" for f in chosen if f.describe(args))
     names = ",".join(f.name for f in chosen)
     bounds = ", ".join(f"{f.name}: `{f.bounds}`" for f in chosen)
     return (f"{section(chosen)}\n\n{machine_commit_date()} Made by `python -m bench.faults --count "
             f"{args.count} --scenarios {names}{' ' + said if said else ''}` (`make faults`) "
             f"on a local control plane{' with its node' if any(f.node for f in chosen) else ''}"
-            f"; the bounds are stated in {bounds}.\n")
+            f"; load average (1/5/15 min) {loads[0]} before, {loads[1]} after; the bounds are "
+            f"stated in {bounds}.\n")
 
 
 def install(cluster: Cluster) -> None:
@@ -126,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [by_name[n] for n in dict.fromkeys(wanted)]
     for fault in chosen:
         fault.check(parser, args)
-    started = time.monotonic()
+    started, before = time.monotonic(), load()
     tallies = [Tally(fault=f) for f in chosen]
     with tempfile.TemporaryDirectory(prefix="agentrun-faults-") as folder:
         workdir = Path(folder)
@@ -147,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                     tally.plays.append(outcome)
                     print(f"{tally.fault.name} #{number}: {len(outcome.violations)} "
                           f"violations; {outcome.figures}", flush=True)
-    text = header(args, chosen) + "\n" + table(tallies) + "\n"
+    text = header(args, chosen, loads=(before, load())) + "\n" + table(tallies) + "\n"
     print(f"\n{text}\n({time.monotonic() - started:.0f} s in all)")
     if args.write is not None:
         write_section(args.write, heading=section(chosen), text=text)
