@@ -222,9 +222,13 @@ def play(cluster: Cluster, node: Any, *, image: str, owner_url: str | None,
     try:
         with stage.install_operator(cluster, image=image,
                                     take_ownership=take_ownership) as release:
-            (pod,) = release.pods()
-            tell(f"operator installed with the Helm chart (release {helm.RELEASE}): pod "
-                 f"{helm.NAMESPACE}/{pod['metadata']['name']} Ready, serving {stage.NAMESPACE}")
+            pods = [p["metadata"]["name"] for p in release.wait_ready()]
+            leader = wait_for(release.leader, timeout=60, message="a replica leading")
+            tell(f"operator installed with the Helm chart (release {helm.RELEASE}): pods "
+                 + " and ".join(f"{helm.NAMESPACE}/{name} ("
+                                f"{'leading' if name == leader else 'standing by'})"
+                                for name in pods)
+                 + f" Ready, serving {stage.NAMESPACE}")
             try:
                 stage.stage(cluster, image=image, owner_url=url)
                 slot = trace(cluster, node, owner, url, tell)

@@ -46,6 +46,7 @@ SCALARS = {
                    ' | quote }}',
     "STORE_PULL_POLICY": "{{ .Values.store.image.pullPolicy }}",
     "STORE_SIZE": "{{ .Values.store.size | quote }}",
+    "REPLICAS": "{{ .Values.replicas }}",
 }
 def _retention(indent: str) -> list[str]:
     """``--journal-retention-seconds`` when ``journal.retentionSeconds`` is set (null: none;
@@ -157,10 +158,11 @@ def without_namespaces(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def deployment() -> list[dict[str, Any]]:
-    """``manifests.deployment`` (ServiceAccount and Deployment), values-dependent fields as
-    sentinels: image, pull policy, metrics port, resources, watched namespaces, log level,
-    the journal store."""
-    documents = copy.deepcopy(without_namespaces(manifests.deployment(image=sentinel("IMAGE"))))
+    """``manifests.deployment`` (ServiceAccount and Deployment) and its disruption budget,
+    values-dependent fields as sentinels: replicas, image, pull policy, metrics port,
+    resources, watched namespaces, log level, the journal store."""
+    documents = copy.deepcopy(without_namespaces(manifests.deployment(
+        image=sentinel("IMAGE"), replicas=sentinel("REPLICAS"))))
     (found,) = [d for d in documents if d["kind"] == "Deployment"]
     (container,) = found["spec"]["template"]["spec"]["containers"]
     container["imagePullPolicy"] = sentinel("PULL_POLICY")
@@ -173,7 +175,7 @@ def deployment() -> list[dict[str, Any]]:
     (port,) = [p for p in container["ports"] if p["name"] == manifests.METRICS_PORT_NAME]
     port["containerPort"] = sentinel("PORT")
     container["resources"] = sentinel("RESOURCES")
-    return documents
+    return [*documents, *manifests.disruption_budget()]
 
 
 def metrics_service() -> str:

@@ -5,8 +5,7 @@ resources, metrics port), so ``helm template`` with no values renders what
 ``manifests/deploy/`` holds. The schema rejects any key it does not name
 (``additionalProperties: false`` at every level: a misspelt key is an error, not a
 silent default) and bounds every string and number, as ``api/bounds.py`` does for what
-people write into the API. ``replicas`` is not a value yet: one replica with leader
-election and the fence (docs/design/leadership.md), see ``manifests.deployment``.
+people write into the API.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ STORE_REPOSITORY, STORE_TAG = bundledstore.STORE_IMAGE.rsplit(":", 1)
 PULL_POLICIES = ["Always", "IfNotPresent", "Never"]
 LOG_LEVELS = ["info", "debug"]
 MAX_NAMESPACES = 100
+MAX_REPLICAS = 5  # more only watch and list the API server for nothing
 # A Kubernetes quantity as people write one (500m, 1.5, 256Mi, 1G).
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 RESOURCE_NAMES = ["cpu", "memory", "ephemeral-storage"]
@@ -33,6 +33,7 @@ def defaults() -> dict[str, Any]:
     """The default values (what ``values.yaml`` sets)."""
     return {
         "image": {"repository": REPOSITORY, "tag": TAG, "pullPolicy": manifests.PULL_POLICY},
+        "replicas": manifests.REPLICAS,
         "watchNamespaces": [],
         "logLevel": "info",
         "resources": manifests.RESOURCES,
@@ -55,6 +56,11 @@ COMMENTS = {
     "image.tag": "The image tag; the chart's appVersion by default.",
     "image.pullPolicy": f"One of {', '.join(PULL_POLICIES)} (Never: the image is loaded "
                         "into the node, as on the local control plane).",
+    "replicas": f"Operator pods, 1 to {MAX_REPLICAS}: one leads (leader election on the "
+                "Lease agentrun-system/agentrun-operator, its writes fenced by admission), "
+                "the others stand by with their caches primed, take over within a lease "
+                "(15 s) and serve the history API. A PodDisruptionBudget lets a drain take "
+                "one at a time.",
     "watchNamespaces": "Namespaces (names or globs such as team-*) the operator serves; "
                        f"[] = every namespace. At most {MAX_NAMESPACES}. The operator's "
                        "ClusterRole is cluster-wide either way.",
@@ -171,6 +177,7 @@ def schema() -> dict[str, Any]:
         "title": "agentrun-operator values",
         **_object({
             "image": _image(),
+            "replicas": {"type": "integer", "minimum": 1, "maximum": MAX_REPLICAS},
             "watchNamespaces": {"type": "array", "maxItems": MAX_NAMESPACES,
                                 "uniqueItems": True,
                                 "items": {"type": "string", "minLength": 1, "maxLength": 63,
@@ -201,8 +208,8 @@ def schema() -> dict[str, Any]:
                                      "pattern": r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$"},
                 "size": {"type": "string", "pattern": QUANTITY, "maxLength": 32},
             }, required=["enabled", "image", "storageClassName", "size"]),
-        }, required=["image", "watchNamespaces", "logLevel", "resources", "metrics", "history",
-                     "journal", "store"]),
+        }, required=["image", "replicas", "watchNamespaces", "logLevel", "resources", "metrics",
+                     "history", "journal", "store"]),
     }
 
 

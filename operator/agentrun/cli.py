@@ -42,6 +42,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -315,12 +316,17 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         logging.getLogger("agentrun").info("metrics served on http://%s:%d/metrics",
                                            args.metrics_address, server.port)
+    # Set while this replica leads (always None without election: it runs alone, and
+    # writes): the elector sets it; the history API makes its certificate only then.
+    leading = threading.Event() if args.election is not None else None
     history = None
     if args.history_port:
         try:
-            history = historyserver.start(context=args.context, address=args.history_address,
-                                          port=int(args.history_port), bucket=bucket,
-                                          logger=logging.getLogger("agentrun"))
+            history = historyserver.start(
+                context=args.context, address=args.history_address,
+                port=int(args.history_port), bucket=bucket, meters=meters,
+                may_write=(lambda: True) if leading is None else leading.is_set,
+                logger=logging.getLogger("agentrun"))
         except OSError as error:
             print(f"cannot serve the history API on {args.history_address}:"
                   f"{int(args.history_port)}: {error.strerror or error}; choose another "
@@ -332,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                            workers=int(args.workers), bucket=bucket,
                            reconcile_timeout=args.reconcile_timeout, meters=meters,
                            journal=args.journal, election=args.election,
-                           identity=args.identity)
+                           identity=args.identity, leading=leading)
     try:
         asyncio.run(kopf.operator(
             registry=handlers.registry(),

@@ -82,7 +82,8 @@ AUTHENTICATION_BINDING = "agentrun-operator-authentication-reader"
 OPERATOR_NAMESPACE_RULES: list[dict[str, Any]] = [
     rule([""], ["secrets"], ["create"]),
     {**rule([""], ["secrets"], ["get", "update"]),
-     "resourceNames": [names.STAMPING_SECRET, names.LEADER_SECRET]},
+     "resourceNames": [names.STAMPING_SECRET, names.LEADER_SECRET,
+                       names.HISTORY_TLS_SECRET]},
 ]
 
 
@@ -224,14 +225,23 @@ def operator_args(*, port: int = METRICS_PORT) -> list[str]:
 POD_NAME_ENV = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
 
 
-def deployment(*, image: str = IMAGE) -> list[dict[str, Any]]:
-    """The operator's service account and Deployment (in the namespace that
-    :func:`operator_rbac` makes): one replica, Recreate, leader election and the fence.
+REPLICAS = 2  # one leads, one stands by (the chart's ``replicas``)
+# Spread over nodes when it can (soft: a one-node cluster still runs both): a lost node
+# then leaves a primed standby.
+SPREAD = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+    "weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": dict(SELECTOR)},
+                                       "topologyKey": "kubernetes.io/hostname"}}]}}
 
-    The election and the fence make a restart or an upgrade safe like a failover (the new
-    pod writes only once admission sees it in the fencing token). One replica still: the
-    history API's serving certificate is per process, and its APIService trusts one
-    (docs/design/leadership.md, "Where it stands").
+
+def deployment(*, image: str = IMAGE, replicas: int | str = REPLICAS) -> list[dict[str, Any]]:
+    """The operator's service account and Deployment (in the namespace that
+    :func:`operator_rbac` makes): ``replicas`` replicas under leader election and the
+    fence, a rolling update that starts a new one and waits until it is Ready (a primed
+    standby) before it stops an old one, spread over nodes when it can.
+
+    The election and the fence make a restart, an upgrade or a lost node safe like a
+    failover: the new leader writes only once admission sees it in the fencing token
+    (docs/design/leadership.md).
     """
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount",
@@ -240,13 +250,15 @@ def deployment(*, image: str = IMAGE) -> list[dict[str, Any]]:
          "metadata": {"name": OPERATOR_ROLE, "namespace": OPERATOR_NAMESPACE,
                       "labels": dict(SELECTOR)},
          "spec": {
-             "replicas": 1,
-             "strategy": {"type": "Recreate"},
+             "replicas": replicas,
+             "strategy": {"type": "RollingUpdate",
+                          "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
              "selector": {"matchLabels": dict(SELECTOR)},
              "template": {
                  "metadata": {"labels": dict(SELECTOR)},
                  "spec": {
                      "serviceAccountName": OPERATOR_ROLE,
+                     "affinity": SPREAD,
                      "securityContext": {"runAsNonRoot": True,
                                          "seccompProfile": {"type": "RuntimeDefault"}},
                      "containers": [{
@@ -266,6 +278,18 @@ def deployment(*, image: str = IMAGE) -> list[dict[str, Any]]:
                  }},
          }},
     ]
+
+
+def disruption_budget() -> list[dict[str, Any]]:
+    """At most one replica down by a voluntary disruption (a drain, an eviction): another
+    stays to lead or to take over. ``maxUnavailable`` rather than ``minAvailable``: with
+    one replica it never blocks a drain; a replica that is not Ready may always be
+    evicted (it serves nothing)."""
+    return [{"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+             "metadata": {"name": OPERATOR_ROLE, "namespace": OPERATOR_NAMESPACE,
+                          "labels": dict(SELECTOR)},
+             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(SELECTOR)},
+                      "unhealthyPodEvictionPolicy": "AlwaysAllow"}}]
 
 
 def metrics_service() -> list[dict[str, Any]]:
@@ -370,7 +394,8 @@ def rendered() -> dict[str, str]:
             "admission/stamp-actors.yaml": dump(mutating_policies()),
             "admission/validating.yaml": dump(validating_policies()),
             "admission/fence-operator.yaml": dump(fence_policy()),
-            "deploy/operator.yaml": dump([*deployment(), *metrics_service(), *history_api()]),
+            "deploy/operator.yaml": dump([*deployment(), *disruption_budget(),
+                                          *metrics_service(), *history_api()]),
             # Not in the base: a cluster may bring its own S3 store.
             "store/store.yaml": dump(bundledstore.store(pull_policy=PULL_POLICY)),
             "rbac/worker.yaml": dump(worker_rbac())}

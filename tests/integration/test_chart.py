@@ -56,7 +56,8 @@ def expected_objects() -> list[dict[str, Any]]:
     everything = [*manifests.operator_rbac(), *manifests.user_roles(), *manifests.worker_rbac(),
                   *manifests.mutating_policies(), *manifests.validating_policies(),
                   *manifests.fence_policy(),
-                  account, operator, *manifests.metrics_service(), *manifests.history_api(),
+                  account, operator, *manifests.disruption_budget(),
+                  *manifests.metrics_service(), *manifests.history_api(),
                   *bundledstore.store(pull_policy=manifests.PULL_POLICY)]
     return [o for o in everything if o["kind"] != "Namespace"]
 
@@ -172,8 +173,10 @@ def test_a_server_older_than_the_floor_is_refused() -> None:
 BAD = [
     pytest.param(["--set", "image.pullPolicy=Sometimes"], NAMESPACE,
                  "value must be one of 'Always', 'IfNotPresent', 'Never'", id="pullPolicy"),
-    pytest.param(["--set", "replicas=2"], NAMESPACE, "additional properties 'replicas' not allowed",
-                 id="replicas"),
+    pytest.param(["--set", "replicas=0"], NAMESPACE, "minimum", id="replicas"),
+    pytest.param(["--set", "replicas=6"], NAMESPACE, "maximum", id="replicas-above"),
+    pytest.param(["--set", "replica=2"], NAMESPACE, "additional properties 'replica' not allowed",
+                 id="misspelt"),
     pytest.param(["--set", "metrics.port=0"], NAMESPACE, "minimum", id="port"),
     pytest.param(["--set", "journal.retentionSeconds=-1"], NAMESPACE, "minimum",
                  id="retention"),

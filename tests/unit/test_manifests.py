@@ -47,12 +47,24 @@ def test_every_command_kind_has_its_actor_stamped() -> None:
                                            "parameterNotFoundAction": "Deny"}
 
 
-def test_the_operator_runs_alone_and_recreates() -> None:
+def test_two_replicas_elect_roll_one_at_a_time_and_spread() -> None:
     documents = list(yaml.safe_load_all((MANIFESTS / "deploy" / "operator.yaml").read_text()))
     deployment = next(d for d in documents if d["kind"] == "Deployment")
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
-    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "agentrun-operator"
+    assert deployment["spec"]["replicas"] == 2
+    # A new pod Ready (a primed standby) before an old one stops: never fewer than two.
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "agentrun-operator"
+    assert "--leader-elect" in pod["containers"][0]["args"]
+    (term,) = pod["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"]  # soft: one node runs both
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == \
+        deployment["spec"]["selector"]["matchLabels"]
+    budget = next(d for d in documents if d["kind"] == "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1  # never blocks a drain of one replica
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
 
 
 def test_operator_rbac_never_writes_specs_it_does_not_own() -> None:
@@ -100,7 +112,8 @@ def test_the_operator_writes_only_its_own_secrets_in_its_own_namespace() -> None
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "update"],
-         "resourceNames": ["agentrun-stamping", "agentrun-operator-leader"]}]
+         "resourceNames": ["agentrun-stamping", "agentrun-operator-leader",
+                           "agentrun-operator-history-tls"]}]
     # cluster-wide, only the journal's Secret by its one name, only read (checked before a
     # run is launched, and signed with to delete a run's journal)
     assert [r for r in manifests.OPERATOR_RULES if "secrets" in r["resources"]] == [

@@ -18,6 +18,9 @@ HISTORY_RESOURCE: Final = "slothistories"
 HISTORY_KIND: Final = "SlotHistory"
 HISTORY_APISERVICE: Final = f"{HISTORY_VERSION}.{HISTORY_GROUP}"
 HISTORY_SERVICE: Final = "agentrun-operator-history"
+# The history API's serving certificate and key (kubernetes.io/tls), in the operator's
+# namespace: made by the leader, served by every replica (controller.servingcerts).
+HISTORY_TLS_SECRET: Final = "agentrun-operator-history-tls"
 
 # Namespace and configuration labels.
 TENANT_LABEL: Final = "agentrun.dev/tenant"

@@ -43,7 +43,8 @@ async def startup(*, settings: kopf.OperatorSettings, memo: Any,
     operator = runtime.Operator.build(
         context=memo.context, bucket=memo.bucket, workers=memo.workers,
         timeout=memo.reconcile_timeout, meters=memo.meters, journal=memo.journal,
-        election=memo.election, identity=memo.identity, logger=logging.getLogger("agentrun"))
+        election=memo.election, identity=memo.identity, leading=memo.leading,
+        logger=logging.getLogger("agentrun"))
     memo.operator = operator
     await operator.begin(namespaces=memo.namespaces)
     logger.info("agentrun operator started")

@@ -37,13 +37,14 @@ import socket
 import ssl
 import threading
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agentrun.api import names
-from agentrun.controller import frontproxy, journalhistory, journalstores, servingcerts
+from agentrun.controller import frontproxy, journalhistory, journalstores, metrics, servingcerts
 from agentrun.controller.frontproxy import FrontProxy
 from agentrun.kube import clients, reads, rest, throttle
 
@@ -249,12 +250,19 @@ class Server:
     """A running history server (:func:`serve`)."""
 
     server: _Server
+    serving: servingcerts.Serving  # the certificate new connections get
 
     @property
     def port(self) -> int:
         return int(self.server.server_address[1])
 
-    def refresh(self, client: rest.Rest, *, certificate: bytes, key: bytes) -> None:
+    def use(self, serving: servingcerts.Serving) -> None:
+        """Serve ``serving`` to new connections from now on (the front proxy kept)."""
+        self.server.context = context(certificate=serving.certificate, key=serving.key,
+                                      proxy=self.server.history.proxy)
+        self.serving = serving
+
+    def refresh(self, client: rest.Rest) -> None:
         """Read the front proxy again; a new CA (or one where there was none) replaces
         the TLS context new connections get. A failed read keeps what was there."""
         history = self.server.history
@@ -265,8 +273,8 @@ class Server:
             return
         if found == history.proxy:
             return
-        self.server.context = context(certificate=certificate, key=key, proxy=found)
         history.proxy = found
+        self.use(self.serving)
         if found is None:
             history.logger.warning("the API server names no front proxy "
                                    "(requestheader-client-ca-file): nobody can read "
@@ -280,13 +288,14 @@ class Server:
         self.server.server_close()
 
 
-def serve(*, address: str, port: int, history: History, certificate: bytes,
-          key: bytes) -> Server:
+def serve(*, address: str, port: int, history: History,
+          serving: servingcerts.Serving) -> Server:
     """Serve the history on ``address:port`` in a thread; ``OSError`` if it cannot bind."""
     server = _Server((address, port), history=history,
-                     context=context(certificate=certificate, key=key, proxy=history.proxy))
+                     context=context(certificate=serving.certificate, key=serving.key,
+                                     proxy=history.proxy))
     threading.Thread(target=server.serve_forever, name="history", daemon=True).start()
-    return Server(server=server)
+    return Server(server=server, serving=serving)
 
 
 @dataclass(kw_only=True)
@@ -302,23 +311,28 @@ class HistoryService:
 
 
 def start(*, context: str | None, address: str, port: int, logger: logging.Logger,
-          bucket: throttle.Bucket | None = None) -> HistoryService:
-    """The history served and registered: a certificate made, the server bound
-    (``OSError`` if it cannot be), then kept current every
-    :data:`servingcerts.KEEP_SECONDS`: the APIService trusting its certificate, the front
-    proxy as the API server names it. ``bucket``: the process's client-side rate limit."""
+          bucket: throttle.Bucket | None = None, may_write: Callable[[], bool] = lambda: True,
+          meters: metrics.Metrics | None = None) -> HistoryService:
+    """The history served and registered: the server bound (``OSError`` if it cannot be),
+    then kept current (:class:`servingcerts.Registration`): serving the shared
+    certificate, made and registered on the APIService while ``may_write`` (this replica
+    leads), the front proxy as the API server names it. Until the shared certificate is
+    read the server has a provisional one no API server trusts, and ``meters``' readiness
+    waits. ``bucket``: the process's client-side rate limit."""
     client = rest.Rest(clients.configure(context=context), throttle=bucket)
-    serving = servingcerts.self_signed(hosts=servingcerts.dns_names(),
-                                       now=datetime.now(UTC))
     histories = journalhistory.Histories(
         client=client, stores=journalstores.JournalStores(reader=reads.Reader(client)))
-    server = serve(address=address, port=port, certificate=serving.certificate,
-                   key=serving.key,
+    server = serve(address=address, port=port,
+                   serving=servingcerts.self_signed(hosts=servingcerts.dns_names(),
+                                                    now=datetime.now(UTC)),
                    history=History(client=client, histories=histories, proxy=None,
                                    logger=logger))
-    registration = servingcerts.Registration(
-        client=client, serving=serving, logger=logger,
-        also=lambda: server.refresh(client, certificate=serving.certificate,
-                                    key=serving.key))
+    registration = servingcerts.Registration(client=client, logger=logger, use=server.use,
+                                             may_write=may_write,
+                                             also=lambda: server.refresh(client))
+    if meters is not None:
+        meters.require(lambda: None if registration.serving is not None else (
+            f"the history API's certificate ({names.OPERATOR_NAMESPACE}/"
+            f"{names.HISTORY_TLS_SECRET}) is not read yet: the leader makes it"))
     registration.keep()
     return HistoryService(server=server, registration=registration)

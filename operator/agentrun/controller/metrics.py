@@ -20,9 +20,10 @@ The same endpoint answers the kubelet's probes (the chart's Deployment): ``/heal
 ``/readyz`` is 200 only while the operator serves, that is from the moment its stores are
 primed, the stamping epoch is in force and its work queue started
 (``runtime.Operator.begin``) until it stops, and 503 before and after, and whenever the
-epoch is not in force (readiness: "this pod reconciles, or as a standby could take over
-at once, and its writes are not refused by its own stamping policy"); the 503's text says
-which.
+epoch is not in force, or while a required check (:meth:`Metrics.require`: the history
+API's certificate) says something is missing (readiness: "this pod reconciles, or as a
+standby could take over at once, its writes are not refused by its own stamping policy,
+and it serves what its Services send it"); the 503's text says which.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class Metrics:
     ready: threading.Event = field(default_factory=threading.Event)
     # What ``/readyz`` says while it is not set.
     waiting_for: str = "the stores are not primed yet"
+    # More of what readiness needs, each saying what is missing (None: nothing): the
+    # history API's certificate (:meth:`require`).
+    checks: list[Callable[[], str | None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         into = self.registry
@@ -134,6 +138,16 @@ class Metrics:
         self.waiting_for = why
         self.ready.clear()
 
+    def require(self, check: Callable[[], str | None]) -> None:
+        """``/readyz`` 503 also while ``check`` says what is missing."""
+        self.checks.append(check)
+
+    def readiness(self) -> str | None:
+        """What keeps ``/readyz`` at 503 (None: ready)."""
+        if not self.ready.is_set():
+            return self.waiting_for
+        return next((why for check in self.checks if (why := check()) is not None), None)
+
     def watch_depth(self, depth: Callable[[], float]) -> None:
         """Read the queue's depth at each scrape (never stale, nothing to update)."""
         self.queue_depth.set_function(depth)
@@ -148,9 +162,9 @@ class Metrics:
             if path == "/healthz":
                 return _answer(start_response, ok=True, text="alive")
             if path == "/readyz":
-                ready = self.ready.is_set()
-                return _answer(start_response, ok=ready, text="serving" if ready
-                               else f"not serving: {self.waiting_for}")
+                why = self.readiness()
+                return _answer(start_response, ok=why is None, text="serving" if why is None
+                               else f"not serving: {why}")
             return exposition(environ, start_response)  # type: ignore[no-any-return]
 
         class Bound(ThreadingWSGIServer):

@@ -16,6 +16,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -128,11 +129,13 @@ class Operator:
               meters: metrics.Metrics | None = None,
               journal: JournalSettings | None = None,
               election: leadership_rules.Timing | None = None,
-              identity: str = events.COMPONENT) -> Operator:
+              identity: str = events.COMPONENT,
+              leading: threading.Event | None = None) -> Operator:
         """The operator over one client; ``journal``: where new runs' journals go (pinned
         on each at launch), None: runs get no journal; ``election``: elect a leader on the
         leader Lease with this timing, as ``identity`` (its pod's name: what its Events
-        name, and what the fencing policy lets write)."""
+        name, and what the fencing policy lets write); ``leading``: the event the elector
+        sets while this replica leads (shared with the history API's certificate)."""
         client = rest.Rest(clients.configure(context=context), throttle=bucket)
         store = stores.Stores()
         reader, writer = views(client, store)
@@ -141,7 +144,8 @@ class Operator:
             # renewals (the watchdog stops a leader past its renew deadline regardless).
             client=rest.Rest(clients.configure(context=context), timeout=rest.Timeout(
                 connect=min(5.0, election.retry), read=election.retry)),
-            identity=identity, timing=election, logger=logger)
+            identity=identity, timing=election, logger=logger,
+            leading=leading if leading is not None else threading.Event())
         keeper = stamping.Keeper(reader=reader, writer=writer, logger=logger)
         if elector is not None:
             keeper.may_mint = elector.leading.is_set

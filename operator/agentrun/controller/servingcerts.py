@@ -1,14 +1,22 @@
-"""The history API's TLS: a serving certificate of the operator's own, and the API server
+"""The history API's TLS: one serving certificate for every replica, and the API server
 told to trust it.
 
-The API server reaches an aggregated API over TLS and verifies it against the
-APIService's ``caBundle``. The operator makes a self-signed certificate at each start
-(an ECDSA P-256 key that never leaves the process) for the Service's DNS names and puts
-it in its own APIService's ``caBundle``, then keeps it there (an upgrade that re-applies
-the APIService may clear it). Why not a certificate from the chart or cert-manager: the
-default install must work with nothing else in the cluster, and a key made in memory is
-never stored in a Secret anyone could read. The cost: one replica serves the history (the
-one whose certificate is in the bundle), which is what the operator runs today.
+The API server reaches an aggregated API over TLS through its Service, which spreads the
+connections over every Ready replica, and verifies each against the APIService's
+``caBundle``: so every replica must serve the same certificate. It is a self-signed one
+(an ECDSA P-256 key) for the Service's DNS names, kept in the Secret
+``agentrun-system/agentrun-operator-history-tls`` (``kubernetes.io/tls``). Only the leader
+writes (the fence refuses anyone else's writes): it makes the Secret when it is missing or
+unusable (not PEM, a key that is not the certificate's, names or dates that do not fit),
+and keeps the certificate in its APIService's ``caBundle`` (an upgrade that re-applies
+the APIService may clear it). Every replica reads the Secret at start and every
+:data:`KEEP_SECONDS` (every :data:`WAIT_SECONDS` until it has one) and serves what it
+holds; until it has one it is not Ready (``/readyz``), so the Service sends it nothing.
+
+Why not a certificate from the chart or cert-manager: the default install must work with
+nothing else in the cluster. The cost: the key is in a Secret, readable by whoever may
+read Secrets in the operator's namespace (who can act as the operator anyway); it stays
+after an uninstall, with the stamping and leader Secrets.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -29,8 +37,13 @@ from agentrun.api import names
 from agentrun.kube import rest
 
 APISERVICE_PATH = f"/apis/apiregistration.k8s.io/v1/apiservices/{names.HISTORY_APISERVICE}"
-VALID_FOR = timedelta(days=3650)  # the key dies with the process; the date only must not
-KEEP_SECONDS = 30.0  # how often the APIService's caBundle is checked (and restored)
+VALID_FOR = timedelta(days=3650)  # the leader replaces it MARGIN before its end
+KEEP_SECONDS = 30.0  # how often the Secret and the APIService's caBundle are checked
+WAIT_SECONDS = 1.0  # how often while this replica has no certificate to serve yet
+MARGIN = timedelta(days=30)  # a certificate this close to its end is replaced
+SECRETS_PATH = rest.namespaced(group="", version="v1", plural="secrets",
+                               namespace=names.OPERATOR_NAMESPACE)
+SECRET_PATH = f"{SECRETS_PATH}/{names.HISTORY_TLS_SECRET}"
 
 
 def dns_names(*, service: str = names.HISTORY_SERVICE,
@@ -74,19 +87,80 @@ def self_signed(*, hosts: list[str], now: datetime) -> Serving:
                               serialization.NoEncryption()))
 
 
+def usable(secret: rest.Object | None, *, hosts: list[str], now: datetime) -> Serving | None:
+    """The certificate and key of ``secret`` when a replica can serve them: both PEM, the
+    key the certificate's, the certificate naming every one of ``hosts`` and valid
+    :data:`MARGIN` past ``now``. None otherwise (or when there is no Secret)."""
+    data = (secret or {}).get("data") or {}
+    try:
+        certificate = base64.b64decode(data.get("tls.crt") or "", validate=True)
+        key = base64.b64decode(data.get("tls.key") or "", validate=True)
+        found = x509.load_pem_x509_certificate(certificate)
+        private = serialization.load_pem_private_key(key, password=None)
+        sans = found.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, TypeError, x509.ExtensionNotFound):
+        return None
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    if (private.public_key().public_bytes(serialization.Encoding.DER, public)
+            != found.public_key().public_bytes(serialization.Encoding.DER, public)
+            or not set(hosts) <= set(sans.get_values_for_type(x509.DNSName))
+            or not found.not_valid_before_utc <= now < found.not_valid_after_utc - MARGIN):
+        return None
+    return Serving(certificate=certificate, key=key)
+
+
+def secret_body(serving: Serving) -> rest.Object:
+    """The Secret that holds ``serving`` for every replica."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": names.HISTORY_TLS_SECRET,
+                         "namespace": names.OPERATOR_NAMESPACE,
+                         "labels": {"app.kubernetes.io/name": names.OPERATOR_APP}},
+            "data": {"tls.crt": base64.b64encode(serving.certificate).decode(),
+                     "tls.key": base64.b64encode(serving.key).decode()}}
+
+
 @dataclass(kw_only=True)
 class Registration:
-    """Keeps the APIService's ``caBundle`` naming ``serving`` (see the module)."""
+    """Keeps this replica serving the shared certificate and, while it may write (it
+    leads), the Secret usable and the APIService trusting it (see the module)."""
 
     client: rest.Rest
-    serving: Serving
     logger: logging.Logger
+    use: Callable[[Serving], None]  # serve this certificate from now on
+    may_write: Callable[[], bool] = lambda: True  # does this replica lead (or run alone)?
     also: Callable[[], None] | None = None  # done each round too (the front proxy read)
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    serving: Serving | None = None  # what this replica serves (None: not yet: not Ready)
     stopping: threading.Event = field(default_factory=threading.Event)
 
+    def load(self) -> Serving | None:
+        """The Secret's certificate; the leader makes (or replaces) it when it is missing
+        or unusable. None while there is none to serve (a standby waits for the leader)."""
+        found = self.client.get(SECRET_PATH)
+        serving = usable(found, hosts=dns_names(), now=self.clock())
+        if serving is not None or not self.may_write():
+            return serving
+        made = self_signed(hosts=dns_names(), now=self.clock())
+        body = secret_body(made)
+        try:
+            if found is None:
+                self.client.request("POST", SECRETS_PATH, body=body)
+            else:  # unusable: replaced, if nobody changed it since it was read
+                body["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
+                self.client.request("PUT", SECRET_PATH, body=body)
+        except rest.ApiError as error:
+            if error.status == 409:  # another writer first: read it next round
+                return None
+            raise
+        self.logger.info("made the history API's certificate (%s %s/%s)",
+                         "replacing an unusable one in" if found else "in the new Secret",
+                         names.OPERATOR_NAMESPACE, names.HISTORY_TLS_SECRET)
+        return made
+
     def ensure(self) -> bool:
-        """Put the certificate in the APIService's bundle if it is not; False (logged)
-        when the APIService is missing or cannot be read or patched."""
+        """Put the served certificate in the APIService's bundle if it is not; False
+        (logged) when the APIService is missing or cannot be read or patched."""
+        assert self.serving is not None
         bundle = base64.b64encode(self.serving.certificate).decode()
         try:
             found = self.client.get(APISERVICE_PATH)
@@ -104,27 +178,35 @@ class Registration:
             self.logger.warning("cannot register the history API's certificate on the "
                                 "APIService %s: %s", names.HISTORY_APISERVICE, error)
             return False
-        self.logger.info("the APIService %s trusts this process's certificate",
+        self.logger.info("the APIService %s trusts the history API's certificate",
                          names.HISTORY_APISERVICE)
         return True
 
-    def keep(self) -> None:
-        """:attr:`also`, then :meth:`ensure`, now and every :data:`KEEP_SECONDS` until
-        :meth:`stop` (the first round before this returns: serving starts ready)."""
-        def round_() -> None:
-            try:
-                if self.also is not None:
-                    self.also()
+    def round(self) -> None:
+        """One pass: :attr:`also`, the Secret read (made by a leader), served if it
+        changed, and registered by a leader. A failure is logged; the next round retries."""
+        try:
+            if self.also is not None:
+                self.also()
+            serving = self.load()
+            if serving is not None and serving != self.serving:
+                self.use(serving)
+                self.serving = serving
+                self.logger.info("serving the history API's certificate from %s/%s",
+                                 names.OPERATOR_NAMESPACE, names.HISTORY_TLS_SECRET)
+            if self.serving is not None and self.may_write():
                 self.ensure()
-            except Exception:  # an unreachable API server: the next round tries again
-                self.logger.exception("checking the APIService %s failed",
-                                      names.HISTORY_APISERVICE)
+        except Exception:  # an unreachable API server: the next round tries again
+            self.logger.exception("keeping the history API's certificate failed")
 
+    def keep(self) -> None:
+        """:meth:`round` now and then every :data:`KEEP_SECONDS` (:data:`WAIT_SECONDS`
+        while there is nothing to serve) until :meth:`stop`."""
         def loop() -> None:
-            while not self.stopping.wait(KEEP_SECONDS):
-                round_()
+            while not self.stopping.wait(KEEP_SECONDS if self.serving else WAIT_SECONDS):
+                self.round()
 
-        round_()
+        self.round()
         threading.Thread(target=loop, name="history-registration", daemon=True).start()
 
     def stop(self) -> None:

@@ -1,13 +1,16 @@
 """The Helm chart installed for real: its operator pod serves the seed's recovery trace.
 
 On the suite's control plane and node, with the project image loaded into the node
-(``pullPolicy: Never``) and ``watchNamespaces`` the test's namespace only: install (the
-operator pod Running and Ready, through its readiness probe), the recovery trace of
-``tests/support/plays/recovery.py`` served by that pod, its counters scraped through the
-chart's metrics Service (its ClusterIP, from a pod on the node: the host is outside the
-node's network, and kube-proxy's rules serve pods), ``helm upgrade`` (a Recreate
-rollout to one new Ready pod that serves), and ``helm uninstall``, after which only the
-documented leftovers remain: the CRDs, the users' runs and the stamping Secret.
+(``pullPolicy: Never``) and ``watchNamespaces`` the test's namespace only: install (two
+operator pods Running and Ready, through their readiness probe, one holding the leader
+Lease; both serving the history API with the one certificate its APIService trusts),
+the recovery trace of ``tests/support/plays/recovery.py`` served by the leader, its
+counters scraped through the chart's metrics Service (its ClusterIP, from a pod on the
+node: the host is outside the node's network, and kube-proxy's rules serve pods), the
+disruption budget (the standby evicted, the leader's eviction then refused),
+``helm upgrade`` (a rolling update to two new Ready pods, the history still served), and
+``helm uninstall``, after which only the documented leftovers remain: the CRDs, the
+users' runs and the stamping, leader and history certificate Secrets.
 
 The session's ``installed`` fixture applied the RBAC, the local user's binding and the
 stamping policy with kubectl, so the install takes those objects over
@@ -19,7 +22,9 @@ are cluster-wide while it is installed.
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -86,6 +91,7 @@ def existing(api: kubernetes.client.ApiClient, kind: str, namespace: str,
                    "Role": "rbac.authorization.k8s.io/v1",
                    "RoleBinding": "rbac.authorization.k8s.io/v1",
                    "Deployment": "apps/v1", "ServiceAccount": "v1", "Service": "v1",
+                   "PodDisruptionBudget": "policy/v1",
                    "APIService": "apiregistration.k8s.io/v1",
                    "MutatingAdmissionPolicy": "admissionregistration.k8s.io/v1",
                    "MutatingAdmissionPolicyBinding": "admissionregistration.k8s.io/v1",
@@ -99,6 +105,46 @@ def existing(api: kubernetes.client.ApiClient, kind: str, namespace: str,
     return True
 
 
+def pod_named(pods: list[dict[str, Any]], *, other: str) -> str:
+    """The name of the pod of ``pods`` not named ``other``."""
+    (name,) = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != other]
+    return str(name)
+
+
+def evict(core: kubernetes.client.CoreV1Api,
+          pod: str) -> kubernetes.client.ApiException | None:
+    """Evict ``pod`` (the API a drain uses); None when admitted, else the refusal."""
+    body = kubernetes.client.V1Eviction(metadata=kubernetes.client.V1ObjectMeta(
+        name=pod, namespace=NAMESPACE))
+    try:
+        core.create_namespaced_pod_eviction(pod, NAMESPACE, body)
+    except kubernetes.client.ApiException as error:
+        return error
+    return None
+
+
+def served_certificates(cluster: Cluster, namespace: str,
+                        pods: list[dict[str, Any]]) -> set[bytes]:
+    """The history API's certificate (DER) each of ``pods`` serves, read from the scraper
+    pod on the node (the pods' addresses are the node's network)."""
+    found = set()
+    for pod in pods:
+        read = ("import ssl, sys; sys.stdout.write(ssl.get_server_certificate("
+                f"({pod['status']['podIP']!r}, {manifests.HISTORY_PORT}), timeout=5))")
+        result = cluster.kubectl("exec", "-n", namespace, "scraper", "--", "python3", "-c",
+                                 read)
+        assert result.returncode == 0, result.stderr
+        found.add(ssl.PEM_cert_to_DER_cert(result.stdout))
+    return found
+
+
+def trusted(api: kubernetes.client.ApiClient) -> bytes:
+    """The certificate (DER) the history API's APIService tells the API server to trust."""
+    found = kubernetes.client.ApiregistrationV1Api(api).read_api_service(
+        names.HISTORY_APISERVICE)
+    return ssl.PEM_cert_to_DER_cert(base64.b64decode(found.spec.ca_bundle).decode())
+
+
 def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         cluster: Cluster, namespace: str, scenario: Scenario, worker_image: str,
         run_pod: Callable[..., dict[str, Any]]) -> None:
@@ -108,7 +154,11 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
     release = Release(cluster.kubeconfig, image=worker_image, namespaces=[namespace],
                       take_ownership=True, restore=lambda: install_for_tests(cluster))
     with release:
-        pod = release.wait_ready()
+        pods = release.wait_ready()
+        assert len(pods) == 2  # by default: one leads, one stands by
+        leader = wait_for(release.leader, timeout=60, message="a replica leading")
+        assert leader in {p["metadata"]["name"] for p in pods}
+        (pod,) = [p for p in pods if p["metadata"]["name"] == leader]
         # The README's wait, as written: exit 0 once the epoch is minted and in force.
         stamped = cluster.kubectl("-n", NAMESPACE, "exec", "deploy/agentrun-operator", "--",
                                   "agentrun-operator", "stamping")
@@ -132,8 +182,10 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         assert value(idle, "agentrun_commands_total", kind="Claim", outcome="Accepted",
                      predicate="") == 0
 
-        # The history API, served by the pod behind the chart's APIService and Service.
+        # The history API, served by both pods behind the chart's APIService and Service,
+        # with the one certificate the APIService trusts (made by the leader).
         historyapi.wait_available(cluster)
+        assert served_certificates(cluster, namespace, pods) == {trusted(api)}
 
         slot = play_recovery_trace(scenario)
         read = cluster.kubectl("get", "--raw", f"/apis/{names.HISTORY_GROUP}/"
@@ -155,21 +207,43 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
                      predicate="") == 1
         assert value(series, "agentrun_transitions_total", kind="Slot", outcome="RetryWait") == 1
 
-        # helm upgrade: Recreate gives one new Ready pod, with the new values, that serves.
+        # The disruption budget: one replica at a time. The standby's eviction is
+        # admitted; the leader's, right after, refused while the standby is replaced.
+        policy = kubernetes.client.PolicyV1Api(api)
+        wait_for(lambda: policy.read_namespaced_pod_disruption_budget(
+            manifests.OPERATOR_ROLE, NAMESPACE).status.disruptions_allowed == 1, timeout=60,
+            message="the disruption budget allowing one")
+        evicted = evict(core, pod_named(pods, other=leader))
+        assert evicted is None, evicted
+        refused = evict(core, leader)
+        assert refused is not None and refused.status == 429, refused
+        assert "disruption budget" in str(refused.body), refused.body
+        assert release.leader() == leader
+        pods = release.wait_ready()
+
+        # helm upgrade: a rolling update to two new Ready pods, with the new values, that
+        # serve; the history too, with the same certificate (its Secret outlives pods).
+        before = {p["metadata"]["uid"] for p in pods}
         release.upgrade({"logLevel": "debug", "resources.requests.cpu": "60m"})
         upgraded = release.wait_ready()
-        assert upgraded["metadata"]["uid"] != pod["metadata"]["uid"]
-        assert "--verbose" in container(upgraded)["args"]
-        assert container(upgraded)["resources"]["requests"]["cpu"] == "60m"
+        assert not before & {p["metadata"]["uid"] for p in upgraded}
+        for new in upgraded:
+            assert "--verbose" in container(new)["args"]
+            assert container(new)["resources"]["requests"]["cpu"] == "60m"
         scenario.run("after-upgrade", user="alice", claim_policy="Manual")
         scenario.wait_state(scenario.slot_name_eventually("after-upgrade", "research"), "Ready")
+        assert served_certificates(cluster, namespace, upgraded) == {trusted(api)}
+        assert cluster.kubectl("get", "--raw", f"/apis/{names.HISTORY_GROUP}/"
+                               f"{names.HISTORY_VERSION}/namespaces/{namespace}/"
+                               f"{names.HISTORY_RESOURCE}/{slot}").returncode == 0
 
         release.uninstall()
         assert release.pods() == []
         # Gone: every object of the chart's templates.
         left = [o for o in chart_objects(release) if existing(api, *o)]
         assert left == [], left
-        # Kept, as documented: the CRDs, the users' runs, the stamping and leader Secrets.
+        # Kept, as documented: the CRDs, the users' runs, the stamping, leader and history
+        # certificate Secrets.
         extensions = kubernetes.client.ApiextensionsV1Api(api)
         kept = {c.metadata.name for c in extensions.list_custom_resource_definition().items}
         assert {f"{plural}.{GROUP}" for plural in ("agentruns", "slots", "launchspecs")} <= kept
@@ -178,7 +252,8 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         assert sorted(r["metadata"]["name"] for r in runs["items"]) == ["after-upgrade", "study"]
         assert scenario.slot(slot)["status"]["attemptCount"] == 2
         secrets = [s.metadata.name for s in core.list_namespaced_secret(NAMESPACE).items]
-        assert sorted(secrets) == sorted([names.STAMPING_SECRET, names.LEADER_SECRET]), secrets
+        assert sorted(secrets) == sorted([names.STAMPING_SECRET, names.LEADER_SECRET,
+                                          names.HISTORY_TLS_SECRET]), secrets
         accounts = [a.metadata.name for a in core.list_namespaced_service_account(NAMESPACE).items]
         assert accounts == ["default"], accounts
     # restored for the tests after this one: the objects `installed` applied, stamping in force

@@ -6,7 +6,8 @@ every Lease renewal is the pod's own (pod-bound token, in-cluster configuration 
 the ``kubernetes`` Service) and every ``pods/status`` write is the kubelet's. Nothing
 here writes a pod's status or a lease: the audit log shows who did. The operator runs out
 of process as the ``operator`` user, or (the trace's second case) in the cluster as the
-pod of ``manifests/deploy/operator.yaml``; only one of them serves the test's namespace.
+pods of ``manifests/deploy/operator.yaml`` (two replicas: only the leader's pod writes);
+only one of them serves the test's namespace.
 """
 
 from __future__ import annotations
@@ -122,8 +123,8 @@ def served(request: pytest.FixtureRequest, cluster: Cluster, namespace: str,
         return
     deployed = InClusterOperator(cluster=cluster, image=worker_image, namespace=namespace)
     try:
-        pod = deployed.start()
-        assert pod["spec"]["serviceAccountName"] == "agentrun-operator"
+        pods = deployed.start()
+        assert {p["spec"]["serviceAccountName"] for p in pods} == {"agentrun-operator"}
         yield OPERATOR_USER
         print(f"--- in-cluster operator log (tail) ---\n{deployed.logs()}")
     finally:
@@ -192,7 +193,7 @@ def test_seed_trace_with_a_real_worker(scenario: Scenario, served: str,
     operator_writes = writes(scenario.cluster.audit_log or Path(), namespace=scenario.namespace,
                              user=served)
     assert any(w.resource == "slots" and w.subresource == "status" for w in operator_writes)
-    if served == OPERATOR_USER:  # in the cluster: the operator pod's own bound token
+    if served == OPERATOR_USER:  # in the cluster: the leader pod's own bound token, alone
         (pod,) = token_pods(scenario, user=served, name=slot)
         assert pod.startswith("agentrun-operator-"), pod
 

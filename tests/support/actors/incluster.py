@@ -59,21 +59,22 @@ class InClusterOperator:
             self.core.list_namespaced_pod(SYSTEM_NAMESPACE, label_selector=SELECTOR).items)
         return found
 
-    def start(self, *, timeout: float = 120) -> dict[str, Any]:
-        """Apply the objects; the operator's pod once Running (it serves from then on)."""
+    def start(self, *, timeout: float = 120) -> list[dict[str, Any]]:
+        """Apply the objects; the operator's pods once all Running (one leads and serves
+        from then on, the other stands by)."""
         assert self.pods() == [], "another in-cluster operator is still running"
         objects = rendered(image=self.image, namespace=self.namespace)
         result = self.cluster.kubectl("apply", "--server-side", "-f", "-",
                                       input="\n".join(json.dumps(o) for o in objects))
         assert result.returncode == 0, result.stderr
 
-        def running() -> dict[str, Any] | None:
+        def running() -> list[dict[str, Any]] | None:
             pods = self.pods()
-            return pods[0] if len(pods) == 1 and pods[0]["status"].get(
-                "phase") == "Running" else None
-        pod: dict[str, Any] = wait_for(running, timeout=timeout,
-                                       message=f"the operator's pod Running; {self.events()}")
-        return pod
+            return pods if len(pods) == manifests.REPLICAS and all(
+                p["status"].get("phase") == "Running" for p in pods) else None
+        pods: list[dict[str, Any]] = wait_for(
+            running, timeout=timeout, message=f"the operator's pods Running; {self.events()}")
+        return pods
 
     def logs(self) -> str:
         result = self.cluster.kubectl("logs", "-n", SYSTEM_NAMESPACE, "-l", SELECTOR,
@@ -85,12 +86,16 @@ class InClusterOperator:
                 self.core.list_namespaced_event(SYSTEM_NAMESPACE).items][-5:]
 
     def stop(self, *, timeout: float = 60) -> None:
-        """Delete the Deployment, its metrics Service and its history API (what :meth:`start`
-        applied beside the ServiceAccount) and wait until its pod is gone: no operator left
+        """Delete the Deployment, its disruption budget, its metrics Service and its history
+        API (what :meth:`start` applied beside the ServiceAccount) and wait until its pods
+        are gone: no operator left
         serving, and no APIService left that nobody serves (the API server's discovery,
         hence every namespace's deletion, would wait on it)."""
         for delete in (lambda: self.apps.delete_namespaced_deployment(
                            NAME, SYSTEM_NAMESPACE, propagation_policy="Foreground"),
+                       lambda: kubernetes.client.PolicyV1Api(
+                           self.core.api_client).delete_namespaced_pod_disruption_budget(
+                           NAME, SYSTEM_NAMESPACE),
                        lambda: self.core.delete_namespaced_service(
                            manifests.METRICS_SERVICE, SYSTEM_NAMESPACE)):
             try:
@@ -102,4 +107,4 @@ class InClusterOperator:
             json.dumps(o) for o in manifests.history_api()))
         assert removed.returncode == 0, removed.stderr
         wait_for(lambda: self.pods() == [], timeout=timeout,
-                 message="the in-cluster operator's pod gone")
+                 message="the in-cluster operator's pods gone")

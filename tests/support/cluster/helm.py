@@ -32,6 +32,8 @@ from typing import Any
 
 import kubernetes
 
+from agentrun import manifests
+from agentrun.api import names
 from tests.support.cluster import store
 from tests.support.waiting import wait_for
 
@@ -163,8 +165,8 @@ class Release:
         self.wait_ready()
 
     def upgrade(self, extra: dict[str, str]) -> None:
-        """``helm upgrade`` with more values; returns once one operator pod is Ready (the
-        Recreate rollout ended: the old pod gone, the new one serving)."""
+        """``helm upgrade`` with more values; returns once the rolling update ended: the
+        old pods gone, as many new ones as :attr:`replicas` Ready."""
         self.values = {**self.values, **extra}
         self._install(ownership=False)
 
@@ -183,18 +185,37 @@ class Release:
             self.core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items)
         return found
 
-    def wait_ready(self, *, timeout: float = 120) -> dict[str, Any]:
-        """The one operator pod, once it is Ready and no other (an old one) is left."""
-        def ready() -> dict[str, Any] | None:
+    @property
+    def replicas(self) -> int:
+        """The operator pods the release runs (its ``replicas`` value)."""
+        return int(self.values.get("replicas", manifests.REPLICAS))
+
+    def wait_ready(self, *, timeout: float = 120) -> list[dict[str, Any]]:
+        """The operator pods, once as many as :attr:`replicas` are Ready and no other (an
+        old one) is left; by name."""
+        def ready() -> list[dict[str, Any]] | None:
             pods = self.pods()
-            if len(pods) != 1 or pods[0]["metadata"].get("deletionTimestamp"):
+            if len(pods) != self.replicas or any(
+                    p["metadata"].get("deletionTimestamp") or not any(
+                        c["type"] == "Ready" and c["status"] == "True"
+                        for c in p["status"].get("conditions") or []) for p in pods):
                 return None
-            conditions = pods[0]["status"].get("conditions") or []
-            return pods[0] if any(c["type"] == "Ready" and c["status"] == "True"
-                                  for c in conditions) else None
-        pod: dict[str, Any] = wait_for(ready, timeout=timeout,
-                                       message=f"the chart's operator pod Ready; {self.events()}")
-        return pod
+            return sorted(pods, key=lambda p: str(p["metadata"]["name"]))
+        pods: list[dict[str, Any]] = wait_for(
+            ready, timeout=timeout, message=f"the chart's {self.replicas} operator pods Ready; "
+                                            f"{self.events()}")
+        return pods
+
+    def leader(self) -> str:
+        """The pod holding the leader Lease ('' when none does)."""
+        coordination = kubernetes.client.CoordinationV1Api(self.core.api_client)
+        try:
+            lease = coordination.read_namespaced_lease(names.LEADER_LEASE, NAMESPACE)
+        except kubernetes.client.ApiException as error:
+            if error.status == 404:
+                return ""
+            raise
+        return str(lease.spec.holder_identity or "")
 
     def wait_gone(self, *, timeout: float = 90) -> None:
         wait_for(lambda: self.pods() == [], timeout=timeout,

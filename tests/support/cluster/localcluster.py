@@ -64,9 +64,9 @@ CONTROLLERS = [
     "resourcequota-controller",
 ]
 # What a node needs: the not-ready taint cleared, Service endpoints, eviction of pods
-# from a lost node, pods of deleted nodes collected, the node's podCIDR, and claims bound
+# from a lost node, pods of deleted nodes collected, the node's podCIDR, claims bound
 # to volumes (the object store's, tests/support/cluster/store.py: a pod runs only once
-# its claim is Bound).
+# its claim is Bound), and disruption budgets' status (what the eviction API checks).
 NODE_CONTROLLERS = [
     "node-lifecycle-controller",
     "endpointslice-controller",
@@ -74,6 +74,7 @@ NODE_CONTROLLERS = [
     "pod-garbage-collector-controller",
     "node-ipam-controller",
     "persistentvolume-binder-controller",
+    "disruption-controller",
 ]
 NODE_NAME = "agentrun-node"
 ADMISSION_PLUGINS = [

@@ -270,7 +270,7 @@ def test_the_server_trusts_only_the_front_proxy_certificate() -> None:
         history = historyserver.History(client=None, histories=None,  # type: ignore[arg-type]
                                         proxy=proxy, logger=logging.getLogger())
         server = historyserver.serve(address="127.0.0.1", port=0, history=history,
-                                     certificate=serving.certificate, key=serving.key)
+                                     serving=serving)
         try:
             discovery = "/apis/history.agentrun.dev/v1alpha1"
             code, body = _get(server.port, discovery, client=proxy_client[:2])
@@ -323,7 +323,7 @@ def test_more_connections_than_the_bound_are_closed_at_once() -> None:
     history = historyserver.History(client=None, histories=None,  # type: ignore[arg-type]
                                     proxy=None, logger=logging.getLogger())
     server = historyserver.serve(address="127.0.0.1", port=0, history=history,
-                                 certificate=serving.certificate, key=serving.key)
+                                 serving=serving)
     held = []
     try:
         for _ in range(historyserver.CONNECTIONS):
