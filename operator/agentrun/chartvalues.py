@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from agentrun import bundledstore, manifests
+from agentrun import bundledstore, workload
 from agentrun.api import names, runs
 
-REPOSITORY, TAG = manifests.IMAGE.rsplit(":", 1)
+REPOSITORY, TAG = workload.IMAGE.rsplit(":", 1)
 STORE_REPOSITORY, STORE_TAG = bundledstore.STORE_IMAGE.rsplit(":", 1)
 PULL_POLICIES = ["Always", "IfNotPresent", "Never"]
 LOG_LEVELS = ["info", "debug"]
@@ -32,19 +32,19 @@ RESOURCE_NAMES = ["cpu", "memory", "ephemeral-storage"]
 def defaults() -> dict[str, Any]:
     """The default values (what ``values.yaml`` sets)."""
     return {
-        "image": {"repository": REPOSITORY, "tag": TAG, "pullPolicy": manifests.PULL_POLICY},
-        "replicas": manifests.REPLICAS,
+        "image": {"repository": REPOSITORY, "tag": TAG, "pullPolicy": workload.PULL_POLICY},
+        "replicas": workload.REPLICAS,
         "watchNamespaces": [],
         "logLevel": "info",
-        "resources": manifests.RESOURCES,
-        "metrics": {"port": manifests.METRICS_PORT, "service": {"enabled": True}},
+        "resources": workload.RESOURCES,
+        "metrics": {"port": workload.METRICS_PORT, "service": {"enabled": True}},
         "history": {"enabled": True},
         "journal": {"endpoint": "", "bucket": "", "prefix": runs.JOURNAL_BASE_PREFIX,
                     "region": runs.JOURNAL_REGION, "secretName": "",
                     "retentionSeconds": None},
         "store": {"enabled": True,
                   "image": {"repository": STORE_REPOSITORY, "tag": STORE_TAG,
-                            "pullPolicy": manifests.PULL_POLICY},
+                            "pullPolicy": workload.PULL_POLICY},
                   "storageClassName": "", "size": bundledstore.STORE_SIZE},
     }
 
@@ -76,7 +76,7 @@ COMMENTS = {
     "history": "The history API: people read a slot's journal through the API server, under "
                "RBAC (kubectl agentrun history; the APIService v1alpha1.history.agentrun.dev "
                "and its Service, served by the operator on port "
-               f"{manifests.HISTORY_PORT}).",
+               f"{workload.HISTORY_PORT}).",
     "history.enabled": "false: none. While the API server cannot reach it (the operator "
                        "scaled to 0, say), its discovery fails and namespace deletion waits.",
     "journal": "The S3-compatible store where slots keep their journals (the operator's "

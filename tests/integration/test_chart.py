@@ -15,7 +15,7 @@ import kubernetes
 import pytest
 import yaml
 
-from agentrun import bundledstore, cli, manifests
+from agentrun import bundledstore, cli, manifests, workload
 from agentrun.api import names
 from tests.support.cluster.clusters import Cluster
 from tests.support.cluster.helm import CHART, NAMESPACE, RELEASE, helm_binary
@@ -50,15 +50,15 @@ def test_helm_lint_strict_passes() -> None:
 
 def expected_objects() -> list[dict[str, Any]]:
     """What ``agentrun.manifests`` builds for the chart, in its default values."""
-    (account, operator) = manifests.deployment()
+    (account, operator) = workload.deployment()
     (container,) = operator["spec"]["template"]["spec"]["containers"]
     container["args"] += BUNDLED_JOURNAL  # the chart's default: its bundled store
     everything = [*manifests.operator_rbac(), *manifests.user_roles(), *manifests.worker_rbac(),
                   *manifests.mutating_policies(), *manifests.validating_policies(),
                   *manifests.fence_policy(),
-                  account, operator, *manifests.disruption_budget(),
-                  *manifests.metrics_service(), *manifests.history_api(),
-                  *bundledstore.store(pull_policy=manifests.PULL_POLICY)]
+                  account, operator, *workload.disruption_budget(),
+                  *workload.metrics_service(), *workload.history_api(),
+                  *bundledstore.store(pull_policy=workload.PULL_POLICY)]
     return [o for o in everything if o["kind"] != "Namespace"]
 
 
@@ -95,13 +95,13 @@ def test_values_reach_the_deployment_and_the_service() -> None:
     assert container["image"] == "localhost/op:v9"
     assert container["imagePullPolicy"] == "Never"
     assert container["args"] == ["run", "--metrics-address", "0.0.0.0", "--metrics-port", "9090",
-                                 "--history-port", str(manifests.HISTORY_PORT),
+                                 "--history-port", str(workload.HISTORY_PORT),
                                  "--leader-elect", "--namespace", "team-a", "--namespace",
                                  "team-*", "--verbose",
                                  *BUNDLED_JOURNAL]
     assert container["ports"][0]["containerPort"] == 9090
     assert container["resources"]["requests"] == {"cpu": "200m", "memory": "128Mi"}
-    assert manifests.METRICS_SERVICE not in {d["metadata"]["name"] for d in documents
+    assert workload.METRICS_SERVICE not in {d["metadata"]["name"] for d in documents
                                              if d["kind"] == "Service"}
 
 

@@ -2,7 +2,7 @@
 
 The chart registers it with a Service selecting the operator's pod; a test whose operator
 is a process on the host registers the same APIService and Service (from
-:func:`agentrun.manifests.history_api`) with an EndpointSlice naming the host's address on
+:func:`agentrun.workload.history_api`) with an EndpointSlice naming the host's address on
 the node's bridge, which the API server (on the host) dials directly
 (``--enable-aggregator-routing``).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentrun import manifests
+from agentrun import manifests, workload
 from agentrun.api import names
 from tests.support.cluster.clusters import Cluster
 from tests.support.waiting import wait_for
@@ -20,7 +20,7 @@ from tests.support.waiting import wait_for
 
 def registration(address: str, port: int) -> list[dict[str, Any]]:
     """The chart's Service and APIService, the Service pointing at ``address:port``."""
-    service, apiservice = manifests.history_api()
+    service, apiservice = workload.history_api()
     del service["spec"]["selector"]  # its endpoint is the operator process on the host
     slice_ = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
               "metadata": {"name": f"{names.HISTORY_SERVICE}-host",
@@ -28,7 +28,7 @@ def registration(address: str, port: int) -> list[dict[str, Any]]:
                            "labels": {"kubernetes.io/service-name": names.HISTORY_SERVICE}},
               "addressType": "IPv4",
               "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
-              "ports": [{"name": manifests.HISTORY_PORT_NAME, "port": port,
+              "ports": [{"name": workload.HISTORY_PORT_NAME, "port": port,
                          "protocol": "TCP"}]}
     service["spec"]["ports"][0]["targetPort"] = port
     return [service, slice_, apiservice]

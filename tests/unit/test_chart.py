@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentrun import bundledstore, chart, chartvalues, cli, manifests
+from agentrun import bundledstore, chart, chartvalues, cli, workload
 from agentrun.api import crds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,8 +54,8 @@ def test_literal_braces_are_escaped_and_unknown_sentinels_refused() -> None:
 def test_values_defaults_are_the_manifests_and_fit_the_schema() -> None:
     values = yaml.safe_load(chartvalues.values_yaml())
     assert values == chartvalues.defaults()
-    assert f"{values['image']['repository']}:{values['image']['tag']}" == manifests.IMAGE
-    assert values["resources"] == manifests.RESOURCES
+    assert f"{values['image']['repository']}:{values['image']['tag']}" == workload.IMAGE
+    assert values["resources"] == workload.RESOURCES
     store = values["store"]
     assert f"{store['image']['repository']}:{store['image']['tag']}" == bundledstore.STORE_IMAGE
     assert store["enabled"] is True and store["size"] == bundledstore.STORE_SIZE

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from agentrun import bundledstore, manifests
+from agentrun import bundledstore, manifests, workload
 from agentrun.api import names
 from agentrun.core.commands import parsing
 
@@ -177,7 +177,7 @@ def test_the_user_roles_aggregate_and_never_write_status() -> None:
 
 
 def test_the_store_is_one_locked_down_pod_on_a_claim_behind_its_service() -> None:
-    claim, deployment, service = bundledstore.store(pull_policy=manifests.PULL_POLICY)
+    claim, deployment, service = bundledstore.store(pull_policy=workload.PULL_POLICY)
     assert [claim["kind"], deployment["kind"], service["kind"]] == [
         "PersistentVolumeClaim", "Deployment", "Service"]
     assert {d["metadata"]["namespace"] for d in (claim, deployment, service)} == {
@@ -200,7 +200,7 @@ def test_the_store_is_one_locked_down_pod_on_a_claim_behind_its_service() -> Non
 
 
 def test_the_store_takes_a_class_and_a_fixed_address_when_asked() -> None:
-    claim, _, service = bundledstore.store(pull_policy=manifests.PULL_POLICY, storage_class="",
+    claim, _, service = bundledstore.store(pull_policy=workload.PULL_POLICY, storage_class="",
                                            cluster_ip="10.96.0.83")
     assert claim["spec"]["storageClassName"] == ""
     assert service["spec"]["clusterIP"] == "10.96.0.83"

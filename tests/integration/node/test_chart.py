@@ -32,7 +32,7 @@ import kubernetes
 import pytest
 import yaml
 
-from agentrun import manifests
+from agentrun import manifests, workload
 from agentrun.api import names
 from tests.integration.node.conftest import wait_phase
 from tests.support import historyapi
@@ -130,7 +130,7 @@ def served_certificates(cluster: Cluster, namespace: str,
     found = set()
     for pod in pods:
         read = ("import ssl, sys; sys.stdout.write(ssl.get_server_certificate("
-                f"({pod['status']['podIP']!r}, {manifests.HISTORY_PORT}), timeout=5))")
+                f"({pod['status']['podIP']!r}, {workload.HISTORY_PORT}), timeout=5))")
         result = cluster.kubectl("exec", "-n", namespace, "scraper", "--", "python3", "-c",
                                  read)
         assert result.returncode == 0, result.stderr
@@ -174,9 +174,9 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
                                                operator["readinessProbe"])} == {
             "/healthz", "/readyz"}
 
-        service = core.read_namespaced_service(manifests.METRICS_SERVICE, NAMESPACE)
+        service = core.read_namespaced_service(workload.METRICS_SERVICE, NAMESPACE)
         assert service.spec.type == "ClusterIP"
-        url = f"http://{service.spec.cluster_ip}:{manifests.METRICS_PORT}/metrics"
+        url = f"http://{service.spec.cluster_ip}:{workload.METRICS_PORT}/metrics"
         idle = wait_for(lambda: scrape(url), timeout=60,
                         message=f"{url} answering through the Service; {release.logs()}")
         assert value(idle, "agentrun_commands_total", kind="Claim", outcome="Accepted",

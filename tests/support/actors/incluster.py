@@ -16,7 +16,7 @@ from typing import Any
 import kubernetes
 import yaml
 
-from agentrun import manifests
+from agentrun import workload
 from tests.support.cluster.clusters import Cluster
 from tests.support.waiting import wait_for
 
@@ -70,7 +70,7 @@ class InClusterOperator:
 
         def running() -> list[dict[str, Any]] | None:
             pods = self.pods()
-            return pods if len(pods) == manifests.REPLICAS and all(
+            return pods if len(pods) == workload.REPLICAS and all(
                 p["status"].get("phase") == "Running" for p in pods) else None
         pods: list[dict[str, Any]] = wait_for(
             running, timeout=timeout, message=f"the operator's pods Running; {self.events()}")
@@ -97,14 +97,14 @@ class InClusterOperator:
                            self.core.api_client).delete_namespaced_pod_disruption_budget(
                            NAME, SYSTEM_NAMESPACE),
                        lambda: self.core.delete_namespaced_service(
-                           manifests.METRICS_SERVICE, SYSTEM_NAMESPACE)):
+                           workload.METRICS_SERVICE, SYSTEM_NAMESPACE)):
             try:
                 delete()
             except kubernetes.client.ApiException as error:
                 if error.status != 404:
                     raise
         removed = self.cluster.kubectl("delete", "--ignore-not-found", "-f", "-", input="\n".join(
-            json.dumps(o) for o in manifests.history_api()))
+            json.dumps(o) for o in workload.history_api()))
         assert removed.returncode == 0, removed.stderr
         wait_for(lambda: self.pods() == [], timeout=timeout,
                  message="the in-cluster operator's pods gone")

@@ -32,7 +32,7 @@ from typing import Any
 
 import kubernetes
 
-from agentrun import manifests
+from agentrun import workload
 from agentrun.api import names
 from tests.support.cluster import store
 from tests.support.waiting import wait_for
@@ -188,7 +188,7 @@ class Release:
     @property
     def replicas(self) -> int:
         """The operator pods the release runs (its ``replicas`` value)."""
-        return int(self.values.get("replicas", manifests.REPLICAS))
+        return int(self.values.get("replicas", workload.REPLICAS))
 
     def wait_ready(self, *, timeout: float = 120) -> list[dict[str, Any]]:
         """The operator pods, once as many as :attr:`replicas` are Ready and no other (an
