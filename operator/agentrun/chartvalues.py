@@ -58,9 +58,10 @@ COMMENTS = {
                         "into the node, as on the local control plane).",
     "replicas": f"Operator pods, 1 to {MAX_REPLICAS}: one leads (leader election on the "
                 "Lease agentrun-system/agentrun-operator, its writes fenced by admission), "
-                "the others stand by with their caches primed, take over within a lease "
-                "(15 s) and serve the history API. A PodDisruptionBudget lets a drain take "
-                "one at a time.",
+                "the others stand by with their caches primed, take over about a lease "
+                "(15 s) after the leader is lost, and serve the history API. A "
+                "PodDisruptionBudget lets a drain take one at a time (on a cluster of one "
+                "node, use 1: a drain would wait for the other's replacement).",
     "watchNamespaces": "Namespaces (names or globs such as team-*) the operator serves; "
                        f"[] = every namespace. At most {MAX_NAMESPACES}. The operator's "
                        "ClusterRole is cluster-wide either way.",

@@ -12,8 +12,9 @@
   5 s to connect, 30 s for a list or a patch, and a watch's stream cut by the server at
   270 s and by us at 300 s, or after 70 s without a byte (Kopf's inactivity timeout), so
   a half-open connection is noticed and the watch re-established.
-- Peering off: one replica (Recreate strategy) is the deployment; two at once stay
-  correct through preconditions, rather than freezing each other as Kopf peers do.
+- Peering off: replicas elect a leader on a Lease and the others stand by
+  (controller.leadership), rather than freezing each other as Kopf peers do; two
+  reconciling at once would still stay correct through preconditions.
 """
 
 from __future__ import annotations

@@ -317,8 +317,8 @@ def start(*, context: str | None, address: str, port: int, logger: logging.Logge
     then kept current (:class:`servingcerts.Registration`): serving the shared
     certificate, made and registered on the APIService while ``may_write`` (this replica
     leads), the front proxy as the API server names it. Until the shared certificate is
-    read the server has a provisional one no API server trusts, and ``meters``' readiness
-    waits. ``bucket``: the process's client-side rate limit."""
+    read the server has a provisional one no API server trusts; ``meters``' readiness
+    waits for the first read. ``bucket``: the process's client-side rate limit."""
     client = rest.Rest(clients.configure(context=context), throttle=bucket)
     histories = journalhistory.Histories(
         client=client, stores=journalstores.JournalStores(reader=reads.Reader(client)))
@@ -331,8 +331,8 @@ def start(*, context: str | None, address: str, port: int, logger: logging.Logge
                                              may_write=may_write,
                                              also=lambda: server.refresh(client))
     if meters is not None:
-        meters.require(lambda: None if registration.serving is not None else (
+        meters.require(lambda: None if registration.looked else (
             f"the history API's certificate ({names.OPERATOR_NAMESPACE}/"
-            f"{names.HISTORY_TLS_SECRET}) is not read yet: the leader makes it"))
+            f"{names.HISTORY_TLS_SECRET}) is not read yet"))
     registration.keep()
     return HistoryService(server=server, registration=registration)

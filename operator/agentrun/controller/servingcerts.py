@@ -11,7 +11,11 @@ unusable (not PEM, a key that is not the certificate's, names or dates that do n
 and keeps the certificate in its APIService's ``caBundle`` (an upgrade that re-applies
 the APIService may clear it). Every replica reads the Secret at start and every
 :data:`KEEP_SECONDS` (every :data:`WAIT_SECONDS` until it has one) and serves what it
-holds; until it has one it is not Ready (``/readyz``), so the Service sends it nothing.
+holds. A replica is not Ready (``/readyz``) until it has read the Secret once; one that
+found none (a standby on a first install, or while the leader runs a version that makes
+none: an upgrade) is Ready all the same, serving a provisional certificate no API server
+trusts until the leader's appears, a second later: a readiness that waited for the
+leader's certificate would deadlock a rolling update that waits for Ready pods.
 
 Why not a certificate from the chart or cert-manager: the default install must work with
 nothing else in the cluster. The cost: the key is in a Secret, readable by whoever may
@@ -90,7 +94,9 @@ def self_signed(*, hosts: list[str], now: datetime) -> Serving:
 def usable(secret: rest.Object | None, *, hosts: list[str], now: datetime) -> Serving | None:
     """The certificate and key of ``secret`` when a replica can serve them: both PEM, the
     key the certificate's, the certificate naming every one of ``hosts`` and valid
-    :data:`MARGIN` past ``now``. None otherwise (or when there is no Secret)."""
+    :data:`MARGIN` past ``now``. None otherwise (or when there is no Secret). Its start is
+    not checked: a replica whose clock is behind the leader's serves it all the same (the
+    API server is the one that verifies it)."""
     data = (secret or {}).get("data") or {}
     try:
         certificate = base64.b64decode(data.get("tls.crt") or "", validate=True)
@@ -104,7 +110,7 @@ def usable(secret: rest.Object | None, *, hosts: list[str], now: datetime) -> Se
     if (private.public_key().public_bytes(serialization.Encoding.DER, public)
             != found.public_key().public_bytes(serialization.Encoding.DER, public)
             or not set(hosts) <= set(sans.get_values_for_type(x509.DNSName))
-            or not found.not_valid_before_utc <= now < found.not_valid_after_utc - MARGIN):
+            or now >= found.not_valid_after_utc - MARGIN):
         return None
     return Serving(certificate=certificate, key=key)
 
@@ -130,7 +136,8 @@ class Registration:
     may_write: Callable[[], bool] = lambda: True  # does this replica lead (or run alone)?
     also: Callable[[], None] | None = None  # done each round too (the front proxy read)
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
-    serving: Serving | None = None  # what this replica serves (None: not yet: not Ready)
+    serving: Serving | None = None  # what this replica serves (None: a provisional one)
+    looked: bool = False  # has a round read the Secret yet (readiness waits for that)
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def load(self) -> Serving | None:
@@ -189,6 +196,7 @@ class Registration:
             if self.also is not None:
                 self.also()
             serving = self.load()
+            self.looked = True
             if serving is not None and serving != self.serving:
                 self.use(serving)
                 self.serving = serving

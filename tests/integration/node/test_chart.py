@@ -194,9 +194,15 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         assert read.returncode == 0, read.stderr
         history = json.loads(read.stdout)
         assert history["kind"] == names.HISTORY_KIND and len(history["attempts"]) == 2, history
-        series = wait_for(lambda: (s := scrape(url)) and value(
+        # Counted by the leader, which did the work; the standby did none.
+        at = {p["metadata"]["name"]: f"http://{p['status']['podIP']}:{workload.METRICS_PORT}"
+              f"/metrics" for p in pods}
+        series = wait_for(lambda: (s := scrape(at[leader])) and value(
             s, "agentrun_claim_latency_seconds_count") == 2 and s, timeout=30,
             message="both claims counted")
+        standby = scrape(at[pod_named(pods, other=leader)])
+        assert value(standby, "agentrun_commands_total", kind="Claim", outcome="Accepted",
+                     predicate="") == 0
         assert value(series, "agentrun_commands_total", kind="Claim", outcome="Accepted",
                      predicate="") == 2
         # bob's and the blank reassignments were refused by the chart's validating

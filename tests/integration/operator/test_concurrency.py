@@ -1,6 +1,7 @@
 """Two operators at once on the same namespace: optimistic concurrency keeps it correct.
 
-docs/design/caches-and-queue.md: ship one replica, but correctness must hold if two run at once
+docs/design/caches-and-queue.md: one replica reconciles (leader election), but correctness
+must hold if two run at once
 (Kopf peering is off; both are standalone). Every write carries a precondition, so when
 both decide the same step one of them gets a 409 (or AlreadyExists on its own object),
 reads again and finds the step taken. These tests run two ``OperatorProcess`` on one

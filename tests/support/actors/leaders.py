@@ -113,23 +113,34 @@ def fenced(cluster: Cluster, *, pods: tuple[str, ...]) -> Iterator[tuple[str, ..
             cluster.kubectl("delete", *left, "--ignore-not-found")
 
 
+WRITE, PROBE, ELECTION = "write", "probe", "election"  # what a Write is
+
+
 @dataclass(frozen=True)
 class Write:
-    """One write by the operator's ServiceAccount, from the audit log."""
+    """One write by the operator's ServiceAccount, from the audit log: its own work
+    (:data:`WRITE`), a new leader's dry-run probe of the fence (:data:`PROBE`), or the
+    election's (:data:`ELECTION`: the leader Lease and the fencing token)."""
 
     at: datetime  # requestReceivedTimestamp
+    done: datetime  # stageTimestamp (the answer sent)
     pod: str  # the pod its token is bound to
     code: int  # the response's status code
     what: str  # "<verb> <resource> <name>"
+    kind: str = WRITE
 
     @property
     def admitted(self) -> bool:
         return self.code < 300
 
 
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def operator_writes(cluster: Cluster, *, since: datetime) -> list[Write]:
-    """Every write by the operator's ServiceAccount since ``since``, but the election's
-    own (its Lease and the fencing token) and dry runs, in the order received."""
+    """Every write by the operator's ServiceAccount received since ``since``, in the order
+    received; reviews (SubjectAccessReviews: a question, not a write) left out."""
     assert cluster.audit_log is not None
     found = []
     for line in audit.lines(cluster.audit_log):
@@ -138,15 +149,45 @@ def operator_writes(cluster: Cluster, *, since: datetime) -> list[Write]:
         event = json.loads(line)
         user = event.get("user") or {}
         ref = event.get("objectRef") or {}
-        at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+        at = _when(event["requestReceivedTimestamp"])
         if (user.get("username") != fencing.OPERATOR_USER or at < since
                 or event.get("stage") != "ResponseComplete"
                 or event.get("verb") not in audit.WRITE_VERBS
-                or ref.get("name") in (names.LEADER_LEASE, names.LEADER_SECRET)
-                or "dryRun" in event.get("requestURI", "")):
+                or ref.get("resource") == "subjectaccessreviews"):
             continue
+        kind = (PROBE if "dryRun" in event.get("requestURI", "") else
+                ELECTION if ref.get("name") in (names.LEADER_LEASE, names.LEADER_SECRET)
+                and ref.get("namespace") == names.OPERATOR_NAMESPACE else WRITE)
         pod = (user.get("extra") or {}).get(leasepolicy.POD_NAME, [""])[0]
-        found.append(Write(at=at, pod=pod, code=int((event.get("responseStatus") or {})
-                                                    .get("code", 0)),
-                           what=f"{event['verb']} {ref.get('resource')} {ref.get('name')}"))
+        found.append(Write(at=at, done=_when(event.get("stageTimestamp") or
+                                             event["requestReceivedTimestamp"]),
+                           pod=pod, code=int((event.get("responseStatus") or {})
+                                             .get("code", 0)),
+                           what=f"{event['verb']} {ref.get('resource')} {ref.get('name')}",
+                           kind=kind))
     return sorted(found, key=lambda w: w.at)
+
+
+def fenced_in(writes: list[Write]) -> list[tuple[datetime, str]]:
+    """When each pod's fence came in force, from ``writes``: (the end of its first admitted
+    probe of a term, the pod), in order. A term is a run of probes by one pod; from its
+    first admitted probe on, admission refuses every other pod's write."""
+    found: list[tuple[datetime, str]] = []
+    for write in writes:
+        if write.kind == PROBE and write.admitted and (not found or found[-1][1] != write.pod):
+            found.append((write.done, write.pod))
+    return found
+
+
+def late_writes(writes: list[Write]) -> list[tuple[Write, str]]:
+    """Admitted writes (:data:`WRITE`) of a pod received after another pod's fence came in
+    force, and which pod's: what the fence must never let through."""
+    terms = fenced_in(writes)
+    late = []
+    for write in writes:
+        if write.kind != WRITE or not write.admitted:
+            continue
+        holder = next((pod for start, pod in reversed(terms) if start < write.at), None)
+        if holder is not None and holder != write.pod:
+            late.append((write, holder))
+    return late

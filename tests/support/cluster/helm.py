@@ -114,7 +114,7 @@ def install_args(*, image: str, namespaces: list[str],
 
 class Release:
     """The chart installed on the cluster of ``kubeconfig`` (its current context), as a
-    context manager: ``__enter__`` installs and waits for the operator pod Ready;
+    context manager: ``__enter__`` installs and waits for the operator pods Ready;
     ``__exit__`` uninstalls if still installed, waits until no operator pod is left, then
     calls ``restore`` (for a cluster where objects the chart took over, with
     ``take_ownership``, existed before the install and must exist after it)."""
