@@ -8,7 +8,9 @@ the recovery trace of ``tests/support/plays/recovery.py`` served by the leader, 
 counters scraped through the chart's metrics Service (its ClusterIP, from a pod on the
 node: the host is outside the node's network, and kube-proxy's rules serve pods), the
 disruption budget (the standby evicted, the leader's eviction then refused),
-``helm upgrade`` (a rolling update to two new Ready pods, the history still served), and
+``helm upgrade`` (a rolling update to two new Ready pods, the history still served), the
+leader's process SIGSTOPped on the node (the standby takes over and serves; SIGCONTed,
+the former leader exits 75 and stands by), and
 ``helm uninstall``, after which only the documented leftovers remain: the CRDs, the
 users' runs and the stamping, leader and history certificate Secrets.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import json
+import signal
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -37,9 +40,11 @@ from agentrun.api import names
 from tests.integration.node.conftest import wait_phase
 from tests.support import historyapi
 from tests.support.actors.operators import install_for_tests
+from tests.support.actors.workers import container_pid, kill_on_node
 from tests.support.cluster import store
 from tests.support.cluster.clusters import Cluster
 from tests.support.cluster.helm import CHART, NAMESPACE, RELEASE, Release
+from tests.support.cluster.localnode import LocalNode
 from tests.support.plays.recovery import play_recovery_trace
 from tests.support.plays.scenarios import Scenario
 from tests.support.scrapes import Series, parse, value
@@ -147,7 +152,7 @@ def trusted(api: kubernetes.client.ApiClient) -> bytes:
 
 def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         cluster: Cluster, namespace: str, scenario: Scenario, worker_image: str,
-        run_pod: Callable[..., dict[str, Any]]) -> None:
+        node: LocalNode, run_pod: Callable[..., dict[str, Any]]) -> None:
     api = cluster.client()
     scrape = scraper(cluster, namespace, run_pod)
     core = kubernetes.client.CoreV1Api(api)
@@ -243,6 +248,32 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
                                f"{names.HISTORY_VERSION}/namespaces/{namespace}/"
                                f"{names.HISTORY_RESOURCE}/{slot}").returncode == 0
 
+        # The leader's process frozen on the node (SIGSTOP: a paused or partitioned pod,
+        # which no kubelet restarts at once): the standby takes the Lease once it has gone
+        # unrenewed for its duration and serves a run made meanwhile; SIGCONTed, the
+        # former leader finds it lost, exits 75, and its container restarts to stand by.
+        # (A SIGKILLed one would be restarted in its pod at once and, the Lease naming that
+        # pod, lead again before the standby: make failover SIGKILLs processes.)
+        leader = wait_for(release.leader, timeout=60, message="a replica leading")
+        (frozen,) = [p for p in release.pods() if p["metadata"]["name"] == leader]
+        pid, uid = container_pid(node, frozen), frozen["metadata"]["uid"]
+        kill_on_node(pid, pod_uid=uid, sig=signal.SIGSTOP)
+        try:
+            scenario.run("after-failover", user="alice", claim_policy="Manual")
+            survivor = pod_named(upgraded, other=leader)
+            wait_for(lambda: release.leader() == survivor, timeout=60,
+                     message=f"{survivor} taking over from {leader}")
+            scenario.wait_state(scenario.slot_name_eventually("after-failover", "research"),
+                                "Ready")
+        finally:
+            kill_on_node(pid, pod_uid=uid, sig=signal.SIGCONT)
+        wait_for(lambda: any(s.get("restartCount", 0) >= 1 and (
+            (s.get("lastState") or {}).get("terminated") or {}).get("exitCode") == 75
+            for p in release.pods() if p["metadata"]["name"] == leader
+            for s in p["status"].get("containerStatuses") or []), timeout=60,
+            message=f"{leader} exiting 75 (lost the lead) and restarting")
+        assert len(release.wait_ready()) == 2 and release.leader() == survivor
+
         release.uninstall()
         assert release.pods() == []
         # Gone: every object of the chart's templates.
@@ -255,7 +286,8 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         assert {f"{plural}.{GROUP}" for plural in ("agentruns", "slots", "launchspecs")} <= kept
         custom = kubernetes.client.CustomObjectsApi(api)
         runs = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "agentruns")
-        assert sorted(r["metadata"]["name"] for r in runs["items"]) == ["after-upgrade", "study"]
+        assert sorted(r["metadata"]["name"] for r in runs["items"]) == [
+            "after-failover", "after-upgrade", "study"]
         assert scenario.slot(slot)["status"]["attemptCount"] == 2
         secrets = [s.metadata.name for s in core.list_namespaced_secret(NAMESPACE).items]
         assert sorted(secrets) == sorted([names.STAMPING_SECRET, names.LEADER_SECRET,

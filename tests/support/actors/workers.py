@@ -193,11 +193,12 @@ def container_pid(node: LocalNode, pod: Object) -> int:
     raise AssertionError(f"no task {container_id} in `ctr tasks ls`:\n{listed.stdout}")
 
 
-def kill_on_node(pid: int, *, pod_uid: str) -> None:
-    """SIGKILL ``pid`` from the host, after checking it is in that pod's cgroup."""
+def kill_on_node(pid: int, *, pod_uid: str, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` (SIGKILL) to ``pid`` from the host, after checking it is in that pod's
+    cgroup."""
     cgroups = Path(f"/proc/{pid}/cgroup").read_text()
     assert pod_uid in cgroups or pod_uid.replace("-", "_") in cgroups, cgroups
-    os.kill(pid, signal.SIGKILL)
+    os.kill(pid, sig)
 
 
 # --- SDK workers beside a test's effect owner (tests/integration/node/test_stale_*.py) ---
