@@ -48,11 +48,13 @@ def play(context: Context, number: int) -> Outcome:
                        played.acted_after.items() if played.losses[i].kind != "kill")
     said = (f"standby's first write after a SIGKILL: p50 {failover.percentile(kills, 0.5):.1f}"
             f" s, p99 {failover.percentile(kills, 0.99):.1f} s, max {max(kills):.1f} s over "
-            f"{len(kills)} kills (the floor: the {failover.LEASE_SECONDS} s lease, which a "
-            "standby waits out unrenewed before it takes it)" if kills else "no kill measured")
+            f"{len(kills)} kills (p99 by nearest rank: at 20 kills, the max; beside the "
+            f"{failover.LEASE_SECONDS} s lease, which a standby waits out from the last "
+            "renewal it saw)" if kills else "no kill measured")
     return Outcome(violations=played.violations, figures=(
-        f"{said}; {others or 'no pause or half-open measured'}; {played.refused} writes of "
-        f"a former leader refused by the fence; {played.claims} claims, at "
+        f"{said}; {others or 'no pause or half-open measured'}; {played.refused} writes "
+        f"refused by the fence (a pod's, after another's fence was in force); "
+        f"{played.claims} claims, at "
         f"most {played.most_busy} slots Claiming or Active at once (maxActive "
         f"{args.failover_max_active})"))
 
