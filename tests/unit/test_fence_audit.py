@@ -6,14 +6,30 @@ Covers: a term starts at a pod's first admitted probe (refused probes and repeat
 start one); a write received after another pod's probe was answered, and admitted, is
 late; one received before it was answered is not (admission may have evaluated it
 first); refused writes and the election's own writes are never late; the lead coming
-back to a pod (a, b, a) starts a new term; nothing is late before the first term.
+back to a pod (a, b, a) starts a new term; nothing is late before the first term; the
+audit log read into those kinds (a probe is a dry-run Event in the operator's namespace,
+other dry runs and reviews are not writes, the election is the leader Lease and token by
+name there, only completed requests count).
 """
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
 
-from tests.support.actors.leaders import ELECTION, PROBE, WRITE, Write, fenced_in, late_writes
+from agentrun.api import names
+from agentrun.core.policies import fencing, leasepolicy
+from tests.support.actors.leaders import (
+    ELECTION,
+    PROBE,
+    WRITE,
+    Write,
+    fenced_in,
+    late_writes,
+    operator_writes,
+)
 
 T0 = datetime(2026, 12, 6, tzinfo=UTC)
 
@@ -49,3 +65,38 @@ def test_the_lead_coming_back_makes_the_other_pods_writes_late() -> None:
     writes = [at(1, "a", kind=PROBE), at(2, "b", kind=PROBE), at(3, "a", kind=PROBE),
               at(4, "a"), at(4.5, "b")]
     assert [(w.pod, holder) for w, holder in late_writes(writes)] == [("b", "a")]
+
+
+def _event(verb: str, resource: str, name: str, *, namespace: str = "t", dry: bool = False,
+           code: int = 201, pod: str = "a", stage: str = "ResponseComplete",
+           message: str = "") -> str:
+    uri = f"/api/v1/namespaces/{namespace}/{resource}" + ("?dryRun=All" if dry else "")
+    return json.dumps({
+        "stage": stage, "verb": verb, "requestURI": uri,
+        "requestReceivedTimestamp": "2026-12-06T00:00:01.000000Z",
+        "stageTimestamp": "2026-12-06T00:00:01.010000Z",
+        "user": {"username": fencing.OPERATOR_USER,
+                 "extra": {leasepolicy.POD_NAME: [pod]}},
+        "objectRef": {"resource": resource, "namespace": namespace, "name": name},
+        "responseStatus": {"code": code, "message": message}})
+
+
+def test_the_audit_log_is_read_into_writes_probes_and_the_election(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    log.write_text("\n".join([
+        _event("create", "events", "", namespace=names.OPERATOR_NAMESPACE, dry=True),
+        _event("create", "pods", "w-1", dry=True),  # a LaunchSpec's check: no write
+        _event("update", "leases", names.LEADER_LEASE, namespace=names.OPERATOR_NAMESPACE),
+        _event("update", "secrets", names.LEADER_SECRET, namespace=names.OPERATOR_NAMESPACE),
+        _event("update", "leases", names.LEADER_LEASE),  # not the election's: a write
+        _event("create", "subjectaccessreviews", ""),  # a question
+        _event("create", "pods", "w-1", stage="RequestReceived"),
+        _event("create", "pods", "w-1", code=403, message="fenced: pod a is not the leader"),
+    ]) + "\n")
+    found = operator_writes(SimpleNamespace(audit_log=log),  # type: ignore[arg-type]
+                            since=T0)
+    assert [(w.kind, w.what) for w in found] == [
+        (PROBE, "create events "), (ELECTION, f"update leases {names.LEADER_LEASE}"),
+        (ELECTION, f"update secrets {names.LEADER_SECRET}"),
+        (WRITE, f"update leases {names.LEADER_LEASE}"), (WRITE, "create pods w-1")]
+    assert found[-1].message.startswith(fencing.FENCED) and not found[-1].admitted

@@ -23,7 +23,7 @@ primed, the stamping epoch is in force and its work queue started
 epoch is not in force, or while a required check (:meth:`Metrics.require`: the history
 API's certificate) says something is missing (readiness: "this pod reconciles, or as a
 standby could take over at once, its writes are not refused by its own stamping policy,
-and it serves what its Services send it"); the 503's text says which.
+and it has read the certificate its history Service needs"); the 503's text says which.
 """
 
 from __future__ import annotations

@@ -196,12 +196,12 @@ class Registration:
             if self.also is not None:
                 self.also()
             serving = self.load()
-            self.looked = True
             if serving is not None and serving != self.serving:
                 self.use(serving)
                 self.serving = serving
                 self.logger.info("serving the history API's certificate from %s/%s",
                                  names.OPERATOR_NAMESPACE, names.HISTORY_TLS_SECRET)
+            self.looked = True
             if self.serving is not None and self.may_write():
                 self.ensure()
         except Exception:  # an unreachable API server: the next round tries again

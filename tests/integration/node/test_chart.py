@@ -25,9 +25,11 @@ are cluster-wide while it is installed.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import signal
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -110,6 +112,16 @@ def existing(api: kubernetes.client.ApiClient, kind: str, namespace: str,
     return True
 
 
+FROZEN_BOUND = 40.0  # seconds a leader stays frozen: under the liveness probe's ~55 s
+
+
+def restarts(release: Release, pod: str) -> int:
+    """The restarts of ``pod``'s container."""
+    return sum(int(s.get("restartCount", 0)) for p in release.pods()
+               if p["metadata"]["name"] == pod
+               for s in p["status"].get("containerStatuses") or [])
+
+
 def pod_named(pods: list[dict[str, Any]], *, other: str) -> str:
     """The name of the pod of ``pods`` not named ``other``."""
     (name,) = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != other]
@@ -190,7 +202,9 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         # The history API, served by both pods behind the chart's APIService and Service,
         # with the one certificate the APIService trusts (made by the leader).
         historyapi.wait_available(cluster)
-        assert served_certificates(cluster, namespace, pods) == {trusted(api)}
+        # (A standby that read no Secret yet serves a provisional one for a second.)
+        wait_for(lambda: served_certificates(cluster, namespace, pods) == {trusted(api)},
+                 timeout=30, message="both pods serving the trusted certificate")
 
         slot = play_recovery_trace(scenario)
         read = cluster.kubectl("get", "--raw", f"/apis/{names.HISTORY_GROUP}/"
@@ -257,17 +271,23 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         leader = wait_for(release.leader, timeout=60, message="a replica leading")
         (frozen,) = [p for p in release.pods() if p["metadata"]["name"] == leader]
         pid, uid = container_pid(node, frozen), frozen["metadata"]["uid"]
+        restarted = restarts(release, leader)
         kill_on_node(pid, pod_uid=uid, sig=signal.SIGSTOP)
+        # Within FROZEN_BOUND, before the liveness probe (6 misses 10 s apart) restarts it.
+        frozen_until = time.monotonic() + FROZEN_BOUND
         try:
             scenario.run("after-failover", user="alice", claim_policy="Manual")
             survivor = pod_named(upgraded, other=leader)
-            wait_for(lambda: release.leader() == survivor, timeout=60,
+            wait_for(lambda: release.leader() == survivor,
+                     timeout=frozen_until - time.monotonic(),
                      message=f"{survivor} taking over from {leader}")
             scenario.wait_state(scenario.slot_name_eventually("after-failover", "research"),
-                                "Ready")
+                                "Ready", timeout=max(1.0, frozen_until - time.monotonic()))
+            assert restarts(release, leader) == restarted, "liveness restarted it first"
         finally:
-            kill_on_node(pid, pod_uid=uid, sig=signal.SIGCONT)
-        wait_for(lambda: any(s.get("restartCount", 0) >= 1 and (
+            with contextlib.suppress(OSError):  # (gone, if its container was restarted)
+                kill_on_node(pid, pod_uid=uid, sig=signal.SIGCONT)
+        wait_for(lambda: any(s.get("restartCount", 0) > restarted and (
             (s.get("lastState") or {}).get("terminated") or {}).get("exitCode") == 75
             for p in release.pods() if p["metadata"]["name"] == leader
             for s in p["status"].get("containerStatuses") or []), timeout=60,

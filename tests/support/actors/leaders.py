@@ -128,6 +128,7 @@ class Write:
     code: int  # the response's status code
     what: str  # "<verb> <resource> <name>"
     kind: str = WRITE
+    message: str = ""  # the refusal's, when refused
 
     @property
     def admitted(self) -> bool:
@@ -150,21 +151,26 @@ def operator_writes(cluster: Cluster, *, since: datetime) -> list[Write]:
         user = event.get("user") or {}
         ref = event.get("objectRef") or {}
         at = _when(event["requestReceivedTimestamp"])
+        dry = "dryRun" in event.get("requestURI", "")
+        mine = ref.get("namespace") == names.OPERATOR_NAMESPACE
         if (user.get("username") != fencing.OPERATOR_USER or at < since
                 or event.get("stage") != "ResponseComplete"
                 or event.get("verb") not in audit.WRITE_VERBS
-                or ref.get("resource") == "subjectaccessreviews"):
-            continue
-        kind = (PROBE if "dryRun" in event.get("requestURI", "") else
-                ELECTION if ref.get("name") in (names.LEADER_LEASE, names.LEADER_SECRET)
-                and ref.get("namespace") == names.OPERATOR_NAMESPACE else WRITE)
+                or ref.get("resource") == "subjectaccessreviews"
+                or (dry and not (mine and ref.get("resource") == "events"))):
+            continue  # (other dry runs: a LaunchSpec's pod checked, nothing written)
+        kind = (PROBE if dry else
+                ELECTION if mine and (ref.get("resource"), ref.get("name")) in (
+                    ("leases", names.LEADER_LEASE), ("secrets", names.LEADER_SECRET))
+                else WRITE)
         pod = (user.get("extra") or {}).get(leasepolicy.POD_NAME, [""])[0]
         found.append(Write(at=at, done=_when(event.get("stageTimestamp") or
                                              event["requestReceivedTimestamp"]),
                            pod=pod, code=int((event.get("responseStatus") or {})
                                              .get("code", 0)),
                            what=f"{event['verb']} {ref.get('resource')} {ref.get('name')}",
-                           kind=kind))
+                           kind=kind, message=str((event.get("responseStatus") or {})
+                                                  .get("message") or "")))
     return sorted(found, key=lambda w: w.at)
 
 

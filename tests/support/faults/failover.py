@@ -50,6 +50,7 @@ from typing import Any
 import kubernetes
 
 from agentrun.api import names
+from agentrun.core.policies import fencing
 from tests.support.actors import leaders
 from tests.support.actors.operators import OperatorProcess
 from tests.support.cluster.clusters import Cluster
@@ -279,6 +280,7 @@ def fenced_off(cluster: Cluster, losses: list[Loss], *, since: datetime,
                           f"fence named {holder}" for w, holder in leaders.late_writes(writes)]
     terms = leaders.fenced_in(writes)
     result.refused = sum(1 for w in writes if w.kind == leaders.WRITE and w.code == 403
+                         and fencing.FENCED in w.message
                          and next((pod for start, pod in reversed(terms) if start < w.at),
                                   w.pod) != w.pod)
     for index, loss in enumerate(losses):

@@ -70,6 +70,8 @@ def rules() -> list[Object]:
         validating.match_rule("", "v1", ["pods", "configmaps", "events", "secrets"],
                               list(ALL)),
         validating.match_rule("coordination.k8s.io", "v1", ["leases"], list(ALL)),
+        # the history API's caBundle (controller.servingcerts)
+        validating.match_rule("apiregistration.k8s.io", "v1", ["apiservices"], list(ALL)),
     ]
 
 
