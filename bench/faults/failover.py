@@ -52,8 +52,8 @@ def play(context: Context, number: int) -> Outcome:
             f"{failover.LEASE_SECONDS} s lease, which a standby waits out from the last "
             "renewal it saw)" if kills else "no kill measured")
     return Outcome(violations=played.violations, figures=(
-        f"{said}; {others or 'no pause or half-open measured'}; {played.refused} writes "
-        f"refused by the fence (a pod's, after another's fence was in force); "
+        f"{said}; {others or 'no pause or half-open measured'}; writes refused by the "
+        f"fence (a pod's, after another's fence was in force): {played.refused}; "
         f"{played.claims} claims, at "
         f"most {played.most_busy} slots Claiming or Active at once (maxActive "
         f"{args.failover_max_active})"))
