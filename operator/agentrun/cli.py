@@ -319,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     # Set while this replica leads (always None without election: it runs alone, and
     # writes): the elector sets it; the history API makes its certificate only then.
     leading = threading.Event() if args.election is not None else None
+    if leading is not None:
+        meters.watch_leading(leading.is_set)
     history = None
     if args.history_port:
         try:

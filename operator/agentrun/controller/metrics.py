@@ -28,10 +28,12 @@ and it has read the certificate its history Service needs"); the 503's text says
 
 from __future__ import annotations
 
+import platform
 import socket
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -46,6 +48,17 @@ KEY_KINDS = ("AgentRun", "Slot", "LaunchSpec")  # what the work queue's keys nam
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 # Attempts run from seconds (a crash at start) to hours (an agent's long task).
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
+
+
+def _version() -> str:
+    """The installed distribution's version ("unknown" when run from a source tree)."""
+    try:
+        return metadata.version("agentrun-operator")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+VERSION = _version()
 
 
 @dataclass
@@ -106,6 +119,16 @@ class Metrics:
             "agentrun_approvals_requested_total",
             "Effects waiting for people's approval of their payload, recorded on a slot",
             registry=into)
+        self.leader = Gauge(
+            "agentrun_leader",
+            "1 while this replica leads (reconciles and writes), 0 while it stands by",
+            registry=into)
+        self.leader.set(1)  # alone (no election) it leads; watch_leading says otherwise
+        build = Gauge("agentrun_build_info", "The operator's version and Python (always 1)",
+                      ["version", "python"], registry=into)
+        build.labels(version=VERSION, python=platform.python_version()).set(1)
+        # CPU seconds, resident memory, open files, start time (Linux /proc).
+        prometheus_client.ProcessCollector(registry=into)
 
     def count(self, tally: tallies.Tally) -> None:
         """Count one applied slot write."""
@@ -147,6 +170,10 @@ class Metrics:
         if not self.ready.is_set():
             return self.waiting_for
         return next((why for check in self.checks if (why := check()) is not None), None)
+
+    def watch_leading(self, leading: Callable[[], bool]) -> None:
+        """Read whether this replica leads at each scrape (under leader election)."""
+        self.leader.set_function(lambda: 1.0 if leading() else 0.0)
 
     def watch_depth(self, depth: Callable[[], float]) -> None:
         """Read the queue's depth at each scrape (never stale, nothing to update)."""

@@ -222,6 +222,7 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         standby = scrape(at[pod_named(pods, other=leader)])
         assert value(standby, "agentrun_commands_total", kind="Claim", outcome="Accepted",
                      predicate="") == 0
+        assert (value(series, "agentrun_leader"), value(standby, "agentrun_leader")) == (1, 0)
         assert value(series, "agentrun_commands_total", kind="Claim", outcome="Accepted",
                      predicate="") == 2
         # bob's and the blank reassignments were refused by the chart's validating

@@ -6,6 +6,8 @@ one socket is the endpoint's, on 127.0.0.1 and a port the OS picks.
 
 from __future__ import annotations
 
+import platform
+import threading
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -186,9 +188,24 @@ def test_registries_are_separate_and_depth_is_read_at_scrape() -> None:
 def test_no_label_names_an_object() -> None:
     allowed = {"kind", "outcome", "predicate", "le"}
     for family in metrics.Metrics().registry.collect():
-        assert family.name.startswith("agentrun_")
+        assert family.name.startswith(("agentrun_", "process_"))
         for found in family.samples:
-            assert set(found.labels) <= allowed, (family.name, found.labels)
+            extra = {"version", "python"} if family.name == "agentrun_build_info" else set()
+            assert set(found.labels) <= allowed | extra, (family.name, found.labels)
+
+
+def test_the_leader_gauge_build_info_and_the_process() -> None:
+    meters = metrics.Metrics()
+    assert sample(meters, "agentrun_leader") == 1  # alone, it leads
+    leading = threading.Event()
+    meters.watch_leading(leading.is_set)
+    assert sample(meters, "agentrun_leader") == 0  # a standby
+    leading.set()
+    assert sample(meters, "agentrun_leader") == 1
+    assert sample(meters, "agentrun_build_info", version=metrics.VERSION,
+                  python=platform.python_version()) == 1
+    assert metrics.VERSION != ""
+    assert (sample(meters, "process_resident_memory_bytes") or 0) > 0
 
 
 def test_the_endpoint_serves_the_registry_and_stops() -> None:
