@@ -63,10 +63,9 @@ CONTROLLERS = [
     "clusterrole-aggregation-controller",
     "resourcequota-controller",
 ]
-# What a node needs: the not-ready taint cleared, Service endpoints, eviction of pods
-# from a lost node, pods of deleted nodes collected, the node's podCIDR, claims bound
-# to volumes (the object store's, tests/support/cluster/store.py: a pod runs only once
-# its claim is Bound), and disruption budgets' status (what the eviction API checks).
+# What a node needs: the not-ready taint cleared, Service endpoints, evictions from a lost
+# node, deleted nodes' pods collected, the podCIDR, claims bound (a pod runs only once its
+# claim is Bound: the store's, cluster/store.py), disruption budgets' status (evictions).
 NODE_CONTROLLERS = [
     "node-lifecycle-controller",
     "endpointslice-controller",
