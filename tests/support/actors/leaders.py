@@ -185,6 +185,11 @@ def fenced_in(writes: list[Write]) -> list[tuple[datetime, str]]:
     return found
 
 
+def fenced_for(terms: list[tuple[datetime, str]], write: Write) -> str | None:
+    """The pod the fence let write when ``write`` was received (None: no fence yet)."""
+    return next((pod for start, pod in reversed(terms) if start < write.at), None)
+
+
 def late_writes(writes: list[Write]) -> list[tuple[Write, str]]:
     """Admitted writes (:data:`WRITE`) of a pod received after another pod's fence came in
     force, and which pod's: what the fence must never let through."""
@@ -193,7 +198,7 @@ def late_writes(writes: list[Write]) -> list[tuple[Write, str]]:
     for write in writes:
         if write.kind != WRITE or not write.admitted:
             continue
-        holder = next((pod for start, pod in reversed(terms) if start < write.at), None)
+        holder = fenced_for(terms, write)
         if holder is not None and holder != write.pod:
             late.append((write, holder))
     return late

@@ -52,6 +52,7 @@ import kubernetes
 from agentrun.api import names
 from agentrun.core.policies import fencing
 from tests.support.actors import leaders
+from tests.support.actors.leaders import fenced_for
 from tests.support.actors.operators import OperatorProcess
 from tests.support.cluster.clusters import Cluster
 from tests.support.faults import netplay
@@ -281,8 +282,7 @@ def fenced_off(cluster: Cluster, losses: list[Loss], *, since: datetime,
     terms = leaders.fenced_in(writes)
     result.refused = sum(1 for w in writes if w.kind == leaders.WRITE and w.code == 403
                          and fencing.FENCED in w.message
-                         and next((pod for start, pod in reversed(terms) if start < w.at),
-                                  w.pod) != w.pod)
+                         and fenced_for(terms, w) not in (None, w.pod))
     for index, loss in enumerate(losses):
         first = next((w.at for w in writes if w.kind == leaders.WRITE and w.pod == loss.new
                       and w.admitted and w.at >= loss.at), None)
