@@ -12,6 +12,7 @@ from typing import Any, Self
 from pydantic import ConfigDict, Field, model_validator
 
 from agentrun.api.models import Model
+from agentrun.api.modelusage import PriceTable
 from agentrun.api.policies import RetryPolicy
 
 NODE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -116,6 +117,8 @@ class BindingsDocument(Model):
     nodes: list[NodeBinding] = Field(min_length=1)
     # Where the example research-report agent publishes (agentrun.examples); optional.
     publish: EffectTarget | None = None
+    # What model calls cost (agentrun.api.modelusage): pinned with the run, read by the SDK.
+    prices: PriceTable | None = None
 
     def check_covers(self, workflow: WorkflowDocument) -> None:
         """Every workflow node has exactly one binding, and no binding names a stranger."""

@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentrun.api import bounds, names, records
+from agentrun.api import bounds, modelusage, names, records
 from agentrun.api.records import Record
 
 HEAD = names.JOURNAL_HEAD_ANNOTATION
 HEAD_PATTERN = re.compile(r"(?P<seq>[0-9]{10})-(?P<digest>[0-9a-f]{64})")
 USAGE = names.JOURNAL_USAGE_ANNOTATION
+MODEL_USAGE = names.MODEL_USAGE_ANNOTATION
 # Admission checks the shape (CEL), and compares the numbers as CEL ints: 18 digits fit.
 USAGE_SHAPE = r"^[0-9]{1,10} records, [0-9]{1,18} bytes$"
 USAGE_PATTERN = re.compile(r"(?P<records>[0-9]{1,10}) records, (?P<bytes>[0-9]{1,18}) bytes")
@@ -62,12 +63,25 @@ class Usage:
 
     records: int = 0
     bytes: int = 0
+    # The model usage its ``usage`` records report (:data:`MODEL_USAGE`, beside it on the
+    # Lease); None: none reported yet.
+    model: modelusage.ModelUsage | None = None
 
     def text(self) -> str:
         return f"{self.records} records, {self.bytes} bytes"
 
+    def annotations(self) -> dict[str, str]:
+        """What the head's patch writes beside the head."""
+        return {USAGE: self.text(), **({} if self.model is None else {
+            MODEL_USAGE: self.model.text()})}
+
     def adding(self, record: Record) -> Usage:
-        return Usage(records=self.records + 1, bytes=self.bytes + record.size)
+        model = self.model
+        if record.kind is records.Kind.USAGE:
+            call = modelusage.of_record(record.inline)
+            if call is not None:
+                model = call if model is None else model.plus(call)
+        return Usage(records=self.records + 1, bytes=self.bytes + record.size, model=model)
 
     @classmethod
     def on_lease(cls, lease: Mapping[str, Any]) -> Usage | None:
@@ -77,7 +91,8 @@ class Usage:
         found = None if text is None else USAGE_PATTERN.fullmatch(str(text))
         if found is None:
             return None
-        return cls(records=int(found["records"]), bytes=int(found["bytes"]))
+        return cls(records=int(found["records"]), bytes=int(found["bytes"]),
+                   model=modelusage.ModelUsage.on_lease(lease))
 
 
 def node(*, attempt: int, seq: int, prev: str | None, entries: list[records.Record]) -> bytes:

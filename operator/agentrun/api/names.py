@@ -207,6 +207,9 @@ JOURNAL_SECRET_KEY: Final = "secretAccessKey"
 JOURNAL_HEAD_ANNOTATION: Final = "journal.agentrun.dev/head"
 # Beside the head, in the same write: "<n> records, <n> bytes" (api.journalnodes.Usage).
 JOURNAL_USAGE_ANNOTATION: Final = "journal.agentrun.dev/usage"
+# Beside the head, in the same write: the attempt's model usage, "<n> input tokens, <n>
+# output tokens, <n> micro-<currency>" (api.modelusage.ModelUsage).
+MODEL_USAGE_ANNOTATION: Final = "journal.agentrun.dev/model-usage"
 # What reruns took out of the slot's prefix (api.cuts), written by the operator on each
 # attempt's Lease at its claim: the worker reads its prefix without those records.
 JOURNAL_CUTS_ANNOTATION: Final = "journal.agentrun.dev/cuts"

@@ -53,6 +53,7 @@ class Kind(enum.StrEnum):
     EFFECT_INTENT = "effect-intent"
     EFFECT_OUTCOME = "effect-outcome"
     ARTIFACT = "artifact"  # bytes streamed into the journal by reference (``ref``), any size
+    USAGE = "usage"  # one model call's usage (agentrun.api.modelusage), journaled with its step
 
 
 class RecordError(ValueError):

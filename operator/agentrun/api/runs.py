@@ -18,6 +18,7 @@ from agentrun.api import bounds, names
 from agentrun.api.conditions import Conditions
 from agentrun.api.meta import ObjectMeta
 from agentrun.api.models import Model
+from agentrun.api.modelusage import ModelUsage
 from agentrun.api.policies import RetryPolicy
 
 ClaimPolicy = Literal["Automatic", "Manual"]
@@ -330,6 +331,8 @@ class AgentRunStatus(Model):
     done: str | None = Field(default=None, max_length=32,
                              description="succeeded/total, for the printer column")
     conditions: Conditions = Field(default_factory=list)
+    usage: ModelUsage | None = Field(default=None, description=(
+        "the model usage of the run's slots (the sum of their usage as last read)"))
     reruns: int = Field(
         default=0, ge=0, le=bounds.MAX_REVISION,  # 2^53 - 1: exact as a JSON number
         description="the sum of its slots' reruns when the status was last derived: a larger "

@@ -34,6 +34,7 @@ from agentrun.api.cuts import (
 )
 from agentrun.api.meta import ObjectMeta
 from agentrun.api.models import Model
+from agentrun.api.modelusage import ModelUsage
 from agentrun.api.policies import RetryPolicy
 
 ATTEMPTS_KEPT = 10
@@ -166,6 +167,9 @@ class AttemptRecord(Model):
     outcome: Outcome | None = None
     reason: bounds.RecordMessage | None = None
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
+    usage: ModelUsage | None = Field(default=None, description=(
+        "the model usage the attempt reported (its Lease's sum when the slot's status was "
+        "last written while the Lease was there)"))
 
 
 class CommandRecord(Model):
@@ -269,6 +273,8 @@ class SlotStatus(Model):
     active_worker: bounds.ShortText | None = None
     prior_worker: bounds.ShortText | None = None
     attempts: list[AttemptRecord] = Field(default_factory=list, max_length=ATTEMPTS_KEPT)
+    usage: ModelUsage | None = Field(default=None, description=(
+        "the model usage of all the slot's attempts (kept whole: not only those in attempts)"))
     attempt_count: int = Field(default=0, ge=0, le=bounds.MAX_ATTEMPT_NUMBER)
     retry_at: datetime | None = None
     next_owner_actor: bounds.Actor | None = Field(

@@ -119,6 +119,16 @@ class Metrics:
             "agentrun_approvals_requested_total",
             "Effects waiting for people's approval of their payload, recorded on a slot",
             registry=into)
+        self.model_tokens = Counter(
+            "agentrun_model_tokens_total",
+            "Model tokens workers reported (read off attempts' Leases into slots' status)",
+            ["direction"], registry=into)
+        self.model_cost = Counter(
+            "agentrun_model_cost_total",
+            "What workers' model calls cost, in units of the currency (runs' price tables)",
+            ["currency"], registry=into)
+        for direction in ("input", "output"):
+            self.model_tokens.labels(direction=direction)
         self.leader = Gauge(
             "agentrun_leader",
             "1 while this replica leads (reconciles and writes), 0 while it stands by",
@@ -148,6 +158,11 @@ class Metrics:
             self.questions_asked.inc(tally.questions_asked)
         if tally.approvals_requested:
             self.approvals_requested.inc(tally.approvals_requested)
+        if tally.usage is not None:
+            self.model_tokens.labels(direction="input").inc(tally.usage.input_tokens)
+            self.model_tokens.labels(direction="output").inc(tally.usage.output_tokens)
+            self.model_cost.labels(currency=tally.usage.currency).inc(
+                tally.usage.cost_micros / 1_000_000)
 
     def run_event(self, reason: str) -> None:
         """Count one applied run status write that carried an Event (its reason)."""

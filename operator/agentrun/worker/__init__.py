@@ -8,6 +8,8 @@ Worker``):
   :class:`PinnedConfig` snapshots, :class:`Steps` (``worker.steps``: what was skipped,
   what ran again) and :class:`Artifact` (``worker.artifact``: a stream stored in the
   journal, read back as one);
+- model usage: ``worker.usage`` (each model call's tokens and cost, journaled with its
+  step) returns a :class:`ModelUsage` and refuses a report with :class:`UsageError`;
 - the errors an author catches: :class:`WorkerContextError` (not in a pod the operator
   claimed); :class:`LeaseLapsed` (wait and retry) and :class:`LeaseLost` (exit: a
   successor may be running); :class:`EffectStopped` (stop the attempt) and its kinds
@@ -31,7 +33,8 @@ Everything else is in private modules: the context's checks (``_context``), the 
 keeper (``_keeper``, its pure decisions ``_renewals``, one renewal's reads and writes
 ``_renewer``), the recoverable prefix (``_prefix``), the records on the Lease
 (``_records``), the effect ledger (``_effects``), the ``Worker`` that puts them together
-(``_sdk``), the questions (``_questions``), the journal (``_journal``, its group commit
+(``_sdk``), the questions (``_questions``), model usage (``_usage``), the journal
+(``_journal``, its group commit
 ``_journalcommits``, its artifacts ``_artifacts``) and the sidecar (``_sidecar``,
 ``_sidecarsessions``, ``_sidecarstreams``, ``_sidecarserver``). Why:
 they are how the guarantees are kept, and they change with the operator (what a record
@@ -76,6 +79,7 @@ from agentrun.worker._records import (
     canonical,
 )
 from agentrun.worker._sdk import Worker
+from agentrun.worker._usage import ModelUsage, UsageError
 
 __all__ = [
     "JSON",
@@ -93,6 +97,7 @@ __all__ = [
     "Kind",
     "LeaseLapsed",
     "LeaseLost",
+    "ModelUsage",
     "PayloadStore",
     "PinnedConfig",
     "QuestionAsked",
@@ -105,6 +110,7 @@ __all__ = [
     "RecordRefused",
     "ResultNotStored",
     "Steps",
+    "UsageError",
     "Worker",
     "WorkerContextError",
     "canonical",

@@ -41,7 +41,7 @@ from agentrun.api import bounds, names
 from agentrun.api.journalnodes import NODE_BYTES, NODE_ENTRIES, Head, Usage, node
 from agentrun.kube import rest
 from agentrun.worker import _records as records
-from agentrun.worker._journal import HEAD, USAGE, Journal
+from agentrun.worker._journal import HEAD, Journal
 
 # The longest a staged record waits for its flush. An agent's step takes a model turn
 # (seconds); a quarter of a second keeps what a crash can cost to a fraction of one step
@@ -360,7 +360,7 @@ class JournalRecords:
             metadata = lease.get("metadata") or {}
             body = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
                                  "annotations": {HEAD: new.text(), **(
-                                     {} if usage is None else {USAGE: usage.text()})}}}
+                                     {} if usage is None else usage.annotations())}}}
             try:
                 answer = self.lease.api.request("PATCH", path, body=body,
                                                 content_type=rest.MERGE_PATCH)

@@ -41,6 +41,7 @@ from agentrun.worker import _prefix as prefix
 from agentrun.worker import _questions as questions
 from agentrun.worker import _records as records
 from agentrun.worker import _renewer as renewer
+from agentrun.worker import _usage as usages
 from agentrun.worker._context import Context
 from agentrun.worker._renewals import Verdict
 
@@ -94,6 +95,7 @@ class Worker:
     # its return, or at the next flush; 0: every step durable on return.
     commit_delay: float = journalcommits.DEFAULT_DELAY_SECONDS
     _steps: prefix.Steps | None = field(default=None, init=False, repr=False)
+    _meter: usages.Meter | None = field(default=None, init=False, repr=False)
     _reading: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @classmethod
@@ -167,7 +169,35 @@ class Worker:
         is first; a crash before that repeats the step in the successor. ``durable=True``
         returns only once it is durable. Without a journal every step is durable on
         return (a record on the Lease)."""
-        return self.steps.step(key, do=do, kind=kind, durable=durable)
+        def done_in_step() -> T:
+            with usages.in_step(key):
+                return do()
+
+        return self.steps.step(key, do=done_in_step, kind=kind, durable=durable)
+
+    def usage(self, model: str, *, input_tokens: int, output_tokens: int,
+              cost: usages.Cost | None = None, currency: str | None = None
+              ) -> usages.ModelUsage:
+        """Report one model call's usage, after it returned: ``model`` as the provider names
+        it, its input and output tokens, and its ``cost`` (a decimal amount in the run's
+        currency; None: priced by the run's pinned price table, the bindings' ``prices``).
+        Journaled durably with the step it was made in, before this returns; the attempt's
+        sum goes on its Lease and the operator adds it up per attempt, slot and run. Raises
+        :class:`usages.UsageError` for a report out of its bounds or a model the table
+        does not price (nothing recorded), and needs the run's journal."""
+        steps = self.steps  # first: it takes the lock below itself
+        with self._reading:
+            if self._meter is None:
+                self._meter = usages.Meter(steps=steps, attempt=self.context.attempt,
+                                           prices=usages.price_table(self.context))
+            meter = self._meter
+        return meter.report(model, input_tokens=input_tokens, output_tokens=output_tokens,
+                            cost=cost, currency=currency)
+
+    @property
+    def usage_total(self) -> usages.ModelUsage | None:
+        """This attempt's usage as committed (what its Lease says); None before any."""
+        return None if self._meter is None else self._meter.total()
 
     def artifact(self, key: str, source: artifacts.Source) -> artifacts.Artifact:
         """Skip if committed, else stream ``source`` (a file's path, or a binary stream's

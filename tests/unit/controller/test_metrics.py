@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentrun import cli
+from agentrun.api.modelusage import ModelUsage
 from agentrun.api.slots import (
     AttemptRecord,
     CommandKind,
@@ -156,6 +157,26 @@ def test_a_new_question_counts_once() -> None:
     assert (tally(new, both).questions_asked, tally(new, both).approvals_requested) == (0, 1)
 
 
+def test_model_usage_counts_what_the_slots_sum_grew_by() -> None:
+    first = ModelUsage(input_tokens=100, output_tokens=10, cost_micros=1_500_000)
+    grown = ModelUsage(input_tokens=150, output_tokens=11, cost_micros=2_000_000)
+    with_first = ACTIVE.model_copy(update={"usage": first})
+    with_grown = ACTIVE.model_copy(update={"usage": grown})
+    assert tally(ACTIVE, with_first).usage == first
+    assert tally(with_first, with_grown).usage == ModelUsage(
+        input_tokens=50, output_tokens=1, cost_micros=500_000)
+    assert tally(with_grown, with_grown).usage is None  # read back: nothing new
+    assert tally(with_grown, with_first).usage is None  # a stale read never subtracts
+    euros = ACTIVE.model_copy(update={"usage": grown.model_copy(update={"currency": "EUR"})})
+    assert tally(with_first, euros).usage is None
+    meters = metrics.Metrics()
+    meters.count(tally(ACTIVE, with_first))
+    meters.count(tally(with_first, with_grown))
+    assert sample(meters, "agentrun_model_tokens_total", direction="input") == 150
+    assert sample(meters, "agentrun_model_tokens_total", direction="output") == 11
+    assert sample(meters, "agentrun_model_cost_total", currency="USD") == 2.0
+
+
 def test_the_registry_moves_by_the_tally() -> None:
     meters = metrics.Metrics()
     meters.count(tally(ACTIVE, ended(Outcome.LOST, after=30)))
@@ -186,7 +207,7 @@ def test_registries_are_separate_and_depth_is_read_at_scrape() -> None:
 
 
 def test_no_label_names_an_object() -> None:
-    allowed = {"kind", "outcome", "predicate", "le"}
+    allowed = {"kind", "outcome", "predicate", "le", "direction", "currency"}
     for family in metrics.Metrics().registry.collect():
         assert family.name.startswith(("agentrun_", "process_"))
         for found in family.samples:

@@ -39,8 +39,8 @@ def test_the_modules_are_private_but_the_command() -> None:
     inside = [m.name for m in pkgutil.iter_modules(agentrun.worker.langgraph.__path__)
               if not m.name.startswith("_")]
     assert inside == [] and agentrun.worker.langgraph.__all__ == [
-        "ConcurrentToolCall", "JournalSaver", "Sent", "current", "durable_tool", "effect",
-        "invoke"]
+        "ConcurrentToolCall", "JournalSaver", "Sent", "UsageCallback", "current",
+        "durable_tool", "effect", "invoke"]
 
 
 PUBLIC = {"agentrun.worker": agentrun.worker.__all__,

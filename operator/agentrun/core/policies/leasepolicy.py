@@ -39,7 +39,7 @@ without the controller's rights; nothing of the namespace will outlive it).
 
 from __future__ import annotations
 
-from agentrun.api import bounds, journalnodes, names
+from agentrun.api import bounds, journalnodes, modelusage, names
 from agentrun.core.policies import admission, validating
 
 Object = validating.Object
@@ -56,6 +56,7 @@ PREFIX = bounds.RECORD_ANNOTATION_PREFIX
 RECORDS_CHANGED = "changing or removing a committed record"
 HEAD = names.JOURNAL_HEAD_ANNOTATION
 USAGE = names.JOURNAL_USAGE_ANNOTATION
+MODEL_USAGE = names.MODEL_USAGE_ANNOTATION
 ERROR = names.JOURNAL_ERROR_ANNOTATION
 LOST = names.JOURNAL_LOST_ANNOTATION
 HEAD_SHAPE = "^[0-9]{10}-[0-9a-f]{64}$"
@@ -160,32 +161,46 @@ def head_checks() -> list[Object]:
 
 
 def usage_checks() -> list[Object]:
-    """The usage (:data:`USAGE`, ``<n> records, <n> bytes``) beside the head: well formed
-    (so bounded), changed only in the write that moves the head, never decreasing, and
-    never removed (the kept check). It is the holder's report: admission cannot read the
-    nodes to check the numbers, only that they are shaped and only grow."""
-    new, old = f"variables.new[?'{USAGE}']", f"variables.old[?'{USAGE}']"
+    """The usages beside the head (the journal's, :data:`USAGE`, ``<n> records, <n>
+    bytes``, and the model calls', :data:`MODEL_USAGE`, ``<n> input tokens, <n> output
+    tokens, <n> micro-<currency>``): each well formed (so bounded), changed only in the
+    write that moves the head, never decreasing (and the model usage's currency never
+    changing), and never removed (the kept check). They are the holder's report: admission
+    cannot read the nodes to check the numbers, only that they are shaped and only grow."""
+    return [
+        *_growing(USAGE, shape=journalnodes.USAGE_SHAPE, numbers=(0, 2),
+                  said="'<n> records, <n> bytes'"),
+        *_growing(MODEL_USAGE, shape=modelusage.SHAPE, numbers=(0, 3, 6), same=7,
+                  said="'<n> input tokens, <n> output tokens, <n> micro-<currency>'"),
+    ]
+
+
+def _growing(annotation: str, *, shape: str, numbers: tuple[int, ...], said: str,
+             same: int | None = None) -> list[Object]:
+    """The checks of one usage annotation: ``numbers`` are the indexes of its words that
+    never decrease, ``same`` the one that never changes."""
+    new, old = f"variables.new[?'{annotation}']", f"variables.old[?'{annotation}']"
     head_new, head_old = f"variables.new[?'{HEAD}']", f"variables.old[?'{HEAD}']"
 
-    def number(side: str, index: int) -> str:
-        return f"int({side}.value().split(' ')[{index}])"
+    def word(side: str, index: int) -> str:
+        return f"{side}.value().split(' ')[{index}]"
 
+    grows = " && ".join(f"int({word(new, i)}) >= int({word(old, i)})" for i in numbers)
+    kept = "" if same is None else f" && {word(new, same)} == {word(old, same)}"
     return [
         validation(f"request.operation != 'UPDATE' || !{new}.hasValue() || "
-                   f"{new}.value().matches('{journalnodes.USAGE_SHAPE}')",
-                   f"{USAGE} is '<n> records, <n> bytes' (written with the head by the worker "
+                   f"{new}.value().matches('{shape}')",
+                   f"{annotation} is {said} (written with the head by the worker "
                    "SDK, agentrun.worker)"),
         validation(f"request.operation != 'UPDATE' || {new} == {old} || ({head_new}.hasValue()"
                    f" && {head_new} != {head_old})",
-                   f"{USAGE} changes only in the write that advances {HEAD}: it counts what "
-                   "the head reaches"),
+                   f"{annotation} changes only in the write that advances {HEAD}: it counts "
+                   "what the head reaches"),
         validation(f"request.operation != 'UPDATE' || !{new}.hasValue() || !{old}.hasValue() "
-                   f"|| !{new}.value().matches('{journalnodes.USAGE_SHAPE}') || "
-                   f"!{old}.value().matches('{journalnodes.USAGE_SHAPE}') || "
-                   f"({number(new, 0)} >= {number(old, 0)} && "
-                   f"{number(new, 2)} >= {number(old, 2)})",
-                   f"{USAGE} never decreases: a later commit adds to what the earlier ones "
-                   "hold"),
+                   f"|| !{new}.value().matches('{shape}') || "
+                   f"!{old}.value().matches('{shape}') || ({grows}{kept})",
+                   f"{annotation} never decreases: a later commit adds to what the earlier "
+                   "ones hold" + ("" if same is None else ", in the same currency")),
     ]
 
 
@@ -193,10 +208,10 @@ def record_checks() -> list[Object]:
     """What a holder's added records must be (see the module docstring)."""
     new, old = "variables.new", "variables.old"
     kept = (f"{new}.filter(k, !k.startsWith('{PREFIX}') && k != '{HOLDER_UID}' && "
-            f"k != '{HEAD}' && k != '{USAGE}' && k != '{ERROR}' && k != '{LOST}').all(k, "
-            f"k in {old} && {old}[k] == {new}[k]) && {old}.all(k, k == '{ERROR}' || "
-            f"k == '{LOST}' || (k in {new} && (k == '{HEAD}' || k == '{USAGE}' || "
-            f"{new}[k] == {old}[k])))")
+            f"k != '{HEAD}' && k != '{USAGE}' && k != '{MODEL_USAGE}' && k != '{ERROR}' && "
+            f"k != '{LOST}').all(k, k in {old} && {old}[k] == {new}[k]) && {old}.all(k, "
+            f"k == '{ERROR}' || k == '{LOST}' || (k in {new} && (k == '{HEAD}' || "
+            f"k == '{USAGE}' || k == '{MODEL_USAGE}' || {new}[k] == {old}[k])))")
     attempt = f"oldObject.metadata.?labels.orValue({{}})[?'{names.ATTEMPT_LABEL}'].orValue('')"
     shaped = (f"variables.added.all(k, bytes({new}[k]).size() <= {bounds.RECORD_BYTES} && "
               f"{new}[k].startsWith('{{\"attempt\":' + {attempt} + ',') && "
@@ -204,10 +219,9 @@ def record_checks() -> list[Object]:
     return [
         validation(f"request.operation != 'UPDATE' || ({kept})",
                    f"a worker may add records ({PREFIX}<key>) to its attempt's Lease, "
-                   f"advance {HEAD} (and {USAGE} with it) and set or remove {ERROR} and "
-                   f"{LOST}, but not change "
-                   f"other annotations; {RECORDS_CHANGED} is refused: records are "
-                   "write-once"),
+                   f"advance {HEAD} (and {USAGE} and {MODEL_USAGE} with it) and set or "
+                   f"remove {ERROR} and {LOST}, but not change other annotations; "
+                   f"{RECORDS_CHANGED} is refused: records are write-once"),
         validation(f"request.operation != 'UPDATE' || {new}.filter(k, k.startsWith("
                    f"'{PREFIX}')).size() <= {bounds.MAX_RECORDS}",
                    f"an attempt's Lease holds at most {bounds.MAX_RECORDS} records; store "

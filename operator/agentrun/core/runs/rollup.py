@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from agentrun.api import bounds, conditions, names
+from agentrun.api import bounds, conditions, modelusage, names
 from agentrun.api.conditions import Condition, ConditionStatus
 from agentrun.api.runs import AgentRun, AgentRunStatus, Pins, SlotCounts
 from agentrun.api.slots import TERMINAL_STATES, Slot, SlotState
@@ -300,6 +300,7 @@ def derive(
     return old.model_copy(update={
         "slots": counts, "done": f"{counts.succeeded}/{counts.total}", "conditions": conds,
         "reruns": max(reruns, old.reruns),
+        "usage": modelusage.total(s.status.usage for s in own.values()),
         "observed_generation": run.metadata.generation})
 
 

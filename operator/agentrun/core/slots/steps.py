@@ -41,7 +41,7 @@ from agentrun.api.slots import (
     TERMINAL_STATES,
     SlotState,
 )
-from agentrun.core.attempts import attemptobjects, ending
+from agentrun.core.attempts import attemptobjects, ending, usagerecords
 from agentrun.core.base import actions, events, slotconditions
 from agentrun.core.commands import parsing
 from agentrun.core.launchspecs import launchpins, selection
@@ -71,6 +71,11 @@ def decide(world: inputs.World) -> decisions.Decision:
     LaunchSpec label."""
     decided = decisions.settled(_next_step(world), world=world)
     step = decided.step
+    if isinstance(step, actions.WriteStatus) and world.attempt is not None:
+        # The attempt's model usage rides on any status write that sees its Lease.
+        step = dataclasses.replace(step, status=usagerecords.observed(
+            step.status, name=world.attempt.name, lease=world.attempt.lease))
+        decided = dataclasses.replace(decided, step=step)
     if isinstance(step, actions.WriteStatus) and step.status == world.slot.status:
         return decisions.Decision(step=actions.Wait(
             message="nothing to write: the status is as decided"), world=world)

@@ -21,6 +21,8 @@ read (``old``): nothing is remembered between writes, so a reconcile that is ret
   creation when it has no dependencies; otherwise it is not known and nothing is counted
   (the core records no time for "dependencies met").
 - *unresolved effect*: an effect entry, new in this write, in state ``Unresolved``.
+- *model usage*: what the slot's usage sum grew by in this write (its attempts' model
+  calls, read off their Leases): input and output tokens, and the cost in its currency.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from agentrun.api.modelusage import ModelUsage
 from agentrun.api.slots import (
     AttemptRecord,
     EffectState,
@@ -52,6 +55,7 @@ class Tally:
     effects_unresolved: int = 0
     questions_asked: int = 0
     approvals_requested: int = 0  # effects' approval requests (entries with approvers)
+    usage: ModelUsage | None = None  # what the slot's usage grew by (never negative)
 
 
 def of_slot_write(*, old: SlotStatus, new: SlotStatus, created: datetime | None,
@@ -84,13 +88,31 @@ def of_slot_write(*, old: SlotStatus, new: SlotStatus, created: datetime | None,
     unresolved = sum(1 for e in new.effects if (e.key, e.attempt) not in known
                      and e.state is EffectState.UNRESOLVED)
     asked = {(q.key, q.attempt) for q in old.questions}
-    return Tally(transitions=transitions, commands=commands, claim_latencies=latencies,
+    return Tally(usage=grown(old.usage, new.usage), transitions=transitions,
+                 commands=commands, claim_latencies=latencies,
                  attempt_durations=durations, lease_expiries=expiries,
                  effects_unresolved=unresolved,
                  questions_asked=sum(1 for q in new.questions if q.approvers is None
                                      and (q.key, q.attempt) not in asked),
                  approvals_requested=sum(1 for q in new.questions if q.approvers is not None
                                          and (q.key, q.attempt) not in asked))
+
+
+def grown(old: ModelUsage | None, new: ModelUsage | None) -> ModelUsage | None:
+    """What ``new`` adds to ``old`` (a slot's usage sums), None when nothing (or when the
+    two cannot be compared: another currency)."""
+    if new is None or new == old:
+        return None
+    if old is None:
+        return new
+    if old.currency != new.currency:
+        return None
+    added = (new.input_tokens - old.input_tokens, new.output_tokens - old.output_tokens,
+             new.cost_micros - old.cost_micros)
+    if min(added) < 0 or max(added) == 0:
+        return None
+    return ModelUsage(input_tokens=added[0], output_tokens=added[1], cost_micros=added[2],
+                      currency=new.currency)
 
 
 def claimable_since(*, old: SlotStatus, new: SlotStatus, started: AttemptRecord,

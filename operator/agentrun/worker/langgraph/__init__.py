@@ -10,12 +10,14 @@ Public (``__all__``):
 - :func:`effect` and :func:`durable_tool`: side-effecting tool calls as ledger effects,
   keyed by their position in the graph, never by what the model passed; :func:`current`
   (a :class:`Sent`) gives the running call's idempotency key and fencing token;
-  :class:`ConcurrentToolCall`: two of one task at once.
+  :class:`ConcurrentToolCall`: two of one task at once;
+- :class:`UsageCallback`: each model call's token usage reported to the worker
+  (``worker.usage``) from LangChain's callbacks; :func:`invoke` adds it.
 
 Needs the ``langgraph`` extra (``pip install '.[langgraph]'`` from a clone) and a run
 pinned with a journal. The rest is private: ``_entries`` (the log's entries and the index
 they replay to; pure), ``_log`` (one attempt's log: replay and fenced commits),
-``_saver`` (LangGraph's interface over it), ``_interrupts`` and ``_tools``. See
+``_saver`` (LangGraph's interface over it), ``_interrupts``, ``_tools`` and ``_usage``. See
 docs/worker-sdk.md ("LangGraph") and docs/design/frameworks.md.
 """
 
@@ -28,6 +30,7 @@ from agentrun.worker.langgraph._tools import (
     durable_tool,
     effect,
 )
+from agentrun.worker.langgraph._usage import UsageCallback
 
-__all__ = ["ConcurrentToolCall", "JournalSaver", "Sent", "current", "durable_tool", "effect",
-           "invoke"]
+__all__ = ["ConcurrentToolCall", "JournalSaver", "Sent", "UsageCallback", "current",
+           "durable_tool", "effect", "invoke"]

@@ -30,6 +30,7 @@ from langgraph.types import Command, Interrupt
 from agentrun.api import bounds
 from agentrun.worker import _questions as questions
 from agentrun.worker import _sdk as sdk
+from agentrun.worker.langgraph import _usage as usages
 
 KEY_PREFIX: Final = "interrupt-"
 ASK_FIELDS: Final = frozenset({"question", "schema", "deadline_seconds", "on_expiry",
@@ -92,7 +93,7 @@ def answers(worker: sdk.Worker, interrupts: Sequence[Interrupt]) -> dict[str, An
 
 
 def invoke(graph: Any, inputs: Any, *, worker: sdk.Worker, config: RunnableConfig,
-           durability: str = "sync", **kwargs: Any) -> Any:
+           durability: str = "sync", usage: bool = True, **kwargs: Any) -> Any:
     """Run ``graph`` (compiled with ``JournalSaver(worker)``) on ``config``'s thread to
     its end and return its final state's values: the first attempt starts it with
     ``inputs``; a successor resumes it; a graph paused at ``interrupt()`` is resumed with
@@ -102,7 +103,9 @@ def invoke(graph: Any, inputs: Any, *, worker: sdk.Worker, config: RunnableConfi
     ``durability`` is LangGraph's, and only ``"sync"`` keeps a tool effect's key (every
     superstep durable before the next). A graph paused at a static breakpoint
     (``interrupt_before``/``interrupt_after``) is refused: its pause is a debugger's, not
-    a question for a person."""
+    a question for a person. ``usage``: every model call's token usage is reported to
+    ``worker`` (a :class:`~agentrun.worker.langgraph._usage.UsageCallback` added to the
+    config's callbacks; its price must be in the run's price table)."""
     if durability != "sync":
         raise ValueError(f"durability {durability!r}: only 'sync' makes every superstep "
                          "durable before the next, which a tool effect's key needs")
@@ -112,6 +115,8 @@ def invoke(graph: Any, inputs: Any, *, worker: sdk.Worker, config: RunnableConfi
         raise ValueError("a graph with static breakpoints (interrupt_before/after): a "
                          "successor would run straight past them; use interrupt() for a "
                          "person, and compile without them")
+    if usage:
+        config = usages.with_usage(config, worker)
     state = graph.get_state(config)
     if state.interrupts:
         given: Any = Command(resume=answers(worker, state.interrupts))

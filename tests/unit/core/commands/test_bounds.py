@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from agentrun.api import bounds, conditions, names
 from agentrun.api.conditions import MAX_CONDITIONS
 from agentrun.api.launchspecs import LaunchSpecSpec
+from agentrun.api.modelusage import MAX_COST_MICROS, MAX_TOKENS, ModelUsage
 from agentrun.api.policies import Backoff
 from agentrun.api.slots import (
     ATTEMPTS_KEPT,
@@ -74,11 +75,14 @@ def worst_case_status() -> SlotStatus:
                               digest="0" * 64, snapshot=long_name,
                               reason=text(bounds.RECORD_MESSAGE_CHARS))
     moment = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    usage = ModelUsage(input_tokens=MAX_TOKENS, output_tokens=MAX_TOKENS,
+                       cost_micros=MAX_COST_MICROS, currency="USD", saturated=True)
     attempt = AttemptRecord(number=bounds.MAX_ATTEMPT_NUMBER, pod=short, lease=short,
                             pod_uid=short, worker_class=short, launch_spec="l" * 300,
                             owner_actor=text(bounds.ACTOR_CHARS), started_at=moment,
                             ended_at=moment, outcome=Outcome.START_TIMEOUT,
-                            reason=text(bounds.RECORD_MESSAGE_CHARS), exit_code=-(2**31))
+                            reason=text(bounds.RECORD_MESSAGE_CHARS), exit_code=-(2**31),
+                            usage=usage)
     command = CommandRecord(request_id="r" * bounds.REQUEST_ID_CHARS, kind=CommandKind.REASSIGN,
                             actor=text(bounds.ACTOR_CHARS), reason=text(bounds.REASON_BYTES),
                             worker_class=short, run=short, outcome="Rejected",
@@ -91,7 +95,7 @@ def worst_case_status() -> SlotStatus:
     return SlotStatus(
         state=SlotState.RETRY_WAIT, worker_class=short, launch_spec=pinned,
         pending_worker=short, active_worker=short, prior_worker=short,
-        attempts=[attempt] * ATTEMPTS_KEPT, attempt_count=bounds.MAX_ATTEMPT_NUMBER,
+        attempts=[attempt] * ATTEMPTS_KEPT, attempt_count=bounds.MAX_ATTEMPT_NUMBER, usage=usage,
         retry_at=moment, next_owner_actor=text(bounds.ACTOR_CHARS),
         commands=[command] * COMMANDS_KEPT,
         conditions=[condition.model_copy(update={"type": f"{i:03d}" + "t" * 313})

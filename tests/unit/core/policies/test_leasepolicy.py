@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from agentrun import manifests
-from agentrun.api import bounds, names
+from agentrun.api import bounds, modelusage, names
 from agentrun.core.policies import leasepolicy
 from agentrun.worker import _records as records
 
@@ -29,14 +29,28 @@ def record_checks() -> list[dict[str, Any]]:
 
 def test_records_are_checked_with_the_documented_bounds() -> None:
     checks = record_checks()
-    # four on records, two on the journal head, three on its usage, one on its error
-    assert len(checks) == 10
+    # four on records, two on the journal head, three on each of its two usages, one on
+    # its error
+    assert len(checks) == 13
     text = " ".join(c["expression"] for c in checks)
     assert f"<= {bounds.MAX_RECORDS}" in text and f"<= {bounds.RECORD_BYTES}" in text
     assert f"<= {bounds.JOURNAL_ERROR_BYTES}" in text
     assert all(c["expression"].startswith("request.operation != 'UPDATE' || ")
                for c in checks)
     assert "write-once" in checks[0]["message"]
+
+
+def test_the_model_usage_grows_in_one_currency_with_the_head() -> None:
+    text = " ".join(c["expression"] for c in record_checks())
+    usage = names.MODEL_USAGE_ANNOTATION
+    assert f"variables.new[?'{usage}'].value().matches('{modelusage.SHAPE}')" in text
+    for index in (0, 3, 6):  # input tokens, output tokens, cost: never smaller
+        assert (f"int(variables.new[?'{usage}'].value().split(' ')[{index}]) >= "
+                f"int(variables.old[?'{usage}'].value().split(' ')[{index}])") in text
+    assert (f"variables.new[?'{usage}'].value().split(' ')[7] == "
+            f"variables.old[?'{usage}'].value().split(' ')[7]") in text
+    assert re.fullmatch(modelusage.SHAPE, modelusage.ModelUsage(
+        input_tokens=12, output_tokens=3, cost_micros=99, currency="EUR").text())
 
 
 def test_the_checked_prefix_is_what_the_worker_writes() -> None:
@@ -97,7 +111,7 @@ def test_the_binding_is_checked_after_the_holders_name_and_before_the_rest() -> 
 
 def test_the_journal_usage_is_checked_in_the_shape_the_worker_writes() -> None:
     from agentrun.api import journalnodes
-    shape, with_head, growing = leasepolicy.usage_checks()
+    shape, with_head, growing = leasepolicy.usage_checks()[:3]
     assert all(check in record_checks() for check in (shape, with_head, growing))
     assert "never decreases" in growing["message"]
     text = journalnodes.Usage(records=12, bytes=3 * 1024 * 1024).text()

@@ -1,0 +1,135 @@
+"""Model usage, in a worker: price a model call and journal it with the step it was made in.
+
+``worker.usage(model, input_tokens=..., output_tokens=...)`` (or the LangChain callback,
+:mod:`agentrun.worker.langgraph`) is called after a model call returned. The report is
+checked against its bounds, priced from the run's pinned price table (the bindings'
+``prices``; a ``cost`` given by the caller is taken as is, in the table's currency), and
+committed *durably* as a ``usage`` record (:class:`agentrun.api.modelusage.Call`) into the
+attempt's journal before ``usage`` returns. The head's advance carries the attempt's new
+sum on its Lease (``journal.agentrun.dev/model-usage``) in the same write, so what the
+operator adds up is exactly what the journal holds. Why durable: a report that is lost is
+usage no one pays attention to; a model call takes far longer than a commit.
+
+What is not counted, and cannot be: a call whose process died before it was reported.
+Usage is the worker's own report (docs/design/usage.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import decimal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import yaml
+
+from agentrun.api import modelusage
+from agentrun.api.modelusage import ModelUsage, PriceTable, UsageError
+from agentrun.worker import _journalcommits as journalcommits
+from agentrun.worker import _prefix as prefix
+from agentrun.worker import _records as records
+from agentrun.worker._context import Context
+
+__all__ = ["MAX_CALL_TOKENS", "Cost", "Meter", "ModelUsage", "UsageError", "in_step",
+           "price_table"]
+
+Cost = decimal.Decimal | str | int | float  # an amount of the run's currency
+MAX_CALL_TOKENS = 10**9  # tokens of one kind in one call: no model reads a billion at once
+KEY_PREFIX = "usage"  # records usage.<attempt>.<n>: a dot, so never a step's key
+# The step whose ``do`` is running in this thread (or task), if any: its usage is its.
+_STEP: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentrun_step",
+                                                                   default=None)
+
+
+@contextlib.contextmanager
+def in_step(key: str) -> Iterator[None]:
+    """Usage reported inside this block is the step ``key``'s."""
+    token = _STEP.set(key)
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
+
+
+def price_table(context: Context) -> PriceTable:
+    """The run's pinned price table (``prices`` in its bindings); an empty one (costs in
+    USD, no model priced) when the bindings have none. Raises :class:`UsageError` when the
+    mounted bindings hold one that fails its schema (the operator refuses to pin those)."""
+    pinned = context.pinned.get("bindings")
+    document = yaml.safe_load(pinned.text) if pinned is not None else None
+    found = document.get("prices") if isinstance(document, dict) else None
+    if found is None:
+        return PriceTable()
+    try:
+        return PriceTable.model_validate(found)
+    except ValueError as error:
+        raise UsageError(f"the run's price table (bindings 'prices') is invalid: {error}"
+                         ) from None
+
+
+@dataclass(kw_only=True)
+class Meter:
+    """The attempt's usage reports: numbered, priced, committed."""
+
+    steps: prefix.Steps
+    attempt: int
+    prices: PriceTable
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _count: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        """Number on from this attempt's reports already committed (another ``Worker`` of
+        the same attempt, the sidecar's): a record's key is written once."""
+        mine = f"{KEY_PREFIX}.{self.attempt}."
+        with self.steps.lock:
+            numbers = [key.removeprefix(mine) for key in self.steps.prefix.committed
+                       if key.startswith(mine)]
+        self._count = max((int(n) for n in numbers if n.isdigit()), default=0)
+
+    def report(self, model: str, *, input_tokens: int, output_tokens: int,
+               cost: Cost | None = None,
+               currency: str | None = None) -> ModelUsage:
+        """Journal one call's usage (see the module docstring); the call's usage, priced."""
+        modelusage.check_model(model)
+        for name, count in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+            if isinstance(count, bool) or not isinstance(count, int) or not (
+                    0 <= count <= MAX_CALL_TOKENS):
+                raise UsageError(f"{name} is a whole number 0..{MAX_CALL_TOKENS}, "
+                                 f"not {count!r}")
+        if currency is not None and modelusage.check_currency(currency) != (
+                self.prices.currency):
+            raise UsageError(f"this run keeps its costs in {self.prices.currency} (its price "
+                             f"table's currency), not {currency}: convert the cost")
+        if cost is None:
+            micros = self.prices.cost_micros(model=model, input_tokens=input_tokens,
+                                             output_tokens=output_tokens)
+            if micros is None:
+                raise UsageError(f"model {model!r} has no price in the run's price table "
+                                 "(bindings 'prices'): add it there, or give the call's cost")
+        else:
+            micros = modelusage.micros(cost)
+        call = modelusage.Call(model=model, input_tokens=input_tokens,
+                               output_tokens=output_tokens, cost_micros=micros,
+                               currency=self.prices.currency, step=_STEP.get())
+        if not isinstance(self.steps.ledger, journalcommits.JournalRecords):
+            raise records.RecordError("usage goes into the run's journal, and this run was "
+                                      "pinned without one (the operator has no journal store "
+                                      "configured)")
+        with self.lock:  # one number per report, in the order they are committed
+            self._count += 1
+            key = f"{KEY_PREFIX}.{self.attempt}.{self._count}"
+            self.steps.commit(records.make(key=key, kind=records.Kind.USAGE,
+                                           attempt=self.attempt,
+                                           payload=call.model_dump(mode="json", by_alias=True,
+                                                                   exclude_none=True)),
+                              durable=True)
+        return call.usage()
+
+    def total(self) -> ModelUsage | None:
+        """This attempt's sum as committed (what its Lease says), None before any report."""
+        ledger = self.steps.ledger
+        if isinstance(ledger, journalcommits.JournalRecords) and ledger.usage is not None:
+            return ledger.usage.model
+        return None
