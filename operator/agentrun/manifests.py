@@ -151,8 +151,9 @@ def user_roles() -> list[dict[str, Any]]:
     the slot too);
     ``agentrun-editor`` (into edit, admin) creates runs and writes commands on slots
     (``patch``; admission lets people change only command annotations);
-    ``agentrun-slot-override`` (into admin) is the verb ``override``, so a namespace admin
-    may reassign or give up another person's attempt; ``agentrun-approver`` (bound by
+    ``agentrun-slot-override`` (into admin) is the verb ``override`` (on slots and runs),
+    so a namespace admin may reassign or give up another person's attempt, or raise
+    another person's run's budget; ``agentrun-approver`` (bound by
     hand) is the verb ``approve``: approving and denying effects that wait for approval,
     and ``agentrun-self-approver`` (bound by hand, rarely) adds ``approve-own``: also those
     of one's own runs (approvers write the command, so they need ``agentrun-editor`` too);
@@ -174,7 +175,7 @@ def user_roles() -> list[dict[str, Any]]:
             rule(group, ["slots"], ["patch", "update"]),
         ], aggregate_to=("edit", "admin")),
         _cluster_role("agentrun-slot-override",
-                      [rule(group, ["slots"], [names.OVERRIDE_VERB])],
+                      [rule(group, ["slots", "agentruns"], [names.OVERRIDE_VERB])],
                       aggregate_to=("admin",)),
         _cluster_role("agentrun-approver",
                       [rule(group, ["slots"], [names.VERB_APPROVE])]),

@@ -113,12 +113,20 @@ class EffectTarget(Model):
     url: str = Field(min_length=1, max_length=MAX_URL_CHARS, pattern=r"^https?://[^\s]+$")
 
 
+class ModelTarget(Model):
+    """The model service the example agent calls (a provider's API in a real deployment)."""
+
+    url: str = Field(min_length=1, max_length=MAX_URL_CHARS, pattern=r"^https?://[^\s]+$")
+
+
 class BindingsDocument(Model):
     nodes: list[NodeBinding] = Field(min_length=1)
     # Where the example research-report agent publishes (agentrun.examples); optional.
     publish: EffectTarget | None = None
     # What model calls cost (agentrun.api.modelusage): pinned with the run, read by the SDK.
     prices: PriceTable | None = None
+    # The model service the example agent calls (agentrun.examples.modelclient); optional.
+    model: ModelTarget | None = None
 
     def check_covers(self, workflow: WorkflowDocument) -> None:
         """Every workflow node has exactly one binding, and no binding names a stranger."""

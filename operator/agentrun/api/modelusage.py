@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from pydantic import Field, field_validator
+from pydantic import Field, JsonValue, field_validator
 
 from agentrun.api import names
 from agentrun.api.models import Model
@@ -37,7 +37,7 @@ MODEL_CHARS: Final = 128  # a model's name as a provider spells it
 MODEL_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
 MAX_MODELS: Final = 64  # models one price table prices
 # A price per million tokens: a decimal of at most 9 digits before the point and 6 after.
-PRICE_PATTERN: Final = r"^(0|[1-9][0-9]{0,8})(\.[0-9]{1,6})?$"
+PRICE_PATTERN: Final = r"^(0|[1-9][0-9]{0,8})([.][0-9]{1,6})?$"
 # The annotation: "<n> input tokens, <n> output tokens, <n> micro-<currency>". Admission
 # checks the shape (CEL) and compares the numbers as CEL ints: 16 digits fit.
 SHAPE: Final = (r"^[0-9]{1,16} input tokens, [0-9]{1,16} output tokens, [0-9]{1,16} "
@@ -232,3 +232,62 @@ def of_record(inline: Any) -> ModelUsage | None:
         return Call.model_validate(inline).usage()
     except ValueError:
         return None
+
+
+# A budget's cost (and a raise's): a positive decimal of at most 9 digits and 6 places.
+BUDGET_COST_PATTERN: Final = r"^(0|[1-9][0-9]{0,8})([.][0-9]{1,6})?$"
+CURRENCY_ENUM: Final[list[JsonValue]] = [*sorted(CURRENCIES)]
+
+
+class Allowance(Model):
+    """What an attempt may still spend: the run's budget less the run's usage when the
+    attempt was claimed (None: that dimension is not bounded). On the attempt's Lease
+    (:data:`agentrun.api.names.ALLOWANCE_ANNOTATION`), written by the operator when it
+    creates it; the SDK starts no model call or effect once the attempt's own usage
+    reached it."""
+
+    tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    cost_micros: int | None = Field(default=None, ge=0, le=MAX_COST_MICROS)
+    currency: str = Field(default=DEFAULT_CURRENCY, pattern=r"^[A-Z]{3}$")
+
+    def text(self) -> str:
+        return (f"{'none' if self.tokens is None else self.tokens} tokens, "
+                f"{'none' if self.cost_micros is None else self.cost_micros} "
+                f"micro-{self.currency}")
+
+    @classmethod
+    def parse(cls, text: str) -> Allowance | None:
+        found = _ALLOWANCE.fullmatch(text)
+        if found is None:
+            return None
+        def number(word: str) -> int | None:
+            return None if word == "none" else min(int(word), MAX_TOKENS)
+        return cls(tokens=number(found["tokens"]), cost_micros=number(found["cost"]),
+                   currency=found["currency"])
+
+    def reached(self, used: ModelUsage | None) -> str | None:
+        """Why ``used`` (the attempt's usage) is at or past this allowance, or None."""
+        spent = used or ModelUsage(currency=self.currency)
+        if self.tokens is not None and spent.tokens >= self.tokens:
+            return (f"the attempt used {spent.tokens} tokens of the {self.tokens} its run's "
+                    "budget left it")
+        if self.cost_micros is not None and spent.cost_micros >= self.cost_micros:
+            return (f"the attempt spent {spent.cost_micros / 1e6:.6f} {self.currency} of the "
+                    f"{self.cost_micros / 1e6:.6f} its run's budget left it")
+        return None
+
+
+_ALLOWANCE = re.compile(r"(?P<tokens>none|[0-9]{1,16}) tokens, (?P<cost>none|[0-9]{1,16}) "
+                        r"micro-(?P<currency>[A-Z]{3})")
+
+
+def remaining(*, tokens: int | None, cost_micros: int | None, currency: str,
+              used: ModelUsage | None) -> Allowance:
+    """What a budget (``tokens``, ``cost_micros``; None: not bounded) leaves after ``used``
+    (a sum in another currency counts as nothing: it cannot be compared)."""
+    spent = used if used is not None and used.currency == currency else ModelUsage(
+        currency=currency)
+    return Allowance(
+        tokens=None if tokens is None else max(0, tokens - spent.tokens),
+        cost_micros=None if cost_micros is None else max(0, cost_micros - spent.cost_micros),
+        currency=currency)

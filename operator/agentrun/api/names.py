@@ -166,8 +166,16 @@ APPROVED_EVENT: Final = "EffectApproved"
 # Records only the operator writes (a holder adding one is refused by admission), and
 # records trusted only on a Lease, never from a journal (the operator reads them there).
 OPERATOR_SUFFIXES: Final = (RESOLVED_SUFFIX, ANSWERED_SUFFIX, APPROVED_SUFFIX)
+# Budgets: the worker's record that it stopped at its allowance (kind decision, on its own
+# Lease: ``budget.exceeded``), the allowance the operator gives each attempt on its Lease,
+# and the slot's condition while it waits for a person to raise the run's budget.
+EXCEEDED_SUFFIX: Final = ".exceeded"
+BUDGET_KEY: Final = "budget"
+ALLOWANCE_ANNOTATION: Final = "agentrun.dev/budget-allowance"
+BUDGET_EXCEEDED_CONDITION: Final = "BudgetExceeded"
+BUDGET_RAISED: Final = "BudgetRaised"  # the condition's reason once a raise reopened it
 LEASE_ONLY_SUFFIXES: Final = (RESOLVED_SUFFIX, UNRESOLVED_SUFFIX, ANSWERED_SUFFIX, QUESTION_SUFFIX,
-                              APPROVAL_SUFFIX, APPROVED_SUFFIX)
+                              APPROVAL_SUFFIX, APPROVED_SUFFIX, EXCEEDED_SUFFIX)
 
 # Worker environment and configuration mount.
 ENV_NAMESPACE: Final = "AGENTRUN_NAMESPACE"

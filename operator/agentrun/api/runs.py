@@ -15,11 +15,13 @@ from pydantic import AfterValidator, ConfigDict, Field
 from pydantic.config import JsonDict
 
 from agentrun.api import bounds, names
+from agentrun.api.budgets import BUDGET_KEPT, Budget, BudgetStatus
 from agentrun.api.conditions import Conditions
 from agentrun.api.meta import ObjectMeta
 from agentrun.api.models import Model
 from agentrun.api.modelusage import ModelUsage
 from agentrun.api.policies import RetryPolicy
+from agentrun.api.slots import CommandRecord
 
 ClaimPolicy = Literal["Automatic", "Manual"]
 CONFIG_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
@@ -42,6 +44,7 @@ class ConfigRef(Model):
 FORK_AT_PATTERN: Final = (r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"  # a node (at most 63)
                           r":[a-z0-9]([-a-z0-9]{0,46}[a-z0-9])?$")  # a step key (48)
 FORK_AT_CHARS: Final = 63 + 1 + bounds.STEP_KEY_CHARS
+RUN_COMMANDS_KEPT: Final = 20  # ledger entries a run keeps (budget raises; the newest)
 FORK_KEPT: JsonDict = {
     "rule": "has(self.fork) == has(oldSelf.fork)",
     "message": "spec.fork is set when a run is created and never after: create a new run "
@@ -72,7 +75,8 @@ class ForkSpec(Model):
 
 
 class AgentRunSpec(Model):
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [FORK_KEPT]})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        FORK_KEPT, BUDGET_KEPT]})
 
     tenant: str | None = Field(default=None, max_length=63)
     package: ConfigRef = Field(json_schema_extra=_immutable("package"))
@@ -89,6 +93,9 @@ class AgentRunSpec(Model):
     fork: ForkSpec | None = Field(default=None, json_schema_extra={"x-kubernetes-validations": [
         {"rule": "self == oldSelf", "message": "spec.fork is immutable: a fork's source and "
                                                "step are decided when it is created"}]})
+    budget: Budget | None = Field(default=None, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self == oldSelf", "message": "spec.budget is immutable: raise it with "
+         "kubectl agentrun budget <run> --add ... --reason R (its ledger says who and why)"}]})
 
 
 class Pin(Model):
@@ -333,6 +340,10 @@ class AgentRunStatus(Model):
     conditions: Conditions = Field(default_factory=list)
     usage: ModelUsage | None = Field(default=None, description=(
         "the model usage of the run's slots (the sum of their usage as last read)"))
+    budget: BudgetStatus | None = None
+    commands: list[CommandRecord] = Field(
+        default_factory=list, max_length=RUN_COMMANDS_KEPT,
+        description="the run's command ledger (budget raises, accepted or rejected)")
     reruns: int = Field(
         default=0, ge=0, le=bounds.MAX_REVISION,  # 2^53 - 1: exact as a JSON number
         description="the sum of its slots' reruns when the status was last derived: a larger "

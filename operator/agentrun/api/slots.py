@@ -66,6 +66,7 @@ class Outcome(StrEnum):
     GAVE_UP = "GaveUp"
     ASKED = "Asked"  # the worker asked a person a question (not a failure; no maxAttempts)
     SUPERSEDED = "Superseded"  # a dependency was rerun: this attempt's work is redone after it
+    OVER_BUDGET = "OverBudget"  # the worker stopped at its run's budget (no maxAttempts)
 
 
 class CommandKind(StrEnum):
@@ -79,6 +80,7 @@ class CommandKind(StrEnum):
     APPROVE = "Approve"
     DENY = "Deny"
     RERUN = "Rerun"
+    BUDGET = "Budget"  # sent to a run: raise its budget
 
 
 class Predicate(StrEnum):
@@ -289,10 +291,14 @@ class SlotStatus(Model):
                     "attempt that meets one records it again, and it is shown then")
     questions: list[QuestionEntry] = Field(default_factory=list,
                                            max_length=bounds.QUESTIONS_KEPT)
+    budget_raises: int | None = Field(
+        default=None, ge=0, le=bounds.MAX_REVISION,
+        description="while BudgetExceeded: the run's accepted budget raises when the slot "
+        "stopped at its budget (a later raise reopens it)")
     asked_attempts: int = Field(
         default=0, ge=0, le=bounds.MAX_ATTEMPT_NUMBER,
-        description="attempts that ended asking a question (outcome Asked): they do not "
-                    "count against maxAttempts")
+        description="attempts that ended asking a person (outcome Asked: a question or an "
+                    "approval; OverBudget: a budget): they do not count against maxAttempts")
     reruns: int = Field(
         default=0, ge=0, le=MAX_RERUNS,
         description="how many times the slot was rerun (a rerun command, or a dependency "

@@ -116,6 +116,12 @@ class Applier:
                 kind="Slot", namespace=on.slot.metadata.namespace or "",
                 name=on.slot.metadata.name, resource_version=on.slot.metadata.resource_version,
                 keys=step.keys, point=step.point, labels=step.labels)
+        elif isinstance(step, actions.RemoveRunCommand):
+            assert on.run is not None
+            meta = on.run.metadata
+            writer.remove_annotations(kind="AgentRun", namespace=meta.namespace or "",
+                                      name=meta.name, resource_version=meta.resource_version,
+                                      keys=step.keys, point=step.point)
         elif isinstance(step, actions.WriteRun):
             assert on.run is not None
             writer.custom_status(status_body(kind="AgentRun", read=on.run.metadata,

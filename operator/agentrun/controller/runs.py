@@ -24,7 +24,7 @@ from agentrun.api.runs import AgentRun, ForkStatus, JournalPin, JournalSettings
 from agentrun.controller import applier, journalchecks, journalforks, journalstores, reconcilers
 from agentrun.core.base import actions
 from agentrun.core.base.events import Event
-from agentrun.core.runs import resolution, runjournals, runobjects, runsteps
+from agentrun.core.runs import resolution, runcommands, runjournals, runobjects, runsteps
 from agentrun.kube import clocks, reads, writes
 
 MAX_STEPS = 16
@@ -89,7 +89,7 @@ class RunReconciler(reconcilers.Reconciler):
                 return False  # look again: list what is left
             outcome = self.applier.apply(decided, target=applier.Target(run=world.run,
                                                                         taken=taken))
-            if isinstance(decided, actions.SetFinalizers):
+            if isinstance(decided, actions.SetFinalizers | actions.RemoveRunCommand):
                 return False  # the run as it is now decides what follows
             if isinstance(outcome, applier.Taken):
                 return False  # what was found is in `taken`: the core judges it next look
@@ -131,7 +131,10 @@ class RunReconciler(reconcilers.Reconciler):
                 stamping_epoch=reader.stamping().epoch, **fork)
         world = runsteps.RunWorld(run=run, tenant=tenant, now=self.clock(),
                                   workflow=self.workflow(run),
-                                  slots=reader.slots_of(namespace, name), taken=taken, **fork)
+                                  slots=reader.slots_of(namespace, name), taken=taken,
+                                  # Read after the run: a command's stamping is judged now.
+                                  stamping=reader.stamping() if runcommands.pending(run)
+                                  else None, **fork)
         due = runjournals.retention_due(run, now=world.now)
         # A finished run whose journal's retention is over: deleted while the run stays.
         return world if due is None else self._journal_world(world, due)

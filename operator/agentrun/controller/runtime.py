@@ -112,6 +112,7 @@ class Operator:
     states: dict[Key, SlotState] = field(default_factory=dict)
     unpinned: set[Key] = field(default_factory=set)
     generations: dict[Key, int | None] = field(default_factory=dict)
+    raises: dict[Key, int] = field(default_factory=dict)  # a run's budget raises, as last seen
     keeping: asyncio.Task[None] | None = None
     # Leader election (None: this process reconciles alone, as it always did).
     elector: leadership.Elector | None = None
@@ -282,6 +283,7 @@ class Operator:
         self.states.pop(key, None)
         self.unpinned.discard(key)
         self.generations.pop(key, None)
+        self.raises.pop(key, None)
         if key[0] == "Slot":
             self.slots.forget(namespace=key[1], slot=key[2])
 
@@ -367,7 +369,11 @@ class Operator:
             # nothing else: wake them. (At startup every slot is reconciled anyway.)
             previous = self.generations.get(key, run.metadata.generation)
             self.generations[key] = run.metadata.generation
-            if previous != run.metadata.generation:
+            # So does a raise of its budget: the slots parked at it may go on.
+            raises = run.status.budget.raises if run.status.budget is not None else 0
+            raised = self.raises.get(key, raises) != raises
+            self.raises[key] = raises
+            if previous != run.metadata.generation or raised:
                 await self.wake_slots(namespace, name)
         return scheduling.next_look(retry=result.retry, until=result.until, now=clocks.system())
 

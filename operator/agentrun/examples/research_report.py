@@ -22,6 +22,12 @@ attempt committed and repeats only what was never externalized:
    URL the pinned bindings name (``publish: {url: ...}``), through
    :class:`publisher.Publisher`; fenced per ``<run uid>/<slot>``.
 
+With a model service in the pinned bindings (``model: {url: ...}``,
+:mod:`modelclient`), each source's note and the decision are model calls: before each, the
+run's budget is checked (``worker.check_budget``: past it the attempt ends ``over-budget``,
+exit 0, and the slot waits for a person to raise the budget); after each, its usage is
+reported (``worker.usage``, priced by the bindings' ``prices``).
+
 It prints one JSON line per event on stdout, for tests and the demo to read:
 ``started``; ``step`` (``status``: ``ran`` = done and committed now, ``skipped`` = an
 earlier attempt's record reused, ``repeated`` = a record was found but could not be read
@@ -29,7 +35,8 @@ intact, so it ran again); ``effect-reconciled`` (the owner's answer), ``effect-s
 POST the owner answered); ``effect`` (``via``: ``call``, ``reconcile`` or ``recorded`` =
 an earlier attempt's outcome); ``paused`` (the fault hook, :mod:`faults`); ``asked`` (the
 review question is committed: the attempt ends, exit 0); ``declined``; ``finished``;
-``stopped`` (exit 3: an effect the worker cannot settle; exit 4: the lease was lost).
+``model-call`` (its model and tokens); ``over-budget`` (exit 0: the run's budget is used
+up); ``stopped`` (exit 3: an effect the worker cannot settle; exit 4: the lease was lost).
 """
 
 from __future__ import annotations
@@ -47,8 +54,10 @@ import yaml
 
 from agentrun.api import bounds, configs
 from agentrun.examples import faults
+from agentrun.examples.modelclient import ModelService
 from agentrun.examples.publisher import Publisher, PublishError
 from agentrun.worker import (
+    BudgetExceeded,
     Call,
     Context,
     EffectStopped,
@@ -68,6 +77,7 @@ DEFAULT_TOPICS = ("lease fencing for workers", "journaled step results",
                   "idempotent external effects")
 MAX_SOURCES = 12
 TOPIC_CHARS = 200
+NOTE_CHARS = 200  # a note the model wrote, kept in the source's step
 TITLE_CHARS = 80
 # A committed report stays inline on the Lease (no payload store needed in the example).
 REPORT_BYTES = bounds.INLINE_PAYLOAD_BYTES - 64
@@ -103,6 +113,10 @@ class AgentWorker(Protocol):
     def ask(self, key: str, question: str, *, schema: Mapping[str, Any] | None = None
             ) -> Any: ...
 
+    def check_budget(self) -> None: ...
+
+    def usage(self, model: str, *, input_tokens: int, output_tokens: int) -> Any: ...
+
 
 @dataclass(frozen=True, kw_only=True)
 class Brief:
@@ -112,6 +126,7 @@ class Brief:
     topics: tuple[str, ...]
     publish_url: str
     review: bool = False  # ask a person before publishing
+    model_url: str | None = None  # a model service to call (each source's note, the decision)
 
     @classmethod
     def from_pinned(cls, pinned: Mapping[str, PinnedConfig]) -> Brief:
@@ -145,7 +160,8 @@ class Brief:
             raise ConfigError("the package's `review` must be true or false")
         return cls(outcome=package.outcome, review=extra.get("review", False),
                    topics=tuple(bounds.clip(t, limit=TOPIC_CHARS) for t in topics),
-                   publish_url=bindings.publish.url)
+                   publish_url=bindings.publish.url,
+                   model_url=None if bindings.model is None else bindings.model.url)
 
 
 def search_tool(topic: str, number: int) -> dict[str, Any]:
@@ -220,13 +236,39 @@ class Agent:
         self.emit({"event": "declined", "note": answer.get("note", "")})
         return False
 
+    def _called(self, prompt: str) -> str:
+        """One call of the model service (the run's budget checked first, its usage
+        reported after), its content."""
+        assert self.brief.model_url is not None
+        self.worker.check_budget()  # past the budget: BudgetExceeded, the call never made
+        done = ModelService(url=self.brief.model_url).complete(prompt)
+        self.worker.usage(done.model, input_tokens=done.input_tokens,
+                          output_tokens=done.output_tokens)
+        self.emit({"event": "model-call", "model": done.model,
+                   "tokens": done.input_tokens + done.output_tokens})
+        return done.content
+
+    def _source(self, topic: str, number: int) -> dict[str, Any]:
+        notes = self.tool(topic, number)
+        if self.brief.model_url is not None:  # the model writes the note
+            notes["note"] = bounds.clip(self._called(f"Summarize: {notes['note']}"),
+                                        limit=NOTE_CHARS)
+        return notes
+
+    def _decided(self, notes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        decision = self.model(notes)
+        if self.brief.model_url is not None:
+            decision["said"] = bounds.clip(self._called(
+                f"Pick an angle for: {[n['topic'] for n in notes]}"), limit=NOTE_CHARS)
+        return decision
+
     def run(self) -> dict[str, Any]:
         """Gather, decide, write, publish; the owner's result of the publication."""
         notes = [self._step(f"source-{n}", kind=Kind.SOURCE_NOTES,
-                            do=functools.partial(self.tool, topic, n))
+                            do=functools.partial(self._source, topic, n))
                  for n, topic in enumerate(self.brief.topics, start=1)]
         decision = self._step("decision", kind=Kind.DECISION,
-                              do=lambda: self.model(notes))
+                              do=lambda: self._decided(notes))
         report = self._step("report", kind=Kind.STEP_RESULT, do=lambda: write_report(
             outcome=self.brief.outcome, decision=decision, notes=notes))
         sha256 = hashlib.sha256(str(report["text"]).encode()).hexdigest()
@@ -293,6 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except QuestionAsked:
         return 0  # asking is not a failure: the operator ends the attempt Asked
+    except BudgetExceeded as stopped:
+        emit({"event": "over-budget", "why": stopped.reason})
+        return 0  # nor is the budget: the operator ends it OverBudget, a person decides
     except EffectStopped as error:
         emit({"event": "stopped", "why": str(error), "idempotencyKey": error.idempotency_key})
         return EXIT_EFFECT_STOPPED

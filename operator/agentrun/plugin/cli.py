@@ -23,7 +23,7 @@ from agentrun.api import bounds, names, records
 from agentrun.api.runs import FORK_AT_CHARS, FORK_AT_PATTERN
 from agentrun.core.commands import registry
 from agentrun.core.commands.spec import Bound, Field
-from agentrun.plugin import client, forks, requests, terminal, views
+from agentrun.plugin import budgets, client, forks, requests, terminal, views
 from agentrun.plugin.requests import Object
 
 TIMEOUT = (1.0, 3600.0, 60.0)  # --timeout: least, most, default seconds
@@ -214,6 +214,17 @@ def parser() -> argparse.ArgumentParser:
         "--reason", max_bytes=bounds.REASON_BYTES, pattern=r"(?s).*\S.*"), help="why")
     fork.add_argument("--timeout", type=_timeout, default=TIMEOUT[2],
                       help="seconds to wait for the operator to copy (default 60)")
+    budget = command("budget", "raise a run's budget (the run's creator, or someone granted "
+                               "override): its slots stopped at it go on",
+                     target="RUN")
+    budget.add_argument("--add", metavar="TOKENS", type=_bounded_text("--add", chars=16),
+                        help="model tokens to add (input and output together)")
+    budget.add_argument("--add-cost", metavar="AMOUNT", type=_bounded_text(
+        "--add-cost", chars=16), help="an amount of the run's currency to add, e.g. 2.50")
+    budget.add_argument("--reason", required=True, type=_bounded_text(
+        "--reason", max_bytes=bounds.REASON_BYTES, pattern=r"(?s).*\S.*"), help="why")
+    budget.add_argument("--timeout", type=_timeout, default=TIMEOUT[2],
+                        help="seconds to wait for the operator's decision (default 60)")
     for spec in COMMANDS:
         made = command(spec.word, spec.help)
         for field in spec.flags:
@@ -344,6 +355,16 @@ def main(argv: list[str] | None = None) -> int:
                               namespace=args.namespace)
         if args.command in ("status", "history"):
             return show(args, conn)
+        if args.command == "budget":
+            try:
+                entry = budgets.send(conn, args.name, add=args.add, add_cost=args.add_cost,
+                                     reason=args.reason, timeout=args.timeout)
+            except requests.BadInput as error:
+                raise client.Failure(str(error), code=requests.USAGE) from None
+            code = requests.exit_code(entry)
+            _print(args, {"run": args.name, "namespace": conn.namespace, "entry": entry,
+                          "exitCode": code}, [requests.describe(entry)])
+            return code
         if args.command == "fork":
             code, said = forks.fork(conn, source_name=args.name, name=args.new_name,
                                     at=args.at, reason=args.reason, timeout=args.timeout)

@@ -24,7 +24,7 @@ from agentrun.kube import rest
 from agentrun.plugin import client, requests
 from agentrun.plugin.requests import Object
 
-COPIED_SPEC = ("tenant", "package", "workflow", "bindings", "claimPolicy", "retry",
+COPIED_SPEC = ("tenant", "package", "workflow", "bindings", "claimPolicy", "retry", "budget",
                "activeDeadlineSeconds", "maxActive")
 
 

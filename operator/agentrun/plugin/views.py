@@ -139,8 +139,30 @@ def tree(run: Object, slots: Iterable[Object], *, now: datetime,
         "claimPolicy": (run.get("spec") or {}).get("claimPolicy") or "Automatic",
         "age": age((run.get("metadata") or {}).get("creationTimestamp"), now=now),
         **({"fork": _fork(status["fork"])} if isinstance(status.get("fork"), dict) else {}),
+        **({"usage": status["usage"]} if isinstance(status.get("usage"), dict) else {}),
+        **({"budget": status["budget"]} if isinstance(status.get("budget"), dict) else {}),
         "slots": sorted(rows, key=lambda r: (str(r["node"]), str(r["name"]))),
     }
+
+
+def spent(usage: Object | None) -> str:
+    """A usage sum as a person reads it: ``1200 tokens (1000 in, 200 out), 0.006 USD``."""
+    if not usage:
+        return "none"
+    given, made = int(usage.get("inputTokens") or 0), int(usage.get("outputTokens") or 0)
+    cost = int(usage.get("costMicros") or 0) / 1e6
+    return (f"{given + made} tokens ({given} in, {made} out), {cost:g} "
+            f"{usage.get('currency') or ''}").rstrip()
+
+
+def limits(budget: Object) -> str:
+    """A budget as a person reads it: ``5000 tokens, 2.5 USD (raised 1 time)``."""
+    parts = [f"{budget['tokens']} tokens" if budget.get("tokens") is not None else None,
+             f"{int(budget['costMicros']) / 1e6:g} {budget.get('currency') or ''}".rstrip()
+             if budget.get("costMicros") is not None else None]
+    raised = int(budget.get("raises") or 0)
+    return ", ".join(p for p in parts if p) + (f" (raised {raised} time"
+                                               f"{'' if raised == 1 else 's'})" if raised else "")
 
 
 def _fork(fork: Object) -> Object:
@@ -170,6 +192,9 @@ def render_tree(view: Object) -> list[str]:
         at = f" at {fork['node']}:{fork['step']}" if fork.get("node") else ""
         lines.append(f"   forked from {fork['run']} (uid {fork['uid']}){at} by "
                      f"{fork.get('actor') or NONE}: {fork['reason']}")
+    if "usage" in view or "budget" in view:
+        lines.append(f"   model usage {spent(view.get('usage'))}"
+                     + (f"  budget {limits(view['budget'])}" if "budget" in view else ""))
     slots: Sequence[Object] = view["slots"]
     if not slots:
         lines.append("`- (no slots yet)")

@@ -10,6 +10,9 @@ Worker``):
   journal, read back as one);
 - model usage: ``worker.usage`` (each model call's tokens and cost, journaled with its
   step) returns a :class:`ModelUsage` and refuses a report with :class:`UsageError`;
+  ``worker.check_budget()`` (before a model call; effects check by themselves) raises
+  :class:`BudgetExceeded` once the attempt reached what its run's budget left it: end
+  the attempt, as after a question;
 - the errors an author catches: :class:`WorkerContextError` (not in a pod the operator
   claimed); :class:`LeaseLapsed` (wait and retry) and :class:`LeaseLost` (exit: a
   successor may be running); :class:`EffectStopped` (stop the attempt) and its kinds
@@ -79,7 +82,7 @@ from agentrun.worker._records import (
     canonical,
 )
 from agentrun.worker._sdk import Worker
-from agentrun.worker._usage import ModelUsage, UsageError
+from agentrun.worker._usage import BudgetExceeded, ModelUsage, UsageError
 
 __all__ = [
     "JSON",
@@ -88,6 +91,7 @@ __all__ = [
     "ApprovalError",
     "ApprovalRequested",
     "Artifact",
+    "BudgetExceeded",
     "Call",
     "Context",
     "EffectDenied",

@@ -175,6 +175,13 @@ class Worker:
 
         return self.steps.step(key, do=done_in_step, kind=kind, durable=durable)
 
+    def check_budget(self) -> None:
+        """Before a model call: raise :class:`usages.BudgetExceeded` when this attempt
+        reached what its run's budget left it (see :meth:`usages.Meter.check`; the attempt
+        must then end, as after a question). :meth:`effect` checks first by itself, and so
+        does the LangGraph integration before each model call."""
+        self._usage_meter().check()
+
     def usage(self, model: str, *, input_tokens: int, output_tokens: int,
               cost: usages.Cost | None = None, currency: str | None = None
               ) -> usages.ModelUsage:
@@ -185,14 +192,17 @@ class Worker:
         sum goes on its Lease and the operator adds it up per attempt, slot and run. Raises
         :class:`usages.UsageError` for a report out of its bounds or a model the table
         does not price (nothing recorded), and needs the run's journal."""
+        return self._usage_meter().report(model, input_tokens=input_tokens,
+                                          output_tokens=output_tokens, cost=cost,
+                                          currency=currency)
+
+    def _usage_meter(self) -> usages.Meter:
         steps = self.steps  # first: it takes the lock below itself
         with self._reading:
             if self._meter is None:
                 self._meter = usages.Meter(steps=steps, attempt=self.context.attempt,
                                            prices=usages.price_table(self.context))
-            meter = self._meter
-        return meter.report(model, input_tokens=input_tokens, output_tokens=output_tokens,
-                            cost=cost, currency=currency)
+            return self._meter
 
     @property
     def usage_total(self) -> usages.ModelUsage | None:
@@ -237,7 +247,9 @@ class Worker:
         as ``call``'s result (what that promises: :meth:`effects.Ledger.effect`). An effect
         that requires approval (``approvers``, or the LaunchSpec's floor) needs ``payload``,
         the exact JSON it sends, and is sent only once people approved it
-        (``agentrun.worker._approvals``)."""
+        (``agentrun.worker._approvals``). An attempt past its run's budget starts none
+        (:meth:`check_budget`)."""
+        self.check_budget()  # no effect starts past the run's budget
         ledger = effects.Ledger(steps=self.steps, keeper=self.keeper,
                                 run_uid=self.context.run_uid, slot=self.context.slot,
                                 floors=self.context.approvals)

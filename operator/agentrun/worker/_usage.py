@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from agentrun.api import modelusage
+from agentrun.api import modelusage, names
 from agentrun.api.modelusage import ModelUsage, PriceTable, UsageError
 from agentrun.worker import _journalcommits as journalcommits
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
 from agentrun.worker._context import Context
 
-__all__ = ["MAX_CALL_TOKENS", "Cost", "Meter", "ModelUsage", "UsageError", "in_step",
-           "price_table"]
+__all__ = ["MAX_CALL_TOKENS", "BudgetExceeded", "Cost", "Meter", "ModelUsage", "UsageError",
+           "in_step", "price_table"]
 
 Cost = decimal.Decimal | str | int | float  # an amount of the run's currency
 MAX_CALL_TOKENS = 10**9  # tokens of one kind in one call: no model reads a billion at once
@@ -41,6 +41,16 @@ KEY_PREFIX = "usage"  # records usage.<attempt>.<n>: a dot, so never a step's ke
 # The step whose ``do`` is running in this thread (or task), if any: its usage is its.
 _STEP: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentrun_step",
                                                                    default=None)
+
+
+class BudgetExceeded(Exception):
+    """The attempt reached what its run's budget left it: it must end (leave the ``with``
+    block). Nothing is lost: the slot waits for a person to raise the budget, and the next
+    attempt resumes from what this one committed. ``reason``: which bound, in words."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @contextlib.contextmanager
@@ -78,6 +88,7 @@ class Meter:
     prices: PriceTable
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _count: int = field(default=0, repr=False)
+    _allowance: tuple[modelusage.Allowance | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         """Number on from this attempt's reports already committed (another ``Worker`` of
@@ -126,6 +137,44 @@ class Meter:
                                                                    exclude_none=True)),
                               durable=True)
         return call.usage()
+
+    def check(self) -> None:
+        """Raise :class:`BudgetExceeded` if this attempt's usage reached the allowance its
+        run's budget left it when it was claimed (the operator's, on its Lease): before a
+        model call or an effect. Stopping is durable first: everything staged, then the
+        record ``budget.exceeded`` on the Lease (the operator reads it there and parks the
+        slot), so a successor resumes from all this attempt did."""
+        allowance = self.allowance()
+        if allowance is None:
+            return
+        why = allowance.reached(self.total())
+        if why is None:
+            return
+        key = f"{names.BUDGET_KEY}{names.EXCEEDED_SUFFIX}"
+        with self.lock:
+            found = self.steps.prefix.get(key)
+            if found is None or found.attempt != self.attempt:
+                payload = {"reason": why, "allowance": allowance.text(),
+                           "used": (self.total() or ModelUsage(currency=allowance.currency)
+                                    ).text()}
+                self.steps.commit(records.make(key=key, kind=records.Kind.DECISION,
+                                               attempt=self.attempt, payload=payload))
+        raise BudgetExceeded(f"{why}: the attempt stops here and the slot waits for a "
+                             "person to raise the run's budget (kubectl agentrun budget)",
+                             reason=why)
+
+    def allowance(self) -> modelusage.Allowance | None:
+        """The allowance on this attempt's Lease (read once), None when its run has no
+        budget."""
+        if self._allowance is None:
+            lease = self.steps.ledger.lease if isinstance(
+                self.steps.ledger, journalcommits.JournalRecords) else self.steps.ledger
+            assert isinstance(lease, records.LeaseRecords)
+            found = lease.api.request("GET", lease.path)
+            text = ((found.get("metadata") or {}).get("annotations") or {}).get(
+                names.ALLOWANCE_ANNOTATION)
+            self._allowance = (None if text is None else modelusage.Allowance.parse(str(text)),)
+        return self._allowance[0]
 
     def total(self) -> ModelUsage | None:
         """This attempt's sum as committed (what its Lease says), None before any report."""

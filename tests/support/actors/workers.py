@@ -266,10 +266,13 @@ AGENT_COMMAND = ["python3", "-m", "agentrun.examples.research_report"]
 
 
 def agent_configs(scenario: Scenario, *, owner_url: str, name: str = "study",
-                  review: bool = False) -> None:
+                  review: bool = False, model_url: str | None = None,
+                  prices: Object | None = None) -> None:
     """Package, a one-node workflow (``research``, class cpu) and bindings whose
     ``publish.url`` is the test's effect owner, as revision 1 of ``name``; ``review``: the
-    agent asks a person before publishing (its question ``review``)."""
+    agent asks a person before publishing (its question ``review``); ``model_url``: the
+    model service the agent calls (``tests/support/actors/fakemodel.py``), ``prices``:
+    the bindings' price table."""
     import yaml
 
     from tests.support.plays.scenarios import workflow
@@ -281,7 +284,8 @@ def agent_configs(scenario: Scenario, *, owner_url: str, name: str = "study",
                     text=workflow(("research", "cpu", [])))
     scenario.config(kind="bindings", name=name, revision=1, text=yaml.safe_dump({
         "nodes": [{"node": "research", "agent": {"name": "researcher", "revision": "1"}}],
-        "publish": {"url": owner_url}}))
+        "publish": {"url": owner_url}, **({"model": {"url": model_url}} if model_url else {}),
+        **({"prices": prices} if prices else {})}))
 
 
 def agent_launch_spec(scenario: Scenario, name: str, *, classes: list[str], image: str,

@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentrun.api import cuts, names
+from agentrun.api import cuts, modelusage, names
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.runs import JournalPin, Pins
 from agentrun.api.slots import PinnedLaunchSpec, Slot
@@ -69,6 +69,7 @@ def _annotations(*, owner_actor: str | None, launch_spec: PinnedLaunchSpec,
 def lease_body(
     *, slot: Slot, attempt: int, owner_actor: str | None, tenant: str | None,
     launch_spec: PinnedLaunchSpec, lease_duration_seconds: int, request_id: str | None = None,
+    allowance: modelusage.Allowance | None = None,
 ) -> dict[str, Any]:
     """The attempt's Lease: its durable record, held by the attempt's pod.
 
@@ -77,6 +78,8 @@ def lease_body(
     answers to the slot's resolved effects ride along as ``<key>.resolved`` records of
     this attempt (``core.attempts.effectrecords``): the successor's ledger reads them.
     The slot's cuts (reruns: ``api.cuts``) ride along too: the prefix the worker reads.
+    ``allowance``: what the run's budget leaves the attempt (none: the run has no budget),
+    the bound the SDK stops at (``agentrun.dev/budget-allowance``).
     """
     name = naming.attempt_name(slot=slot.metadata.name, number=attempt)
     return {
@@ -91,7 +94,9 @@ def lease_body(
                                request_id=request_id),
                 **effectrecords.resolved_annotations(slot.status, attempt=attempt),
                 **questionrecords.answer_annotations(slot.status, attempt=attempt),
-                **cuts.annotation(slot.status.cuts, slot.status.resends)},
+                **cuts.annotation(slot.status.cuts, slot.status.resends),
+                **({} if allowance is None else {
+                    names.ALLOWANCE_ANNOTATION: allowance.text()})},
             "ownerReferences": [owner_reference(slot)],
         },
         "spec": {"holderIdentity": name, "leaseDurationSeconds": lease_duration_seconds},

@@ -96,6 +96,14 @@ class RemoveCommand:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RemoveRunCommand:
+    """A metadata patch of the run: remove a decided command's annotations."""
+
+    keys: tuple[str, ...]
+    point: str = "remove-command"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Creates:
     """Create every object of ``creates`` in one pass (none depends on another): a run's
     configuration snapshots, or its missing Slots. An AlreadyExists is not judged here:
@@ -200,5 +208,5 @@ Step = WriteStatus | Create | DeletePod | Tombstone | AnnotateLease | RemoveComm
 """A slot's step."""
 
 Write = (WriteStatus | Create | DeletePod | Tombstone | AnnotateLease | RemoveCommand
-         | Creates | WriteRun | WriteLaunchSpec | MintEpoch | SetFinalizers)
+         | Creates | WriteRun | WriteLaunchSpec | MintEpoch | SetFinalizers | RemoveRunCommand)
 """Any step that writes: what the applier takes."""

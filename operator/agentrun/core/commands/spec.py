@@ -104,8 +104,28 @@ class Field:
     by_reference: Bound | None = None
 
 
+class Worded:
+    """The annotations every command derives from its ``word`` (``agentrun.dev/<word>-id``,
+    ``-actor``, ``-epoch``): a slot's command (:class:`CommandSpec`) or a run's
+    (:class:`RunCommandKeys`)."""
+
+    word: str
+
+    @property
+    def id(self) -> str:
+        return key(self.word, "id")
+
+    @property
+    def actor(self) -> str:
+        return key(self.word, "actor")
+
+    @property
+    def epoch(self) -> str:
+        return key(self.word, "epoch")
+
+
 @dataclass(frozen=True, kw_only=True)
-class CommandSpec:
+class CommandSpec(Worded):
     """One kind of command (see the module docstring). Its per-name properties keep the
     shape :mod:`.parsing` always had (``id``, ``actor``, ``epoch``, ``override``,
     ``fields``, ``stamped``, ``keys``), now derived from ``word``."""
@@ -138,18 +158,6 @@ class CommandSpec:
     journal_keys: Callable[[Command, SlotStatus], tuple[str, ...]] = lambda command, status: ()
 
     @property
-    def id(self) -> str:
-        return key(self.word, "id")
-
-    @property
-    def actor(self) -> str:
-        return key(self.word, "actor")
-
-    @property
-    def epoch(self) -> str:
-        return key(self.word, "epoch")
-
-    @property
     def override(self) -> str | None:
         """Stamped only where an owner check applies."""
         return key(self.word, "override") if self.owner else None
@@ -180,3 +188,24 @@ class CommandSpec:
         given = tuple(f for f in self.takes if f.flag is not None)
         order = self.flag_order or tuple(f.name for f in given)
         return tuple(sorted(given, key=lambda f: order.index(f.name)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunCommandKeys(Worded):
+    """The annotations of a command sent to a run (``core.runs.runcommands``: the budget
+    raise), derived from its word as a slot command's are; ``override`` is stamped."""
+
+    word: str
+    suffixes: tuple[str, ...]  # its fields'
+
+    @property
+    def override(self) -> str:
+        return key(self.word, "override")
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.id, self.actor, self.epoch, self.override,
+                *(key(self.word, s) for s in self.suffixes))
+
+
+BUDGET = RunCommandKeys(word="budget", suffixes=("add", "add-cost", "reason"))

@@ -252,8 +252,9 @@ def end_attempt(status: SlotStatus, *, outcome: Outcome, message: str, exit_code
 
     ``activeWorker`` becomes ``priorWorker`` and the attempt record is closed. The caller
     tombstones the Lease (outcome, end time, owner actor, launch spec) in its next write.
-    ``Asked`` (the worker asked a person a question): RetryWait with no ``retryAt``, not
-    counted against ``maxAttempts`` (``askedAttempts``); the answer reopens the slot
+    ``Asked`` (the worker asked a person a question) or ``OverBudget`` (it stopped at its
+    run's budget): RetryWait with no ``retryAt``, not
+    counted against ``maxAttempts`` (``askedAttempts``); the answer (a raise) reopens the slot
     (:func:`reopen`), and the caller adds the question (``core.attempts.questionrecords``).
     """
     _require(status, "end the attempt of", SlotState.ACTIVE)
@@ -270,7 +271,7 @@ def end_attempt(status: SlotStatus, *, outcome: Outcome, message: str, exit_code
                                          reason="AttemptSucceeded", message=message, now=now)
         return status.model_copy(update={**update, "state": SlotState.SUCCEEDED,
                                           "retry_at": None, "conditions": conds})
-    if outcome is Outcome.ASKED:
+    if outcome in (Outcome.ASKED, Outcome.OVER_BUDGET):  # a person decides: not a failure
         return status.model_copy(update={**update, "state": SlotState.RETRY_WAIT,
                                           "retry_at": None,
                                           "asked_attempts": status.asked_attempts + 1})

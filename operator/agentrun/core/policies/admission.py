@@ -23,7 +23,7 @@ from typing import Any
 
 from agentrun.api import names
 from agentrun.core.commands import registry
-from agentrun.core.commands.spec import CommandSpec
+from agentrun.core.commands.spec import BUDGET, CommandSpec
 
 Object = dict[str, Any]
 ADMISSION_API = "admissionregistration.k8s.io/v1"
@@ -41,26 +41,39 @@ def _add(annotation: str, value: str) -> str:
 
 
 def overrides(*, namespace: str = "object.metadata.namespace",
-              name: str = "object.metadata.name", verb: str = names.OVERRIDE_VERB) -> str:
-    """CEL: does the requester hold ``verb`` (``override``) on this slot (its groups
-    included)?"""
-    return (f"authorizer.group('{names.GROUP}').resource('slots').namespace({namespace})"
+              name: str = "object.metadata.name", verb: str = names.OVERRIDE_VERB,
+              resource: str = "slots") -> str:
+    """CEL: does the requester hold ``verb`` (``override``) on this slot (or run: its
+    ``resource``), its groups included?"""
+    return (f"authorizer.group('{names.GROUP}').resource('{resource}').namespace({namespace})"
             f".name({name}).check('{verb}').allowed()")
 
 
 def stamp_expression(shape: CommandSpec) -> str:
-    keys = ", ".join(f"'{key}'" for key in shape.keys)
-    patches = [_add(shape.actor, "request.userInfo.username"),
-               _add(shape.epoch, f"params.data['{EPOCH_KEY}']")]
-    if shape.override:
-        patches.append(_add(shape.override, f"{overrides()} ? 'true' : 'false'"))
-    patches += [_add(annotation, f"{overrides(verb=verb)} ? 'true' : 'false'")
-                for verb, annotation in shape.granted.items()]
+    return stamping_of(id_=shape.id, keys=shape.keys, actor=shape.actor, epoch=shape.epoch,
+                       granted={**({names.OVERRIDE_VERB: shape.override} if shape.override
+                                   else {}), **shape.granted})
+
+
+def stamping_of(*, id_: str, keys: tuple[str, ...], actor: str, epoch: str,
+                granted: dict[str, str], resource: str = "slots") -> str:
+    """CEL: a command's stamping (its id ``id_``, all its ``keys``): the actor, the epoch,
+    and for each verb of ``granted`` whether the writer holds it on the ``resource``."""
+    listed = ", ".join(f"'{key}'" for key in keys)
+    patches = [_add(actor, "request.userInfo.username"),
+               _add(epoch, f"params.data['{EPOCH_KEY}']")]
+    patches += [_add(annotation, f"{overrides(verb=verb, resource=resource)} ? 'true' : 'false'")
+                for verb, annotation in granted.items()]
     return (
-        f"('{shape.id}' in variables.new) && [{keys}].exists(k, "
+        f"('{id_}' in variables.new) && [{listed}].exists(k, "
         "(k in variables.new) != (k in variables.old) || "
         "((k in variables.new) && variables.new[k] != variables.old[k]))"
         f" ? [{', '.join(patches)}] : []")
+
+
+def runs_only(expression: str) -> str:
+    """A run command's stamping, for AgentRuns only."""
+    return f"request.resource.resource != 'agentruns' ? [] : ({expression})"
 
 
 def slots_only(expression: str) -> str:
@@ -91,6 +104,13 @@ def creator_expression() -> str:
             f"{remade} + {kept(creator)} + {kept(epoch)}")
 
 
+def budget_stamping() -> str:
+    """CEL: the budget command's stamping on a run (``core.runs.runcommands``)."""
+    return stamping_of(id_=BUDGET.id, keys=BUDGET.keys, actor=BUDGET.actor,
+                       epoch=BUDGET.epoch, granted={names.OVERRIDE_VERB: BUDGET.override},
+                       resource="agentruns")
+
+
 def _everything() -> Object:
     return {}
 
@@ -117,7 +137,9 @@ def stamp_policy_spec() -> Object:
                          "jsonPatch": {"expression": slots_only(stamp_expression(shape))}}
                         for shape in registry.COMMANDS),
                       {"patchType": "JSONPatch",
-                       "jsonPatch": {"expression": creator_expression()}}],
+                       "jsonPatch": {"expression": creator_expression()}},
+                      {"patchType": "JSONPatch",
+                       "jsonPatch": {"expression": runs_only(budget_stamping())}}],
         "failurePolicy": "Fail",
         "reinvocationPolicy": "Never",
     }

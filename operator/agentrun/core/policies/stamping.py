@@ -152,17 +152,24 @@ class Refusal:
 def refusal(pending: parsing.Pending, stamping: Stamping | None) -> Refusal | None:
     """Why a command's stamped actor cannot be believed, or None when it can."""
     command = pending.command
-    what = f"{command.kind} {command.request_id}"
+    return refusal_of(what=f"{command.kind} {command.request_id}", stamped=pending.stamped,
+                      epoch=pending.epoch, stamping=stamping)
+
+
+def refusal_of(*, what: str, stamped: bool, epoch: str | None,
+               stamping: Stamping | None) -> Refusal | None:
+    """Why the stamped actor of the command ``what`` (stamped with ``epoch``, if at all)
+    cannot be believed, or None when it can (a slot's command, or a run's)."""
     if stamping is None or stamping.epoch is None:
         problem = stamping.problem if stamping else "stamping was not checked"
         return Refusal(predicate=Predicate.COMMANDS_REFUSED, reason="StampingNotInForce",
                        message=f"{what} refused: {problem}{AGAIN} once it is in force",
                        not_in_force=True)
-    if not pending.stamped or pending.epoch is None:
+    if not stamped or epoch is None:
         return Refusal(predicate=Predicate.UNSTAMPED, reason="Unstamped", message=(
             f"{what} carries no actor and epoch stamped by admission (it was written while "
             f"stamping was not in force), so its actor is not verified{AGAIN}"))
-    if pending.epoch != stamping.epoch:
+    if epoch != stamping.epoch:
         return Refusal(predicate=Predicate.STALE_EPOCH, reason="StaleEpoch", message=(
             f"{what} was stamped under an earlier stamping epoch (the admission policy, its "
             f"binding or the epoch changed since it was written), so its actor is not "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrun.api import bounds, names
+from agentrun.api import bounds, modelusage, names
 from agentrun.core.commands import parsing, registry, spec
 from agentrun.core.commands.spec import CommandSpec, matches
 from agentrun.core.policies import admission
@@ -176,6 +176,53 @@ def slot_commands() -> list[Object]:
                    rules=[match_rule(names.GROUP, names.VERSION, ["slots"], ["CREATE", "UPDATE"])])
 
 
+RUN_COMMANDS = "agentrun-run-commands"
+TOKENS_PATTERN = r"^[1-9][0-9]{0,14}$"  # a raise's tokens: 1 .. 10^15 - 1
+
+
+def run_commands() -> list[Object]:
+    """A run's budget raise (``core.runs.runcommands``) within its bounds, as the operator
+    parses it: its request id, its amounts (at least one) and its reason."""
+    keys = spec.BUDGET
+    add, add_cost, reason = (spec.key(keys.word, s) for s in keys.suffixes)
+    touched = (f"('{keys.id}' in variables.new) && {_strings(keys.keys)}.exists(k, "
+               "(k in variables.new) != (k in variables.old) || "
+               "((k in variables.new) && variables.new[k] != variables.old[k]))")
+    when = "!variables.budget || "
+    new = "variables.new"
+
+    def optional(key: str, pattern: str, message: str) -> Object:
+        return validation(f"{when}!('{key}' in {new}) || ({new}['{key}'].size() <= 16 && "
+                          f"{matches(f'{new}[{chr(39)}{key}{chr(39)}]', pattern)})", message)
+
+    others = _strings(tuple(k for k in keys.keys if k != keys.id))
+    return policy_pair(RUN_COMMANDS, variables=[*ANNOTATIONS, {"name": "budget",
+                                                               "expression": touched}],
+                       rules=[match_rule(names.GROUP, names.VERSION, ["agentruns"],
+                                         ["CREATE", "UPDATE"])],
+                       validations=[
+        validation(f"('{keys.id}' in {new}) || {others}.all(k, !(k in {new}) || "
+                   f"(k in variables.old && variables.old[k] == {new}[k]))",
+                   f"a Budget command needs its request id: set {keys.id}=<a new id> in the "
+                   "same request"),
+        validation(f"{when}({new}['{keys.id}'].size() <= {bounds.REQUEST_ID_CHARS} && "
+                   f"{matches(f'{new}[{chr(39)}{keys.id}{chr(39)}]', bounds.REQUEST_ID_PATTERN)})",
+                   f"{keys.id} must be a request id of at most {bounds.REQUEST_ID_CHARS} "
+                   "characters: letters and digits, inside also any of . _ : @ / + = - "
+                   "(no spaces)"),
+        validation(f"{when}'{add}' in {new} || '{add_cost}' in {new}",
+                   f"a Budget command raises tokens ({add}), a cost ({add_cost}) or both"),
+        optional(add, TOKENS_PATTERN, f"{add} is a whole number of tokens, 1 to "
+                 f"{modelusage.MAX_TOKENS - 1}"),
+        optional(add_cost, modelusage.BUDGET_COST_PATTERN, f"{add_cost} is a decimal amount "
+                 "of the run's currency, at most 9 digits and 6 places (e.g. 12.50)"),
+        validation(f"{when}'{reason}' in {new} && bytes({new}['{reason}']).size() <= "
+                   f"{bounds.REASON_BYTES} && {new}['{reason}'].trim().size() > 0",
+                   f"{reason} is required: say why, non-blank, in at most "
+                   f"{bounds.REASON_BYTES} bytes"),
+    ])
+
+
 def slot_changes() -> list[Object]:
     """People (anyone but the controller) change only command annotations of a Slot."""
     ours = (f"variables.{{side}}.filter(k, k.startsWith('{names.GROUP}/') && "
@@ -282,4 +329,4 @@ def tenant_values() -> list[Object]:
 def validating_policies() -> list[Object]:
     """Every policy but the attempt Leases' (``core.policies.leasepolicy``: builds on these)."""
     return [*slot_commands(), *slot_changes(), *accepted_configuration(), *operator_objects(),
-            *namespace_tenant(), *tenant_values()]
+            *namespace_tenant(), *tenant_values(), *run_commands()]

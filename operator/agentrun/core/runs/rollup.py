@@ -36,7 +36,9 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from agentrun.api import bounds, conditions, modelusage, names
+from agentrun.api.budgets import BudgetStatus
 from agentrun.api.conditions import Condition, ConditionStatus
+from agentrun.api.modelusage import PriceTable
 from agentrun.api.runs import AgentRun, AgentRunStatus, Pins, SlotCounts
 from agentrun.api.slots import TERMINAL_STATES, Slot, SlotState
 from agentrun.core.machine import transitions
@@ -126,8 +128,28 @@ def verified_creator(run: AgentRun, *, epoch: str | None) -> str | Problem:
     return creator
 
 
+BUDGET_INVALID = "BudgetInvalid"
+
+
+def pinned_budget(run: AgentRun, *, prices: PriceTable | None) -> BudgetStatus | Problem | None:
+    """The run's budget as pinned: ``spec.budget`` in its price table's currency (USD
+    without one); None without a budget; a Problem when the two name other currencies."""
+    budget = run.spec.budget
+    if budget is None:
+        return None
+    currency = prices.currency if prices is not None else modelusage.DEFAULT_CURRENCY
+    if budget.currency is not None and budget.currency != currency:
+        return Problem(reason=BUDGET_INVALID, message=(
+            f"spec.budget is in {budget.currency} and the run's price table (bindings "
+            f"prices.currency) in {currency}: a budget is kept in the currency costs are; "
+            f"create the run with currency {currency} (or none)"))
+    return BudgetStatus(tokens=budget.tokens, currency=currency, cost_micros=None if (
+        budget.cost is None) else modelusage.micros(budget.cost))
+
+
 def record_pins(*, run: AgentRun, pins: Pins, now: datetime,
-                creator: str | Problem | None = None) -> AgentRunStatus:
+                creator: str | Problem | None = None,
+                budget: BudgetStatus | None = None) -> AgentRunStatus:
     """The status that pins the run: ``pinned``, ``startTime`` and ``creator`` (with the
     condition CreatorVerified), each set only once.
 
@@ -152,7 +174,7 @@ def record_pins(*, run: AgentRun, pins: Pins, now: datetime,
                      reason=creator.reason, message=f"{creator.message}: the run has no "
                      "verified creator", now=now)
     return old.model_copy(update={"pinned": pins, "start_time": start, "conditions": conds,
-                                  "creator": who})
+                                  "creator": who, "budget": old.budget or budget})
 
 
 def _pins_message(pins: Pins) -> str:

@@ -29,7 +29,15 @@ from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, AgentRunStatus, ForkStatus, JournalSettings
 from agentrun.api.slots import Slot
 from agentrun.core.base import actions, events
-from agentrun.core.runs import resolution, rollup, runforks, runjournals, runobjects
+from agentrun.core.policies.stamping import Stamping
+from agentrun.core.runs import (
+    resolution,
+    rollup,
+    runcommands,
+    runforks,
+    runjournals,
+    runobjects,
+)
 from agentrun.core.slots import squats
 
 Object = Mapping[str, Any]
@@ -74,6 +82,8 @@ class RunWorld:
     journal_live: Sequence[str] = ()
     journal_orphaned: str | None = None
     stamping_epoch: str | None = None  # read after the run, while unpinned: its creator's
+    # Read after the run while it carries a command (a budget raise): is stamping in force.
+    stamping: Stamping | None = None
     # A fork (``spec.fork``, ``core.runs.runforks``) until its journal is copied: its source
     # run (None: not found), the source's snapshots (while unpinned) and slots (once
     # pinned), and how the last copy went (None: not tried since the operator started).
@@ -88,7 +98,7 @@ class RunWorld:
 JOURNAL_RECHECK = timedelta(seconds=10)
 
 RunStep = (actions.Creates | actions.WriteRun | actions.Wait | actions.SetFinalizers
-           | actions.DeleteJournal | actions.ForkJournal)
+           | actions.DeleteJournal | actions.ForkJournal | actions.RemoveRunCommand)
 
 
 def next_step(world: RunWorld) -> RunStep:
@@ -101,6 +111,13 @@ def next_step(world: RunWorld) -> RunStep:
                                          orphaned=world.journal_orphaned)
     if runobjects.needs_pinning(world.run):
         return _pin(world)
+    command = runcommands.pending(world.run)
+    if command is not None:  # a person's command comes first (a pinned run's)
+        if runcommands.decided(world.run, command):
+            return actions.RemoveRunCommand(keys=runcommands.KEYS)
+        status, event = runcommands.decide(world.run, command, stamping_now=world.stamping,
+                                           now=world.now)
+        return actions.WriteRun(status=status, event=event, until=world.now)
     return _lay_out(world)
 
 
@@ -160,6 +177,9 @@ def _pin(world: RunWorld) -> RunStep:
                                  problem=resolution.Problem(reason="NameSquatted",
                                                             message=text))
             return _squatted(world, status, kind="ConfigMap", name=name, what=what)
+    budget = rollup.pinned_budget(run, prices=resolved.bindings_document.prices)
+    if isinstance(budget, resolution.Problem):
+        return _problem(world, budget, until=None)
     if missing:
         return actions.Creates(creates=tuple(missing))
     pins = runobjects.pins(run=run, resolution=resolved, journal=world.journal)
@@ -172,7 +192,7 @@ def _pin(world: RunWorld) -> RunStep:
                     f" at {pins.journal.endpoint}")
     return actions.WriteRun(status=rollup.record_pins(
         run=run, pins=pins, now=world.now,
-        creator=rollup.verified_creator(run, epoch=world.stamping_epoch)),
+        creator=rollup.verified_creator(run, epoch=world.stamping_epoch), budget=budget),
                     event=events.Event(type="Normal", reason="Pinned",
                                        message=f"pinned {summary}"),
                     point="pinned", until=world.now)  # then lay out the slots at once

@@ -49,6 +49,7 @@ from agentrun.core.machine import transitions
 from agentrun.core.slots import (
     attemptlife,
     attemptpods,
+    budgetsteps,
     commandsteps,
     decisions,
     effectsteps,
@@ -151,13 +152,14 @@ def _decide(world: inputs.World) -> decisions.Decided:
                                     now=world.now),
             event=events.Event(type="Warning", reason="DeadlineExceeded", message=message))
     if status.state is SlotState.PENDING:  # (rerun with an effect open: its claim waits)
-        return by_deadline(world, effectsteps.gate(world) or pending_step(world))
+        return by_deadline(world, effectsteps.gate(world) or budgetsteps.gate(world)
+                           or pending_step(world))
     if status.state in (SlotState.READY, SlotState.RETRY_WAIT):
         expired = questionsteps.expiry_step(world)
         if expired is not None:
             return expired
         return by_deadline(world, effectsteps.gate(world) or questionsteps.gate(world)
-                           or claim_step(world))
+                           or budgetsteps.gate(world) or claim_step(world))
     # Every open slot that waits looks again at the run's deadline at the latest: nothing
     # else would wake an Active one whose lease is renewed until then.
     if status.state is SlotState.CLAIMING:

@@ -8,7 +8,9 @@ result's ``llm_output`` (``token_usage`` with ``prompt_tokens``/``completion_tok
 ``model_name``). A call that reports no usage is not counted, and says so in the log once
 per model: usage is the provider's report, never estimated here. The call is attributed to
 the LangGraph node it ran in (``langgraph_node`` in the run's metadata), the step of its
-``usage`` record.
+``usage`` record. Before each call starts, the worker's budget is checked
+(``worker.check_budget``): past it, :class:`~agentrun.worker.BudgetExceeded` is raised
+from the call and the call is never made.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class UsageCallback(BaseCallbackHandler):
         self._started(run_id, metadata)
 
     def _started(self, run_id: UUID, metadata: Mapping[str, Any] | None) -> None:
+        self.worker.check_budget()  # no model call starts past the run's budget
         node = (metadata or {}).get("langgraph_node")
         if isinstance(node, str) and node:
             with self._lock:

@@ -8,7 +8,7 @@ command is judged as the manual request it is, whatever the run's policy.
 
 from __future__ import annotations
 
-from agentrun.api import names
+from agentrun.api import conditions, names
 from agentrun.api.slots import CommandKind, Predicate
 from agentrun.core.attempts import effectrecords, questionrecords
 from agentrun.core.base.events import Event
@@ -22,6 +22,11 @@ def check(context: Context) -> Failure | None:
     status, name, now = context.slot.status, context.slot.metadata.name, context.now
     if effectrecords.blocking(status, slot=name):
         return (Predicate.EFFECT_UNRESOLVED, effectrecords.blocking(status, slot=name) or "")
+    if conditions.is_true(status.conditions, names.BUDGET_EXCEEDED_CONDITION):
+        return (Predicate.NOT_CLAIMABLE,
+                f"slot {name!r} waits for its run's budget to be raised (condition "
+                f"{names.BUDGET_EXCEEDED_CONDITION}): kubectl agentrun budget <run> --add N "
+                "--reason R, then claim")
     if not transitions.may_be_claimed(status, now=now):
         held = " and held" if transitions.is_held(status) else ""
         asked = questionrecords.waiting(status)

@@ -1,0 +1,255 @@
+"""Budgets in the core: the allowance a claim gives, the attempt that stops at it, the slot
+that waits, the raise that reopens it, and the run's budget command.
+
+Covers, each by the exact step and its content:
+- a claim's Lease carries what the run's budget leaves (none without a budget);
+- an attempt whose own Lease carries ``budget.exceeded`` ends ``OverBudget`` whatever its
+  pod's end: RetryWait, no retryAt, ``askedAttempts`` counted (not ``maxAttempts``),
+  condition BudgetExceeded True naming the budget and the command, ``budgetRaises`` kept;
+  its usage in its record and the slot's sum;
+- a parked slot waits (no claim, a claim command NotClaimable) until a raise: a raise that
+  leaves nothing keeps it parked at that raise, one that leaves something reopens it (the
+  last owner kept) and the claim then gives the new allowance;
+- a slot about to be claimed while its run has nothing left parks without an attempt;
+- the budget command, exhaustively over actor x override x amounts x reason x stamping,
+  against an oracle of the predicate order; its ledger keeps the newest 20;
+- the pinned budget: the price table's currency, a mismatch refused.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from agentrun.api import conditions, modelusage, names, records
+from agentrun.api.budgets import Budget, BudgetStatus
+from agentrun.api.modelusage import ModelUsage, PriceTable
+from agentrun.api.runs import RUN_COMMANDS_KEPT, AgentRun
+from agentrun.api.slots import CommandKind, Outcome, Predicate, SlotState, SlotStatus
+from agentrun.core.base.actions import Create, Wait, WriteStatus
+from agentrun.core.policies import stamping
+from agentrun.core.runs import rollup, runcommands
+from agentrun.core.runs.resolution import Problem
+from agentrun.core.slots import steps
+from agentrun.core.slots.inputs import World
+from tests.unit.core import corefakes as f
+from tests.unit.core.corefakes import expect
+
+CONDITION = names.BUDGET_EXCEEDED_CONDITION
+
+
+def budgeted(*, tokens: int | None = 240, cost: int | None = None, raises: int = 0,
+             used: ModelUsage | None = None, creator: str | None = f.CREATOR) -> AgentRun:
+    run = f.agent_run()
+    return run.model_copy(update={"status": run.status.model_copy(update={
+        "budget": BudgetStatus(tokens=tokens, cost_micros=cost, raises=raises),
+        "usage": used, "creator": creator})})
+
+
+def exceeded_record(*, attempt: int = 1) -> tuple[str, str]:
+    payload = {"reason": "the attempt used 240 tokens of the 240 its run's budget left it"}
+    data = records.canonical(payload)
+    record = records.Record(attempt=attempt, digest=records.digest(data), inline=payload,
+                            key="budget.exceeded", kind=records.Kind.DECISION, size=len(data))
+    return record.annotation, records.encode(record)
+
+
+def stopped_world(*found: tuple[str, str], phase: str = "Succeeded", **kwargs: Any) -> World:
+    lease = f.lease(1, holder=False)
+    lease["metadata"]["annotations"].update(dict(found))
+    lease["metadata"]["annotations"][names.MODEL_USAGE_ANNOTATION] = ModelUsage(
+        input_tokens=200, output_tokens=40).text()
+    return f.world(f.active(1), attempt=f.objects(1, pod=f.pod(1, phase), lease=lease),
+                   **kwargs)
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_an_attempt_that_stopped_at_its_budget_ends_over_budget_and_parks(phase: str) -> None:
+    used = ModelUsage(input_tokens=200, output_tokens=40)
+    world = stopped_world(exceeded_record(), phase=phase, run=budgeted(used=used))
+    step = expect(steps.next_step(world), WriteStatus)
+    status = step.status
+    assert (status.state, status.attempts[-1].outcome, status.asked_attempts) == (
+        SlotState.RETRY_WAIT, Outcome.OVER_BUDGET, 1)
+    assert status.retry_at is None and status.budget_raises == 0
+    assert status.attempts[-1].usage == status.usage == used
+    parked = f.condition(status, CONDITION)
+    assert parked.status == "True" and "kubectl agentrun budget research-1" in parked.message
+    assert "240 tokens" in parked.message
+    assert step.event is not None and step.event.reason == CONDITION
+    # It waits: no claim, whatever the policy, until a raise.
+    waiting = f.world(status, run=budgeted(used=used))
+    assert isinstance(steps.next_step(waiting), Wait)
+    # A claim command is NotClaimable while it waits.
+    commanded = f.world(status, run=budgeted(used=used), annotations=f.command("claim"))
+    decided = expect(steps.next_step(commanded), WriteStatus).status
+    assert decided.commands[-1].predicate is Predicate.NOT_CLAIMABLE
+    assert "budget" in decided.commands[-1].message
+
+
+def test_a_lease_record_not_the_budgets_ends_the_attempt_as_before() -> None:
+    annotation, value = exceeded_record()
+    other = (annotation.replace("budget.exceeded", "plan.exceeded"),
+             value.replace("budget.exceeded", "plan.exceeded"))
+    step = expect(steps.next_step(stopped_world(other, phase="Failed", run=budgeted())),
+                  WriteStatus)
+    assert step.status.attempts[-1].outcome is Outcome.FAILED
+
+
+def parked_status(*, raises: int = 0) -> SlotStatus:
+    world = stopped_world(exceeded_record(), run=budgeted(
+        used=ModelUsage(input_tokens=200, output_tokens=40), raises=raises))
+    return expect(steps.next_step(world), WriteStatus).status
+
+
+def test_a_raise_that_leaves_nothing_keeps_it_parked_one_that_does_reopens_it() -> None:
+    used = ModelUsage(input_tokens=200, output_tokens=40)
+    status = parked_status()
+    short = f.world(status, run=budgeted(tokens=240, raises=1, used=used))
+    still = expect(steps.next_step(short), WriteStatus).status
+    assert f.condition(still, CONDITION).status == "True" and still.budget_raises == 1
+    assert isinstance(steps.next_step(f.world(still, run=budgeted(
+        tokens=240, raises=1, used=used))), Wait)
+    raised = f.world(still, run=budgeted(tokens=740, raises=2, used=used))
+    step = expect(steps.next_step(raised), WriteStatus)
+    reopened = step.status
+    assert f.condition(reopened, CONDITION).status == "False"
+    assert f.condition(reopened, CONDITION).reason == names.BUDGET_RAISED
+    assert f.condition(reopened, "Reopened").reason == names.BUDGET_RAISED
+    assert reopened.next_owner_actor == f.CREATOR and reopened.budget_raises is None
+    assert step.event is not None and step.event.reason == names.BUDGET_RAISED
+    claim = steps.next_step(f.world(reopened, run=budgeted(tokens=740, raises=2, used=used)))
+    lease = expect(claim, Create).body
+    assert lease["metadata"]["annotations"][names.ALLOWANCE_ANNOTATION] == (
+        "500 tokens, none micro-USD")
+
+
+def test_a_claim_gives_what_the_budget_leaves_and_none_without_one() -> None:
+    used = ModelUsage(input_tokens=10, output_tokens=5, cost_micros=2_000_000)
+    lease = expect(steps.next_step(f.world(f.ready(), run=budgeted(
+        tokens=100, cost=5_000_000, used=used))), Create).body
+    assert lease["metadata"]["annotations"][names.ALLOWANCE_ANNOTATION] == (
+        "85 tokens, 3000000 micro-USD")
+    plain = expect(steps.next_step(f.world(f.ready())), Create).body
+    assert names.ALLOWANCE_ANNOTATION not in plain["metadata"]["annotations"]
+
+
+def test_a_slot_its_run_has_nothing_left_for_parks_without_an_attempt() -> None:
+    run = budgeted(tokens=100, used=ModelUsage(input_tokens=100))
+    step = expect(steps.next_step(f.world(f.ready(), run=run)), WriteStatus)
+    assert step.status.state is SlotState.READY and step.status.attempt_count == 0
+    assert f.condition(step.status, CONDITION).status == "True"
+    assert isinstance(steps.next_step(f.world(step.status, run=run)), Wait)
+    # A Pending slot waiting for its dependencies is not told about the budget.
+    pending = f.world(SlotStatus(), run=run, depends_on=["other"])
+    assert not isinstance(steps.next_step(pending), WriteStatus) or not conditions.find(
+        expect(steps.next_step(pending), WriteStatus).status.conditions, CONDITION)
+
+
+def raise_of(*, actor: str | None = "alice", add: str | None = "500",
+             add_cost: str | None = None, reason: str | None = "worth it",
+             override: bool = False, epoch: str | None = f.EPOCH) -> runcommands.Raise:
+    return runcommands.Raise(request_id="r1", actor=actor, epoch=epoch, override=override,
+                             add=add, add_cost=add_cost, reason=reason)
+
+
+def oracle(run: AgentRun, command: runcommands.Raise,
+           trust: stamping.Stamping) -> Predicate | None:
+    if trust.epoch is None:
+        return Predicate.COMMANDS_REFUSED
+    if command.actor is None or command.epoch is None:
+        return Predicate.UNSTAMPED
+    if command.epoch != trust.epoch:
+        return Predicate.STALE_EPOCH
+    budget = run.status.budget
+    if budget is None or (command.add is None and command.add_cost is None):
+        return Predicate.MALFORMED
+    if command.add is not None and (not command.add.isdigit() or command.add.startswith("0")
+                                    or budget.tokens is None):
+        return Predicate.MALFORMED
+    if command.add_cost is not None and (budget.cost_micros is None or command.add_cost in (
+            "0", "-1", "abc")):
+        return Predicate.MALFORMED
+    if command.reason is None or not command.reason.strip():
+        return Predicate.BLANK_REASON
+    if command.actor != run.status.creator and not command.override:
+        return Predicate.NOT_OWNER
+    return None
+
+
+@pytest.mark.parametrize(("actor", "override", "add", "add_cost", "reason", "trust", "budget"),
+                         list(itertools.product(
+                             ["alice", "bob", None], [False, True],
+                             [None, "500", "0", "-5", "x"], [None, "2.5", "0", "abc"],
+                             ["worth it", "  ", None],
+                             ["in force", "stale", "off"], ["tokens", "both", "none"])))
+def test_the_budget_command_over_every_input_matches_the_oracle(
+        actor: str | None, override: bool, add: str | None, add_cost: str | None,
+        reason: str | None, trust: str, budget: str) -> None:
+    run = budgeted(tokens=240 if budget != "none" else None,
+                   cost=3_000_000 if budget == "both" else None)
+    if budget == "none":
+        run = run.model_copy(update={"status": run.status.model_copy(update={"budget": None})})
+    command = raise_of(actor=actor, override=override, add=add, add_cost=add_cost,
+                       reason=reason, epoch="other" if trust == "stale" else f.EPOCH)
+    stamped = f.IN_FORCE if trust != "off" else stamping.Stamping(epoch=None, problem="off")
+    status, event = runcommands.decide(run, command, stamping_now=stamped, now=f.T0)
+    entry = status.commands[-1]
+    expected = oracle(run, command, stamped)
+    assert (entry.kind, entry.request_id) == (CommandKind.BUDGET, "r1")
+    assert entry.predicate is expected, (entry.predicate, entry.message)
+    if expected is None:
+        assert entry.outcome == "Accepted" and event.reason == names.BUDGET_RAISED
+        assert status.budget is not None and run.status.budget is not None
+        assert status.budget.raises == 1
+        assert status.budget.tokens == (run.status.budget.tokens or 0) + int(add or 0) or (
+            add is None)
+        assert entry.override is (True if actor != f.CREATOR else None)
+    else:
+        assert entry.outcome == "Rejected" and event.type == "Warning"
+        assert status.budget == run.status.budget
+
+
+def test_the_runs_ledger_keeps_the_newest_and_a_decided_command_is_only_removed() -> None:
+    run = budgeted()
+    for n in range(RUN_COMMANDS_KEPT + 5):
+        command = runcommands.Raise(request_id=f"r{n}", actor="alice", epoch=f.EPOCH,
+                                    override=False, add="1", add_cost=None, reason="more")
+        status, _ = runcommands.decide(run, command, stamping_now=f.IN_FORCE, now=f.T0)
+        run = run.model_copy(update={"status": status})
+    assert len(run.status.commands) == RUN_COMMANDS_KEPT
+    assert run.status.commands[-1].request_id == f"r{RUN_COMMANDS_KEPT + 4}"
+    assert run.status.budget is not None and run.status.budget.tokens == 240 + 25
+    assert runcommands.decided(run, runcommands.Raise(
+        request_id=f"r{RUN_COMMANDS_KEPT + 4}", actor=None, epoch=None, override=False,
+        add=None, add_cost=None, reason=None))
+
+
+def test_the_pinned_budget_is_in_the_price_tables_currency() -> None:
+    run = f.agent_run()
+    assert rollup.pinned_budget(run, prices=None) is None
+    with_budget = run.model_copy(update={"spec": run.spec.model_copy(update={
+        "budget": Budget(tokens=5, cost="2.5")})})
+    assert rollup.pinned_budget(with_budget, prices=PriceTable(currency="EUR")) == (
+        BudgetStatus(tokens=5, cost_micros=2_500_000, currency="EUR"))
+    assert rollup.pinned_budget(with_budget, prices=None) == BudgetStatus(
+        tokens=5, cost_micros=2_500_000, currency="USD")
+    other = with_budget.model_copy(update={"spec": with_budget.spec.model_copy(update={
+        "budget": Budget(cost="1", currency="JPY")})})
+    refused = rollup.pinned_budget(other, prices=PriceTable(currency="EUR"))
+    assert isinstance(refused, Problem) and refused.reason == rollup.BUDGET_INVALID
+
+
+def test_an_allowance_reads_back_and_says_which_bound_was_reached() -> None:
+    left = modelusage.Allowance(tokens=100, cost_micros=None, currency="EUR")
+    assert modelusage.Allowance.parse(left.text()) == left
+    assert left.reached(ModelUsage(input_tokens=99, currency="EUR")) is None
+    assert "100 tokens" in (left.reached(ModelUsage(input_tokens=60, output_tokens=40,
+                                                    currency="EUR")) or "")
+    cost = modelusage.Allowance(tokens=None, cost_micros=5, currency="USD")
+    assert cost.reached(ModelUsage(cost_micros=5)) is not None
+    assert modelusage.Allowance.parse("lots") is None
+    assert BudgetStatus(tokens=10).left(ModelUsage(input_tokens=20)).tokens == 0
+    assert BudgetStatus(tokens=10).left(ModelUsage(input_tokens=5, currency="EUR")).tokens == 10
