@@ -159,7 +159,8 @@ def user_roles() -> list[dict[str, Any]]:
     of one's own runs (approvers write the command, so they need ``agentrun-editor`` too);
     ``agentrun-launchspec-admin`` (the GitOps identity, bound by hand) owns LaunchSpecs and
     configuration ConfigMaps and may ``accept`` configuration; ``agentrun-tenant-admin``
-    (bound by hand) may ``assign`` a namespace's tenant label. The verbs ``override``,
+    (bound by hand) may ``assign`` a namespace's tenant label (and its runs' default
+    budget). The verbs ``override``,
     ``approve``, ``approve-own``, ``accept`` and ``assign`` are
     checked by the admission policies (``core.policies.admission``, ``core.policies.validating``).
     """

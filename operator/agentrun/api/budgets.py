@@ -3,7 +3,7 @@ force (``status.budget``): docs/design/usage.md."""
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
 from agentrun.api import bounds, modelusage
@@ -25,7 +25,9 @@ class Budget(Model):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         {"rule": "has(self.tokens) || has(self.cost)",
-         "message": "a budget names tokens, cost or both"}]})
+         "message": "a budget names tokens, cost or both"},
+        {"rule": "!has(self.cost) || double(self.cost) > 0.0",
+         "message": "spec.budget.cost is more than 0"}]})
 
     tokens: int | None = Field(default=None, ge=1, le=modelusage.MAX_TOKENS,
                                description="model tokens, input and output together")
@@ -36,6 +38,17 @@ class Budget(Model):
         default=None, json_schema_extra={"enum": modelusage.CURRENCY_ENUM},
         description="ISO 4217; the run's price table's (bindings prices.currency), its "
         "default")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Budget:
+        """The CRD's rules, for a budget read elsewhere (a namespace's default)."""
+        if self.tokens is None and self.cost is None:
+            raise ValueError("a budget names tokens, cost or both")
+        if self.cost is not None and modelusage.micros(self.cost) == 0:
+            raise ValueError("spec.budget.cost is more than 0")
+        if self.currency is not None:
+            modelusage.check_currency(self.currency)
+        return self
 
 
 class BudgetStatus(Model):
@@ -49,7 +62,12 @@ class BudgetStatus(Model):
     raises: int = Field(default=0, ge=0, le=bounds.MAX_REVISION,
                         description="accepted raises (kubectl agentrun budget)")
 
-    def left(self, used: ModelUsage | None) -> modelusage.Allowance:
+    def limits(self) -> modelusage.Limits:
+        """The budget as the bounds the SDK checks (on each attempt's Lease)."""
+        return modelusage.Limits(tokens=self.tokens, cost_micros=self.cost_micros,
+                                 currency=self.currency)
+
+    def left(self, used: ModelUsage | None) -> modelusage.Limits:
         """What it leaves after ``used``."""
         return modelusage.remaining(tokens=self.tokens, cost_micros=self.cost_micros,
                                     currency=self.currency, used=used)

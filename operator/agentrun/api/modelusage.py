@@ -239,12 +239,12 @@ BUDGET_COST_PATTERN: Final = r"^(0|[1-9][0-9]{0,8})([.][0-9]{1,6})?$"
 CURRENCY_ENUM: Final[list[JsonValue]] = [*sorted(CURRENCIES)]
 
 
-class Allowance(Model):
-    """What an attempt may still spend: the run's budget less the run's usage when the
-    attempt was claimed (None: that dimension is not bounded). On the attempt's Lease
-    (:data:`agentrun.api.names.ALLOWANCE_ANNOTATION`), written by the operator when it
-    creates it; the SDK starts no model call or effect once the attempt's own usage
-    reached it."""
+class Limits(Model):
+    """Bounds on model usage: ``tokens`` (input and output together) and ``cost_micros``
+    (None: that dimension is not bounded), in ``currency``. A run's budget in force, on each
+    of its attempts' Leases (:data:`agentrun.api.names.BUDGET_ANNOTATION`, written by the
+    operator when it creates one), against which the SDK checks the run's usage before a
+    model call or an effect; and what a budget leaves (:func:`remaining`)."""
 
     tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
     cost_micros: int | None = Field(default=None, ge=0, le=MAX_COST_MICROS)
@@ -256,38 +256,40 @@ class Allowance(Model):
                 f"micro-{self.currency}")
 
     @classmethod
-    def parse(cls, text: str) -> Allowance | None:
-        found = _ALLOWANCE.fullmatch(text)
+    def parse(cls, text: str) -> Limits | None:
+        found = _LIMITS.fullmatch(text)
         if found is None:
             return None
+
         def number(word: str) -> int | None:
             return None if word == "none" else min(int(word), MAX_TOKENS)
         return cls(tokens=number(found["tokens"]), cost_micros=number(found["cost"]),
                    currency=found["currency"])
 
     def reached(self, used: ModelUsage | None) -> str | None:
-        """Why ``used`` (the attempt's usage) is at or past this allowance, or None."""
-        spent = used or ModelUsage(currency=self.currency)
+        """Why ``used`` is at or past these bounds, or None (a sum in another currency
+        counts as nothing: it cannot be compared)."""
+        spent = used if used is not None and used.currency == self.currency else ModelUsage(
+            currency=self.currency)
         if self.tokens is not None and spent.tokens >= self.tokens:
-            return (f"the attempt used {spent.tokens} tokens of the {self.tokens} its run's "
-                    "budget left it")
+            return f"{spent.tokens} tokens used of a budget of {self.tokens}"
         if self.cost_micros is not None and spent.cost_micros >= self.cost_micros:
-            return (f"the attempt spent {spent.cost_micros / 1e6:.6f} {self.currency} of the "
-                    f"{self.cost_micros / 1e6:.6f} its run's budget left it")
+            return (f"{spent.cost_micros / 1e6:.6f} {self.currency} spent of a budget of "
+                    f"{self.cost_micros / 1e6:.6f}")
         return None
 
 
-_ALLOWANCE = re.compile(r"(?P<tokens>none|[0-9]{1,16}) tokens, (?P<cost>none|[0-9]{1,16}) "
+_LIMITS = re.compile(r"(?P<tokens>none|[0-9]{1,16}) tokens, (?P<cost>none|[0-9]{1,16}) "
                         r"micro-(?P<currency>[A-Z]{3})")
 
 
 def remaining(*, tokens: int | None, cost_micros: int | None, currency: str,
-              used: ModelUsage | None) -> Allowance:
+              used: ModelUsage | None) -> Limits:
     """What a budget (``tokens``, ``cost_micros``; None: not bounded) leaves after ``used``
     (a sum in another currency counts as nothing: it cannot be compared)."""
     spent = used if used is not None and used.currency == currency else ModelUsage(
         currency=currency)
-    return Allowance(
+    return Limits(
         tokens=None if tokens is None else max(0, tokens - spent.tokens),
         cost_micros=None if cost_micros is None else max(0, cost_micros - spent.cost_micros),
         currency=currency)

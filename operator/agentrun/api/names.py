@@ -166,12 +166,16 @@ APPROVED_EVENT: Final = "EffectApproved"
 # Records only the operator writes (a holder adding one is refused by admission), and
 # records trusted only on a Lease, never from a journal (the operator reads them there).
 OPERATOR_SUFFIXES: Final = (RESOLVED_SUFFIX, ANSWERED_SUFFIX, APPROVED_SUFFIX)
-# Budgets: the worker's record that it stopped at its allowance (kind decision, on its own
-# Lease: ``budget.exceeded``), the allowance the operator gives each attempt on its Lease,
-# and the slot's condition while it waits for a person to raise the run's budget.
+# Budgets: the worker's record that it stopped at its run's budget (kind decision, on its
+# own Lease: ``budget.exceeded``), the run's budget the operator writes on each attempt's
+# Lease when it creates it, and the slot's condition while it waits for a person to raise it.
 EXCEEDED_SUFFIX: Final = ".exceeded"
 BUDGET_KEY: Final = "budget"
-ALLOWANCE_ANNOTATION: Final = "agentrun.dev/budget-allowance"
+BUDGET_ANNOTATION: Final = "agentrun.dev/budget"
+# On a tenant's namespace, set by a tenant admin: the budget of its runs that name none
+# (JSON, as spec.budget: {"tokens": n, "cost": "x", "currency": "EUR"}).
+DEFAULT_BUDGET_ANNOTATION: Final = "agentrun.dev/default-budget"
+DEFAULT_BUDGET_BYTES: Final = 256
 BUDGET_EXCEEDED_CONDITION: Final = "BudgetExceeded"
 BUDGET_RAISED: Final = "BudgetRaised"  # the condition's reason once a raise reopened it
 LEASE_ONLY_SUFFIXES: Final = (RESOLVED_SUFFIX, UNRESOLVED_SUFFIX, ANSWERED_SUFFIX, QUESTION_SUFFIX,

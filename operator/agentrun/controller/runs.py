@@ -122,13 +122,17 @@ class RunReconciler(reconcilers.Reconciler):
                 for kind in names.CONFIG_KINDS}
             found = [] if tenant is None else reader.configmaps(
                 namespace, selector=f"{names.RUN_LABEL}={name},{names.SNAPSHOT_LABEL}")
+            # Read after the run: see core.policies.stamping for why the order matters.
+            trust = reader.stamping()
             return runsteps.RunWorld(
                 run=run, tenant=tenant, now=self.clock(), config_maps=candidates,
                 snapshots={cm["metadata"]["name"]: cm for cm in found}, taken=taken,
                 journal=self.journal, journal_problem=None if self.checks is None or (
                     tenant is None) else self.checks.problem(namespace),
-                # Read after the run: see core.policies.stamping for why the order matters.
-                stamping_epoch=reader.stamping().epoch, **fork)
+                stamping_epoch=trust.epoch,
+                stamping=trust if runcommands.pending(run) else None,
+                default_budget=None if tenant is None or run.spec.budget is not None
+                else reader.default_budget(namespace), **fork)
         world = runsteps.RunWorld(run=run, tenant=tenant, now=self.clock(),
                                   workflow=self.workflow(run),
                                   slots=reader.slots_of(namespace, name), taken=taken,

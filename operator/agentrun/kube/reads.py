@@ -158,6 +158,14 @@ class Reader:
             self._tenants[namespace] = (time.monotonic(), tenant)
             return tenant
 
+    def default_budget(self, namespace: str) -> str | None:
+        """The namespace's default budget (``agentrun.dev/default-budget``), read from the
+        API: only while a run is unpinned, once a pass."""
+        found = self.rest.get(f"/api/v1/namespaces/{namespace}")
+        annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
+        text = annotations.get(names.DEFAULT_BUDGET_ANNOTATION)
+        return None if text is None else str(text)
+
     def _cached_tenant(self, namespace: str) -> tuple[float, str | None] | None:
         cached = self._tenants.get(namespace)
         if cached is not None and self._through is None and (

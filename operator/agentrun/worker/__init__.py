@@ -11,7 +11,7 @@ Worker``):
 - model usage: ``worker.usage`` (each model call's tokens and cost, journaled with its
   step) returns a :class:`ModelUsage` and refuses a report with :class:`UsageError`;
   ``worker.check_budget()`` (before a model call; effects check by themselves) raises
-  :class:`BudgetExceeded` once the attempt reached what its run's budget left it: end
+  :class:`BudgetExceeded` once the run's usage (all its slots') reached its budget: end
   the attempt, as after a question;
 - the errors an author catches: :class:`WorkerContextError` (not in a pod the operator
   claimed); :class:`LeaseLapsed` (wait and retry) and :class:`LeaseLost` (exit: a

@@ -176,10 +176,10 @@ class Worker:
         return self.steps.step(key, do=done_in_step, kind=kind, durable=durable)
 
     def check_budget(self) -> None:
-        """Before a model call: raise :class:`usages.BudgetExceeded` when this attempt
-        reached what its run's budget left it (see :meth:`usages.Meter.check`; the attempt
-        must then end, as after a question). :meth:`effect` checks first by itself, and so
-        does the LangGraph integration before each model call."""
+        """Before a model call: raise :class:`usages.BudgetExceeded` when the run's usage
+        (all its slots': :meth:`usages.Meter.check`) reached its budget; the attempt must
+        then end, as after a question. :meth:`effect` checks first by itself, and so does
+        the LangGraph integration before each model call."""
         self._usage_meter().check()
 
     def usage(self, model: str, *, input_tokens: int, output_tokens: int,
@@ -200,7 +200,7 @@ class Worker:
         steps = self.steps  # first: it takes the lock below itself
         with self._reading:
             if self._meter is None:
-                self._meter = usages.Meter(steps=steps, attempt=self.context.attempt,
+                self._meter = usages.Meter(steps=steps, context=self.context,
                                            prices=usages.price_table(self.context))
             return self._meter
 

@@ -10,6 +10,10 @@ sum on its Lease (``journal.agentrun.dev/model-usage``) in the same write, so wh
 operator adds up is exactly what the journal holds. Why durable: a report that is lost is
 usage no one pays attention to; a model call takes far longer than a commit.
 
+Before a model call or an effect, :meth:`Meter.check` stops the attempt
+(:class:`BudgetExceeded`) once the run's usage, the sums on all its attempts' Leases,
+reached the budget the operator wrote on this attempt's Lease.
+
 What is not counted, and cannot be: a call whose process died before it was reported.
 Usage is the worker's own report (docs/design/usage.md).
 """
@@ -27,6 +31,7 @@ import yaml
 
 from agentrun.api import modelusage, names
 from agentrun.api.modelusage import ModelUsage, PriceTable, UsageError
+from agentrun.kube import rest
 from agentrun.worker import _journalcommits as journalcommits
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
@@ -44,7 +49,7 @@ _STEP: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentrun_ste
 
 
 class BudgetExceeded(Exception):
-    """The attempt reached what its run's budget left it: it must end (leave the ``with``
+    """The run's usage reached its budget: the attempt must end (leave the ``with``
     block). Nothing is lost: the slot waits for a person to raise the budget, and the next
     attempt resumes from what this one committed. ``reason``: which bound, in words."""
 
@@ -84,11 +89,15 @@ class Meter:
     """The attempt's usage reports: numbered, priced, committed."""
 
     steps: prefix.Steps
-    attempt: int
+    context: Context
     prices: PriceTable
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _count: int = field(default=0, repr=False)
-    _allowance: tuple[modelusage.Allowance | None] | None = field(default=None, repr=False)
+    _budget: tuple[modelusage.Limits | None] | None = field(default=None, repr=False)
+
+    @property
+    def attempt(self) -> int:
+        return self.context.attempt
 
     def __post_init__(self) -> None:
         """Number on from this attempt's reports already committed (another ``Worker`` of
@@ -119,6 +128,10 @@ class Meter:
             if micros is None:
                 raise UsageError(f"model {model!r} has no price in the run's price table "
                                  "(bindings 'prices'): add it there, or give the call's cost")
+            if micros > modelusage.MAX_COST_MICROS:
+                raise UsageError(f"{input_tokens} and {output_tokens} tokens of {model!r} cost "
+                                 f"more than {modelusage.MAX_COST_MICROS // 10**6} units by "
+                                 "the run's price table: a report out of bounds")
         else:
             micros = modelusage.micros(cost)
         call = modelusage.Call(model=model, input_tokens=input_tokens,
@@ -139,42 +152,61 @@ class Meter:
         return call.usage()
 
     def check(self) -> None:
-        """Raise :class:`BudgetExceeded` if this attempt's usage reached the allowance its
-        run's budget left it when it was claimed (the operator's, on its Lease): before a
-        model call or an effect. Stopping is durable first: everything staged, then the
-        record ``budget.exceeded`` on the Lease (the operator reads it there and parks the
-        slot), so a successor resumes from all this attempt did."""
-        allowance = self.allowance()
-        if allowance is None:
+        """Raise :class:`BudgetExceeded` if the run's usage reached its budget: before a
+        model call or an effect. The budget is the one in force when this attempt was
+        claimed (the operator's, on its Lease); the usage is the run's as it is now, the sum
+        on every attempt Lease of the run (one list: the slots running beside this one
+        count at once, so a run overshoots by at most the calls its workers have in flight).
+        Stopping is durable first: everything staged, then the record ``budget.exceeded``
+        on the Lease (the operator reads it there and parks the slot), so a successor
+        resumes from all this attempt did."""
+        budget = self.budget()
+        if budget is None:
             return
-        why = allowance.reached(self.total())
+        used = self.run_usage(currency=budget.currency)
+        why = budget.reached(used)
         if why is None:
             return
         key = f"{names.BUDGET_KEY}{names.EXCEEDED_SUFFIX}"
         with self.lock:
             found = self.steps.prefix.get(key)
             if found is None or found.attempt != self.attempt:
-                payload = {"reason": why, "allowance": allowance.text(),
-                           "used": (self.total() or ModelUsage(currency=allowance.currency)
-                                    ).text()}
+                payload = {"reason": why, "budget": budget.text(), "used": (
+                    used or ModelUsage(currency=budget.currency)).text()}
                 self.steps.commit(records.make(key=key, kind=records.Kind.DECISION,
                                                attempt=self.attempt, payload=payload))
-        raise BudgetExceeded(f"{why}: the attempt stops here and the slot waits for a "
-                             "person to raise the run's budget (kubectl agentrun budget)",
-                             reason=why)
+        raise BudgetExceeded(f"the run's budget is used up ({why}): the attempt stops here "
+                             "and the slot waits for a person to raise it (kubectl agentrun "
+                             "budget)", reason=why)
 
-    def allowance(self) -> modelusage.Allowance | None:
-        """The allowance on this attempt's Lease (read once), None when its run has no
-        budget."""
-        if self._allowance is None:
-            lease = self.steps.ledger.lease if isinstance(
-                self.steps.ledger, journalcommits.JournalRecords) else self.steps.ledger
-            assert isinstance(lease, records.LeaseRecords)
+    def budget(self) -> modelusage.Limits | None:
+        """The run's budget on this attempt's Lease (read once), None without one."""
+        if self._budget is None:
+            lease = self._lease()
             found = lease.api.request("GET", lease.path)
             text = ((found.get("metadata") or {}).get("annotations") or {}).get(
-                names.ALLOWANCE_ANNOTATION)
-            self._allowance = (None if text is None else modelusage.Allowance.parse(str(text)),)
-        return self._allowance[0]
+                names.BUDGET_ANNOTATION)
+            self._budget = (None if text is None else modelusage.Limits.parse(str(text)),)
+        return self._budget[0]
+
+    def run_usage(self, *, currency: str) -> ModelUsage | None:
+        """The run's usage now: the sums on all its attempt Leases (this one's as committed:
+        its own report is never behind what its Lease says)."""
+        lease = self._lease()
+        context = self.context
+        path = rest.namespaced(group="coordination.k8s.io", version="v1", plural="leases",
+                               namespace=context.namespace)
+        listed = lease.api.request("GET", path, query={
+            "labelSelector": f"{names.RUN_LABEL}={context.run},{names.ATTEMPT_LABEL}"})
+        sums = [ModelUsage.on_lease(item) for item in listed.get("items") or []
+                if (item.get("metadata") or {}).get("name") != context.lease]
+        return modelusage.total([*sums, self.total()], currency=currency)
+
+    def _lease(self) -> records.LeaseRecords:
+        ledger = self.steps.ledger
+        lease = ledger.lease if isinstance(ledger, journalcommits.JournalRecords) else ledger
+        assert isinstance(lease, records.LeaseRecords)
+        return lease
 
     def total(self) -> ModelUsage | None:
         """This attempt's sum as committed (what its Lease says), None before any report."""

@@ -8,7 +8,9 @@ act on, and nothing changed.
   is not a decimal, neither amount, a blank reason, no request id) is refused by admission;
 - a run whose bindings' price table fails its schema, or whose budget names another
   currency than its price table, is not pinned (``Pinned=False``: ``ConfigInvalid``,
-  ``BudgetInvalid``) and lays out no slot.
+  ``BudgetInvalid``) and lays out no slot;
+- a run naming no budget takes its namespace's default (the tenant admin's annotation);
+  a default that is not a budget stops its pinning with why.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def apply_run(scenario: Scenario, name: str, budget: object) -> str:
     ({"cost": "1e3"}, "spec.budget.cost"),
     ({"cost": "1.1234567"}, "spec.budget.cost"),
     ({"tokens": 5, "currency": "XYZ"}, "spec.budget.currency"),
+    ({"cost": "0.0"}, "spec.budget.cost is more than 0"),
     ({}, "a budget names tokens, cost or both"),
 ])
 def test_a_budget_out_of_its_bounds_is_refused_at_create(
@@ -81,6 +84,36 @@ def test_a_budget_is_never_edited_and_a_raise_out_of_bounds_is_refused(
         assert done.returncode != 0 and said in done.stderr, (written, done.stderr)
     after = scenario.agentrun("study")["metadata"]
     assert after["resourceVersion"] == before["resourceVersion"]
+
+
+def test_a_run_naming_no_budget_takes_its_tenants_default(
+        scenario: Scenario, operator: OperatorProcess) -> None:
+    """The namespace's default budget (a tenant admin's annotation) is pinned on a run that
+    names none, not on one that names its own; a default that is not a budget stops the
+    pinning with why."""
+    scenario.configs()
+    annotate = scenario.core.patch_namespace
+    annotate(scenario.namespace, {"metadata": {"annotations": {
+        "agentrun.dev/default-budget": '{"tokens": 5000, "cost": "2.5"}'}}})
+    scenario.run("defaulted")
+    scenario.run("own", extra={"budget": {"tokens": 70}})
+    for run, expected in (("defaulted", {"tokens": 5000, "costMicros": 2_500_000,
+                                         "currency": "USD", "raises": 0}),
+                          ("own", {"tokens": 70, "currency": "USD", "raises": 0})):
+        found = wait_for(lambda run=run: scenario.agentrun(run)["status"].get("budget"),
+                         timeout=60, message=f"run {run}'s budget pinned")
+        assert found == expected, (run, found)
+    annotate(scenario.namespace, {"metadata": {"annotations": {
+        "agentrun.dev/default-budget": '{"tokens": -1}'}}})
+    scenario.run("broken")
+
+    def refused() -> Object | None:
+        found = scenario.agentrun("broken")
+        pinned = condition_of(found.get("status") or {}, "Pinned") or {}
+        return found if pinned.get("reason") == "BudgetInvalid" else None
+    said = condition_of(wait_for(refused, timeout=60, message="Pinned False BudgetInvalid")[
+        "status"], "Pinned")["message"]
+    assert "agentrun.dev/default-budget is not a budget" in said, said
 
 
 def test_a_price_table_out_of_its_schema_or_another_currency_is_not_pinned(

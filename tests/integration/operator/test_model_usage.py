@@ -6,7 +6,9 @@ Covers: ``worker.usage`` inside a step is priced by the run's pinned price table
 durably with the step it was made in before it returns, and the attempt's sum is on its
 Lease; a given cost is taken as is; a second ``Worker`` of the same attempt numbers on; a
 report out of its bounds, in another currency, or of a model the table does not price is
-refused and changes nothing; and admission refuses a holder's hand-written sum that shrinks,
+refused and changes nothing; the run's budget is checked against the usage of all its slots
+at once (two slots' attempts: each stops at the other's report, before a call or an effect);
+and admission refuses a holder's hand-written sum that shrinks,
 changes currency, is malformed or moves without the head; a LangGraph agent's model calls
 are counted by the callback ``invoke`` adds, each with the node it ran in.
 """
@@ -28,10 +30,12 @@ from langgraph.graph import END, START, StateGraph
 
 from agentrun.api import names
 from agentrun.api.modelusage import ModelUsage, UsageError
+from agentrun.worker import BudgetExceeded
 from agentrun.worker import _journal as journal
+from agentrun.worker import _records as records
 from agentrun.worker._context import PinnedConfig
 from agentrun.worker._sdk import Worker
-from agentrun.worker.langgraph import JournalSaver, invoke
+from agentrun.worker.langgraph import JournalSaver, UsageCallback, invoke
 from tests.integration.operator import test_group_commit_lease as group_commit
 from tests.integration.operator import test_worker_records as worker_records
 from tests.integration.operator.test_worker_records import Attempt, worker_of
@@ -48,6 +52,7 @@ prices:
   currency: EUR
   models:
     fake-large: {inputPerMillion: "3", outputPerMillion: "15"}
+    pricey: {inputPerMillion: "999999999", outputPerMillion: "0"}
 """
 MODEL = names.MODEL_USAGE_ANNOTATION
 
@@ -100,7 +105,8 @@ def test_usage_is_priced_journaled_with_its_step_and_summed_on_the_lease(
              "keeps its costs in EUR"),
             (dict(model="fake-large", input_tokens=1, output_tokens=0, cost=1, currency="ABC"),
              "not an ISO 4217"),
-            (dict(model="unpriced", input_tokens=1, output_tokens=1), "no price")):
+            (dict(model="unpriced", input_tokens=1, output_tokens=1), "no price"),
+            (dict(model="pricey", input_tokens=10**9, output_tokens=0), "out of bounds")):
         with pytest.raises(UsageError, match=said):
             worker.usage(**report)  # type: ignore[arg-type]
     assert attempt.lease()["metadata"]["annotations"][MODEL] == lease["metadata"][
@@ -178,4 +184,54 @@ def test_a_langgraph_agents_model_calls_are_counted_with_no_code_of_its_own(
     report = worker.steps.prefix.get("usage.1.1")
     assert report is not None and report.inline["step"] == "think"
     assert worker.steps.prefix.get("usage.1.2") is None  # a call with no usage: not counted
+    worker.stop()
+
+
+def test_the_budget_is_checked_against_the_whole_runs_usage_before_each_call(
+        attempts: Callable[..., Attempt], location: journal.Location, tmp_path: Path) -> None:
+    """Two slots of one run at once (each attempt's Lease carries the run's budget, as the
+    operator writes it at the claim): each one's check counts the other's usage as soon
+    as it is reported, so neither starts a call or an effect past the run's budget."""
+    budget = {names.BUDGET_ANNOTATION: "240 tokens, none micro-EUR"}
+    here, there = attempts(1, annotations=budget), attempts(1, slot="t", annotations=budget)
+    first, other = priced(here, location, tmp_path), priced(there, location, tmp_path)
+    first.check_budget()
+    first.usage("fake-large", input_tokens=150, output_tokens=50)
+    other.check_budget()  # 200 of 240: go on
+    other.usage("fake-large", input_tokens=30, output_tokens=0)
+    first.check_budget()  # 230 of 240
+    first.usage("fake-large", input_tokens=10, output_tokens=0)
+    sent: list[str] = []
+    for worker, attempt in ((other, there), (first, here)):
+        with pytest.raises(BudgetExceeded, match="240 tokens used of a budget of 240"):
+            worker.check_budget()
+        with pytest.raises(BudgetExceeded):  # and before an effect: never sent
+            worker.effect("publish", key="publish",
+                          call=lambda key, token: sent.append(key))
+        stopped = records.on_lease(attempt.lease())[0]["budget.exceeded"]
+        assert stopped.inline == {"reason": "240 tokens used of a budget of 240",
+                                  "budget": "240 tokens, none micro-EUR",
+                                  "used": "190 input tokens, 50 output tokens, 1320 micro-EUR"}
+    assert sent == []
+    unbounded = priced(attempts(2), location, tmp_path)
+    unbounded.check_budget()  # no budget on its Lease: nothing to stop at
+    for worker in (first, other, unbounded):
+        worker.stop()
+
+
+def test_a_langchain_model_call_past_the_budget_is_never_made(
+        attempts: Callable[..., Attempt], location: journal.Location, tmp_path: Path) -> None:
+    attempt = attempts(1, annotations={names.BUDGET_ANNOTATION: "40 tokens, none micro-EUR"})
+    worker = priced(attempt, location, tmp_path)
+    replies = iter([AIMessage(content=f"reply {n}", usage_metadata={
+        "input_tokens": 30, "output_tokens": 10, "total_tokens": 40},
+        response_metadata={"model_name": "fake-large"}) for n in (1, 2)])
+    model = GenericFakeChatModel(messages=replies)
+    config: RunnableConfig = {"callbacks": [UsageCallback(worker)]}
+    assert model.invoke("first", config).content == "reply 1"
+    with pytest.raises(BudgetExceeded):
+        model.invoke("second", config)
+    assert next(replies).content == "reply 2"  # the model was never asked
+    assert ModelUsage.on_lease(attempt.lease()) == ModelUsage(
+        input_tokens=30, output_tokens=10, cost_micros=240, currency="EUR")
     worker.stop()

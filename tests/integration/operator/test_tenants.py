@@ -23,6 +23,7 @@ from tests.support.plays.scenarios import EDITOR_RULES, Scenario, request_id
 
 pytestmark = pytest.mark.serial
 TENANT = "agentrun.dev/tenant"
+DEFAULT_BUDGET = "agentrun.dev/default-budget"
 PATCH_OWN_NAMESPACE = [{"apiGroups": [""], "resources": ["namespaces"],
                         "verbs": ["get", "patch"]}]
 
@@ -67,14 +68,18 @@ def test_bob_cannot_reach_another_tenants_slots(
            f"{scenario.namespace})" in named.stderr
 
 
-def test_a_tenant_user_cannot_change_the_tenant_label_of_his_own_namespace(
+def test_a_tenant_user_cannot_change_the_tenant_label_or_budget_of_his_own_namespace(
         validating: None, bobs_namespace: str, cluster: Cluster) -> None:
-    says = f"{TENANT} names the namespace's tenant and is set by a cluster admin"
+    says = f"{TENANT} names the namespace's tenant, and {DEFAULT_BUDGET} its runs' default " \
+        "budget; both are set by a cluster admin"
     for change in (f"{TENANT}=alices", f"{TENANT}-"):
         result = cluster.kubectl("label", "--overwrite", "namespace", bobs_namespace, change,
                                  user="bob")
         assert result.returncode != 0, change
         assert says in result.stderr, result.stderr
+    budget = cluster.kubectl("annotate", "namespace", bobs_namespace,
+                             f'{DEFAULT_BUDGET}={{"tokens": 999999999}}', user="bob")
+    assert budget.returncode != 0 and says in budget.stderr, budget.stderr
     other = cluster.kubectl("label", "namespace", bobs_namespace, "team=blue", user="bob")
     assert other.returncode == 0, other.stderr  # patch is granted: only the tenant is kept
     labels = json.loads(cluster.kubectl("get", "namespace", bobs_namespace, "-o",

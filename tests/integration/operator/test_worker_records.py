@@ -65,19 +65,22 @@ for _ in range(bounds.PAYLOAD_DEPTH):  # a result nested as deep as a record may
 class Attempt:
     """Attempt ``number``'s Pod and Lease (``s-<n>``) and a client with its pod's token."""
 
-    def __init__(self, cluster: Cluster, namespace: str, number: int) -> None:
+    def __init__(self, cluster: Cluster, namespace: str, number: int, *, slot: str = SLOT,
+                 annotations: dict[str, str] | None = None) -> None:
         admin = cluster.client("admin")
         self.core = kubernetes.client.CoreV1Api(admin)
         self.leases = kubernetes.client.CoordinationV1Api(admin)
-        self.namespace, self.number, self.name = namespace, number, f"{SLOT}-{number}"
+        self.namespace, self.number, self.name = namespace, number, f"{slot}-{number}"
+        self.slot = slot
         pod = self.pod = self.core.create_namespaced_pod(namespace, {
             "metadata": {"name": self.name},
             "spec": {"serviceAccountName": ACCOUNT, "restartPolicy": "Never",
                      "schedulerName": "agentrun-test-unserved",
                      "containers": [{"name": "w", "image": "localhost/agentrun/unused:0"}]}})
         self.leases.create_namespaced_lease(namespace, {"metadata": {
-            "name": self.name, "labels": {names.ATTEMPT_LABEL: str(number),
-                                          names.SLOT_LABEL: SLOT, names.RUN_LABEL: RUN}},
+            "name": self.name, "annotations": annotations or {},
+            "labels": {names.ATTEMPT_LABEL: str(number), names.SLOT_LABEL: slot,
+                       names.RUN_LABEL: RUN}},
             "spec": {"holderIdentity": self.name, "leaseDurationSeconds": 30}})
         self.token = self.core.create_namespaced_service_account_token(ACCOUNT, namespace, {
             "spec": {"expirationSeconds": 600, "boundObjectRef": {
@@ -121,7 +124,7 @@ class Attempt:
 
 @pytest.fixture
 def attempts(cluster: Cluster, namespace: str, installed: None,
-             validating: None) -> Callable[[int], Attempt]:
+             validating: None) -> Callable[..., Attempt]:
     api = cluster.client("admin")
     wait_for_default_service_account(api, namespace)
     kubernetes.client.CoreV1Api(api).create_namespaced_service_account(
@@ -131,7 +134,7 @@ def attempts(cluster: Cluster, namespace: str, installed: None,
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                     "name": manifests.WORKER_ROLE},
         "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": namespace}]})
-    return lambda number: Attempt(cluster, namespace, number)
+    return lambda number, **given: Attempt(cluster, namespace, number, **given)
 
 
 @contextlib.contextmanager
@@ -244,7 +247,7 @@ def test_records_are_write_once_bounded_and_sealed_by_the_tombstone(
 
 def worker_of(attempt: Attempt, tmp_path: Path) -> Worker:
     """The SDK's Worker of ``attempt`` as its pod, its keeper renewed once (live)."""
-    context = Context(namespace=attempt.namespace, run=RUN, run_uid="uid-1", slot=SLOT,
+    context = Context(namespace=attempt.namespace, run=RUN, run_uid="uid-1", slot=attempt.slot,
                       node="n", attempt=attempt.number, fencing_token=attempt.number,
                       lease=attempt.name, config_dir=tmp_path, pinned={})
     found = Worker(context=context, api=attempt.api, keeper=keeper.Keeper(

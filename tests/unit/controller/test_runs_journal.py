@@ -14,7 +14,7 @@ SETTINGS = JournalSettings(endpoint="http://minio:9000", bucket="journals")
 
 class Reads:
     """The reads a run's world takes while it is unpinned: the run, its tenant, ConfigMaps,
-    the stamping epoch (after the run)."""
+    the stamping epoch (after the run), the namespace's default budget."""
 
     def __init__(self, run: AgentRun) -> None:
         self.found = run
@@ -31,10 +31,17 @@ class Reads:
     def stamping(self) -> Stamping:
         return Stamping(epoch="e1", problem=None)
 
+    def default_budget(self, namespace: str) -> str | None:
+        return '{"tokens": 10}'
+
 
 
 def test_the_stamping_epoch_is_in_the_unpinned_runs_world() -> None:
     assert world_of(SETTINGS).stamping_epoch == "e1"
+
+
+def test_the_namespaces_default_budget_is_in_the_unpinned_runs_world() -> None:
+    assert world_of(SETTINGS).default_budget == '{"tokens": 10}'
 
 
 def world_of(journal: JournalSettings | None) -> Any:

@@ -69,7 +69,7 @@ def _annotations(*, owner_actor: str | None, launch_spec: PinnedLaunchSpec,
 def lease_body(
     *, slot: Slot, attempt: int, owner_actor: str | None, tenant: str | None,
     launch_spec: PinnedLaunchSpec, lease_duration_seconds: int, request_id: str | None = None,
-    allowance: modelusage.Allowance | None = None,
+    budget: modelusage.Limits | None = None,
 ) -> dict[str, Any]:
     """The attempt's Lease: its durable record, held by the attempt's pod.
 
@@ -78,8 +78,8 @@ def lease_body(
     answers to the slot's resolved effects ride along as ``<key>.resolved`` records of
     this attempt (``core.attempts.effectrecords``): the successor's ledger reads them.
     The slot's cuts (reruns: ``api.cuts``) ride along too: the prefix the worker reads.
-    ``allowance``: what the run's budget leaves the attempt (none: the run has no budget),
-    the bound the SDK stops at (``agentrun.dev/budget-allowance``).
+    ``budget``: the run's budget in force (none: it has none), which the SDK checks the
+    run's usage against before each model call or effect (``agentrun.dev/budget``).
     """
     name = naming.attempt_name(slot=slot.metadata.name, number=attempt)
     return {
@@ -95,8 +95,7 @@ def lease_body(
                 **effectrecords.resolved_annotations(slot.status, attempt=attempt),
                 **questionrecords.answer_annotations(slot.status, attempt=attempt),
                 **cuts.annotation(slot.status.cuts, slot.status.resends),
-                **({} if allowance is None else {
-                    names.ALLOWANCE_ANNOTATION: allowance.text()})},
+                **({} if budget is None else {names.BUDGET_ANNOTATION: budget.text()})},
             "ownerReferences": [owner_reference(slot)],
         },
         "spec": {"holderIdentity": name, "leaseDurationSeconds": lease_duration_seconds},

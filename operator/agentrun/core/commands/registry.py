@@ -18,8 +18,8 @@ first, and the generated policies list the commands' checks and stampings in thi
 Values too large for an annotation (a design decision, docs/design/command-registry.md).
 Every command value today fits an annotation: the largest is resolve-effect's result,
 :data:`agentrun.api.bounds.RESOLVE_RESULT_BYTES`, and a Slot's annotations together are
-bounded by the API server (256 KiB). Commands to come need more (a fork's overrides, a
-budget's table): such a value never travels in an annotation. The command's annotation
+bounded by the API server (256 KiB). Commands to come may need more: such a value never
+travels in an annotation. The command's annotation
 carries a *reference*, bounded like any field (a ConfigMap's name in the same namespace
 and the key in it, plus the ``sha256`` digest of the value the person meant), and the
 operator reads the ConfigMap once, when it decides the command: a referenced object that
@@ -50,7 +50,7 @@ from agentrun.core.commands.kinds import (
     rerun,
     resolveeffect,
 )
-from agentrun.core.commands.spec import CommandSpec, Field
+from agentrun.core.commands.spec import BUDGET, CommandSpec, Field, RunCommandKeys
 
 COMMANDS: tuple[CommandSpec, ...] = (
     reassign.SPEC,
@@ -64,6 +64,9 @@ COMMANDS: tuple[CommandSpec, ...] = (
     release.SPEC,
     giveup.SPEC,
 )
+# Commands sent to a run (``core.runs.runcommands``: the budget raise): their annotations,
+# derived from their word as a slot command's are, stamped by the same policy.
+RUN_COMMANDS: tuple[RunCommandKeys, ...] = (BUDGET,)
 BY_KIND: Mapping[CommandKind, CommandSpec] = {spec.kind: spec for spec in COMMANDS}
 BY_WORD: Mapping[str, CommandSpec] = {spec.word: spec for spec in COMMANDS}
 # Every field any command takes, by name (first declaration wins: a field is shared whole).

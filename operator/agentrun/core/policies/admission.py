@@ -23,7 +23,7 @@ from typing import Any
 
 from agentrun.api import names
 from agentrun.core.commands import registry
-from agentrun.core.commands.spec import BUDGET, CommandSpec
+from agentrun.core.commands.spec import CommandSpec, RunCommandKeys
 
 Object = dict[str, Any]
 ADMISSION_API = "admissionregistration.k8s.io/v1"
@@ -104,11 +104,11 @@ def creator_expression() -> str:
             f"{remade} + {kept(creator)} + {kept(epoch)}")
 
 
-def budget_stamping() -> str:
-    """CEL: the budget command's stamping on a run (``core.runs.runcommands``)."""
-    return stamping_of(id_=BUDGET.id, keys=BUDGET.keys, actor=BUDGET.actor,
-                       epoch=BUDGET.epoch, granted={names.OVERRIDE_VERB: BUDGET.override},
-                       resource="agentruns")
+def run_stamping(keys: RunCommandKeys) -> str:
+    """CEL: a run command's stamping (``core.runs.runcommands``): its actor, its epoch and
+    whether the writer holds ``override`` on the run."""
+    return stamping_of(id_=keys.id, keys=keys.keys, actor=keys.actor, epoch=keys.epoch,
+                       granted={names.OVERRIDE_VERB: keys.override}, resource="agentruns")
 
 
 def _everything() -> Object:
@@ -138,8 +138,9 @@ def stamp_policy_spec() -> Object:
                         for shape in registry.COMMANDS),
                       {"patchType": "JSONPatch",
                        "jsonPatch": {"expression": creator_expression()}},
-                      {"patchType": "JSONPatch",
-                       "jsonPatch": {"expression": runs_only(budget_stamping())}}],
+                      *({"patchType": "JSONPatch",
+                         "jsonPatch": {"expression": runs_only(run_stamping(keys))}}
+                        for keys in registry.RUN_COMMANDS)],
         "failurePolicy": "Fail",
         "reinvocationPolicy": "Never",
     }

@@ -296,21 +296,30 @@ def tenant_of(side: str) -> str:
     return f"{side}.metadata.?labels.orValue({{}})[?'{names.TENANT_LABEL}']"
 
 
+def default_budget_of(side: str) -> str:
+    return (f"{side}.metadata.?annotations.orValue({{}})"
+            f"[?'{names.DEFAULT_BUDGET_ANNOTATION}']")
+
+
 def namespace_tenant() -> list[Object]:
-    """A namespace's tenant label is set, changed or removed only by a cluster admin."""
-    changed = (f"oldObject == null ? {tenant_of('object')}.hasValue() : "
-               f"{tenant_of('object')} != {tenant_of('oldObject')}")
+    """A namespace's tenant label, and its runs' default budget, are set, changed or
+    removed only by a tenant admin (a cluster admin: ``assign`` on tenants)."""
+    changed = (f"oldObject == null ? ({tenant_of('object')}.hasValue() || "
+               f"{default_budget_of('object')}.hasValue()) : "
+               f"({tenant_of('object')} != {tenant_of('oldObject')} || "
+               f"{default_budget_of('object')} != {default_budget_of('oldObject')})")
     assigner = (f"authorizer.group('{names.GROUP}').resource('{TENANTS}')"
                 f".check('{ASSIGN_VERB}').allowed()")
     return policy_pair(
         NAMESPACE_TENANT,
-        conditions=[{"name": "tenant-label-changed", "expression": changed},
+        conditions=[{"name": "tenant-label-or-default-budget-changed", "expression": changed},
                     {"name": "not-a-tenant-admin", "expression": f"!{assigner}"}],
         rules=[match_rule("", "v1", ["namespaces"], ["CREATE", "UPDATE"])],
         validations=[validation("false", (
-            f"{names.TENANT_LABEL} names the namespace's tenant and is set by a cluster admin "
-            f"(the verb '{ASSIGN_VERB}' on {TENANTS}.{names.GROUP}); ask one to set or "
-            "change it"))])
+            f"{names.TENANT_LABEL} names the namespace's tenant, and "
+            f"{names.DEFAULT_BUDGET_ANNOTATION} its runs' default budget; both are set by a "
+            f"cluster admin (the verb '{ASSIGN_VERB}' on {TENANTS}.{names.GROUP}); ask one "
+            "to set or change them"))])
 
 
 def tenant_values() -> list[Object]:

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from agentrun.api import bounds, conditions, modelusage, names
-from agentrun.api.budgets import BudgetStatus
+from agentrun.api.budgets import Budget, BudgetStatus
 from agentrun.api.conditions import Condition, ConditionStatus
 from agentrun.api.modelusage import PriceTable
 from agentrun.api.runs import AgentRun, AgentRunStatus, Pins, SlotCounts
@@ -131,10 +131,23 @@ def verified_creator(run: AgentRun, *, epoch: str | None) -> str | Problem:
 BUDGET_INVALID = "BudgetInvalid"
 
 
-def pinned_budget(run: AgentRun, *, prices: PriceTable | None) -> BudgetStatus | Problem | None:
-    """The run's budget as pinned: ``spec.budget`` in its price table's currency (USD
-    without one); None without a budget; a Problem when the two name other currencies."""
+def pinned_budget(run: AgentRun, *, prices: PriceTable | None,
+                  default: str | None = None) -> BudgetStatus | Problem | None:
+    """The run's budget as pinned: ``spec.budget``, else its tenant's ``default`` (the
+    namespace's ``agentrun.dev/default-budget``, JSON), in its price table's currency (USD
+    without one); None without either; a Problem when the two name other currencies or the
+    default does not parse."""
     budget = run.spec.budget
+    if budget is None and default is not None:
+        try:
+            if len(default.encode()) > names.DEFAULT_BUDGET_BYTES:
+                raise ValueError(f"longer than {names.DEFAULT_BUDGET_BYTES} bytes")
+            budget = Budget.model_validate_json(default)
+        except ValueError as error:
+            return Problem(reason=BUDGET_INVALID, message=bounds.clip(
+                f"the namespace's {names.DEFAULT_BUDGET_ANNOTATION} is not a budget "
+                f"(JSON as spec.budget, e.g. {{\"tokens\": 1000000}}): {error}; ask a "
+                "tenant admin to fix it, or give the run its own spec.budget"))
     if budget is None:
         return None
     currency = prices.currency if prices is not None else modelusage.DEFAULT_CURRENCY
@@ -322,7 +335,8 @@ def derive(
     return old.model_copy(update={
         "slots": counts, "done": f"{counts.succeeded}/{counts.total}", "conditions": conds,
         "reruns": max(reruns, old.reruns),
-        "usage": modelusage.total(s.status.usage for s in own.values()),
+        "usage": modelusage.total((s.status.usage for s in own.values()), currency=(
+            None if old.budget is None else old.budget.currency)),
         "observed_generation": run.metadata.generation})
 
 

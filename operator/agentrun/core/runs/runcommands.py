@@ -115,6 +115,9 @@ def _check(run: AgentRun, command: Raise, *,
     if trust is not None:
         return trust.predicate, trust.message
     budget = run.status.budget
+    if budget is None and run.spec.budget is not None:
+        return (Predicate.MALFORMED, f"run {run.metadata.name} is not pinned yet (condition "
+                "Pinned): its budget is in force, and raised, once it is")
     if budget is None:
         return (Predicate.MALFORMED, f"run {run.metadata.name} has no budget (spec.budget) "
                 "to raise: a budget is set when a run is created")

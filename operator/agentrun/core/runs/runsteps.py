@@ -84,6 +84,9 @@ class RunWorld:
     stamping_epoch: str | None = None  # read after the run, while unpinned: its creator's
     # Read after the run while it carries a command (a budget raise): is stamping in force.
     stamping: Stamping | None = None
+    # While unpinned: the namespace's default budget (its tenant admin's), for a run that
+    # names none.
+    default_budget: str | None = None
     # A fork (``spec.fork``, ``core.runs.runforks``) until its journal is copied: its source
     # run (None: not found), the source's snapshots (while unpinned) and slots (once
     # pinned), and how the last copy went (None: not tried since the operator started).
@@ -109,15 +112,15 @@ def next_step(world: RunWorld) -> RunStep:
                                          left=world.journal_left, error=world.journal_error,
                                          live=world.journal_live,
                                          orphaned=world.journal_orphaned)
-    if runobjects.needs_pinning(world.run):
-        return _pin(world)
     command = runcommands.pending(world.run)
-    if command is not None:  # a person's command comes first (a pinned run's)
+    if command is not None:  # a person's command comes first (an unpinned run's refused)
         if runcommands.decided(world.run, command):
             return actions.RemoveRunCommand(keys=runcommands.KEYS)
         status, event = runcommands.decide(world.run, command, stamping_now=world.stamping,
                                            now=world.now)
         return actions.WriteRun(status=status, event=event, until=world.now)
+    if runobjects.needs_pinning(world.run):
+        return _pin(world)
     return _lay_out(world)
 
 
@@ -177,7 +180,8 @@ def _pin(world: RunWorld) -> RunStep:
                                  problem=resolution.Problem(reason="NameSquatted",
                                                             message=text))
             return _squatted(world, status, kind="ConfigMap", name=name, what=what)
-    budget = rollup.pinned_budget(run, prices=resolved.bindings_document.prices)
+    budget = rollup.pinned_budget(run, prices=resolved.bindings_document.prices,
+                                  default=world.default_budget)
     if isinstance(budget, resolution.Problem):
         return _problem(world, budget, until=None)
     if missing:

@@ -195,7 +195,7 @@ def claiming_step(world: inputs.World, *,
             claim=True, point="claim-lease", body=attemptobjects.lease_body(
             slot=slot, attempt=number, owner_actor=status.next_owner_actor, tenant=world.tenant,
             launch_spec=pinned, lease_duration_seconds=world.launch_spec.lease.duration_seconds,
-            request_id=request_id, allowance=budgetsteps.allowance(world))))
+            request_id=request_id, budget=budgetsteps.limits(world))))
     if objects.pod is None and world.pins_problem is not None:
         # Read from caches: another operator may have pinned the run a moment ago.
         return claim_failed(world, message=world.pins_problem, fresh=True)
@@ -320,7 +320,7 @@ def active_step(world: inputs.World) -> actions.Step:
     assert verdict.outcome is not None
     stopped = budgetsteps.stopped(world)
     if stopped is not None:  # it stopped at its run's budget: a person decides what next
-        return budgetsteps.ended(world, reason=stopped, exit_code=verdict.exit_code,
+        return budgetsteps.ended(world, stop=stopped, exit_code=verdict.exit_code,
                                  policy=policy(world), message=said)
     entries = questionsteps.asked(world)
     if entries:  # it asked a person: neither a failure nor a use of maxAttempts

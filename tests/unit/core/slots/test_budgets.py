@@ -1,15 +1,15 @@
-"""Budgets in the core: the allowance a claim gives, the attempt that stops at it, the slot
+"""Budgets in the core: the budget a claim passes on, the attempt that stops at it, the slot
 that waits, the raise that reopens it, and the run's budget command.
 
 Covers, each by the exact step and its content:
-- a claim's Lease carries what the run's budget leaves (none without a budget);
+- a claim's Lease carries the run's budget in force (none without a budget);
 - an attempt whose own Lease carries ``budget.exceeded`` ends ``OverBudget`` whatever its
   pod's end: RetryWait, no retryAt, ``askedAttempts`` counted (not ``maxAttempts``),
   condition BudgetExceeded True naming the budget and the command, ``budgetRaises`` kept;
   its usage in its record and the slot's sum;
 - a parked slot waits (no claim, a claim command NotClaimable) until a raise: a raise that
   leaves nothing keeps it parked at that raise, one that leaves something reopens it (the
-  last owner kept) and the claim then gives the new allowance;
+  last owner kept) and the claim then passes the raised budget on;
 - a slot about to be claimed while its run has nothing left parks without an attempt;
 - the budget command, exhaustively over actor x override x amounts x reason x stamping,
   against an oracle of the predicate order; its ledger keeps the newest 20;
@@ -25,6 +25,7 @@ import pytest
 
 from agentrun.api import conditions, modelusage, names, records
 from agentrun.api.budgets import Budget, BudgetStatus
+from agentrun.api.meta import OwnerReference
 from agentrun.api.modelusage import ModelUsage, PriceTable
 from agentrun.api.runs import RUN_COMMANDS_KEPT, AgentRun
 from agentrun.api.slots import CommandKind, Outcome, Predicate, SlotState, SlotStatus
@@ -122,18 +123,18 @@ def test_a_raise_that_leaves_nothing_keeps_it_parked_one_that_does_reopens_it() 
     assert step.event is not None and step.event.reason == names.BUDGET_RAISED
     claim = steps.next_step(f.world(reopened, run=budgeted(tokens=740, raises=2, used=used)))
     lease = expect(claim, Create).body
-    assert lease["metadata"]["annotations"][names.ALLOWANCE_ANNOTATION] == (
-        "500 tokens, none micro-USD")
+    assert lease["metadata"]["annotations"][names.BUDGET_ANNOTATION] == (
+        "740 tokens, none micro-USD")
 
 
-def test_a_claim_gives_what_the_budget_leaves_and_none_without_one() -> None:
+def test_a_claim_passes_the_runs_budget_on_and_none_without_one() -> None:
     used = ModelUsage(input_tokens=10, output_tokens=5, cost_micros=2_000_000)
     lease = expect(steps.next_step(f.world(f.ready(), run=budgeted(
         tokens=100, cost=5_000_000, used=used))), Create).body
-    assert lease["metadata"]["annotations"][names.ALLOWANCE_ANNOTATION] == (
-        "85 tokens, 3000000 micro-USD")
+    assert lease["metadata"]["annotations"][names.BUDGET_ANNOTATION] == (
+        "100 tokens, 5000000 micro-USD")
     plain = expect(steps.next_step(f.world(f.ready())), Create).body
-    assert names.ALLOWANCE_ANNOTATION not in plain["metadata"]["annotations"]
+    assert names.BUDGET_ANNOTATION not in plain["metadata"]["annotations"]
 
 
 def test_a_slot_its_run_has_nothing_left_for_parks_without_an_attempt() -> None:
@@ -242,14 +243,89 @@ def test_the_pinned_budget_is_in_the_price_tables_currency() -> None:
     assert isinstance(refused, Problem) and refused.reason == rollup.BUDGET_INVALID
 
 
-def test_an_allowance_reads_back_and_says_which_bound_was_reached() -> None:
-    left = modelusage.Allowance(tokens=100, cost_micros=None, currency="EUR")
-    assert modelusage.Allowance.parse(left.text()) == left
-    assert left.reached(ModelUsage(input_tokens=99, currency="EUR")) is None
-    assert "100 tokens" in (left.reached(ModelUsage(input_tokens=60, output_tokens=40,
-                                                    currency="EUR")) or "")
-    cost = modelusage.Allowance(tokens=None, cost_micros=5, currency="USD")
+def test_limits_read_back_and_say_which_bound_was_reached() -> None:
+    bound = modelusage.Limits(tokens=100, cost_micros=None, currency="EUR")
+    assert modelusage.Limits.parse(bound.text()) == bound
+    assert bound.reached(ModelUsage(input_tokens=99, currency="EUR")) is None
+    assert bound.reached(ModelUsage(
+        input_tokens=60, output_tokens=40, currency="EUR")) == "100 tokens used of a budget of 100"
+    assert bound.reached(ModelUsage(input_tokens=500)) is None  # another currency: nothing
+    cost = modelusage.Limits(tokens=None, cost_micros=5, currency="USD")
     assert cost.reached(ModelUsage(cost_micros=5)) is not None
-    assert modelusage.Allowance.parse("lots") is None
+    assert modelusage.Limits.parse("lots") is None
     assert BudgetStatus(tokens=10).left(ModelUsage(input_tokens=20)).tokens == 0
     assert BudgetStatus(tokens=10).left(ModelUsage(input_tokens=5, currency="EUR")).tokens == 10
+    assert BudgetStatus(tokens=10, cost_micros=3).limits() == modelusage.Limits(
+        tokens=10, cost_micros=3)
+
+
+def exceeded_at(budget: str) -> tuple[str, str]:
+    payload = {"reason": "240 tokens used of a budget of 240", "budget": budget,
+               "used": "200 input tokens, 40 output tokens, 0 micro-USD"}
+    data = records.canonical(payload)
+    record = records.Record(attempt=1, digest=records.digest(data), inline=payload,
+                            key="budget.exceeded", kind=records.Kind.DECISION, size=len(data))
+    return record.annotation, records.encode(record)
+
+
+def test_a_raise_made_while_the_attempt_ran_is_for_it() -> None:
+    used = ModelUsage(input_tokens=200, output_tokens=40)
+    # Claimed under 240 tokens; raised to 740 (raise 1) while it ran; it stopped at 240.
+    world = stopped_world(exceeded_at("240 tokens, none micro-USD"),
+                          run=budgeted(tokens=740, raises=1, used=used))
+    status = expect(steps.next_step(world), WriteStatus).status
+    assert status.budget_raises == 0 and "the run had used 200 input tokens" in f.condition(
+        status, CONDITION).message
+    reopened = expect(steps.next_step(f.world(status, run=budgeted(
+        tokens=740, raises=1, used=used))), WriteStatus).status
+    assert f.condition(reopened, CONDITION).status == "False"
+    # Stopped at the budget in force now: it waits for the next raise.
+    same = stopped_world(exceeded_at("740 tokens, none micro-USD"),
+                         run=budgeted(tokens=740, raises=1, used=used))
+    assert expect(steps.next_step(same), WriteStatus).status.budget_raises == 1
+
+
+def test_an_attempt_stopped_at_the_budget_of_a_run_gone_still_ends() -> None:
+    step = expect(steps.next_step(stopped_world(exceeded_record(), run=None)), WriteStatus)
+    assert step.status.attempts[-1].outcome is Outcome.OVER_BUDGET
+    assert "the run is gone" in f.condition(step.status, CONDITION).message
+
+
+def test_the_runs_usage_is_summed_in_its_budgets_currency() -> None:
+    run = budgeted()
+    euros = run.model_copy(update={"status": run.status.model_copy(update={
+        "budget": BudgetStatus(tokens=5, currency="EUR")})})
+    owner = OwnerReference(api_version="agentrun.dev/v1alpha1", kind="AgentRun",
+                           name=f.RUN, uid=f.RUN_UID, controller=True)
+    slots = [f.slot(SlotStatus(usage=ModelUsage(input_tokens=n, currency=c)), node=f"n{n}")
+             for n, c in ((7, "JPY"), (3, "EUR"), (4, "EUR"))]
+    slots = [s.model_copy(update={"metadata": s.metadata.model_copy(update={
+        "owner_references": [owner]})}) for s in slots]
+    assert len(rollup.own_slots(run=euros, slots=slots)) == 3  # all its own
+    derived = rollup.derive(run=euros, nodes=["n7", "n3", "n4"], slots=slots, now=f.T0)
+    assert derived.usage == ModelUsage(input_tokens=7, currency="EUR")
+
+
+def test_a_budget_command_on_a_run_not_pinned_yet_is_refused_with_why() -> None:
+    run = f.agent_run()
+    unpinned = run.model_copy(update={
+        "spec": run.spec.model_copy(update={"budget": Budget(tokens=5)}),
+        "status": run.status.model_copy(update={"pinned": None})})
+    status, _ = runcommands.decide(unpinned, raise_of(), stamping_now=f.IN_FORCE, now=f.T0)
+    assert status.commands[-1].predicate is Predicate.MALFORMED
+    assert "not pinned yet" in status.commands[-1].message
+
+
+def test_a_run_naming_no_budget_takes_its_tenants_default_never_over_its_own() -> None:
+    run = f.agent_run()
+    default = '{"tokens": 900, "cost": "1.5", "currency": "EUR"}'
+    assert rollup.pinned_budget(run, prices=PriceTable(currency="EUR"), default=default) == (
+        BudgetStatus(tokens=900, cost_micros=1_500_000, currency="EUR"))
+    own = run.model_copy(update={"spec": run.spec.model_copy(update={
+        "budget": Budget(tokens=5)})})
+    assert rollup.pinned_budget(own, prices=None, default=default) == BudgetStatus(tokens=5)
+    for bad in ('{"tokens": -1}', "tokens=5", "{}", '{"tokens": 1, "x": 2}',
+                '{"tokens": 1, "cost": "0"}', '{"tokens": ' + "1" * 300 + "}"):
+        refused = rollup.pinned_budget(run, prices=None, default=bad)
+        assert isinstance(refused, Problem) and refused.reason == rollup.BUDGET_INVALID, bad
+        assert "agentrun.dev/default-budget is not a budget" in refused.message
