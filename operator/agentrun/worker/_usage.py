@@ -24,6 +24,7 @@ import contextlib
 import contextvars
 import decimal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -35,6 +36,7 @@ from agentrun.kube import rest
 from agentrun.worker import _journalcommits as journalcommits
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
+from agentrun.worker import _renewer as renewer
 from agentrun.worker._context import Context
 
 __all__ = ["MAX_CALL_TOKENS", "BudgetExceeded", "Cost", "Meter", "ModelUsage", "UsageError",
@@ -42,6 +44,8 @@ __all__ = ["MAX_CALL_TOKENS", "BudgetExceeded", "Cost", "Meter", "ModelUsage", "
 
 Cost = decimal.Decimal | str | int | float  # an amount of the run's currency
 MAX_CALL_TOKENS = 10**9  # tokens of one kind in one call: no model reads a billion at once
+LIST_TRIES = 3  # lists of the run's Leases a budget check makes before it gives up
+LIST_PAUSE_SECONDS = 0.5  # times the try: 0.5 s, then 1 s
 KEY_PREFIX = "usage"  # records usage.<attempt>.<n>: a dot, so never a step's key
 # The step whose ``do`` is running in this thread (or task), if any: its usage is its.
 _STEP: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentrun_step",
@@ -56,6 +60,16 @@ class BudgetExceeded(Exception):
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+def _larger(one: ModelUsage | None, other: ModelUsage | None) -> ModelUsage | None:
+    """The larger of two sums of one attempt, field by field (None: the other)."""
+    if one is None or other is None or one.currency != other.currency:
+        return one or other
+    return ModelUsage(input_tokens=max(one.input_tokens, other.input_tokens),
+                      output_tokens=max(one.output_tokens, other.output_tokens),
+                      cost_micros=max(one.cost_micros, other.cost_micros),
+                      currency=one.currency)
 
 
 @contextlib.contextmanager
@@ -190,17 +204,34 @@ class Meter:
         return self._budget[0]
 
     def run_usage(self, *, currency: str) -> ModelUsage | None:
-        """The run's usage now: the sums on all its attempt Leases (this one's as committed:
-        its own report is never behind what its Lease says)."""
+        """The run's usage now: the sums on all its attempt Leases (one list; this one's the
+        larger of what it lists and what this process committed, so neither a second
+        ``Worker`` of the attempt nor a list a moment old says less than is there). A list
+        the API does not answer is tried :data:`LIST_TRIES` times, then raised: the call
+        it guards is not made unchecked."""
         lease = self._lease()
         context = self.context
         path = rest.namespaced(group="coordination.k8s.io", version="v1", plural="leases",
                                namespace=context.namespace)
-        listed = lease.api.request("GET", path, query={
-            "labelSelector": f"{names.RUN_LABEL}={context.run},{names.ATTEMPT_LABEL}"})
-        sums = [ModelUsage.on_lease(item) for item in listed.get("items") or []
-                if (item.get("metadata") or {}).get("name") != context.lease]
-        return modelusage.total([*sums, self.total()], currency=currency)
+        query = {"labelSelector": f"{names.RUN_LABEL}={context.run},{names.ATTEMPT_LABEL}"}
+        for tried in range(1, LIST_TRIES + 1):
+            try:
+                listed = lease.api.request("GET", path, query=query)
+                break
+            except renewer.FAILURES as error:
+                status = getattr(error, "status", None)
+                if tried == LIST_TRIES or status not in (None, 429, 500, 502, 503, 504):
+                    raise
+                time.sleep(LIST_PAUSE_SECONDS * tried)
+        sums = []
+        own = self.total()
+        for item in listed.get("items") or []:
+            found = ModelUsage.on_lease(item)
+            if (item.get("metadata") or {}).get("name") == context.lease:
+                own = _larger(own, found)
+            else:
+                sums.append(found)
+        return modelusage.total([*sums, own], currency=currency)
 
     def _lease(self) -> records.LeaseRecords:
         ledger = self.steps.ledger

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentrun.api.budgets import Budget
 from agentrun.api.runs import AgentRun, JournalSettings
 from agentrun.controller.runs import RunReconciler
 from agentrun.core.policies.stamping import Stamping
@@ -42,11 +43,15 @@ def test_the_stamping_epoch_is_in_the_unpinned_runs_world() -> None:
 
 def test_the_namespaces_default_budget_is_in_the_unpinned_runs_world() -> None:
     assert world_of(SETTINGS).default_budget == '{"tokens": 10}'
+    own = lf.run()
+    own = own.model_copy(update={"spec": own.spec.model_copy(update={
+        "budget": Budget(tokens=3)})})
+    assert world_of(SETTINGS, run=own).default_budget is None  # its own: not read
 
 
-def world_of(journal: JournalSettings | None) -> Any:
-    reconciler = RunReconciler(reader=Reads(lf.run()), writer=None,  # type: ignore[arg-type]
-                               journal=journal)
+def world_of(journal: JournalSettings | None, *, run: AgentRun | None = None) -> Any:
+    reconciler = RunReconciler(reader=Reads(run or lf.run()),  # type: ignore[arg-type]
+                               writer=None, journal=journal)  # type: ignore[arg-type]
     return reconciler.read_world(lf.NS, lf.RUN, taken={})
 
 

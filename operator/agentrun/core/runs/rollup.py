@@ -152,10 +152,12 @@ def pinned_budget(run: AgentRun, *, prices: PriceTable | None,
         return None
     currency = prices.currency if prices is not None else modelusage.DEFAULT_CURRENCY
     if budget.currency is not None and budget.currency != currency:
+        where = ("spec.budget" if run.spec.budget is not None else
+                 f"the namespace's {names.DEFAULT_BUDGET_ANNOTATION}")
         return Problem(reason=BUDGET_INVALID, message=(
-            f"spec.budget is in {budget.currency} and the run's price table (bindings "
+            f"{where} is in {budget.currency} and the run's price table (bindings "
             f"prices.currency) in {currency}: a budget is kept in the currency costs are; "
-            f"create the run with currency {currency} (or none)"))
+            f"give it in {currency} (or no currency)"))
     return BudgetStatus(tokens=budget.tokens, currency=currency, cost_micros=None if (
         budget.cost is None) else modelusage.micros(budget.cost))
 

@@ -115,9 +115,10 @@ def _check(run: AgentRun, command: Raise, *,
     if trust is not None:
         return trust.predicate, trust.message
     budget = run.status.budget
-    if budget is None and run.spec.budget is not None:
+    if budget is None and (run.spec.budget is not None or run.status.pinned is None):
         return (Predicate.MALFORMED, f"run {run.metadata.name} is not pinned yet (condition "
-                "Pinned): its budget is in force, and raised, once it is")
+                "Pinned): its budget (its own, or its namespace's default) is in force, and "
+                "raised, once it is")
     if budget is None:
         return (Predicate.MALFORMED, f"run {run.metadata.name} has no budget (spec.budget) "
                 "to raise: a budget is set when a run is created")

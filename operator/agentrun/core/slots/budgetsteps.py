@@ -14,7 +14,9 @@ leaves something: the claim then starts the attempt, as after a reassignment.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from agentrun.api import bounds, conditions, names, records
 from agentrun.api.modelusage import Limits
@@ -65,10 +67,9 @@ def _told(world: inputs.World) -> str:
 @dataclass(frozen=True, kw_only=True)
 class Stop:
     """What an attempt that stopped at its run's budget recorded (``budget.exceeded``):
-    why, the budget it was given at its claim and the run's usage it saw, as texts."""
+    why, and the run's usage it saw, as texts (the worker's words: shown, never decided on)."""
 
     reason: str
-    budget: str | None = None
     used: str | None = None
 
 
@@ -76,8 +77,8 @@ def stopped(world: inputs.World) -> Stop | None:
     """The active attempt's stop at its run's budget (its own pod's ``budget.exceeded``
     record on its Lease), or None."""
     objects = world.attempt
-    if objects is None or objects.lease is None:
-        return None
+    if objects is None or objects.lease is None or _claimed_budget(objects.lease) is None:
+        return None  # an attempt given no budget stops at none (a worker past the SDK's)
     status = world.slot.status
     pod_uid = next((a.pod_uid for a in status.attempts if a.lease == objects.name), None)
     for key, record in records.decisions_of(objects.lease, pod_uid=pod_uid,
@@ -85,8 +86,16 @@ def stopped(world: inputs.World) -> Stop | None:
         if key == names.BUDGET_KEY:
             said = record.inline if isinstance(record.inline, dict) else {}
             return Stop(reason=_text(said, "reason") or "it reached its run's budget",
-                        budget=_text(said, "budget"), used=_text(said, "used"))
+                        used=_text(said, "used"))
     return None
+
+
+def _claimed_budget(lease: Mapping[str, Any] | None) -> str | None:
+    """The budget the operator wrote on the attempt's Lease at its claim (the holder cannot
+    change it), as text; None: the attempt was given none."""
+    found = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(
+        names.BUDGET_ANNOTATION)
+    return None if found is None else str(found)
 
 
 def _text(said: dict[str, object], name: str) -> str | None:
@@ -107,9 +116,10 @@ def ended(world: inputs.World, *, stop: Stop, exit_code: int | None,
     why = (f"attempt {status.active_worker} stopped at its run's budget ({stop.reason}"
            + (f"; the run had used {stop.used}" if stop.used else "") + ")")
     raises = None
+    claimed = None if world.attempt is None else _claimed_budget(world.attempt.lease)
     if run is not None and run.status.budget is not None:
         raises = run.status.budget.raises
-        if stop.budget is not None and stop.budget != run.status.budget.limits().text():
+        if claimed is not None and claimed != run.status.budget.limits().text():
             raises -= 1  # raised since its claim: that raise is for it
     new = _parked(world, new, why=why, raises=raises)
     return actions.WriteStatus(status=new, point="attempt-ended", fresh=True, event=events.Event(
