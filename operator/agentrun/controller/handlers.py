@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 
 from agentrun.api import names
-from agentrun.controller import configuration, runtime
+from agentrun.controller import configuration, runtime, sessions
 
 RUNS = (names.GROUP, names.VERSION, "agentruns")
 SLOTS = (names.GROUP, names.VERSION, "slots")
@@ -57,7 +57,7 @@ async def cleanup(*, memo: Any, **_: Any) -> None:
 
 @kopf.on.login()
 async def login(*, memo: Any, **_: Any) -> kopf.AiohttpSession:
-    return runtime.login(context=memo.context, bucket=memo.bucket)
+    return sessions.login(context=memo.context, bucket=memo.bucket)
 
 
 @kopf.on.event(*SLOTS)

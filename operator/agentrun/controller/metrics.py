@@ -31,7 +31,7 @@ from __future__ import annotations
 import platform
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -39,14 +39,19 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.registry import Collector
 
+from agentrun.core.base import census
 from agentrun.core.slots import tallies
 
 KEY_KINDS = ("AgentRun", "Slot", "LaunchSpec")  # what the work queue's keys name
 # Claim latency: a claim is a few API writes (tens of ms) unless a quota or a person delays it.
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 # Attempts run from seconds (a crash at start) to hours (an agent's long task).
+# A key's wait in the queue, a reconcile, an API request: milliseconds, seconds when loaded.
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
 
 
@@ -129,6 +134,33 @@ class Metrics:
             ["currency"], registry=into)
         for direction in ("input", "output"):
             self.model_tokens.labels(direction=direction)
+        self.queue_wait = Histogram(
+            "agentrun_queue_wait_seconds",
+            "How long a key waited in the work queue before a worker took it",
+            buckets=WAIT_BUCKETS, registry=into)
+        self.queue_retries = Counter(
+            "agentrun_queue_retries_total",
+            "Keys backed off and queued again after an error or a timeout, by key kind",
+            ["kind"], registry=into)
+        self.reconcile_duration = Histogram(
+            "agentrun_reconcile_duration_seconds", "How long one reconcile took, by key kind",
+            ["kind"], buckets=WAIT_BUCKETS, registry=into)
+        self.api_requests = Counter(
+            "agentrun_api_requests_total",
+            "The operator's requests to the API server, by verb and answer (code 'none': no "
+            "answer)", ["verb", "code"], registry=into)
+        self.api_latency = Histogram(
+            "agentrun_api_request_duration_seconds",
+            "How long the operator's requests to the API server took, by verb", ["verb"],
+            buckets=WAIT_BUCKETS, registry=into)
+        self.blind = Gauge(
+            "agentrun_blind_seconds",
+            "Blind time in the last 5 minutes: when the API server did not answer in time "
+            "(never counted towards a lease's expiry)", registry=into)
+        for kind in KEY_KINDS:
+            self.queue_retries.labels(kind=kind)
+        self.census = _CensusCollector()
+        into.register(self.census)
         self.leader = Gauge(
             "agentrun_leader",
             "1 while this replica leads (reconciles and writes), 0 while it stands by",
@@ -194,6 +226,30 @@ class Metrics:
         """Read the queue's depth at each scrape (never stale, nothing to update)."""
         self.queue_depth.set_function(depth)
 
+    def watch_census(self, take: Callable[[], census.Census | None]) -> None:
+        """Take the census of slots and runs at each scrape (None: counted by another
+        replica, the leader: shown as zeros, so a sum over replicas counts once)."""
+        self.census.take = take
+
+    def watch_blind(self, blind: Callable[[], float]) -> None:
+        """Read the blind seconds of the last 5 minutes at each scrape."""
+        self.blind.set_function(blind)
+
+    def api_request(self, verb: str, status: int | None, seconds: float) -> None:
+        """Count one request to the API server (``rest.Rest.observe``)."""
+        self.api_requests.labels(verb=verb, code="none" if status is None else str(status)).inc()
+        self.api_latency.labels(verb=verb).observe(seconds)
+
+    def queued(self, kind: str, seconds: float) -> None:
+        """A key of ``kind`` waited ``seconds`` in the queue (``queues.Queue.waited``)."""
+        self.queue_wait.observe(seconds)
+
+    def retried(self, kind: str) -> None:
+        self.queue_retries.labels(kind=kind).inc()
+
+    def reconciled(self, kind: str, seconds: float) -> None:
+        self.reconcile_duration.labels(kind=kind).observe(seconds)
+
     def serve(self, *, address: str, port: int) -> Server:
         """Serve ``/metrics``, ``/healthz`` and ``/readyz`` from a daemon thread; the caller
         stops it with ``close``."""
@@ -224,6 +280,26 @@ class _Quiet(WSGIRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+class _CensusCollector(Collector):
+    """The gauges of :mod:`agentrun.core.base.census`, taken at each scrape."""
+
+    def __init__(self) -> None:
+        self.take: Callable[[], census.Census | None] = lambda: None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        found = self.take() or census.count(slots=(), runs=())
+        for name, what, label, counted in (
+                ("agentrun_slots", "Slots by state", "state", found.slots),
+                ("agentrun_runs", "Runs by state", "state", found.runs),
+                ("agentrun_waiting_for_person",
+                 "Slots waiting for a person: an unresolved effect, a question, an approval, "
+                 "a budget to raise", "what", found.waiting)):
+            family = GaugeMetricFamily(name, what, labels=[label])
+            for value, number in sorted(counted.items()):
+                family.add_metric([value], number)
+            yield family
 
 
 def _answer(start_response: Callable[..., Any], *, ok: bool, text: str) -> list[bytes]:

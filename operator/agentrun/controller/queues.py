@@ -18,6 +18,8 @@ Terms (client-go's workqueue, which this follows):
   the next key) and is requeued with backoff; the key stays *processing* until the
   abandoned reconcile really ends, so it never runs twice at once. A hung key therefore
   stops nobody but itself.
+- *waited*, *retried*: what metrics are told (a key's time queued before a worker took
+  it; each backoff), when given.
 - *stop*: the workers, the timer and every reconcile still running (an abandoned one
   too) are cancelled and awaited, so none goes on using what its owner shuts down next
   (the operator's thread pool) after :meth:`Queue.stop` returns.
@@ -64,7 +66,9 @@ class Backoff:
 class Queue(Generic[K]):
     def __init__(self, *, work: Callable[[K], Awaitable[Next]], workers: int,
                  timeout: float, resync: float, logger: logging.Logger,
-                 backoff: Backoff = Backoff()) -> None:
+                 backoff: Backoff = Backoff(),
+                 waited: Callable[[K, float], None] | None = None,
+                 retried: Callable[[K], None] | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, not {workers}")
         self.work = work
@@ -73,6 +77,11 @@ class Queue(Generic[K]):
         self.resync = resync
         self.backoff = backoff
         self.logger = logger
+        # Told, for metrics: how long a key waited queued before a worker took it, and each
+        # retry (an error or a timeout backing a key off).
+        self.waited = waited
+        self.retried = retried
+        self._since: dict[K, float] = {}  # when each queued key was queued
         self.known: set[K] = set()
         self.failures: dict[K, int] = {}
         self._order: collections.deque[K] = collections.deque()
@@ -102,6 +111,7 @@ class Queue(Generic[K]):
         elif key not in self._queued:
             self._queued.add(key)
             self._order.append(key)
+            self._since[key] = self._now()
             self._ready.set()
 
     def add_after(self, key: K, delay: float) -> None:
@@ -159,6 +169,9 @@ class Queue(Generic[K]):
         key = self._order.popleft()
         self._queued.discard(key)
         self._processing.add(key)
+        since = self._since.pop(key, None)
+        if since is not None and self.waited is not None:
+            self.waited(key, max(0.0, self._now() - since))
         return key
 
     async def _worker(self) -> None:
@@ -192,6 +205,8 @@ class Queue(Generic[K]):
             self.add(key)
 
     def _failed(self, key: K) -> None:
+        if self.retried is not None:
+            self.retried(key)
         failures = self.failures.get(key, 0) + 1
         self.failures[key] = failures
         self.add_after(key, self.backoff.delay(failures))

@@ -20,11 +20,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar
-
-import aiohttp
-import kopf
-import kubernetes
 
 from agentrun.api.runs import AgentRun, JournalSettings
 from agentrun.api.slots import SlotState
@@ -38,6 +35,7 @@ from agentrun.controller import (
     slots,
     stamping,
 )
+from agentrun.core.base import census as census_
 from agentrun.core.policies import leadership as leadership_rules
 from agentrun.core.policies import stamping as stamping_policy
 from agentrun.kube import clients, clocks, events, reads, rest, stores, throttle, writes
@@ -48,6 +46,7 @@ SlotResult = slots.Result  # (the class's fields named slots and runs hide the m
 RunResult = runs.Result
 BUSY = frozenset({SlotState.CLAIMING, SlotState.ACTIVE})
 RESYNC_SECONDS = 60.0
+BLIND_WINDOW = timedelta(minutes=5)  # the window agentrun_blind_seconds covers
 PRIME_BACKOFF = queues.Backoff(base=0.5, cap=30.0)
 # Three GETs a pass; commands never wait on it (they read stamping themselves), only a
 # minting does: at most this much after the enforcement delay.
@@ -59,31 +58,6 @@ SLOW_PASS_SECONDS = 0.05  # a run's pass that takes this much CPU is logged at I
 def views(client: rest.Rest, store: stores.Stores) -> tuple[reads.Reader, writes.Writer]:
     """The reader and writer over ``store``: reads from memory, writes through into it."""
     return reads.Reader(client, stores=store), writes.Writer(client, stores=store)
-
-
-def login(*, context: str | None, bucket: throttle.Bucket | None) -> kopf.AiohttpSession:
-    """Kopf's HTTP session, as Kopf builds its own, plus the rate limit's hook.
-
-    Kopf uses the session a login handler returns (``kopf.AiohttpSession``) for all it
-    sends: lists, watches, and anything else. Built from the same kubeconfig context as our
-    client, so both act with one identity, and with ``kube.throttle.trace_config``, so both
-    draw on one bucket. Called from Kopf's (async) login handler: a session belongs to the
-    running event loop.
-    """
-    clients.configure(context=context)
-    config = kubernetes.client.Configuration.get_default_copy()
-    header = (config.get_api_key_with_prefix("BearerToken")
-              or config.get_api_key_with_prefix("authorization") or "")
-    scheme, _, token = header.partition(" ")
-    info = kopf.ConnectionInfo(
-        server=config.host, ca_path=config.ssl_ca_cert, insecure=not config.verify_ssl,
-        scheme=scheme if token else None, token=token or scheme or None,
-        certificate_path=config.cert_file, private_key_path=config.key_file)
-    session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, ssl=info.as_ssl_context()),
-        headers=info.as_http_headers(),
-        trace_configs=[throttle.trace_config(bucket)] if bucket is not None else None)
-    return kopf.AiohttpSession(server=info.server, aiohttp_session=session)
 
 
 def prime_namespaces(patterns: Sequence[str]) -> list[str]:
@@ -120,9 +94,25 @@ class Operator:
     primed: list[str] = field(default_factory=list)  # the namespaces listed at start
 
     def __post_init__(self) -> None:
+        meters = self.meters
         self.queue = queues.Queue(work=self.work, workers=self.workers, timeout=self.timeout,
-                                  resync=RESYNC_SECONDS, logger=self.logger)
-        self.meters.watch_depth(lambda: self.queue.depth)
+                                  resync=RESYNC_SECONDS, logger=self.logger,
+                                  waited=lambda key, seconds: meters.queued(key[0], seconds),
+                                  retried=lambda key: meters.retried(key[0]))
+        meters.watch_depth(lambda: self.queue.depth)
+        meters.watch_census(self.census)
+        meters.watch_blind(lambda: self.client.health.blind_time(
+            since=clocks.ticks() - BLIND_WINDOW).total_seconds())
+        if self.client is not None:  # (a test's operator may have none)
+            self.client.observe = meters.api_request
+
+    def census(self) -> census_.Census | None:
+        """The slots and runs by state from the stores, while this replica leads (a
+        standby's would count them twice)."""
+        if self.elector is not None and not self.elector.leading.is_set():
+            return None
+        return census_.count(slots=self.stores.held("Slot"),
+                             runs=self.stores.held("AgentRun"))
 
     @classmethod
     def build(cls, *, context: str | None, bucket: throttle.Bucket | None, workers: int,
@@ -288,12 +278,16 @@ class Operator:
             self.slots.forget(namespace=key[1], slot=key[2])
 
     async def work(self, key: Key) -> queues.Next:
-        """One pass over ``key``, for a worker of the queue; an error is counted by kind."""
+        """One pass over ``key``, for a worker of the queue; an error is counted by kind,
+        its duration measured."""
+        started = time.monotonic()
         try:
             following = await self.look(key)
         except Exception:
             self.meters.reconcile_error(key[0])
             raise
+        finally:
+            self.meters.reconciled(key[0], time.monotonic() - started)
         if following.retry:
             self.meters.reconcile_error(key[0])
         return following

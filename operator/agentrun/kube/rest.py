@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter, deque
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -186,12 +188,19 @@ class Health:
         return total
 
 
+Observe = Callable[[str, int | None, float], None]  # verb, status (None: no answer), seconds
+
+
 class Rest:
     def __init__(self, api: kubernetes.client.ApiClient, *,
                  health: Health | None = None,
                  timeout: Timeout = DEFAULT_TIMEOUT,
-                 throttle: throttles.Bucket | None = None) -> None:
+                 throttle: throttles.Bucket | None = None,
+                 observe: Observe | None = None) -> None:
         self.api = api
+        # Told of every request, for metrics: its verb, its answer's status (None: no
+        # answer) and the seconds it took.
+        self.observe = observe
         self.throttle = throttle  # shared with Kopf's session: see kube.throttle
         self.health = health if health is not None else Health()
         self.timeout = timeout
@@ -212,12 +221,17 @@ class Rest:
             header_params=headers, body=body, auth_settings=["BearerToken"])
         throttles.take(self.throttle)  # a token first (blocks while the bucket is empty)
         started = self.health.sending()
+        began = time.monotonic()
         try:
             response = self.api.call_api(*params, _request_timeout=tuple(self.timeout))
             response.read()  # type: ignore[no-untyped-call]
         except BaseException:
             self.health.failed(started=started)  # no answer: timed out, refused, reset
+            if self.observe is not None:
+                self.observe(method, None, time.monotonic() - began)
             raise
+        if self.observe is not None:
+            self.observe(method, response.status, time.monotonic() - began)
         data = response.data.decode() if isinstance(response.data, bytes) else response.data
         if unhealthy(response.status):
             self.health.failed(started=started)

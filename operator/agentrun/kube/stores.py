@@ -333,6 +333,13 @@ class Stores:
             held = self._objects["ConfigMap"].get(namespace, {})
             return copy.deepcopy([held[n] for n in sorted(matching or ()) if n in held])
 
+    def held(self, kind: str) -> list[Object]:
+        """Every object of ``kind`` held now (shallow: the bodies are not to be changed;
+        for a census at a scrape)."""
+        with self._lock:
+            return [body for by_name in self._objects[kind].values()
+                    for body in by_name.values()]
+
     def sizes(self) -> dict[str, int]:
         """How many objects of each kind are held, and finished markers (for metrics)."""
         with self._lock:

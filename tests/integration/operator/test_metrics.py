@@ -4,7 +4,9 @@ The shape of ``test_recovery_trace`` (``claimPolicy: Manual``, so each claim is 
 person's command), smaller: claim → the attempt fails → RetryWait → a reassignment with
 a blank reason (rejected) → a reassignment to ``gpu`` (accepted) → claim → Active. The
 endpoint is scraped until the last claim is counted; then every counter this trace moves
-is checked for its exact amount, and no series names an object.
+is checked for its exact amount, the census gauges say what the stores hold (one slot
+Active, one run Running), the operator's requests, reconciles and queue waits are counted,
+and no series names an object.
 """
 
 from __future__ import annotations
@@ -93,5 +95,16 @@ def test_counters_move_by_the_trace(scenario: Scenario,
     assert ("agentrun_queue_depth", frozenset()) in series
     assert {kind for (name, labels) in series if name == "agentrun_reconcile_errors_total"
             for _, kind in labels} == {"AgentRun", "Slot", "LaunchSpec"}
+    # The census of the stores, at the scrape: one slot Active, one run Running.
+    assert value(series, "agentrun_slots", state="Active") == 1
+    assert value(series, "agentrun_slots", state="RetryWait") == 0
+    assert value(series, "agentrun_runs", state="Running") == 1
+    assert value(series, "agentrun_waiting_for_person", what="budget") == 0
+    # The operator's own requests, their latency, its reconciles and the queue's waits.
+    assert value(series, "agentrun_api_requests_total", verb="PUT", code="200") >= 4
+    assert value(series, "agentrun_api_request_duration_seconds_count", verb="GET") >= 1
+    assert value(series, "agentrun_reconcile_duration_seconds_count", kind="Slot") >= 4
+    assert value(series, "agentrun_queue_wait_seconds_count") >= 4
+    assert ("agentrun_blind_seconds", frozenset()) in series
     named = {v for _, labels in series for _, v in labels}
     assert not named & {slot, first, f"{slot}-2", "study", scenario.namespace}, named

@@ -29,6 +29,7 @@ from agentrun.api.slots import (
     SlotStatus,
 )
 from agentrun.controller import metrics
+from agentrun.core.base import census
 from agentrun.core.slots import tallies
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -206,8 +207,45 @@ def test_registries_are_separate_and_depth_is_read_at_scrape() -> None:
     assert sample(one, "agentrun_queue_depth") == 2
 
 
+def test_the_census_is_taken_at_each_scrape_and_only_the_leader_counts() -> None:
+    meters = metrics.Metrics()
+    assert sample(meters, "agentrun_slots", state="Active") == 0  # nothing wired: zeros
+    slots = [{"status": {"state": "Active"}},
+             {"status": {"state": "RetryWait", "conditions": [
+                 {"type": "BudgetExceeded", "status": "True"}]}}]
+    leading = [True]
+    meters.watch_census(lambda: census.count(slots=slots, runs=[{"status": {}}])
+                        if leading[0] else None)
+    assert sample(meters, "agentrun_slots", state="Active") == 1
+    assert sample(meters, "agentrun_waiting_for_person", what="budget") == 1
+    assert sample(meters, "agentrun_runs", state="Pending") == 1
+    slots.append({"status": {"state": "Active"}})
+    assert sample(meters, "agentrun_slots", state="Active") == 2  # read now, never stale
+    leading[0] = False  # a standby: zeros, so a sum over replicas counts once
+    assert sample(meters, "agentrun_slots", state="Active") == 0
+
+
+def test_requests_reconciles_the_queue_and_blind_time() -> None:
+    meters = metrics.Metrics()
+    meters.api_request("GET", 200, 0.004)
+    meters.api_request("PATCH", 409, 0.02)
+    meters.api_request("GET", None, 20.0)
+    assert sample(meters, "agentrun_api_requests_total", verb="GET", code="200") == 1
+    assert sample(meters, "agentrun_api_requests_total", verb="GET", code="none") == 1
+    assert sample(meters, "agentrun_api_request_duration_seconds_count", verb="GET") == 2
+    meters.reconciled("Slot", 0.03)
+    meters.queued("Slot", 0.5)
+    meters.retried("AgentRun")
+    assert sample(meters, "agentrun_reconcile_duration_seconds_count", kind="Slot") == 1
+    assert sample(meters, "agentrun_queue_wait_seconds_sum") == 0.5
+    assert sample(meters, "agentrun_queue_retries_total", kind="AgentRun") == 1
+    meters.watch_blind(lambda: 12.5)
+    assert sample(meters, "agentrun_blind_seconds") == 12.5
+
+
 def test_no_label_names_an_object() -> None:
-    allowed = {"kind", "outcome", "predicate", "le", "direction", "currency"}
+    allowed = {"kind", "outcome", "predicate", "le", "direction", "currency", "verb", "code",
+               "state", "what"}
     for family in metrics.Metrics().registry.collect():
         assert family.name.startswith(("agentrun_", "process_"))
         for found in family.samples:

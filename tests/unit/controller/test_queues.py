@@ -259,3 +259,32 @@ async def test_stop_ends_every_running_reconcile_the_abandoned_one_too() -> None
 def test_a_queue_needs_a_worker() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         queue_of(Recorder(), workers=0)
+
+
+@pytest.mark.looptime
+async def test_the_queue_tells_how_long_each_key_waited_and_each_retry() -> None:
+    """What the metrics are told: a key's wait for a worker (here one worker, busy for 3
+    s with another key) and every backoff."""
+    waited: list[tuple[Key, float]] = []
+    retried: list[Key] = []
+
+    async def plan(key: Key, n: int) -> queues.Next:
+        if key == "slow":
+            await asyncio.sleep(3)
+            return queues.Next()
+        if n == 1:
+            raise RuntimeError("500")
+        return queues.Next()
+
+    queue = queues.Queue(work=Recorder(plan), workers=1, timeout=60.0, resync=0.0,
+                         logger=LOGGER, backoff=BACKOFF,
+                         waited=lambda key, seconds: waited.append((key, round(seconds, 3))),
+                         retried=retried.append)
+    queue.add("slow")
+    queue.add("fails")
+    queue.start()
+    await asyncio.sleep(10)
+    await queue.stop()
+    assert waited[:2] == [("slow", 0.0), ("fails", 3.0)]  # queued behind the slow one
+    assert retried == ["fails"]
+    assert [k for k, _ in waited] == ["slow", "fails", "fails"]  # its retry waited too
