@@ -66,7 +66,8 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
         f"{indent}{lead.rstrip()}",
         f"{{{{- toYaml .Values.resources | nindent {len(indent) + 2} }}}}"],
     # `- __HELM_ARGS_EXTRA__` in the operator's args -> one --namespace per watched
-    # namespace (none: every namespace), and --verbose when logLevel is debug.
+    # namespace (none: every namespace), --verbose when logLevel is debug, --log-level when
+    # it is warning or error.
     # `- __HELM_ARGS_HISTORY__` -> the history API's port unless history.enabled is false.
     "ARGS_HISTORY": lambda indent, lead: [
         "{{- if .Values.history.enabled }}",
@@ -80,6 +81,9 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
         "{{- end }}",
         '{{- if eq .Values.logLevel "debug" }}',
         f"{indent}- --verbose",
+        '{{- else if ne .Values.logLevel "info" }}',
+        f"{indent}- --log-level",
+        f"{indent}- {{{{ .Values.logLevel | quote }}}}",
         "{{- end }}"],
     # `- __HELM_ARGS_JOURNAL__` -> the --journal-* flags when journal.endpoint and bucket
     # are set; one without the other (or a secretName without both) fails the render.

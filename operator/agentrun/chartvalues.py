@@ -21,7 +21,7 @@ from agentrun.api import names, runs
 REPOSITORY, TAG = workload.IMAGE.rsplit(":", 1)
 STORE_REPOSITORY, STORE_TAG = bundledstore.STORE_IMAGE.rsplit(":", 1)
 PULL_POLICIES = ["Always", "IfNotPresent", "Never"]
-LOG_LEVELS = ["info", "debug"]
+LOG_LEVELS = ["info", "debug", "warning", "error"]
 MAX_NAMESPACES = 100
 MAX_REPLICAS = 5  # more only watch and list the API server for nothing
 # A Kubernetes quantity as people write one (500m, 1.5, 256Mi, 1G).
@@ -65,8 +65,9 @@ COMMENTS = {
     "watchNamespaces": "Namespaces (names or globs such as team-*) the operator serves; "
                        f"[] = every namespace. At most {MAX_NAMESPACES}. The operator's "
                        "ClusterRole is cluster-wide either way.",
-    "logLevel": "info: one JSON line per transition; debug: also Kopf's per-event lines "
-                "(the operator's --verbose).",
+    "logLevel": "info: one JSON line per transition (its object as fields); debug: also "
+                "Kopf's per-event lines (the operator's --verbose); warning, error: only "
+                "Warning Events and problems (--log-level).",
     "resources": "The operator container's requests and limits (cpu, memory, "
                  "ephemeral-storage as Kubernetes quantities). Requests are required.",
     "metrics": "The Prometheus endpoint (/metrics), which also answers the probes "

@@ -74,6 +74,9 @@ RENEW_DEADLINE = (1.0, 299.0, 10.0)
 RETRY_PERIOD = (0.2, 60.0, 2.0)
 
 
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+              "error": logging.ERROR}
+
 def identity(text: str) -> str:
     """An argparse type: a pod's name (a DNS subdomain), the replica's leader identity."""
     if not bounds.DNS_SUBDOMAIN.fullmatch(text):
@@ -249,7 +252,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                      default=RETRY_PERIOD[2],
                      help="seconds between a replica's election passes (default "
                           f"{RETRY_PERIOD[2]:g}; less than the renew deadline)")
-    run.add_argument("--verbose", "-v", action="store_true")
+    run.add_argument("--verbose", "-v", action="store_true",
+                     help="log at debug, Kopf's own lines too (as --log-level debug)")
+    run.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                     help="the operator's log level (default info: every transition's Event; "
+                          "warning: only Warning Events and problems)")
     stamp = sub.add_parser("stamping", help="mint the stamping epoch when due; wait until "
                                             "actor stamping is in force")
     stamp.add_argument("--context", help="kubeconfig context (default: current, else in-cluster)")
@@ -284,14 +291,17 @@ def stamping(*, context: str | None, timeout: float) -> int:
     return 0
 
 
-def configure_logging(*, verbose: bool) -> None:
-    """JSON logs through Kopf's own formatter (it knows the object references it attaches).
+def configure_logging(*, verbose: bool, level: str = "info") -> None:
+    """JSON logs through Kopf's own formatter: a line about an object carries it as fields
+    (``object``: apiVersion, kind, namespace, name, uid, a slot's latest attempt; see
+    ``kube.events.reference``), and every line its ``severity``.
 
     Kopf's per-event "handler succeeded" lines are noise at this operator's event rate: its
-    loggers stay at WARNING unless ``--verbose``; ours report every transition at INFO.
+    loggers stay at WARNING unless ``--verbose``; ours report every transition at INFO
+    (a Warning Event at WARNING), or what ``level`` lets through.
     """
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.JSON)
-    logging.getLogger().setLevel(logging.DEBUG if verbose else logging.INFO)
+    logging.getLogger().setLevel(logging.DEBUG if verbose else LOG_LEVELS[level])
     logging.getLogger("kopf").setLevel(logging.DEBUG if verbose else logging.WARNING)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
@@ -302,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "stamping":
         configure_logging(verbose=False)
         return stamping(context=args.context, timeout=args.timeout)
-    configure_logging(verbose=args.verbose)
+    configure_logging(verbose=args.verbose, level=args.log_level)
     bucket = (throttle.Bucket(qps=args.qps, burst=int(args.burst)) if args.qps > 0 else None)
     meters = metrics.Metrics()
     server = None

@@ -47,6 +47,20 @@ def _stamp(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def reference(subject: Object) -> dict[str, Any]:
+    """The object a log line is about, as fields (Kopf's JSON formatter writes them under
+    ``object``): apiVersion, kind, namespace, name, uid, and a slot's latest attempt."""
+    meta = subject.get("metadata") or {}
+    found: dict[str, Any] = {"apiVersion": subject.get("apiVersion"),
+                             "kind": subject.get("kind"), "namespace": meta.get("namespace"),
+                             "name": meta.get("name"), "uid": meta.get("uid")}
+    attempt = (subject.get("status") or {}).get("attemptCount") if subject.get(
+        "kind") == "Slot" else None
+    if isinstance(attempt, int) and attempt > 0:
+        found["attempt"] = attempt
+    return found
+
+
 class Poster:
     def __init__(self, client: rest.Rest, *, logger: logging.Logger,
                  clock: clocks.Clock = clocks.system, instance: str = COMPONENT) -> None:
@@ -63,7 +77,9 @@ class Poster:
         # what people wrote (a command's reason, a worker's message) shown as written,
         # never as control characters in `kubectl describe` or the log
         message = bounds.clip(bounds.printable(event.message), limit=bounds.MESSAGE_CHARS)
-        self.logger.info("%s %s: %s", event.type, event.reason, message)
+        self.logger.log(logging.WARNING if event.type == "Warning" else logging.INFO,
+                        "%s %s: %s", event.type, event.reason, message,
+                        extra={"k8s_ref": reference(subject)})
         meta = subject.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         key = (namespace, meta.get("uid") or meta.get("name") or "", event.type,

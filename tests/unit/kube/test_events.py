@@ -105,3 +105,28 @@ def test_control_characters_in_a_message_are_posted_and_logged_escaped(caplog: A
                 if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c == "\u202e"]
     assert "\n" not in caplog.text.rstrip("\n") and "\x1b" not in caplog.text
 
+
+
+def test_the_log_line_of_an_event_carries_its_object_as_fields_at_its_severity() -> None:
+    """Through Kopf's JSON formatter, as the operator logs (``cli.configure_logging``)."""
+    import io
+    import json
+
+    from kopf._core.actions.loggers import ObjectJsonFormatter
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(ObjectJsonFormatter())
+    logger = logging.getLogger("test.events.json")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    made = events.Poster(Recording(), logger=logger, clock=Clock())  # type: ignore[arg-type]
+    slot = {**SUBJECT, "status": {"attemptCount": 2}}
+    made.post(slot, Event(type="Normal", reason="Claimed", message="attempt 2 claimed"))
+    made.post(SUBJECT, EVENT)
+    claimed, failed = (json.loads(line) for line in out.getvalue().splitlines())
+    assert claimed["object"] == {"apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",
+                                 "namespace": "ns", "name": "s", "uid": "u1", "attempt": 2}
+    assert (claimed["severity"], failed["severity"]) == ("info", "warn")
+    assert claimed["message"] == "Normal Claimed: attempt 2 claimed"
+    assert "attempt" not in failed["object"]  # no attempt counted yet: none named
