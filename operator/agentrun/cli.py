@@ -253,7 +253,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                      help="seconds between a replica's election passes (default "
                           f"{RETRY_PERIOD[2]:g}; less than the renew deadline)")
     run.add_argument("--verbose", "-v", action="store_true",
-                     help="log at debug, Kopf's own lines too (as --log-level debug)")
+                     help="log at debug, Kopf's per-event lines too (over --log-level)")
     run.add_argument("--log-level", choices=LOG_LEVELS, default="info",
                      help="the operator's log level (default info: every transition's Event; "
                           "warning: only Warning Events and problems)")
@@ -302,9 +302,10 @@ def configure_logging(*, verbose: bool, level: str = "info") -> None:
     """
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.JSON)
     logging.getLogger().setLevel(logging.DEBUG if verbose else LOG_LEVELS[level])
-    logging.getLogger("kopf").setLevel(logging.DEBUG if verbose else logging.WARNING)
-    logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    quiet = max(logging.WARNING, LOG_LEVELS[level])  # the libraries' lines: problems only
+    logging.getLogger("kopf").setLevel(logging.DEBUG if verbose else quiet)
+    logging.getLogger("kubernetes").setLevel(quiet)
+    logging.getLogger("urllib3").setLevel(quiet)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,6 +52,8 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 # Attempts run from seconds (a crash at start) to hours (an agent's long task).
 # A key's wait in the queue, a reconcile, an API request: milliseconds, seconds when loaded.
 WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# A reconcile: the same, and up to its timeout (--reconcile-timeout, 60 s by default).
+RECONCILE_BUCKETS = (*WAIT_BUCKETS, 60.0, 120.0, 300.0, 600.0)
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
 
 
@@ -144,15 +146,15 @@ class Metrics:
             ["kind"], registry=into)
         self.reconcile_duration = Histogram(
             "agentrun_reconcile_duration_seconds", "How long one reconcile took, by key kind",
-            ["kind"], buckets=WAIT_BUCKETS, registry=into)
+            ["kind"], buckets=RECONCILE_BUCKETS, registry=into)
         self.api_requests = Counter(
             "agentrun_api_requests_total",
-            "The operator's requests to the API server, by verb and answer (code 'none': no "
-            "answer)", ["verb", "code"], registry=into)
+            "The operator's requests to the API server, by HTTP method and answer (code "
+            "'none': no answer)", ["method", "code"], registry=into)
         self.api_latency = Histogram(
             "agentrun_api_request_duration_seconds",
-            "How long the operator's requests to the API server took, by verb", ["verb"],
-            buckets=WAIT_BUCKETS, registry=into)
+            "How long the operator's requests to the API server took, by HTTP method",
+            ["method"], buckets=WAIT_BUCKETS, registry=into)
         self.blind = Gauge(
             "agentrun_blind_seconds",
             "Blind time in the last 5 minutes: when the API server did not answer in time "
@@ -235,10 +237,11 @@ class Metrics:
         """Read the blind seconds of the last 5 minutes at each scrape."""
         self.blind.set_function(blind)
 
-    def api_request(self, verb: str, status: int | None, seconds: float) -> None:
+    def api_request(self, method: str, status: int | None, seconds: float) -> None:
         """Count one request to the API server (``rest.Rest.observe``)."""
-        self.api_requests.labels(verb=verb, code="none" if status is None else str(status)).inc()
-        self.api_latency.labels(verb=verb).observe(seconds)
+        self.api_requests.labels(method=method,
+                                 code="none" if status is None else str(status)).inc()
+        self.api_latency.labels(method=method).observe(seconds)
 
     def queued(self, kind: str, seconds: float) -> None:
         """A key of ``kind`` waited ``seconds`` in the queue (``queues.Queue.waited``)."""

@@ -140,6 +140,8 @@ class Queue(Generic[K]):
     def start(self) -> None:
         if self._tasks:
             return
+        now = self._now()  # keys queued before (a standby's) waited for no worker until now
+        self._since = dict.fromkeys(self._since, now)
         self._tasks = [asyncio.create_task(self._worker(), name=f"worker-{i}")
                        for i in range(self.workers)]
         self._tasks.append(asyncio.create_task(self._timer(), name="queue-timer"))
@@ -171,8 +173,15 @@ class Queue(Generic[K]):
         self._processing.add(key)
         since = self._since.pop(key, None)
         if since is not None and self.waited is not None:
-            self.waited(key, max(0.0, self._now() - since))
+            self._told(self.waited, key, max(0.0, self._now() - since))
         return key
+
+    def _told(self, hook: Callable[..., None], *args: object) -> None:
+        """Tell a metrics hook; whatever it raises is logged, never the queue's."""
+        try:
+            hook(*args)
+        except Exception:
+            self.logger.exception("a work queue's metrics hook failed (the queue goes on)")
 
     async def _worker(self) -> None:
         while True:
@@ -206,7 +215,7 @@ class Queue(Generic[K]):
 
     def _failed(self, key: K) -> None:
         if self.retried is not None:
-            self.retried(key)
+            self._told(self.retried, key)
         failures = self.failures.get(key, 0) + 1
         self.failures[key] = failures
         self.add_after(key, self.backoff.delay(failures))

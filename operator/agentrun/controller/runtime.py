@@ -101,10 +101,12 @@ class Operator:
                                   retried=lambda key: meters.retried(key[0]))
         meters.watch_depth(lambda: self.queue.depth)
         meters.watch_census(self.census)
-        meters.watch_blind(lambda: self.client.health.blind_time(
-            since=clocks.ticks() - BLIND_WINDOW).total_seconds())
         if self.client is not None:  # (a test's operator may have none)
+            meters.watch_blind(lambda: self.client.health.blind_time(
+                since=clocks.ticks() - BLIND_WINDOW).total_seconds())
             self.client.observe = meters.api_request
+        if self.elector is not None:  # its own client (its own timeouts): counted too
+            self.elector.client.observe = meters.api_request
 
     def census(self) -> census_.Census | None:
         """The slots and runs by state from the stores, while this replica leads (a

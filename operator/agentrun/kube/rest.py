@@ -16,6 +16,7 @@ during which requests failed, timed out, hung or were answered late is the opera
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import Counter, deque
@@ -29,6 +30,7 @@ from agentrun.kube import clocks
 from agentrun.kube import throttle as throttles
 
 Object = dict[str, Any]
+log = logging.getLogger(__name__)
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -227,20 +229,27 @@ class Rest:
             response.read()  # type: ignore[no-untyped-call]
         except BaseException:
             self.health.failed(started=started)  # no answer: timed out, refused, reset
-            if self.observe is not None:
-                self.observe(method, None, time.monotonic() - began)
+            self._observed(method, None, began)
             raise
-        if self.observe is not None:
-            self.observe(method, response.status, time.monotonic() - began)
         data = response.data.decode() if isinstance(response.data, bytes) else response.data
         if unhealthy(response.status):
             self.health.failed(started=started)
         else:
             self.health.answered(started=started)
+        self._observed(method, response.status, began)
         if not 200 <= response.status < 300:
             raise ApiError(response.status, data or "")
         result: Object = json.loads(data) if data else {}
         return result
+
+    def _observed(self, method: str, status: int | None, began: float) -> None:
+        """Tell :attr:`observe`; whatever it raises is logged, never the request's."""
+        if self.observe is None:
+            return
+        try:
+            self.observe(method, status, time.monotonic() - began)
+        except Exception:
+            log.exception("a request's observer failed (the request stands)")
 
     def get(self, path: str, *, query: dict[str, str] | None = None) -> Object | None:
         """GET, with 404 as None."""

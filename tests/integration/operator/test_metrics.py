@@ -101,8 +101,8 @@ def test_counters_move_by_the_trace(scenario: Scenario,
     assert value(series, "agentrun_runs", state="Running") == 1
     assert value(series, "agentrun_waiting_for_person", what="budget") == 0
     # The operator's own requests, their latency, its reconciles and the queue's waits.
-    assert value(series, "agentrun_api_requests_total", verb="PUT", code="200") >= 4
-    assert value(series, "agentrun_api_request_duration_seconds_count", verb="GET") >= 1
+    assert value(series, "agentrun_api_requests_total", method="PUT", code="200") >= 4
+    assert value(series, "agentrun_api_request_duration_seconds_count", method="GET") >= 1
     assert value(series, "agentrun_reconcile_duration_seconds_count", kind="Slot") >= 4
     assert value(series, "agentrun_queue_wait_seconds_count") >= 4
     assert ("agentrun_blind_seconds", frozenset()) in series

@@ -230,9 +230,9 @@ def test_requests_reconciles_the_queue_and_blind_time() -> None:
     meters.api_request("GET", 200, 0.004)
     meters.api_request("PATCH", 409, 0.02)
     meters.api_request("GET", None, 20.0)
-    assert sample(meters, "agentrun_api_requests_total", verb="GET", code="200") == 1
-    assert sample(meters, "agentrun_api_requests_total", verb="GET", code="none") == 1
-    assert sample(meters, "agentrun_api_request_duration_seconds_count", verb="GET") == 2
+    assert sample(meters, "agentrun_api_requests_total", method="GET", code="200") == 1
+    assert sample(meters, "agentrun_api_requests_total", method="GET", code="none") == 1
+    assert sample(meters, "agentrun_api_request_duration_seconds_count", method="GET") == 2
     meters.reconciled("Slot", 0.03)
     meters.queued("Slot", 0.5)
     meters.retried("AgentRun")
@@ -244,7 +244,7 @@ def test_requests_reconciles_the_queue_and_blind_time() -> None:
 
 
 def test_no_label_names_an_object() -> None:
-    allowed = {"kind", "outcome", "predicate", "le", "direction", "currency", "verb", "code",
+    allowed = {"kind", "outcome", "predicate", "le", "direction", "currency", "method", "code",
                "state", "what"}
     for family in metrics.Metrics().registry.collect():
         assert family.name.startswith(("agentrun_", "process_"))

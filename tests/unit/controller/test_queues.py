@@ -288,3 +288,32 @@ async def test_the_queue_tells_how_long_each_key_waited_and_each_retry() -> None
     assert waited[:2] == [("slow", 0.0), ("fails", 3.0)]  # queued behind the slow one
     assert retried == ["fails"]
     assert [k for k, _ in waited] == ["slow", "fails", "fails"]  # its retry waited too
+
+
+@pytest.mark.looptime
+async def test_a_key_queued_before_the_start_waited_from_the_start_and_a_failing_hook_stops_nothing(
+        ) -> None:
+    """A standby queues keys it does not work on: their wait counts from when it starts
+    (takes the lead), not from when they came. A hook that raises is logged; the queue goes
+    on, and the key backs off as ever."""
+    waited: list[float] = []
+
+    def broken(key: Key) -> None:
+        raise RuntimeError("a metrics hook's bug")
+
+    async def plan(key: Key, n: int) -> queues.Next:
+        if n == 1:
+            raise RuntimeError("500")
+        return queues.Next()
+
+    work = Recorder(plan)
+    queue = queues.Queue(work=work, workers=1, timeout=60.0, resync=0.0, logger=LOGGER,
+                         backoff=BACKOFF, waited=lambda key, seconds: waited.append(seconds),
+                         retried=broken)
+    queue.add("a")
+    await asyncio.sleep(100)  # standing by
+    queue.start()
+    await asyncio.sleep(5)
+    await queue.stop()
+    assert waited[0] == 0.0
+    assert work.count("a") == 2  # its retry came, though the retry hook raised

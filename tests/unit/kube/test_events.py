@@ -122,8 +122,11 @@ def test_the_log_line_of_an_event_carries_its_object_as_fields_at_its_severity()
     logger.setLevel(logging.INFO)
     made = events.Poster(Recording(), logger=logger, clock=Clock())  # type: ignore[arg-type]
     slot = {**SUBJECT, "status": {"attemptCount": 2}}
-    made.post(slot, Event(type="Normal", reason="Claimed", message="attempt 2 claimed"))
-    made.post(SUBJECT, EVENT)
+    try:
+        made.post(slot, Event(type="Normal", reason="Claimed", message="attempt 2 claimed"))
+        made.post(SUBJECT, EVENT)
+    finally:
+        logger.removeHandler(handler)
     claimed, failed = (json.loads(line) for line in out.getvalue().splitlines())
     assert claimed["object"] == {"apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",
                                  "namespace": "ns", "name": "s", "uid": "u1", "attempt": 2}
