@@ -36,7 +36,6 @@ every stored object: nothing decides on them and they are often half its size.
 from __future__ import annotations
 
 import copy
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -44,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentrun.api import names
+from agentrun.kube import slimming
 
 if TYPE_CHECKING:
     from agentrun.kube import rest
@@ -63,8 +63,7 @@ SELECTORS: dict[str, tuple[str, ...]] = {
 COLD_LIMIT = 256  # objects read on demand after they left the store
 DELETED_LIMIT = 4096  # versions of deleted objects remembered, against late answers
 PAGE = 500  # items per LIST page while priming
-DROPPED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
-INTERNED_CHARS = 64
+DROPPED_ANNOTATION = slimming.DROPPED_ANNOTATION
 
 
 def path(kind: str, namespace: str | None, name: str | None = None,
@@ -114,29 +113,6 @@ def parse_selector(selector: str | None) -> list[tuple[str, str | None, bool]] |
     return terms
 
 
-def _compact(value: Any) -> Any:
-    """A copy with keys and short strings interned: each parsed event holds its own copy of
-    the same keys and most values; unshared they took 1.8 times the memory (25.8 against
-    14.2 MiB per 1,000 live slots, tests/unit/kube/test_stores_memory.py)."""
-    if isinstance(value, dict):
-        return {sys.intern(k): _compact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_compact(v) for v in value]
-    if isinstance(value, str) and len(value) <= INTERNED_CHARS:
-        return sys.intern(value)
-    return value
-
-
-def _slim(body: Object) -> Object:
-    meta = dict(body.get("metadata") or {})
-    meta.pop("managedFields", None)
-    annotations = meta.get("annotations")
-    if annotations and DROPPED_ANNOTATION in annotations:
-        meta["annotations"] = {k: v for k, v in annotations.items() if k != DROPPED_ANNOTATION}
-    compact: Object = _compact({**body, "metadata": meta})
-    return compact
-
-
 @dataclass(frozen=True)
 class Found:
     """A lookup: ``known`` means the store's answer stands (``body`` None: absent)."""
@@ -173,7 +149,7 @@ class Stores:
             return
         version = meta.get("resourceVersion")
         ours = watched(kind, meta)
-        slim = _slim(body)
+        slim = slimming.slim(body)
         slim.setdefault("kind", kind)
         slim.setdefault("apiVersion", names.API_VERSION if kind not in GROUPS
                         else "/".join(p for p in GROUPS[kind] if p))
@@ -222,7 +198,7 @@ class Stores:
             if (namespace, name) not in self._away[kind] or not newer(
                     (body.get("metadata") or {}).get("resourceVersion"), held):
                 return  # not away (the store holds it), or the marker is newer
-            self._cold[key] = _slim(body)
+            self._cold[key] = slimming.slim(body)
             self._cold.move_to_end(key)
             while len(self._cold) > COLD_LIMIT:
                 self._cold.popitem(last=False)
