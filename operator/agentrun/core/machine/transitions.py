@@ -252,9 +252,8 @@ def end_attempt(status: SlotStatus, *, outcome: Outcome, message: str, exit_code
 
     ``activeWorker`` becomes ``priorWorker`` and the attempt record is closed. The caller
     tombstones the Lease (outcome, end time, owner actor, launch spec) in its next write.
-    ``Asked`` (the worker asked a person a question) or ``OverBudget`` (it stopped at its
-    run's budget): RetryWait with no ``retryAt``, not
-    counted against ``maxAttempts`` (``askedAttempts``); the answer (a raise) reopens the slot
+    ``Asked`` (a question) or ``OverBudget`` (its run's budget): RetryWait with no ``retryAt``,
+    not counted against ``maxAttempts`` (``askedAttempts``); the answer (a raise) reopens it
     (:func:`reopen`), and the caller adds the question (``core.attempts.questionrecords``).
     """
     _require(status, "end the attempt of", SlotState.ACTIVE)
