@@ -59,16 +59,20 @@ def stamping_of(*, id_: str, keys: tuple[str, ...], actor: str, epoch: str,
                 granted: dict[str, str], resource: str = "slots") -> str:
     """CEL: a command's stamping (its id ``id_``, all its ``keys``): the actor, the epoch,
     and for each verb of ``granted`` whether the writer holds it on the ``resource``."""
-    listed = ", ".join(f"'{key}'" for key in keys)
     patches = [_add(actor, "request.userInfo.username"),
                _add(epoch, f"params.data['{EPOCH_KEY}']")]
     patches += [_add(annotation, f"{overrides(verb=verb, resource=resource)} ? 'true' : 'false'")
                 for verb, annotation in granted.items()]
-    return (
-        f"('{id_}' in variables.new) && [{listed}].exists(k, "
-        "(k in variables.new) != (k in variables.old) || "
-        "((k in variables.new) && variables.new[k] != variables.old[k]))"
-        f" ? [{', '.join(patches)}] : []")
+    return f"{touched(id_=id_, keys=keys)} ? [{', '.join(patches)}] : []"
+
+
+def touched(*, id_: str, keys: tuple[str, ...]) -> str:
+    """CEL: this request writes the command (its id ``id_`` present, one of its ``keys``
+    set, changed or removed): what triggers its stamping and its checks."""
+    listed = ", ".join(f"'{key}'" for key in keys)
+    return (f"('{id_}' in variables.new) && [{listed}].exists(k, "
+            "(k in variables.new) != (k in variables.old) || "
+            "((k in variables.new) && variables.new[k] != variables.old[k]))")
 
 
 def runs_only(expression: str) -> str:

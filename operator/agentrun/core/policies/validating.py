@@ -19,7 +19,7 @@ from typing import Any
 
 from agentrun.api import bounds, modelusage, names
 from agentrun.core.commands import parsing, registry, spec
-from agentrun.core.commands.spec import CommandSpec, matches
+from agentrun.core.commands.spec import CommandSpec, RunCommandKeys, matches
 from agentrun.core.policies import admission
 
 Object = dict[str, Any]
@@ -115,11 +115,8 @@ def _variable(shape: CommandSpec) -> str:
     return shape.kind.lower().replace("giveup", "give_up")
 
 
-def touched(shape: CommandSpec) -> str:
-    keys = _strings(shape.keys)
-    return (f"('{shape.id}' in variables.new) && {keys}.exists(k, "
-            "(k in variables.new) != (k in variables.old) || "
-            "((k in variables.new) && variables.new[k] != variables.old[k]))")
+def touched(shape: CommandSpec | RunCommandKeys) -> str:
+    return admission.touched(id_=shape.id, keys=shape.keys)
 
 
 def _owned(owners: str) -> str:
@@ -128,24 +125,30 @@ def _owned(owners: str) -> str:
     return f"{owners}.all(o, o == request.userInfo.username) || variables.override"
 
 
-def command_checks(shape: CommandSpec) -> list[Object]:
-    """Every check of one command kind, each guarded by "this request writes it": its
-    request id, each field's own check, the states that may accept it, its further
-    checks, and whose attempt it acts on, all as its spec declares them."""
-    when = f"!variables.{_variable(shape)} || "
+def request_id_checks(shape: CommandSpec | RunCommandKeys, *, kind: str,
+                      when: str) -> list[Object]:
+    """A command's other keys need its request id, and the id is within its bounds."""
     new = "variables.new"
     others = _strings(tuple(k for k in shape.keys if k != shape.id))
     request = f"{new}['{shape.id}']"
-    article = "an" if str(shape.kind)[0] in "AEIOU" else "a"
-    checks = [validation(
+    article = "an" if kind[0] in "AEIOU" else "a"
+    return [validation(
         f"('{shape.id}' in {new}) || {others}.all(k, !(k in {new}) || "
         f"(k in variables.old && variables.old[k] == {new}[k]))",
-        f"{article} {shape.kind} command needs its request id: set {shape.id}=<a new id> in "
+        f"{article} {kind} command needs its request id: set {shape.id}=<a new id> in "
         "the same request"), validation(
         f"{when}({request}.size() <= {bounds.REQUEST_ID_CHARS} && "
         f"{matches(request, bounds.REQUEST_ID_PATTERN)})",
         f"{shape.id} must be a request id of at most {bounds.REQUEST_ID_CHARS} characters: "
         "letters and digits, inside also any of . _ : @ / + = - (no spaces)")]
+
+
+def command_checks(shape: CommandSpec) -> list[Object]:
+    """Every check of one command kind, each guarded by "this request writes it": its
+    request id, each field's own check, the states that may accept it, its further
+    checks, and whose attempt it acts on, all as its spec declares them."""
+    when = f"!variables.{_variable(shape)} || "
+    checks = request_id_checks(shape, kind=str(shape.kind), when=when)
     checks.extend(field.admission(spec.key(shape.word, field.suffix), when)
                   for field in shape.takes if field.admission is not None)
     if shape.state is not None:
@@ -185,9 +188,6 @@ def run_commands() -> list[Object]:
     parses it: its request id, its amounts (at least one) and its reason."""
     keys = spec.BUDGET
     add, add_cost, reason = (spec.key(keys.word, s) for s in keys.suffixes)
-    touched = (f"('{keys.id}' in variables.new) && {_strings(keys.keys)}.exists(k, "
-               "(k in variables.new) != (k in variables.old) || "
-               "((k in variables.new) && variables.new[k] != variables.old[k]))")
     when = "!variables.budget || "
     new = "variables.new"
 
@@ -195,21 +195,12 @@ def run_commands() -> list[Object]:
         return validation(f"{when}!('{key}' in {new}) || ({new}['{key}'].size() <= 16 && "
                           f"{matches(f'{new}[{chr(39)}{key}{chr(39)}]', pattern)})", message)
 
-    others = _strings(tuple(k for k in keys.keys if k != keys.id))
     return policy_pair(RUN_COMMANDS, variables=[*ANNOTATIONS, {"name": "budget",
-                                                               "expression": touched}],
+                                                               "expression": touched(keys)}],
                        rules=[match_rule(names.GROUP, names.VERSION, ["agentruns"],
                                          ["CREATE", "UPDATE"])],
                        validations=[
-        validation(f"('{keys.id}' in {new}) || {others}.all(k, !(k in {new}) || "
-                   f"(k in variables.old && variables.old[k] == {new}[k]))",
-                   f"a Budget command needs its request id: set {keys.id}=<a new id> in the "
-                   "same request"),
-        validation(f"{when}({new}['{keys.id}'].size() <= {bounds.REQUEST_ID_CHARS} && "
-                   f"{matches(f'{new}[{chr(39)}{keys.id}{chr(39)}]', bounds.REQUEST_ID_PATTERN)})",
-                   f"{keys.id} must be a request id of at most {bounds.REQUEST_ID_CHARS} "
-                   "characters: letters and digits, inside also any of . _ : @ / + = - "
-                   "(no spaces)"),
+        *request_id_checks(keys, kind="Budget", when=when),
         validation(f"{when}'{add}' in {new} || '{add_cost}' in {new}",
                    f"a Budget command raises tokens ({add}), a cost ({add_cost}) or both"),
         optional(add, TOKENS_PATTERN, f"{add} is a whole number of tokens, 1 to "
