@@ -13,14 +13,14 @@ from __future__ import annotations
 import re
 import time
 
-from agentrun.api import bounds, modelusage, names
-from agentrun.core.commands.spec import BUDGET, key
+from agentrun.api import bounds, modelusage
+from agentrun.core.commands.spec import BUDGET
 from agentrun.core.runs import runcommands
 from agentrun.kube import rest
 from agentrun.plugin import client, requests
 from agentrun.plugin.requests import Object
 
-ADD, ADD_COST, REASON = (key(BUDGET.word, s) for s in BUDGET.suffixes)
+ADD, ADD_COST, REASON = runcommands.ADD, runcommands.ADD_COST, runcommands.REASON
 
 
 def check(*, add: str | None, add_cost: str | None, reason: str) -> None:
@@ -46,8 +46,7 @@ def send(conn: client.Connection, run_name: str, *, add: str | None, add_cost: s
     check(add=add, add_cost=add_cost, reason=reason)
     request_id = requests.new_request_id()
     fields = {ADD: add, ADD_COST: add_cost, REASON: reason}
-    path = rest.namespaced(group=names.GROUP, version=names.VERSION, plural="agentruns",
-                           namespace=conn.namespace, name=run_name)
+    path = client.resource_path("agentruns", conn.namespace, run_name)
     for _ in range(client.CONFLICT_RETRIES):
         run = client.get(conn, "agentruns", run_name)
         metadata = run.get("metadata") or {}
@@ -77,8 +76,7 @@ def wait(conn: client.Connection, run_name: str, request_id: str, *, timeout: fl
     deadline = time.monotonic() + timeout
     while True:
         run = client.get(conn, "agentruns", run_name)
-        found = next((c for c in (run.get("status") or {}).get("commands") or []
-                      if c.get("requestId") == request_id), None)
+        found = requests.entry(run, request_id)
         pending = ((run.get("metadata") or {}).get("annotations") or {}).get(BUDGET.id)
         if found is not None and pending != request_id:
             return dict(found)

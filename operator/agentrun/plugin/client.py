@@ -73,7 +73,7 @@ def _service_account_namespace() -> str:
         return "default"
 
 
-def _path(plural: str, namespace: str, name: str | None = None) -> str:
+def resource_path(plural: str, namespace: str, name: str | None = None) -> str:
     return rest.namespaced(group=names.GROUP, version=names.VERSION, plural=plural,
                            namespace=namespace, name=name)
 
@@ -104,7 +104,7 @@ def _call(what: str, action: Callable[[], Object | None]) -> Object | None:
 def get(conn: Connection, plural: str, name: str) -> Object:
     """The object, or exit 2 when it does not exist (a name mistyped is bad input)."""
     found = _call(f"reading {plural}/{name}",
-                  lambda: conn.rest.get(_path(plural, conn.namespace, name)))
+                  lambda: conn.rest.get(resource_path(plural, conn.namespace, name)))
     if found is None:
         raise Failure(f"{plural}/{name} not found in namespace {conn.namespace!r} "
                       "(check the name and -n)", code=requests.USAGE)
@@ -139,7 +139,8 @@ def journal(conn: Connection, slot_name: str, *, limit: int,
 
 def slots_of(conn: Connection, run: str) -> list[Object]:
     listed = _call(f"listing the slots of run {run}", lambda: conn.rest.get(
-        _path("slots", conn.namespace), query={"labelSelector": f"{names.RUN_LABEL}={run}"}))
+        resource_path("slots", conn.namespace),
+        query={"labelSelector": f"{names.RUN_LABEL}={run}"}))
     return [item for item in (listed or {}).get("items") or [] if isinstance(item, dict)]
 
 
@@ -164,7 +165,7 @@ def send(conn: Connection, slot_name: str, request: requests.Request) -> Object:
     A command of the same kind already waiting on the slot is not overwritten (exit 2): it
     would be lost undecided. A conflict (the slot changed in between) re-reads and retries.
     """
-    path = _path("slots", conn.namespace, slot_name)
+    where = resource_path("slots", conn.namespace, slot_name)
     for _ in range(CONFLICT_RETRIES):
         slot = get(conn, "slots", slot_name)
         waiting = requests.pending_id(request.kind, slot)
@@ -175,7 +176,7 @@ def send(conn: Connection, slot_name: str, request: requests.Request) -> Object:
         body = requests.patch(request, resource_version=(slot.get("metadata") or {}).get(
             "resourceVersion"))
         try:
-            answer = conn.rest.request("PATCH", path, body=body, content_type=rest.MERGE_PATCH)
+            answer = conn.rest.request("PATCH", where, body=body, content_type=rest.MERGE_PATCH)
         except rest.ApiError as error:
             if error.status == 409:
                 continue
