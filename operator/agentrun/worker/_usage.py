@@ -169,15 +169,17 @@ class Meter:
         """Raise :class:`BudgetExceeded` if the run's usage reached its budget: before a
         model call or an effect. The budget is the one in force when this attempt was
         claimed (the operator's, on its Lease); the usage is the run's as it is now, the sum
-        on every attempt Lease of the run (one list: the slots running beside this one
-        count at once, so a run overshoots by at most the calls its workers have in flight).
+        on every attempt Lease of the run. One list gives both (the slots running beside
+        this one count at once, so a run overshoots by at most the calls its workers have
+        in flight); an attempt given no budget lists nothing more after its first check.
         Stopping is durable first: everything staged, then the record ``budget.exceeded``
         on the Lease (the operator reads it there and parks the slot), so a successor
         resumes from all this attempt did."""
-        budget = self.budget()
+        if self._budget is not None and self._budget[0] is None:
+            return  # no budget on its Lease: it never gets one
+        budget, used = self.run_usage()
         if budget is None:
             return
-        used = self.run_usage(currency=budget.currency)
         why = budget.reached(used)
         if why is None:
             return
@@ -193,22 +195,13 @@ class Meter:
                              "and the slot waits for a person to raise it (kubectl agentrun "
                              "budget)", reason=why)
 
-    def budget(self) -> modelusage.Limits | None:
-        """The run's budget on this attempt's Lease (read once), None without one."""
-        if self._budget is None:
-            lease = self._lease()
-            found = lease.api.request("GET", lease.path)
-            text = ((found.get("metadata") or {}).get("annotations") or {}).get(
-                names.BUDGET_ANNOTATION)
-            self._budget = (None if text is None else modelusage.Limits.parse(str(text)),)
-        return self._budget[0]
-
-    def run_usage(self, *, currency: str) -> ModelUsage | None:
-        """The run's usage now: the sums on all its attempt Leases (one list; this one's the
-        larger of what it lists and what this process committed, so neither a second
-        ``Worker`` of the attempt nor a list a moment old says less than is there). A list
-        the API does not answer is tried :data:`LIST_TRIES` times, then raised: the call
-        it guards is not made unchecked."""
+    def run_usage(self) -> tuple[modelusage.Limits | None, ModelUsage | None]:
+        """The budget on this attempt's Lease (kept: it never changes) and the run's usage
+        now, from one list of the run's attempt Leases (this attempt's own sum: the larger
+        of its Lease's and what this process committed, so neither a second ``Worker`` of
+        the attempt nor a list a moment old says less than is there). A list the API does
+        not answer is tried :data:`LIST_TRIES` times, then raised: the call it guards is
+        not made unchecked."""
         lease = self._lease()
         context = self.context
         path = rest.namespaced(group="coordination.k8s.io", version="v1", plural="leases",
@@ -227,11 +220,19 @@ class Meter:
         own = self.total()
         for item in listed.get("items") or []:
             found = ModelUsage.on_lease(item)
-            if (item.get("metadata") or {}).get("name") == context.lease:
-                own = _larger(own, found)
-            else:
+            if (item.get("metadata") or {}).get("name") != context.lease:
                 sums.append(found)
-        return modelusage.total([*sums, own], currency=currency)
+                continue
+            own = _larger(own, found)
+            if self._budget is None:
+                text = ((item.get("metadata") or {}).get("annotations") or {}).get(
+                    names.BUDGET_ANNOTATION)
+                self._budget = (None if text is None
+                                else modelusage.Limits.parse(str(text)),)
+        budget = None if self._budget is None else self._budget[0]
+        if budget is None:
+            return None, None
+        return budget, modelusage.total([*sums, own], currency=budget.currency)
 
     def _lease(self) -> records.LeaseRecords:
         ledger = self.steps.ledger
