@@ -148,6 +148,24 @@ def total(sums: Iterable[ModelUsage | None], *, currency: str | None = None) -> 
     return found
 
 
+def growth(old: ModelUsage | None, new: ModelUsage | None) -> ModelUsage | None:
+    """What the sum ``new`` adds to the earlier ``old`` of the same thing (an attempt's, a
+    slot's); None when it adds nothing, or cannot have grown from it (another currency, a
+    count smaller: only a stale read says so)."""
+    if new is None or new == old:
+        return None
+    if old is None:
+        return new
+    if old.currency != new.currency:
+        return None
+    added = (new.input_tokens - old.input_tokens, new.output_tokens - old.output_tokens,
+             new.cost_micros - old.cost_micros)
+    if min(added) < 0 or max(added) == 0:
+        return None
+    return ModelUsage(input_tokens=added[0], output_tokens=added[1], cost_micros=added[2],
+                      currency=new.currency)
+
+
 class ModelPrice(Model):
     """One model's prices: currency units per million input and output tokens."""
 

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrun.api import modelusage
-from agentrun.api.modelusage import ModelUsage
 from agentrun.api.slots import SlotStatus
 
 
@@ -28,24 +27,10 @@ def observed(status: SlotStatus, *, name: str | None,
     new (none, an unreadable one, another currency than the slot's sum, or no more)."""
     found = modelusage.ModelUsage.on_lease(lease)
     record = next((a for a in status.attempts if a.pod == name), None)
-    if found is None or record is None or found == record.usage:
+    added = None if record is None else modelusage.growth(record.usage, found)
+    if added is None or (status.usage is not None and status.usage.currency != added.currency):
         return status
-    before = record.usage
-    if before is not None and (before.currency != found.currency or not _grew(before, found)):
-        return status
-    if status.usage is not None and status.usage.currency != found.currency:
-        return status
-    added = found if before is None else ModelUsage(
-        input_tokens=found.input_tokens - before.input_tokens,
-        output_tokens=found.output_tokens - before.output_tokens,
-        cost_micros=found.cost_micros - before.cost_micros, currency=found.currency)
     return status.model_copy(update={
         "attempts": [a.model_copy(update={"usage": found}) if a is record else a
                      for a in status.attempts],
         "usage": added if status.usage is None else status.usage.plus(added)})
-
-
-def _grew(before: ModelUsage, after: ModelUsage) -> bool:
-    return (after.input_tokens >= before.input_tokens
-            and after.output_tokens >= before.output_tokens
-            and after.cost_micros >= before.cost_micros)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from agentrun.api import modelusage
 from agentrun.api.modelusage import ModelUsage
 from agentrun.api.slots import (
     AttemptRecord,
@@ -88,7 +89,7 @@ def of_slot_write(*, old: SlotStatus, new: SlotStatus, created: datetime | None,
     unresolved = sum(1 for e in new.effects if (e.key, e.attempt) not in known
                      and e.state is EffectState.UNRESOLVED)
     asked = {(q.key, q.attempt) for q in old.questions}
-    return Tally(usage=grown(old.usage, new.usage), transitions=transitions,
+    return Tally(usage=modelusage.growth(old.usage, new.usage), transitions=transitions,
                  commands=commands, claim_latencies=latencies,
                  attempt_durations=durations, lease_expiries=expiries,
                  effects_unresolved=unresolved,
@@ -96,23 +97,6 @@ def of_slot_write(*, old: SlotStatus, new: SlotStatus, created: datetime | None,
                                      and (q.key, q.attempt) not in asked),
                  approvals_requested=sum(1 for q in new.questions if q.approvers is not None
                                          and (q.key, q.attempt) not in asked))
-
-
-def grown(old: ModelUsage | None, new: ModelUsage | None) -> ModelUsage | None:
-    """What ``new`` adds to ``old`` (a slot's usage sums), None when nothing (or when the
-    two cannot be compared: another currency)."""
-    if new is None or new == old:
-        return None
-    if old is None:
-        return new
-    if old.currency != new.currency:
-        return None
-    added = (new.input_tokens - old.input_tokens, new.output_tokens - old.output_tokens,
-             new.cost_micros - old.cost_micros)
-    if min(added) < 0 or max(added) == 0:
-        return None
-    return ModelUsage(input_tokens=added[0], output_tokens=added[1], cost_micros=added[2],
-                      currency=new.currency)
 
 
 def claimable_since(*, old: SlotStatus, new: SlotStatus, started: AttemptRecord,
