@@ -12,6 +12,10 @@ Covers, against a real API server with the operator running:
   the Slot's status under ``bounds.SLOT_STATUS_BYTES``, and an Active attempt of another
   slot of the run whose pod fails meanwhile still ends within seconds; a command with
   no request id is not a command and is left alone;
+- a run's budget command out of every bound (an unusable id, tokens that are no number,
+  a 200 KiB reason) is refused into the run's ledger once and removed, the run's status
+  stays small, and its slot's attempt ends meanwhile; admission's refusals of the same
+  are ``test_budgets.py``'s;
 - a relabelled Slot (``agentrun.dev/run``) still counts for its run: its dependent
   starts once it succeeds;
 - a minted token: an editor (the standard ``edit`` role) asks for a token of the worker's
@@ -256,6 +260,39 @@ def test_the_bad_input_matrix_changes_nothing_but_the_ledger(
                      and "agentrun.dev/reassign-reason" in (
                          scenario.slot(slot)["metadata"].get("annotations") or {}),
                      seconds=2, message="a command without a request id is left alone")
+
+
+def test_a_garbage_budget_command_on_a_run_is_refused_once_and_stops_no_slot(
+        scenario: Scenario, operator: OperatorProcess) -> None:
+    """A run's budget command past admission (none in force here), out of every bound: an
+    unusable request id, tokens that are no number, a 200 KiB reason. It is refused into
+    the run's ledger once (``Malformed``, under ``invalid-<hash>``), its annotations are
+    removed, the run's status stays small, and its slot's attempt still ends meanwhile."""
+    scenario.configs()
+    scenario.launch_spec("cpu-workers", classes=["cpu"], lease_seconds=5)
+    wait_for_default_service_account(scenario.core.api_client, scenario.namespace)
+    scenario.run("study", max_attempts=1, extra={"budget": {"tokens": 100}})
+    slot = scenario.slot_name_eventually("study", "research")
+    scenario.wait_state(slot, "Active")
+    scenario.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, scenario.namespace, "agentruns", "study", {"metadata": {"annotations": {
+            "agentrun.dev/budget-id": "not an id " + "x" * 300,
+            "agentrun.dev/budget-add": "-5e9", "agentrun.dev/budget-reason": HUGE}}})
+    scenario.finish(f"{slot}-1", "Failed", exit_code=1)
+
+    def refused() -> Object | None:
+        run = scenario.agentrun("study")
+        entries = (run.get("status") or {}).get("commands") or []
+        annotations = run["metadata"].get("annotations") or {}
+        return run if entries and "agentrun.dev/budget-id" not in annotations else None
+    run = wait_for(refused, timeout=30, message="the garbage budget command decided")
+    [entry] = run["status"]["commands"]
+    assert (entry["outcome"], entry["predicate"]) == ("Rejected", "Malformed")
+    assert entry["requestId"].startswith("invalid-")
+    assert run["status"]["budget"] == {"tokens": 100, "currency": "USD", "raises": 0}
+    assert len(json.dumps(run["status"])) < 64 * 1024
+    assert scenario.wait_state(slot, "RetryWait", timeout=15)["status"]["attempts"][-1][
+        "outcome"] == "Failed"
 
 
 def test_a_relabelled_slot_still_counts_for_its_run(

@@ -7,7 +7,8 @@ annotate``) writes ``agentrun.dev/budget-id`` (the request id), ``-add`` (tokens
 ``agentruns``), as it stamps a slot's commands, and refuses values out of their bounds.
 
 The operator decides it in the run's step, before anything else, in this order (the first
-that fails is the ledger's ``predicate``): ``CommandsRefused``/``Unstamped``/``StaleEpoch``
+that fails is the ledger's ``predicate``): ``Malformed`` (its request id unusable),
+``CommandsRefused``/``Unstamped``/``StaleEpoch``
 (stamping, as for every command), ``Malformed`` (an amount missing, out of its bounds, or a
 raise past the largest budget; a run with no budget has nothing to raise), ``BlankReason``,
 ``NotOwner`` (only the run's verified creator, or someone granted ``override``, raises its
@@ -18,8 +19,8 @@ entry goes into the run's ledger (``status.commands``, the newest kept) with an 
 the next pass removes the command's annotations (a request id already in the ledger is
 never decided twice).
 
-Why not the slot registry (``core.commands.registry``): everything that iterates it
-(the slot's parser and guard, the slot policies, the plugin's slot commands, the
+It is in the registry's ``RUN_COMMANDS``, not its ``COMMANDS``: everything that iterates
+those (the slot's parser and guard, the slot policies, the plugin's slot commands, the
 bad-input matrix) reads a Slot; this command reads a run. Its annotations are derived
 from its word by the same :func:`agentrun.core.commands.spec.key`, and the stamping
 policy stamps it with the same expression (:func:`agentrun.core.policies.admission`).
@@ -33,10 +34,11 @@ from datetime import datetime
 from typing import Final, Literal
 
 from agentrun.api import bounds, modelusage, names
+from agentrun.api.budgets import BudgetStatus
 from agentrun.api.runs import RUN_COMMANDS_KEPT, AgentRun, AgentRunStatus
 from agentrun.api.slots import CommandKind, CommandRecord, Predicate
 from agentrun.core.base import events
-from agentrun.core.commands import ledger
+from agentrun.core.commands import ledger, parsing
 from agentrun.core.commands.spec import BUDGET, key
 from agentrun.core.policies import stamping, validating
 
@@ -59,16 +61,21 @@ class Raise:
     add: str | None
     add_cost: str | None
     reason: str | None
+    bad_id: str | None = None  # why its request id was unusable (then it is invalid-<hash>)
 
 
 def pending(run: AgentRun) -> Raise | None:
-    """The budget command on ``run``, when it carries one whose id is within its bounds."""
+    """The budget command on ``run``, when it carries one. A request id out of its bounds
+    is replaced by ``invalid-<hash>`` of it (as a slot's is: ``commands.parsing``), so the
+    command is still refused into the ledger once, and removed."""
     found = run.metadata.annotations
     request_id = found.get(ID)
-    if request_id is None or not (0 < len(request_id) <= bounds.REQUEST_ID_CHARS and re.fullmatch(
-            bounds.REQUEST_ID_PATTERN, request_id)):
+    if request_id is None:
         return None
-    return Raise(request_id=request_id, actor=found.get(ACTOR), epoch=found.get(EPOCH),
+    problem = parsing.request_id_problem(ID, request_id)
+    return Raise(request_id=request_id if problem is None else parsing.invalid_id(
+                     ID, request_id), bad_id=problem,
+                 actor=found.get(ACTOR), epoch=found.get(EPOCH),
                  override=found.get(OVERRIDE) == "true", add=found.get(ADD),
                  add_cost=found.get(ADD_COST), reason=found.get(REASON))
 
@@ -110,6 +117,8 @@ def decide(run: AgentRun, command: Raise, *, stamping_now: stamping.Stamping | N
 
 def _check(run: AgentRun, command: Raise, *,
            stamping_now: stamping.Stamping | None) -> tuple[Predicate, str] | None:
+    if command.bad_id is not None:
+        return Predicate.MALFORMED, command.bad_id
     trust = stamping.refusal_of(what=f"Budget {command.request_id}", stamped=(
         command.actor is not None), epoch=command.epoch, stamping=stamping_now)
     if trust is not None:
@@ -165,18 +174,15 @@ def _amount_problem(command: Raise, *, budget_tokens: int | None,
     return None
 
 
-def _amounts(tokens: int | None, micros: int | None, currency: str) -> str:
-    parts = [f"+{tokens} tokens" if tokens is not None else None,
-             f"+{micros / 1e6:.6f} {currency}" if micros is not None else None]
+def _amounts(tokens: int | None, micros: int | None, currency: str, *,
+             sign: str = "+") -> str:
+    parts = [f"{sign}{tokens} tokens" if tokens is not None else None,
+             f"{sign}{micros / 1e6:.6f} {currency}" if micros is not None else None]
     return ", ".join(p for p in parts if p)
 
 
-def _limits(budget: object) -> str:
-    tokens, micros, currency = (getattr(budget, a) for a in ("tokens", "cost_micros",
-                                                             "currency"))
-    parts = [f"{tokens} tokens" if tokens is not None else None,
-             f"{micros / 1e6:.6f} {currency}" if micros is not None else None]
-    return ", ".join(p for p in parts if p)
+def _limits(budget: BudgetStatus) -> str:
+    return _amounts(budget.tokens, budget.cost_micros, budget.currency, sign="")
 
 
 def _ledger(status: AgentRunStatus, command: Raise, *, outcome: Literal["Accepted", "Rejected"],

@@ -355,3 +355,19 @@ def test_a_run_naming_no_budget_takes_its_tenants_default_never_over_its_own() -
         refused = rollup.pinned_budget(run, prices=None, default=bad)
         assert isinstance(refused, Problem) and refused.reason == rollup.BUDGET_INVALID, bad
         assert "agentrun.dev/default-budget is not a budget" in refused.message
+
+
+def test_a_budget_command_with_an_unusable_request_id_is_refused_once_and_removed() -> None:
+    run = f.agent_run()
+    garbage = run.model_copy(update={"metadata": run.metadata.model_copy(update={
+        "annotations": {runcommands.ID: "not an id!" * 30, runcommands.ADD: "5",
+                        runcommands.REASON: "more"}})})
+    command = runcommands.pending(garbage)
+    assert command is not None and command.request_id.startswith("invalid-")
+    status, _ = runcommands.decide(garbage, command, stamping_now=f.IN_FORCE, now=f.T0)
+    entry = status.commands[-1]
+    assert (entry.predicate, entry.request_id) == (Predicate.MALFORMED, command.request_id)
+    assert len(entry.message) <= 1024 and status.budget == garbage.status.budget
+    decided = garbage.model_copy(update={"status": status})
+    world = runsteps.RunWorld(run=decided, tenant=f.TENANT, now=f.T0, stamping=f.IN_FORCE)
+    assert isinstance(runsteps.next_step(world), RemoveRunCommand)
