@@ -11,7 +11,7 @@ NODE ?= 1
 WITH_NODE := $(filter 1,$(NODE))
 
 .PHONY: help venv godeps controlplane cluster test lint crds manifests install operator mutate \
-	imagetools image nodedeps helm
+	imagetools image nodedeps helm otelcol
 
 help:
 	@echo "make cluster   start a local Kubernetes control plane and its node (foreground; Ctrl-C stops it; NODE=0: no node)"
@@ -41,6 +41,7 @@ venv: $(VENV)/.installed
 # Go modules for the control plane, then the build itself (cached outside the clone).
 godeps:
 	cd tests/controlplane && go mod download
+	cd tests/otelcol && go mod download
 
 controlplane: venv godeps
 	$(PY) -m tests.support.cluster.localcluster build
@@ -78,7 +79,7 @@ lint: venv
 # One cluster for the suite: its independent integration tests in concurrent workers
 # (AGENTRUN_TEST_WORKERS, default 4), then the serial ones one at a time beside the unit
 # tests, then the teardown test on a cluster of its own (tests/support/cluster/session.py).
-test: controlplane imagetools nodedeps helm lint
+test: controlplane imagetools nodedeps helm otelcol lint
 	$(PY) -m tests.support.cluster.session -q -ra --durations=25
 
 # crds/ is the CRDs' one copy: manifests/ names it as a kustomization (../crds), and the
@@ -94,6 +95,11 @@ manifests: venv crds
 # prints the binary's path.
 helm: venv
 	@$(PY) -m tests.support.cluster.helm build
+
+# The OpenTelemetry Collector (an OTLP receiver for the tracing tests) from its Go modules
+# (tests/otelcol), built once into ~/.cache/agentrun/otelcol (tests/support/otelcol.py).
+otelcol: venv godeps
+	@$(PY) -m tests.support.otelcol build
 
 # Against $$KUBECONFIG (default: the local control plane's); the local cluster's
 # operator runs as its own `operator` user, so it has only the rights RBAC gives it.

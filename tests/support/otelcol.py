@@ -1,0 +1,194 @@
+"""A real OTLP receiver for the tracing tests: the OpenTelemetry Collector, built here.
+
+Why built: nothing can be downloaded at run time but modules, so the Collector comes from
+its Go modules (``tests/otelcol``: the OTLP receiver and the file exporter of the
+contrib project, nothing else), built once into ``~/.cache/agentrun/otelcol/<key>/otelcol``
+where *key* is a digest of that folder's sources and the Go toolchain's version; a file
+lock makes a second builder wait and then find the binary (as ``cluster.helm``). About a
+minute on 2 cores with the modules downloaded.
+
+- ``python -m tests.support.otelcol build``: build if needed, print the path (``make otelcol``);
+- :class:`Collector`: one receiving OTLP/HTTP on an address of the caller's, writing every
+  span it receives as OTLP JSON lines into a file; :meth:`Collector.spans` reads them
+  back as :class:`Span`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tests.support.waiting import wait_for
+
+SOURCE = Path(__file__).resolve().parents[1] / "otelcol"
+READY_TIMEOUT = 30.0
+
+
+def go_version() -> str:
+    return subprocess.run(["go", "env", "GOVERSION"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def cache_dir() -> Path:
+    digest = hashlib.sha256(go_version().encode())
+    for path in sorted(SOURCE.iterdir()):
+        if path.suffix == ".go" or path.name in {"go.mod", "go.sum"}:
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "agentrun" / "otelcol" / digest.hexdigest()[:16]
+
+
+def binary(*, log: bool = True) -> Path:
+    """The cached Collector, built under a file lock if missing."""
+    target = cache_dir()
+    found = target / "otelcol"
+    if found.exists():
+        return found
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if found.exists():
+            return found
+        if log:
+            print(f"otelcol: building the OpenTelemetry Collector into {target} (first time "
+                  "only; about a minute)", file=sys.stderr, flush=True)
+        partial = target / "otelcol.partial"
+        subprocess.run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(partial), "."],
+                       cwd=SOURCE, env={**os.environ, "CGO_ENABLED": "0"}, check=True)
+        partial.rename(found)
+    return found
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True, kw_only=True)
+class Span:
+    """One received span: ids in hex as OTLP JSON has them ("" for no parent)."""
+
+    trace: str
+    span: str
+    parent: str
+    name: str
+    service: str
+    start: int  # nanoseconds since the epoch
+    end: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+
+def _value(found: dict[str, Any]) -> Any:
+    (kind, value), = found.items()
+    return int(value) if kind == "intValue" else value
+
+
+def parse(line: str) -> list[Span]:
+    """The spans of one OTLP JSON line (an export request)."""
+    spans = []
+    for resource in json.loads(line).get("resourceSpans", []):
+        where = {a["key"]: _value(a["value"])
+                 for a in resource.get("resource", {}).get("attributes", [])}
+        for scope in resource.get("scopeSpans", []):
+            for s in scope.get("spans", []):
+                status = s.get("status") or {}
+                spans.append(Span(
+                    trace=s["traceId"], span=s["spanId"], parent=s.get("parentSpanId", ""),
+                    name=s["name"], service=str(where.get("service.name", "")),
+                    start=int(s["startTimeUnixNano"]), end=int(s["endTimeUnixNano"]),
+                    attributes={a["key"]: _value(a["value"]) for a in s.get("attributes", [])},
+                    events=[{"name": e["name"], **{a["key"]: _value(a["value"])
+                                                   for a in e.get("attributes", [])}}
+                            for e in s.get("events", [])],
+                    error=status.get("message", "") if status.get("code") == 2 else None))
+    return spans
+
+
+class Collector:
+    """A Collector receiving OTLP/HTTP on ``host`` (a free port), for a ``with`` block."""
+
+    def __init__(self, *, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = free_port(host)
+        self.folder = Path(tempfile.mkdtemp(prefix="agentrun-otelcol-"))
+        self.output = self.folder / "spans.jsonl"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The OTLP/HTTP base URL (spans go to ``<endpoint>/v1/traces``)."""
+        return f"http://{self.host}:{self.port}"
+
+    def __enter__(self) -> Collector:
+        config = self.folder / "config.yaml"
+        config.write_text(json.dumps({  # JSON is YAML
+            "receivers": {"otlp": {"protocols": {"http": {
+                "endpoint": f"{self.host}:{self.port}"}}}},
+            "exporters": {"file": {"path": str(self.output), "flush_interval": "200ms"}},
+            "service": {"telemetry": {"metrics": {"level": "none"}, "logs": {"level": "warn"}},
+                        "pipelines": {"traces": {"receivers": ["otlp"],
+                                                 "exporters": ["file"]}}}}))
+        with open(self.folder / "collector.log", "ab") as log:
+            self.process = subprocess.Popen([str(binary()), "--config", str(config)],
+                                            stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        wait_for(self._listening, timeout=READY_TIMEOUT,
+                 message=f"the collector listening on {self.endpoint}; log: {self.log()}")
+        return self
+
+    def _listening(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the collector exited {self.process.returncode}: {self.log()}")
+        with socket.socket() as probe:
+            probe.settimeout(1)
+            return probe.connect_ex((self.host, self.port)) == 0
+
+    def log(self) -> str:
+        path = self.folder / "collector.log"
+        return path.read_text(errors="replace")[-2000:] if path.exists() else "(none)"
+
+    def spans(self) -> list[Span]:
+        """Every span received so far (written within the file exporter's 200 ms)."""
+        if not self.output.exists():
+            return []
+        text = self.output.read_text()
+        lines = text.splitlines()
+        complete = lines if text.endswith("\n") else lines[:-1]  # the last one written
+        return [span for line in complete if line.strip() for span in parse(line)]
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.support.otelcol")
+    parser.add_argument("command", choices=["build"])
+    parser.parse_args()
+    print(binary())
+
+
+if __name__ == "__main__":
+    main()
