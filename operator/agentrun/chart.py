@@ -67,7 +67,7 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
         f"{{{{- toYaml .Values.resources | nindent {len(indent) + 2} }}}}"],
     # `- __HELM_ARGS_EXTRA__` in the operator's args -> one --namespace per watched
     # namespace (none: every namespace), --verbose when logLevel is debug, --log-level when
-    # it is warning or error.
+    # it is warning or error, --otlp-endpoint when tracing.endpoint is set.
     # `- __HELM_ARGS_HISTORY__` -> the history API's port unless history.enabled is false.
     "ARGS_HISTORY": lambda indent, lead: [
         "{{- if .Values.history.enabled }}",
@@ -84,6 +84,10 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
         '{{- else if ne .Values.logLevel "info" }}',
         f"{indent}- --log-level",
         f"{indent}- {{{{ .Values.logLevel | quote }}}}",
+        "{{- end }}",
+        "{{- with .Values.tracing.endpoint }}",
+        f"{indent}- --otlp-endpoint",
+        f"{indent}- {{{{ . | quote }}}}",
         "{{- end }}"],
     # `- __HELM_ARGS_JOURNAL__` -> the --journal-* flags when journal.endpoint and bucket
     # are set; one without the other (or a secretName without both) fails the render.

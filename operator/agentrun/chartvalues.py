@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from agentrun import bundledstore, workload
+from agentrun import bundledstore, telemetry, workload
 from agentrun.api import names, runs
 
 REPOSITORY, TAG = workload.IMAGE.rsplit(":", 1)
@@ -39,6 +39,7 @@ def defaults() -> dict[str, Any]:
         "resources": workload.RESOURCES,
         "metrics": {"port": workload.METRICS_PORT, "service": {"enabled": True}},
         "history": {"enabled": True},
+        "tracing": {"endpoint": ""},
         "journal": {"endpoint": "", "bucket": "", "prefix": runs.JOURNAL_BASE_PREFIX,
                     "region": runs.JOURNAL_REGION, "secretName": "",
                     "retentionSeconds": None},
@@ -81,6 +82,13 @@ COMMENTS = {
                f"{workload.HISTORY_PORT}).",
     "history.enabled": "false: none. While the API server cannot reach it (the operator "
                        "scaled to 0, say), its discovery fails and namespace deletion waits.",
+    "tracing": "OpenTelemetry traces of the runs: a run is one trace, its slots, attempts and "
+               "commands spans in it (the operator's --otlp-endpoint). A worker's own spans "
+               "(its steps and effects) go where its LaunchSpec's template sets "
+               "OTEL_EXPORTER_OTLP_ENDPOINT.",
+    "tracing.endpoint": "An OTLP/HTTP collector's base URL, such as "
+                        "http://otel-collector.observability:4318 (spans go to "
+                        "<url>/v1/traces); \"\": no tracing.",
     "journal": "The S3-compatible store where slots keep their journals (the operator's "
                "--journal-* flags). Each run launched pins it, so a change here reaches new "
                "runs only. endpoint and bucket: both or neither (neither: the bundled store when "
@@ -192,6 +200,9 @@ def schema() -> dict[str, Any]:
                 "service": _object({"enabled": {"type": "boolean"}}, required=["enabled"]),
             }, required=["port", "service"]),
             "history": _object({"enabled": {"type": "boolean"}}, required=["enabled"]),
+            "tracing": _object({"endpoint": _or_empty(telemetry.ENDPOINT_PATTERN,
+                                                      telemetry.MAX_ENDPOINT_CHARS)},
+                               required=["endpoint"]),
             "journal": _object({
                 "endpoint": _or_empty(runs.JOURNAL_ENDPOINT_PATTERN, runs.JOURNAL_ENDPOINT_CHARS),
                 "bucket": _or_empty(runs.JOURNAL_BUCKET_PATTERN, 63),
@@ -211,7 +222,7 @@ def schema() -> dict[str, Any]:
                 "size": {"type": "string", "pattern": QUANTITY, "maxLength": 32},
             }, required=["enabled", "image", "storageClassName", "size"]),
         }, required=["image", "replicas", "watchNamespaces", "logLevel", "resources", "metrics",
-                     "history", "journal", "store"]),
+                     "history", "tracing", "journal", "store"]),
     }
 
 

@@ -49,6 +49,7 @@ from types import SimpleNamespace
 
 import kopf
 
+from agentrun import telemetry
 from agentrun.api import bounds, names
 from agentrun.api import runs as run_api
 from agentrun.controller import handlers, historyserver, metrics
@@ -230,6 +231,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                      help=f"the Secret {names.JOURNAL_SECRET}, in each run's namespace, with the "
                           "keys accessKeyId and secretAccessKey, mounted into its workers "
                           "(default: none, unsigned requests)")
+    run.add_argument("--otlp-endpoint", type=checked(telemetry.check_endpoint),
+                     help="send the runs' traces over OTLP/HTTP to this base URL (spans to "
+                          "<url>/v1/traces), such as http://otel-collector.observability:4318 "
+                          f"(default: ${telemetry.ENDPOINT_ENV}; neither: no tracing)")
     run.add_argument("--leader-elect", action="store_true",
                      help="elect a leader among the replicas on the Lease "
                           f"{names.OPERATOR_NAMESPACE}/{names.LEADER_LEASE}: only the leader "
@@ -314,6 +319,14 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(verbose=False)
         return stamping(context=args.context, timeout=args.timeout)
     configure_logging(verbose=args.verbose, level=args.log_level)
+    try:
+        tracing = telemetry.Telemetry.start(
+            endpoint=args.otlp_endpoint or os.environ.get(telemetry.ENDPOINT_ENV),
+            service="agentrun-operator", resource={"service.instance.id": args.identity})
+    except telemetry.EndpointError as error:
+        print(f"${telemetry.ENDPOINT_ENV}: {error}; fix it, or pass --otlp-endpoint",
+              file=sys.stderr)
+        return 1
     bucket = (throttle.Bucket(qps=args.qps, burst=int(args.burst)) if args.qps > 0 else None)
     meters = metrics.Metrics()
     server = None
@@ -351,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                            workers=int(args.workers), bucket=bucket,
                            reconcile_timeout=args.reconcile_timeout, meters=meters,
                            journal=args.journal, election=args.election,
-                           identity=args.identity, leading=leading)
+                           identity=args.identity, leading=leading, telemetry=tracing)
     try:
         asyncio.run(kopf.operator(
             registry=handlers.registry(),
@@ -365,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             server.close()
         if history is not None:
             history.close()
+        tracing.shutdown()  # what is batched is sent
     return 0
 
 

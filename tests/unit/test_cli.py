@@ -36,6 +36,9 @@ def test_qps_zero_means_no_limit() -> None:
     ("--leader-election-lease", "1", "--leader-election-lease must be between 2 and 300"),
     ("--leader-election-renew-deadline", "nan", "between 1 and 299"),
     ("--leader-election-retry-period", "0.1", "between 0.2 and 60"),
+    ("--otlp-endpoint", "collector:4318", "is not an http(s) URL of a host"),
+    ("--otlp-endpoint", "http://c/?q", "is not an http(s) URL of a host"),
+    ("--otlp-endpoint", "http://c/" + "a" * 2048, "at most 2048"),
 ])
 def test_out_of_bounds_is_refused_clearly(flag: str, value: str, says: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -139,3 +142,11 @@ def test_off_cluster_the_identity_is_the_host_made_a_name_and_unique(
     first, second = cli.default_identity(), cli.default_identity()
     assert first.startswith("dev-box.local-") and first != second
     assert cli.identity(first) == first
+
+
+def test_a_bad_otlp_endpoint_in_the_environment_stops_the_start_with_what_is_wanted(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")
+    assert cli.main(["run", "--metrics-port", "0", "--history-port", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "$OTEL_EXPORTER_OTLP_ENDPOINT: the OTLP endpoint 'collector:4318' is not" in err

@@ -21,10 +21,18 @@ from typing import Any
 from agentrun.api import names
 from agentrun.api.configs import WorkflowDocument
 from agentrun.api.runs import AgentRun, ForkStatus, JournalPin, JournalSettings
+from agentrun.api.traces import SpanRecord
 from agentrun.controller import applier, journalchecks, journalforks, journalstores, reconcilers
 from agentrun.core.base import actions
 from agentrun.core.base.events import Event
-from agentrun.core.runs import resolution, runcommands, runjournals, runobjects, runsteps
+from agentrun.core.runs import (
+    resolution,
+    runcommands,
+    runjournals,
+    runobjects,
+    runspans,
+    runsteps,
+)
 from agentrun.kube import clocks, reads, writes
 
 MAX_STEPS = 16
@@ -35,6 +43,7 @@ class Result:
     events: list[tuple[AgentRun, Event]] = field(default_factory=list)
     until: datetime | None = None
     retry: bool = False  # it stopped on an error: look again after a backoff
+    spans: list[SpanRecord] = field(default_factory=list)  # each write completed (runspans)
 
 
 class RunReconciler(reconcilers.Reconciler):
@@ -94,6 +103,8 @@ class RunReconciler(reconcilers.Reconciler):
             if isinstance(outcome, applier.Taken):
                 return False  # what was found is in `taken`: the core judges it next look
             assert isinstance(decided, actions.WriteRun)
+            result.spans += runspans.of_run_write(run=world.run, new=decided.status,
+                                                  now=self.clock())
             if decided.event is not None:
                 result.events.append((world.run, decided.event))
             result.until = decided.until

@@ -39,6 +39,7 @@ from agentrun.core.base import census as census_
 from agentrun.core.policies import leadership as leadership_rules
 from agentrun.core.policies import stamping as stamping_policy
 from agentrun.kube import clients, clocks, events, reads, rest, stores, throttle, writes
+from agentrun.telemetry import Telemetry
 
 Key = scheduling.Key
 T = TypeVar("T")
@@ -92,6 +93,8 @@ class Operator:
     elector: leadership.Elector | None = None
     serving: asyncio.Task[None] | None = None
     primed: list[str] = field(default_factory=list)  # the namespaces listed at start
+    # Where the spans each write completed go (off: nowhere; the caller shuts it down).
+    telemetry: Telemetry = field(default_factory=Telemetry)
 
     def __post_init__(self) -> None:
         meters = self.meters
@@ -123,12 +126,14 @@ class Operator:
               journal: JournalSettings | None = None,
               election: leadership_rules.Timing | None = None,
               identity: str = events.COMPONENT,
-              leading: threading.Event | None = None) -> Operator:
+              leading: threading.Event | None = None,
+              telemetry: Telemetry | None = None) -> Operator:
         """The operator over one client; ``journal``: where new runs' journals go (pinned
         on each at launch), None: runs get no journal; ``election``: elect a leader on the
         leader Lease with this timing, as ``identity`` (its pod's name: what its Events
         name, and what the fencing policy lets write); ``leading``: the event the elector
-        sets while this replica leads (shared with the history API's certificate)."""
+        sets while this replica leads (shared with the history API's certificate);
+        ``telemetry``: where the spans of the runs' traces go (None: nowhere)."""
         client = rest.Rest(clients.configure(context=context), throttle=bucket)
         store = stores.Stores()
         reader, writer = views(client, store)
@@ -152,6 +157,7 @@ class Operator:
                    poster=events.Poster(client, logger=logger, instance=identity),
                    logger=logger,
                    workers=workers, timeout=timeout, meters=meters or metrics.Metrics(),
+                   telemetry=telemetry or Telemetry(),
                    executor=concurrent.futures.ThreadPoolExecutor(
                        max_workers=2 * workers, thread_name_prefix="reconcile"))
 
@@ -310,6 +316,8 @@ class Operator:
                           time.thread_time() - started)
         for tally in result.tallies:
             self.meters.count(tally)
+        for span in result.spans:
+            self.telemetry.report(span)
         for slot, event in result.events:
             self.poster.post(slot.model_dump(mode="json", by_alias=True), event)
         return result
@@ -322,6 +330,8 @@ class Operator:
         used = time.thread_time() - started
         self.logger.log(logging.INFO if used >= SLOW_PASS_SECONDS else logging.DEBUG,
                         "run %s/%s: a pass of %.3f s CPU", namespace, name, used)
+        for span in result.spans:
+            self.telemetry.report(span)
         for subject, event in result.events:
             self.meters.run_event(event.reason)  # an Event is kept only once its write returned
             self.poster.post(subject.model_dump(mode="json", by_alias=True), event)

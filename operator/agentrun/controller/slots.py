@@ -18,12 +18,21 @@ from typing import Any
 
 from agentrun.api.runs import AgentRun
 from agentrun.api.slots import Slot, SlotState
+from agentrun.api.traces import SpanRecord
 from agentrun.controller import applier, journalhistory, journalstores, reconcilers
 from agentrun.core.attempts import lostnodes, observations
 from agentrun.core.base import actions
 from agentrun.core.base.events import Event
 from agentrun.core.runs import rollup, runjournals
-from agentrun.core.slots import attemptlife, decisions, inputs, specsnapshots, steps, tallies
+from agentrun.core.slots import (
+    attemptlife,
+    decisions,
+    inputs,
+    slotspans,
+    specsnapshots,
+    steps,
+    tallies,
+)
 from agentrun.kube import reads
 
 MAX_STEPS = 32
@@ -43,6 +52,7 @@ class Result:
     launch_spec: str | None = None  # the pinned LaunchSpec's name, when pinned
     retry: bool = False  # it stopped on an error: look again after a backoff
     tallies: list[tallies.Tally] = field(default_factory=list)  # of each status written
+    spans: list[SpanRecord] = field(default_factory=list)  # each write completed (slotspans)
 
 
 class SlotReconciler(reconcilers.Reconciler):
@@ -294,19 +304,24 @@ class SlotReconciler(reconcilers.Reconciler):
                     raise outcome.error
                 decision = decisions.settled(decided, world=world)
             else:
-                record(slot, step, result)
+                record(slot, step, result, now=self.clock())
                 return False
 
 
-def record(slot: Slot, step: actions.Write, result: Result) -> None:
-    """What a step written says: its Event, and a status write's tallies (only once
-    written: a retried reconcile reads it back and counts nothing)."""
+def record(slot: Slot, step: actions.Write, result: Result, *, now: datetime) -> None:
+    """What a step written says: its Event, and a status write's tallies and spans (only
+    once written: a retried reconcile reads it back and counts nothing)."""
     if isinstance(step, actions.WriteStatus):
         result.tallies.append(tallies.of_slot_write(
             old=slot.status, new=step.status, created=slot.metadata.creation_timestamp,
             has_dependencies=bool(slot.spec.depends_on)))
+        result.spans += slotspans.of_slot_write(slot=slot, old=slot.status, new=step.status,
+                                                now=now)
         if step.event is not None:
             result.events.append((slot, step.event))
+    elif isinstance(step, actions.Tombstone):
+        fence = slotspans.of_tombstone(slot=slot, lease=step.name, now=now)
+        result.spans += [fence] if fence is not None else []
     elif isinstance(step, actions.DeletePod):
         result.events.append((slot, Event(type="Normal", reason="PodDeleted",
                                           message=step.message)))

@@ -41,6 +41,7 @@ from agentrun.worker import _prefix as prefix
 from agentrun.worker import _questions as questions
 from agentrun.worker import _records as records
 from agentrun.worker import _renewer as renewer
+from agentrun.worker import _spans as spans
 from agentrun.worker import _usage as usages
 from agentrun.worker._context import Context
 from agentrun.worker._renewals import Verdict
@@ -96,6 +97,7 @@ class Worker:
     commit_delay: float = journalcommits.DEFAULT_DELAY_SECONDS
     _steps: prefix.Steps | None = field(default=None, init=False, repr=False)
     _meter: usages.Meter | None = field(default=None, init=False, repr=False)
+    _tracing: spans.AttemptSpans | None = field(default=None, init=False, repr=False)
     _reading: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @classmethod
@@ -173,7 +175,24 @@ class Worker:
             with usages.in_step(key):
                 return do()
 
-        return self.steps.step(key, do=done_in_step, kind=kind, durable=durable)
+        tracing = self.tracing
+        if not tracing.on:
+            return self.steps.step(key, do=done_in_step, kind=kind, durable=durable)
+        with tracing.step(key, skipped=self.steps.committed(key)[0]):
+            return self.steps.step(key, do=done_in_step, kind=kind, durable=durable)
+
+    @property
+    def tracing(self) -> spans.AttemptSpans:
+        """This attempt's spans (``agentrun.worker._spans``: off unless the pod names an
+        OTLP endpoint), made on first use."""
+        with self._reading:
+            if self._tracing is None:
+                c = self.context
+                self._tracing = spans.AttemptSpans.from_env(where={
+                    "k8s.namespace.name": c.namespace, "agentrun.run": c.run,
+                    "agentrun.slot": c.slot, "agentrun.node": c.node,
+                    "agentrun.attempt": c.attempt})
+            return self._tracing
 
     def check_budget(self) -> None:
         """Before a model call: raise :class:`usages.BudgetExceeded` when the run's usage
@@ -192,9 +211,12 @@ class Worker:
         sum goes on its Lease and the operator adds it up per attempt, slot and run. Raises
         :class:`usages.UsageError` for a report out of its bounds or a model the table
         does not price (nothing recorded), and needs the run's journal."""
-        return self._usage_meter().report(model, input_tokens=input_tokens,
-                                          output_tokens=output_tokens, cost=cost,
-                                          currency=currency)
+        reported = self._usage_meter().report(model, input_tokens=input_tokens,
+                                              output_tokens=output_tokens, cost=cost,
+                                              currency=currency)
+        self.tracing.model_call(model, {"agentrun.model.input_tokens": input_tokens,
+                                        "agentrun.model.output_tokens": output_tokens})
+        return reported
 
     def _usage_meter(self) -> usages.Meter:
         steps = self.steps  # first: it takes the lock below itself
@@ -253,8 +275,9 @@ class Worker:
         ledger = effects.Ledger(steps=self.steps, keeper=self.keeper,
                                 run_uid=self.context.run_uid, slot=self.context.slot,
                                 floors=self.context.approvals)
-        return ledger.effect(name, key=key, call=call, reconcile=reconcile, owner=owner,
-                             payload=payload, approvers=approvers, redact=redact)
+        with self.tracing.effect(name, key=key):
+            return ledger.effect(name, key=key, call=call, reconcile=reconcile, owner=owner,
+                                 payload=payload, approvers=approvers, redact=redact)
 
     def ask(self, key: str, question: str, *, schema: Mapping[str, Any] | None = None,
             deadline_seconds: int | None = None,
@@ -296,6 +319,8 @@ class Worker:
                 self._steps.ledger.close()
         finally:
             self.keeper.stop()
+            if self._tracing is not None:
+                self._tracing.close()  # the spans batched are sent
 
     def _stop_at_exit(self) -> None:
         """A worker started and never stopped (no ``with``, no :meth:`stop`): its staged

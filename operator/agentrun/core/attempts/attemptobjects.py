@@ -15,7 +15,8 @@ The Pod comes from the pinned LaunchSpec's template with ``restartPolicy: Never`
 is one attempt; retries are new attempts), the three pinned configuration snapshots
 mounted read-only by exact name at ``/etc/agentrun/config/{package,workflow,bindings}/``
 in every container and init container, and the worker environment (the attempt number
-is the fencing token; each snapshot's pinned sha256 is there too). A run with a pinned
+is the fencing token; each snapshot's pinned sha256 is there too; ``TRACEPARENT`` names
+the attempt's span in the run's trace, ``api.traces``). A run with a pinned
 journal adds where it lives to that environment and, with its Secret, the Secret mounted
 read-only at ``/var/run/agentrun/journal``. Bodies are plain dicts, as the API takes them.
 """
@@ -27,7 +28,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentrun.api import cuts, modelusage, names
+from agentrun.api import cuts, modelusage, names, traces
 from agentrun.api.launchspecs import LaunchSpecSpec
 from agentrun.api.runs import JournalPin, Pins
 from agentrun.api.slots import PinnedLaunchSpec, Slot
@@ -124,6 +125,10 @@ def environment(*, slot: Slot, attempt: int, pins: Pins) -> list[dict[str, Any]]
         {"name": names.ENV_LEASE, "value": lease},
         {"name": names.ENV_CONFIG_DIR, "value": names.CONFIG_MOUNT_ROOT},
     ]
+    run_uid, slot_uid = owners.controller_uid(slot.metadata), slot.metadata.uid
+    if run_uid and slot_uid:  # the attempt's span, for the worker's spans to join the run's
+        found.append({"name": traces.TRACEPARENT_ENV, "value": traces.traceparent(
+            trace=traces.trace_id(run_uid), span=traces.attempt_span(slot_uid, attempt))})
     found += [{"name": ENV_PINNED_SHA256[kind], "value": digests[kind]}
               for kind in names.CONFIG_KINDS]
     return found + journal_environment(pins.journal)

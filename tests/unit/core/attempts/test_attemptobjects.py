@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from agentrun.api import names
+from agentrun.api import names, traces
+from agentrun.api.meta import OwnerReference
 from agentrun.core.attempts import attemptobjects
 from tests.unit.core import corefakes as f
 
@@ -69,3 +70,21 @@ def test_already_exists_matches_only_own_attempt() -> None:
         {**body["metadata"]["ownerReferences"][0], "controller": False}]}}
     assert not attemptobjects.matches_attempt(loose, slot_uid=f.SLOT_UID, attempt=2)
     assert not attemptobjects.matches_attempt({}, slot_uid=f.SLOT_UID, attempt=2)
+
+
+def test_a_pod_names_its_attempts_span_as_its_traceparent() -> None:
+    """The worker's spans join the run's trace under the span the operator reports for the
+    attempt; a slot with no controlling run (no trace to derive) gets none."""
+    meta = f.slot().metadata.model_copy(update={"owner_references": [OwnerReference(
+        api_version=names.API_VERSION, kind="AgentRun", name=f.RUN, uid=f.RUN_UID,
+        controller=True)]})
+    owned = f.slot().model_copy(update={"metadata": meta})
+    body = attemptobjects.pod_body(slot=owned, pins=f.pins(), launch_spec=SPEC.spec,
+                                   pinned=PIN, attempt=2, owner_actor=None, tenant=None)
+    for container in body["spec"]["containers"] + body["spec"]["initContainers"]:
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert traces.parse_traceparent(env["TRACEPARENT"]) == traces.Parent(
+            trace=traces.trace_id(f.RUN_UID), span=traces.attempt_span(f.SLOT_UID, 2))
+    bare = attemptobjects.pod_body(slot=f.slot(), pins=f.pins(), launch_spec=SPEC.spec,
+                                   pinned=PIN, attempt=2, owner_actor=None, tenant=None)
+    assert "TRACEPARENT" not in {e["name"] for e in bare["spec"]["containers"][0]["env"]}

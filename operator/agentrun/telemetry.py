@@ -1,0 +1,187 @@
+"""Sending spans over OTLP: the one module that loads OpenTelemetry.
+
+The operator reports spans already finished (``api.traces.SpanRecord``, from its pure
+core) and a worker reports its steps and effects as they run; both with *derived* ids
+(``api.traces``). OpenTelemetry's SDK makes its own ids, so its ``IdGenerator`` here hands
+out the id the caller derived (a context variable, set around each span's start) and a
+random one only when none is set.
+
+*Off* (no endpoint, or OpenTelemetry not installed in a worker's image) every call is a
+no-op costing one attribute check: tracing is off unless asked for. Spans go in batches
+(``BatchSpanProcessor``), so a step is never held up by the collector; what a process
+killed had not sent yet is lost, and a collector that is down loses spans, never work
+(OpenTelemetry's exporter drops a batch it could not send).
+
+The endpoint is OTLP over HTTP (protobuf), the base URL of
+``OTEL_EXPORTER_OTLP_ENDPOINT``: spans go to ``<endpoint>/v1/traces``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import re
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from agentrun.api.traces import Attribute, SpanRecord
+
+log = logging.getLogger(__name__)
+ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+MAX_ENDPOINT_CHARS = 2048
+# What check_endpoint accepts, for a schema (the chart's values): http(s), a host, a path.
+ENDPOINT_PATTERN = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
+BATCH_DELAY_SECONDS = 1.0
+EXPORT_TIMEOUT_SECONDS = 5.0  # one batch's request: a collector down delays no exit long
+_DERIVED: ContextVar[tuple[int, int] | None] = ContextVar("agentrun_span_ids", default=None)
+
+
+class EndpointError(ValueError):
+    """An OTLP endpoint that is not an http(s) URL of a host."""
+
+
+def check_endpoint(value: str) -> str:
+    """``value`` as an OTLP/HTTP base URL (its trailing ``/`` removed), or EndpointError
+    saying what is wrong."""
+    if len(value) > MAX_ENDPOINT_CHARS:
+        raise EndpointError(f"the OTLP endpoint is {len(value)} characters long; at most "
+                            f"{MAX_ENDPOINT_CHARS}")
+    parts = urlsplit(value.strip())
+    if not re.match(ENDPOINT_PATTERN, value.strip()) or not parts.hostname:
+        raise EndpointError(f"the OTLP endpoint {value[:200]!r} is not an http(s) URL of a "
+                            "host with no query (e.g. http://otel-collector.observability:4318)")
+    return value.strip().rstrip("/")
+
+
+def _nanos(moment: datetime) -> int:
+    return int(moment.timestamp() * 1_000_000_000)
+
+
+class Telemetry:
+    """Spans to one OTLP endpoint, or nowhere (:attr:`on` False): see the module."""
+
+    def __init__(self, *, provider: Any = None) -> None:
+        self._provider = provider
+        self._tracer = None if provider is None else provider.get_tracer("agentrun")
+
+    @property
+    def on(self) -> bool:
+        return self._tracer is not None
+
+    @classmethod
+    def start(cls, *, endpoint: str | None, service: str,
+              resource: Mapping[str, str] | None = None,
+              delay_seconds: float = BATCH_DELAY_SECONDS) -> Telemetry:
+        """Send to ``endpoint`` (checked: :func:`check_endpoint`) as ``service``; off when
+        ``endpoint`` is None or empty, or OpenTelemetry is not installed (logged)."""
+        if not endpoint:
+            return cls()
+        url = check_endpoint(endpoint)
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        except ImportError as missing:
+            log.warning("tracing is off: %s names an endpoint but OpenTelemetry is not "
+                        "installed (%s; pip install 'agentrun-operator[tracing]')",
+                        ENDPOINT_ENV, missing)
+            return cls()
+        return cls.over(BatchSpanProcessor(
+            OTLPSpanExporter(endpoint=f"{url}/v1/traces", timeout=EXPORT_TIMEOUT_SECONDS),
+            schedule_delay_millis=delay_seconds * 1000), service=service, resource=resource)
+
+    @classmethod
+    def over(cls, processor: Any, *, service: str,
+             resource: Mapping[str, str] | None = None) -> Telemetry:
+        """Spans to ``processor`` (an OpenTelemetry ``SpanProcessor``), as ``service``."""
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+        class Derived(IdGenerator):
+            """The id the caller derived, else a random one (see the module)."""
+
+            def generate_span_id(self) -> int:
+                ids = _DERIVED.get()
+                return ids[1] if ids is not None else random.getrandbits(64) or 1
+
+            def generate_trace_id(self) -> int:
+                ids = _DERIVED.get()
+                return ids[0] if ids is not None else random.getrandbits(128) or 1
+
+        provider = TracerProvider(
+            resource=Resource.create({"service.name": service, **(resource or {})}),
+            id_generator=Derived())
+        provider.add_span_processor(processor)
+        return cls(provider=provider)
+
+    def report(self, record: SpanRecord) -> None:
+        """Send a finished span with its derived ids, times, events and status."""
+        if self._tracer is None:
+            return
+        span = self._begin(trace=record.trace, span=record.span, parent=record.parent,
+                           name=record.name, attributes=record.attributes,
+                           start=_nanos(record.start))
+        for event in record.events:
+            span.add_event(event.name, attributes=dict(event.attributes),
+                           timestamp=_nanos(event.time))
+        if record.error is not None:
+            from opentelemetry.trace import Status, StatusCode
+            span.set_status(Status(StatusCode.ERROR, record.error))
+        span.end(end_time=_nanos(max(record.end, record.start)))
+
+    @contextlib.contextmanager
+    def span(self, *, trace: int, span: int, parent: int | None, name: str,
+             attributes: Mapping[str, Attribute]) -> Iterator[Any]:
+        """A span open for the ``with`` block and current inside it (what
+        :meth:`current_span` finds); an exception leaving the block is recorded on it and
+        marks it ERROR. Yields the OpenTelemetry span (None when off)."""
+        if self._tracer is None:
+            yield None
+            return
+        from opentelemetry import trace as api
+        opened = self._begin(trace=trace, span=span, parent=parent, name=name,
+                             attributes=attributes, start=None)
+        with api.use_span(opened, end_on_exit=True, record_exception=True,
+                          set_status_on_exception=True):
+            yield opened
+
+    def current_span(self, *, trace: int) -> int | None:
+        """The id of the span open in this context (:meth:`span`) in ``trace``, if any."""
+        if self._tracer is None:
+            return None
+        from opentelemetry import trace as api
+        found = api.get_current_span().get_span_context()
+        return found.span_id if found.is_valid and found.trace_id == trace else None
+
+    def _begin(self, *, trace: int, span: int, parent: int | None, name: str,
+               attributes: Mapping[str, Attribute], start: int | None) -> Any:
+        from opentelemetry import context
+        from opentelemetry import trace as api
+        if parent is None:
+            where = context.Context()  # a root: no current span is its parent
+        else:
+            where = api.set_span_in_context(api.NonRecordingSpan(api.SpanContext(
+                trace_id=trace, span_id=parent, is_remote=True,
+                trace_flags=api.TraceFlags(api.TraceFlags.SAMPLED))))
+        token = _DERIVED.set((trace, span))
+        try:
+            assert self._tracer is not None
+            return self._tracer.start_span(name, context=where, attributes=dict(attributes),
+                                           start_time=start)
+        finally:
+            _DERIVED.reset(token)
+
+    def flush(self, *, timeout_seconds: float = 5.0) -> None:
+        """Send what is batched, waiting at most ``timeout_seconds``."""
+        if self._provider is not None:
+            self._provider.force_flush(int(timeout_seconds * 1000))
+
+    def shutdown(self) -> None:
+        """Flush and stop the batch's thread (the process is ending)."""
+        if self._provider is not None:
+            self._provider.shutdown()
+            self._provider = self._tracer = None
