@@ -16,65 +16,43 @@ minute on 2 cores with the modules downloaded.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests.support import gobuilds
+from tests.support.cluster import processes
 from tests.support.waiting import wait_for
 
 SOURCE = Path(__file__).resolve().parents[1] / "otelcol"
 READY_TIMEOUT = 30.0
 
 
-def go_version() -> str:
-    return subprocess.run(["go", "env", "GOVERSION"], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 def cache_dir() -> Path:
-    digest = hashlib.sha256(go_version().encode())
+    digest = hashlib.sha256(gobuilds.go_version().encode())
     for path in sorted(SOURCE.iterdir()):
         if path.suffix == ".go" or path.name in {"go.mod", "go.sum"}:
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "agentrun" / "otelcol" / digest.hexdigest()[:16]
+    return gobuilds.cache_root() / "otelcol" / digest.hexdigest()[:16]
 
 
 def binary(*, log: bool = True) -> Path:
-    """The cached Collector, built under a file lock if missing."""
-    target = cache_dir()
-    found = target / "otelcol"
-    if found.exists():
-        return found
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if found.exists():
-            return found
-        if log:
-            print(f"otelcol: building the OpenTelemetry Collector into {target} (first time "
-                  "only; about a minute)", file=sys.stderr, flush=True)
-        partial = target / "otelcol.partial"
-        subprocess.run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(partial), "."],
+    """The cached Collector (``gobuilds.built``)."""
+    def go_build(partial: Path) -> None:
+        subprocess.run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o",
+                        str(partial / "otelcol"), "."],
                        cwd=SOURCE, env={**os.environ, "CGO_ENABLED": "0"}, check=True)
-        partial.rename(found)
-    return found
 
-
-def free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return gobuilds.built(cache_dir(), ["otelcol"], build=go_build,
+                          note="otelcol: building the OpenTelemetry Collector (about a "
+                          "minute)", log=log) / "otelcol"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +102,7 @@ class Collector:
 
     def __init__(self, *, host: str = "127.0.0.1") -> None:
         self.host = host
-        self.port = free_port(host)
+        self.port = processes.free_port(host=host)
         self.folder = Path(tempfile.mkdtemp(prefix="agentrun-otelcol-"))
         self.output = self.folder / "spans.jsonl"
         self.process: subprocess.Popen[bytes] | None = None

@@ -18,13 +18,11 @@ binary (the model is ``localnode.build_containerd``).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +32,7 @@ import kubernetes
 
 from agentrun import workload
 from agentrun.api import names
+from tests.support import gobuilds
 from tests.support.cluster import store
 from tests.support.waiting import wait_for
 
@@ -49,43 +48,25 @@ SELECTOR = "app.kubernetes.io/name=agentrun-operator"
 TIMEOUT = "120s"  # helm's --wait: the pod's image is local, so it is Ready in seconds
 
 
-def go_version() -> str:
-    """The toolchain's version (``go env GOVERSION``): part of the cache key."""
-    return subprocess.run(["go", "env", "GOVERSION"], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 def helm_dir() -> Path:
     """The cache folder of this module, version and toolchain."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    key = hashlib.sha256(f"{HELM_MODULE}@{HELM_VERSION} {go_version()} {LDFLAGS}".encode())
-    return Path(base) / "agentrun" / "helm" / key.hexdigest()[:16]
+    key = hashlib.sha256(f"{HELM_MODULE}@{HELM_VERSION} {gobuilds.go_version()} "
+                         f"{LDFLAGS}".encode())
+    return gobuilds.cache_root() / "helm" / key.hexdigest()[:16]
 
 
 def helm_binary(*, log: bool = True) -> Path:
-    """The cached ``helm`` binary, built with ``go install`` under a file lock if missing."""
-    target = helm_dir()
-    binary = target / "helm"
-    if binary.exists():
-        return binary
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if binary.exists():
-            return binary
-        partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=target))
-        if log:
-            print(f"helm: building {HELM_MODULE} {HELM_VERSION} into {target} (first time only)",
-                  file=sys.stderr, flush=True)
+    """The cached ``helm`` binary, built with ``go install`` (``gobuilds.built``)."""
+    def install(partial: Path) -> None:
         subprocess.run(
             ["go", "install", "-trimpath", f"-ldflags={LDFLAGS}",
              f"{HELM_MODULE}/cmd/helm@{HELM_VERSION}"],
             env={**os.environ, "GOBIN": str(partial), "CGO_ENABLED": "0"},
             cwd=partial, check=True,
         )
-        (partial / "helm").rename(binary)
-        partial.rmdir()
-    return binary
+
+    return gobuilds.built(helm_dir(), ["helm"], build=install,
+                          note=f"helm: building {HELM_MODULE} {HELM_VERSION}", log=log) / "helm"
 
 
 def install_args(*, image: str, namespaces: list[str],

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import base64
-import fcntl
 import hashlib
 import json
-import os
 import secrets
 import shutil
 import ssl
@@ -40,6 +38,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.support import gobuilds
 from tests.support.cluster.processes import die_with_parent, end_processes, free_port
 
 REPO = Path(__file__).resolve().parents[3]
@@ -106,12 +105,6 @@ AUDIT_POLICY = {
 }
 
 
-def cache_root() -> Path:
-    """Where built binaries live: outside the clone, so clean clones and CI reuse them."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "agentrun" / "controlplane"
-
-
 def kube_version() -> str:
     return (SOURCE / "KUBE_VERSION").read_text().strip()
 
@@ -129,41 +122,29 @@ def source_digest() -> str:
 def build(*, log: bool = True) -> Path:
     """Build the control-plane binary unless the cache has it; return its path."""
     version = kube_version()
-    target_dir = cache_root() / f"{version}-{source_digest()}"
-    binary = target_dir / BINARY_NAME
-    if binary.exists():
-        return binary
-    target_dir.mkdir(parents=True, exist_ok=True)
-    with open(target_dir / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds the binary
-        if binary.exists():
-            return binary
-        major, minor = version.lstrip("v").split(".")[:2]
-        ldflags = " ".join(
-            [
-                "-s -w",
-                f"-X k8s.io/component-base/version.gitVersion={version}",
-                f"-X k8s.io/component-base/version.gitMajor={major}",
-                f"-X k8s.io/component-base/version.gitMinor={minor}",
-                "-X k8s.io/component-base/version.gitTreeState=clean",
-                f"-X k8s.io/client-go/pkg/version.gitVersion={version}",
-            ]
-        )
-        partial = target_dir / f"{BINARY_NAME}.partial"
-        if log:
-            print(f"localcluster: building kubernetes {version} into {target_dir} "
-                  "(first time only; ~6-10 min on 2 cores)", file=sys.stderr, flush=True)
+    major, minor = version.lstrip("v").split(".")[:2]
+    ldflags = " ".join([
+        "-s -w",
+        f"-X k8s.io/component-base/version.gitVersion={version}",
+        f"-X k8s.io/component-base/version.gitMajor={major}",
+        f"-X k8s.io/component-base/version.gitMinor={minor}",
+        "-X k8s.io/component-base/version.gitTreeState=clean",
+        f"-X k8s.io/client-go/pkg/version.gitVersion={version}",
+    ])
+
+    def go_build(partial: Path) -> None:
         started = time.monotonic()
-        subprocess.run(
-            ["go", "build", "-o", str(partial), "-ldflags", ldflags, "."],
-            cwd=SOURCE,
-            check=True,
-        )
-        partial.rename(binary)
+        subprocess.run(["go", "build", "-o", str(partial / BINARY_NAME), "-ldflags", ldflags,
+                        "."], cwd=SOURCE, check=True)
         if log:
             print(f"localcluster: built in {time.monotonic() - started:.0f}s",
                   file=sys.stderr, flush=True)
-    return binary
+
+    target = gobuilds.built(
+        gobuilds.cache_root() / "controlplane" / f"{version}-{source_digest()}", [BINARY_NAME],
+        build=go_build, note=f"localcluster: building kubernetes {version} (~6-10 min on 2 "
+        "cores)", log=log)
+    return target / BINARY_NAME
 
 
 @dataclass

@@ -27,7 +27,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.support import gobuilds
 from tests.support.cluster import nodehost, store
 from tests.support.cluster.images import PROJECT_DEV_REF, pause_image, project_image
 from tests.support.cluster.localcluster import NODE_NAME, USERS, LocalCluster, build
@@ -63,34 +63,22 @@ KUBELET_PORT = 10250
 
 
 def containerd_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "agentrun" / "containerd" / CONTAINERD_VERSION
+    return gobuilds.cache_root() / "containerd" / CONTAINERD_VERSION
 
 
 def build_containerd(*, log: bool = True) -> Path:
     """``go install`` containerd's three programs into the cache unless there; its folder."""
-    target = containerd_dir()
-    if all((target / p).exists() for p in CONTAINERD_PROGRAMS):
-        return target
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if all((target / p).exists() for p in CONTAINERD_PROGRAMS):
-            return target
-        partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=target))
-        if log:
-            print(f"localnode: building containerd {CONTAINERD_VERSION} into {target} "
-                  "(first time only; ~1.5 min on 2 cores)", file=sys.stderr, flush=True)
+    def install(partial: Path) -> None:
         subprocess.run(
             ["go", "install", *(f"github.com/containerd/containerd/v2/cmd/{p}@"
                                 f"{CONTAINERD_VERSION}" for p in CONTAINERD_PROGRAMS)],
             env={**os.environ, "GOBIN": str(partial), "CGO_ENABLED": "1"},
             cwd=partial, check=True,
         )
-        for program in CONTAINERD_PROGRAMS:
-            (partial / program).rename(target / program)
-        partial.rmdir()
-    return target
+
+    return gobuilds.built(containerd_dir(), CONTAINERD_PROGRAMS, build=install,
+                          note=f"localnode: building containerd {CONTAINERD_VERSION} "
+                          "(~1.5 min on 2 cores)", log=log)
 
 
 def check_host_packages() -> None:

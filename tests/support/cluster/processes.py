@@ -50,8 +50,9 @@ def end_processes(processes: list[subprocess.Popen[bytes]], *, in_turn: bool) ->
     processes.clear()
 
 
-def free_port() -> int:
+def free_port(*, host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` now (the caller binds it soon after)."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
