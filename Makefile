@@ -23,6 +23,7 @@ help:
 	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
 	@echo "make demo      the recovery trace with real worker pods on a local cluster it starts and removes"
 	@echo "make bench     every benchmark (figures into docs/benchmarks.md, each command its own section)"
+	@echo "make bench-traces  what tracing costs a step and a write, off and on (docs/benchmarks.md)"
 	@echo "make bench-journal  the journal, and its LangGraph checkpointer, beside LangGraph's PostgresSaver (docs/benchmarks.md)"
 	@echo "make faults    fault scenarios on a cluster (and node) of their own: scenario x count x violations"
 	@echo "make journal-scale  20,000 steps and a 2 GiB artifact on real pods, killed at seeded points"
@@ -178,6 +179,13 @@ bench: bench-scale
 bench: bench-latency
 bench: bench-renewals
 bench: bench-journal
+bench: bench-traces
+
+# What tracing costs (bench/traces): a worker's step span and an operator's report, off and
+# on, sent to a real OpenTelemetry Collector on loopback; seconds.
+.PHONY: bench-traces
+bench-traces: otelcol
+	$(PY) -m bench.traces
 
 # The renewals benchmark (bench/renewals): its own control plane WITH its node, WORKERS
 # real workers renewing their leases, the renewals per second and their API and operator

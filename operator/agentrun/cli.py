@@ -313,19 +313,36 @@ def configure_logging(*, verbose: bool, level: str = "info") -> None:
     logging.getLogger("urllib3").setLevel(quiet)
 
 
+def start_tracing(*, flag: str | None, identity: str) -> telemetry.Telemetry | None:
+    """The operator's tracing: to ``--otlp-endpoint`` (checked by argparse), else to
+    ``$OTEL_EXPORTER_OTLP_ENDPOINT``, which a platform may set for every pod: one that is
+    not an OTLP/HTTP URL is logged and tracing is off. None (said on stderr): the SDK's
+    own settings (``OTEL_BSP_*``) are malformed."""
+    endpoint = flag
+    if endpoint is None and (ambient := os.environ.get(telemetry.ENDPOINT_ENV)):
+        try:
+            endpoint = telemetry.check_endpoint(ambient)
+        except telemetry.EndpointError as error:
+            logging.getLogger("agentrun").warning(
+                "tracing is off: $%s: %s (pass --otlp-endpoint to trace)",
+                telemetry.ENDPOINT_ENV, error)
+    try:
+        return telemetry.Telemetry.start(endpoint=endpoint, service="agentrun-operator",
+                                         resource={"service.instance.id": identity})
+    except Exception as error:
+        print(f"tracing could not start: {error}; fix the OpenTelemetry settings "
+              "(OTEL_BSP_*) or leave --otlp-endpoint out", file=sys.stderr)
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.command == "stamping":
         configure_logging(verbose=False)
         return stamping(context=args.context, timeout=args.timeout)
     configure_logging(verbose=args.verbose, level=args.log_level)
-    try:
-        tracing = telemetry.Telemetry.start(
-            endpoint=args.otlp_endpoint or os.environ.get(telemetry.ENDPOINT_ENV),
-            service="agentrun-operator", resource={"service.instance.id": args.identity})
-    except telemetry.EndpointError as error:
-        print(f"${telemetry.ENDPOINT_ENV}: {error}; fix it, or pass --otlp-endpoint",
-              file=sys.stderr)
+    tracing = start_tracing(flag=args.otlp_endpoint, identity=args.identity)
+    if tracing is None:
         return 1
     bucket = (throttle.Bucket(qps=args.qps, burst=int(args.burst)) if args.qps > 0 else None)
     meters = metrics.Metrics()

@@ -1,16 +1,18 @@
 """Sending spans over OTLP: the one module that loads OpenTelemetry.
 
 The operator reports spans already finished (``api.traces.SpanRecord``, from its pure
-core) and a worker reports its steps and effects as they run; both with *derived* ids
-(``api.traces``). OpenTelemetry's SDK makes its own ids, so its ``IdGenerator`` here hands
-out the id the caller derived (a context variable, set around each span's start) and a
-random one only when none is set.
+core) with *derived* ids (``api.traces``), and a worker reports its steps and effects as
+they run, under its attempt's derived span. OpenTelemetry's SDK makes its own ids, so its
+``IdGenerator`` here hands out the id the caller gave (a context variable, set around each
+span's start): a derived one, or a random one for a worker's live spans (a step or an
+effect may run twice in an attempt: a retried effect, a key used again).
 
 *Off* (no endpoint, or OpenTelemetry not installed in a worker's image) every call is a
 no-op costing one attribute check: tracing is off unless asked for. Spans go in batches
 (``BatchSpanProcessor``), so a step is never held up by the collector; what a process
 killed had not sent yet is lost, and a collector that is down loses spans, never work
-(OpenTelemetry's exporter drops a batch it could not send).
+(OpenTelemetry's exporter drops a batch it could not send); the end of a process waits
+for its last spans :data:`SHUTDOWN_SECONDS` at most.
 
 The endpoint is OTLP over HTTP (protobuf), the base URL of
 ``OTEL_EXPORTER_OTLP_ENDPOINT``: spans go to ``<endpoint>/v1/traces``.
@@ -22,9 +24,10 @@ import contextlib
 import logging
 import random
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,10 +36,13 @@ from agentrun.api.traces import Attribute, SpanRecord
 log = logging.getLogger(__name__)
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 MAX_ENDPOINT_CHARS = 2048
-# What check_endpoint accepts, for a schema (the chart's values): http(s), a host, a path.
-ENDPOINT_PATTERN = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
+# What check_endpoint accepts, for a schema (the chart's values): http(s), a host (a name,
+# an IPv4 or a bracketed IPv6 address), an optional port, an optional path.
+ENDPOINT_PATTERN = (r"^https?://([^\s/?#:@\[\]]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?"
+                    r"(/[^\s?#]*)?$")
 BATCH_DELAY_SECONDS = 1.0
-EXPORT_TIMEOUT_SECONDS = 5.0  # one batch's request: a collector down delays no exit long
+EXPORT_TIMEOUT_SECONDS = 5.0  # one batch's request
+SHUTDOWN_SECONDS = 2.0  # what the end of a process waits for its last spans, at most
 _DERIVED: ContextVar[tuple[int, int] | None] = ContextVar("agentrun_span_ids", default=None)
 
 
@@ -57,8 +63,13 @@ def check_endpoint(value: str) -> str:
     return value.strip().rstrip("/")
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _nanos(moment: datetime) -> int:
-    return int(moment.timestamp() * 1_000_000_000)
+    """Nanoseconds since the epoch, exactly (a naive time is taken as UTC)."""
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return (aware - EPOCH) // timedelta(microseconds=1) * 1000
 
 
 class Telemetry:
@@ -74,10 +85,10 @@ class Telemetry:
 
     @classmethod
     def start(cls, *, endpoint: str | None, service: str,
-              resource: Mapping[str, str] | None = None,
-              delay_seconds: float = BATCH_DELAY_SECONDS) -> Telemetry:
+              resource: Mapping[str, str] | None = None) -> Telemetry:
         """Send to ``endpoint`` (checked: :func:`check_endpoint`) as ``service``; off when
-        ``endpoint`` is None or empty, or OpenTelemetry is not installed (logged)."""
+        ``endpoint`` is None or empty, or OpenTelemetry is not installed (logged). The
+        SDK's own settings (``OTEL_BSP_*``) apply, and raise when malformed."""
         if not endpoint:
             return cls()
         url = check_endpoint(endpoint)
@@ -91,7 +102,8 @@ class Telemetry:
             return cls()
         return cls.over(BatchSpanProcessor(
             OTLPSpanExporter(endpoint=f"{url}/v1/traces", timeout=EXPORT_TIMEOUT_SECONDS),
-            schedule_delay_millis=delay_seconds * 1000), service=service, resource=resource)
+            schedule_delay_millis=BATCH_DELAY_SECONDS * 1000), service=service,
+            resource=resource)
 
     @classmethod
     def over(cls, processor: Any, *, service: str,
@@ -120,31 +132,34 @@ class Telemetry:
 
     def report(self, record: SpanRecord) -> None:
         """Send a finished span with its derived ids, times, events and status."""
-        if self._tracer is None:
+        tracer = self._tracer  # read once: a shutdown meanwhile sets it to None
+        if tracer is None:
             return
-        span = self._begin(trace=record.trace, span=record.span, parent=record.parent,
-                           name=record.name, attributes=record.attributes,
-                           start=_nanos(record.start))
+        start, end = _nanos(record.start), _nanos(record.end)
+        span = _begin(tracer, trace=record.trace, span=record.span, parent=record.parent,
+                      name=record.name, attributes=record.attributes, start=start)
         for event in record.events:
             span.add_event(event.name, attributes=dict(event.attributes),
                            timestamp=_nanos(event.time))
         if record.error is not None:
             from opentelemetry.trace import Status, StatusCode
             span.set_status(Status(StatusCode.ERROR, record.error))
-        span.end(end_time=_nanos(max(record.end, record.start)))
+        span.end(end_time=max(start, end))
 
     @contextlib.contextmanager
-    def span(self, *, trace: int, span: int, parent: int | None, name: str,
-             attributes: Mapping[str, Attribute]) -> Iterator[Any]:
-        """A span open for the ``with`` block and current inside it (what
+    def span(self, *, trace: int, parent: int, name: str,
+             attributes: Mapping[str, Attribute], span: int | None = None) -> Iterator[Any]:
+        """A span under ``parent`` open for the ``with`` block and current inside it (what
         :meth:`current_span` finds); an exception leaving the block is recorded on it and
-        marks it ERROR. Yields the OpenTelemetry span (None when off)."""
-        if self._tracer is None:
+        marks it ERROR. Its id is ``span``, else random. Yields the OpenTelemetry span
+        (None when off)."""
+        tracer = self._tracer
+        if tracer is None:
             yield None
             return
         from opentelemetry import trace as api
-        opened = self._begin(trace=trace, span=span, parent=parent, name=name,
-                             attributes=attributes, start=None)
+        opened = _begin(tracer, trace=trace, parent=parent, name=name, attributes=attributes,
+                        start=None, span=span if span is not None else _random_span())
         with api.use_span(opened, end_on_exit=True, record_exception=True,
                           set_status_on_exception=True):
             yield opened
@@ -157,31 +172,46 @@ class Telemetry:
         found = api.get_current_span().get_span_context()
         return found.span_id if found.is_valid and found.trace_id == trace else None
 
-    def _begin(self, *, trace: int, span: int, parent: int | None, name: str,
-               attributes: Mapping[str, Attribute], start: int | None) -> Any:
-        from opentelemetry import context
-        from opentelemetry import trace as api
-        if parent is None:
-            where = context.Context()  # a root: no current span is its parent
-        else:
-            where = api.set_span_in_context(api.NonRecordingSpan(api.SpanContext(
-                trace_id=trace, span_id=parent, is_remote=True,
-                trace_flags=api.TraceFlags(api.TraceFlags.SAMPLED))))
-        token = _DERIVED.set((trace, span))
-        try:
-            assert self._tracer is not None
-            return self._tracer.start_span(name, context=where, attributes=dict(attributes),
-                                           start_time=start)
-        finally:
-            _DERIVED.reset(token)
+    def flush(self) -> None:
+        """Send what is batched now (each request bounded by the exporter's timeout)."""
+        provider = self._provider
+        if provider is not None:
+            provider.force_flush()
 
-    def flush(self, *, timeout_seconds: float = 5.0) -> None:
-        """Send what is batched, waiting at most ``timeout_seconds``."""
-        if self._provider is not None:
-            self._provider.force_flush(int(timeout_seconds * 1000))
+    def shutdown(self, *, timeout_seconds: float = SHUTDOWN_SECONDS) -> None:
+        """Send what is batched and stop, waiting at most ``timeout_seconds`` (the process
+        is ending: a collector that does not answer must not hold it, a worker's lease
+        least of all); what is not sent by then is lost."""
+        provider, self._provider, self._tracer = self._provider, None, None
+        if provider is None:
+            return
+        stopping = threading.Thread(target=provider.shutdown, name="otel-shutdown",
+                                    daemon=True)
+        stopping.start()
+        stopping.join(timeout_seconds)
+        if stopping.is_alive():
+            log.warning("spans not sent within %.0f s of the end are lost (is the collector "
+                        "at %s answering?)", timeout_seconds, ENDPOINT_ENV)
 
-    def shutdown(self) -> None:
-        """Flush and stop the batch's thread (the process is ending)."""
-        if self._provider is not None:
-            self._provider.shutdown()
-            self._provider = self._tracer = None
+
+def _random_span() -> int:
+    return random.getrandbits(64) or 1
+
+
+def _begin(tracer: Any, *, trace: int, span: int, parent: int | None, name: str,
+           attributes: Mapping[str, Attribute], start: int | None) -> Any:
+    """Start a span with the ids given (see the module), under ``parent`` (None: a root)."""
+    from opentelemetry import context
+    from opentelemetry import trace as api
+    if parent is None:
+        where = context.Context()  # a root: no current span is its parent
+    else:
+        where = api.set_span_in_context(api.NonRecordingSpan(api.SpanContext(
+            trace_id=trace, span_id=parent, is_remote=True,
+            trace_flags=api.TraceFlags(api.TraceFlags.SAMPLED))))
+    token = _DERIVED.set((trace, span))
+    try:
+        return tracer.start_span(name, context=where, attributes=dict(attributes),
+                                 start_time=start)
+    finally:
+        _DERIVED.reset(token)

@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -159,6 +160,7 @@ class Collector:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def main() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from agentrun import cli
@@ -144,9 +146,23 @@ def test_off_cluster_the_identity_is_the_host_made_a_name_and_unique(
     assert cli.identity(first) == first
 
 
-def test_a_bad_otlp_endpoint_in_the_environment_stops_the_start_with_what_is_wanted(
+def test_an_ambient_endpoint_that_is_not_otlp_http_is_logged_and_tracing_is_off(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A platform may set $OTEL_EXPORTER_OTLP_ENDPOINT for every pod (a gRPC host:port):
+    not the operator's to refuse; the flag, which only a person sets, is checked."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")
+    with caplog.at_level(logging.WARNING):
+        tracing = cli.start_tracing(flag=None, identity="op")
+    assert tracing is not None and not tracing.on
+    assert "tracing is off: $OTEL_EXPORTER_OTLP_ENDPOINT: the OTLP endpoint" in caplog.text
+
+
+def test_malformed_sdk_settings_stop_the_start_with_what_to_fix(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")
-    assert cli.main(["run", "--metrics-port", "0", "--history-port", "0"]) == 1
-    err = capsys.readouterr().err
-    assert "$OTEL_EXPORTER_OTLP_ENDPOINT: the OTLP endpoint 'collector:4318' is not" in err
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "-5")
+    assert cli.start_tracing(flag="http://127.0.0.1:9", identity="op") is None
+    assert "tracing could not start:" in capsys.readouterr().err
+    monkeypatch.delenv("OTEL_BSP_MAX_QUEUE_SIZE")
+    tracing = cli.start_tracing(flag="http://127.0.0.1:9", identity="op")
+    assert tracing is not None and tracing.on
+    tracing.shutdown()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -94,3 +96,31 @@ def test_a_bad_endpoint_says_what_is_wanted(value: str, said: str) -> None:
 def test_a_good_endpoint_loses_its_trailing_slash() -> None:
     assert telemetry.check_endpoint("http://collector.obs:4318/") == "http://collector.obs:4318"
     assert telemetry.check_endpoint("https://c/base") == "https://c/base"
+
+
+def test_a_naive_time_is_utc_and_an_end_before_its_start_is_its_start(
+        sent: tuple[telemetry.Telemetry, InMemorySpanExporter]) -> None:
+    sink, memory = sent
+    sink.report(traces.SpanRecord(trace=1, span=2, parent=None, name="n",
+                                  start=T0.replace(tzinfo=None), end=T0 - timedelta(hours=1)))
+    (span,) = memory.get_finished_spans()
+    assert span.start_time == span.end_time == 1_893_499_200 * 10**9
+
+
+def test_the_end_waits_for_a_silent_collector_only_so_long() -> None:
+    """A collector that accepts and never answers: the last spans are given up after
+    SHUTDOWN_SECONDS (a worker's lease is still renewed meanwhile, and must not lapse)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        sink = telemetry.Telemetry.start(
+            endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}", service="x")
+        for i in range(50):
+            sink.report(traces.SpanRecord(trace=1, span=i + 1, parent=None, name="n",
+                                          start=T0, end=T0))
+        started = time.monotonic()
+        sink.shutdown(timeout_seconds=0.5)
+        assert time.monotonic() - started < 1.5
+        assert not sink.on
+        sink.report(traces.SpanRecord(trace=1, span=99, parent=None, name="after",
+                                      start=T0, end=T0))  # after the end: nothing, no error

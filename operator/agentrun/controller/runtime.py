@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from agentrun.api.runs import AgentRun, JournalSettings
 from agentrun.api.slots import SlotState
+from agentrun.api.traces import SpanRecord
 from agentrun.controller import (
     launchspecs,
     leadership,
@@ -316,11 +317,19 @@ class Operator:
                           time.thread_time() - started)
         for tally in result.tallies:
             self.meters.count(tally)
-        for span in result.spans:
-            self.telemetry.report(span)
         for slot, event in result.events:
             self.poster.post(slot.model_dump(mode="json", by_alias=True), event)
+        self.report(result.spans)
         return result
+
+    def report(self, spans: list[SpanRecord]) -> None:
+        """Send the spans a pass's writes completed, after its Events: a tracing fault is
+        logged, never the pass's (its writes are made; a retry would report nothing)."""
+        try:
+            for span in spans:
+                self.telemetry.report(span)
+        except Exception:
+            self.logger.exception("tracing: %d spans not reported", len(spans))
 
     def run_pass(self, namespace: str, name: str) -> tuple[RunResult, AgentRun | None]:
         """One pass over a run; its CPU time is logged, at INFO from ``SLOW_PASS_SECONDS``
@@ -330,11 +339,10 @@ class Operator:
         used = time.thread_time() - started
         self.logger.log(logging.INFO if used >= SLOW_PASS_SECONDS else logging.DEBUG,
                         "run %s/%s: a pass of %.3f s CPU", namespace, name, used)
-        for span in result.spans:
-            self.telemetry.report(span)
         for subject, event in result.events:
             self.meters.run_event(event.reason)  # an Event is kept only once its write returned
             self.poster.post(subject.model_dump(mode="json", by_alias=True), event)
+        self.report(result.spans)
         return result, self.runs.reader.run(namespace, name)
 
     async def reconcile_slot(self, key: Key) -> queues.Next:

@@ -171,14 +171,12 @@ class Worker:
         is first; a crash before that repeats the step in the successor. ``durable=True``
         returns only once it is durable. Without a journal every step is durable on
         return (a record on the Lease)."""
-        def done_in_step() -> T:
-            with usages.in_step(key):
-                return do()
+        with self.tracing.step(key) as mark:
+            def done_in_step() -> T:
+                mark.ran = True
+                with usages.in_step(key):
+                    return do()
 
-        tracing = self.tracing
-        if not tracing.on:
-            return self.steps.step(key, do=done_in_step, kind=kind, durable=durable)
-        with tracing.step(key, skipped=self.steps.committed(key)[0]):
             return self.steps.step(key, do=done_in_step, kind=kind, durable=durable)
 
     @property
@@ -214,8 +212,9 @@ class Worker:
         reported = self._usage_meter().report(model, input_tokens=input_tokens,
                                               output_tokens=output_tokens, cost=cost,
                                               currency=currency)
-        self.tracing.model_call(model, {"agentrun.model.input_tokens": input_tokens,
-                                        "agentrun.model.output_tokens": output_tokens})
+        self.tracing.model_call(model=model, attributes={
+            "agentrun.model.input_tokens": input_tokens,
+            "agentrun.model.output_tokens": output_tokens})
         return reported
 
     def _usage_meter(self) -> usages.Meter:
@@ -311,16 +310,19 @@ class Worker:
         atexit.register(self._stop_at_exit)
 
     def stop(self) -> None:
-        """The attempt's end: flush what is staged (while the lease is still renewed),
-        then stop renewing."""
+        """The attempt's end: flush what is staged and send the batched spans (at most
+        ``telemetry.SHUTDOWN_SECONDS``) while the lease is still renewed, then stop
+        renewing."""
         atexit.unregister(self._stop_at_exit)
         try:
             if self._steps is not None:
                 self._steps.ledger.close()
         finally:
-            self.keeper.stop()
-            if self._tracing is not None:
-                self._tracing.close()  # the spans batched are sent
+            try:
+                if self._tracing is not None:  # while the lease is renewed, briefly
+                    self._tracing.close()
+            finally:
+                self.keeper.stop()
 
     def _stop_at_exit(self) -> None:
         """A worker started and never stopped (no ``with``, no :meth:`stop`): its staged

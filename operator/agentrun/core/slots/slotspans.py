@@ -8,7 +8,8 @@ different operator processes, before and after a restart, join the same trace. S
 - *attempt*: for each attempt that gained its outcome in this write, from its
   ``startedAt`` to its ``endedAt``, under the slot's span; a ``lease expired`` event when it
   ended ``Lost`` or ``StartTimeout``; status ERROR when its outcome is a failure.
-- *claim*: for each attempt started in this write, from when the slot became claimable
+- *claim*: for each attempt started in this write (not one that failed at its claim: its
+  Pod or Lease was refused, and its attempt span says so), from when the slot became claimable
   (``tallies.claimable_since``; its ``startedAt`` when not known) to its ``startedAt`` (its
   Pod and Lease exist), under the attempt's span: who it belongs to, what it was pinned to.
 - *command*: each ledger entry new in this write, a moment at its ``time`` under the slot's
@@ -56,7 +57,7 @@ def of_slot_write(*, slot: Slot, old: SlotStatus, new: SlotStatus,
     before = {a.number: a for a in old.attempts}
     for attempt in new.attempts:
         earlier = before.get(attempt.number)
-        if earlier is None:
+        if earlier is None and attempt.outcome is not Outcome.CLAIM_FAILED:
             since = tallies.claimable_since(
                 old=old, new=new, started=attempt, created=slot.metadata.creation_timestamp,
                 has_dependencies=bool(slot.spec.depends_on))

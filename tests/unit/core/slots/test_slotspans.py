@@ -125,3 +125,12 @@ def test_a_tombstone_is_the_fence_under_its_attempt() -> None:
         "fence", traces.attempt_span(SLOT_UID, 3), NOW)
     assert slotspans.of_tombstone(slot=slot(active(3)), lease="no-number", now=NOW) is None
     assert slotspans.of_tombstone(slot=bare_slot(active(3)), lease="x-3", now=NOW) is None
+
+
+def test_an_attempt_failed_at_its_claim_has_no_claim_span_only_its_failure() -> None:
+    before = claiming(1)
+    failed = retry_wait().model_copy(update={"attempts": [
+        attempt(1, outcome=Outcome.CLAIM_FAILED)]})
+    found = spans(before, failed)
+    assert set(found) == {"attempt 1"}
+    assert found["attempt 1"].error == "ClaimFailed"
