@@ -80,7 +80,7 @@ lint: venv
 # One cluster for the suite: its independent integration tests in concurrent workers
 # (AGENTRUN_TEST_WORKERS, default 4), then the serial ones one at a time beside the unit
 # tests, then the teardown test on a cluster of its own (tests/support/cluster/session.py).
-test: controlplane imagetools nodedeps helm otelcol lint
+test: controlplane imagetools nodedeps helm otelcol promdeps lint
 	$(PY) -m tests.support.cluster.session -q -ra --durations=25
 
 # crds/ is the CRDs' one copy: manifests/ names it as a kustomization (../crds), and the
@@ -96,6 +96,14 @@ manifests: venv crds
 # prints the binary's path.
 helm: venv
 	@$(PY) -m tests.support.cluster.helm build
+
+# Prometheus and promtool from Debian, for the tests of the alert rules and the dashboard
+# (tests/support/prometheus.py), installed only when missing.
+.PHONY: promdeps
+promdeps:
+	test -x /usr/bin/prometheus && test -x /usr/bin/promtool || \
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+			--no-install-recommends prometheus; }
 
 # The OpenTelemetry Collector (an OTLP receiver for the tracing tests) from its Go modules
 # (tests/otelcol), built once into ~/.cache/agentrun/otelcol (tests/support/otelcol.py).

@@ -40,6 +40,9 @@ def defaults() -> dict[str, Any]:
         "metrics": {"port": workload.METRICS_PORT, "service": {"enabled": True}},
         "history": {"enabled": True},
         "tracing": {"endpoint": ""},
+        "monitoring": {"serviceMonitor": {"enabled": False, "interval": "30s"},
+                       "prometheusRule": {"enabled": False},
+                       "dashboard": {"enabled": False}},
         "journal": {"endpoint": "", "bucket": "", "prefix": runs.JOURNAL_BASE_PREFIX,
                     "region": runs.JOURNAL_REGION, "secretName": "",
                     "retentionSeconds": None},
@@ -89,6 +92,21 @@ COMMENTS = {
     "tracing.endpoint": "An OTLP/HTTP collector's base URL, such as "
                         "http://otel-collector.observability:4318 (spans go to "
                         "<url>/v1/traces); \"\": no tracing.",
+    "monitoring": "Objects for the Prometheus Operator and Grafana (their CRDs must be "
+                  "installed for the first two).",
+    "monitoring.serviceMonitor": "A ServiceMonitor scraping the metrics Service (needs "
+                                 "metrics.service.enabled).",
+    "monitoring.serviceMonitor.enabled": "true: make it.",
+    "monitoring.serviceMonitor.interval": "How often Prometheus scrapes (a Prometheus "
+                                          "duration such as 30s or 1m).",
+    "monitoring.prometheusRule": "A PrometheusRule of the alerts: no leader, a saturated "
+                                 "work queue, slots stuck claiming, claim failures, lease "
+                                 "expiries, unresolved effects, budgets reached, slots parked "
+                                 "for a person (docs/design/operating.md).",
+    "monitoring.prometheusRule.enabled": "true: make it.",
+    "monitoring.dashboard": "A ConfigMap holding the Grafana dashboard, labelled "
+                            "grafana_dashboard: \"1\" for Grafana's dashboard sidecar.",
+    "monitoring.dashboard.enabled": "true: make it.",
     "journal": "The S3-compatible store where slots keep their journals (the operator's "
                "--journal-* flags). Each run launched pins it, so a change here reaches new "
                "runs only. endpoint and bucket: both or neither (neither: the bundled store when "
@@ -203,6 +221,16 @@ def schema() -> dict[str, Any]:
             "tracing": _object({"endpoint": _or_empty(telemetry.ENDPOINT_PATTERN,
                                                       telemetry.MAX_ENDPOINT_CHARS)},
                                required=["endpoint"]),
+            "monitoring": _object({
+                "serviceMonitor": _object({
+                    "enabled": {"type": "boolean"},
+                    "interval": {"type": "string", "maxLength": 16,
+                                 "pattern": r"^([0-9]+(ms|s|m|h))+$"}},
+                    required=["enabled", "interval"]),
+                "prometheusRule": _object({"enabled": {"type": "boolean"}},
+                                          required=["enabled"]),
+                "dashboard": _object({"enabled": {"type": "boolean"}}, required=["enabled"]),
+            }, required=["serviceMonitor", "prometheusRule", "dashboard"]),
             "journal": _object({
                 "endpoint": _or_empty(runs.JOURNAL_ENDPOINT_PATTERN, runs.JOURNAL_ENDPOINT_CHARS),
                 "bucket": _or_empty(runs.JOURNAL_BUCKET_PATTERN, 63),
@@ -222,7 +250,7 @@ def schema() -> dict[str, Any]:
                 "size": {"type": "string", "pattern": QUANTITY, "maxLength": 32},
             }, required=["enabled", "image", "storageClassName", "size"]),
         }, required=["image", "replicas", "watchNamespaces", "logLevel", "resources", "metrics",
-                     "history", "tracing", "journal", "store"]),
+                     "history", "tracing", "monitoring", "journal", "store"]),
     }
 
 

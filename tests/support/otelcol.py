@@ -19,18 +19,15 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import socket
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from tests.support import gobuilds
 from tests.support.cluster import processes
-from tests.support.waiting import wait_for
+from tests.support.servers import LocalServer
 
 SOURCE = Path(__file__).resolve().parents[1] / "otelcol"
 READY_TIMEOUT = 30.0
@@ -98,22 +95,24 @@ def parse(line: str) -> list[Span]:
     return spans
 
 
-class Collector:
+class Collector(LocalServer):
     """A Collector receiving OTLP/HTTP on ``host`` (a free port), for a ``with`` block."""
 
+    name = "otelcol"
+    ready_timeout = READY_TIMEOUT
+
     def __init__(self, *, host: str = "127.0.0.1") -> None:
+        super().__init__()
         self.host = host
         self.port = processes.free_port(host=host)
-        self.folder = Path(tempfile.mkdtemp(prefix="agentrun-otelcol-"))
         self.output = self.folder / "spans.jsonl"
-        self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
         """The OTLP/HTTP base URL (spans go to ``<endpoint>/v1/traces``)."""
         return f"http://{self.host}:{self.port}"
 
-    def __enter__(self) -> Collector:
+    def command(self) -> list[str]:
         config = self.folder / "config.yaml"
         config.write_text(json.dumps({  # JSON is YAML
             "receivers": {"otlp": {"protocols": {"http": {
@@ -122,25 +121,12 @@ class Collector:
             "service": {"telemetry": {"metrics": {"level": "none"}, "logs": {"level": "warn"}},
                         "pipelines": {"traces": {"receivers": ["otlp"],
                                                  "exporters": ["file"]}}}}))
-        with open(self.folder / "collector.log", "ab") as log:
-            self.process = subprocess.Popen([str(binary()), "--config", str(config)],
-                                            stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
-        wait_for(self._listening, timeout=READY_TIMEOUT,
-                 message=f"the collector listening on {self.endpoint}; log: {self.log()}")
-        return self
+        return [str(binary()), "--config", str(config)]
 
-    def _listening(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise RuntimeError(f"the collector exited {self.process.returncode}: {self.log()}")
+    def ready(self) -> bool:
         with socket.socket() as probe:
             probe.settimeout(1)
             return probe.connect_ex((self.host, self.port)) == 0
-
-    def log(self) -> str:
-        path = self.folder / "collector.log"
-        return path.read_text(errors="replace")[-2000:] if path.exists() else "(none)"
 
     def spans(self) -> list[Span]:
         """Every span received so far (written within the file exporter's 200 ms)."""
@@ -150,17 +136,6 @@ class Collector:
         lines = text.splitlines()
         complete = lines if text.endswith("\n") else lines[:-1]  # the last one written
         return [span for line in complete if line.strip() for span in parse(line)]
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def main() -> None:

@@ -43,6 +43,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
+from agentrun.api.slots import Outcome, SlotState
 from agentrun.core.base import census
 from agentrun.core.slots import tallies
 
@@ -88,6 +89,11 @@ class Metrics:
             "Transitions applied: kind Slot (outcome: the state entered), Attempt (outcome: "
             "the attempt's outcome), Run (outcome: the run Event's reason)",
             ["kind", "outcome"], registry=into)
+        # Shown at 0 from the start, so that an alert's increase() counts the first one.
+        for state in SlotState:
+            self.transitions.labels(kind="Slot", outcome=str(state))
+        for outcome in Outcome:
+            self.transitions.labels(kind="Attempt", outcome=str(outcome))
         self.commands = Counter(
             "agentrun_commands_total",
             "Commands recorded in a slot's ledger, by kind, outcome (Accepted/Rejected) and "
