@@ -48,7 +48,7 @@ SCALARS = {
     "STORE_PULL_POLICY": "{{ .Values.store.image.pullPolicy }}",
     "STORE_SIZE": "{{ .Values.store.size | quote }}",
     "REPLICAS": "{{ .Values.replicas }}",
-    "MONITOR_INTERVAL": "{{ $.Values.monitoring.serviceMonitor.interval | quote }}",
+    "MONITOR_INTERVAL": "{{ .Values.monitoring.serviceMonitor.interval | quote }}",
 }
 def _retention(indent: str) -> list[str]:
     """``--journal-retention-seconds`` when ``journal.retentionSeconds`` is set (null: none;
@@ -116,6 +116,13 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
           for line in (f"{indent}- --journal-{flag}", f"{indent}- {value}")],
         *_retention(indent),
         "{{- end }}",
+        "{{- end }}"],
+    # `labels: __HELM_MONITOR_LABELS__` -> the chart's own label and monitoring.labels.
+    "MONITOR_LABELS": lambda indent, lead: [
+        f"{indent}{lead.rstrip()}",
+        *(f"{indent}  {key}: {value}" for key, value in workload.SELECTOR.items()),
+        "{{- with .Values.monitoring.labels }}",
+        f"{{{{- toYaml . | nindent {len(indent) + 2} }}}}",
         "{{- end }}"],
     # `storageClassName: __HELM_STORE_CLASS__` -> the key only when a class is named (none:
     # the cluster's default class).
@@ -216,26 +223,27 @@ def monitoring_objects() -> str:
                 "labels": {**workload.SELECTOR, **more}}
 
     monitor = [{"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
-                "metadata": meta(),
+                "metadata": {**meta(), "labels": sentinel("MONITOR_LABELS")},
                 "spec": {"selector": {"matchLabels": dict(workload.SELECTOR)},
                          "namespaceSelector": {"matchNames": [names.OPERATOR_NAMESPACE]},
                          "endpoints": [{"port": workload.METRICS_PORT_NAME,
                                         "path": "/metrics",
                                         "interval": sentinel("MONITOR_INTERVAL")}]}}]
     rules = [{"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
-              "metadata": meta(), "spec": {"groups": monitoring.rule_groups()}}]
+              "metadata": {**meta(), "labels": sentinel("MONITOR_LABELS")},
+              "spec": {"groups": monitoring.rule_groups()}}]
     board = [{"apiVersion": "v1", "kind": "ConfigMap",
               "metadata": meta(f"{names.OPERATOR_APP}-dashboard", grafana_dashboard="1"),
               "data": {f"{names.OPERATOR_APP}.json": monitoring.dashboard_json()}}]
-    return ("{{- with .Values.monitoring }}\n"
-            "{{- if .serviceMonitor.enabled }}\n"
-            "{{- if not $.Values.metrics.service.enabled }}\n"
+    return ("{{- if .Values.monitoring.serviceMonitor.enabled }}\n"
+            "{{- if not .Values.metrics.service.enabled }}\n"
             '{{- fail "monitoring.serviceMonitor.enabled needs metrics.service.enabled: the '
             'ServiceMonitor selects the metrics Service" }}\n'
             "{{- end }}\n" + template(monitor) + "{{- end }}\n"
-            "{{- if .prometheusRule.enabled }}\n---\n" + template(rules) + "{{- end }}\n"
-            "{{- if .dashboard.enabled }}\n---\n" + template(board) + "{{- end }}\n"
-            "{{- end }}\n")
+            "{{- if .Values.monitoring.prometheusRule.enabled }}\n---\n" + template(rules)
+            + "{{- end }}\n"
+            "{{- if .Values.monitoring.dashboard.enabled }}\n---\n" + template(board)
+            + "{{- end }}\n")
 
 
 def rendered(crd_source: Path = crds.DIRECTORY) -> dict[str, str]:

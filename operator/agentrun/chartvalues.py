@@ -42,7 +42,7 @@ def defaults() -> dict[str, Any]:
         "tracing": {"endpoint": ""},
         "monitoring": {"serviceMonitor": {"enabled": False, "interval": "30s"},
                        "prometheusRule": {"enabled": False},
-                       "dashboard": {"enabled": False}},
+                       "dashboard": {"enabled": False}, "labels": {}},
         "journal": {"endpoint": "", "bucket": "", "prefix": runs.JOURNAL_BASE_PREFIX,
                     "region": runs.JOURNAL_REGION, "secretName": "",
                     "retentionSeconds": None},
@@ -107,6 +107,9 @@ COMMENTS = {
     "monitoring.dashboard": "A ConfigMap holding the Grafana dashboard, labelled "
                             "grafana_dashboard: \"1\" for Grafana's dashboard sidecar.",
     "monitoring.dashboard.enabled": "true: make it.",
+    "monitoring.labels": "More labels on the ServiceMonitor and the PrometheusRule, for a "
+                         "Prometheus that selects them (kube-prometheus-stack: release: "
+                         "<its release>).",
     "journal": "The S3-compatible store where slots keep their journals (the operator's "
                "--journal-* flags). Each run launched pins it, so a change here reaches new "
                "runs only. endpoint and bucket: both or neither (neither: the bundled store when "
@@ -153,7 +156,7 @@ def values_yaml() -> str:
             if depth == 0:
                 lines.append("")
             lines.extend(f"{'  ' * depth}# {c}" for c in wrap(COMMENTS[dotted], 88 - 2 * depth))
-            if isinstance(value, dict) and dotted != "resources":
+            if isinstance(value, dict) and value and dotted != "resources":  # {}: a leaf
                 lines.append(f"{'  ' * depth}{key}:")
                 walk(value, f"{dotted}.", depth + 1)
             else:
@@ -224,13 +227,20 @@ def schema() -> dict[str, Any]:
             "monitoring": _object({
                 "serviceMonitor": _object({
                     "enabled": {"type": "boolean"},
-                    "interval": {"type": "string", "maxLength": 16,
-                                 "pattern": r"^([0-9]+(ms|s|m|h))+$"}},
+                    # The ServiceMonitor CRD's own pattern of a Prometheus duration.
+                    "interval": {"type": "string", "maxLength": 32, "pattern": (
+                        r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?"
+                        r"(([0-9]+)s)?(([0-9]+)ms)?)$")}},
                     required=["enabled", "interval"]),
                 "prometheusRule": _object({"enabled": {"type": "boolean"}},
                                           required=["enabled"]),
                 "dashboard": _object({"enabled": {"type": "boolean"}}, required=["enabled"]),
-            }, required=["serviceMonitor", "prometheusRule", "dashboard"]),
+                "labels": {"type": "object", "maxProperties": 16,
+                           "propertyNames": {"maxLength": 63,
+                                             "pattern": r"^[A-Za-z0-9]([-A-Za-z0-9_./]*"
+                                                        r"[A-Za-z0-9])?$"},
+                           "additionalProperties": {"type": "string", "maxLength": 63}},
+            }, required=["serviceMonitor", "prometheusRule", "dashboard", "labels"]),
             "journal": _object({
                 "endpoint": _or_empty(runs.JOURNAL_ENDPOINT_PATTERN, runs.JOURNAL_ENDPOINT_CHARS),
                 "bucket": _or_empty(runs.JOURNAL_BUCKET_PATTERN, 63),

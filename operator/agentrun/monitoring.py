@@ -8,7 +8,10 @@ replica also exports is read from the leader only where the standby's value woul
 (the queue: a standby holds every key it is not allowed to work).
 
 Terms: *parked* is a slot waiting for a person (an unresolved effect, a question, an
-approval, its run's budget): the census's ``agentrun_waiting_for_person``.
+approval, its run's budget): the census's ``agentrun_waiting_for_person``. An alert about
+a wait compares the age of the longest one (``agentrun_oldest_wait_seconds``) with how long
+is too long, not a count held above 0 over time, which a steady flow of brief waits would
+hold for ever. Descriptions show ``$value`` humanized (``increase`` is an estimate).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentrun.api.slots import Outcome
+from agentrun.core.base import census
+
 GROUP = "agentrun"
 LEADER_ONLY = "and on (instance, job) (agentrun_leader == 1)"
 OURS = "and on (instance, job) agentrun_build_info"  # a process series of our targets
@@ -24,61 +30,73 @@ OURS = "and on (instance, job) agentrun_build_info"  # a process series of our t
 
 @dataclass(frozen=True, kw_only=True)
 class Alert:
-    """One alerting rule: ``expr`` non-empty for ``for_`` fires it."""
+    """One alerting rule: ``signal`` compared with ``threshold`` (``expr``) for ``for_``
+    fires it. ``signal`` alone is what the condition is measured by (a count, an age)."""
 
     name: str
-    expr: str
+    signal: str
+    threshold: str  # the comparison, such as "> 100"
     for_: str
     severity: str
     summary: str
     description: str
 
+    @property
+    def expr(self) -> str:
+        return f"{self.signal} {self.threshold}"
+
+
+def oldest(what: str) -> str:
+    """The age, in seconds, of the longest wait of kind ``what`` (a regex of them: by kind)."""
+    if what in census.AGES:
+        return f'max(agentrun_oldest_wait_seconds{{what="{what}"}})'
+    return f'max by (what) (agentrun_oldest_wait_seconds{{what=~"{what}"}})'
+
 
 ALERTS: tuple[Alert, ...] = (
-    Alert(name="AgentrunNoLeader", expr="sum(agentrun_leader) < 1", for_="2m",
-          severity="critical", summary="No replica of agentrun-operator leads",
-          description="Every replica stands by: no claim is made, no command decided, no "
-                      "lease judged. See the replicas' logs and the Lease "
-                      "agentrun-system/agentrun-operator."),
+    Alert(name="AgentrunNoLeader", signal="(sum(agentrun_leader) or vector(0))",
+          threshold="< 1", for_="2m", severity="critical",
+          summary="No replica of agentrun-operator leads",
+          description="No replica leads (or none is scraped): no claim is made, no command "
+                      "decided, no lease judged. See the replicas' pods and logs and the "
+                      "Lease agentrun-system/agentrun-operator."),
     Alert(name="AgentrunWorkQueueSaturated",
-          expr=f"max(agentrun_queue_depth {LEADER_ONLY}) > 100", for_="10m",
+          signal=f"max(agentrun_queue_depth {LEADER_ONLY})", threshold="> 100", for_="10m",
           severity="warning", summary="The leader's work queue holds over 100 keys",
-          description="{{ $value }} keys wait: reconciles are slower than changes (raise "
-                      "--workers or --qps, or look at agentrun_reconcile_duration_seconds "
-                      "and agentrun_blind_seconds)."),
-    Alert(name="AgentrunSlotsStuckClaiming",
-          expr='sum(agentrun_slots{state="Claiming"}) > 0', for_="15m", severity="warning",
-          summary="Slots stuck at their claim",
-          description="{{ $value }} slots have been claiming for 15 minutes: a full "
-                      "ResourceQuota or a Pod the LaunchSpec makes that cannot be created "
-                      "(the slot's conditions and Events say which: QuotaExceeded, PodRefused)."),
+          description="{{ $value | humanize }} keys wait in the leader's queue: reconciles "
+                      "are slower than changes (raise --workers or --qps, or look at "
+                      "agentrun_reconcile_duration_seconds and agentrun_blind_seconds)."),
+    Alert(name="AgentrunSlotsStuckClaiming", signal=oldest("claim"), threshold="> 900",
+          for_="0m", severity="warning", summary="A slot's claim has waited 15 minutes",
+          description="A claim has waited {{ $value | humanizeDuration }} for a "
+                      "ResourceQuota or on a Pod its LaunchSpec makes that cannot be created "
+                      "(the slot's QuotaExceeded or LaunchSpecRefused condition says which)."),
     Alert(name="AgentrunClaimFailures",
-          expr='sum(increase(agentrun_transitions_total{kind="Attempt",'
-               'outcome="ClaimFailed"}[15m])) > 0',
-          for_="0m", severity="warning", summary="Claims failed",
-          description="{{ $value }} attempts ended ClaimFailed in 15 minutes: their Lease or "
-                      "Pod was refused (a policy, a missing ServiceAccount); the slot's "
-                      "ClaimFailed Event says why."),
+          signal=f'sum(increase(agentrun_transitions_total{{kind="Attempt",'
+                 f'outcome="{Outcome.CLAIM_FAILED}"}}[15m]))',
+          threshold="> 0", for_="0m", severity="warning", summary="Claims failed",
+          description="About {{ $value | humanize }} attempts ended ClaimFailed in 15 "
+                      "minutes: their Lease or Pod was refused (a policy, a missing "
+                      "ServiceAccount); the slot's ClaimFailed Event says why."),
     Alert(name="AgentrunLeaseExpiries",
-          expr="sum(increase(agentrun_lease_expiries_total[15m])) > 5", for_="0m",
-          severity="warning", summary="Workers are losing their leases",
-          description="{{ $value }} attempts ended Lost or StartTimeout in 15 minutes: "
-                      "workers die, cannot start, or lose their node."),
-    Alert(name="AgentrunUnresolvedEffects",
-          expr='sum(agentrun_waiting_for_person{what="effect"}) > 0', for_="15m",
-          severity="warning", summary="Effects wait for a person",
-          description="{{ $value }} slots hold an effect whose outcome no one knows; a "
-                      "person resolves it (kubectl agentrun resolve-effect)."),
+          signal="sum(increase(agentrun_lease_expiries_total[15m]))", threshold="> 5",
+          for_="0m", severity="warning", summary="Workers are losing their leases",
+          description="About {{ $value | humanize }} attempts ended Lost or StartTimeout in "
+                      "15 minutes: workers die, cannot start, or lose their node."),
+    Alert(name="AgentrunUnresolvedEffects", signal=oldest("effect"), threshold="> 900",
+          for_="0m", severity="warning", summary="An effect has waited 15 minutes for a person",
+          description="An effect whose outcome no one knows has waited {{ $value | "
+                      "humanizeDuration }}; a person resolves it (kubectl agentrun "
+                      "resolve-effect) from its owner's answer."),
     Alert(name="AgentrunBudgetExceeded",
-          expr='sum(agentrun_waiting_for_person{what="budget"}) > 0', for_="0m",
-          severity="warning", summary="Runs stopped at their budget",
-          description="{{ $value }} slots wait for their run's budget to be raised "
-                      "(kubectl agentrun budget)."),
-    Alert(name="AgentrunSlotsParked",
-          expr="sum by (what) (agentrun_waiting_for_person) > 0", for_="1h",
-          severity="info", summary="Slots parked for a person",
-          description="{{ $value }} slots have waited an hour for a person ({{ "
-                      "$labels.what }}): kubectl agentrun status shows what each waits for."),
+          signal='sum(agentrun_waiting_for_person{what="budget"})', threshold="> 0",
+          for_="0m", severity="warning", summary="Runs stopped at their budget",
+          description="{{ $value | humanize }} slots wait for their run's budget to be "
+                      "raised (kubectl agentrun budget)."),
+    Alert(name="AgentrunSlotsParked", signal=oldest("question|approval"), threshold="> 3600",
+          for_="0m", severity="info", summary="A slot has waited an hour for a person",
+          description="A {{ $labels.what }} has waited {{ $value | humanizeDuration }} for "
+                      "a person (kubectl agentrun answer, approve or deny)."),
 )
 
 
@@ -93,6 +111,7 @@ class Panel:
 
 
 def quantile(q: float, metric: str, *, by: str = "", window: str = "5m") -> str:
+    """The ``q`` quantile of histogram ``metric`` over ``window`` (by a label, if any)."""
     labels = ", ".join(["le", *([by] if by else [])])
     return f"histogram_quantile({q}, sum by ({labels}) (rate({metric}_bucket[{window}])))"
 
@@ -102,6 +121,8 @@ PANELS: tuple[Panel, ...] = (
     Panel(title="Runs by state", expr="sum by (state) (agentrun_runs)", legend="{{state}}"),
     Panel(title="Slots waiting for a person", expr="sum by (what) (agentrun_waiting_for_person)",
           legend="{{what}}"),
+    Panel(title="The longest wait, by what for",
+          expr="max by (what) (agentrun_oldest_wait_seconds)", legend="{{what}}", unit="s"),
     Panel(title="Replicas leading", expr="sum(agentrun_leader)"),
     Panel(title="Transitions per second",
           expr="sum by (kind, outcome) (rate(agentrun_transitions_total[5m]))",
@@ -189,6 +210,7 @@ def dashboard() -> dict[str, Any]:
 
 
 def dashboard_json() -> str:
+    """:func:`dashboard` as the chart's ConfigMap holds it."""
     return json.dumps(dashboard(), indent=2) + "\n"
 
 

@@ -97,7 +97,8 @@ class Telemetry:
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
         except ImportError as missing:
             log.warning("tracing is off: %s names an endpoint but OpenTelemetry is not "
-                        "installed (%s; pip install 'agentrun-operator[tracing]')",
+                        "installed (%s: install the distribution's tracing extra, "
+                        "OpenTelemetry's SDK and its OTLP/HTTP exporter)",
                         ENDPOINT_ENV, missing)
             return cls()
         return cls.over(BatchSpanProcessor(

@@ -22,7 +22,6 @@ from tests.support.servers import LocalServer
 
 PROMETHEUS = Path("/usr/bin/prometheus")
 PROMTOOL = Path("/usr/bin/promtool")
-READY_TIMEOUT = 60.0
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from tests.support.waiting import wait_for
+from tests.support.waiting import ConditionTimeout, wait_for
 
 
 class LocalServer:
@@ -40,11 +40,18 @@ class LocalServer:
         return path.read_text(errors="replace")[-3000:] if path.exists() else "(none)"
 
     def __enter__(self) -> Self:
-        with open(self.folder / f"{self.name}.log", "ab") as log:
-            self.process = subprocess.Popen(self.command(), stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for(self._ready, timeout=self.ready_timeout,
-                 message=f"{self.name} ready; log: {self.log()}")
+        try:
+            with open(self.folder / f"{self.name}.log", "ab") as log:
+                self.process = subprocess.Popen(self.command(), stdout=log,
+                                                stderr=subprocess.STDOUT,
+                                                start_new_session=True)
+            wait_for(self._ready, timeout=self.ready_timeout, message=f"{self.name} ready")
+        except BaseException as failed:
+            said = self.log()  # read before the folder goes
+            self.__exit__(None, None, None)  # nothing outlives a start that failed
+            if isinstance(failed, ConditionTimeout):
+                raise ConditionTimeout(f"{failed}; its log: {said}") from None
+            raise
         return self
 
     def _ready(self) -> bool:

@@ -33,6 +33,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -298,13 +299,17 @@ class _CensusCollector(Collector):
         self.take: Callable[[], census.Census | None] = lambda: None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        found = self.take() or census.count(slots=(), runs=())
+        found = self.take() or census.count(slots=(), runs=(), now=datetime.now(UTC))
         for name, what, label, counted in (
                 ("agentrun_slots", "Slots by state", "state", found.slots),
                 ("agentrun_runs", "Runs by state", "state", found.runs),
                 ("agentrun_waiting_for_person",
                  "Slots waiting for a person: an unresolved effect, a question, an approval, "
-                 "a budget to raise", "what", found.waiting)):
+                 "a budget to raise", "what", found.waiting),
+                ("agentrun_oldest_wait_seconds",
+                 "How long the slot waiting longest has waited, by what for: a person (effect, "
+                 "question, approval, budget) or its claim (a quota, a refused Pod); 0: none",
+                 "what", found.oldest)):
             family = GaugeMetricFamily(name, what, labels=[label])
             for value, number in sorted(counted.items()):
                 family.add_metric([value], number)

@@ -118,7 +118,7 @@ class Operator:
         if self.elector is not None and not self.elector.leading.is_set():
             return None
         return census_.count(slots=self.stores.held("Slot"),
-                             runs=self.stores.held("AgentRun"))
+                             runs=self.stores.held("AgentRun"), now=clocks.system())
 
     @classmethod
     def build(cls, *, context: str | None, bucket: throttle.Bucket | None, workers: int,

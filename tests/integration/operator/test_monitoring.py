@@ -3,18 +3,22 @@
 The rules (``agentrun.monitoring``, as the chart ships them) pass ``promtool check rules``;
 every metric they and the dashboard read is one the operator exports (Prometheus's own
 list of what it scraped); and every alert expression and every panel returns data, each
-once the trace below made its condition true (an alert's expression is queried as it is,
-its ``for`` aside):
+once the trace below made its condition true (an alert's expression is queried as it is, its
+``for`` aside):
 
 - a standby replica (``--leader-elect``; the leader Lease held by another holder), its
   queue holding the namespace's 110 LaunchSpecs: no leader;
 - the Lease released: it leads at one request a second, the queue saturated;
 - then a replica at its defaults: alice's Manual run, its attempt's worker (as its pod)
   stops on an effect its owner answers "unknown", the pod fails; bob's reassignment is
-  refused (NotOwner); a run whose pods name a missing ServiceAccount (ClaimFailed); six
-  slots whose workers never start (StartTimeout: lease expiries); a run with a budget
-  whose worker reports more usage than it and stops (OverBudget); a run claimed under a
-  ResourceQuota of no pods (stuck claiming).
+  refused (NotOwner); a run whose pods name a missing ServiceAccount (ClaimFailed); a
+  worker that asks a question; six slots whose workers never start (StartTimeout: lease
+  expiries); a run with a budget whose worker reports more usage than it and stops
+  (OverBudget); a run claimed under a ResourceQuota of no pods (stuck claiming).
+
+An alert on a wait's age (a claim 15 minutes, an effect 15 minutes, a question an hour) is
+seen here with its wait aging (its signal above 0); promtool's tests of the rules
+(``tests/unit/test_monitoring.py``) show each threshold and ``for``.
 
 The chart's ServiceMonitor, PrometheusRule and dashboard ConfigMap are applied against
 prometheus-operator's own CRDs (``tests/data/prometheus-operator``) on the real API server,
@@ -45,6 +49,7 @@ from tests.integration.operator.test_effect_unresolved import (
     pod_api,
     stop_on_unknown,
 )
+from tests.support.actors.leaders import TOKEN
 from tests.support.actors.operators import OperatorProcess
 from tests.support.cluster.clusters import Cluster
 from tests.support.cluster.helm import CHART, NAMESPACE, helm_binary
@@ -59,6 +64,10 @@ REPO = Path(__file__).resolve().parents[3]
 CRDS = REPO / "tests" / "data" / "prometheus-operator"
 QUEUED = 110  # LaunchSpecs: keys in the queue past the saturation alert's 100
 ALERTS = {a.name: a.expr for a in monitoring.ALERTS}
+# Alerts on the age of a wait (15 minutes, an hour): the trace makes the wait and sees its
+# age grow (the signal above 0); promtool's tests (tests/unit/test_monitoring.py) show the
+# threshold.
+AGED = {"AgentrunSlotsStuckClaiming", "AgentrunUnresolvedEffects", "AgentrunSlotsParked"}
 DATA_TIMEOUT = 90.0
 
 
@@ -69,9 +78,10 @@ def has_data(prometheus: Prometheus, expr: str, *, what: str) -> list[dict[str, 
 
 
 @pytest.fixture
-def leader_lease(cluster: Cluster) -> Iterator[Callable[[], None]]:
-    """The leader Lease, held by someone else for an hour; the fixture gives its release
-    (the holder gone, as a graceful stop leaves it). Deleted before and after."""
+def leader_lease(cluster: Cluster, installed: None) -> Iterator[Callable[[], None]]:
+    """The leader Lease, held by someone else for five minutes; the fixture gives its
+    release (the holder gone, as a graceful stop leaves it). Deleted before and after,
+    with the fencing token a leader of this test writes."""
     api = kubernetes.client.CoordinationV1Api(cluster.client())
 
     def delete() -> None:
@@ -80,6 +90,7 @@ def leader_lease(cluster: Cluster) -> Iterator[Callable[[], None]]:
         except kubernetes.client.ApiException as error:
             if error.status != 404:
                 raise
+        cluster.kubectl("delete", "--ignore-not-found", *TOKEN)
 
     def release() -> None:
         api.patch_namespaced_lease(names.LEADER_LEASE, names.OPERATOR_NAMESPACE,
@@ -89,7 +100,7 @@ def leader_lease(cluster: Cluster) -> Iterator[Callable[[], None]]:
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # a MicroTime
     api.create_namespaced_lease(names.OPERATOR_NAMESPACE, {
         "metadata": {"name": names.LEADER_LEASE},
-        "spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 3600,
+        "spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 300,
                  "acquireTime": now, "renewTime": now, "leaseTransitions": 0}})
     yield release
     delete()
@@ -130,6 +141,15 @@ def test_every_alert_and_panel_returns_data_from_the_operators_own_metrics(
         try:
             operator.start()
             trace(scenario)
+            for alert in monitoring.ALERTS:
+                where = f"alert/{alert.name}"
+                if where in seen:
+                    continue
+                if alert.name in AGED:  # its threshold is an age: the wait's, aging
+                    found = has_data(prometheus, f"{alert.signal} > 0", what=where)
+                else:
+                    found = has_data(prometheus, alert.expr, what=where)
+                seen[where] = found
             for where, expr in monitoring.expressions().items():
                 if where not in seen:
                     seen[where] = has_data(prometheus, expr, what=where)
@@ -175,6 +195,17 @@ def trace(scenario: Scenario) -> None:
         "currency": "EUR", "models": {"m": {"inputPerMillion": "3", "outputPerMillion": "15"}}})
     scenario.run("costly", config="costly", max_attempts=1, extra={"budget": {"tokens": 100}})
     over_budget(scenario, scenario.slot_name_eventually("costly", "research"))
+
+    configs(scenario, "asking", nodes=[("research", "cpu")])
+    scenario.run("asking", config="asking", max_attempts=1)
+    asking = scenario.slot_name_eventually("asking", "research")
+    scenario.wait_state(asking, "Active")
+    records.LeaseRecords(api=pod_api(scenario, f"{asking}-1"), namespace=scenario.namespace,
+                         lease=f"{asking}-1", attempt=1).commit(records.make(
+        key="plan.question", kind=records.Kind.DECISION, attempt=1,
+        payload={"question": "Go on?", "schema": {"type": "boolean"}}))
+    scenario.finish(f"{asking}-1", "Succeeded", exit_code=0)
+    scenario.wait_condition(asking, names.QUESTION_PENDING_CONDITION, "True")
 
     ended("ClaimFailed", scenario, scenario.slot_name_eventually("broken", "research"))
     for i in range(6):
@@ -232,26 +263,33 @@ def over_budget(scenario: Scenario, slot: str) -> None:
 
 def test_the_charts_monitoring_objects_pass_prometheus_operators_own_schemas(
         cluster: Cluster, installed: None, tmp_path: Path) -> None:
-    for crd in sorted(CRDS.glob("*.yaml")):
-        applied = cluster.kubectl("apply", "--server-side", "-f", str(crd))
+    files = {plural: CRDS / f"monitoring.coreos.com_{plural}.yaml"
+             for plural in ("prometheusrules", "servicemonitors")}
+    made = [path for plural, path in files.items() if cluster.kubectl(
+        "get", "crd", f"{plural}.monitoring.coreos.com").returncode != 0]
+    for path in made:  # a cluster that has them keeps its own, untouched
+        applied = cluster.kubectl("apply", "--server-side", "-f", str(path))
         assert applied.returncode == 0, applied.stderr
     try:
-        for crd in ("prometheusrules", "servicemonitors"):
-            wait_for(lambda crd=crd: cluster.kubectl(
-                "get", f"{crd}.monitoring.coreos.com", "-A").returncode == 0, timeout=30,
-                message=f"{crd} served")
+        for plural in files:
+            wait_for(lambda plural=plural: cluster.kubectl(
+                "get", f"{plural}.monitoring.coreos.com", "-A").returncode == 0, timeout=30,
+                message=f"{plural} served")
         rendered = subprocess.run(
             [str(helm_binary()), "template", "agentrun-operator", str(CHART), "--namespace",
              NAMESPACE, "--set", "monitoring.serviceMonitor.enabled=true",
              "--set", "monitoring.serviceMonitor.interval=15s",
              "--set", "monitoring.prometheusRule.enabled=true",
-             "--set", "monitoring.dashboard.enabled=true"],
+             "--set", "monitoring.dashboard.enabled=true",
+             "--set-json", 'monitoring.labels={"release": "kube-prometheus-stack"}'],
             capture_output=True, text=True, check=True).stdout
         ours = [d for d in yaml.safe_load_all(rendered) if d and (
             d["kind"] in ("ServiceMonitor", "PrometheusRule")
             or d["metadata"].get("labels", {}).get("grafana_dashboard") == "1")]
         assert sorted(d["kind"] for d in ours) == ["ConfigMap", "PrometheusRule",
                                                   "ServiceMonitor"]
+        assert all(d["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+                   for d in ours if d["kind"] != "ConfigMap")
         (rule,) = [d for d in ours if d["kind"] == "PrometheusRule"]
         assert rule["spec"]["groups"] == monitoring.rule_groups()  # {{ $value }} literal
         (board,) = [d for d in ours if d["kind"] == "ConfigMap"]
@@ -264,8 +302,8 @@ def test_the_charts_monitoring_objects_pass_prometheus_operators_own_schemas(
         assert refused.returncode != 0 and "spec.endpoints[0].interval" in refused.stderr, (
             refused.stderr)
     finally:
-        for crd in sorted(CRDS.glob("*.yaml")):
-            cluster.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", str(crd))
+        for path in made:
+            cluster.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", str(path))
 
 
 def dry_run(cluster: Cluster, documents: list[dict[str, Any]],

@@ -214,7 +214,8 @@ def test_the_census_is_taken_at_each_scrape_and_only_the_leader_counts() -> None
              {"status": {"state": "RetryWait", "conditions": [
                  {"type": "BudgetExceeded", "status": "True"}]}}]
     leading = [True]
-    meters.watch_census(lambda: census.count(slots=slots, runs=[{"status": {}}])
+    meters.watch_census(lambda: census.count(slots=slots, runs=[{"status": {}}],
+                                             now=datetime.now(UTC))
                         if leading[0] else None)
     assert sample(meters, "agentrun_slots", state="Active") == 1
     assert sample(meters, "agentrun_waiting_for_person", what="budget") == 1
@@ -356,3 +357,14 @@ def test_readyz_says_why_it_is_not_ready() -> None:
     assert priming == (503, "not serving: the stores are not primed yet")
     assert stamping == (503, "not serving: stamping is not in force: the Secret is missing")
     assert serving == (200, "serving")
+
+
+def test_every_slot_state_and_attempt_outcome_is_shown_at_zero_from_the_start() -> None:
+    """So that an alert's increase() counts the first one (a series that appears with its
+    first value has no increase yet)."""
+    read = metrics.Metrics().registry.get_sample_value
+    for state in SlotState:
+        assert read("agentrun_transitions_total", {"kind": "Slot", "outcome": state}) == 0.0
+    for outcome in Outcome:
+        assert read("agentrun_transitions_total", {"kind": "Attempt", "outcome": outcome}) == 0.0
+    assert read("agentrun_transitions_total", {"kind": "Attempt", "outcome": "Nope"}) is None
