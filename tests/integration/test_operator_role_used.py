@@ -83,11 +83,14 @@ def whole_suite(session: pytest.Session) -> bool:
 # refusing the template (test_crashes.py `claim-failed`, and the LaunchSpec's Valid dry
 # run), and the stamping params Secret deleted with the operator running (test_stamping.py:
 # the stamping policy denies every command write, the operator's removal of a decided
-# command too, until its keeper mints anew), and a create racing the deletion of a test's
-# namespace (NamespaceLifecycle). An RBAC denial is never one of them.
+# command too, until its keeper mints anew), a create racing the deletion of a test's
+# namespace (NamespaceLifecycle), and a template naming a ServiceAccount that does not exist
+# (test_monitoring.py: the claim fails, ClaimFailed; the LaunchSpec's Valid dry run). An
+# RBAC denial is never one of them.
 EXPECTED_403 = ("exceeded quota", "failed quota: limits: must specify",
                 "maximum cpu usage per Container is 500m",
                 'violates PodSecurity "restricted:latest"',
+                "error looking up service account",
                 "no params found for policy binding with `Deny` parameterNotFoundAction",
                 "because it is being terminated")
 # OwnerReferencesPermissionEnforcement checks `update` on the owner's finalizers when the
