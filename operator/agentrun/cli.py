@@ -318,17 +318,10 @@ def start_tracing(*, flag: str | None, identity: str) -> telemetry.Telemetry | N
     ``$OTEL_EXPORTER_OTLP_ENDPOINT``, which a platform may set for every pod: one that is
     not an OTLP/HTTP URL is logged and tracing is off. None (said on stderr): the SDK's
     own settings (``OTEL_BSP_*``) are malformed."""
-    endpoint = flag
-    if endpoint is None and (ambient := os.environ.get(telemetry.ENDPOINT_ENV)):
-        try:
-            endpoint = telemetry.check_endpoint(ambient)
-        except telemetry.EndpointError as error:
-            logging.getLogger("agentrun").warning(
-                "tracing is off: $%s: %s (pass --otlp-endpoint to trace)",
-                telemetry.ENDPOINT_ENV, error)
     try:
-        return telemetry.Telemetry.start(endpoint=endpoint, service="agentrun-operator",
-                                         resource={"service.instance.id": identity})
+        return telemetry.Telemetry.start(
+            endpoint=flag or telemetry.ambient_endpoint(os.environ),
+            service="agentrun-operator", resource={"service.instance.id": identity})
     except Exception as error:
         print(f"tracing could not start: {error}; fix the OpenTelemetry settings "
               "(OTEL_BSP_*) or leave --otlp-endpoint out", file=sys.stderr)

@@ -63,6 +63,21 @@ def check_endpoint(value: str) -> str:
     return value.strip().rstrip("/")
 
 
+def ambient_endpoint(environ: Mapping[str, str]) -> str | None:
+    """``$OTEL_EXPORTER_OTLP_ENDPOINT`` when it is an OTLP/HTTP URL; None when unset or not
+    one (logged: a platform may set it for every pod, a gRPC ``host:port`` say, and it is
+    not the operator's to refuse)."""
+    ambient = environ.get(ENDPOINT_ENV)
+    if not ambient:
+        return None
+    try:
+        return check_endpoint(ambient)
+    except EndpointError as error:
+        log.warning("tracing is off: $%s: %s (pass --otlp-endpoint to trace)",
+                    ENDPOINT_ENV, error)
+        return None
+
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
