@@ -25,7 +25,7 @@ import logging
 import random
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -161,6 +161,16 @@ class Telemetry:
             from opentelemetry.trace import Status, StatusCode
             span.set_status(Status(StatusCode.ERROR, record.error))
         span.end(end_time=max(start, end))
+
+    def report_all(self, records: Iterable[SpanRecord]) -> None:
+        """:meth:`report` each of ``records`` (the spans a reconcile's writes completed, sent
+        after its Events): a fault here is logged, never raised, since the writes are made
+        and a retried reconcile would report nothing."""
+        try:
+            for record in records:
+                self.report(record)
+        except Exception:
+            log.exception("tracing: spans not reported")
 
     @contextlib.contextmanager
     def span(self, *, trace: int, parent: int, name: str,

@@ -124,3 +124,15 @@ def test_the_end_waits_for_a_silent_collector_only_so_long() -> None:
         assert not sink.on
         sink.report(traces.SpanRecord(trace=1, span=99, parent=None, name="after",
                                       start=T0, end=T0))  # after the end: nothing, no error
+
+
+def test_a_fault_in_reporting_a_passs_spans_is_logged_never_raised(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(telemetry.Telemetry):
+        def report(self, record: traces.SpanRecord) -> None:
+            raise RuntimeError("the SDK broke")
+
+    record = traces.SpanRecord(trace=1, span=2, parent=None, name="n", start=T0, end=T0)
+    Broken().report_all([record])  # the reconcile that made the write goes on
+    assert "tracing: spans not reported" in caplog.text
+    assert "the SDK broke" in caplog.text

@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 
 from agentrun.api.runs import AgentRun, JournalSettings
 from agentrun.api.slots import SlotState
-from agentrun.api.traces import SpanRecord
 from agentrun.controller import (
     launchspecs,
     leadership,
@@ -319,17 +318,8 @@ class Operator:
             self.meters.count(tally)
         for slot, event in result.events:
             self.poster.post(slot.model_dump(mode="json", by_alias=True), event)
-        self.report(result.spans)
+        self.telemetry.report_all(result.spans)  # after the Events: see report_all
         return result
-
-    def report(self, spans: list[SpanRecord]) -> None:
-        """Send the spans a pass's writes completed, after its Events: a tracing fault is
-        logged, never the pass's (its writes are made; a retry would report nothing)."""
-        try:
-            for span in spans:
-                self.telemetry.report(span)
-        except Exception:
-            self.logger.exception("tracing: %d spans not reported", len(spans))
 
     def run_pass(self, namespace: str, name: str) -> tuple[RunResult, AgentRun | None]:
         """One pass over a run; its CPU time is logged, at INFO from ``SLOW_PASS_SECONDS``
@@ -342,7 +332,7 @@ class Operator:
         for subject, event in result.events:
             self.meters.run_event(event.reason)  # an Event is kept only once its write returned
             self.poster.post(subject.model_dump(mode="json", by_alias=True), event)
-        self.report(result.spans)
+        self.telemetry.report_all(result.spans)
         return result, self.runs.reader.run(namespace, name)
 
     async def reconcile_slot(self, key: Key) -> queues.Next:
