@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
-from agentrun import bundledstore, chart, chartvalues, cli, workload
+from agentrun import bundledstore, chart, chartvalues, cli, telemetry, workload
 from agentrun.api import crds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,3 +101,41 @@ def test_the_journal_schema_bounds_what_the_flags_check(key: str, good: list[str
 
     assert all(fits(value) for value in good), key
     assert not any(fits(value) for value in bad), key
+
+
+@pytest.mark.parametrize("value", [
+    "", "http://c:4318", "https://collector.obs/base", "http://[::1]:4318", "collector:4318",
+    "http://:4318", "http://u@h:1", "http://c/?q", "http://c:123456", "ftp://c",
+    "http://c/" + "a" * 2048])
+def test_the_tracing_schema_takes_what_the_flag_takes(value: str) -> None:
+    node = chartvalues.schema()["properties"]["tracing"]["properties"]["endpoint"]
+    fits = len(value) <= node["maxLength"] and re.search(node["pattern"], value) is not None
+    try:
+        telemetry.check_endpoint(value)
+        taken = True
+    except telemetry.EndpointError:
+        taken = False
+    assert fits == (taken or value == ""), value  # "": no tracing
+
+
+@pytest.mark.parametrize(("monitoring", "said"), [
+    ({"serviceMonitor": {"enabled": True, "interval": "soon"}}, "does not match"),
+    ({"serviceMonitor": {"enabled": True, "interval": "30s1m"}}, "does not match"),
+    ({"labels": {"release": 7}}, "is not of type 'string'"),
+    ({"labels": {"-bad-": "x"}}, "does not match"),
+    ({"labels": {f"k{i}": "v" for i in range(17)}}, "has too many properties"),
+    ({"dashboard": {"enabled": "yes"}}, "is not of type 'boolean'"),
+    ({"grafana": True}, "Additional properties are not allowed"),
+])
+def test_monitoring_values_out_of_their_bounds_are_refused(monitoring: dict[str, object],
+                                                          said: str) -> None:
+    values = chartvalues.defaults()
+    for key, value in monitoring.items():
+        base = values["monitoring"].get(key)
+        values["monitoring"][key] = ({**base, **value} if isinstance(base, dict)
+                                     and isinstance(value, dict) and key != "labels" else value)
+    errors = [e.message for e in jsonschema.Draft7Validator(chartvalues.schema())
+              .iter_errors(values)]
+    assert errors and any(said in e for e in errors), errors
+    assert not list(jsonschema.Draft7Validator(chartvalues.schema()).iter_errors(
+        chartvalues.defaults()))
