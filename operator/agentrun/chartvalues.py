@@ -32,24 +32,35 @@ RESOURCE_NAMES = ["cpu", "memory", "ephemeral-storage"]
 def defaults() -> dict[str, Any]:
     """The default values (what ``values.yaml`` sets)."""
     return {
-        "image": {"repository": REPOSITORY, "tag": TAG, "pullPolicy": workload.PULL_POLICY},
+        "image": {"repository": REPOSITORY, "tag": "", "pullPolicy": workload.PULL_POLICY},
+        "imagePullSecrets": [],
         "replicas": workload.REPLICAS,
         "watchNamespaces": [],
         "logLevel": "info",
         "resources": workload.RESOURCES,
+        "extraArgs": [],
+        "extraEnv": [],
+        "podAnnotations": {},
+        "podLabels": {},
+        "nodeSelector": {},
+        "tolerations": [],
+        "affinity": workload.SPREAD,
+        "priorityClassName": "",
         "metrics": {"port": workload.METRICS_PORT, "service": {"enabled": True}},
         "history": {"enabled": True},
         "tracing": {"endpoint": ""},
         "monitoring": {"serviceMonitor": {"enabled": False, "interval": "30s"},
                        "prometheusRule": {"enabled": False},
                        "dashboard": {"enabled": False}, "labels": {}},
+        "networkPolicy": {"enabled": False, "metricsFrom": []},
         "journal": {"endpoint": "", "bucket": "", "prefix": runs.JOURNAL_BASE_PREFIX,
                     "region": runs.JOURNAL_REGION, "secretName": "",
                     "retentionSeconds": None},
         "store": {"enabled": True,
                   "image": {"repository": STORE_REPOSITORY, "tag": STORE_TAG,
                             "pullPolicy": workload.PULL_POLICY},
-                  "storageClassName": "", "size": bundledstore.STORE_SIZE},
+                  "storageClassName": "", "size": bundledstore.STORE_SIZE,
+                  "nodeSelector": {}, "tolerations": [], "affinity": {}},
     }
 
 
@@ -57,9 +68,12 @@ def defaults() -> dict[str, Any]:
 COMMENTS = {
     "image": "The operator's image.",
     "image.repository": "Registry and repository, without the tag (at most 255 characters).",
-    "image.tag": "The image tag; the chart's appVersion by default.",
+    "image.tag": "The image tag; \"\": the chart's appVersion.",
     "image.pullPolicy": f"One of {', '.join(PULL_POLICIES)} (Never: the image is loaded "
                         "into the node, as on the local control plane).",
+    "imagePullSecrets": "Secrets (of kubernetes.io/dockerconfigjson type, in the release's "
+                        "namespace) for pulling the operator's and the store's images, as "
+                        "[{name: regcred}].",
     "replicas": f"Operator pods, 1 to {MAX_REPLICAS}: one leads (leader election on the "
                 "Lease agentrun-system/agentrun-operator, its writes fenced by admission), "
                 "the others stand by with their caches primed, take over about a lease "
@@ -74,6 +88,23 @@ COMMENTS = {
                 "Warning Events and problems (--log-level).",
     "resources": "The operator container's requests and limits (cpu, memory, "
                  "ephemeral-storage as Kubernetes quantities). Requests are required.",
+    "extraArgs": "More flags for the operator (agentrun-operator run --help), such as "
+                 "[--qps, \"20\", --workers, \"8\"] (strings: --set-json, or quote "
+                 "numbers), after the chart's own; none of the flags the chart sets or "
+                 "depends on (--metrics-*, --history-*, --journal-*, --leader-*, --identity, "
+                 "--namespace, --context, --otlp-*, --verbose, --log-*).",
+    "extraEnv": "More environment variables of the operator container, as in a pod's env "
+                "([{name: HTTPS_PROXY, value: ...}] or valueFrom); not POD_NAME, which is "
+                "the chart's.",
+    "podAnnotations": "Annotations of the operator's pods.",
+    "podLabels": "More labels of the operator's pods (not app.kubernetes.io/ ones, which "
+                 "are the chart's).",
+    "nodeSelector": "Node labels the operator's pods must run on (a pod's nodeSelector).",
+    "tolerations": "Taints the operator's pods tolerate (a pod's tolerations).",
+    "affinity": "The operator's pods' affinity (a pod's affinity). The default spreads the "
+                "replicas over nodes when it can; what you set is merged into it (Helm "
+                "merges maps), and null drops it.",
+    "priorityClassName": "The operator's pods' PriorityClass; \"\": the cluster's default.",
     "metrics": "The Prometheus endpoint (/metrics), which also answers the probes "
                "(/healthz liveness, /readyz readiness).",
     "metrics.port": "Container port of /metrics, /healthz and /readyz (1-65535).",
@@ -110,6 +141,15 @@ COMMENTS = {
     "monitoring.labels": "More labels on the ServiceMonitor and the PrometheusRule, for a "
                          "Prometheus that selects them (kube-prometheus-stack: release: "
                          "<its release>).",
+    "networkPolicy": "NetworkPolicies admitting only what the pods serve: the operator's "
+                     "history port (from anywhere: the API server calls it) and metrics "
+                     "port, and the store's S3 port (from anywhere: workers in every "
+                     "namespace write their journals); every other port of those pods is "
+                     "refused. Ingress only. Enforced only where the cluster's network "
+                     "plugin enforces NetworkPolicy.",
+    "networkPolicy.enabled": "true: make them.",
+    "networkPolicy.metricsFrom": "Who may scrape the metrics port (NetworkPolicyPeers: "
+                                 "podSelector, namespaceSelector, ipBlock); []: anyone.",
     "journal": "The S3-compatible store where slots keep their journals (the operator's "
                "--journal-* flags). Each run launched pins it, so a change here reaches new "
                "runs only. endpoint and bucket: both or neither (neither: the bundled store when "
@@ -142,12 +182,20 @@ COMMENTS = {
     "store.image.pullPolicy": f"One of {', '.join(PULL_POLICIES)}.",
     "store.storageClassName": "The claim's StorageClass; empty: the cluster's default class.",
     "store.size": "The claim's size (a Kubernetes quantity).",
+    "store.nodeSelector": "Node labels the store's pod must run on.",
+    "store.tolerations": "Taints the store's pod tolerates.",
+    "store.affinity": "The store's pod's affinity.",
 }
+
+
+# Objects shown whole under their key (their keys are Kubernetes', not the chart's).
+LEAVES = frozenset({"resources", "affinity"})
 
 
 def values_yaml() -> str:
     """``values.yaml``: every key with the comment that says what it does."""
-    lines = ["# Values of the agentrun-operator chart; values.schema.json rejects any other key.",
+    lines = ["# Values of the agentrun-operator chart; values.schema.json rejects any other key",
+             "# and says what each one takes.",
              "# Install only into the namespace agentrun-system (the chart fails otherwise)."]
 
     def walk(node: dict[str, Any], path: str, depth: int) -> None:
@@ -156,7 +204,7 @@ def values_yaml() -> str:
             if depth == 0:
                 lines.append("")
             lines.extend(f"{'  ' * depth}# {c}" for c in wrap(COMMENTS[dotted], 88 - 2 * depth))
-            if isinstance(value, dict) and value and dotted != "resources":  # {}: a leaf
+            if isinstance(value, dict) and value and dotted not in LEAVES:  # {}: a leaf
                 lines.append(f"{'  ' * depth}{key}:")
                 walk(value, f"{dotted}.", depth + 1)
             else:
@@ -188,26 +236,92 @@ def _or_empty(pattern: str, most: int) -> dict[str, Any]:
     return {"type": "string", "maxLength": most, "pattern": f"^$|{pattern}"}
 
 
-def _image() -> dict[str, Any]:
-    """An image's repository, tag and pull policy (the operator's and the store's)."""
+def _image(*, tag_optional: bool = False) -> dict[str, Any]:
+    """An image's repository, tag and pull policy (the operator's, whose tag may be "" for
+    the chart's appVersion, and the store's)."""
+    tag = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
     return _object({
         "repository": {"type": "string", "minLength": 1, "maxLength": 255,
                        "pattern": r"^[a-z0-9]([a-z0-9._:/-]*[a-z0-9])?$"},
-        "tag": {"type": "string", "minLength": 1, "maxLength": 128,
-                "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"},
+        "tag": ({"type": "string", "maxLength": 128, "pattern": f"^$|^{tag}$"} if tag_optional
+                else {"type": "string", "minLength": 1, "maxLength": 128, "pattern": f"^{tag}$"}),
         "pullPolicy": {"type": "string", "enum": PULL_POLICIES},
     }, required=["repository", "tag", "pullPolicy"])
+
+
+# Kubernetes' shapes of a label's key and value, and of a DNS subdomain name.
+LABEL_KEY = {"maxLength": 317, "pattern": r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?"
+                                           r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"}
+LABEL_VALUE = {"type": "string", "maxLength": 63,
+               "pattern": r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"}
+SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+
+def _scheduling() -> dict[str, dict[str, Any]]:
+    """A pod's nodeSelector, tolerations and affinity, bounded (their insides are the API
+    server's to check)."""
+    return {
+        "nodeSelector": {"type": "object", "maxProperties": 32, "propertyNames": LABEL_KEY,
+                         "additionalProperties": LABEL_VALUE},
+        "tolerations": {"type": "array", "maxItems": 32, "items": _object({
+            "key": {"type": "string", **LABEL_KEY, "pattern": f"^$|{LABEL_KEY['pattern']}"},
+            "operator": {"type": "string", "enum": ["Exists", "Equal"]},
+            "value": LABEL_VALUE,
+            "effect": {"type": "string", "enum": ["", "NoSchedule", "PreferNoSchedule",
+                                                  "NoExecute"]},
+            "tolerationSeconds": {"type": "integer"}})},
+        "affinity": _object({kind: {"type": "object"} for kind in (
+            "nodeAffinity", "podAffinity", "podAntiAffinity")}),
+    }
+
+
+def _operator_pod() -> dict[str, dict[str, Any]]:
+    """What the operator's pods may be given beyond the chart's own settings."""
+    return {
+        "imagePullSecrets": {"type": "array", "maxItems": 16, "items": _object(
+            {"name": {"type": "string", "minLength": 1, "maxLength": 253,
+                      "pattern": SUBDOMAIN}}, required=["name"])},
+        "extraArgs": {"type": "array", "maxItems": 32,
+                      "items": {"type": "string", "minLength": 1, "maxLength": 1024}},
+        "extraEnv": {"type": "array", "maxItems": 32, "items": _object({
+            # Any printable ASCII but "=" (Kubernetes' rule since 1.34).
+            "name": {"type": "string", "minLength": 1, "maxLength": 256,
+                     "pattern": r"^[!-<>-~]+$"},
+            "value": {"type": "string", "maxLength": 32768},
+            "valueFrom": {"type": "object"}}, required=["name"])},
+        "podAnnotations": {"type": "object", "maxProperties": 32,
+                           "propertyNames": {**LABEL_KEY, "maxLength": 317},
+                           "additionalProperties": {"type": "string", "maxLength": 4096}},
+        "podLabels": {"type": "object", "maxProperties": 16,
+                      "propertyNames": LABEL_KEY,
+                      "additionalProperties": LABEL_VALUE},
+        **_scheduling(),
+        "priorityClassName": {"type": "string", "maxLength": 253,
+                              "pattern": f"^$|{SUBDOMAIN}"},
+    }
+
+
+def _described(node: dict[str, Any], path: str = "") -> dict[str, Any]:
+    """``node`` with each value's comment (COMMENTS) as its description, for editors and
+    ``helm show values``' readers; every value has one."""
+    for key, child in node.get("properties", {}).items():
+        dotted = f"{path}{key}"
+        if dotted in COMMENTS:
+            child["description"] = COMMENTS[dotted]
+            _described(child, f"{dotted}.")
+    return node
 
 
 def schema() -> dict[str, Any]:
     """The values' JSON schema (draft 7, what Helm validates ``--set`` and files against)."""
     quantities = _object({name: {"type": ["string", "number"], "pattern": QUANTITY,
                                  "maxLength": 32} for name in RESOURCE_NAMES})
-    return {
+    return _described({
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "agentrun-operator values",
         **_object({
-            "image": _image(),
+            "image": _image(tag_optional=True),
+            **_operator_pod(),
             "replicas": {"type": "integer", "minimum": 1, "maximum": MAX_REPLICAS},
             "watchNamespaces": {"type": "array", "maxItems": MAX_NAMESPACES,
                                 "uniqueItems": True,
@@ -241,6 +355,12 @@ def schema() -> dict[str, Any]:
                                                         r"[A-Za-z0-9])?$"},
                            "additionalProperties": {"type": "string", "maxLength": 63}},
             }, required=["serviceMonitor", "prometheusRule", "dashboard", "labels"]),
+            "networkPolicy": _object({
+                "enabled": {"type": "boolean"},
+                "metricsFrom": {"type": "array", "maxItems": 16, "items": _object({
+                    kind: {"type": "object"} for kind in (
+                        "podSelector", "namespaceSelector", "ipBlock")})},
+            }, required=["enabled", "metricsFrom"]),
             "journal": _object({
                 "endpoint": _or_empty(runs.JOURNAL_ENDPOINT_PATTERN, runs.JOURNAL_ENDPOINT_CHARS),
                 "bucket": _or_empty(runs.JOURNAL_BUCKET_PATTERN, 63),
@@ -258,10 +378,13 @@ def schema() -> dict[str, Any]:
                 "storageClassName": {"type": "string", "maxLength": 253,
                                      "pattern": r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$"},
                 "size": {"type": "string", "pattern": QUANTITY, "maxLength": 32},
+                **_scheduling(),
             }, required=["enabled", "image", "storageClassName", "size"]),
-        }, required=["image", "replicas", "watchNamespaces", "logLevel", "resources", "metrics",
-                     "history", "tracing", "monitoring", "journal", "store"]),
-    }
+        }, required=["image", "imagePullSecrets", "replicas", "watchNamespaces", "logLevel",
+                     "resources", "extraArgs", "extraEnv", "podAnnotations", "podLabels",
+                     "nodeSelector", "tolerations", "priorityClassName", "metrics", "history",
+                     "tracing", "monitoring", "networkPolicy", "journal", "store"]),
+    })
 
 
 def schema_json() -> str:

@@ -18,7 +18,7 @@ import yaml
 from agentrun import bundledstore, cli, manifests, workload
 from agentrun.api import names
 from tests.support.cluster.clusters import Cluster
-from tests.support.cluster.helm import CHART, NAMESPACE, RELEASE, helm_binary
+from tests.support.cluster.helm import CHART, EVERY_VALUE, NAMESPACE, RELEASE, helm_binary
 
 IMAGE = "localhost/agentrun-operator:test"
 
@@ -42,10 +42,51 @@ def server_version(api_client: kubernetes.client.ApiClient) -> str:
     return found
 
 
-def test_helm_lint_strict_passes() -> None:
-    result = helm("lint", "--strict", str(CHART), "--namespace", NAMESPACE)
+STORE_VALUES = {"nodeSelector": {"example.com/pool": "storage"},
+                "tolerations": [{"operator": "Exists"}],
+                "affinity": {"podAffinity": {}}}
+
+
+def every_value(tmp_path: Path) -> list[str]:
+    """``-f`` of a values file setting every value of the chart's pods, the store's too."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({**EVERY_VALUE, "store": STORE_VALUES}))
+    return ["-f", str(values)]
+
+
+@pytest.mark.parametrize("every", [False, True], ids=["defaults", "every-value"])
+def test_helm_lint_strict_passes(tmp_path: Path, every: bool) -> None:
+    result = helm("lint", "--strict", str(CHART), "--namespace", NAMESPACE,
+                  *(every_value(tmp_path) if every else []))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 chart(s) failed" in result.stdout
+
+
+STANDARD = {"app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/version": "0.1.0",
+            "app.kubernetes.io/part-of": "agentrun", "app.kubernetes.io/managed-by": "Helm",
+            "helm.sh/chart": "agentrun-operator-0.1.0"}
+# On pods, those that stay the same from one chart version to the next.
+POD_STANDARD = {key: value for key, value in STANDARD.items()
+                if key not in ("app.kubernetes.io/version", "helm.sh/chart")}
+
+
+def unlabelled(document: dict[str, Any], *, like: dict[str, Any]) -> dict[str, Any]:
+    """``document`` without the labels only the chart adds, asserted present: the standard
+    ones, and the chart's name where ``like`` (what ``agentrun.manifests`` builds) has none."""
+    document = json.loads(json.dumps(document))
+    for metadata, built, standard in (
+            (document["metadata"], like["metadata"], STANDARD),
+            (document.get("spec", {}).get("template", {}).get("metadata"),
+             like.get("spec", {}).get("template", {}).get("metadata"), POD_STANDARD)):
+        if metadata is None:
+            continue
+        labels = metadata.pop("labels")
+        assert {k: labels.pop(k, None) for k in standard} == standard, document["metadata"]
+        if "app.kubernetes.io/name" not in built.get("labels", {}):
+            assert labels.pop("app.kubernetes.io/name") == "agentrun-operator"
+        if labels or "labels" in built:
+            metadata["labels"] = labels
+    return document
 
 
 def expected_objects() -> list[dict[str, Any]]:
@@ -73,11 +114,13 @@ def key(document: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def test_the_templates_are_exactly_what_manifests_builds() -> None:
-    rendered = {key(d): d for d in render()}
+    """Field by field, but for the standard labels only the chart adds (on every object,
+    and the chart's name where an object had no name label)."""
+    rendered = {key(d): d for d in render("--skip-tests")}
     expected = {key(d): d for d in expected_objects()}
     assert sorted(rendered) == sorted(expected)
     for name, document in expected.items():  # rules, policies, the Deployment: field by field
-        assert rendered[name] == json.loads(json.dumps(document)), name
+        assert unlabelled(rendered[name], like=document) == json.loads(json.dumps(document)), name
     assert not any(d["kind"] == "Namespace" for d in rendered.values())
     # manifests/local (the local `operator` user's binding) is never part of the chart
     assert ("ClusterRoleBinding", "", manifests.LOCAL_USER_BINDING) not in rendered
@@ -103,6 +146,59 @@ def test_values_reach_the_deployment_and_the_service() -> None:
     assert container["resources"]["requests"] == {"cpu": "200m", "memory": "128Mi"}
     assert workload.METRICS_SERVICE not in {d["metadata"]["name"] for d in documents
                                              if d["kind"] == "Service"}
+
+
+def named(documents: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [d for d in documents if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found
+
+
+def test_every_value_of_the_pods_reaches_them(tmp_path: Path) -> None:
+    documents = render(*every_value(tmp_path))
+    operator = named(documents, "Deployment", manifests.OPERATOR_ROLE)["spec"]["template"]
+    spec = operator["spec"]
+    assert operator["metadata"]["labels"]["example.com/team"] == "platform"
+    assert operator["metadata"]["annotations"] == EVERY_VALUE["podAnnotations"]
+    for key in ("imagePullSecrets", "nodeSelector", "tolerations", "priorityClassName"):
+        assert spec[key] == EVERY_VALUE[key], key
+    # Helm merges a map into the default: the spread over nodes stays beside it.
+    assert spec["affinity"] == {**EVERY_VALUE["affinity"], **workload.SPREAD}  # type: ignore[dict-item]
+    (container,) = spec["containers"]
+    assert container["image"].endswith(":0.1.0")  # image.tag "": the chart's appVersion
+    assert container["env"] == [workload.POD_NAME_ENV, *EVERY_VALUE["extraEnv"]]  # type: ignore[misc]
+    assert container["args"][container["args"].index("--qps"):][:4] == EVERY_VALUE["extraArgs"]
+    store = named(documents, "Deployment", bundledstore.STORE)["spec"]["template"]["spec"]
+    assert {key: store[key] for key in STORE_VALUES} == STORE_VALUES
+    assert store["imagePullSecrets"] == EVERY_VALUE["imagePullSecrets"]
+    policy = named(documents, "NetworkPolicy", manifests.OPERATOR_ROLE)["spec"]
+    assert [rule.get("from") for rule in policy["ingress"]] == [
+        None, EVERY_VALUE["networkPolicy"]["metricsFrom"],  # type: ignore[index]
+        [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "agentrun-operator-test"}}}]]
+    assert named(documents, "NetworkPolicy", bundledstore.STORE)["spec"]["ingress"] == [
+        {"ports": [{"port": bundledstore.STORE_PORT_NAME, "protocol": "TCP"}]}]
+    test = named(documents, "Pod", f"{RELEASE}-test")
+    assert test["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert test["spec"]["containers"][0]["args"] == ["agentrun-operator-metrics 8080 /readyz",
+                                                     "agentrun-store 8333 /"]
+    # Where the operator's pods may run, not how they spread: a required anti-affinity
+    # among them must not leave the test pod without a node.
+    assert test["spec"]["affinity"] == {"nodeAffinity": EVERY_VALUE["affinity"][  # type: ignore[index]
+        "nodeAffinity"]}
+    assert "priorityClassName" not in test["spec"]
+    for document in documents:  # every object: the standard labels, with the release's name
+        labels = document["metadata"]["labels"]
+        assert {k: labels.get(k) for k in STANDARD} == STANDARD, key(document)
+
+
+def test_defaults_leave_the_optional_pod_settings_out() -> None:
+    documents = render("--set", "affinity=null", "--set", "metrics.service.enabled=false",
+                       "--set", "store.enabled=false")
+    spec = named(documents, "Deployment", manifests.OPERATOR_ROLE)["spec"]["template"]["spec"]
+    assert not {"imagePullSecrets", "nodeSelector", "tolerations", "affinity",
+                "priorityClassName"} & set(spec)
+    assert not [d for d in documents if d["kind"] == "NetworkPolicy"]
+    test = named(documents, "Pod", f"{RELEASE}-test")  # nothing to check: passes as such
+    assert test["spec"]["containers"][0]["args"] is None
 
 
 def test_store_values_reach_the_store_and_disable_it() -> None:
@@ -147,13 +243,17 @@ def test_the_journal_retention_reaches_the_flags_as_a_whole_number() -> None:
 
 def test_the_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster,
                                                          api_client: kubernetes.client.ApiClient,
-                                                         crds: list[str]) -> None:
+                                                         crds: list[str], tmp_path: Path) -> None:
+    """Every value set (the store's too): the API server admits every object, the
+    NetworkPolicies and ``helm test``'s pod included."""
     version = server_version(api_client)
     documents = render("--kube-version", version, "--set-string", f"image.repository={IMAGE}",
-                       "--set-json", 'watchNamespaces=["team-a"]', include_crds=True)
+                       "--set-json", 'watchNamespaces=["team-a"]', *every_value(tmp_path),
+                       include_crds=True)
     kinds = {d["kind"] for d in documents}
     assert {"CustomResourceDefinition", "Deployment", "Service", "ServiceAccount", "ClusterRole",
-            "Role", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"} <= kinds
+            "Role", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy", "NetworkPolicy",
+            "Pod"} <= kinds
     # The release's namespace exists before its objects (helm's --create-namespace).
     made = cluster.kubectl("create", "namespace", NAMESPACE)
     assert made.returncode == 0 or "AlreadyExists" in made.stderr, made.stderr
@@ -161,6 +261,34 @@ def test_the_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster,
                              input="\n".join(json.dumps(d) for d in documents))
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("(server dry run)") == len(documents), result.stdout
+
+
+def test_every_pod_the_chart_makes_passes_the_restricted_standard(
+        cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    """The operator's and the store's pod templates and ``helm test``'s pod, every value
+    set, dry-run as Pods in a namespace enforcing the restricted Pod Security Standard
+    (their service account left to the namespace's default: that is not what is judged)."""
+    labelled = cluster.kubectl("label", "namespace", namespace,
+                               "pod-security.kubernetes.io/enforce=restricted")
+    assert labelled.returncode == 0, labelled.stderr
+    documents = render("--set-string", f"image.repository={IMAGE}", *every_value(tmp_path))
+    pods = [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": f"{d['metadata']['name']}-pod", "namespace": namespace},
+             "spec": {k: v for k, v in d["spec"]["template"]["spec"].items()
+                      if k != "serviceAccountName"}}
+            for d in documents if d["kind"] == "Deployment"]
+    pods += [{**d, "metadata": {**d["metadata"], "namespace": namespace}}
+             for d in documents if d["kind"] == "Pod"]
+    assert len(pods) == 3
+    result = cluster.kubectl("apply", "--dry-run=server", "-f", "-",
+                             input="\n".join(json.dumps(p) for p in pods))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("(server dry run)") == 3, result.stdout
+    # It could fail: a container without the restricted fields is refused there.
+    (lax,) = [p for p in pods if p["metadata"]["name"] == f"{RELEASE}-test"]
+    del lax["spec"]["containers"][0]["securityContext"]
+    refused = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(lax))
+    assert refused.returncode != 0 and "violates PodSecurity" in refused.stderr, refused.stderr
 
 
 def test_a_server_older_than_the_floor_is_refused() -> None:
@@ -182,6 +310,21 @@ BAD = [
                  id="retention"),
     pytest.param(["--set-json", 'watchNamespaces=["Team A"]'], NAMESPACE, "does not match pattern",
                  id="namespace-name"),
+    pytest.param(["--set-json", 'podLabels={"app.kubernetes.io/name":"x"}'], NAMESPACE,
+                 "podLabels: app.kubernetes.io/name is one of the chart's or the project's",
+                 id="pod-label-of-the-chart"),
+    pytest.param(["--set-json", 'podLabels={"agentrun.dev/run":"x"}'], NAMESPACE,
+                 "podLabels: agentrun.dev/run is one of the chart's or the project's",
+                 id="pod-label-of-the-project"),
+    pytest.param(["--set-json", 'extraArgs=["--metrics-port","9090"]'], NAMESPACE,
+                 "extraArgs: --metrics-port is a flag the chart sets or depends on",
+                 id="chart-flag-in-extra-args"),
+    pytest.param(["--set-json", 'extraEnv=[{"name":"POD_NAME","value":"x"}]'], NAMESPACE,
+                 "extraEnv: POD_NAME is the chart's own variable", id="pod-name-env"),
+    pytest.param(["--set-json", 'tolerations=[{"effect":"Sometimes"}]'], NAMESPACE,
+                 "value must be one of", id="toleration-effect"),
+    pytest.param(["--set-json", 'imagePullSecrets=["regcred"]'], NAMESPACE,
+                 "got string, want object", id="pull-secret-shape"),
     pytest.param([], "agentrun-elsewhere",
                  "must be installed in the namespace agentrun-system", id="release-namespace"),
 ]

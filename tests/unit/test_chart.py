@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
 import yaml
 
-from agentrun import bundledstore, chart, chartvalues, cli, telemetry, workload
+from agentrun import bundledstore, chart, charttemplates, chartvalues, cli, telemetry, workload
 from agentrun.api import crds
+from tests.support.cluster.helm import EVERY_VALUE
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "agentrun-operator"
@@ -38,7 +40,7 @@ def test_a_stray_template_is_drift(tmp_path: Path) -> None:
 
 
 def test_sentinels_become_template_expressions() -> None:
-    text = chart.template(chart.deployment())
+    text = charttemplates.template(chart.deployment())
     assert "__HELM_" not in text
     assert "image: {{ printf" in text
     assert "{{- toYaml .Values.resources | nindent 10 }}" in text
@@ -46,23 +48,87 @@ def test_sentinels_become_template_expressions() -> None:
 
 
 def test_literal_braces_are_escaped_and_unknown_sentinels_refused() -> None:
-    text = chart.template([{"kind": "ConfigMap", "data": {"x": "{{ not helm }}"}}])
+    text = charttemplates.template([{"kind": "ConfigMap", "data": {"x": "{{ not helm }}"}}])
     assert '{{ "{{" }} not helm }}' in text
     with pytest.raises(KeyError):
-        chart.sentinel("NOPE")
+        charttemplates.sentinel("NOPE")
+
+
+def test_every_object_gets_the_standard_labels_and_keeps_its_own_and_its_selector() -> None:
+    (_, deployment) = workload.deployment()
+    found = charttemplates.labelled(deployment)
+    assert found["metadata"]["labels"] == {**charttemplates.STANDARD_LABELS, **workload.SELECTOR}
+    # Never a label that changes with the chart's version on a pod: an upgrade that changes
+    # nothing else of a pod does not restart it.
+    assert found["spec"]["template"]["metadata"]["labels"] == {
+        **{k: v for k, v in charttemplates.STANDARD_LABELS.items()
+           if k not in ("app.kubernetes.io/version", "helm.sh/chart")}, **workload.SELECTOR}
+    assert found["spec"]["selector"] == deployment["spec"]["selector"]  # immutable: untouched
+    store = charttemplates.labelled({"metadata": {"labels": dict(bundledstore.STORE_SELECTOR)}})
+    assert store["metadata"]["labels"]["app.kubernetes.io/name"] == bundledstore.STORE
+    assert charttemplates.labelled({"metadata": {}})["metadata"]["labels"] == (
+        charttemplates.STANDARD_LABELS)
+    assert "labels" not in deployment["metadata"]["labels"]  # a copy: the manifests' unchanged
+
+
+def test_every_value_has_a_description_in_the_schema() -> None:
+    """The chart's own keys (not the Kubernetes shapes inside a leaf such as resources)."""
+    def undescribed(values: dict[str, Any], node: dict[str, Any], path: str) -> list[str]:
+        found = []
+        for key, value in values.items():
+            child = node["properties"][key]
+            if "description" not in child:
+                found.append(f"{path}{key}")
+            if isinstance(value, dict) and f"{path}{key}" not in chartvalues.LEAVES:
+                found += undescribed(value, child, f"{path}{key}.")
+        return found
+    assert undescribed(chartvalues.defaults(), chartvalues.schema(), "") == []
+
+
+def fits(values: dict[str, Any]) -> list[str]:
+    return [e.message for e in jsonschema.Draft7Validator(chartvalues.schema()).iter_errors(
+        values)]
+
+
+def test_the_pods_values_in_their_bounds_fit_and_out_of_them_do_not() -> None:
+    every = {**chartvalues.defaults(), **EVERY_VALUE}
+    assert fits(every) == []
+    for key, bad, said in [
+            ("imagePullSecrets", [{"name": "Bad Name"}], "does not match"),
+            ("imagePullSecrets", [{"name": "s"}] * 17, "is too long"),
+            ("extraArgs", ["x" * 1025], "is too long"),
+            ("extraEnv", [{"value": "no name"}], "'name' is a required property"),
+            ("extraEnv", [{"name": "A", "valueFrom": "x"}], "is not of type 'object'"),
+            ("podAnnotations", {"a": "x" * 4097}, "is too long"),
+            ("podLabels", {"team": "-bad-"}, "does not match"),
+            ("nodeSelector", {"bad key!": "x"}, "does not match"),
+            ("tolerations", [{"operator": "Maybe"}], "is not one of"),
+            ("tolerations", [{"seconds": 1}], "Additional properties are not allowed"),
+            ("affinity", {"antiAffinity": {}}, "Additional properties are not allowed"),
+            ("priorityClassName", "High", "does not match"),
+            ("networkPolicy", {"enabled": True, "metricsFrom": [{"pods": {}}]},
+             "Additional properties are not allowed"),
+            ("networkPolicy", {"enabled": "yes", "metricsFrom": []}, "is not of type")]:
+        errors = fits({**every, key: bad})
+        assert any(said in e for e in errors), (key, errors)
+    assert any("does not match" in e for e in fits(
+        {**every, "image": {**every["image"], "tag": "v 1"}}))
 
 
 def test_values_defaults_are_the_manifests_and_fit_the_schema() -> None:
     values = yaml.safe_load(chartvalues.values_yaml())
     assert values == chartvalues.defaults()
-    assert f"{values['image']['repository']}:{values['image']['tag']}" == workload.IMAGE
+    assert values["image"]["tag"] == ""  # the chart's appVersion, which is the manifests' tag
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert f"{values['image']['repository']}:{app_version}" == workload.IMAGE
+    assert values["affinity"] == workload.SPREAD
     assert values["resources"] == workload.RESOURCES
     store = values["store"]
     assert f"{store['image']['repository']}:{store['image']['tag']}" == bundledstore.STORE_IMAGE
     assert store["enabled"] is True and store["size"] == bundledstore.STORE_SIZE
     schema = chartvalues.schema()
     assert schema["additionalProperties"] is False
-    assert set(schema["required"]) == set(values)
+    assert set(schema["required"]) == set(values) - {"affinity"}  # null: none
     assert set(schema["properties"]) == set(values)
 
 

@@ -1,9 +1,12 @@
 """The Helm chart installed for real: its operator pod serves the seed's recovery trace.
 
 On the suite's control plane and node, with the project image loaded into the node
-(``pullPolicy: Never``) and ``watchNamespaces`` the test's namespace only: install (two
-operator pods Running and Ready, through their readiness probe, one holding the leader
-Lease; both serving the history API with the one certificate its APIService trusts),
+(``pullPolicy: Never``) and ``watchNamespaces`` the test's namespace only: install with
+every value an operator of a cluster sets on pods (``helm.EVERY_VALUE``: pull secrets,
+scheduling, priority, labels, annotations, extra flags and environment, the
+NetworkPolicies), two operator pods Running and Ready, through their readiness probe,
+with those values, one holding the leader Lease; ``helm test`` passing; both serving the
+history API with the one certificate its APIService trusts),
 the recovery trace of ``tests/support/plays/recovery.py`` served by the leader, its
 counters scraped through the chart's metrics Service (its ClusterIP, from a pod on the
 node: the host is outside the node's network, and kube-proxy's rules serve pods), the
@@ -45,7 +48,7 @@ from tests.support.actors.operators import install_for_tests
 from tests.support.actors.workers import container_pid, kill_on_node
 from tests.support.cluster import store
 from tests.support.cluster.clusters import Cluster
-from tests.support.cluster.helm import CHART, NAMESPACE, RELEASE, Release
+from tests.support.cluster.helm import CHART, EVERY_VALUE, NAMESPACE, RELEASE, Release
 from tests.support.cluster.localnode import LocalNode
 from tests.support.plays.recovery import play_recovery_trace
 from tests.support.plays.scenarios import Scenario
@@ -62,11 +65,11 @@ def container(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def chart_objects(release: Release) -> list[tuple[str, str, str]]:
-    """(kind, namespace, name) of every object the chart renders with its defaults, but
-    for the bundled store: the release has none (the local cluster runs its own, which
-    outlives the release; ``helm.install_args``)."""
+    """(kind, namespace, name) of every object the chart renders with the release's values
+    (``helm test``'s pod included), but for the bundled store: the release has none (the
+    local cluster runs its own, which outlives the release; ``helm.install_args``)."""
     result = release.helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE,
-                          "--set", "store.enabled=false")
+                          "--set", "store.enabled=false", "--set", "networkPolicy.enabled=true")
     assert result.returncode == 0, result.stderr
     return [(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
             for d in yaml.safe_load_all(result.stdout) if d]
@@ -98,6 +101,7 @@ def existing(api: kubernetes.client.ApiClient, kind: str, namespace: str,
                    "Role": "rbac.authorization.k8s.io/v1",
                    "RoleBinding": "rbac.authorization.k8s.io/v1",
                    "Deployment": "apps/v1", "ServiceAccount": "v1", "Service": "v1",
+                   "Pod": "v1", "NetworkPolicy": "networking.k8s.io/v1",
                    "PodDisruptionBudget": "policy/v1",
                    "APIService": "apiregistration.k8s.io/v1",
                    "MutatingAdmissionPolicy": "admissionregistration.k8s.io/v1",
@@ -169,10 +173,36 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
     scrape = scraper(cluster, namespace, run_pod)
     core = kubernetes.client.CoreV1Api(api)
     release = Release(cluster.kubeconfig, image=worker_image, namespaces=[namespace],
-                      take_ownership=True, restore=lambda: install_for_tests(cluster))
+                      take_ownership=True, values=EVERY_VALUE,
+                      restore=lambda: install_for_tests(cluster))
     with release:
         pods = release.wait_ready()
         assert len(pods) == 2  # by default: one leads, one stands by
+        for each in pods:  # every value reached the pods the API server admitted
+            spec, metadata = each["spec"], each["metadata"]
+            assert metadata["labels"]["example.com/team"] == "platform"
+            assert metadata["labels"]["app.kubernetes.io/instance"] == RELEASE
+            assert metadata["annotations"]["example.com/owner"] == "platform"
+            assert spec["imagePullSecrets"] == EVERY_VALUE["imagePullSecrets"]
+            assert spec["nodeSelector"] == EVERY_VALUE["nodeSelector"]
+            assert spec["priorityClassName"] == EVERY_VALUE["priorityClassName"]
+            assert spec["priority"] > 0  # resolved by the API server's Priority plugin
+            assert EVERY_VALUE["tolerations"][0] in spec["tolerations"]  # type: ignore[index]
+            assert set(spec["affinity"]) == {"nodeAffinity", "podAntiAffinity"}
+            args = container(each)["args"]
+            assert args[args.index("--qps"):][:4] == EVERY_VALUE["extraArgs"]
+            assert {"name": "AGENTRUN_EXAMPLE", "value": "set by the chart"} in container(
+                each)["env"]
+        policies = kubernetes.client.NetworkingV1Api(api).list_namespaced_network_policy(
+            NAMESPACE).items
+        assert [p.metadata.name for p in policies] == [manifests.OPERATOR_ROLE]
+        # helm test: its pod, restricted and without API credentials, finds an operator
+        # Ready through the metrics Service, and is deleted once it passed.
+        tested = release.helm("test", RELEASE, "--namespace", NAMESPACE, "--logs",
+                              "--timeout", "180s")
+        assert tested.returncode == 0, tested.stdout + tested.stderr
+        assert "ok: http://" in tested.stdout and "/readyz 200" in tested.stdout, tested.stdout
+        assert not existing(api, "Pod", NAMESPACE, f"{RELEASE}-test")
         leader = wait_for(release.leader, timeout=60, message="a replica leading")
         assert leader in {p["metadata"]["name"] for p in pods}
         (pod,) = [p for p in pods if p["metadata"]["name"] == leader]

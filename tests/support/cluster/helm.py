@@ -46,6 +46,26 @@ RELEASE = "agentrun-operator"
 NAMESPACE = "agentrun-system"
 SELECTOR = "app.kubernetes.io/name=agentrun-operator"
 TIMEOUT = "120s"  # helm's --wait: the pod's image is local, so it is Ready in seconds
+# Every value an operator of a cluster sets on a chart's pods, as the local node can honour
+# them: its kubelet labels it kubernetes.io/os=linux; the pull secret need not exist (the
+# image is loaded, never pulled: the kubelet only warns); the NetworkPolicy is accepted
+# but not enforced (the node's bridge network has no policy engine).
+EVERY_VALUE: dict[str, object] = {
+    "imagePullSecrets": [{"name": "agentrun-regcred"}],
+    "extraArgs": ["--qps", "30", "--burst", "60"],
+    "extraEnv": [{"name": "AGENTRUN_EXAMPLE", "value": "set by the chart"}],
+    "podAnnotations": {"example.com/owner": "platform"},
+    "podLabels": {"example.com/team": "platform"},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "example.com/dedicated", "operator": "Equal", "value": "agents",
+                     "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}},
+    "priorityClassName": "system-cluster-critical",
+    "networkPolicy": {"enabled": True, "metricsFrom": [{"namespaceSelector": {
+        "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]},
+}
 
 
 def helm_dir() -> Path:
@@ -70,12 +90,13 @@ def helm_binary(*, log: bool = True) -> Path:
 
 
 def install_args(*, image: str, namespaces: list[str],
-                 extra: dict[str, str] | None = None) -> list[str]:
+                 extra: dict[str, object] | None = None) -> list[str]:
     """``helm upgrade --install`` of the chart (without the binary and kubeconfig).
 
     ``image`` is ``repository:tag`` (a registry port before the last ``/`` is not a tag),
     loaded into the node, so ``pullPolicy: Never``; ``namespaces`` the watched ones;
-    ``extra`` more ``--set key=value`` pairs (e.g. ``{"logLevel": "debug"}``). No bundled
+    ``extra`` more values (e.g. ``{"logLevel": "debug"}``; a string by ``--set``, anything
+    else by ``--set-json``, which replaces a list or map whole). No bundled
     store: the local cluster runs its own (tests/support/cluster/store.py), whose objects
     a release's would collide with; the release's runs pin that one as their journal, by
     its fixed ClusterIP (the local cluster has no DNS to resolve the Service's name).
@@ -83,13 +104,20 @@ def install_args(*, image: str, namespaces: list[str],
     repository, _, tag = image.rpartition(":")
     if not repository or "/" in tag:
         raise ValueError(f"image {image!r} must be repository:tag")
-    sets = {"image.repository": repository, "image.tag": tag, "image.pullPolicy": "Never",
-            "store.enabled": "false", "journal.endpoint": store.STORE_ENDPOINT,
-            "journal.bucket": store.BUCKET, **(extra or {})}
+    sets: dict[str, object] = {
+        "image.repository": repository, "image.tag": tag, "image.pullPolicy": "Never",
+        "store.enabled": "false", "journal.endpoint": store.STORE_ENDPOINT,
+        "journal.bucket": store.BUCKET, **(extra or {})}
+
+    def flag(key: str, value: object) -> tuple[str, str]:
+        if not isinstance(value, str):
+            return "--set-json", f"{key}={json.dumps(value)}"
+        return ("--set-string" if key in {"image.repository", "image.tag"} else "--set",
+                f"{key}={value}")
+
     return ["upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE,
             "--create-namespace", "--wait", "--timeout", TIMEOUT,
-            *(arg for key, value in sets.items() for arg in ("--set-string" if key in {
-                "image.repository", "image.tag"} else "--set", f"{key}={value}")),
+            *(arg for key, value in sets.items() for arg in flag(key, value)),
             "--set-json", f"watchNamespaces={json.dumps(namespaces)}"]
 
 
@@ -101,7 +129,7 @@ class Release:
     ``take_ownership``, existed before the install and must exist after it)."""
 
     def __init__(self, kubeconfig: Path, *, image: str, namespaces: list[str],
-                 take_ownership: bool = False,
+                 take_ownership: bool = False, values: dict[str, object] | None = None,
                  restore: Callable[[], None] | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.image = image
@@ -109,7 +137,7 @@ class Release:
         self.take_ownership = take_ownership
         self.restore = restore
         self.installed = False
-        self.values: dict[str, str] = {}
+        self.values: dict[str, object] = dict(values or {})
         self.core = kubernetes.client.CoreV1Api(
             kubernetes.config.new_client_from_config(config_file=str(kubeconfig)))
 
@@ -145,7 +173,7 @@ class Release:
             f"helm {' '.join(args)} failed:\n{result.stdout}{result.stderr}\n{self.events()}")
         self.wait_ready()
 
-    def upgrade(self, extra: dict[str, str]) -> None:
+    def upgrade(self, extra: dict[str, object]) -> None:
         """``helm upgrade`` with more values; returns once the rolling update ended: the
         old pods gone, as many new ones as :attr:`replicas` Ready."""
         self.values = {**self.values, **extra}
@@ -169,7 +197,7 @@ class Release:
     @property
     def replicas(self) -> int:
         """The operator pods the release runs (its ``replicas`` value)."""
-        return int(self.values.get("replicas", workload.REPLICAS))
+        return int(str(self.values.get("replicas", workload.REPLICAS)))
 
     def wait_ready(self, *, timeout: float = 120) -> list[dict[str, Any]]:
         """The operator pods, once as many as :attr:`replicas` are Ready and no other (an
