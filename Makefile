@@ -74,6 +74,7 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m agentrun.api.crds --out crds --check
+	$(PY) -m agentrun.api.reference --out docs/reference/api.md --check
 	$(PY) -m agentrun.manifests --out manifests --check
 	$(PY) -m agentrun.chart --out charts/agentrun-operator --crds crds --check
 
@@ -84,9 +85,11 @@ test: controlplane imagetools nodedeps helm otelcol promdeps lint
 	$(PY) -m tests.support.cluster.session -q -ra --durations=25
 
 # crds/ is the CRDs' one copy: manifests/ names it as a kustomization (../crds), and the
-# chart's crds/ is copied from it, so `make manifests` regenerates it first.
+# chart's crds/ is copied from it, so `make manifests` regenerates it first. The API
+# reference is generated from the same schemas, with them.
 crds: venv
 	$(PY) -m agentrun.api.crds --out crds
+	$(PY) -m agentrun.api.reference --out docs/reference/api.md
 
 manifests: venv crds
 	$(PY) -m agentrun.manifests --out manifests

@@ -55,10 +55,14 @@ class BudgetStatus(Model):
     """The run's budget in force: ``spec.budget`` as read when the run was pinned (its cost
     in micro-units of ``currency``, the price table's), plus every accepted raise."""
 
-    tokens: int | None = Field(default=None, ge=0, le=modelusage.MAX_TOKENS)
+    tokens: int | None = Field(default=None, ge=0, le=modelusage.MAX_TOKENS,
+                               description="model tokens, input and output together; "
+                               "absent: no token limit")
     cost_micros: int | None = Field(default=None, ge=0, le=modelusage.MAX_COST_MICROS,
-                                    description="in millionths of the currency")
-    currency: str = Field(default=modelusage.DEFAULT_CURRENCY, pattern=r"^[A-Z]{3}$")
+                                    description="in millionths of the currency; absent: no "
+                                    "cost limit")
+    currency: str = Field(default=modelusage.DEFAULT_CURRENCY, pattern=r"^[A-Z]{3}$",
+                          description="ISO 4217 code of the cost (the price table's)")
     raises: int = Field(default=0, ge=0, le=bounds.MAX_REVISION,
                         description="accepted raises (kubectl agentrun budget)")
 

@@ -21,19 +21,27 @@ MAX_CONDITIONS = 32
 
 
 class Condition(Model):
-    type: str = Field(min_length=1, max_length=316)
-    status: ConditionStatus
+    """One observation of the object, written by the operator (Kubernetes conventions)."""
+
+    type: str = Field(min_length=1, max_length=316,
+                      description="what is observed (Ready, Held, Valid, ...): one entry a type")
+    status: ConditionStatus = Field(description="whether it holds: True, False or Unknown")
     reason: str = Field(
-        min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-    message: bounds.Message = ""
-    observed_generation: int | None = Field(default=None, ge=0)
-    last_transition_time: datetime
+        min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        description="why, as one CamelCase word a program may match on")
+    message: bounds.Message = Field(
+        default="", description="why, in words a person can act on (escaped and clipped)")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="the object's metadata.generation it was decided for")
+    last_transition_time: datetime = Field(
+        description="when status last changed (not when the condition was last written)")
 
 
 # A status's conditions: a list keyed by ``type`` (the server merges server-side-apply
 # patches per type), bounded so CEL rules and the object size stay predictable.
 Conditions = Annotated[list[Condition], Field(
-    max_length=MAX_CONDITIONS,
+    max_length=MAX_CONDITIONS, description="the object's conditions, one a type (kubectl "
+    "describe shows them); written by the operator only",
     json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
 )]
 

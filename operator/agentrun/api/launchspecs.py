@@ -26,8 +26,11 @@ RESTART_NEVER_RULE: JsonDict = {
 
 
 class Claim(Model):
+    """Which slots this spec can start attempts for: those of these worker classes."""
+
     worker_classes: list[str] = Field(
         min_length=1, max_length=32,
+        description="the worker classes (a slot's status.workerClass) it starts workers of",
         json_schema_extra={"items": {"type": "string", "minLength": 1, "maxLength": 63,
                                      "pattern": WORKER_CLASS_PATTERN}},
     )
@@ -37,14 +40,20 @@ class Scope(Model):
     """Which runs and nodes this spec may serve; an empty list means all of them."""
 
     runs: list[str] = Field(default_factory=list, max_length=256, json_schema_extra={
-        "items": {"type": "string", "minLength": 1, "maxLength": names.MAX_RUN_NAME}})
+        "items": {"type": "string", "minLength": 1, "maxLength": names.MAX_RUN_NAME}},
+        description="the AgentRuns (by name) it may serve; empty: every run of the namespace")
     nodes: list[str] = Field(default_factory=list, max_length=256, json_schema_extra={
-        "items": {"type": "string", "minLength": 1, "maxLength": names.MAX_NAME}})
+        "items": {"type": "string", "minLength": 1, "maxLength": names.MAX_NAME}},
+        description="the workflow nodes it may serve; empty: every node")
 
 
 class LeaseSettings(Model):
-    duration_seconds: int = Field(default=30, ge=bounds.MIN_LEASE_SECONDS,
-                                  le=bounds.MAX_LEASE_SECONDS)
+    """The lease of each attempt this spec starts."""
+
+    duration_seconds: int = Field(
+        default=30, ge=bounds.MIN_LEASE_SECONDS, le=bounds.MAX_LEASE_SECONDS,
+        description="seconds without a renewal the operator sees before the attempt's lease "
+                    "counts as expired (then its pod is deleted); workers renew every third of it")
 
 
 class PodTemplateSpec(Model):
@@ -53,17 +62,23 @@ class PodTemplateSpec(Model):
     model_config = ConfigDict(extra="allow")
 
     metadata: dict[str, object] | None = Field(
-        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="labels and annotations for each worker pod (the operator's own win)")
     spec: PodSpecShape
 
 
 class PodSpecShape(Model):
+    """A PodSpec, kept whole; the operator adds the worker's environment, the pinned
+    configuration's mounts and the optional sidecar to it."""
+
     model_config = ConfigDict(extra="allow")
 
-    restart_policy: Literal["Always", "OnFailure", "Never"] | None = None
+    restart_policy: Literal["Always", "OnFailure", "Never"] | None = Field(
+        default=None, description="must be Never: a pod is one attempt; retries are new ones")
     containers: list[dict[str, object]] = Field(
-        min_length=1, json_schema_extra={"items": {"type": "object",
-                                                    "x-kubernetes-preserve-unknown-fields": True}})
+        min_length=1, description="the main containers (a Container each, kept whole)",
+        json_schema_extra={"items": {"type": "object",
+                                     "x-kubernetes-preserve-unknown-fields": True}})
 
 
 PodTemplateSpec.model_rebuild()
@@ -87,9 +102,10 @@ Quantity = Annotated[str, Field(min_length=1, max_length=QUANTITY_CHARS,
 class ResourceList(Model):
     """The resources a quota may count on a container: cpu, memory, ephemeral storage."""
 
-    cpu: Quantity | None = None
-    memory: Quantity | None = None
-    ephemeral_storage: Quantity | None = Field(default=None, alias="ephemeral-storage")
+    cpu: Quantity | None = Field(default=None, description="CPU, such as 50m or 1")
+    memory: Quantity | None = Field(default=None, description="memory, such as 64Mi")
+    ephemeral_storage: Quantity | None = Field(default=None, alias="ephemeral-storage",
+                                               description="local disk, such as 1Gi")
 
 
 class SidecarResources(Model):
@@ -108,25 +124,85 @@ DEFAULT_SIDECAR_RESOURCES = SidecarResources(
     limits=ResourceList(cpu="1", memory="256Mi"))
 
 
+Capability = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Z_]+$")]
+
+
+class Capabilities(Model):
+    """Linux capabilities added to and dropped from the container's default set."""
+
+    add: list[Capability] | None = Field(
+        default=None, max_length=16, description="capabilities added, such as NET_BIND_SERVICE")
+    drop: list[Capability] | None = Field(
+        default=None, max_length=64, description="capabilities dropped, such as ALL")
+
+
+class SeccompProfile(Model):
+    """The seccomp filter the container runs under."""
+
+    type: Literal["RuntimeDefault", "Localhost", "Unconfined"] = Field(
+        description="RuntimeDefault (the container runtime's), Localhost (a file on the "
+                    "node) or Unconfined")
+    localhost_profile: str | None = Field(
+        default=None, min_length=1, max_length=255,
+        description="with Localhost: the profile's path under the kubelet's seccomp folder")
+
+
+class SidecarSecurity(Model):
+    """The sidecar container's ``securityContext`` (the fields Pod Security Standards
+    judge), replacing the default whole when given."""
+
+    run_as_user: int | None = Field(default=None, ge=0, le=2**31 - 1,
+                                    description="the user id it runs as")
+    run_as_group: int | None = Field(default=None, ge=0, le=2**31 - 1,
+                                     description="the group id it runs as")
+    run_as_non_root: bool | None = Field(
+        default=None, description="true: the kubelet refuses to start it as uid 0")
+    read_only_root_filesystem: bool | None = Field(
+        default=None, description="true: its root filesystem is mounted read-only")
+    allow_privilege_escalation: bool | None = Field(
+        default=None, description="false: no process of it gains more privileges than its parent")
+    capabilities: Capabilities | None = None
+    seccomp_profile: SeccompProfile | None = None
+
+
+# What the sidecar gets when ``spec.sidecar.securityContext`` is left out: what the
+# restricted Pod Security Standard asks of a container, so that a namespace enforcing it
+# admits the pod when the template's own containers comply. The project's worker image runs
+# as uid 65532, so runAsNonRoot holds.
+DEFAULT_SIDECAR_SECURITY = SidecarSecurity(
+    run_as_non_root=True, allow_privilege_escalation=False,
+    capabilities=Capabilities(drop=["ALL"]), seccomp_profile=SeccompProfile(type="RuntimeDefault"))
+
+
 class Sidecar(Model):
     """The worker sidecar for main containers in any language: ``image`` (the project's
     worker image) runs ``agentrun-worker sidecar`` as a native sidecar serving the SDK on
     127.0.0.1:``port``, renewing the lease only while a main container checked in within
     ``checkInSeconds``. ``resources`` are its container's (left out: requests cpu 50m,
-    memory 64Mi; limits cpu 1, memory 256Mi)."""
+    memory 64Mi; limits cpu 1, memory 256Mi), as is ``securityContext`` (left out: what the
+    restricted Pod Security Standard asks: non-root, no privilege escalation, every
+    capability dropped, the runtime's seccomp profile)."""
 
-    image: str = Field(min_length=1, max_length=SIDECAR_IMAGE_CHARS, pattern=r"^\S+$")
-    port: int = Field(default=SIDECAR_DEFAULT_PORT, ge=SIDECAR_MIN_PORT, le=SIDECAR_MAX_PORT)
-    check_in_seconds: int = Field(default=SIDECAR_DEFAULT_CHECK_IN, ge=SIDECAR_MIN_CHECK_IN,
-                                  le=SIDECAR_MAX_CHECK_IN)
+    image: str = Field(min_length=1, max_length=SIDECAR_IMAGE_CHARS, pattern=r"^\S+$",
+                       description="the project's worker image, which runs the sidecar")
+    port: int = Field(default=SIDECAR_DEFAULT_PORT, ge=SIDECAR_MIN_PORT, le=SIDECAR_MAX_PORT,
+                      description="the port it serves the SDK on, on 127.0.0.1 only")
+    check_in_seconds: int = Field(
+        default=SIDECAR_DEFAULT_CHECK_IN, ge=SIDECAR_MIN_CHECK_IN, le=SIDECAR_MAX_CHECK_IN,
+        description="the lease is renewed only while a main container checked in within this")
     # None (not the defaults) when left out: the digest of a spec pinned before this field
     # existed stays the same (core.launchspecs.launchpins), and the pod builder applies the
     # defaults.
     resources: SidecarResources | None = None
+    security_context: SidecarSecurity | None = None  # None when left out, as resources
 
     def container_resources(self) -> dict[str, object]:
         """The sidecar container's ``resources``: as given, else the defaults."""
         return (self.resources or DEFAULT_SIDECAR_RESOURCES).wire()
+
+    def container_security(self) -> dict[str, object]:
+        """The sidecar container's ``securityContext``: as given, else the restricted one."""
+        return (self.security_context or DEFAULT_SIDECAR_SECURITY).wire()
 
 
 class ApprovalFloor(Model):
@@ -136,15 +212,22 @@ class ApprovalFloor(Model):
     effect: str = Field(min_length=1, max_length=bounds.EFFECT_NAME_CHARS,
                         pattern=r"^\S(.*\S)?$",
                         description="the effect's name, as the worker's SDK call gives it")
-    approvers: int = Field(default=1, ge=1, le=bounds.MAX_APPROVERS)
+    approvers: int = Field(default=1, ge=1, le=bounds.MAX_APPROVERS,
+                           description="distinct people who must approve its payload")
 
 
 class LaunchSpecSpec(Model):
+    """How to start workers, written by GitOps (or a LaunchSpec admin). A slot pins a copy
+    when it is made Ready or reassigned: a later edit or deletion moves only later pins."""
+
     claim: Claim
     scope: Scope = Field(default_factory=Scope)
-    priority: int = Field(default=0, ge=-1000, le=1000)
+    priority: int = Field(default=0, ge=-1000, le=1000, description=(
+        "among specs that fit a slot, equally specific (scope), the higher wins; then the name"))
     lease: LeaseSettings = Field(default_factory=LeaseSettings)
-    start_deadline_seconds: int = Field(default=300, ge=5, le=86400)
+    start_deadline_seconds: int = Field(default=300, ge=5, le=86400, description=(
+        "seconds from the claim for the worker to run and first renew its lease; else its "
+        "pod is deleted and the attempt ends StartTimeout"))
     template: PodTemplateSpec = Field(
         json_schema_extra={"x-kubernetes-validations": [RESTART_NEVER_RULE]})
     sidecar: Sidecar | None = None
@@ -181,7 +264,9 @@ GENERATIONS_KEPT = 5
 
 
 class PinnedGeneration(Model):
-    generation: int = Field(ge=0)
+    """The slots pinned to one generation of the spec."""
+
+    generation: int = Field(ge=0, description="the LaunchSpec's metadata.generation")
     slots: int = Field(ge=0, description="slots that pin this generation")
 
 
@@ -193,11 +278,14 @@ class LaunchSpecStatus(Model):
     ``agentrun.dev/launch-spec`` on each slot gives the full list (``kubectl get -l``).
     """
 
-    conditions: Conditions = Field(default_factory=list)
-    observed_generation: int | None = None
+    conditions: Conditions = Field(default_factory=list, description=(
+        "Valid: whether a server-side dry run of an attempt's pod from this spec passes"))
+    observed_generation: int | None = Field(
+        default=None, description="the metadata.generation the Valid condition judged")
     pinned_by: int | None = Field(default=None, ge=0, description="slots that pin this spec")
-    generations: list[PinnedGeneration] = Field(default_factory=list,
-                                                max_length=GENERATIONS_KEPT)
+    generations: list[PinnedGeneration] = Field(
+        default_factory=list, max_length=GENERATIONS_KEPT,
+        description=f"slots per pinned generation, newest first (at most {GENERATIONS_KEPT})")
 
 
 class LaunchSpec(Model):

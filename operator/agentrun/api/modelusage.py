@@ -89,11 +89,14 @@ class ModelUsage(Model):
     a stored sum never grows without bound, and says so (``saturated``).
     """
 
-    input_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
-    output_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
+    input_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS,
+                              description="tokens sent to models (prompts)")
+    output_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS,
+                               description="tokens models returned")
     cost_micros: int = Field(default=0, ge=0, le=MAX_COST_MICROS, description=(
         "the cost in millionths of the currency (1 USD = 1000000)"))
-    currency: str = Field(default=DEFAULT_CURRENCY, pattern=r"^[A-Z]{3}$")
+    currency: str = Field(default=DEFAULT_CURRENCY, pattern=r"^[A-Z]{3}$",
+                          description="ISO 4217 code of the cost (the run's price table's)")
     saturated: bool | None = Field(default=None, description=(
         "true: a sum reached a bound (10^15) and stopped there"))
 

@@ -36,8 +36,11 @@ def _immutable(field: str) -> JsonDict:
 class ConfigRef(Model):
     """Names a configuration; no revision means the highest accepted one at launch."""
 
-    name: str = Field(min_length=1, max_length=253, pattern=CONFIG_NAME_PATTERN)
-    revision: int | None = Field(default=None, ge=1, le=bounds.MAX_REVISION)
+    name: str = Field(min_length=1, max_length=253, pattern=CONFIG_NAME_PATTERN,
+                      description="its ConfigMaps' label agentrun.dev/config-name")
+    revision: int | None = Field(default=None, ge=1, le=bounds.MAX_REVISION,
+                                 description="the agentrun.dev/revision to pin (accepted); "
+                                 "absent: the highest accepted one at launch")
 
 
 # A fork's starting point: ``<node>:<step>``, a workflow node and a step key in its journal.
@@ -75,18 +78,33 @@ class ForkSpec(Model):
 
 
 class AgentRunSpec(Model):
+    """What the user asks for: the configuration to pin, and how the slots are claimed and
+    retried. Written by the user (kubectl apply, GitOps)."""
+
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         FORK_KEPT, BUDGET_KEPT]})
 
-    tenant: str | None = Field(default=None, max_length=63)
-    package: ConfigRef = Field(json_schema_extra=_immutable("package"))
-    workflow: ConfigRef = Field(json_schema_extra=_immutable("workflow"))
-    bindings: ConfigRef = Field(json_schema_extra=_immutable("bindings"))
-    claim_policy: ClaimPolicy = "Automatic"
-    retry: RetryPolicy | None = None
-    active_deadline_seconds: int | None = Field(default=None, ge=1,
-                                                le=bounds.MAX_DEADLINE_SECONDS)
-    suspend: bool = False
+    tenant: str | None = Field(default=None, max_length=63, description=(
+        "for readability only: where given, the namespace's tenant (its label "
+        "agentrun.dev/tenant; admission refuses another); absent: the namespace's all the same"))
+    package: ConfigRef = Field(json_schema_extra=_immutable("package"),
+                               description="what the run must produce (immutable)")
+    workflow: ConfigRef = Field(json_schema_extra=_immutable("workflow"),
+                                description="the workflow: its nodes become slots (immutable)")
+    bindings: ConfigRef = Field(json_schema_extra=_immutable("bindings"), description=(
+        "each node's agent, attachments and effect targets; the prices (immutable)"))
+    claim_policy: ClaimPolicy = Field(default="Automatic", description=(
+        "Automatic: the operator claims each claimable slot's next attempt itself; Manual: "
+        "only a claim command does (kubectl agentrun claim)"))
+    retry: RetryPolicy | None = Field(default=None, description=(
+        "the run's retry defaults for its slots; a node's own settings win; absent: the "
+        "operator's (3 attempts; 10 s, doubling, at most 300 s)"))
+    active_deadline_seconds: int | None = Field(
+        default=None, ge=1, le=bounds.MAX_DEADLINE_SECONDS, description=(
+            "seconds from status.startTime (the pin); then every open slot fails "
+            "(DeadlineExceeded, a live attempt fenced) and the run Failed; absent: none"))
+    suspend: bool = Field(default=False, description=(
+        "true: no new attempt is claimed (running ones go on); false again resumes"))
     max_active: int | None = Field(
         default=None, ge=1, le=1000,
         description="at most this many of the run's slots have an attempt Claiming or Active")
@@ -102,9 +120,10 @@ class Pin(Model):
     """One pinned configuration: where it came from and the snapshot workers read."""
 
     source: str = Field(min_length=1, max_length=253, description="the source ConfigMap's name")
-    revision: int = Field(ge=1, le=bounds.MAX_REVISION)
+    revision: int = Field(ge=1, le=bounds.MAX_REVISION, description="the revision pinned")
     uid: str = Field(min_length=1, max_length=128, description="the source ConfigMap's uid")
-    sha256: str = Field(min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$")
+    sha256: str = Field(min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$",
+                        description="of the configuration's text; workers check their copy")
     snapshot: str = Field(
         min_length=1, max_length=253,
         description="the immutable ConfigMap, owned by the run, that workers read")
@@ -214,13 +233,14 @@ class JournalPin(Model):
 
     endpoint: JournalEndpoint = Field(description="the S3 API's URL, such as "
                                                   "http://minio.storage:9000")
-    bucket: JournalBucket
+    bucket: JournalBucket = Field(description="the bucket the journal is in")
     prefix: Annotated[str, Field(min_length=1, max_length=JOURNAL_PREFIX_CHARS,
                                  json_schema_extra={"pattern": JOURNAL_PREFIX_PATTERN}),
                       AfterValidator(journal_prefix)] = Field(
         description="the run's own: <operator prefix>/<namespace>/<run uid>, so a run "
                     "recreated under the same name never shares a journal")
-    region: JournalRegion = JOURNAL_REGION
+    region: JournalRegion = Field(default=JOURNAL_REGION,
+                                  description="the region requests are signed for")
     secret: JournalSecret | None = Field(
         default=None,
         description="a Secret in the run's namespace with the keys accessKeyId and "
@@ -242,6 +262,9 @@ class JournalSettings(Model):
 
 
 class Pins(Model):
+    """The configuration resolved at launch, written once by the operator and never
+    changed (the API server refuses a change): the run's slots and workers read only this."""
+
     package: Pin
     workflow: Pin
     bindings: Pin
@@ -255,13 +278,15 @@ class Pins(Model):
 
 
 class SlotCounts(Model):
-    total: int = 0
-    pending: int = 0
-    ready: int = 0
-    active: int = 0
-    retry_wait: int = 0
-    succeeded: int = 0
-    failed: int = 0
+    """The run's slots by state, as last counted; a node without its Slot yet is in none."""
+
+    total: int = Field(default=0, description="workflow nodes, with a Slot or not")
+    pending: int = Field(default=0, description="Pending: waiting for their dependencies")
+    ready: int = Field(default=0, description="Ready: pinned, no attempt yet")
+    active: int = Field(default=0, description="Claiming or Active: an attempt under way")
+    retry_wait: int = Field(default=0, description="RetryWait: waiting for a retry or a person")
+    succeeded: int = Field(default=0, description="Succeeded")
+    failed: int = Field(default=0, description="Failed")
 
 
 # Write-once pins (docs/design/runs-and-configuration.md), checked by the API server on
@@ -295,9 +320,10 @@ class Inherited(Model):
     """What one node of a fork starts from: the source's records copied into the fork's own
     journal as its attempt 0 (a sealed Lease ``<slot>-0`` the operator wrote)."""
 
-    node: str = Field(min_length=1, max_length=63)
-    records: int = Field(ge=0, le=2**31 - 1)
-    bytes: int = Field(ge=0, le=bounds.MAX_REVISION)  # 2^53 - 1: exact as a JSON number
+    node: str = Field(min_length=1, max_length=63, description="the workflow node")
+    records: int = Field(ge=0, le=2**31 - 1, description="records copied")
+    bytes: int = Field(ge=0, le=bounds.MAX_REVISION,  # 2^53 - 1: exact as a JSON number
+                       description="the copied records' payload bytes")
     commits: int = Field(ge=0, le=2**31 - 1, description="journal nodes written")
 
 
@@ -306,13 +332,16 @@ class ForkStatus(Model):
 
     run: str = Field(min_length=1, max_length=253, description="the source run's name")
     uid: str = Field(min_length=1, max_length=128, description="the source run's uid")
-    node: str | None = Field(default=None, max_length=63)
-    step: str | None = Field(default=None, max_length=bounds.STEP_KEY_CHARS)
+    node: str | None = Field(default=None, max_length=63, description=(
+        "the node run again from step (spec.fork.at); absent: every node's steps copied"))
+    step: str | None = Field(default=None, max_length=bounds.STEP_KEY_CHARS,
+                             description="the step of node the fork runs again from")
     actor: bounds.Actor | None = Field(default=None, description="who forked it: the run's "
                                        "creator as admission stamped it")
-    reason: bounds.Reason
-    copied: datetime
-    inherited: list[Inherited] = Field(default_factory=list, max_length=256)
+    reason: bounds.Reason = Field(description="why it was forked (spec.fork.reason)")
+    copied: datetime = Field(description="when the source's journal was copied")
+    inherited: list[Inherited] = Field(default_factory=list, max_length=256,
+                                       description="what each node starts from")
 
 
 FORK_WRITE_ONCE: JsonDict = {
@@ -333,11 +362,14 @@ class AgentRunStatus(Model):
         default=None, description="who created the run, as admission stamped it (the "
         "annotation agentrun.dev/creator under the stamping epoch in force), copied once "
         "at pin time; none: it could not be verified (condition CreatorVerified)")
-    start_time: datetime | None = None
+    start_time: datetime | None = Field(default=None, description=(
+        "when the run was pinned; activeDeadlineSeconds counts from it"))
     slots: SlotCounts | None = None
     done: str | None = Field(default=None, max_length=32,
                              description="succeeded/total, for the printer column")
-    conditions: Conditions = Field(default_factory=list)
+    conditions: Conditions = Field(default_factory=list, description=(
+        "Pinned, CreatorVerified, Ready, Succeeded, Failed; Forked, JournalDeleted and "
+        "NameSquatted where they apply"))
     usage: ModelUsage | None = Field(default=None, description=(
         "the model usage of the run's slots (the sum of their usage as last read)"))
     budget: BudgetStatus | None = None
@@ -349,7 +381,8 @@ class AgentRunStatus(Model):
         description="the sum of its slots' reruns when the status was last derived: a larger "
                     "sum reopens a Succeeded or Failed verdict (a rerun), a smaller one (a "
                     "stale read) never does")
-    observed_generation: int | None = None
+    observed_generation: int | None = Field(
+        default=None, description="the run's metadata.generation this status was derived for")
 
 
 class AgentRun(Model):

@@ -135,59 +135,85 @@ class SlotSpec(Model):
     # need must not let anyone edit dependencies, retries or the worker class.
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [SPEC_IMMUTABLE]})
 
-    run: str = Field(min_length=1, max_length=names.MAX_RUN_NAME)
-    node: str = Field(min_length=1, max_length=63, pattern=NODE_NAME_PATTERN)
-    worker_class: str = Field(min_length=1, max_length=63, pattern=WORKER_CLASS_PATTERN)
+    run: str = Field(min_length=1, max_length=names.MAX_RUN_NAME,
+                     description="the AgentRun the slot belongs to (its controlling owner)")
+    node: str = Field(min_length=1, max_length=63, pattern=NODE_NAME_PATTERN,
+                      description="the workflow node the slot does the work of")
+    worker_class: str = Field(min_length=1, max_length=63, pattern=WORKER_CLASS_PATTERN,
+                              description="the node's worker class (a reassignment may change "
+                                          "status.workerClass, never this)")
     depends_on: list[str] = Field(
         default_factory=list, max_length=MAX_NODES,
+        description="nodes whose slots must succeed before this one starts",
         json_schema_extra={"items": {"type": "string", "minLength": 1, "maxLength": 63,
                                      "pattern": NODE_NAME_PATTERN}})
-    retry: RetryPolicy | None = None
+    retry: RetryPolicy | None = Field(default=None, description=(
+        "the node's own retry settings; unset ones come from the run's spec.retry"))
 
 
 class PinnedLaunchSpec(Model):
     """The LaunchSpec a slot's next attempts use, copied so GitOps edits cannot move it."""
 
-    name: str
-    uid: str
-    generation: int
-    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
-    snapshot: bounds.LongName
-    reason: bounds.RecordMessage = ""
+    name: str = Field(description="the LaunchSpec's name")
+    uid: str = Field(description="the LaunchSpec's uid")
+    generation: int = Field(description="its metadata.generation when pinned")
+    digest: str = Field(pattern=r"^[0-9a-f]{64}$",
+                        description="sha256 of its spec's canonical JSON")
+    snapshot: bounds.LongName = Field(description=(
+        "the immutable ConfigMap, owned by the run, pods are built from"))
+    reason: bounds.RecordMessage = Field(default="", description="why it was chosen")
 
 
 class AttemptRecord(Model):
-    number: int = Field(ge=1)
-    pod: bounds.ShortText
-    lease: bounds.ShortText
-    pod_uid: bounds.ShortText | None = None
-    worker_class: bounds.ShortText
+    """One attempt: a worker Pod and its Lease, both named ``<slot>-<n>``."""
+
+    number: int = Field(ge=1, description="the attempt number n, the worker's fencing token")
+    pod: bounds.ShortText = Field(description="the attempt's Pod")
+    lease: bounds.ShortText = Field(description=(
+        "the attempt's Lease: its durable record, kept until the run is deleted"))
+    pod_uid: bounds.ShortText | None = Field(default=None, description=(
+        "the uid of the Pod the operator made (another pod of its name is not the attempt's)"))
+    worker_class: bounds.ShortText = Field(description="the worker class it ran as")
     launch_spec: str = Field(max_length=300, description="name@generation of the pinned LaunchSpec")
-    owner_actor: bounds.Actor | None = None
-    started_at: datetime
-    ended_at: datetime | None = None
-    outcome: Outcome | None = None
-    reason: bounds.RecordMessage | None = None
-    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
+    owner_actor: bounds.Actor | None = Field(default=None, description=(
+        "the person whose command led to it, else the run's verified creator; absent: no "
+        "one's (only the verb override acts on it)"))
+    started_at: datetime = Field(description="when it was recorded (its Pod and Lease made)")
+    ended_at: datetime | None = Field(default=None, description=(
+        "when the operator found it ended (pod and lease terminal); absent: not ended"))
+    outcome: Outcome | None = Field(default=None, description=(
+        "how it ended: Succeeded, Failed (its pod's phase), Lost (lease expired), StartTimeout, "
+        "ClaimFailed (objects not made), GaveUp, Asked (a question or approval), Superseded "
+        "(a dependency rerun), OverBudget; absent: not ended"))
+    reason: bounds.RecordMessage | None = Field(default=None, description="why, in words")
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1, description=(
+        "the first non-zero exit code of its pod's containers, else 0; absent: none seen"))
     usage: ModelUsage | None = Field(default=None, description=(
         "the model usage the attempt reported (its Lease's sum when the slot's status was "
         "last written while the Lease was there)"))
 
 
 class CommandRecord(Model):
-    request_id: str = Field(min_length=1, max_length=bounds.REQUEST_ID_CHARS)
-    kind: CommandKind
-    actor: bounds.Actor | None = None
-    reason: bounds.Reason | None = None
-    worker_class: bounds.ShortText | None = None
-    run: bounds.ShortText | None = None
+    """One command the operator decided (an entry of the ledger); a request id already in
+    the ledger is never applied again."""
+
+    request_id: str = Field(min_length=1, max_length=bounds.REQUEST_ID_CHARS,
+                            description="the command's id (its -id annotation)")
+    kind: CommandKind = Field(description="which command: Reassign, Claim, Hold, Release, "
+                              "GiveUp, ResolveEffect, Answer, Approve, Deny, Rerun, Budget")
+    actor: bounds.Actor | None = Field(default=None, description=(
+        "who sent it, as admission stamped it; absent: no stamp that could be believed"))
+    reason: bounds.Reason | None = Field(default=None, description="the reason it gave")
+    worker_class: bounds.ShortText | None = Field(default=None, description=(
+        "the worker class a reassignment asked for"))
+    run: bounds.ShortText | None = Field(default=None, description="the run the command named")
     override: bool | None = Field(
         default=None, description="true: accepted only because the actor holds the verb "
         "'override' on slots (the owner was someone else)")
-    outcome: Literal["Accepted", "Rejected"]
+    outcome: Literal["Accepted", "Rejected"] = Field(description="the decision")
     predicate: Predicate | None = None
-    message: bounds.RecordMessage = ""
-    time: datetime
+    message: bounds.RecordMessage = Field(default="", description="what was decided, in words")
+    time: datetime = Field(description="when it was decided")
 
 
 class EffectState(StrEnum):
@@ -196,29 +222,33 @@ class EffectState(StrEnum):
 
 
 class EffectEntry(Model):
-    """An effect a worker could not settle (its ``<key>.unresolved`` record), and once a
-    person recorded the owner's answer (resolve-effect), that answer.
+    """An effect a worker could not settle (its ``<key>.unresolved`` record: the intent was
+    committed, no outcome, and its owner could not say), and once a person recorded the
+    owner's answer (resolve-effect), that answer; claims wait while one is Unresolved."""
 
-    ``attempt``: the attempt whose Lease holds the record; ``key``: the effect's step key
-    (its records are ``<key>.intent``/``.outcome``/``.unresolved``); ``outcome``,
-    ``result``, ``resolution`` and ``actor``: the resolve-effect command's.
-    """
-
-    key: str = Field(max_length=bounds.STEP_KEY_CHARS)
-    attempt: int = Field(ge=1, le=bounds.MAX_ATTEMPT_NUMBER)
-    effect: bounds.ShortText = ""
-    idempotency_key: str | None = Field(default=None, max_length=bounds.IDEMPOTENCY_KEY_CHARS)
-    owner: bounds.ShortText = ""
-    reason: bounds.RecordMessage = ""
+    key: str = Field(max_length=bounds.STEP_KEY_CHARS, description=(
+        "the effect's step key (records <key>.intent, .outcome, .unresolved)"))
+    attempt: int = Field(ge=1, le=bounds.MAX_ATTEMPT_NUMBER,
+                         description="the attempt whose Lease holds the record")
+    effect: bounds.ShortText = Field(default="", description="the effect's name")
+    idempotency_key: str | None = Field(default=None, max_length=bounds.IDEMPOTENCY_KEY_CHARS,
+                                        description="the key its owner deduplicates by")
+    owner: bounds.ShortText = Field(default="", description="the service the effect goes to")
+    reason: bounds.RecordMessage = Field(default="", description="the worker's why")
     cause: bounds.ShortText = Field(default="", description="the worker's: owner-answered-"
                                     "unknown or no-reconcile")
-    state: EffectState = EffectState.UNRESOLVED
-    observed_at: datetime
-    outcome: Literal["applied", "not-applied"] | None = None
-    result: str | None = Field(default=None, max_length=bounds.RESOLVE_RESULT_BYTES)
-    resolution: bounds.Reason | None = None
-    actor: bounds.Actor | None = None
-    resolved_at: datetime | None = None
+    state: EffectState = Field(default=EffectState.UNRESOLVED,
+                               description="Unresolved, or Resolved by a resolve-effect")
+    observed_at: datetime = Field(description="when the operator saw the record")
+    outcome: Literal["applied", "not-applied"] | None = Field(default=None, description=(
+        "the answer recorded: applied (the next attempt takes the result) or not-applied "
+        "(it sends the effect again, same idempotency key)"))
+    result: str | None = Field(default=None, max_length=bounds.RESOLVE_RESULT_BYTES,
+                               description="the effect's result, for applied")
+    resolution: bounds.Reason | None = Field(default=None, description=(
+        "the resolve-effect command's reason"))
+    actor: bounds.Actor | None = Field(default=None, description="who resolved it")
+    resolved_at: datetime | None = Field(default=None, description="when it was resolved")
 
 
 class QuestionState(StrEnum):
@@ -229,68 +259,89 @@ class QuestionState(StrEnum):
 
 
 class QuestionEntry(Model):
-    """A question a worker asked (its ``<key>.question`` record), and once answered, the answer.
+    """A question a worker asked (its ``<key>.question`` record) or an effect's request for
+    approval (``<key>.approval``), and once answered, the answer. Why it was answered is in
+    the ledger (``status.commands``): the worst-case status bound leaves no room here."""
 
-    ``attempt``: the attempt that asked; ``digest``: sha256 of the canonical JSON of
-    ``{"question": ..., "schema": ...}`` (what an answer is bound to); ``json_schema`` and
-    ``default`` and ``value``: canonical JSON text; ``deadline``: when the question expires
-    (counted from ``asked_at``, the operator's observation), and then ``on_expiry``: the
-    slot fails, or takes ``default`` as the answer. ``actor``: who answered (none: the
-    deadline); why is in the ledger (``status.commands``), which the worst-case status bound
-    leaves no room to repeat here.
-    """
-
-    key: str = Field(max_length=bounds.STEP_KEY_CHARS)
-    attempt: int = Field(ge=1, le=bounds.MAX_ATTEMPT_NUMBER)
-    question: str = Field(default="", max_length=bounds.QUESTION_BYTES)
-    json_schema: str | None = Field(default=None, max_length=bounds.SCHEMA_BYTES)
-    digest: str = Field(max_length=bounds.DIGEST_CHARS)
-    deadline: datetime | None = None
-    on_expiry: Literal["fail", "default"] = "fail"
-    default: str | None = Field(default=None, max_length=bounds.ANSWER_VALUE_BYTES)
-    state: QuestionState = QuestionState.PENDING
-    asked_at: datetime
-    value: str | None = Field(default=None, max_length=bounds.ANSWER_VALUE_BYTES)
-    # An answer given by reference (larger than ``value`` holds): ``<configmap>/<key>@
-    # sha256:<hex>``, the ConfigMap the next attempt's pod mounts; ``value`` stays empty.
-    value_from: str | None = Field(default=None, max_length=bounds.VALUE_FROM_CHARS,
-                                   pattern=bounds.VALUE_FROM_PATTERN)
-    actor: bounds.Actor | None = None
-    answered_at: datetime | None = None
-    # An approval (an effect's ``<key>.approval`` request): ``question`` is the payload's
-    # redacted view, ``digest`` the payload's sha256, ``approvers`` how many distinct
-    # people must approve (None: a question), ``approved_by`` those who did so far
-    # (APPROVER_DIGEST_CHARS of sha256 of each name). Once decided, ``value`` is
-    # ``{"decision": "approved"|"denied"}``.
-    approvers: int | None = Field(default=None, ge=1, le=bounds.MAX_APPROVERS)
+    key: str = Field(max_length=bounds.STEP_KEY_CHARS, description="the question's step key")
+    attempt: int = Field(ge=1, le=bounds.MAX_ATTEMPT_NUMBER, description="the attempt that asked")
+    question: str = Field(default="", max_length=bounds.QUESTION_BYTES, description=(
+        "the question's text; for an approval, the payload's redacted view"))
+    json_schema: str | None = Field(default=None, max_length=bounds.SCHEMA_BYTES, description=(
+        "the JSON Schema an answer must satisfy (canonical JSON); absent: any JSON"))
+    digest: str = Field(max_length=bounds.DIGEST_CHARS, description=(
+        "sha256 of the question and its schema (an approval: of the payload): an answer is "
+        "bound to it"))
+    deadline: datetime | None = Field(default=None, description=(
+        "when it expires, counted from askedAt; absent: never"))
+    on_expiry: Literal["fail", "default"] = Field(default="fail", description=(
+        "at the deadline: fail the slot, or take default as the answer"))
+    default: str | None = Field(default=None, max_length=bounds.ANSWER_VALUE_BYTES,
+                                description="the answer taken at the deadline (canonical JSON)")
+    state: QuestionState = Field(default=QuestionState.PENDING, description=(
+        "Pending, Answered, Expired, or Closed (the slot was reassigned, given up or failed)"))
+    asked_at: datetime = Field(description="when the operator saw the question")
+    value: str | None = Field(default=None, max_length=bounds.ANSWER_VALUE_BYTES, description=(
+        "the answer (canonical JSON); an approval's: {\"decision\": \"approved\"|\"denied\"}"))
+    value_from: str | None = Field(
+        default=None, max_length=bounds.VALUE_FROM_CHARS, pattern=bounds.VALUE_FROM_PATTERN,
+        description="an answer too large for value: <configmap>/<key>@sha256:<hex>, which the "
+                    "next attempt's pod mounts")
+    actor: bounds.Actor | None = Field(default=None, description=(
+        "who answered; absent: the deadline did"))
+    answered_at: datetime | None = Field(default=None, description="when it was answered")
+    approvers: int | None = Field(default=None, ge=1, le=bounds.MAX_APPROVERS, description=(
+        "an approval: distinct people who must approve; absent: a question"))
     approved_by: list[Annotated[str, Field(max_length=bounds.APPROVER_DIGEST_CHARS)]] = Field(
-        default_factory=list, max_length=bounds.MAX_APPROVERS)
+        default_factory=list, max_length=bounds.MAX_APPROVERS, description=(
+            f"who approved so far: the first {bounds.APPROVER_DIGEST_CHARS} hex digits of "
+            "sha256 of each name (the names are in the ledger)"))
 
 
 class SlotStatus(Model):
-    state: SlotState = SlotState.PENDING
-    worker_class: bounds.ShortText | None = None
+    """Written by the operator only: where the slot is, its attempts, and what it decided."""
+
+    state: SlotState = Field(default=SlotState.PENDING, description=(
+        "Pending (dependencies), Ready (pinned, not claimed), Claiming (a claim under way), "
+        "Active (an attempt runs), RetryWait (for retryAt or a person), Succeeded, Failed "
+        "(given up, the run's deadline, a failed dependency)"))
+    worker_class: bounds.ShortText | None = Field(default=None, description=(
+        "the worker class of the next or current attempt (spec.workerClass unless reassigned)"))
     launch_spec: PinnedLaunchSpec | None = None
-    pending_worker: bounds.ShortText | None = None
-    active_worker: bounds.ShortText | None = None
-    prior_worker: bounds.ShortText | None = None
-    attempts: list[AttemptRecord] = Field(default_factory=list, max_length=ATTEMPTS_KEPT)
+    pending_worker: bounds.ShortText | None = Field(
+        default=None, description="the attempt a claim is making (<slot>-<n>), while Claiming")
+    active_worker: bounds.ShortText | None = Field(
+        default=None, description="the attempt running (<slot>-<n>), while Active")
+    prior_worker: bounds.ShortText | None = Field(
+        default=None, description="the last attempt that ended (<slot>-<n>)")
+    attempts: list[AttemptRecord] = Field(default_factory=list, max_length=ATTEMPTS_KEPT,
+                                          description=f"the last {ATTEMPTS_KEPT} attempts, "
+                                          "oldest first (every one's Lease keeps its record)")
     usage: ModelUsage | None = Field(default=None, description=(
         "the model usage of all the slot's attempts (kept whole: not only those in attempts)"))
-    attempt_count: int = Field(default=0, ge=0, le=bounds.MAX_ATTEMPT_NUMBER)
-    retry_at: datetime | None = None
+    attempt_count: int = Field(default=0, ge=0, le=bounds.MAX_ATTEMPT_NUMBER, description=(
+        "attempt numbers used (one per claim); the next attempt is number attemptCount+1"))
+    retry_at: datetime | None = Field(default=None, description=(
+        "RetryWait: when the next automatic attempt may be claimed; absent: none is due "
+        "(attempts used up, a question, a budget: a person decides)"))
     next_owner_actor: bounds.Actor | None = Field(
         default=None, description="the actor of the accepted command the next claim serves")
-    commands: list[CommandRecord] = Field(default_factory=list, max_length=COMMANDS_KEPT)
-    conditions: Conditions = Field(default_factory=list)
-    effects: list[EffectEntry] = Field(default_factory=list, max_length=bounds.EFFECTS_KEPT)
+    commands: list[CommandRecord] = Field(
+        default_factory=list, max_length=COMMANDS_KEPT,
+        description=f"the ledger: the last {COMMANDS_KEPT} commands decided, oldest first")
+    conditions: Conditions = Field(default_factory=list, description=(
+        "Held, Reopened, AwaitingReassignment, CommandRejected, EffectUnresolved, "
+        "QuestionPending, NodeLost, LaunchSpecSelected, ... (docs/design/names.md)"))
+    effects: list[EffectEntry] = Field(default_factory=list, max_length=bounds.EFFECTS_KEPT,
+                                       description="unresolved effects, and their answers")
     effects_not_shown: int = Field(
         default=0, ge=0, le=bounds.MAX_RECORDS,
         description="unresolved effects the latest attempt recorded beyond what "
                     f"status.effects shows (at most {bounds.EFFECTS_KEPT} entries): a later "
                     "attempt that meets one records it again, and it is shown then")
-    questions: list[QuestionEntry] = Field(default_factory=list,
-                                           max_length=bounds.QUESTIONS_KEPT)
+    questions: list[QuestionEntry] = Field(
+        default_factory=list, max_length=bounds.QUESTIONS_KEPT,
+        description="questions and approvals its attempts asked people, and their answers")
     budget_raises: int | None = Field(
         default=None, ge=0, le=bounds.MAX_REVISION,
         description="while BudgetExceeded: the run's accepted budget raises when the slot "
@@ -323,7 +374,8 @@ class SlotStatus(Model):
         default=0, ge=0, le=bounds.MAX_ATTEMPT_NUMBER,
         description="attempts (not asking) used before the latest rerun: maxAttempts counts "
                     "afresh after a rerun")
-    observed_generation: int | None = None
+    observed_generation: int | None = Field(
+        default=None, description="the slot's metadata.generation this status was written for")
 
 
 NAME_FITS: JsonDict = {

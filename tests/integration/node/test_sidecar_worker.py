@@ -10,7 +10,10 @@ attempt's Lease as ``record.agentrun.dev/<key>`` and decodes with the SDK's reco
 Then a main container that checks in once and hangs: the sidecar stops renewing after
 the window (it says so, once), the lease expires, the operator deletes the pod to fence
 it and ends the attempt (``Failed`` when the killed pod is seen Failed, ``Lost`` when it
-is gone first): the sidecar did not keep it alive.
+is gone first): the sidecar did not keep it alive. And in a namespace enforcing the
+restricted Pod Security Standard: a LaunchSpec whose main container falls short is
+``Valid`` False (``PodSecurityRefused``, saying what to set), and one whose main container
+complies runs, the sidecar's default securityContext admitted beside it.
 """
 
 from __future__ import annotations
@@ -64,12 +67,24 @@ sleep 3600
 """
 
 
-def sidecar_spec(scenario: Scenario, *, image: str, script: str) -> None:
+COMMITS_AND_EXITS = PRELUDE + f"""
+c -X POST "$S/v1/check-in"
+echo "put: $(c -X PUT -H 'Content-Type: application/json' \
+    --data '{json.dumps(NOTES)}' "$S/v1/steps/notes")"
+"""
+# What the restricted Pod Security Standard asks of a container (the image runs as 65532).
+RESTRICTED = {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+              "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def sidecar_spec(scenario: Scenario, *, image: str, script: str, name: str = "sidecar-workers",
+                 worker_class: str = "cpu", security: dict[str, Any] | None = None) -> None:
     main = {"name": "main", "image": image, "imagePullPolicy": "Never",
-            "command": ["sh", "-c", script]}
+            "command": ["sh", "-c", script],
+            **({"securityContext": security} if security is not None else {})}
     body: Any = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LaunchSpec",
-                 "metadata": {"name": "sidecar-workers"},
-                 "spec": {"claim": {"workerClasses": ["cpu"]},
+                 "metadata": {"name": name},
+                 "spec": {"claim": {"workerClasses": [worker_class]},
                           "lease": {"durationSeconds": LEASE_SECONDS},
                           "startDeadlineSeconds": START_DEADLINE_SECONDS,
                           "sidecar": {"image": image, "checkInSeconds": CHECK_IN_SECONDS},
@@ -149,3 +164,46 @@ def test_a_hung_main_container_is_not_kept_alive(
     worker = worker_user(scenario.namespace)
     renewals = [u for u in lease_renewers(scenario, first) if u == worker]
     assert 1 <= len(renewals) <= 10, renewals  # a window's worth, then none
+
+
+def valid(scenario: Scenario, name: str) -> dict[str, Any]:
+    """The LaunchSpec's ``Valid`` condition, once definitive (``DryRunRefused``, a refusal
+    of another kind, is tried again 30 s later by design)."""
+    def found() -> dict[str, Any] | None:
+        spec = scenario.custom.get_namespaced_custom_object(
+            GROUP, VERSION, scenario.namespace, "launchspecs", name)
+        return next((c for c in (spec.get("status") or {}).get("conditions") or []
+                     if c["type"] == "Valid" and c["reason"] != "DryRunRefused"), None)
+    condition: dict[str, Any] = wait_for(found, timeout=75, message=f"{name} judged")
+    return condition
+
+
+def test_a_sidecar_worker_runs_where_the_restricted_standard_is_enforced(
+        scenario: Scenario, operator: OperatorProcess, worker_image: str) -> None:
+    labelled = scenario.cluster.kubectl("label", "namespace", scenario.namespace,
+                                        "pod-security.kubernetes.io/enforce=restricted")
+    assert labelled.returncode == 0, labelled.stderr
+    grant_worker_role(scenario)  # the template's ServiceAccount, before any dry run
+    sidecar_spec(scenario, image=worker_image, script=COMMITS_AND_EXITS, name="lax-workers",
+                 worker_class="gpu")
+    lax = valid(scenario, "lax-workers")
+    assert (lax["status"], lax["reason"]) == ("False", "PodSecurityRefused"), lax
+    assert 'container "main"' in lax["message"] and "securityContext" in lax["message"], lax
+    assert 'container "agentrun-worker"' not in lax["message"], lax  # the sidecar complies
+
+    scenario.configs()
+    sidecar_spec(scenario, image=worker_image, script=COMMITS_AND_EXITS, security=RESTRICTED)
+    compliant = valid(scenario, "sidecar-workers")
+    assert (compliant["status"], compliant["reason"]) == ("True", "DryRunSucceeded"), compliant
+    scenario.run("study", max_attempts=1)
+    slot = scenario.slot_name_eventually("study", "research")
+    first = f"{slot}-1"
+    pod = wait_pod_phase(scenario, first, {"Succeeded", "Failed"}, timeout=120)
+    main = logs(scenario, first, "main")
+    assert pod["status"]["phase"] == "Succeeded", main + logs(scenario, first, "agentrun-worker")
+    (sidecar,) = pod["spec"]["initContainers"]
+    assert sidecar["securityContext"] == RESTRICTED  # the default, admitted
+    assert json.loads(dict(line.split(": ", 1) for line in main.splitlines()
+                           if ": " in line)["put"]) == {"result": NOTES}
+    assert scenario.wait_state(slot, "Succeeded", timeout=60)["status"]["attempts"][-1][
+        "outcome"] == "Succeeded"

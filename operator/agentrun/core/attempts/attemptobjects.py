@@ -259,7 +259,10 @@ def sidecar_container(launch_spec: LaunchSpecSpec) -> dict[str, Any]:
     holds the main containers back until its first renewal, for at most the start
     deadline. It is first so that the lease is renewed as early as the pod can. Its
     ``resources`` are ``spec.sidecar.resources``, else requests and limits by default: a
-    namespace whose ResourceQuota counts limits refuses a container without them.
+    namespace whose ResourceQuota counts limits refuses a container without them. Its
+    ``securityContext`` is ``spec.sidecar.securityContext``, else the restricted Pod
+    Security Standard's: a namespace enforcing it refuses a pod any container of which
+    falls short.
     """
     sidecar = launch_spec.sidecar
     assert sidecar is not None
@@ -274,6 +277,7 @@ def sidecar_container(launch_spec: LaunchSpecSpec) -> dict[str, Any]:
                          "periodSeconds": 1, "timeoutSeconds": 5,
                          "failureThreshold": launch_spec.start_deadline_seconds},
         "resources": sidecar.container_resources(),
+        "securityContext": sidecar.container_security(),
     }
 
 

@@ -57,6 +57,14 @@ def requires_resources(*, status: int, message: str) -> bool:
             and QUOTA_REQUIRES_WORDS in message)
 
 
+def pod_security(*, status: int, message: str) -> bool:
+    """A 403 of Pod Security admission: the namespace's enforced level refuses a container
+    or the pod (its words: ``violates PodSecurity "restricted:latest": ...``). A claim
+    treats it as *other* (``ClaimFailed``: the namespace's label may change); a
+    LaunchSpec's dry run says which fields to set."""
+    return status == 403 and "violates PodSecurity" in message
+
+
 def limit_range(*, status: int, message: str) -> bool:
     """A 403 of a LimitRange: a container's (or the pod's) resources are outside its bounds,
     or their limit-to-request ratio is; told by the LimitRanger's own words, since the

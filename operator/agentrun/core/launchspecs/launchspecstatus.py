@@ -7,7 +7,8 @@ server's own validation and admission: condition ``Valid`` True (``DryRunSucceed
 False when the pod can never be made as the spec makes it (``core.base.refusals``): invalid
 (``InvalidTemplate``, 400 or 422), lacking resources a ResourceQuota of the namespace
 counts (``QuotaRequiresResources``) or with resources outside a LimitRange of the
-namespace (``LimitRangeRefused``), with the server's words; Unknown (``DryRunRefused``)
+namespace (``LimitRangeRefused``), or refused by the namespace's enforced Pod Security
+level (``PodSecurityRefused``), with the server's words; Unknown (``DryRunRefused``)
 when it refused for another reason (a quota with no room now, a policy, a missing
 ServiceAccount); False (``SidecarNameTaken``) before any dry run when ``spec.sidecar`` is
 set and the template already has a container named ``agentrun-worker`` (every pod would
@@ -96,6 +97,11 @@ def derive(*, spec: LaunchSpec, slots: Sequence[Slot], dry_run: DryRun,
             "a LimitRange of the namespace refuses the resources of a container of the Pod "
             "(keep them within its bounds in spec.template, and spec.sidecar.resources for "
             f"the sidecar): {dry_run.message}")
+    elif refusals.pod_security(status=dry_run.status, message=dry_run.message):
+        value, reason, message = "False", "PodSecurityRefused", (
+            "the namespace's Pod Security level refuses the Pod (set securityContext in "
+            "spec.template's pod and containers, and spec.sidecar.securityContext for the "
+            f"sidecar): {dry_run.message}")
     elif refusals.of(status=dry_run.status,
                      message=dry_run.message) is refusals.Refusal.LAUNCH_SPEC:
         value, reason, message = "False", "InvalidTemplate", (

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from agentrun.api import names
-from agentrun.api.launchspecs import LaunchSpecSpec
+from agentrun.api.launchspecs import DEFAULT_SIDECAR_SECURITY, LaunchSpecSpec
 from agentrun.api.runs import JournalPin, Pins
 from agentrun.core.attempts import attemptobjects
 from tests.unit.core import corefakes as f
@@ -112,7 +112,9 @@ def test_a_templates_own_volume_or_mount_of_ours_gives_way() -> None:
 
 
 # The pods the builder made before journals existed (sha256 of their JSON): a run pinned
-# without a journal, as every run an older operator pinned is, must get exactly these.
+# without a journal, as every run an older operator pinned is, must get exactly these, but
+# for the sidecar's securityContext (the restricted standard's, added since, on purpose:
+# every sidecar pod made from now on complies, whenever its run was pinned).
 BEFORE_JOURNALS = {
     "no sidecar": "e681707b4b29ee4ea2ea5df134d6c5409fad675bfcff525b34baff01ba1649ed",
     "sidecar": "3638d07573af004e061410d365be7ff5a026d74c2efca0ec8bccfeda06a5c90c",
@@ -121,6 +123,10 @@ BEFORE_JOURNALS = {
 
 def test_without_a_journal_the_pod_is_byte_for_byte_what_it_was() -> None:
     for what, spec in (("no sidecar", SPEC.spec), ("sidecar", WITH_SIDECAR)):
-        text = json.dumps(pod(journal=None, spec=spec))
+        body = pod(journal=None, spec=spec)
+        for sidecar in body["spec"].get("initContainers", []):
+            if sidecar["name"] == names.SIDECAR_CONTAINER:
+                assert sidecar.pop("securityContext") == DEFAULT_SIDECAR_SECURITY.wire()
+        text = json.dumps(body)
         assert hashlib.sha256(text.encode()).hexdigest() == BEFORE_JOURNALS[what], what
         assert "JOURNAL" not in text and "journal" not in text

@@ -8,7 +8,9 @@ the start deadline, the agentrun environment and config mounts; every main conta
 init containers keep their order after it; the field's bounds (image required, port and
 window ranges, resource quantities) are the model's; the sidecar has requests and limits
 by default (a namespace whose quota counts limits accepts it), or ``resources`` as
-given, and a spec without ``resources`` keeps its digest; the dry run's pod is the
+given, and a spec without ``resources`` keeps its digest; its securityContext is the
+restricted Pod Security Standard's by default, or ``securityContext`` as given, bounded,
+and a spec without it keeps its digest; the dry run's pod is the
 claim's pod, sidecar included; a template already using the name is ``Valid`` False
 with a message that says what to change, before any dry run.
 """
@@ -97,6 +99,40 @@ def test_resources_as_given_and_a_spec_without_them_keeps_its_digest() -> None:
         {**f.CPU_SPEC.spec.wire(), "sidecar": {"image": IMAGE, "port": 8686,
                                                "checkInSeconds": 30}},
         sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+RESTRICTED = {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+              "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_the_security_context_is_restricted_by_default_or_as_given() -> None:
+    assert pod(with_sidecar(f.CPU_SPEC))["spec"]["initContainers"][0][
+        "securityContext"] == RESTRICTED
+    given = {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True,
+             "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+             "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+             "seccompProfile": {"type": "Localhost", "localhostProfile": "agentrun.json"}}
+    spec = with_sidecar(f.CPU_SPEC, securityContext=given)
+    assert pod(spec)["spec"]["initContainers"][0]["securityContext"] == given  # whole
+    assert launchspecstatus.dry_run_pod(spec)["spec"]["initContainers"][0][
+        "securityContext"] == given
+    assert "securityContext" not in with_sidecar(f.CPU_SPEC).spec.wire()["sidecar"]
+    # {} opts out of the default (an image that runs as root, say): the container's own.
+    assert pod(with_sidecar(f.CPU_SPEC, securityContext={}))["spec"]["initContainers"][0][
+        "securityContext"] == {}
+
+
+@pytest.mark.parametrize(("security", "field"), [
+    ({"runAsUser": -1}, "runAsUser"), ({"runAsUser": 2**31}, "runAsUser"),
+    ({"capabilities": {"add": ["net_admin"]}}, "add"),
+    ({"capabilities": {"drop": ["X"] * 65}}, "drop"),
+    ({"seccompProfile": {"type": "Strict"}}, "type"),
+    ({"seccompProfile": {"type": "Localhost", "localhostProfile": "p" * 256}},
+     "localhostProfile"),
+    ({"privileged": True}, "privileged")])
+def test_the_security_context_is_bounded(security: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError, match=field):
+        Sidecar.model_validate({"image": IMAGE, "securityContext": security})
 
 
 def test_the_dry_run_makes_the_claims_pod_sidecar_included() -> None:

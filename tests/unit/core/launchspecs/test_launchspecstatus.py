@@ -2,7 +2,8 @@
 
 Covers: 201 → Valid True, 400/422 → False InvalidTemplate with the server's words, a
 quota's 403 "must specify" → False QuotaRequiresResources, a LimitRange's 403 (a maximum,
-a minimum, a limit-to-request ratio) → False LimitRangeRefused, another 403 (a full quota
+a minimum, a limit-to-request ratio) → False LimitRangeRefused, Pod Security admission's
+403 → False PodSecurityRefused, another 403 (a full quota
 among them) → Unknown DryRunRefused; slots pinning this uid counted per generation, newest first, at
 most ``GENERATIONS_KEPT``; a same-name spec's pins (another uid) not counted.
 """
@@ -29,6 +30,9 @@ LIMIT_MAX = ("spec.containers[0].name: maximum cpu usage per Container is 500m, 
              "is 1")
 LIMIT_RATIO = ("spec.containers[0].name: cpu max limit to request ratio per Container is 2, "
                "but provided ratio is 20.000000")
+POD_SECURITY = ('pods "dry-run-x" is forbidden: violates PodSecurity "restricted:latest": '
+                'allowPrivilegeEscalation != false (container "main" must set '
+                'securityContext.allowPrivilegeEscalation=false) spec.containers[0].name')
 LIMIT_MIN = ("spec.containers[0].name: minimum memory usage per Pod is 128Mi, but request "
              "is 64Mi")
 
@@ -40,7 +44,8 @@ LIMIT_MIN = ("spec.containers[0].name: minimum memory usage per Pod is 128Mi, bu
     (403, FULL, "Unknown", "DryRunRefused"),
     (403, LIMIT_MAX, "False", "LimitRangeRefused"),
     (403, LIMIT_RATIO, "False", "LimitRangeRefused"),
-    (403, LIMIT_MIN, "False", "LimitRangeRefused")])
+    (403, LIMIT_MIN, "False", "LimitRangeRefused"),
+    (403, POD_SECURITY, "False", "PodSecurityRefused")])
 def test_validity_follows_the_dry_run(status: int, message: str, value: str,
                                       reason: str) -> None:
     derived = launchspecstatus.derive(
