@@ -49,7 +49,7 @@ from types import SimpleNamespace
 
 import kopf
 
-from agentrun import telemetry
+from agentrun import telemetry, version
 from agentrun.api import bounds, names
 from agentrun.api import runs as run_api
 from agentrun.controller import handlers, historyserver, metrics
@@ -178,8 +178,10 @@ def journal_settings(args: argparse.Namespace) -> run_api.JournalSettings | None
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agentrun-operator", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the operator in the foreground")
+    # No abbreviations: a flag is named whole, so the chart can tell its own from a user's.
+    run = sub.add_parser("run", help="run the operator in the foreground", allow_abbrev=False)
     run.add_argument("--context", help="kubeconfig context (default: current, else in-cluster)")
     run.add_argument("--namespace", "-n", action="append", default=[],
                      help="namespace name or glob to serve (repeatable; default: all)")

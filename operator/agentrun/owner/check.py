@@ -35,6 +35,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any, Final
 
 from agentrun.owner._protocol import REPLAYED, Effect, canonical
@@ -183,11 +184,22 @@ CHECKS: Final[Sequence[tuple[str, Callable[[Checker], str | None]]]] = (
     ("fences", _fences), ("checks-approval", _checks_approval))
 
 
+def version() -> str:
+    """The installed distribution's version (``agentrun.version``'s twin: this kit imports
+    nothing else of ``agentrun``, so a service can vendor it, and then no distribution is
+    installed to ask)."""
+    try:
+        return metadata.version("agentrun-operator")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed as a distribution)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="agentrun-owner-check",
         description="Check that the service at URL keeps the effect protocol "
                     "(docs/effect-owners.md), with reserved test keys.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument("url", help="where the service takes effect requests")
     parser.add_argument("--method", default="POST", choices=["POST", "PUT", "PATCH"])
     given = parser.parse_args(argv)

@@ -1,13 +1,14 @@
 """The plugin's reads and its one write per command, through :mod:`agentrun.kube.rest`.
 
-Connection as kubectl makes it: ``--kubeconfig`` (else $KUBECONFIG, else ~/.kube/config),
-``--context`` (else the current one), ``-n`` (else the context's namespace, else
-``default``). In a pod with no kubeconfig, the service account.
+Connection as kubectl makes it (:mod:`.kubeconfigs`): ``--kubeconfig`` (else $KUBECONFIG,
+else ~/.kube/config), ``--context`` (else the current one), ``-n`` (else the context's
+namespace, else ``default``). In a pod with no kubeconfig, the service account.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,11 +18,13 @@ import urllib3
 
 from agentrun.api import names
 from agentrun.kube import rest
-from agentrun.plugin import requests
+from agentrun.plugin import kubeconfigs, requests
 from agentrun.plugin.requests import Object
 
 POLL_SECONDS = 0.5  # between reads of the slot while waiting for the ledger
 CONFLICT_RETRIES = 3  # re-reads when the slot changed between our read and our patch
+PAGE = 500  # objects a list reads at once (kubectl's --chunk-size)
+MAX_PAGES = 200  # pages a list reads at most: 100,000 objects
 
 
 class Failure(Exception):
@@ -38,39 +41,18 @@ class Connection:
     namespace: str
 
 
-def connect(*, kubeconfig: str | None, context: str | None,
-            namespace: str | None) -> Connection:
-    """Load the client configuration as kubectl does; a bad kubeconfig is exit 2."""
+def connect(*, kubeconfig: str | None, context: str | None, namespace: str | None,
+            timeout: rest.Timeout = rest.DEFAULT_TIMEOUT) -> Connection:
+    """Load the client configuration as kubectl does (:mod:`.kubeconfigs`: a problem with
+    what was typed is exit 2, with the environment's configuration exit 3)."""
     configuration = kubernetes.client.Configuration()
     try:
-        try:
-            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, context=context, client_configuration=configuration)
-            listed = kubernetes.config.list_kube_config_contexts
-            contexts, current = listed(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-            active = current if context is None else next(
-                c for c in contexts if c["name"] == context)
-            default = (active.get("context") or {}).get("namespace") or "default"
-        except kubernetes.config.ConfigException:
-            if kubeconfig is not None or context is not None:
-                raise
-            kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration)
-            default = _service_account_namespace()
-    except (kubernetes.config.ConfigException, OSError, StopIteration) as error:
-        raise Failure(f"cannot load the kubeconfig: {error or 'no such context'}",
-                      code=requests.USAGE) from None
+        default = kubeconfigs.load(kubeconfig=kubeconfig, context=context,
+                                   environ=os.environ, configuration=configuration)
+    except kubeconfigs.Problem as problem:
+        raise Failure(str(problem), code=problem.code) from None
     api = kubernetes.client.ApiClient(configuration)
-    return Connection(rest=rest.Rest(api), namespace=namespace or default)
-
-
-def _service_account_namespace() -> str:
-    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-    try:
-        with open(path, encoding="utf-8") as file:
-            return file.read().strip() or "default"
-    except OSError:
-        return "default"
+    return Connection(rest=rest.Rest(api, timeout=timeout), namespace=namespace or default)
 
 
 def resource_path(plural: str, namespace: str, name: str | None = None) -> str:
@@ -106,9 +88,50 @@ def get(conn: Connection, plural: str, name: str) -> Object:
     found = _call(f"reading {plural}/{name}",
                   lambda: conn.rest.get(resource_path(plural, conn.namespace, name)))
     if found is None:
+        if namespace_missing(conn):
+            raise Failure(f"namespace {conn.namespace!r} does not exist (check -n and "
+                          "--context)", code=requests.USAGE)
         raise Failure(f"{plural}/{name} not found in namespace {conn.namespace!r} "
                       "(check the name and -n)", code=requests.USAGE)
     return found
+
+
+def namespace_missing(conn: Connection) -> bool:
+    """Whether the namespace certainly does not exist (the API server's 404): said instead
+    of "not found" for an object in it. Anything else (there, or not readable: a person
+    bound to one namespace may not get it) is not a certainty, so False."""
+    try:
+        return conn.rest.get(f"/api/v1/namespaces/{conn.namespace}") is None
+    except ERRORS:
+        return False
+
+
+def list_all(conn: Connection, path: str, *,
+             query: dict[str, str] | None = None) -> tuple[list[Object], str | None]:
+    """Every object of a collection, read in pages of :data:`PAGE` as kubectl reads them,
+    and the list's resourceVersion (where a watch of it starts). A 400 (a selector the API
+    server cannot parse) is bad input, exit 2."""
+    items: list[Object] = []
+    token, version = None, None
+    for _ in range(MAX_PAGES):
+        asked = {**(query or {}), "limit": str(PAGE), **({"continue": token} if token else {})}
+        try:
+            page = conn.rest.request("GET", path, query=asked)
+        except rest.ApiError as error:
+            if error.status == 400:
+                raise Failure(f"the API server refused the list: {error.message}",
+                              code=requests.USAGE) from None
+            raise failure(f"listing {path}", error) from None
+        except ERRORS as error:
+            raise failure(f"listing {path}", error) from None
+        items += [item for item in page.get("items") or [] if isinstance(item, dict)]
+        metadata = page.get("metadata") or {}
+        version = metadata.get("resourceVersion") or version
+        token = metadata.get("continue")
+        if not token:
+            return items, version
+    raise Failure(f"listing {path}: more than {MAX_PAGES * PAGE} objects; narrow it with "
+                  "-l or -n", code=requests.USAGE)
 
 
 def journal(conn: Connection, slot_name: str, *, limit: int,

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol
 
+from agentrun import version
 from agentrun.api import names
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _renewals as renewals
@@ -94,6 +95,7 @@ def _sidecar_options(sub: Any) -> None:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agentrun-worker", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _sidecar_options(sub)
     run = sub.add_parser("run", help="renew the lease while a command runs")

@@ -8,16 +8,26 @@ written (exit 2, the slot unchanged), alice's is accepted (exit 0) with the acto
 admission; ``status`` shows the tree with the slot and its attempt and ``history`` the
 ledger, both also as JSON a script can parse. A hold reason alice writes with a newline
 and a screen clear (``kubectl annotate``) is shown escaped: one ledger row, no ESC byte.
+
+Then the habits of a kubectl user: ``list`` (its columns, ``-o yaml``, ``-l`` passed to
+the LIST and a selector the API server refuses as bad input), a namespace that does not
+exist said so, ``status -w`` printing the tree again when a hold changes the slot and
+ending at Ctrl-C with exit 0 (``list -w --timeout`` at its timeout), and completion, by
+``kubectl_complete-agentrun`` and through kubectl's own ``__complete``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 
 import pytest
+import yaml
 
 from tests.support.actors.operators import OperatorProcess
-from tests.support.actors.plugin import plugin
+from tests.support.actors.plugin import COMPLETER, PLUGIN, Lines, plugin, started
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays.scenarios import Scenario, request_id, unchanged
 
@@ -101,3 +111,65 @@ def test_the_plugin_reassigns_shows_and_refuses(cluster: Cluster, scenario: Scen
     assert "\x1b" not in shown.stdout
     row = shown.stdout.splitlines()[-3]  # its reason, and the message quoting it, escaped
     assert row.count("look\\n2026-12-01T12:00:00Z  GiveUp  r9  alice  Accepted\\x1b[2J") == 2
+
+
+def test_the_plugin_lists_watches_and_completes(cluster: Cluster, scenario: Scenario,
+                                                operator: OperatorProcess) -> None:
+    if cluster.local is None:
+        pytest.skip("needs the local control plane's per-user contexts and its kubectl")
+    slot = scenario.owned_retry_wait(owner="alice")
+
+    listed = plugin(cluster, scenario, "list")
+    assert listed.returncode == 0, listed.stderr
+    header, row = listed.stdout.splitlines()
+    assert header.split() == ["NAME", "STATE", "SLOTS", "AGE", "TENANT"]
+    assert row.split()[:2] == ["study", "Running"]
+    as_yaml = yaml.safe_load(plugin(cluster, scenario, "list", "-o", "yaml").stdout)
+    assert [(r["name"], r["claimPolicy"]) for r in as_yaml["runs"]] == [("study", "Manual")]
+    none = plugin(cluster, scenario, "list", "-l", "agentrun.dev/no-such-label=x")
+    assert (none.returncode, none.stdout) == (0, ""), none.stderr
+    assert "No runs found in namespace" in none.stderr
+    refused = plugin(cluster, scenario, "list", "-l", "a=(b")  # the API server's 400
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    nowhere = plugin(cluster, scenario, "status", "study", "-n", "no-such-namespace",
+                     user="admin")
+    assert nowhere.returncode == 2, (nowhere.stdout, nowhere.stderr)
+    assert "namespace 'no-such-namespace' does not exist" in nowhere.stderr
+
+    timed = plugin(cluster, scenario, "list", "-w", "--timeout", "2")
+    assert timed.returncode == 0, timed.stderr
+    assert timed.stdout.splitlines()[1].startswith("study")
+
+    watcher = started(cluster, scenario, "status", "study", "-w", "--timeout", "300")
+    try:
+        lines = Lines(watcher)
+        lines.wait_for(lambda line: f"slot {slot}" in line, what="the first tree's slot")
+        held = plugin(cluster, scenario, "hold", slot, "--reason", "look at it first")
+        assert held.returncode == 0, (held.stdout, held.stderr)
+        lines.wait_for(lambda line: f"slot {slot}" in line and "Held" in line,
+                       what="the tree again, the slot held")
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=30) == 0
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait(timeout=30)
+    assert watcher.stderr is not None and "Traceback" not in watcher.stderr.read()
+
+    person = ["--kubeconfig", str(cluster.kubeconfig), "--context", "alice",
+              "-n", scenario.namespace]
+
+    def complete(*words: str, binary: list[str] | None = None) -> list[str]:
+        done = subprocess.run([*(binary or [str(COMPLETER)]), *words], capture_output=True,
+                              text=True, check=False, timeout=60, env={
+                                  **os.environ,
+                                  "PATH": f"{PLUGIN.parent}{os.pathsep}{os.environ['PATH']}"})
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        return done.stdout.splitlines()
+    assert complete(*person, "status", "st") == ["study", ":4"]
+    assert complete(*person, "claim", "") == [slot, ":4"]
+    assert complete("--kubeconfig", str(cluster.kubeconfig), "--context", "nobody",
+                    "status", "") == [":4"]  # no such context: no names, no error
+    kubectl = str(cluster.local.workdir / "bin" / "kubectl")
+    assert complete("__complete", "agentrun", *person, "status", "st",
+                    binary=[kubectl]) == ["study", ":4"]

@@ -2,20 +2,70 @@
 
 from __future__ import annotations
 
+import os
+import queue
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays.scenarios import Scenario
 
 PLUGIN = Path(sys.executable).parent / "kubectl-agentrun"
+COMPLETER = Path(sys.executable).parent / "kubectl_complete-agentrun"
+
+
+def _argv(cluster: Cluster, scenario: Scenario, args: tuple[str, ...], user: str) -> list[str]:
+    return [str(PLUGIN), "--kubeconfig", str(cluster.kubeconfig), "--context", user,
+            "-n", scenario.namespace, *args]
 
 
 def plugin(cluster: Cluster, scenario: Scenario, *args: str,
            user: str = "alice") -> subprocess.CompletedProcess[str]:
     """``kubectl agentrun <args>`` as ``user`` (the local control plane's contexts)."""
-    return subprocess.run(
-        [str(PLUGIN), "--kubeconfig", str(cluster.kubeconfig), "--context", user,
-         "-n", scenario.namespace, *args],
-        capture_output=True, text=True, check=False, timeout=120)
+    return subprocess.run(_argv(cluster, scenario, args, user),
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+def started(cluster: Cluster, scenario: Scenario, *args: str,
+            user: str = "alice") -> subprocess.Popen[str]:
+    """``kubectl agentrun <args>`` left running (``-w``), its output piped line by line."""
+    return subprocess.Popen(_argv(cluster, scenario, args, user), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+class Lines:
+    """A running process's stdout, line by line as it comes (a reader thread)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        self.seen: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        stdout = process.stdout
+
+        def read() -> None:
+            for line in stdout:
+                self._lines.put(line.rstrip("\n"))
+            self._lines.put(None)  # the end
+        threading.Thread(target=read, daemon=True).start()
+
+    def wait_for(self, wanted: Callable[[str], bool], *, what: str,
+                 timeout: float = 60.0) -> str:
+        """The first line from now on that is ``wanted``; fails after ``timeout`` seconds
+        or at the end of the output, with the last lines seen."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                raise AssertionError(f"the output ended before {what}: {self.seen[-20:]}")
+            self.seen.append(line)
+            if wanted(line):
+                return line
+        raise AssertionError(f"no {what} within {timeout:g}s: {self.seen[-20:]}")

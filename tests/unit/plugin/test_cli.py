@@ -284,8 +284,9 @@ def test_a_refused_write_is_a_rejection_and_a_failed_one_an_api_error(
 
 
 def test_a_missing_slot_is_bad_input() -> None:
+    namespace = {"metadata": {"name": "team-a"}}  # there: the slot is what is missing
     with pytest.raises(client.Failure, match="slots/s not found in namespace 'team-a'") as failed:
-        client.get(conn(FakeRest(gets=[None])), "slots", "s")
+        client.get(conn(FakeRest(gets=[None, namespace])), "slots", "s")
     assert failed.value.code == requests.USAGE
 
 
