@@ -156,7 +156,7 @@ def network_policies() -> str:
     operator talks to the API server, the store and a collector wherever they are. ``helm
     test``'s pod may always reach the metrics port (it checks /readyz there)."""
     def policy(name: str, selector: dict[str, str],
-               ingress: list[dict[str, Any]]) -> list[dict[str, Any]]:
+               ingress: list[dict[str, Any] | str]) -> list[dict[str, Any]]:
         return [{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
                  "metadata": {"name": name, "namespace": names.OPERATOR_NAMESPACE,
                               "labels": dict(selector)},
@@ -167,7 +167,7 @@ def network_policies() -> str:
         return [{"port": name, "protocol": "TCP"}]
 
     operator = policy(names.OPERATOR_APP, workload.SELECTOR, [
-        {"ports": port(workload.HISTORY_PORT_NAME)},
+        sentinel("HISTORY_INGRESS"),
         {"ports": port(workload.METRICS_PORT_NAME), "from": sentinel("METRICS_FROM")},
         {"ports": port(workload.METRICS_PORT_NAME),  # `helm test` checks /readyz
          "from": [{"podSelector": {"matchLabels": dict(TEST_SELECTOR)}}]}])

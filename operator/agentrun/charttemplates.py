@@ -183,6 +183,14 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
     "STORE_TOLERATIONS": _optional(".Values.store.tolerations"),
     "STORE_AFFINITY": _optional(".Values.store.affinity"),
     "METRICS_FROM": _optional(".Values.networkPolicy.metricsFrom"),
+    # `- __HELM_HISTORY_INGRESS__` in the operator's NetworkPolicy -> its history port,
+    # from anywhere, while the history API is served.
+    "HISTORY_INGRESS": lambda indent, lead: [
+        "{{- if .Values.history.enabled }}",
+        f"{indent}- ports:",
+        f"{indent}  - port: {workload.HISTORY_PORT_NAME}",
+        f"{indent}    protocol: TCP",
+        "{{- end }}"],
     # `- __HELM_TEST_CHECKS__` in the test pod's args -> a check of each Service installed.
     "TEST_CHECKS": lambda indent, lead: [
         "{{- if .Values.metrics.service.enabled }}",

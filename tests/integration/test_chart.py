@@ -216,7 +216,10 @@ def test_store_values_reach_the_store_and_disable_it() -> None:
 
 
 def test_the_history_api_can_be_turned_off_whole() -> None:
-    documents = render("--set", "history.enabled=false")
+    documents = render("--set", "history.enabled=false", "--set", "networkPolicy.enabled=true")
+    policy = named(documents, "NetworkPolicy", manifests.OPERATOR_ROLE)["spec"]
+    assert [port["port"] for rule in policy["ingress"] for port in rule["ports"]] == [
+        workload.METRICS_PORT_NAME] * 2  # nothing admitted to a port nobody serves
     assert not [d for d in documents if d["kind"] == "APIService"
                 or d["metadata"]["name"] == names.HISTORY_SERVICE]
     (deployment,) = [d for d in documents if d["kind"] == "Deployment"
