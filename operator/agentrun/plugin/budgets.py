@@ -52,9 +52,9 @@ def send(conn: client.Connection, run_name: str, *, add: str | None, add_cost: s
         metadata = run.get("metadata") or {}
         waiting = (metadata.get("annotations") or {}).get(BUDGET.id)
         if waiting is not None:
-            raise client.Failure(f"run {run_name} already has a budget command waiting "
-                                 f"(request id {waiting}); wait for its outcome and retry",
-                                 code=requests.USAGE)
+            raise requests.Failure(f"run {run_name} already has a budget command waiting "
+                                   f"(request id {waiting}); wait for its outcome and retry",
+                                   code=requests.USAGE)
         body = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
                              "annotations": {BUDGET.id: request_id, **{
                                  k: v for k, v in fields.items() if v is not None}}}}
@@ -67,8 +67,8 @@ def send(conn: client.Connection, run_name: str, *, add: str | None, add_cost: s
         except client.ERRORS as error:
             raise client.failure("writing the Budget command", error) from None
         return wait(conn, run_name, request_id, timeout=timeout)
-    raise client.Failure(f"run {run_name} kept changing while the command was written; retry",
-                         code=requests.FAILED)
+    raise requests.Failure(f"run {run_name} kept changing while the command was written; retry",
+                           code=requests.FAILED)
 
 
 def wait(conn: client.Connection, run_name: str, request_id: str, *, timeout: float) -> Object:
@@ -82,7 +82,7 @@ def wait(conn: client.Connection, run_name: str, request_id: str, *, timeout: fl
             return dict(found)
         left = deadline - time.monotonic()
         if left <= 0:
-            raise client.Failure(f"no decision on request {request_id} within {timeout:g}s: "
-                                 "is the operator running? (the command stays on the run)",
-                                 code=requests.FAILED)
+            raise requests.Failure(f"no decision on request {request_id} within {timeout:g}s: "
+                                   "is the operator running? (the command stays on the run)",
+                                   code=requests.FAILED)
         time.sleep(min(client.POLL_SECONDS, left))

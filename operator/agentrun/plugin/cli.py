@@ -148,11 +148,11 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
         large = requests.by_reference(kind, request.fields)
         requests.check(kind, {k: v for k, v in request.fields.items() if k not in large})
     except requests.BadInput as error:
-        raise client.Failure(str(error), code=requests.USAGE) from None
+        raise requests.Failure(str(error), code=requests.USAGE) from None
     written: list[str] = []
     if large and requests.pending_id(kind, slot) is not None:  # nothing written for naught
-        raise client.Failure(f"slot {args.name} already has a {kind} command waiting; wait "
-                             "for its outcome (history) and retry", code=requests.USAGE)
+        raise requests.Failure(f"slot {args.name} already has a {kind} command waiting; wait "
+                               "for its outcome (history) and retry", code=requests.USAGE)
     for name, value in large.items():  # written first, then the command that names it
         configmap = client.put_value(conn, name=f"agentrun-{args.command}-"
                                      f"{request.request_id}", value=value)
@@ -170,7 +170,7 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
     try:
         client.send(conn, args.name, request)
         entry = client.wait_entry(conn, args.name, request, timeout=args.timeout)
-    except client.Failure:
+    except requests.Failure:
         client.delete_values(conn, written)  # the command never landed: nothing names them
         raise
     first = None
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                 entry = budgets.send(conn, args.name, add=args.add, add_cost=args.add_cost,
                                      reason=args.reason, timeout=args.timeout)
             except requests.BadInput as error:
-                raise client.Failure(str(error), code=requests.USAGE) from None
+                raise requests.Failure(str(error), code=requests.USAGE) from None
             code = requests.exit_code(entry)
             output.emit(args.output, {"run": args.name, "namespace": conn.namespace,
                                       "entry": entry, "exitCode": code},
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                         [f"run {args.new_name}: {said}"])
             return code
         return send(args, conn)
-    except client.Failure as failure:
+    except requests.Failure as failure:
         output.error(args.output, str(failure), failure.code)
         return failure.code
     except KeyboardInterrupt:  # Ctrl-C: the end a watch waits for; else the shell's 130

@@ -19,20 +19,12 @@ import urllib3
 from agentrun.api import names
 from agentrun.kube import rest
 from agentrun.plugin import kubeconfigs, requests
-from agentrun.plugin.requests import Object
+from agentrun.plugin.requests import Failure, Object
 
 POLL_SECONDS = 0.5  # between reads of the slot while waiting for the ledger
 CONFLICT_RETRIES = 3  # re-reads when the slot changed between our read and our patch
 PAGE = 500  # objects a list reads at once (kubectl's --chunk-size)
 MAX_PAGES = 200  # pages a list reads at most: 100,000 objects
-
-
-class Failure(Exception):
-    """Why the plugin could not finish: ``code`` is its exit code, the message says why."""
-
-    def __init__(self, message: str, *, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,11 +38,8 @@ def connect(*, kubeconfig: str | None, context: str | None, namespace: str | Non
     """Load the client configuration as kubectl does (:mod:`.kubeconfigs`: a problem with
     what was typed is exit 2, with the environment's configuration exit 3)."""
     configuration = kubernetes.client.Configuration()
-    try:
-        default = kubeconfigs.load(kubeconfig=kubeconfig, context=context,
-                                   environ=os.environ, configuration=configuration)
-    except kubeconfigs.Problem as problem:
-        raise Failure(str(problem), code=problem.code) from None
+    default = kubeconfigs.load(kubeconfig=kubeconfig, context=context,
+                               environ=os.environ, configuration=configuration)
     api = kubernetes.client.ApiClient(configuration)
     return Connection(rest=rest.Rest(api, timeout=timeout), namespace=namespace or default)
 

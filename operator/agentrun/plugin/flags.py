@@ -67,6 +67,7 @@ timeout = seconds(*TIMEOUT[:2])
 
 
 def limit(text: str) -> int:
+    """An argparse type: ``history --limit``, a whole number within JOURNAL_LIMIT."""
     least, most, _ = JOURNAL_LIMIT
     if not text.isdigit() or not least <= int(text) <= most:
         raise argparse.ArgumentTypeError(

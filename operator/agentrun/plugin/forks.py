@@ -72,8 +72,8 @@ def fork(conn: client.Connection, *, source_name: str, name: str, at: str | None
         conn.rest.request("POST", path, body=made)
     except rest.ApiError as error:
         if error.status == 409:
-            raise client.Failure(f"run {name} already exists in namespace {conn.namespace}: "
-                                 "choose another --name", code=requests.REJECTED) from None
+            raise requests.Failure(f"run {name} already exists in namespace {conn.namespace}: "
+                                   "choose another --name", code=requests.REJECTED) from None
         raise client.failure(f"creating run {name}", error) from None
     except client.ERRORS as error:
         raise client.failure(f"creating run {name}", error) from None
@@ -84,7 +84,7 @@ def fork(conn: client.Connection, *, source_name: str, name: str, at: str | None
         if found is not None:
             return found
         if time.monotonic() >= deadline:
-            raise client.Failure(f"run {name} was created, and the operator has not copied "
-                                 f"its journal within {timeout:g}s: is it running? (see "
-                                 f"kubectl describe agentrun {name})", code=requests.FAILED)
+            raise requests.Failure(f"run {name} was created, and the operator has not copied "
+                                   f"its journal within {timeout:g}s: is it running? (see "
+                                   f"kubectl describe agentrun {name})", code=requests.FAILED)
         time.sleep(min(client.POLL_SECONDS, max(deadline - time.monotonic(), 0)))

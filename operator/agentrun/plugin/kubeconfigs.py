@@ -9,7 +9,7 @@ Why the files are found and read here before the kubernetes client loads them: t
 client says little a person can act on. With no file anywhere it falls back to the pod's
 configuration and complains "Service host/port is not set"; a file that is not YAML
 escapes it as YAML's own exception (a traceback); an unknown context is "Expected object
-with name ... in contexts list". Here each is a :class:`Problem` that names the file or the
+with name ... in contexts list". Here each is a :class:`Failure` that names the file or the
 context, with its exit code: 2 when what is wrong is what was typed (``--kubeconfig``,
 ``--context``: bad input), 3 when it is the environment's (no configuration anywhere, a
 broken file named by ``$KUBECONFIG`` or at ``~/.kube/config``: the API cannot be reached).
@@ -26,19 +26,12 @@ import kubernetes
 import yaml
 
 from agentrun.plugin import requests
+from agentrun.plugin.requests import Failure
 
 MAX_BYTES = 16 << 20  # a kubeconfig with many embedded certificates is well under this
 SHOWN_CONTEXTS = 10  # contexts a message lists
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 NO_CONFIG = "no kubeconfig: set KUBECONFIG or --kubeconfig, or run in a cluster"
-
-
-class Problem(Exception):
-    """Why no configuration could be loaded: ``code`` is the exit code."""
-
-    def __init__(self, message: str, *, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,10 +48,10 @@ class Found:
 
 
 def find(*, flag: str | None, environ: Mapping[str, str]) -> Found:
-    """The files kubectl would read; :class:`Problem` when ``--kubeconfig`` names none."""
+    """The files kubectl would read; :class:`Failure` when ``--kubeconfig`` names none."""
     if flag is not None:
         if not os.path.isfile(os.path.expanduser(flag)):
-            raise Problem(f"--kubeconfig {flag}: no such file", code=requests.USAGE)
+            raise Failure(f"--kubeconfig {flag}: no such file", code=requests.USAGE)
         return Found(files=(os.path.expanduser(flag),), named_by="--kubeconfig")
     listed = environ.get("KUBECONFIG")
     if listed:
@@ -72,15 +65,15 @@ def find(*, flag: str | None, environ: Mapping[str, str]) -> Found:
 
 
 def _read(path: str, *, code: int) -> dict[str, Any]:
-    """One kubeconfig file as a mapping, or a :class:`Problem` naming it."""
+    """One kubeconfig file as a mapping, or a :class:`Failure` naming it."""
     try:
         with open(path, "rb") as file:
             data = file.read(MAX_BYTES + 1)
     except OSError as error:
-        raise Problem(f"the kubeconfig {path} cannot be read: {error.strerror}",
+        raise Failure(f"the kubeconfig {path} cannot be read: {error.strerror}",
                       code=code) from None
     if len(data) > MAX_BYTES:
-        raise Problem(f"the kubeconfig {path} is larger than {MAX_BYTES >> 20} MiB: is it "
+        raise Failure(f"the kubeconfig {path} is larger than {MAX_BYTES >> 20} MiB: is it "
                       "a kubeconfig?", code=code)
     try:
         loaded = yaml.safe_load(data)
@@ -88,12 +81,12 @@ def _read(path: str, *, code: int) -> dict[str, Any]:
         where = getattr(error, "problem_mark", None)
         at = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
         said = getattr(error, "problem", None) or "unreadable"
-        raise Problem(f"the kubeconfig {path} is not valid YAML{at}: {said}",
+        raise Failure(f"the kubeconfig {path} is not valid YAML{at}: {said}",
                       code=code) from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
-        raise Problem(f"the kubeconfig {path} is not a kubeconfig (not a YAML mapping)",
+        raise Failure(f"the kubeconfig {path} is not a kubeconfig (not a YAML mapping)",
                       code=code)
     return loaded
 
@@ -112,7 +105,7 @@ def _listed(names: Sequence[str]) -> str:
 
 def choose(found: Found, *, context: str | None) -> tuple[str, str]:
     """(the context to use, its default namespace) from ``found``'s files merged as
-    kubectl merges them, or a :class:`Problem` naming the file or the context."""
+    kubectl merges them, or a :class:`Failure` naming the file or the context."""
     contexts: dict[str, dict[str, Any]] = {}
     current = None
     for path in found.files:
@@ -125,14 +118,14 @@ def choose(found: Found, *, context: str | None) -> tuple[str, str]:
     names = sorted(contexts)
     if context is not None:
         if context not in contexts:
-            raise Problem(f"--context {context}: no such context in the kubeconfig {where} "
+            raise Failure(f"--context {context}: no such context in the kubeconfig {where} "
                           f"(its contexts: {_listed(names)})", code=requests.USAGE)
         chosen = context
     elif current is None:
-        raise Problem(f"the kubeconfig {where} sets no current-context: pass --context "
+        raise Failure(f"the kubeconfig {where} sets no current-context: pass --context "
                       f"(its contexts: {_listed(names)})", code=requests.USAGE)
     elif current not in contexts:
-        raise Problem(f"the kubeconfig {where} names current-context {current}, which it "
+        raise Failure(f"the kubeconfig {where} names current-context {current}, which it "
                       f"does not define (its contexts: {_listed(names)})", code=found.code)
     else:
         chosen = current
@@ -144,14 +137,14 @@ def choose(found: Found, *, context: str | None) -> tuple[str, str]:
 def load(*, kubeconfig: str | None, context: str | None, environ: Mapping[str, str],
          configuration: Any) -> str:
     """Fill ``configuration`` as kubectl would connect; the namespace its context names
-    (else ``default``; in a pod, the pod's). A :class:`Problem` says why it cannot."""
+    (else ``default``; in a pod, the pod's). A :class:`Failure` says why it cannot."""
     found = find(flag=kubeconfig, environ=environ)
     if not found.files:
         if context is None and environ.get("KUBERNETES_SERVICE_HOST"):
             return _in_cluster(configuration)
         why = (f"$KUBECONFIG names no file that exists ({environ.get('KUBECONFIG')})"
                if found.named_by == "$KUBECONFIG" else "there is no ~/.kube/config")
-        raise Problem(f"{NO_CONFIG} ({why})", code=requests.FAILED)
+        raise Failure(f"{NO_CONFIG} ({why})", code=requests.FAILED)
     chosen, namespace = choose(found, context=context)
     try:
         kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
@@ -159,7 +152,7 @@ def load(*, kubeconfig: str | None, context: str | None, environ: Mapping[str, s
             client_configuration=configuration)
     except (kubernetes.config.ConfigException, OSError, ValueError, TypeError,
             AttributeError, KeyError, yaml.YAMLError) as error:
-        raise Problem(f"the kubeconfig {', '.join(found.files)} (context {chosen}) cannot "
+        raise Failure(f"the kubeconfig {', '.join(found.files)} (context {chosen}) cannot "
                       f"be used: {error}", code=found.code) from None
     return namespace
 
@@ -170,7 +163,7 @@ def _in_cluster(configuration: Any) -> str:
         kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
             client_configuration=configuration)
     except (kubernetes.config.ConfigException, OSError) as error:
-        raise Problem(f"{NO_CONFIG} (in a pod, its service account: {error})",
+        raise Failure(f"{NO_CONFIG} (in a pod, its service account: {error})",
                       code=requests.FAILED) from None
     try:
         with open(SERVICE_ACCOUNT, encoding="utf-8") as file:
@@ -185,5 +178,5 @@ def context_names(*, kubeconfig: str | None, environ: Mapping[str, str]) -> list
         found = find(flag=kubeconfig, environ=environ)
         return sorted({entry["name"] for path in found.files
                        for entry in _named(_read(path, code=found.code).get("contexts"))})
-    except Problem:
+    except Failure:
         return []

@@ -33,6 +33,7 @@ DELETED = "Deleted"  # a watched run's STATE once it is gone
 
 
 def columns(*, all_namespaces: bool, wide: bool) -> Columns:
+    """The columns ``list`` shows: NAMESPACE first with ``-A``, the wide ones last."""
     return ((NAMESPACE,) if all_namespaces else ()) + tuple(COLUMNS) + (
         tuple(WIDE) if wide else ())
 

@@ -30,6 +30,14 @@ from agentrun.core.commands.spec import Bound
 Object = dict[str, Any]
 
 ACCEPTED, REJECTED, USAGE, FAILED = 0, 1, 2, 3  # the plugin's exit codes
+
+
+class Failure(Exception):
+    """Why the plugin could not finish: ``code`` is its exit code, the message says why."""
+
+    def __init__(self, message: str, *, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 UNPROVEN = frozenset({Predicate.COMMANDS_REFUSED, Predicate.UNSTAMPED, Predicate.STALE_EPOCH})
 RESEND_SUFFIX = ".resend"
 SHAPES: Mapping[CommandKind, parsing.Shape] = registry.BY_KIND

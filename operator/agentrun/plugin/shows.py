@@ -3,7 +3,7 @@ ledger and journal, or one record's bytes) and ``list`` (the runs), and ``-w`` o
 ``status`` and ``list`` (:mod:`.watching`).
 
 Each prints through :func:`agentrun.plugin.output.emit`: text (escaped), or the same
-view exact as ``-o json``/``-o yaml``. Exit 0, or as :class:`~.client.Failure` says.
+view exact as ``-o json``/``-o yaml``. Exit 0, or as :class:`~.requests.Failure` says.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ def record(args: argparse.Namespace, conn: client.Connection) -> int:
     found = client.journal(conn, args.name, limit=1, record=args.record)
     if "error" in found:  # refused: 1; no such slot or record: 2; else 3
         status = found.get("status")
-        raise client.Failure(str(found["error"]), code=requests.REJECTED if status == 403
-                             else requests.USAGE if status in (404, 410)
-                             else requests.FAILED)
+        raise requests.Failure(str(found["error"]), code=requests.REJECTED if status == 403
+                               else requests.USAGE if status in (404, 410)
+                               else requests.FAILED)
     waiting = None
     if args.record.endswith(names.PAYLOAD_SUFFIX):  # an effect's payload: its approval
         key = args.record.removesuffix(names.PAYLOAD_SUFFIX)
@@ -101,8 +101,8 @@ def status(args: argparse.Namespace, conn: client.Connection) -> int:
 def _nothing(conn: client.Connection, namespace: str | None) -> None:
     """No runs: said on stderr as kubectl says it, or that the namespace does not exist."""
     if namespace is not None and client.namespace_missing(conn):
-        raise client.Failure(f"namespace {namespace!r} does not exist (check -n and "
-                             "--context)", code=requests.USAGE)
+        raise requests.Failure(f"namespace {namespace!r} does not exist (check -n and "
+                               "--context)", code=requests.USAGE)
     output.write(["No runs found" + (f" in namespace {namespace}." if namespace else ".")],
                  file=sys.stderr)
 

@@ -73,11 +73,14 @@ Streamer = Callable[[client.Connection, str, Mapping[str, str]], Iterator[Object
 
 
 def key(obj: Object) -> Key:
+    """An object's place in a mirror: (namespace, name)."""
     metadata = obj.get("metadata") or {}
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
 
 
 def apply(mirror: Mirror, event: Event) -> None:
+    """``mirror`` after ``event``: a list replaces it whole, a change adds, updates or
+    removes one object."""
     if event.kind == LISTED:
         mirror.clear()
         mirror.update({key(obj): obj for obj in event.objects})
@@ -114,7 +117,7 @@ def stream(conn: client.Connection, path: str, query: Mapping[str, str]) -> Iter
 
 
 def follow(conn: client.Connection, index: int, source: Source, version: str | None, *,
-           put: Callable[[Event | client.Failure], None], stop: threading.Event,
+           put: Callable[[Event | requests.Failure], None], stop: threading.Event,
            streamer: Streamer) -> None:
     """Watch ``source`` from ``version`` until ``stop``; every change, a re-list after a
     410, or the failure that ends it, to ``put`` (see the module docstring)."""
@@ -146,14 +149,14 @@ def follow(conn: client.Connection, index: int, source: Source, version: str | N
                 continue
             quick = 0 if seen or time.monotonic() - began >= 1.0 else quick + 1
             if quick >= QUICK_ENDS:
-                raise client.Failure(f"watching {source.path}: the API server ended "
-                                     f"{QUICK_ENDS} watches at once", code=requests.FAILED)
-    except client.Failure as failure:
+                raise requests.Failure(f"watching {source.path}: the API server ended "
+                                       f"{QUICK_ENDS} watches at once", code=requests.FAILED)
+    except requests.Failure as failure:
         put(failure)
     except client.ERRORS as error:
         put(client.failure(f"watching {source.path}", error))
     except Exception as error:  # a follower that died silently would leave the watch hung
-        put(client.Failure(f"watching {source.path} failed: {error!r}", code=requests.FAILED))
+        put(requests.Failure(f"watching {source.path} failed: {error!r}", code=requests.FAILED))
 
 
 def watch(conn: client.Connection, sources: Sequence[Source], *, show: Show,
@@ -169,7 +172,7 @@ def watch(conn: client.Connection, sources: Sequence[Source], *, show: Show,
         versions.append(version)
     if not show(mirrors, ()):
         return
-    events: queue.Queue[Event | client.Failure] = queue.Queue()
+    events: queue.Queue[Event | requests.Failure] = queue.Queue()
     stop = threading.Event()
     for index, source in enumerate(sources):
         threading.Thread(target=follow, name=f"agentrun-watch-{index}", daemon=True,
@@ -189,7 +192,7 @@ def watch(conn: client.Connection, sources: Sequence[Source], *, show: Show,
                 batch.append(events.get_nowait())
             changes: list[Event] = []
             for item in batch:
-                if isinstance(item, client.Failure):
+                if isinstance(item, requests.Failure):
                     raise item
                 apply(mirrors[item.source], item)
                 changes.append(item)

@@ -173,7 +173,7 @@ def test_a_rejection_is_not_resent_and_exits_1(recorder: Any,
 def test_a_failure_prints_its_message_and_exit_code(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     def unreachable(**_: object) -> client.Connection:
-        raise client.Failure("cannot load the kubeconfig: nope", code=requests.USAGE)
+        raise requests.Failure("cannot load the kubeconfig: nope", code=requests.USAGE)
     monkeypatch.setattr(client, "connect", unreachable)
     assert cli.main(["-o", "json", "claim", "s"]) == 2
     out = capsys.readouterr()
@@ -182,7 +182,7 @@ def test_a_failure_prints_its_message_and_exit_code(
 
 
 def test_a_kubeconfig_that_does_not_exist_is_bad_input(tmp_path: Any) -> None:
-    with pytest.raises(client.Failure) as failed:
+    with pytest.raises(requests.Failure) as failed:
         client.connect(kubeconfig=str(tmp_path / "none"), context=None, namespace=None)
     assert failed.value.code == requests.USAGE
 
@@ -201,7 +201,7 @@ def test_the_namespace_defaults_to_the_contexts(tmp_path: Any) -> None:
     assert client.connect(kubeconfig=str(config), context="b", namespace=None).namespace == (
         "default")
     assert client.connect(kubeconfig=str(config), context="b", namespace="x").namespace == "x"
-    with pytest.raises(client.Failure) as failed:
+    with pytest.raises(requests.Failure) as failed:
         client.connect(kubeconfig=str(config), context="missing", namespace=None)
     assert failed.value.code == requests.USAGE
 
@@ -255,7 +255,7 @@ def test_a_conflict_rereads_and_patches_with_the_new_version() -> None:
 
 def test_a_slot_that_keeps_changing_is_an_api_error() -> None:
     fake = FakeRest(gets=[SLOT], patches=[api_error(409, "changed")])
-    with pytest.raises(client.Failure, match="kept changing") as failed:
+    with pytest.raises(requests.Failure, match="kept changing") as failed:
         client.send(conn(fake), "s", HOLD)
     assert failed.value.code == requests.FAILED and len(fake.bodies) == client.CONFLICT_RETRIES
 
@@ -264,7 +264,7 @@ def test_a_command_of_the_same_kind_waiting_is_not_overwritten() -> None:
     waiting = {**SLOT, "metadata": {**SLOT["metadata"],
                                     "annotations": {"agentrun.dev/hold-id": "earlier"}}}
     fake = FakeRest(gets=[waiting])
-    with pytest.raises(client.Failure, match="request id earlier") as failed:
+    with pytest.raises(requests.Failure, match="request id earlier") as failed:
         client.send(conn(fake), "s", HOLD)
     assert failed.value.code == requests.USAGE and fake.bodies == []
 
@@ -278,14 +278,14 @@ def test_a_command_of_the_same_kind_waiting_is_not_overwritten() -> None:
 def test_a_refused_write_is_a_rejection_and_a_failed_one_an_api_error(
         error: Exception, code: int, says: str) -> None:
     fake = FakeRest(gets=[SLOT], patches=[error])
-    with pytest.raises(client.Failure, match=says) as failed:
+    with pytest.raises(requests.Failure, match=says) as failed:
         client.send(conn(fake), "s", HOLD)
     assert failed.value.code == code
 
 
 def test_a_missing_slot_is_bad_input() -> None:
     namespace = {"metadata": {"name": "team-a"}}  # there: the slot is what is missing
-    with pytest.raises(client.Failure, match="slots/s not found in namespace 'team-a'") as failed:
+    with pytest.raises(requests.Failure, match="slots/s not found in namespace 'team-a'") as failed:
         client.get(conn(FakeRest(gets=[None, namespace])), "slots", "s")
     assert failed.value.code == requests.USAGE
 
@@ -299,7 +299,7 @@ def test_waiting_returns_the_entry_once_decided_and_removed_and_times_out_otherw
     fake = FakeRest(gets=[SLOT, decided, removed])
     assert client.wait_entry(conn(fake), "s", HOLD, timeout=5)["outcome"] == "Accepted"
     assert fake.gets == [removed]  # it read until the annotations were gone
-    with pytest.raises(client.Failure, match="no decision on request r1 within 0s") as failed:
+    with pytest.raises(requests.Failure, match="no decision on request r1 within 0s") as failed:
         client.wait_entry(conn(FakeRest(gets=[decided])), "s", HOLD, timeout=0)
     assert failed.value.code == requests.FAILED
 
@@ -344,7 +344,7 @@ def test_the_resend_notice_and_an_error_are_escaped(
     assert one_safe_line(first) and again.startswith("re-sending once as ")
 
     def refused(**_: object) -> client.Connection:
-        raise client.Failure(f"reading slots/s failed: {HOSTILE}", code=requests.FAILED)
+        raise requests.Failure(f"reading slots/s failed: {HOSTILE}", code=requests.FAILED)
     monkeypatch.setattr(client, "connect", refused)
     assert cli.main(["history", "s"]) == 3
     assert one_safe_line(capsys.readouterr().err).startswith("error: reading slots/s failed")

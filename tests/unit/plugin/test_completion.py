@@ -15,7 +15,7 @@ import pytest
 
 from agentrun.core.commands import registry
 from agentrun.kube import rest
-from agentrun.plugin import client, completion
+from agentrun.plugin import client, completion, requests
 
 NO_FILES = ":4"
 
@@ -76,7 +76,7 @@ def api(monkeypatch: pytest.MonkeyPatch) -> Any:
 
         def connect(**kwargs: Any) -> client.Connection:
             connected.append(kwargs)
-            if isinstance(answer, client.Failure):
+            if isinstance(answer, requests.Failure):
                 raise answer
             return client.Connection(rest=fake,  # type: ignore[arg-type]
                                      namespace=kwargs["namespace"] or "default")
@@ -107,7 +107,7 @@ def test_a_run_or_slot_argument_completes_to_names_in_the_namespace_typed(
 
 
 @pytest.mark.parametrize("error", [
-    client.Failure("no kubeconfig: set KUBECONFIG", code=3),
+    requests.Failure("no kubeconfig: set KUBECONFIG", code=3),
     rest.ApiError(403, json.dumps({"message": "forbidden"})),
     ConnectionRefusedError("refused"),
 ])

@@ -133,9 +133,9 @@ def test_an_unknown_namespace_is_said_when_the_object_is_not_found(
                 return self.namespace
             return None  # the run
 
-    def read(namespace: Any) -> client.Failure:
+    def read(namespace: Any) -> requests.Failure:
         conn = client.Connection(rest=Rest(namespace), namespace="tema-a")  # type: ignore[arg-type]
-        with pytest.raises(client.Failure) as failed:
+        with pytest.raises(requests.Failure) as failed:
             client.get(conn, "agentruns", "study")
         assert failed.value.code == requests.USAGE
         return failed.value

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from agentrun.kube import rest
-from agentrun.plugin import cli, client, lists, terminal
+from agentrun.plugin import cli, client, lists, requests, terminal
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 HOSTILE = "x\n`- forged  Succeeded\x1b[2J\u202eevil"
@@ -182,7 +182,7 @@ def test_text_escapes_every_cell_and_keeps_one_row_a_line(
 def test_an_error_is_a_document_too(form: str, monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     def refused(**_: object) -> client.Connection:
-        raise client.Failure(f"no kubeconfig: {HOSTILE}", code=3)
+        raise requests.Failure(f"no kubeconfig: {HOSTILE}", code=3)
     monkeypatch.setattr(client, "connect", refused)
     assert cli.main(["status", "study", "-o", form]) == 3
     out = capsys.readouterr()
