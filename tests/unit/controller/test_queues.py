@@ -68,6 +68,8 @@ async def test_a_key_queued_twice_runs_once() -> None:
     queue.add("a")
     queue.add("b")
     queue.start()
+    # Fake time (looptime): every ready callback runs before the clock moves, so a second
+    # of it is the queue drained, deterministically; what a real second would be is moot.
     await asyncio.sleep(1)
     await queue.stop()
     assert work.count("a") == 1
