@@ -2,8 +2,9 @@
 # and the example agents (with the langgraph extra: agentrun.examples.langgraph_agent).
 #
 # From a clone, with network (pip fetches the dependencies and the build backend from PyPI
-# in the first stage, which builds the project's wheel from the sources; .dockerignore
-# sends only pyproject.toml, README.md and operator/):
+# in the first stage, which builds the two distributions' wheels from the sources, the
+# worker SDK's (sdk/) and the operator's; .dockerignore sends only what they are built
+# from):
 #   buildah bud --isolation chroot -t agentrun-operator:dev .
 #   docker build -t agentrun-operator:dev .
 # (--isolation chroot: buildah's default, oci, fails on hosts whose runtime refuses their
@@ -27,7 +28,7 @@ RUN --mount=type=secret,id=pip-ca \
     if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
  && python3 -m venv /opt/agentrun \
  && /opt/agentrun/bin/pip install --no-cache-dir --disable-pip-version-check \
-        '/src[langgraph]'
+        /src/sdk '/src[langgraph]'
 
 FROM ${BASE}
 COPY --from=build /opt/agentrun /opt/agentrun

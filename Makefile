@@ -31,11 +31,12 @@ help:
 	@echo "make langgraph-kills  the example LangGraph agent on real pods, killed at ten seeded supersteps"
 	@echo "make failover  two elected replicas, the leader killed 20 times mid-burst of claims: takeover p50/p99 (docs/benchmarks.md)"
 
-# Python packages, reinstalled when pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml
+# Python packages, reinstalled when either distribution's pyproject.toml changes: the
+# worker SDK's (sdk/) and the operator's (the root's, which depends on the SDK's).
+$(VENV)/.installed: pyproject.toml sdk/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,mutate,langgraph]'
+	$(PY) -m pip install --quiet -e ./sdk -e '.[test,mutate,langgraph]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -64,7 +65,7 @@ image: venv godeps imagetools
 # and SHA256SUMS. The version is pyproject.toml's: Chart.yaml and the manifests' image tag
 # must say the same.
 $(VENV)/.installed-release: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install --quiet -e '.[release]'
+	$(PY) -m pip install --quiet -e ./sdk -e '.[release]'
 	touch $@
 
 .PHONY: release
@@ -184,7 +185,7 @@ bench-latency: controlplane
 # The bench extra (bench/client, bench/journal) over the venv's own install; reinstalled
 # when pyproject.toml changes or the venv is reinstalled.
 $(VENV)/.installed-bench: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m pip install --quiet -e ./sdk -e '.[bench]'
 	touch $@
 
 # The journal benchmark (bench/journal): the journal (a control plane of its own without a

@@ -21,7 +21,8 @@ from collections.abc import Awaitable, Callable
 
 import kubernetes
 
-from agentrun.kube import clients, rest
+from agentrun import rest
+from agentrun.kube import clients
 
 GROUP, VERSION, PLURAL = "agentrun.dev", "v1alpha1", "slots"
 

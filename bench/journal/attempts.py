@@ -22,9 +22,8 @@ from typing import Any
 
 import kubernetes
 
-from agentrun import manifests
+from agentrun import manifests, rest
 from agentrun.api import names
-from agentrun.kube import rest
 from agentrun.objectstore import ObjectStore
 from agentrun.worker import _journal as journal
 from agentrun.worker import _keeper as keeper

@@ -26,8 +26,8 @@ from typing import Any
 
 import kubernetes
 
+from agentrun import rest
 from agentrun.api import names
-from agentrun.kube import rest
 from agentrun.worker import _renewals as renewals
 from bench.loop.support import Bench, launch_spec_body
 from tests.support.cluster.processes import free_port

@@ -49,13 +49,14 @@ from types import SimpleNamespace
 
 import kopf
 
-from agentrun import telemetry, version
-from agentrun.api import bounds, names
+from agentrun import rest, telemetry
+from agentrun.api import bounds, distributions, names
 from agentrun.api import runs as run_api
 from agentrun.controller import handlers, historyserver, metrics
 from agentrun.controller import stamping as stamping_keeper
 from agentrun.core.policies import leadership
-from agentrun.kube import clients, reads, rest, throttle, writes
+from agentrun.kube import clients, reads, writes
+from agentrun.rest import throttle
 
 # Bounds of the operator's own flags (see docs/design/caches-and-queue.md, "The work queue").
 WORKERS = (1, 64, 5)  # least, most, default: kube-controller-manager's --concurrent-*-syncs
@@ -178,7 +179,8 @@ def journal_settings(args: argparse.Namespace) -> run_api.JournalSettings | None
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agentrun-operator", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("--version", action="version",
+        version=f"%(prog)s {distributions.version(distributions.OPERATOR)}")
     sub = parser.add_subparsers(dest="command", required=True)
     # No abbreviations: a flag is named whole, so the chart can tell its own from a user's.
     run = sub.add_parser("run", help="run the operator in the foreground", allow_abbrev=False)

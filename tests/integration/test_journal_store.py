@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from agentrun import rest
 from agentrun.api import names
-from agentrun.kube import rest
 from agentrun.objectstore import ObjectStore
 from agentrun.worker import _journal as journal
 from agentrun.worker import _journalcommits as journalcommits

@@ -31,8 +31,8 @@ import kubernetes
 import pytest
 from kubernetes.config.incluster_config import InClusterConfigLoader
 
+from agentrun import rest
 from agentrun.api import names
-from agentrun.kube import rest
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _renewer as renewer
 from agentrun.worker import _sdk as sdk

@@ -9,8 +9,8 @@ from importlib import metadata
 
 import pytest
 
-import agentrun
 from agentrun import cli as operator_cli
+from agentrun.api import distributions
 from agentrun.owner import check
 from agentrun.plugin import cli as plugin_cli
 from agentrun.worker import cli as worker_cli
@@ -19,6 +19,12 @@ INSTALLED = metadata.version("agentrun-operator")
 MAINS: dict[str, Callable[[list[str]], object]] = {
     "kubectl agentrun": plugin_cli.main, "agentrun-operator": operator_cli.main,
     "agentrun-worker": worker_cli.main, "agentrun-owner-check": check.main}
+
+
+def test_the_two_distributions_are_one_version() -> None:
+    """The operator pins the SDK at its own version; the SDK's commands say the SDK's."""
+    assert metadata.version("agentrun-worker") == INSTALLED
+    assert f"agentrun-worker=={INSTALLED}" in (metadata.requires("agentrun-operator") or [])
 
 
 @pytest.mark.parametrize("prog", sorted(MAINS))
@@ -31,11 +37,13 @@ def test_version_is_one_line_and_exits_0(prog: str, capsys: pytest.CaptureFixtur
 
 
 def test_the_version_is_the_distributions(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert agentrun.version() == check.version() == INSTALLED
+    def ours() -> str:
+        return distributions.version(distributions.WORKER)
+    assert ours() == check.version() == INSTALLED
     monkeypatch.setattr(metadata, "version", lambda _: "9.8.7")
-    assert agentrun.version() == check.version() == "9.8.7"
+    assert ours() == check.version() == "9.8.7"
 
     def missing(name: str) -> str:
         raise metadata.PackageNotFoundError(name)
     monkeypatch.setattr(metadata, "version", missing)
-    assert agentrun.version() == check.version() == "unknown (not installed as a distribution)"
+    assert ours() == check.version() == "unknown (not installed as a distribution)"

@@ -20,8 +20,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from agentrun import rest
 from agentrun.api import names
-from agentrun.kube import rest
 
 AUTHENTICATION = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
 HEADER_CHARS = 1024  # a user name, group or extra value (the API server's own are short)

@@ -43,10 +43,12 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from agentrun import rest
 from agentrun.api import names
 from agentrun.controller import frontproxy, journalhistory, journalstores, metrics, servingcerts
 from agentrun.controller.frontproxy import FrontProxy
-from agentrun.kube import clients, reads, rest, throttle
+from agentrun.kube import clients, reads
+from agentrun.rest import throttle
 
 GROUP, VERSION, RESOURCE = names.HISTORY_GROUP, names.HISTORY_VERSION, names.HISTORY_RESOURCE
 CONCURRENT = 4  # histories read at once

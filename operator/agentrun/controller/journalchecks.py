@@ -30,12 +30,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from agentrun import objectstore
+from agentrun import objectstore, rest
 from agentrun.api import bounds, names
 from agentrun.api.runs import JournalSettings
 from agentrun.controller import journalstores
 from agentrun.core.runs.resolution import Problem
-from agentrun.kube import reads, rest
+from agentrun.kube import reads
 
 PROBE_TTL = 5.0  # seconds a store's answer is reused
 SECRET_KEYS = (names.JOURNAL_ACCESS_KEY, names.JOURNAL_SECRET_KEY)

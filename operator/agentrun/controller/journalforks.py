@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from agentrun import objectstore
+from agentrun import objectstore, rest
 from agentrun.api import bounds, cuts, journalnodes, names, records
 from agentrun.api.runs import AgentRun, ForkStatus, Inherited, JournalPin
 from agentrun.controller import journalstores
@@ -38,7 +38,7 @@ from agentrun.controller.forkprefixes import CopyError, Walk, inherit, owned
 from agentrun.core.base import actions
 from agentrun.core.runs import runforks
 from agentrun.core.runs.resolution import Problem
-from agentrun.kube import crashpoints, rest
+from agentrun.kube import crashpoints
 
 MOST_OBJECTS = 2_000  # payloads and artifacts of one slot it copies (3 requests each)
 DEADLINE_SECONDS = 30.0  # one look's copying, checked between slots (the rest: next look)

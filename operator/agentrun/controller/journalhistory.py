@@ -26,11 +26,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agentrun import objectstore
+from agentrun import objectstore, rest
 from agentrun.api import bounds, journalnodes, names, records
 from agentrun.api.runs import JournalPin
 from agentrun.controller import journalstores
-from agentrun.kube import rest
 
 GROUP = names.HISTORY_GROUP
 VERSION = names.HISTORY_VERSION

@@ -16,10 +16,10 @@ import base64
 import binascii
 from dataclasses import dataclass
 
-from agentrun import objectstore
+from agentrun import objectstore, rest
 from agentrun.api import bounds, names
 from agentrun.api.runs import JournalPin
-from agentrun.kube import reads, rest
+from agentrun.kube import reads
 
 TIMEOUT_SECONDS = 5.0  # a reconcile waits on the store at most this long per request
 

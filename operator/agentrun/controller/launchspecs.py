@@ -12,11 +12,11 @@ import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from agentrun import rest
 from agentrun.api.launchspecs import LaunchSpec
 from agentrun.controller import reconcilers
 from agentrun.core.base import actions, refusals
 from agentrun.core.launchspecs import launchspecstatus
-from agentrun.kube import rest
 
 MIN_INTERVAL = timedelta(seconds=5)
 

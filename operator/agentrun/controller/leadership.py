@@ -26,10 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from agentrun import rest
 from agentrun.api import names
 from agentrun.core.policies import fencing, leadership
 from agentrun.core.policies.leadership import Move
-from agentrun.kube import clocks, rest, writes
+from agentrun.kube import writes
+from agentrun.rest import clocks
 
 LOST_EXIT_CODE = 75  # EX_TEMPFAIL: try again (the kubelet restarts the container)
 

@@ -13,7 +13,8 @@ import logging
 from collections.abc import Callable
 
 from agentrun.controller import applier
-from agentrun.kube import clocks, reads, writes
+from agentrun.kube import reads, writes
+from agentrun.rest import clocks
 
 
 def settle(step: Callable[[], bool], *, what: str, logger: logging.Logger,

@@ -33,7 +33,8 @@ from agentrun.core.runs import (
     runspans,
     runsteps,
 )
-from agentrun.kube import clocks, reads, writes
+from agentrun.kube import reads, writes
+from agentrun.rest import clocks
 
 MAX_STEPS = 16
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from agentrun import rest
 from agentrun.api.runs import AgentRun, JournalSettings
 from agentrun.api.slots import SlotState
 from agentrun.controller import (
@@ -38,7 +39,8 @@ from agentrun.controller import (
 from agentrun.core.base import census as census_
 from agentrun.core.policies import leadership as leadership_rules
 from agentrun.core.policies import stamping as stamping_policy
-from agentrun.kube import clients, clocks, events, reads, rest, stores, throttle, writes
+from agentrun.kube import clients, events, reads, stores, writes
+from agentrun.rest import clocks, throttle
 from agentrun.telemetry import Telemetry
 
 Key = scheduling.Key

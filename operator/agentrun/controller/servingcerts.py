@@ -37,8 +37,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from agentrun import rest
 from agentrun.api import names
-from agentrun.kube import rest
 
 APISERVICE_PATH = f"/apis/apiregistration.k8s.io/v1/apiservices/{names.HISTORY_APISERVICE}"
 VALID_FOR = timedelta(days=3650)  # the leader replaces it MARGIN before its end

@@ -3,11 +3,15 @@ our client's identity and rate limit."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import aiohttp
 import kopf
 import kubernetes
 
-from agentrun.kube import clients, throttle
+from agentrun.kube import clients
+from agentrun.rest import throttle
 
 
 def login(*, context: str | None, bucket: throttle.Bucket | None) -> kopf.AiohttpSession:
@@ -15,7 +19,7 @@ def login(*, context: str | None, bucket: throttle.Bucket | None) -> kopf.Aiohtt
 
     Kopf uses the session a login handler returns (``kopf.AiohttpSession``) for all it
     sends: lists, watches, and anything else. Built from the same kubeconfig context as our
-    client, so both act with one identity, and with ``kube.throttle.trace_config``, so both
+    client, so both act with one identity, and with :func:`trace_config`, so both
     draw on one bucket. Called from Kopf's (async) login handler: a session belongs to the
     running event loop.
     """
@@ -31,5 +35,17 @@ def login(*, context: str | None, bucket: throttle.Bucket | None) -> kopf.Aiohtt
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, ssl=info.as_ssl_context()),
         headers=info.as_http_headers(),
-        trace_configs=[throttle.trace_config(bucket)] if bucket is not None else None)
+        trace_configs=[trace_config(bucket)] if bucket is not None else None)
     return kopf.AiohttpSession(server=info.server, aiohttp_session=session)
+
+
+def trace_config(bucket: throttle.Bucket) -> aiohttp.TraceConfig:
+    """An aiohttp hook that takes a token before each request of the session it is in."""
+
+    async def on_request_start(session: aiohttp.ClientSession, context: SimpleNamespace,
+                               params: Any) -> None:
+        await bucket.wait()
+
+    config = aiohttp.TraceConfig()
+    config.on_request_start.append(on_request_start)
+    return config

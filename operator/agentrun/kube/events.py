@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from agentrun import rest
 from agentrun.api import bounds
 from agentrun.api.meta import micro_time
 from agentrun.core.base.events import Event
-from agentrun.kube import clocks, rest
+from agentrun.rest import clocks
 
 Object = dict[str, Any]
 WINDOW = timedelta(minutes=10)  # client-go's EventCorrelator aggregates over 10 minutes

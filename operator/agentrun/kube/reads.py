@@ -22,6 +22,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
+from agentrun import rest
 from agentrun.api import names
 from agentrun.api.launchspecs import LaunchSpec, LaunchSpecSpec
 from agentrun.api.runs import AgentRun
@@ -30,7 +31,7 @@ from agentrun.core.base import owners
 from agentrun.core.policies import stamping
 from agentrun.core.runs import runobjects
 from agentrun.core.slots import specsnapshots
-from agentrun.kube import rest, stores
+from agentrun.kube import stores
 
 Object = dict[str, Any]
 CACHE_SECONDS = 5.0

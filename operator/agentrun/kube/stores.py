@@ -46,7 +46,7 @@ from agentrun.api import names
 from agentrun.kube import slimming
 
 if TYPE_CHECKING:
-    from agentrun.kube import rest
+    from agentrun import rest
 
 Object = dict[str, Any]
 Key = tuple[str, str]  # namespace, name

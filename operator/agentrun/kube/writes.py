@@ -28,9 +28,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentrun import rest
 from agentrun.api import names
 from agentrun.api.slots import Slot, SlotStatus
-from agentrun.kube import crashpoints, rest, stores
+from agentrun.kube import crashpoints, stores
 
 Object = dict[str, Any]
 

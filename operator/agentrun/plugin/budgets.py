@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 import time
 
+from agentrun import rest
 from agentrun.api import bounds, modelusage
 from agentrun.core.commands.spec import BUDGET
 from agentrun.core.runs import runcommands
-from agentrun.kube import rest
 from agentrun.plugin import client, requests
 from agentrun.plugin.requests import Object
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentrun import version
-from agentrun.api import bounds
+from agentrun.api import bounds, distributions
 from agentrun.api.runs import FORK_AT_CHARS, FORK_AT_PATTERN
 from agentrun.core.commands import registry
 from agentrun.plugin import budgets, client, flags, forks, output, requests, shows
@@ -47,7 +46,8 @@ def parser() -> argparse.ArgumentParser:
     top = flags.Parser(
         prog="kubectl agentrun", description=__doc__, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    top.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    top.add_argument("--version", action="version",
+        version=f"%(prog)s {distributions.version(distributions.OPERATOR)}")
     flags.common(top, top=True)
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

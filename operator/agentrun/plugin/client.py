@@ -1,4 +1,4 @@
-"""The plugin's reads and its one write per command, through :mod:`agentrun.kube.rest`.
+"""The plugin's reads and its one write per command, through :mod:`agentrun.rest`.
 
 Connection as kubectl makes it (:mod:`.kubeconfigs`): ``--kubeconfig`` (else $KUBECONFIG,
 else ~/.kube/config), ``--context`` (else the current one), ``-n`` (else the context's
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import kubernetes
 import urllib3
 
+from agentrun import rest
 from agentrun.api import names
-from agentrun.kube import rest
 from agentrun.plugin import kubeconfigs, requests
 from agentrun.plugin.requests import Failure, Object
 
@@ -61,8 +61,7 @@ def failure(what: str, error: Exception) -> Failure:
                    code=requests.FAILED)
 
 
-ERRORS = (rest.ApiError, OSError, urllib3.exceptions.HTTPError, kubernetes.client.ApiException,
-          ValueError)
+ERRORS = (rest.ApiError, OSError, urllib3.exceptions.HTTPError, ValueError)
 
 
 def _call(what: str, action: Callable[[], Object | None]) -> Object | None:

@@ -29,8 +29,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from agentrun import rest
 from agentrun.api import bounds
-from agentrun.kube import rest
 from agentrun.plugin import cli, client, kubeconfigs
 
 NO_FILES, FILES = 4, 0  # cobra's ShellCompDirectiveNoFileComp, ShellCompDirectiveDefault

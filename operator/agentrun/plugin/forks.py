@@ -18,9 +18,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from agentrun import rest
 from agentrun.api import names
 from agentrun.core.runs import runforks
-from agentrun.kube import rest
 from agentrun.plugin import client, requests
 from agentrun.plugin.requests import Object
 

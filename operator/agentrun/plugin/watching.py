@@ -17,7 +17,7 @@ collection over; any other error ends the watch with it (exit 3; a refusal, 1). 
 ends it: KeyboardInterrupt reaches the main thread (exit 0, :mod:`.cli`); the followers
 are daemon threads and end with the process.
 
-Why not :meth:`agentrun.kube.rest.Rest.request`: it reads an answer whole and counts a
+Why not :meth:`agentrun.rest.Rest.request`: it reads an answer whole and counts a
 request unanswered after 2 s as (the operator's) blind time; a watch here is the same
 client (configuration, credentials, TLS, connection pool), read line by line.
 """
@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agentrun.kube import rest
+from agentrun import rest
 from agentrun.plugin import client, requests
 from agentrun.plugin.requests import Object
 
@@ -93,15 +93,11 @@ def apply(mirror: Mirror, event: Event) -> None:
 
 def stream(conn: client.Connection, path: str, query: Mapping[str, str]) -> Iterator[Object]:
     """One watch: its events, parsed, as the API server sends them (one JSON a line)."""
-    api = conn.rest.api
-    params = api.param_serialize(
-        method="GET", resource_path=path, query_params=list(query.items()),
-        header_params={"Accept": rest.JSON}, auth_settings=["BearerToken"])
-    answer = api.call_api(*params, _request_timeout=(CONNECT_SECONDS, READ_SECONDS))
-    raw = answer.response  # urllib3's, not read yet
+    raw = conn.rest.open("GET", path, query=dict(query), stream=True,
+                         timeout=rest.Timeout(connect=CONNECT_SECONDS, read=READ_SECONDS))
     try:
-        if not 200 <= answer.status < 300:
-            raise rest.ApiError(answer.status,
+        if not 200 <= raw.status < 300:
+            raise rest.ApiError(raw.status,
                                 raw.read(MAX_ERROR_BYTES).decode(errors="replace"))
         pending = b""
         for chunk in raw.stream(amt=None, decode_content=False):

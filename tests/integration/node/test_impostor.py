@@ -39,7 +39,7 @@ WORKER = "import time\nwhile True:\n    time.sleep(1)\n"  # kept alive by agentr
 IMPOSTOR = """
 import json, os, time
 from datetime import UTC, datetime
-from agentrun.kube import rest
+from agentrun import rest
 from agentrun.worker import _records as records
 from agentrun.worker import _renewals as renewals
 from agentrun.worker._sdk import pod_api

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
+from agentrun import rest
 from agentrun.core.policies.leasepolicy import ATTEMPT_LEASES
-from agentrun.kube import rest
 from agentrun.worker import _effects as effects
 from agentrun.worker import _records as records
 from agentrun.worker import _renewals as renewals

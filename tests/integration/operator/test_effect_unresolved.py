@@ -27,9 +27,8 @@ from typing import Any
 import kubernetes
 import pytest
 
-from agentrun import manifests
+from agentrun import manifests, rest
 from agentrun.api import bounds, names
-from agentrun.kube import rest
 from agentrun.worker import _effects as effects
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from agentrun import rest
 from agentrun.api import bounds, names
-from agentrun.kube import rest
 from agentrun.worker import _journal as journal
 from agentrun.worker import _records as records
 from tests.support.actors.operators import OperatorProcess

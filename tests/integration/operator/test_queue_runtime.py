@@ -28,8 +28,9 @@ import kubernetes
 import pytest
 import yaml
 
+from agentrun import rest
 from agentrun.core.base.events import Event
-from agentrun.kube import events, rest
+from agentrun.kube import events
 from tests.support.actors.operators import OperatorProcess
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays.scenarios import Scenario, holds_throughout

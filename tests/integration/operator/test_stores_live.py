@@ -24,8 +24,10 @@ import kubernetes
 import pytest
 import urllib3
 
+from agentrun import rest
 from agentrun.api import names
-from agentrun.kube import clocks, reads, rest, stores, writes
+from agentrun.kube import reads, stores, writes
+from agentrun.rest import clocks
 from tests.support.actors.watchfeed import Feed
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays.scenarios import Scenario

@@ -33,10 +33,9 @@ from typing import Any
 import kubernetes
 import pytest
 
-from agentrun import manifests
+from agentrun import manifests, rest
 from agentrun.api import bounds, names
 from agentrun.examples.publisher import Publisher
-from agentrun.kube import rest
 from agentrun.owner import Effect
 from agentrun.worker import _effects as effects
 from agentrun.worker import _keeper as keeper

@@ -16,7 +16,7 @@ PRELUDE = """
 import hashlib, json, sys, threading
 from pathlib import Path
 import kubernetes
-from agentrun.kube import rest
+from agentrun import rest
 from agentrun.worker import _journal as journal, _keeper as keeper, _renewer as renewer
 from agentrun.worker._context import Context
 from agentrun.worker._sdk import Worker

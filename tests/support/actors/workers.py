@@ -19,7 +19,7 @@ from typing import Any
 
 import kubernetes
 
-from agentrun.kube import rest
+from agentrun import rest
 from tests.support.cluster.audit import Write, writes
 from tests.support.cluster.localnode import LocalNode
 from tests.support.plays.scenarios import GROUP, VERSION, Object, Scenario

@@ -199,12 +199,17 @@ def _platform_args() -> list[str]:
 
 
 def wheel_requirements() -> list[str]:
-    """The project's dependencies, its ``langgraph`` extra's (the image runs the example
-    LangGraph agent) and its build backend's (the image builds the project's own wheel
-    from its sources)."""
+    """Both distributions' dependencies (the operator's, less the SDK it gets from its own
+    sources), the SDK's extras' the image installs (``langgraph``: the image runs the example
+    LangGraph agent) and the build backend's (the image builds both wheels from their
+    sources)."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    project = pyproject["project"]
-    return [*project["dependencies"], *project["optional-dependencies"]["langgraph"],
+    sdk = tomllib.loads((REPO / "sdk" / "pyproject.toml").read_text())
+    extras = sdk["project"]["optional-dependencies"]
+    return [*(requirement for requirement in pyproject["project"]["dependencies"]
+              if not requirement.startswith(sdk["project"]["name"])),
+            *sdk["project"]["dependencies"],
+            *(needed for extra in ("tracing", "fsspec", "langgraph") for needed in extras[extra]),
             *pyproject["build-system"]["requires"]]
 
 
@@ -231,8 +236,11 @@ def dependency_wheels() -> Path:
 def _project_sources() -> list[Path]:
     """What the image is built from besides the wheels: the offline context's files, hence
     the key's (the files .dockerignore lets a build from a clone send)."""
-    files = [REPO / "Dockerfile", REPO / "pyproject.toml", REPO / "README.md"]
-    for path in sorted((REPO / "operator").rglob("*")):
+    files = [REPO / "Dockerfile", REPO / "pyproject.toml", REPO / "README.md",
+             REPO / "LICENSE", REPO / "sdk" / "pyproject.toml", REPO / "sdk" / "README.md",
+             REPO / "sdk" / "LICENSE"]
+    trees = [*(REPO / "operator").rglob("*"), *(REPO / "sdk" / "agentrun").rglob("*")]
+    for path in sorted(trees):
         relative = path.relative_to(REPO).parts
         if path.is_file() and path.suffix != ".pyc" and not any(
                 p == "__pycache__" or p.endswith(".egg-info") for p in relative):

@@ -21,11 +21,11 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from agentrun import rest
 from agentrun.api import names
 from agentrun.controller import leadership
 from agentrun.core.policies import fencing
 from agentrun.core.policies import leadership as rules
-from agentrun.kube import rest
 
 TIMING = rules.Timing(lease=15, renew_deadline=10, retry=2)
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{names.OPERATOR_NAMESPACE}/leases"

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
+from agentrun import rest
 from agentrun.api import names
 from agentrun.controller import metrics, servingcerts
-from agentrun.kube import rest
 
 NOW = datetime(2026, 12, 6, tzinfo=UTC)
 HOSTS = servingcerts.dns_names()

@@ -22,12 +22,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from agentrun import rest
 from agentrun.api import names
 from agentrun.api.runs import Pin, Pins
 from agentrun.controller.slots import SlotReconciler
 from agentrun.core.base import naming
 from agentrun.core.runs import runobjects
-from agentrun.kube import reads, rest, stores, writes
+from agentrun.kube import reads, stores, writes
 from tests.unit.core import corefakes as f
 from tests.unit.kube import apifake
 

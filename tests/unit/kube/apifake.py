@@ -16,7 +16,7 @@ import copy
 import itertools
 from typing import Any
 
-from agentrun.kube import rest
+from agentrun import rest
 
 Object = dict[str, Any]
 COLLECTIONS = ("slots", "agentruns", "launchspecs", "pods", "leases", "configmaps")

@@ -9,8 +9,9 @@ import unicodedata
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from agentrun import rest
 from agentrun.core.base.events import Event
-from agentrun.kube import events, rest
+from agentrun.kube import events
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 SUBJECT = {"apiVersion": "agentrun.dev/v1alpha1", "kind": "Slot",

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from agentrun import rest
 from agentrun.api import names
-from agentrun.kube import reads, rest, stores, writes
+from agentrun.kube import reads, stores, writes
 
 NS = "team-a"
 

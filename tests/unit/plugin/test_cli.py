@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from agentrun import rest
 from agentrun.api.slots import CommandKind
-from agentrun.kube import rest
 from agentrun.plugin import cli, client, requests, terminal
 
 

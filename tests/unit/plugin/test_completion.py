@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from agentrun import rest
 from agentrun.core.commands import registry
-from agentrun.kube import rest
 from agentrun.plugin import client, completion, requests
 
 NO_FILES = ":4"

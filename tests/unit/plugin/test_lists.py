@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agentrun.kube import rest
+from agentrun import rest
 from agentrun.plugin import cli, client, lists, requests, terminal
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agentrun.kube import rest
+from agentrun import rest
 from agentrun.plugin import cli, client, output, watching
 
 RUNS = "/apis/agentrun.dev/v1alpha1/namespaces/team-a/agentruns"
@@ -192,8 +192,9 @@ def test_timeout_ends_the_watch_with_exit_0(api: Any,
 class Raw:
     """urllib3's response: its chunks, as the API server sends a watch."""
 
-    def __init__(self, chunks: list[bytes]) -> None:
+    def __init__(self, chunks: list[bytes], status: int = 200) -> None:
         self.chunks = chunks
+        self.status = status
         self.closed = False
 
     def stream(self, amt: Any = None, decode_content: Any = None) -> Iterator[bytes]:
@@ -207,31 +208,30 @@ class Raw:
 
 
 class Client:
-    def __init__(self, status: int, raw: Raw) -> None:
-        self.answer = type("Answer", (), {"status": status, "response": raw})()
-        self.timeouts: list[Any] = []
+    """:meth:`agentrun.rest.Rest.open`: the response, its body unread when streaming."""
 
-    def param_serialize(self, **kwargs: Any) -> tuple[Any, ...]:
-        return ("GET", kwargs["resource_path"])
+    def __init__(self, raw: Raw) -> None:
+        self.raw = raw
+        self.opened: list[dict[str, Any]] = []
 
-    def call_api(self, *params: Any, _request_timeout: Any) -> Any:
-        self.timeouts.append(_request_timeout)
-        return self.answer
+    def open(self, method: str, path: str, **options: Any) -> Raw:
+        self.opened.append({"method": method, "path": path, **options})
+        return self.raw
 
 
 def test_a_stream_is_read_a_line_an_event_across_chunks_and_closed() -> None:
     lines = [json.dumps(event("ADDED", run(version=str(n)))).encode() for n in range(3)]
     data = b"\n".join(lines) + b"\n"
     raw = Raw([data[:7], data[7:150], data[150:]])
-    api = Client(200, raw)
-    conn = client.Connection(rest=type("R", (), {"api": api})(), namespace="team-a")  # type: ignore[arg-type]
+    api = Client(raw)
+    conn = client.Connection(rest=api, namespace="team-a")  # type: ignore[arg-type]
     found = list(watching.stream(conn, RUNS, {"watch": "true"}))
     assert [e["object"]["metadata"]["resourceVersion"] for e in found] == ["0", "1", "2"]
-    assert raw.closed and api.timeouts == [(watching.CONNECT_SECONDS, watching.READ_SECONDS)]
+    assert raw.closed and [(o["method"], o["stream"], o["timeout"]) for o in api.opened] == [
+        ("GET", True, rest.Timeout(connect=watching.CONNECT_SECONDS, read=watching.READ_SECONDS))]
     assert watching.READ_SECONDS > watching.WATCH_SECONDS  # a quiet watch is not a dead one
-    refused = Raw([json.dumps({"message": "forbidden: watch"}).encode()])
-    conn = client.Connection(rest=type("R", (), {"api": Client(403, refused)})(),  # type: ignore[arg-type]
-                             namespace="team-a")
+    refused = Raw([json.dumps({"message": "forbidden: watch"}).encode()], status=403)
+    conn = client.Connection(rest=Client(refused), namespace="team-a")  # type: ignore[arg-type]
     with pytest.raises(rest.ApiError, match="forbidden: watch"):
         list(watching.stream(conn, RUNS, {}))
     assert refused.closed

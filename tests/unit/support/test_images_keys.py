@@ -31,11 +31,12 @@ def test_a_key_changes_with_any_input() -> None:
 
 def test_the_project_inputs_are_its_sources_only() -> None:
     relative = {str(p.relative_to(images.REPO)) for p in images._project_sources()}
-    assert {"Dockerfile", "pyproject.toml", "README.md", "operator/agentrun/worker/cli.py",
-            "operator/agentrun/cli.py", "operator/agentrun/py.typed"} <= relative
+    top = {"Dockerfile", "pyproject.toml", "README.md", "LICENSE", "sdk/pyproject.toml",
+           "sdk/README.md", "sdk/LICENSE"}
+    assert {*top, "sdk/agentrun/worker/cli.py", "operator/agentrun/cli.py",
+            "sdk/agentrun/worker/py.typed", "operator/agentrun/plugin/py.typed"} <= relative
     assert not [p for p in relative if "__pycache__" in p or ".egg-info" in p]
-    assert all(p.startswith("operator/") for p in relative
-               - {"Dockerfile", "pyproject.toml", "README.md"})
+    assert all(p.startswith(("operator/", "sdk/agentrun/")) for p in relative - top)
 
 
 def test_the_offline_context_is_the_keys_sources_and_the_wheels(tmp_path: Path) -> None:

@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kubernetes
 import pytest
 import urllib3
 
-from agentrun.kube import rest
+from agentrun import rest
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _renewer as renewer
 from agentrun.worker import _sdk as sdk
@@ -346,12 +345,12 @@ def test_the_sdk_worker_keeps_the_lease_while_in_use(clock: Clock) -> None:
         worker.keeper.ensure_live()
 
 
-def test_the_clients_own_ssl_failure_is_a_retry(clock: Clock) -> None:
-    """kubernetes' REST client raises its ApiException (status 0) for an SSL error: a
-    connection cut during the handshake, as the integration test's proxy does."""
+def test_an_ssl_failure_is_a_retry(clock: Clock) -> None:
+    """urllib3 raises its SSLError for a connection cut during the handshake, as the
+    integration test's proxy does: no answer, so a retry."""
     api = ScriptedApi(clock)
     kept = started(clock, api)
-    api.reading = kubernetes.client.ApiException(status=0, reason="SSLError")
+    api.reading = urllib3.exceptions.SSLError("EOF occurred in violation of protocol")
     assert kept.renew() == pytest.approx(DURATION / 3)
     kept.ensure_live()
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from agentrun import rest
 from agentrun.api import bounds
-from agentrun.kube import rest
 from agentrun.worker import _records as records
 
 Kind = records.Kind
