@@ -12,8 +12,6 @@ from typing import Any
 
 from agentrun.api import names
 
-OPERATOR_NAMESPACE = names.OPERATOR_NAMESPACE
-
 STORE = "agentrun-store"
 STORE_IMAGE = "ghcr.io/agentrun/seaweedfs:4.48"
 STORE_SELECTOR = {"app.kubernetes.io/name": STORE}
@@ -23,10 +21,11 @@ STORE_BUCKET = "agentrun-journal"  # S3's rules: 3 to 63 characters (SeaweedFS r
 STORE_SIZE = "2Gi"
 
 
-def store_endpoint() -> str:
-    """The bundled store's S3 URL by its Service's DNS name (what a cluster with DNS uses;
-    the local cluster, which has none, pins its Service's fixed ClusterIP instead)."""
-    return f"http://{STORE}.{OPERATOR_NAMESPACE}.svc:{STORE_PORT}"
+def store_endpoint(*, namespace: str = names.OPERATOR_NAMESPACE) -> str:
+    """The bundled store's S3 URL by its Service's DNS name in ``namespace``, the
+    operator's (what a cluster with DNS uses; the local cluster, which has none, pins its
+    Service's fixed ClusterIP instead)."""
+    return f"http://{STORE}.{namespace}.svc:{STORE_PORT}"
 
 
 STORE_UID = 65532  # the image's user (tests/support/cluster/images.py)
@@ -52,9 +51,10 @@ STORE_ARGS = ["server", "-dir=/data", "-ip=127.0.0.1", "-ip.bind=0.0.0.0",
 
 def store(*, pull_policy: str, image: str = STORE_IMAGE,
           storage_class: str | None = None, size: str = STORE_SIZE,
-          cluster_ip: str | None = None) -> list[dict[str, Any]]:
+          cluster_ip: str | None = None,
+          namespace: str = names.OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
     """The bundled object store (SeaweedFS) the slots' journals live in: its claim,
-    Deployment and Service, in the operator's namespace.
+    Deployment and Service, in the operator's ``namespace``.
 
     One replica with Recreate: the data is one volume that only one ``weed`` may open, so
     an upgrade stops the old pod before the new one starts. The claim outlives the pod
@@ -62,7 +62,7 @@ def store(*, pull_policy: str, image: str = STORE_IMAGE,
     the cluster's default class; ``cluster_ip`` fixes the Service's address, for clusters
     whose pods have no DNS (the local one: tests/support/cluster/store.py).
     """
-    metadata = {"name": STORE, "namespace": OPERATOR_NAMESPACE, "labels": dict(STORE_SELECTOR)}
+    metadata = {"name": STORE, "namespace": namespace, "labels": dict(STORE_SELECTOR)}
     claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
                                   "resources": {"requests": {"storage": size}}}
     if storage_class is not None:

@@ -26,7 +26,10 @@ SENTINEL = re.compile(r"__HELM_([A-Z_]+?)__")
 # The operator's flags the chart sets or that must agree with what it renders (ports,
 # probes, Services, the leader's identity): extraArgs may hold none of them.
 CHART_FLAGS = ("--metrics-", "--history-", "--journal-", "--leader-", "--identity",
-               "--namespace", "--context", "--otlp-", "--verbose", "--log-", "-n", "-v")
+               "--namespace", "--operator-", "--context", "--otlp-", "--verbose", "--log-",
+               "-n", "-v")
+# The operator's pods' own variables (workload.POD_NAME_ENV, POD_NAMESPACE_ENV).
+CHART_ENV = ("POD_NAME", "POD_NAMESPACE")
 # Inline expressions, by sentinel name.
 SCALARS = {
     "IMAGE": '{{ printf "%s:%s" .Values.image.repository (.Values.image.tag | default '
@@ -39,6 +42,9 @@ SCALARS = {
     "STORE_PULL_POLICY": "{{ .Values.store.image.pullPolicy }}",
     "STORE_SIZE": "{{ .Values.store.size | quote }}",
     "REPLICAS": "{{ .Values.replicas }}",
+    # The release's namespace: every namespaced object's, and the one the admission
+    # policies name (the operator's ServiceAccount, its Lease and Secrets).
+    "NAMESPACE": "{{ .Release.Namespace }}",
     "MONITOR_INTERVAL": "{{ .Values.monitoring.serviceMonitor.interval | quote }}",
     # The standard labels' values (STANDARD_LABELS).
     "INSTANCE": "{{ .Release.Name | quote }}",
@@ -75,10 +81,10 @@ def _optional(value: str, *, scalar: bool = False) -> Callable[[str, str], list[
 
 
 def _refused(*, items: str, test: str, message: str) -> list[str]:
-    """Lines that fail the render with ``message`` (``{{ . }}`` in it: the item) when an
-    item of ``items`` passes ``test`` (a template condition on the item, ``.``): clearer
-    than a schema's ``not``."""
-    text = json.dumps(message).replace("{{ . }}", '" . "')
+    """Lines that fail the render with ``message`` (``{{ . }}`` in it: the item; ``{{ .name }}``:
+    a field of it) when an item of ``items`` passes ``test`` (a template condition on the
+    item, ``.``): clearer than a schema's ``not``."""
+    text = re.sub(r"\{\{ (\.[\w.]*) \}\}", r'" \1 "', json.dumps(message))
     return [f"{{{{- range {items} }}}}", f"{{{{- if {test} }}}}",
             f"{{{{- fail (print {text}) }}}}", "{{- end }}", "{{- end }}"]
 
@@ -150,9 +156,11 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
         "{{- end }}"],
     # `- __HELM_EXTRA_ENV__` in the operator's env -> the values' extraEnv, as list items.
     "EXTRA_ENV": lambda indent, lead: [
-        *_refused(items=".Values.extraEnv", test='eq .name "POD_NAME"',
-                  message="extraEnv: POD_NAME is the chart's own variable (the pod's name, "
-                          "for leader election); name yours otherwise"),
+        *_refused(items=".Values.extraEnv", test=" ".join(
+            ["or", *(f'(eq .name "{name}")' for name in CHART_ENV)]),
+            message="extraEnv: {{ .name }} is the chart's own variable (the pod's name, for "
+                    "leader election, or its namespace, where the operator keeps its Lease "
+                    "and Secrets); name yours otherwise"),
         "{{- with .Values.extraEnv }}",
         f"{{{{- toYaml . | nindent {len(indent)} }}}}",
         "{{- end }}"],
@@ -219,7 +227,8 @@ BLOCKS: dict[str, Callable[[str, str], list[str]]] = {
         *_retention(indent),
         "{{- else if $.Values.store.enabled }}",
         *[line for flag, value in (
-            ("endpoint", f'"{bundledstore.store_endpoint()}"'),
+            ("endpoint",
+             f'"{bundledstore.store_endpoint(namespace="{{ $.Release.Namespace }}")}"'),
             ("bucket", f'"{bundledstore.STORE_BUCKET}"'),
             ("prefix", "{{ .prefix | quote }}"), ("region", "{{ .region | quote }}"))
           for line in (f"{indent}- --journal-{flag}", f"{indent}- {value}")],

@@ -75,7 +75,8 @@ COMMENTS = {
                         "namespace) for pulling the operator's and the store's images, as "
                         "[{name: regcred}].",
     "replicas": f"Operator pods, 1 to {MAX_REPLICAS}: one leads (leader election on the "
-                "Lease agentrun-system/agentrun-operator, its writes fenced by admission), "
+                "Lease agentrun-operator in the release's namespace, its writes fenced by "
+                "admission), "
                 "the others stand by with their caches primed, take over about a lease "
                 "(15 s) after the leader is lost, and serve the history API. A "
                 "PodDisruptionBudget lets a drain take one at a time (on a cluster of one "
@@ -196,7 +197,9 @@ def values_yaml() -> str:
     """``values.yaml``: every key with the comment that says what it does."""
     lines = ["# Values of the agentrun-operator chart; values.schema.json rejects any other key",
              "# and says what each one takes.",
-             "# Install only into the namespace agentrun-system (the chart fails otherwise)."]
+             "# Install into any namespace but a tenant's (labelled "
+             f"{names.TENANT_LABEL}), once per cluster:",
+             "# its roles and admission policies are cluster-wide (the chart fails otherwise)."]
 
     def walk(node: dict[str, Any], path: str, depth: int) -> None:
         for key, value in node.items():

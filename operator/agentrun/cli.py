@@ -20,8 +20,11 @@ serves it on 8443 behind the APIService ``v1alpha1.history.agentrun.dev``).
 journals; each run launched pins them, its prefix made its own
 (``<prefix>/<namespace>/<run uid>``); without them runs get no journal.
 ``--journal-retention-seconds``: how long a finished run's journal is kept (pinned too).
-``--leader-elect``: several replicas elect a leader on the Lease
-``agentrun-system/agentrun-operator`` (:mod:`agentrun.controller.leadership`), as
+``--operator-namespace``: the namespace the operator is installed in, where it keeps its
+leader Lease and Secrets (default: ``$POD_NAMESPACE``, else the pod's service-account
+namespace, else agentrun-system: :mod:`agentrun.kube.ownnamespace`).
+``--leader-elect``: several replicas elect a leader on the Lease ``agentrun-operator`` in
+that namespace (:mod:`agentrun.controller.leadership`), as
 ``--identity`` (their pod's name, default ``$POD_NAME``); only the leader reconciles and
 mints, the others keep their caches primed; ``--leader-election-lease``,
 ``-renew-deadline``, ``-retry-period``: its timing (client-go's defaults 15, 10, 2 s).
@@ -55,7 +58,7 @@ from agentrun.api import runs as run_api
 from agentrun.controller import handlers, historyserver, metrics
 from agentrun.controller import stamping as stamping_keeper
 from agentrun.core.policies import leadership
-from agentrun.kube import clients, reads, writes
+from agentrun.kube import clients, ownnamespace, reads, writes
 from agentrun.rest import throttle
 
 # Bounds of the operator's own flags (see docs/design/caches-and-queue.md, "The work queue").
@@ -76,6 +79,9 @@ RENEW_DEADLINE = (1.0, 299.0, 10.0)
 RETRY_PERIOD = (0.2, 60.0, 2.0)
 
 
+OWN_NAMESPACE_HELP = ("the namespace the operator is installed in, where its leader Lease "
+                      "and Secrets are (default: $POD_NAMESPACE, else the pod's service "
+                      f"account's, else {names.OPERATOR_NAMESPACE})")
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
               "error": logging.ERROR}
 
@@ -187,6 +193,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--context", help="kubeconfig context (default: current, else in-cluster)")
     run.add_argument("--namespace", "-n", action="append", default=[],
                      help="namespace name or glob to serve (repeatable; default: all)")
+    run.add_argument("--operator-namespace", help=OWN_NAMESPACE_HELP)
     run.add_argument("--workers", type=bounded(int, *WORKERS[:2], "--workers"),
                      default=WORKERS[2],
                      help=f"reconciles run at once (default {WORKERS[2]}, at most {WORKERS[1]})")
@@ -240,9 +247,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                           "<url>/v1/traces), such as http://otel-collector.observability:4318 "
                           f"(default: ${telemetry.ENDPOINT_ENV}; neither: no tracing)")
     run.add_argument("--leader-elect", action="store_true",
-                     help="elect a leader among the replicas on the Lease "
-                          f"{names.OPERATOR_NAMESPACE}/{names.LEADER_LEASE}: only the leader "
-                          "reconciles, the others stand by with primed caches")
+                     help=f"elect a leader among the replicas on the Lease "
+                          f"{names.LEADER_LEASE} in the operator's namespace: only the "
+                          "leader reconciles, the others stand by with primed caches")
     run.add_argument("--identity", type=identity,
                      help="this replica's identity in the election: its pod's name (default: "
                           "$POD_NAME, else the host name)")
@@ -270,7 +277,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                             "actor stamping is in force")
     stamp.add_argument("--context", help="kubeconfig context (default: current, else in-cluster)")
     stamp.add_argument("--timeout", type=float, default=60.0)
+    stamp.add_argument("--operator-namespace", help=OWN_NAMESPACE_HELP)
     args = parser.parse_args(argv)
+    try:
+        args.operator_namespace = ownnamespace.operator_namespace(flag=args.operator_namespace)
+    except ValueError as error:
+        parser.error(str(error))
     if args.command == "run":
         try:
             args.journal = journal_settings(args)
@@ -287,10 +299,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def stamping(*, context: str | None, timeout: float) -> int:
+def stamping(*, context: str | None, timeout: float, operator_namespace: str) -> int:
     api = clients.configure(context=context)
     client = rest.Rest(api)
-    keeper = stamping_keeper.Keeper(reader=reads.Reader(client), writer=writes.Writer(client),
+    keeper = stamping_keeper.Keeper(reader=reads.Reader(
+        client, operator_namespace=operator_namespace), writer=writes.Writer(client),
                                     logger=logging.getLogger("agentrun"))
     found = keeper.until_in_force(timeout=timeout)
     if found.epoch is None:
@@ -336,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.command == "stamping":
         configure_logging(verbose=False)
-        return stamping(context=args.context, timeout=args.timeout)
+        return stamping(context=args.context, timeout=args.timeout,
+                        operator_namespace=args.operator_namespace)
     configure_logging(verbose=args.verbose, level=args.log_level)
     tracing = start_tracing(flag=args.otlp_endpoint, identity=args.identity)
     if tracing is None:
@@ -366,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                 context=args.context, address=args.history_address,
                 port=int(args.history_port), bucket=bucket, meters=meters,
                 may_write=(lambda: True) if leading is None else leading.is_set,
-                logger=logging.getLogger("agentrun"))
+                operator_namespace=args.operator_namespace, logger=logging.getLogger("agentrun"))
         except OSError as error:
             print(f"cannot serve the history API on {args.history_address}:"
                   f"{int(args.history_port)}: {error.strerror or error}; choose another "
@@ -378,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
                            workers=int(args.workers), bucket=bucket,
                            reconcile_timeout=args.reconcile_timeout, meters=meters,
                            journal=args.journal, election=args.election,
-                           identity=args.identity, leading=leading, telemetry=tracing)
+                           identity=args.identity, leading=leading, telemetry=tracing,
+                           operator_namespace=args.operator_namespace)
     try:
         asyncio.run(kopf.operator(
             registry=handlers.registry(),

@@ -100,18 +100,19 @@ def _binding(name: str, subject: dict[str, str], *, namespace: str | None = None
             "subjects": [subject]}
 
 
-def operator_rbac() -> list[dict[str, Any]]:
-    """The operator's namespace, ClusterRole and Role there, bound to its ServiceAccount only."""
-    account = {"kind": "ServiceAccount", "name": OPERATOR_ROLE, "namespace": OPERATOR_NAMESPACE}
+def operator_rbac(*, namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
+    """The operator's namespace, ClusterRole and Role there, bound to its ServiceAccount only
+    (the plain manifests' namespace; the chart's is the release's)."""
+    account = {"kind": "ServiceAccount", "name": OPERATOR_ROLE, "namespace": namespace}
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": OPERATOR_ROLE}, "rules": OPERATOR_RULES},
         _binding(OPERATOR_ROLE, account),
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": OPERATOR_ROLE, "namespace": OPERATOR_NAMESPACE},
+         "metadata": {"name": OPERATOR_ROLE, "namespace": namespace},
          "rules": OPERATOR_NAMESPACE_RULES},
-        _binding(OPERATOR_ROLE, account, namespace=OPERATOR_NAMESPACE),
+        _binding(OPERATOR_ROLE, account, namespace=namespace),
         _binding(AUTHENTICATION_BINDING, account, namespace="kube-system",
                  role=AUTHENTICATION_READER),
     ]
@@ -194,8 +195,8 @@ def user_roles() -> list[dict[str, Any]]:
     ]
 
 
-def stamp_policy() -> list[dict[str, Any]]:
-    return admission.stamp_policy()
+def stamp_policy(*, namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
+    return admission.stamp_policy(namespace=namespace)
 
 
 def validating_policies() -> list[dict[str, Any]]:
@@ -204,15 +205,17 @@ def validating_policies() -> list[dict[str, Any]]:
             *tokenpolicy.pod_tokens()]
 
 
-def fence_policy() -> list[dict[str, Any]]:
-    """Only the leader's pod writes as the operator (``core.policies.fencing``)."""
-    return fencing.fence_policy()
+def fence_policy(*, namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
+    """Only the leader's pod writes as the operator (``core.policies.fencing``), for the
+    operator in ``namespace``."""
+    return fencing.fence_policy(namespace=namespace)
 
 
-def mutating_policies() -> list[dict[str, Any]]:
+def mutating_policies(*, namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
     """What admission stamps: commands' actors, and each attempt Lease's holder uid
-    (``core.policies.leasepolicy.bind_holders``, which the validating Lease policy relies on)."""
-    return [*stamp_policy(), *leasepolicy.bind_holders()]
+    (``core.policies.leasepolicy.bind_holders``, which the validating Lease policy relies on);
+    the stamping Secret is in the operator's ``namespace``."""
+    return [*stamp_policy(namespace=namespace), *leasepolicy.bind_holders()]
 
 
 WORKER_ROLE = "agentrun-worker"

@@ -59,7 +59,7 @@ ALERTS: tuple[Alert, ...] = (
           summary="No replica of agentrun-operator leads",
           description="No replica leads (or none is scraped): no claim is made, no command "
                       "decided, no lease judged. See the replicas' pods and logs and the "
-                      "Lease agentrun-system/agentrun-operator."),
+                      "Lease agentrun-operator in the operator's namespace."),
     Alert(name="AgentrunWorkQueueSaturated",
           signal=f"max(agentrun_queue_depth {LEADER_ONLY})", threshold="> 100", for_="10m",
           severity="warning", summary="The leader's work queue holds over 100 keys",

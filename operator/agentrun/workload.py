@@ -42,8 +42,11 @@ def operator_args(*, port: int = METRICS_PORT) -> list[str]:
             "--history-port", str(HISTORY_PORT), "--leader-elect"]
 
 
-# The pod's own name, which leader election and the Events' reportingInstance use.
+# The pod's own name, which leader election and the Events' reportingInstance use, and
+# its namespace, where the operator keeps its Lease and Secrets (agentrun.kube.ownnamespace).
 POD_NAME_ENV = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+POD_NAMESPACE_ENV = {"name": "POD_NAMESPACE",
+                     "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
 
 
 REPLICAS = 2  # one leads, one stands by (the chart's ``replicas``)
@@ -54,9 +57,11 @@ SPREAD = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution":
                                        "topologyKey": "kubernetes.io/hostname"}}]}}
 
 
-def deployment(*, image: str = IMAGE, replicas: int | str = REPLICAS) -> list[dict[str, Any]]:
-    """The operator's service account and Deployment (in the namespace that
-    :func:`agentrun.manifests.operator_rbac` makes): ``replicas`` replicas under leader
+def deployment(*, image: str = IMAGE, replicas: int | str = REPLICAS,
+               namespace: str = names.OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
+    """The operator's service account and Deployment in ``namespace`` (the plain
+    manifests' is the one :func:`agentrun.manifests.operator_rbac` makes; the chart's, the
+    release's; the pods learn it from ``POD_NAMESPACE``): ``replicas`` replicas under leader
     election and the fence, a rolling update that starts a new one and waits until it is
     Ready (a primed standby) before it stops an old one, spread over nodes when it can.
 
@@ -66,9 +71,9 @@ def deployment(*, image: str = IMAGE, replicas: int | str = REPLICAS) -> list[di
     """
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": names.OPERATOR_APP, "namespace": names.OPERATOR_NAMESPACE}},
+         "metadata": {"name": names.OPERATOR_APP, "namespace": namespace}},
         {"apiVersion": "apps/v1", "kind": "Deployment",
-         "metadata": {"name": names.OPERATOR_APP, "namespace": names.OPERATOR_NAMESPACE,
+         "metadata": {"name": names.OPERATOR_APP, "namespace": namespace,
                       "labels": dict(SELECTOR)},
          "spec": {
              "replicas": replicas,
@@ -85,7 +90,7 @@ def deployment(*, image: str = IMAGE, replicas: int | str = REPLICAS) -> list[di
                      "containers": [{
                          "name": "operator", "image": image, "imagePullPolicy": PULL_POLICY,
                          "args": operator_args(),
-                         "env": [POD_NAME_ENV],
+                         "env": [POD_NAME_ENV, POD_NAMESPACE_ENV],
                          "ports": [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT,
                                     "protocol": "TCP"},
                                    {"name": HISTORY_PORT_NAME, "containerPort": HISTORY_PORT,
@@ -101,29 +106,29 @@ def deployment(*, image: str = IMAGE, replicas: int | str = REPLICAS) -> list[di
     ]
 
 
-def disruption_budget() -> list[dict[str, Any]]:
+def disruption_budget(*, namespace: str = names.OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
     """At most one replica down by a voluntary disruption (a drain, an eviction): another
     stays to lead or to take over. ``maxUnavailable`` rather than ``minAvailable``: with
     one replica it never blocks a drain; a replica that is not Ready may always be
     evicted (it serves nothing)."""
     return [{"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-             "metadata": {"name": names.OPERATOR_APP, "namespace": names.OPERATOR_NAMESPACE,
+             "metadata": {"name": names.OPERATOR_APP, "namespace": namespace,
                           "labels": dict(SELECTOR)},
              "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(SELECTOR)},
                       "unhealthyPodEvictionPolicy": "AlwaysAllow"}}]
 
 
-def metrics_service() -> list[dict[str, Any]]:
+def metrics_service(*, namespace: str = names.OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
     """A ClusterIP Service in front of the operator's metrics port, for Prometheus."""
     return [{"apiVersion": "v1", "kind": "Service",
-             "metadata": {"name": METRICS_SERVICE, "namespace": names.OPERATOR_NAMESPACE,
+             "metadata": {"name": METRICS_SERVICE, "namespace": namespace,
                           "labels": dict(SELECTOR)},
              "spec": {"type": "ClusterIP", "selector": dict(SELECTOR),
                       "ports": [{"name": METRICS_PORT_NAME, "port": METRICS_PORT,
                                  "targetPort": METRICS_PORT_NAME, "protocol": "TCP"}]}}]
 
 
-def history_api() -> list[dict[str, Any]]:
+def history_api(*, namespace: str = names.OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
     """The history API: a Service in front of the operator's history port and the
     APIService that makes the API server forward ``history.agentrun.dev`` to it. Its
     ``caBundle`` is left out: the operator puts its own certificate there at start
@@ -131,12 +136,12 @@ def history_api() -> list[dict[str, Any]]:
     fails, and the API server's namespace deletion waits for it (as for every aggregated
     API): run the operator."""
     return [{"apiVersion": "v1", "kind": "Service",
-             "metadata": {"name": names.HISTORY_SERVICE, "namespace": names.OPERATOR_NAMESPACE,
+             "metadata": {"name": names.HISTORY_SERVICE, "namespace": namespace,
                           "labels": dict(SELECTOR)},
              "spec": {"type": "ClusterIP", "selector": dict(SELECTOR),
                       "ports": [{"name": HISTORY_PORT_NAME, "port": 443,
                                  "targetPort": HISTORY_PORT_NAME, "protocol": "TCP"}]}},
-            apiservice()]
+            apiservice(namespace=namespace)]
 
 
 def apiservice(*, namespace: str = names.OPERATOR_NAMESPACE) -> dict[str, Any]:

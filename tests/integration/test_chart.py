@@ -328,8 +328,11 @@ BAD = [
                  "value must be one of", id="toleration-effect"),
     pytest.param(["--set-json", 'imagePullSecrets=["regcred"]'], NAMESPACE,
                  "got string, want object", id="pull-secret-shape"),
-    pytest.param([], "agentrun-elsewhere",
-                 "must be installed in the namespace agentrun-system", id="release-namespace"),
+    pytest.param(["--set-json", 'extraEnv=[{"name":"POD_NAMESPACE","value":"x"}]'], NAMESPACE,
+                 "extraEnv: POD_NAMESPACE is the chart's own variable", id="pod-namespace-env"),
+    pytest.param(["--set-json", 'extraArgs=["--operator-namespace","x"]'], NAMESPACE,
+                 "extraArgs: --operator-namespace is a flag the chart sets or depends on",
+                 id="operator-namespace-flag"),
 ]
 
 

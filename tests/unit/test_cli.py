@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
 from agentrun import cli
 from agentrun.api.runs import JournalSettings
+from agentrun.kube import ownnamespace
 
 
 def test_the_defaults_are_the_documented_ones() -> None:
@@ -166,3 +168,26 @@ def test_malformed_sdk_settings_stop_the_start_with_what_to_fix(
     tracing = cli.start_tracing(flag="http://127.0.0.1:9", identity="op")
     assert tracing is not None and tracing.on
     tracing.shutdown()
+
+
+def test_the_operator_namespace_is_the_pods_unless_a_flag_names_another(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Both commands learn it (``run``'s leader Lease and Secrets, ``stamping``'s Secret):
+    from ``$POD_NAMESPACE`` (the chart's Deployment sets it), or ``--operator-namespace``;
+    neither and no pod: the plain manifests' namespace. ``--namespace`` stays the watched
+    namespaces'."""
+    monkeypatch.setattr(ownnamespace, "SERVICE_ACCOUNT_FILE", tmp_path / "missing")
+    monkeypatch.delenv(ownnamespace.ENV, raising=False)
+    assert cli.parse(["run"]).operator_namespace == "agentrun-system"
+    monkeypatch.setenv(ownnamespace.ENV, "agentrun-ops")
+    args = cli.parse(["run", "--namespace", "team-a"])
+    assert (args.operator_namespace, args.namespace) == ("agentrun-ops", ["team-a"])
+    assert cli.parse(["stamping"]).operator_namespace == "agentrun-ops"
+    assert cli.parse(["run", "--operator-namespace", "other"]).operator_namespace == "other"
+
+
+def test_an_operator_namespace_that_is_no_name_is_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.parse(["run", "--operator-namespace", "Not A Namespace"])
+    assert "--operator-namespace must be a namespace name" in capsys.readouterr().err

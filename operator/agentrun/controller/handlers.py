@@ -44,7 +44,8 @@ async def startup(*, settings: kopf.OperatorSettings, memo: Any,
         context=memo.context, bucket=memo.bucket, workers=memo.workers,
         timeout=memo.reconcile_timeout, meters=memo.meters, journal=memo.journal,
         election=memo.election, identity=memo.identity, leading=memo.leading,
-        telemetry=memo.get("telemetry"), logger=logging.getLogger("agentrun"))
+        telemetry=memo.get("telemetry"), logger=logging.getLogger("agentrun"),
+        operator_namespace=memo.operator_namespace)
     memo.operator = operator
     await operator.begin(namespaces=memo.namespaces)
     logger.info("agentrun operator started")

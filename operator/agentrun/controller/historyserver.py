@@ -314,27 +314,32 @@ class HistoryService:
 
 def start(*, context: str | None, address: str, port: int, logger: logging.Logger,
           bucket: throttle.Bucket | None = None, may_write: Callable[[], bool] = lambda: True,
-          meters: metrics.Metrics | None = None) -> HistoryService:
+          meters: metrics.Metrics | None = None,
+          operator_namespace: str = names.OPERATOR_NAMESPACE) -> HistoryService:
     """The history served and registered: the server bound (``OSError`` if it cannot be),
     then kept current (:class:`servingcerts.Registration`): serving the shared
     certificate, made and registered on the APIService while ``may_write`` (this replica
     leads), the front proxy as the API server names it. Until the shared certificate is
     read the server has a provisional one no API server trusts; ``meters``' readiness
-    waits for the first read. ``bucket``: the process's client-side rate limit."""
+    waits for the first read. ``bucket``: the process's client-side rate limit;
+    ``operator_namespace``: where the certificate's Secret and the Service are."""
     client = rest.Rest(clients.configure(context=context), throttle=bucket)
     histories = journalhistory.Histories(
-        client=client, stores=journalstores.JournalStores(reader=reads.Reader(client)))
+        client=client, stores=journalstores.JournalStores(
+            reader=reads.Reader(client, operator_namespace=operator_namespace)))
     server = serve(address=address, port=port,
-                   serving=servingcerts.self_signed(hosts=servingcerts.dns_names(),
+                   serving=servingcerts.self_signed(hosts=servingcerts.dns_names(
+                                                        namespace=operator_namespace),
                                                     now=datetime.now(UTC)),
                    history=History(client=client, histories=histories, proxy=None,
                                    logger=logger))
     registration = servingcerts.Registration(client=client, logger=logger, use=server.use,
                                              may_write=may_write,
+                                             namespace=operator_namespace,
                                              also=lambda: server.refresh(client))
     if meters is not None:
         meters.require(lambda: None if registration.looked else (
-            f"the history API's certificate ({names.OPERATOR_NAMESPACE}/"
+            f"the history API's certificate ({operator_namespace}/"
             f"{names.HISTORY_TLS_SECRET}) is not read yet"))
     registration.keep()
     return HistoryService(server=server, registration=registration)

@@ -52,7 +52,7 @@ class Elector:
     timing: leadership.Timing
     logger: logging.Logger
     name: str = names.LEADER_LEASE
-    namespace: str = names.OPERATOR_NAMESPACE
+    namespace: str = names.OPERATOR_NAMESPACE  # the operator's own (its Lease and token)
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime] = clocks.system
     on_lost: Callable[[], None] = exit_lost
@@ -130,7 +130,8 @@ class Elector:
                                 "Lease's %s", held, term)
         version = (found or {}).get("metadata", {}).get("resourceVersion")
         body = fencing.token_body(identity=self.identity, term=term,
-                                  resource_version=version if found else None)
+                                  resource_version=version if found else None,
+                                  namespace=self.namespace)
         try:
             if found is None:
                 self.client.request("POST", path, body=body)
@@ -160,7 +161,8 @@ class Elector:
         try:
             self.client.request("POST", rest.namespaced(
                 group="", version="v1", plural="events", namespace=self.namespace),
-                body=fencing.probe_body(self.identity), query={"dryRun": "All"})
+                body=fencing.probe_body(self.identity, namespace=self.namespace),
+                query={"dryRun": "All"})
         except rest.ApiError as error:
             if error.status == 403 and fencing.FENCED in error.message:
                 self.logger.info("leading: %s holds the Lease; admission does not see it "

@@ -58,9 +58,11 @@ STAMPING_WAIT_SECONDS = 0.5  # before the first reconcile: how often the keeper 
 SLOW_PASS_SECONDS = 0.05  # a run's pass that takes this much CPU is logged at INFO
 
 
-def views(client: rest.Rest, store: stores.Stores) -> tuple[reads.Reader, writes.Writer]:
+def views(client: rest.Rest, store: stores.Stores, *,
+          operator_namespace: str) -> tuple[reads.Reader, writes.Writer]:
     """The reader and writer over ``store``: reads from memory, writes through into it."""
-    return reads.Reader(client, stores=store), writes.Writer(client, stores=store)
+    return (reads.Reader(client, stores=store, operator_namespace=operator_namespace),
+            writes.Writer(client, stores=store))
 
 
 def prime_namespaces(patterns: Sequence[str]) -> list[str]:
@@ -129,22 +131,25 @@ class Operator:
               election: leadership_rules.Timing | None = None,
               identity: str = events.COMPONENT,
               leading: threading.Event | None = None,
-              telemetry: Telemetry | None = None) -> Operator:
+              telemetry: Telemetry | None = None,
+              operator_namespace: str) -> Operator:
         """The operator over one client; ``journal``: where new runs' journals go (pinned
         on each at launch), None: runs get no journal; ``election``: elect a leader on the
         leader Lease with this timing, as ``identity`` (its pod's name: what its Events
         name, and what the fencing policy lets write); ``leading``: the event the elector
         sets while this replica leads (shared with the history API's certificate);
-        ``telemetry``: where the spans of the runs' traces go (None: nowhere)."""
+        ``telemetry``: where the spans of the runs' traces go (None: nowhere);
+        ``operator_namespace``: the namespace it runs in, where its leader Lease, fencing
+        token and stamping Secret are (:mod:`agentrun.kube.ownnamespace`)."""
         client = rest.Rest(clients.configure(context=context), throttle=bucket)
         store = stores.Stores()
-        reader, writer = views(client, store)
+        reader, writer = views(client, store, operator_namespace=operator_namespace)
         elector = None if election is None else leadership.Elector(
             # Its requests time out within one retry period: a hung one must not hold the
             # renewals (the watchdog stops a leader past its renew deadline regardless).
             client=rest.Rest(clients.configure(context=context), timeout=rest.Timeout(
                 connect=min(5.0, election.retry), read=election.retry)),
-            identity=identity, timing=election, logger=logger,
+            identity=identity, timing=election, logger=logger, namespace=operator_namespace,
             leading=leading if leading is not None else threading.Event())
         keeper = stamping.Keeper(reader=reader, writer=writer, logger=logger)
         if elector is not None:

@@ -5,7 +5,9 @@ The API server reaches an aggregated API over TLS through its Service, which spr
 connections over every Ready replica, and verifies each against the APIService's
 ``caBundle``: so every replica must serve the same certificate. It is a self-signed one
 (an ECDSA P-256 key) for the Service's DNS names, kept in the Secret
-``agentrun-system/agentrun-operator-history-tls`` (``kubernetes.io/tls``). Only the leader
+``agentrun-operator-history-tls`` (``kubernetes.io/tls``) in the operator's namespace (the
+Service's too, so its DNS names hold the namespace the operator learnt at start:
+:mod:`agentrun.kube.ownnamespace`). Only the leader
 writes (the fence refuses anyone else's writes): it makes the Secret when it is missing or
 unusable (not PEM, a key that is not the certificate's, names or dates that do not fit),
 and keeps the certificate in its APIService's ``caBundle`` (an upgrade that re-applies
@@ -45,13 +47,17 @@ VALID_FOR = timedelta(days=3650)  # the leader replaces it MARGIN before its end
 KEEP_SECONDS = 30.0  # how often the Secret and the APIService's caBundle are checked
 WAIT_SECONDS = 1.0  # how often while this replica has no certificate to serve yet
 MARGIN = timedelta(days=30)  # a certificate this close to its end is replaced
-SECRETS_PATH = rest.namespaced(group="", version="v1", plural="secrets",
-                               namespace=names.OPERATOR_NAMESPACE)
-SECRET_PATH = f"{SECRETS_PATH}/{names.HISTORY_TLS_SECRET}"
 
 
-def dns_names(*, service: str = names.HISTORY_SERVICE,
-              namespace: str = names.OPERATOR_NAMESPACE) -> list[str]:
+def secrets_path(*, namespace: str) -> str:
+    return rest.namespaced(group="", version="v1", plural="secrets", namespace=namespace)
+
+
+def secret_path(*, namespace: str) -> str:
+    return f"{secrets_path(namespace=namespace)}/{names.HISTORY_TLS_SECRET}"
+
+
+def dns_names(*, namespace: str, service: str = names.HISTORY_SERVICE) -> list[str]:
     """The names the API server may dial the Service by (it uses ``<name>.<ns>.svc``)."""
     return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
             f"{service}.{namespace}.svc.cluster.local"]
@@ -115,11 +121,11 @@ def usable(secret: rest.Object | None, *, hosts: list[str], now: datetime) -> Se
     return Serving(certificate=certificate, key=key)
 
 
-def secret_body(serving: Serving) -> rest.Object:
-    """The Secret that holds ``serving`` for every replica."""
+def secret_body(serving: Serving, *, namespace: str) -> rest.Object:
+    """The Secret that holds ``serving`` for every replica, in the operator's
+    ``namespace``."""
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-            "metadata": {"name": names.HISTORY_TLS_SECRET,
-                         "namespace": names.OPERATOR_NAMESPACE,
+            "metadata": {"name": names.HISTORY_TLS_SECRET, "namespace": namespace,
                          "labels": {"app.kubernetes.io/name": names.OPERATOR_APP}},
             "data": {"tls.crt": base64.b64encode(serving.certificate).decode(),
                      "tls.key": base64.b64encode(serving.key).decode()}}
@@ -134,6 +140,7 @@ class Registration:
     logger: logging.Logger
     use: Callable[[Serving], None]  # serve this certificate from now on
     may_write: Callable[[], bool] = lambda: True  # does this replica lead (or run alone)?
+    namespace: str = names.OPERATOR_NAMESPACE  # the operator's: its Secret and Service
     also: Callable[[], None] | None = None  # done each round too (the front proxy read)
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     serving: Serving | None = None  # what this replica serves (None: a provisional one)
@@ -143,25 +150,28 @@ class Registration:
     def load(self) -> Serving | None:
         """The Secret's certificate; the leader makes (or replaces) it when it is missing
         or unusable. None while there is none to serve (a standby waits for the leader)."""
-        found = self.client.get(SECRET_PATH)
-        serving = usable(found, hosts=dns_names(), now=self.clock())
+        hosts = dns_names(namespace=self.namespace)
+        found = self.client.get(secret_path(namespace=self.namespace))
+        serving = usable(found, hosts=hosts, now=self.clock())
         if serving is not None or not self.may_write():
             return serving
-        made = self_signed(hosts=dns_names(), now=self.clock())
-        body = secret_body(made)
+        made = self_signed(hosts=hosts, now=self.clock())
+        body = secret_body(made, namespace=self.namespace)
         try:
             if found is None:
-                self.client.request("POST", SECRETS_PATH, body=body)
+                self.client.request("POST", secrets_path(namespace=self.namespace),
+                                    body=body)
             else:  # unusable: replaced, if nobody changed it since it was read
                 body["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
-                self.client.request("PUT", SECRET_PATH, body=body)
+                self.client.request("PUT", secret_path(namespace=self.namespace),
+                                    body=body)
         except rest.ApiError as error:
             if error.status == 409:  # another writer first: read it next round
                 return None
             raise
         self.logger.info("made the history API's certificate (%s %s/%s)",
                          "replacing an unusable one in" if found else "in the new Secret",
-                         names.OPERATOR_NAMESPACE, names.HISTORY_TLS_SECRET)
+                         self.namespace, names.HISTORY_TLS_SECRET)
         return made
 
     def ensure(self) -> bool:
@@ -200,7 +210,7 @@ class Registration:
                 self.use(serving)
                 self.serving = serving
                 self.logger.info("serving the history API's certificate from %s/%s",
-                                 names.OPERATOR_NAMESPACE, names.HISTORY_TLS_SECRET)
+                                 self.namespace, names.HISTORY_TLS_SECRET)
             self.looked = True
             if self.serving is not None and self.may_write():
                 self.ensure()

@@ -57,7 +57,8 @@ class Keeper:
         assert found.identity is not None
         body = stamping.secret_body(epoch=secrets.token_bytes(stamping.EPOCH_BYTES),
                                     identity=found.identity,
-                                    resource_version=found.secret_version)
+                                    resource_version=found.secret_version,
+                                    namespace=self.reader.operator_namespace)
         try:
             applier.Applier(writer=self.writer).apply(actions.MintEpoch(body=body))
         except writes.Conflict:

@@ -39,9 +39,12 @@ NODES_KEPT = 1024
 KINDS = {plural: kind for kind, plural in stores.PLURALS.items()}
 Stores = stores.Stores  # the parameter of that name hides the module in Reader
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-STAMPING_SECRET_PATH = rest.namespaced(group="", version="v1", plural="secrets",
-                                       namespace=names.OPERATOR_NAMESPACE,
-                                       name=names.STAMPING_SECRET)
+
+
+def stamping_secret_path(*, namespace: str) -> str:
+    """The stamping epoch Secret in the operator's ``namespace``."""
+    return rest.namespaced(group="", version="v1", plural="secrets", namespace=namespace,
+                           name=names.STAMPING_SECRET)
 
 
 def custom_path(plural: str, namespace: str, name: str | None = None) -> str:
@@ -50,11 +53,15 @@ def custom_path(plural: str, namespace: str, name: str | None = None) -> str:
 
 
 class Reader:
-    """Reads for one API client, from ``stores`` where they can answer (see above)."""
+    """Reads for one API client, from ``stores`` where they can answer (see above);
+    ``operator_namespace``: where the operator keeps its stamping Secret (the namespace it
+    runs in; the default is the plain manifests')."""
 
-    def __init__(self, client: rest.Rest, *, stores: Stores | None = None) -> None:
+    def __init__(self, client: rest.Rest, *, stores: Stores | None = None,
+                 operator_namespace: str = names.OPERATOR_NAMESPACE) -> None:
         self.rest = client
         self.stores = stores
+        self.operator_namespace = operator_namespace
         self._through: Stores | None = None  # fresh(): answers written into these
         self._snapshots: dict[tuple[str, str], LaunchSpecSpec] = {}
         self._tenants: dict[str, tuple[float, str | None]] = {}
@@ -64,7 +71,7 @@ class Reader:
     def fresh(self) -> Reader:
         """A reader that asks the API (reads without a resourceVersion: quorum reads) and
         writes each answer through into these stores, for a step no cache may decide."""
-        reader = Reader(self.rest)
+        reader = Reader(self.rest, operator_namespace=self.operator_namespace)
         reader._through = self.stores if self.stores is not None else self._through
         reader._snapshots = self._snapshots  # immutable content: shared
         return reader
@@ -263,7 +270,8 @@ class Reader:
             policy=self.rest.get(f"{ADMISSION}/mutatingadmissionpolicies/{names.STAMP_POLICY}"),
             binding=self.rest.get(
                 f"{ADMISSION}/mutatingadmissionpolicybindings/{names.STAMP_POLICY}"),
-            secret=self.rest.get(STAMPING_SECRET_PATH))
+            secret=self.rest.get(stamping_secret_path(namespace=self.operator_namespace)),
+            namespace=self.operator_namespace)
 
     def config_snapshots_problem(self, run: AgentRun) -> str | None:
         """Why the run's pinned snapshots cannot be mounted as pinned, or None.

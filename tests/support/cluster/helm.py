@@ -90,7 +90,8 @@ def helm_binary(*, log: bool = True) -> Path:
 
 
 def install_args(*, image: str, namespaces: list[str],
-                 extra: dict[str, object] | None = None) -> list[str]:
+                 extra: dict[str, object] | None = None,
+                 release_namespace: str = NAMESPACE) -> list[str]:
     """``helm upgrade --install`` of the chart (without the binary and kubeconfig).
 
     ``image`` is ``repository:tag`` (a registry port before the last ``/`` is not a tag),
@@ -100,6 +101,7 @@ def install_args(*, image: str, namespaces: list[str],
     store: the local cluster runs its own (tests/support/cluster/store.py), whose objects
     a release's would collide with; the release's runs pin that one as their journal, by
     its fixed ClusterIP (the local cluster has no DNS to resolve the Service's name).
+    ``release_namespace``: where the release goes (the chart takes any but a tenant's).
     """
     repository, _, tag = image.rpartition(":")
     if not repository or "/" in tag:
@@ -115,7 +117,7 @@ def install_args(*, image: str, namespaces: list[str],
         return ("--set-string" if key in {"image.repository", "image.tag"} else "--set",
                 f"{key}={value}")
 
-    return ["upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+    return ["upgrade", "--install", RELEASE, str(CHART), "--namespace", release_namespace,
             "--create-namespace", "--wait", "--timeout", TIMEOUT,
             *(arg for key, value in sets.items() for arg in flag(key, value)),
             "--set-json", f"watchNamespaces={json.dumps(namespaces)}"]
@@ -130,8 +132,10 @@ class Release:
 
     def __init__(self, kubeconfig: Path, *, image: str, namespaces: list[str],
                  take_ownership: bool = False, values: dict[str, object] | None = None,
-                 restore: Callable[[], None] | None = None) -> None:
+                 restore: Callable[[], None] | None = None,
+                 namespace: str = NAMESPACE) -> None:
         self.kubeconfig = kubeconfig
+        self.namespace = namespace  # the release's (and its operator's)
         self.image = image
         self.namespaces = namespaces
         self.take_ownership = take_ownership
@@ -166,7 +170,8 @@ class Release:
                 self.restore()
 
     def _install(self, *, ownership: bool) -> None:
-        args = install_args(image=self.image, namespaces=self.namespaces, extra=self.values)
+        args = install_args(image=self.image, namespaces=self.namespaces, extra=self.values,
+                            release_namespace=self.namespace)
         result = self.helm(*args, *(["--take-ownership"] if ownership else []))
         self.installed = True  # even a failed install may have left a release to remove
         assert result.returncode == 0, (
@@ -181,7 +186,7 @@ class Release:
 
     def uninstall(self) -> None:
         """``helm uninstall`` and wait until no operator pod is left."""
-        result = self.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait",
+        result = self.helm("uninstall", RELEASE, "--namespace", self.namespace, "--wait",
                            "--timeout", TIMEOUT)
         assert result.returncode == 0 or "not found" in result.stderr, (
             f"helm uninstall failed:\n{result.stdout}{result.stderr}")
@@ -191,7 +196,7 @@ class Release:
     def pods(self) -> list[dict[str, Any]]:
         """The operator's pods (the Deployment's), as plain dicts."""
         found: list[dict[str, Any]] = self.core.api_client.sanitize_for_serialization(
-            self.core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items)
+            self.core.list_namespaced_pod(self.namespace, label_selector=SELECTOR).items)
         return found
 
     @property
@@ -219,7 +224,7 @@ class Release:
         """The pod holding the leader Lease ('' when none does)."""
         coordination = kubernetes.client.CoordinationV1Api(self.core.api_client)
         try:
-            lease = coordination.read_namespaced_lease(names.LEADER_LEASE, NAMESPACE)
+            lease = coordination.read_namespaced_lease(names.LEADER_LEASE, self.namespace)
         except kubernetes.client.ApiException as error:
             if error.status == 404:
                 return ""
@@ -236,14 +241,14 @@ class Release:
         for pod in self.pods():
             try:
                 lines.append(self.core.read_namespaced_pod_log(
-                    pod["metadata"]["name"], NAMESPACE, tail_lines=tail))
+                    pod["metadata"]["name"], self.namespace, tail_lines=tail))
             except kubernetes.client.ApiException as error:
                 lines.append(f"(no log of {pod['metadata']['name']}: {error.reason})")
         return "\n".join(lines)
 
     def events(self) -> list[str]:
         return [f"{e.involved_object.name}: {e.reason}: {e.message}" for e in
-                self.core.list_namespaced_event(NAMESPACE).items][-6:]
+                self.core.list_namespaced_event(self.namespace).items][-6:]
 
 
 def main(argv: list[str] | None = None) -> int:

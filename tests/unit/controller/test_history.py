@@ -25,12 +25,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from agentrun.api import journalnodes, records
+from agentrun.api import journalnodes, names, records
 from agentrun.controller import frontproxy, historyserver, journalhistory, servingcerts
 from agentrun.controller.frontproxy import FrontProxy, Person
 from agentrun.worker import _records as worker_records
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)
+HOSTS = servingcerts.dns_names(namespace=names.OPERATOR_NAMESPACE)
 
 
 def test_front_proxy_read_from_the_configmap() -> None:
@@ -206,7 +207,7 @@ def test_a_damaged_node_is_an_error_never_a_shorter_history() -> None:
 
 
 def test_the_serving_certificate_names_the_service() -> None:
-    serving = servingcerts.self_signed(hosts=servingcerts.dns_names(), now=NOW)
+    serving = servingcerts.self_signed(hosts=HOSTS, now=NOW)
     found = x509.load_pem_x509_certificate(serving.certificate)
     sans = found.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "agentrun-operator-history.agentrun-system.svc" in sans.get_values_for_type(
@@ -266,7 +267,7 @@ def test_the_server_trusts_only_the_front_proxy_certificate() -> None:
         forged = _issued(tmp, "forged", ca=(other_ca[2], other_ca[3]),
                          common="front-proxy-client")
         proxy = FrontProxy(ca=ca_path.read_text(), allowed=("front-proxy-client",))
-        serving = servingcerts.self_signed(hosts=servingcerts.dns_names(), now=NOW)
+        serving = servingcerts.self_signed(hosts=HOSTS, now=NOW)
         history = historyserver.History(client=None, histories=None,  # type: ignore[arg-type]
                                         proxy=proxy, logger=logging.getLogger())
         server = historyserver.serve(address="127.0.0.1", port=0, history=history,
@@ -319,7 +320,7 @@ def _raw(port: int, *, client: tuple[Path, Path], data: bytes) -> bytes:
 
 
 def test_more_connections_than_the_bound_are_closed_at_once() -> None:
-    serving = servingcerts.self_signed(hosts=servingcerts.dns_names(), now=NOW)
+    serving = servingcerts.self_signed(hosts=HOSTS, now=NOW)
     history = historyserver.History(client=None, histories=None,  # type: ignore[arg-type]
                                     proxy=None, logger=logging.getLogger())
     server = historyserver.serve(address="127.0.0.1", port=0, history=history,

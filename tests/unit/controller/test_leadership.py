@@ -28,9 +28,10 @@ from agentrun.core.policies import fencing
 from agentrun.core.policies import leadership as rules
 
 TIMING = rules.Timing(lease=15, renew_deadline=10, retry=2)
-LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{names.OPERATOR_NAMESPACE}/leases"
-SECRETS = f"/api/v1/namespaces/{names.OPERATOR_NAMESPACE}/secrets"
-EVENTS = f"/api/v1/namespaces/{names.OPERATOR_NAMESPACE}/events"
+NAMESPACE = "agentrun-ops"  # the operator's, wherever it is installed (not the default)
+LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+SECRETS = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+EVENTS = f"/api/v1/namespaces/{NAMESPACE}/events"
 
 
 class Api:
@@ -100,7 +101,7 @@ def elector(api: Api, clock: Clock, name: str, lost: list[str]) -> leadership.El
     return leadership.Elector(client=api, identity=name,  # type: ignore[arg-type]
                               timing=TIMING, logger=logging.getLogger("test"), clock=clock,
                               wall=lambda: datetime(2026, 12, 5, tzinfo=UTC),
-                              on_lost=lambda: lost.append(name))
+                              on_lost=lambda: lost.append(name), namespace=NAMESPACE)
 
 
 def test_the_first_leads_the_second_takes_over_once_the_first_stops_renewing() -> None:
@@ -166,7 +167,8 @@ def test_a_lease_made_anew_starts_above_the_token_an_earlier_install_left() -> N
     the fence lets it lead; a term below the token's would be refused forever."""
     api, clock, lost = Api(), Clock(), []
     a = elector(api, clock, "a", lost)
-    left = fencing.token_body(identity="z", term=7, resource_version=None)
+    left = fencing.token_body(identity="z", term=7, resource_version=None,
+                              namespace=NAMESPACE)
     left["metadata"]["resourceVersion"] = "0"
     api.objects[f"{SECRETS}/{names.LEADER_SECRET}"] = left
     a.step()

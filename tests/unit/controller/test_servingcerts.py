@@ -27,7 +27,9 @@ from agentrun.api import names
 from agentrun.controller import metrics, servingcerts
 
 NOW = datetime(2026, 12, 6, tzinfo=UTC)
-HOSTS = servingcerts.dns_names()
+NAMESPACE = "agentrun-ops"  # not the plain manifests' namespace: the chart's may be any
+HOSTS = servingcerts.dns_names(namespace=NAMESPACE)
+SECRET_PATH = servingcerts.secret_path(namespace=NAMESPACE)
 
 
 class Api:
@@ -83,12 +85,13 @@ def replica(api: Api, *, leads: bool) -> tuple[servingcerts.Registration, list[b
     served: list[bytes] = []
     made = servingcerts.Registration(client=api, logger=logging.getLogger("test"),  # type: ignore[arg-type]
                                      use=lambda s: served.append(s.certificate),
-                                     may_write=lambda: leads, clock=lambda: NOW)
+                                     may_write=lambda: leads, clock=lambda: NOW,
+                                     namespace=NAMESPACE)
     return made, served
 
 
 def secret(serving: servingcerts.Serving, **data: str) -> dict[str, Any]:
-    body = servingcerts.secret_body(serving)
+    body = servingcerts.secret_body(serving, namespace=NAMESPACE)
     body["data"].update(data)
     return body
 
@@ -124,7 +127,7 @@ def test_the_leader_makes_it_and_every_replica_serves_the_one_certificate() -> N
 
     leader, leader_served = replica(api, leads=True)
     leader.round()
-    stored = api.objects[servingcerts.SECRET_PATH]
+    stored = api.objects[SECRET_PATH]
     assert stored["type"] == "kubernetes.io/tls"
     assert leader.serving is not None and leader_served == [leader.serving.certificate]
     assert api.bundle() == leader.serving.certificate  # the APIService trusts it
@@ -142,12 +145,12 @@ def test_an_unusable_secret_is_replaced_by_the_leader_alone() -> None:
     leader, served = replica(api, leads=True)
     leader.round()
     first = leader.serving
-    api.objects[servingcerts.SECRET_PATH]["data"]["tls.key"] = "broken"
+    api.objects[SECRET_PATH]["data"]["tls.key"] = "broken"
     standby, standby_served = replica(api, leads=False)
     standby.round()
-    assert standby.serving is None and ("PUT", servingcerts.SECRET_PATH) not in api.writes
+    assert standby.serving is None and ("PUT", SECRET_PATH) not in api.writes
     leader.round()
-    assert ("PUT", servingcerts.SECRET_PATH) in api.writes
+    assert ("PUT", SECRET_PATH) in api.writes
     assert leader.serving is not None and leader.serving != first
     assert served == [first.certificate, leader.serving.certificate]  # type: ignore[union-attr]
     assert api.bundle() == leader.serving.certificate
@@ -163,7 +166,7 @@ def test_a_lost_race_or_a_failing_api_server_keeps_what_is_served() -> None:
 
     def racing_get(path: str, **kwargs: Any) -> dict[str, Any] | None:
         found = original(path, **kwargs)
-        if path == servingcerts.SECRET_PATH and found is None:  # another leader writes now
+        if path == SECRET_PATH and found is None:  # another leader writes now
             api.objects[path] = {**secret(rival), "metadata": {
                 **secret(rival)["metadata"], "resourceVersion": "99"}}
         return found
@@ -190,7 +193,7 @@ def test_readiness_waits_for_the_certificate(loaded: bool) -> None:
 
 
 def test_the_secret_is_in_the_operator_namespace_by_its_one_name() -> None:
-    path = servingcerts.SECRET_PATH
-    assert path.endswith(f"/namespaces/{names.OPERATOR_NAMESPACE}/secrets/"
-                         f"{names.HISTORY_TLS_SECRET}")
+    path = SECRET_PATH
+    assert path.endswith(f"/namespaces/{NAMESPACE}/secrets/{names.HISTORY_TLS_SECRET}")
+    assert f"{names.HISTORY_SERVICE}.{NAMESPACE}.svc" in HOSTS
     assert path.startswith("/api/v1/")

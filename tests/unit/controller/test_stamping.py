@@ -29,6 +29,7 @@ TWO = stamping.Identity(policy="p-1/2", binding="b-1/1")
 @dataclass
 class Reader:
     found: stamping.Stamping
+    operator_namespace: str = "agentrun-ops"  # where the Secret is minted (not the default)
 
     def stamping(self) -> stamping.Stamping:
         return self.found
@@ -109,6 +110,7 @@ def test_each_mint_is_a_fresh_epoch_and_a_conflict_is_no_error() -> None:
         subject.check()
         epochs.append(writer.bodies[-1]["data"]["epoch"])
         assert "resourceVersion" not in writer.bodies[-1]["metadata"]  # create, no Secret
+        assert writer.bodies[-1]["metadata"]["namespace"] == "agentrun-ops"
     assert epochs[0] != epochs[1]
     busy = keeper(needing(ONE), Writer(conflict=True), clock)
     busy.check()

@@ -150,19 +150,22 @@ def stamp_policy_spec() -> Object:
     }
 
 
-def stamp_binding_spec() -> Object:
+def stamp_binding_spec(*, namespace: str) -> Object:
+    """The binding's spec: the stamping Secret in the operator's ``namespace`` is the
+    policy's params (what :func:`agentrun.core.policies.stamping.assess` compares with)."""
     return {
         "policyName": names.STAMP_POLICY,
-        "paramRef": {"name": names.STAMPING_SECRET, "namespace": names.OPERATOR_NAMESPACE,
+        "paramRef": {"name": names.STAMPING_SECRET, "namespace": namespace,
                      "parameterNotFoundAction": "Deny"},
     }
 
 
-def stamp_policy() -> list[Object]:
-    """The actor-stamping MutatingAdmissionPolicy and its binding (same name)."""
+def stamp_policy(*, namespace: str) -> list[Object]:
+    """The actor-stamping MutatingAdmissionPolicy and its binding (same name), for the
+    operator installed in ``namespace``."""
     return [
         {"apiVersion": ADMISSION_API, "kind": "MutatingAdmissionPolicy",
          "metadata": {"name": names.STAMP_POLICY}, "spec": stamp_policy_spec()},
         {"apiVersion": ADMISSION_API, "kind": "MutatingAdmissionPolicyBinding",
-         "metadata": {"name": names.STAMP_POLICY}, "spec": stamp_binding_spec()},
+         "metadata": {"name": names.STAMP_POLICY}, "spec": stamp_binding_spec(namespace=namespace)},
     ]

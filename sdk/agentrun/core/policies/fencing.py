@@ -9,11 +9,12 @@ leader has written since, but not on an object the new leader has not touched ye
 claim of a slot it has not looked at, which could exceed ``spec.maxActive`` by one.
 
 So the fencing is the API server's, with a classic *fencing token*: the Secret
-``agentrun-system/agentrun-operator-leader`` names the leader's pod
+``agentrun-operator-leader`` in the operator's namespace names the leader's pod
 (``agentrun.dev/leader``) and its *term* (``agentrun.dev/leader-term``: the leader
 Lease's ``leaseTransitions`` when it took it). The ValidatingAdmissionPolicy
 ``agentrun-fence-operator`` takes that Secret as its params and, for every create,
-update, patch or delete by the operator's ServiceAccount:
+update, patch or delete by the operator's ServiceAccount (the namespace, its user's and
+the Secret's, is an argument: the chart installs into any namespace):
 
 - refuses it unless the request's token is bound to the pod the Secret names (the API
   server puts the pod's name in ``request.userInfo.extra['authentication.kubernetes.io/
@@ -54,11 +55,19 @@ from agentrun.api import names
 from agentrun.core.policies import admission, leasepolicy, validating
 
 Object = dict[str, Any]
-OPERATOR_USER = f"system:serviceaccount:{names.OPERATOR_NAMESPACE}:{names.OPERATOR_APP}"
 ALL = ("CREATE", "UPDATE", "DELETE")
 POD = f"request.userInfo.?extra.orValue({{}})[?'{leasepolicy.POD_NAME}'].orValue([])"
 FENCED = "fenced"  # the word every refusal starts with (what a former leader's log shows)
 SPARED = ("kube-system", "kube-node-lease", "kube-public")  # never matched
+
+
+def operator_user(*, namespace: str) -> str:
+    """The user the operator's pods write as: its ServiceAccount in ``namespace``."""
+    return f"system:serviceaccount:{namespace}:{names.OPERATOR_APP}"
+
+
+# The plain manifests' operator (namespace names.OPERATOR_NAMESPACE), for tests and tools.
+OPERATOR_USER = operator_user(namespace=names.OPERATOR_NAMESPACE)
 
 
 def rules() -> list[Object]:
@@ -75,9 +84,9 @@ def rules() -> list[Object]:
     ]
 
 
-def _named(group: str, resource: str, name: str) -> str:
+def _named(group: str, resource: str, name: str, *, namespace: str) -> str:
     return (f"request.resource.group == '{group}' && request.resource.resource == "
-            f"'{resource}' && request.namespace == '{names.OPERATOR_NAMESPACE}' && "
+            f"'{resource}' && request.namespace == '{namespace}' && "
             f"request.name == '{name}'")
 
 
@@ -89,12 +98,15 @@ def _term(obj: str) -> str:
     return f"({text}.matches('^[0-9]{{1,18}}$') ? int({text}) : -1)"
 
 
-def fence_policy() -> list[Object]:
-    """The fencing ValidatingAdmissionPolicy and its binding (same name)."""
-    election = _named("coordination.k8s.io", "leases", names.LEADER_LEASE)
-    token = _named("", "secrets", names.LEADER_SECRET)
+def fence_policy(*, namespace: str) -> list[Object]:
+    """The fencing ValidatingAdmissionPolicy and its binding (same name), for the operator
+    installed in ``namespace`` (its ServiceAccount, leader Lease and fencing token there).
+    Cluster-scoped objects that name the namespace: one install per cluster."""
+    election = _named("coordination.k8s.io", "leases", names.LEADER_LEASE,
+                      namespace=namespace)
+    token = _named("", "secrets", names.LEADER_SECRET, namespace=namespace)
     leader = f"params.metadata.?annotations.orValue({{}})[?'{names.LEADER_ANNOTATION}']"
-    where = f"{names.OPERATOR_NAMESPACE}/{names.LEADER_SECRET}"
+    where = f"{namespace}/{names.LEADER_SECRET}"
     spec: Object = {
         "failurePolicy": "Fail",
         "paramKind": {"apiVersion": "v1", "kind": "Secret"},
@@ -107,7 +119,8 @@ def fence_policy() -> list[Object]:
                              "resourceRules": rules(), "matchPolicy": "Equivalent"},
         "matchConditions": [
             {"name": "the-operator",
-             "expression": f"request.userInfo.username == '{OPERATOR_USER}'"},
+             "expression": "request.userInfo.username == "
+                           f"'{operator_user(namespace=namespace)}'"},
             {"name": "not-the-election", "expression": f"!({election})"},
         ],
         "variables": [{"name": "pod", "expression": POD},
@@ -137,16 +150,16 @@ def fence_policy() -> list[Object]:
         {"apiVersion": admission.ADMISSION_API, "kind": "ValidatingAdmissionPolicyBinding",
          "metadata": {"name": names.FENCE_POLICY},
          "spec": {"policyName": names.FENCE_POLICY, "validationActions": ["Deny"],
-                  "paramRef": {"name": names.LEADER_SECRET,
-                               "namespace": names.OPERATOR_NAMESPACE,
+                  "paramRef": {"name": names.LEADER_SECRET, "namespace": namespace,
                                "parameterNotFoundAction": "Allow"}}},
     ]
 
 
-def token_body(*, identity: str, term: int, resource_version: str | None) -> Object:
+def token_body(*, identity: str, term: int, resource_version: str | None,
+               namespace: str) -> Object:
     """The fencing token naming ``identity`` at ``term`` (a create, or a PUT under the
-    resourceVersion read)."""
-    metadata: Object = {"name": names.LEADER_SECRET, "namespace": names.OPERATOR_NAMESPACE,
+    resourceVersion read), in the operator's ``namespace``."""
+    metadata: Object = {"name": names.LEADER_SECRET, "namespace": namespace,
                         "labels": {"app.kubernetes.io/name": names.OPERATOR_APP},
                         "annotations": {names.LEADER_ANNOTATION: identity,
                                         names.LEADER_TERM_ANNOTATION: str(term)}}
@@ -165,14 +178,13 @@ def token_names(secret: Object | None) -> tuple[str, int]:
     return str(annotations.get(names.LEADER_ANNOTATION) or ""), term
 
 
-def probe_body(identity: str) -> Object:
-    """What a new leader dry-runs before its first write: an Event (never stored: the dry
-    run), which admission accepts only once it sees this replica in the token."""
+def probe_body(identity: str, *, namespace: str) -> Object:
+    """What a new leader dry-runs before its first write: an Event in the operator's
+    ``namespace`` (never stored: the dry run), which admission accepts only once it sees
+    this replica in the token."""
     return {"apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": "agentrun-leader-probe-",
-                         "namespace": names.OPERATOR_NAMESPACE},
+            "metadata": {"generateName": "agentrun-leader-probe-", "namespace": namespace},
             "involvedObject": {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                               "name": names.LEADER_LEASE,
-                               "namespace": names.OPERATOR_NAMESPACE},
+                               "name": names.LEADER_LEASE, "namespace": namespace},
             "reason": "LeaderProbe", "message": f"{identity} checks that it is fenced in",
             "type": "Normal", "source": {"component": names.OPERATOR_APP}}

@@ -3,7 +3,7 @@
 The rules are client-go's ``leaderelection`` (what controller-runtime and Argo run), so an
 operator of several replicas behaves as platform engineers expect:
 
-- the *leader Lease* (``agentrun-system/agentrun-operator`` by default) names its holder
+- the *leader Lease* (``agentrun-operator`` in the operator's namespace) names its holder
   (``holderIdentity``: the candidate's pod name), how long a claim lasts
   (``leaseDurationSeconds``), when it was taken and last renewed, and how many times it
   changed hands (``leaseTransitions``: the leader's *term*, which the fencing token

@@ -6,7 +6,7 @@ Admission stamps a command's actor only while the MutatingAdmissionPolicy
 ``agentrun-stamp-actors`` and its binding are in force as shipped. Neither the existence of
 those objects now nor the time a command was written proves that they were in force when
 it was written, so the operator keeps a record instead: the Secret
-``agentrun-system/agentrun-stamping`` holds a random 128-bit *epoch* and the uid and
+``agentrun-stamping`` in the operator's namespace holds a random 128-bit *epoch* and the uid and
 generation of the policy and of the binding it was minted for. The binding passes that
 Secret to the policy as its params (``parameterNotFoundAction: Deny``), and the policy
 stamps ``<kind>-epoch`` with the epoch next to the actor.
@@ -91,11 +91,13 @@ def _decoded(secret: Object, key: str) -> str | None:
         return None
 
 
-def assess(*, policy: Object | None, binding: Object | None,
-           secret: Object | None) -> Stamping:
-    """Is stamping in force now, under which epoch? (quorum reads of the three objects)."""
+def assess(*, policy: Object | None, binding: Object | None, secret: Object | None,
+           namespace: str) -> Stamping:
+    """Is stamping in force now, under which epoch? (quorum reads of the three objects;
+    ``namespace``: the operator's, where the binding must find the Secret)."""
     kinds = (("MutatingAdmissionPolicy", policy, admission.stamp_policy_spec()),
-             ("MutatingAdmissionPolicyBinding", binding, admission.stamp_binding_spec()))
+             ("MutatingAdmissionPolicyBinding", binding,
+              admission.stamp_binding_spec(namespace=namespace)))
     problems = []
     for kind, found, shipped in kinds:
         if found is None:
@@ -106,7 +108,7 @@ def assess(*, policy: Object | None, binding: Object | None,
     if problems or policy is None or binding is None:
         return Stamping(epoch=None, problem="actors cannot be verified: " + "; ".join(problems))
     identity = Identity.of(policy=policy, binding=binding)
-    where = f"{names.OPERATOR_NAMESPACE}/{names.STAMPING_SECRET}"
+    where = f"{namespace}/{names.STAMPING_SECRET}"
     if secret is None:
         return Stamping(epoch=None, identity=identity, problem=(
             f"actors cannot be verified yet: the stamping epoch Secret {where} does not exist; "
@@ -126,12 +128,13 @@ def assess(*, policy: Object | None, binding: Object | None,
     return Stamping(epoch=epoch, problem=None, identity=identity, secret_version=version)
 
 
-def secret_body(*, epoch: bytes, identity: Identity,
-                resource_version: str | None) -> Object:
-    """The Secret recording a freshly minted ``epoch`` (random bytes) for ``identity``."""
+def secret_body(*, epoch: bytes, identity: Identity, resource_version: str | None,
+                namespace: str) -> Object:
+    """The Secret recording a freshly minted ``epoch`` (random bytes) for ``identity``,
+    in the operator's ``namespace``."""
     def encoded(text: str) -> str:
         return base64.b64encode(text.encode()).decode()
-    metadata: Object = {"name": names.STAMPING_SECRET, "namespace": names.OPERATOR_NAMESPACE,
+    metadata: Object = {"name": names.STAMPING_SECRET, "namespace": namespace,
                         "labels": {"app.kubernetes.io/name": "agentrun-operator"}}
     if resource_version is not None:
         metadata["resourceVersion"] = resource_version
