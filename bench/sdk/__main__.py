@@ -1,0 +1,143 @@
+"""Benchmark: what a worker image installs and imports for the SDK, beside the operator's.
+
+Three fresh virtualenvs, each installed offline from the same wheels (the project's two,
+built here by ``pip wheel``, and their dependencies' from the image build's wheel cache,
+:func:`tests.support.cluster.images.dependency_wheels`): an empty one (what ``python -m
+venv`` holds: pip and setuptools), the worker SDK alone (``agentrun-worker``), the
+operator's distribution (``agentrun-operator``, which brings the SDK), and with ``--before
+REF`` the operator's distribution at that git commit (one from before the SDK was a
+distribution of its own: what a worker image installed then). For each: the megabytes its
+packages add to ``site-packages`` (bytecode included: pip compiles it at install), how
+many distributions, and the time of ``from agentrun.worker import Worker`` in a new
+interpreter (the least of :data:`RUNS`, less a bare interpreter's least). A benchmark
+prints figures, it is never a test:
+
+    make bench-sdk
+    .venv/bin/python -m bench.sdk --before 9171881 --out /tmp/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common.provenance import machine_commit_date
+from bench.common.report import BENCHMARKS, write_section
+from tests.support.cluster import images
+
+SECTION = "## The worker SDK's install and import (bench/sdk)"
+REPO = Path(__file__).resolve().parents[2]
+RUNS = 9
+IMPORT = "from agentrun.worker import Worker"
+HEAVY = ("kubernetes", "kopf", "aiohttp", "prometheus_client", "cryptography")
+
+
+def run(*args: str) -> str:
+    return subprocess.run(args, check=True, capture_output=True, text=True).stdout
+
+
+def venv(where: Path, *requirements: str, links: list[Path]) -> Path:
+    """A fresh virtualenv at ``where`` with ``requirements`` installed offline."""
+    run(sys.executable, "-m", "venv", str(where))
+    python = where / "bin" / "python"
+    if requirements:
+        run(str(python), "-m", "pip", "install", "--quiet", "--no-index",
+            "--disable-pip-version-check",
+            *(f"--find-links={link}" for link in links), *requirements)
+    return python
+
+
+def kib(python: Path) -> int:
+    site = run(str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    return int(run("du", "-s", "--block-size=1K", site.strip()).split()[0])
+
+
+def distributions(python: Path) -> set[str]:
+    listed = run(str(python), "-m", "pip", "list", "--format=freeze",
+                 "--disable-pip-version-check")
+    return {line.split("==")[0].lower() for line in listed.splitlines() if line}
+
+
+def least_seconds(python: Path, code: str) -> float:
+    took = []
+    for _ in range(RUNS):
+        began = time.perf_counter()
+        subprocess.run([str(python), "-c", code], check=True)
+        took.append(time.perf_counter() - began)
+    return min(took)
+
+
+def wheels(out: Path, *sources: Path) -> Path:
+    for source in sources:
+        run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+            "--disable-pip-version-check", "--wheel-dir", str(out), str(source))
+    return out
+
+
+def measure(work: Path, *, before: str | None) -> list[tuple[str, float, int, float, list[str]]]:
+    dependencies = images.dependency_wheels()
+    now = [wheels(work / "built", REPO / "sdk", REPO), dependencies]
+    installs = [("agentrun-worker (the SDK)", "agentrun-worker", now),
+                ("agentrun-operator (the operator, with the SDK)", "agentrun-operator", now)]
+    if before is not None:
+        tree = work / "before-tree"
+        tree.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", before],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        installs.append((f"agentrun-operator at {before} (before the split)",
+                         "agentrun-operator", [wheels(work / "before", tree), dependencies]))
+    empty = venv(work / "empty", links=[dependencies])
+    base_kib, base_dists = kib(empty), distributions(empty)
+    rows = []
+    for index, (name, requirement, links) in enumerate(installs):
+        python = venv(work / f"venv-{index}", requirement, links=links)
+        bare = least_seconds(python, "pass")
+        heavy = sorted(module for module in HEAVY if run(
+            str(python), "-c", f"import importlib.util as u; print(u.find_spec({module!r}) "
+            "is not None)").strip() == "True")
+        rows.append((name, (kib(python) - base_kib) / 1024,
+                     len(distributions(python) - base_dists),
+                     least_seconds(python, IMPORT) - bare, heavy))
+    return rows
+
+
+def table(rows: list[tuple[str, float, int, float, list[str]]]) -> str:
+    lines = ["| installed | adds to site-packages | distributions | `" + IMPORT + "` | "
+             "of kubernetes, kopf, aiohttp, prometheus_client, cryptography |",
+             "|---|---:|---:|---:|---|"]
+    lines += [f"| {name} | {mib:.1f} MiB | {count} | {seconds * 1000:.0f} ms | "
+              f"{', '.join(heavy) or 'none'} |" for name, mib, count, seconds, heavy in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.sdk")
+    parser.add_argument("--out", type=Path, default=BENCHMARKS)
+    parser.add_argument("--before", metavar="REF",
+                        help="also the operator's distribution at this git commit")
+    args = parser.parse_args(argv)
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="agentrun-bench-sdk-") as work:
+        rows = measure(Path(work), before=args.before)
+    text = "\n\n".join([
+        SECTION,
+        f"{machine_commit_date()} Made by `python -m bench.sdk` (`make bench-sdk`): fresh "
+        "virtualenvs installed offline from the same wheels.",
+        table(rows),
+        f"Load average (1 min) {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
+        f"on {os.cpu_count()} cores. Size: what the installed packages add to an empty "
+        f"virtualenv's site-packages, bytecode included. Import: the least of {RUNS} new "
+        "interpreters, less a bare interpreter's least."])
+    print(text)
+    write_section(args.out, heading=SECTION, text=text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
