@@ -1,7 +1,10 @@
 """``agentrun-worker run -- <command...>``: run a worker command while keeping its lease.
 
 (``agentrun-worker sidecar`` serves the SDK to a main container in any language, and
-``agentrun-worker ready`` is its startup probe: :mod:`agentrun.worker._sidecarserver`.)
+``agentrun-worker ready`` is its startup probe: :mod:`agentrun.worker._sidecarserver`.
+``agentrun-worker local -- <command...>`` runs a worker's attempts with no cluster, against
+a fake API server and S3 store in a directory: :mod:`agentrun.worker._local`, loaded only
+then.)
 
 In a worker pod the operator sets ``AGENTRUN_NAMESPACE`` and ``AGENTRUN_LEASE``; the
 pod's name (``HOSTNAME``) is the lease's holder. The :class:`keeper.Keeper` first renews
@@ -31,6 +34,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
@@ -41,6 +45,7 @@ from agentrun.worker import _renewer as renewer
 from agentrun.worker import _sdk as sdk
 from agentrun.worker import _sidecarserver as sidecarserver
 from agentrun.worker._context import DNS_LABEL, DNS_SUBDOMAIN
+from agentrun.worker._local import settings as local
 
 EXIT_NOT_OURS = 3  # the lease is not this pod's: the command never ran
 EXIT_NO_FIRST_RENEWAL = 4  # the lease could not be renewed before --start-timeout
@@ -92,12 +97,56 @@ def _sidecar_options(sub: Any) -> None:
     probe.add_argument("--port", type=port, default=s.DEFAULT_PORT)
 
 
+def _document(kind: str) -> Callable[[str], bytes]:
+    """An argparse type: a pinned document's bytes, read now (so a file that cannot be
+    read is a usage error, exit 2, before anything starts)."""
+    def read(text: str) -> bytes:
+        try:
+            with open(text, "rb") as file:
+                data = file.read(local.MAX_DOCUMENT_BYTES + 1)
+        except OSError as error:
+            raise argparse.ArgumentTypeError(
+                f"cannot read the {kind} file {text!r}: {error.strerror or error}") from None
+        if len(data) > local.MAX_DOCUMENT_BYTES:
+            raise argparse.ArgumentTypeError(f"the {kind} file {text!r} is over "
+                                             f"{local.MAX_DOCUMENT_BYTES} bytes")
+        return data
+    return read
+
+
+def _local_options(sub: Any) -> None:
+    harness = sub.add_parser(
+        "local", help="run a worker's attempts with no cluster (a fake API and S3 store)",
+        description="Run COMMAND as attempt after attempt of one slot, as the operator "
+                    "would, against a Kubernetes API (Leases) and an S3 store (the journal, "
+                    "kept in --dir) served on 127.0.0.1 by this process.")
+    harness.add_argument("--dir", type=Path, default=Path(local.DEFAULT_DIR),
+                         help=f"the state, kept between runs (default {local.DEFAULT_DIR})")
+    harness.add_argument("--attempts", type=_bounded(local.MIN_ATTEMPTS, local.MAX_ATTEMPTS),
+                         default=local.DEFAULT_ATTEMPTS,
+                         help="attempts to start at most while the command fails "
+                              f"({local.MIN_ATTEMPTS}..{local.MAX_ATTEMPTS}, default "
+                              f"{local.DEFAULT_ATTEMPTS})")
+    for kind in names.CONFIG_KINDS:
+        harness.add_argument(f"--{kind}", type=_document(kind), metavar="FILE",
+                             help=f"the pinned {kind} (default: a minimal one)")
+    harness.add_argument("--run", type=_name(DNS_LABEL, "run"), default=local.DEFAULT_RUN,
+                         help=f"the run's name (default {local.DEFAULT_RUN})")
+    harness.add_argument("--node", type=_name(DNS_LABEL, "node"), default=None,
+                         help="the workflow's node to run (default: its first, or "
+                              f"{local.DEFAULT_NODE})")
+    harness.add_argument("--fresh", action="store_true",
+                         help="remove --dir first: attempt 1, an empty journal, a new run uid")
+    harness.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- command ...")
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agentrun-worker", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version",
         version=f"%(prog)s {distributions.version(distributions.WORKER)}")
     sub = parser.add_subparsers(dest="command", required=True)
     _sidecar_options(sub)
+    _local_options(sub)
     run = sub.add_parser("run", help="renew the lease while a command runs")
     env = os.environ
     run.add_argument("--namespace", type=_name(DNS_LABEL, "namespace"),
@@ -113,10 +162,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                      help="seconds to keep trying the first renewal (default 60)")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- command ...")
     args = parser.parse_args(argv)
-    if args.command != "run":
+    if args.command not in ("run", "local"):
         return args
     if args.argv[:1] == ["--"]:
         args.argv = args.argv[1:]
+    if args.command == "local":
+        if not args.argv:
+            parser.error("no command: agentrun-worker local [options] -- <command> [args...]")
+        if len(args.run) > names.MAX_RUN_NAME:
+            parser.error(f"--run {args.run}: at most {names.MAX_RUN_NAME} characters")
+        return args
     for option, source in (("namespace", names.ENV_NAMESPACE), ("lease", names.ENV_LEASE),
                            ("identity", "HOSTNAME")):
         if not getattr(args, option):
@@ -162,12 +217,29 @@ def supervise(worker: Keeping, command: list[str]) -> int:
     return code if code >= 0 else 128 - code
 
 
+def _local(args: argparse.Namespace) -> int:
+    """The harness, imported only here: ``agentrun-worker run`` in a pod never loads it."""
+    from agentrun.worker._local import harness, workspace
+
+    documents = {kind: data for kind in names.CONFIG_KINDS
+                 if (data := getattr(args, kind)) is not None}
+    try:
+        return harness.run(command=args.argv, directory=args.dir,
+                           attempts_at_most=args.attempts, fresh=args.fresh,
+                           run_name=args.run, node=args.node, documents=documents)
+    except workspace.SetupError as error:
+        print(f"agentrun-worker local: error: {error}", file=sys.stderr)
+        return local.EXIT_USAGE
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.command == "ready":
         return sidecarserver.ready(port=args.port)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s agentrun-worker %(levelname)s %(message)s")
+    if args.command == "local":
+        return _local(args)
     if args.command == "sidecar":
         return sidecarserver.serve(port=args.port, check_in_seconds=args.check_in_seconds,
                                    start_timeout=args.start_timeout)
