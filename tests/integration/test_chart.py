@@ -165,7 +165,8 @@ def test_every_value_of_the_pods_reaches_them(tmp_path: Path) -> None:
     assert spec["affinity"] == {**EVERY_VALUE["affinity"], **workload.SPREAD}  # type: ignore[dict-item]
     (container,) = spec["containers"]
     assert container["image"].endswith(":0.1.0")  # image.tag "": the chart's appVersion
-    assert container["env"] == [workload.POD_NAME_ENV, *EVERY_VALUE["extraEnv"]]  # type: ignore[misc]
+    assert container["env"] == [workload.POD_NAME_ENV, workload.POD_NAMESPACE_ENV,
+                                *EVERY_VALUE["extraEnv"]]  # type: ignore[misc]
     assert container["args"][container["args"].index("--qps"):][:4] == EVERY_VALUE["extraArgs"]
     store = named(documents, "Deployment", bundledstore.STORE)["spec"]["template"]["spec"]
     assert {key: store[key] for key in STORE_VALUES} == STORE_VALUES
