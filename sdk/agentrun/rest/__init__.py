@@ -22,14 +22,31 @@ from agentrun.rest._client import (
     unhealthy,
 )
 from agentrun.rest._connections import (
+    ConfigError,
     Connection,
-    ConnectionError,
     connect,
     from_kubeconfig,
     in_cluster,
     of,
 )
 
-__all__ = ["DEFAULT_TIMEOUT", "JSON", "MERGE_PATCH", "SLOW_ANSWER", "ApiError", "Connection",
-           "ConnectionError", "Health", "Object", "Observe", "Rest", "Timeout", "connect",
-           "from_kubeconfig", "in_cluster", "namespaced", "of", "unhealthy"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "JSON",
+    "MERGE_PATCH",
+    "SLOW_ANSWER",
+    "ApiError",
+    "ConfigError",
+    "Connection",
+    "Health",
+    "Object",
+    "Observe",
+    "Rest",
+    "Timeout",
+    "connect",
+    "from_kubeconfig",
+    "in_cluster",
+    "namespaced",
+    "of",
+    "unhealthy",
+]

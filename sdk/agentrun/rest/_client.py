@@ -199,6 +199,7 @@ class Health:
 Observe = Callable[[str, int | None, float], None]  # verb, status (None: no answer), seconds
 
 
+USER_AGENT = "agentrun (urllib3)"
 # Idle connections are probed, so one the network dropped fails fast instead of hanging.
 KEEPALIVE = [*HTTPConnection.default_socket_options, (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
 
@@ -223,39 +224,56 @@ class Rest:
         # the timeout several times what it says; one try, then the caller's own backoff
         # decides. As many pooled connections as the kubernetes package keeps (five a
         # core), for the operator's reconcile threads that share one client.
-        self.pools = urllib3.PoolManager(
-            num_pools=4, maxsize=(os.cpu_count() or 1) * 5, retries=False,
-            socket_options=KEEPALIVE,
-            cert_reqs="CERT_REQUIRED" if self.connection.verify else "CERT_NONE",
-            ca_certs=self.connection.ca_file, cert_file=self.connection.cert_file,
-            key_file=self.connection.key_file)
+        connection = self.connection
+        tls: dict[str, Any] = {
+            "cert_reqs": "CERT_REQUIRED" if connection.verify else "CERT_NONE",
+            "ca_certs": connection.ca_file, "cert_file": connection.cert_file,
+            "key_file": connection.key_file,
+            **({"server_hostname": connection.tls_server_name}
+               if connection.tls_server_name else {})}
+        pools: dict[str, Any] = {"num_pools": 4, "maxsize": (os.cpu_count() or 1) * 5,
+                                 "retries": False, "socket_options": KEEPALIVE, **tls}
+        self.pools: urllib3.PoolManager = (
+            urllib3.ProxyManager(connection.proxy, proxy_headers=dict(
+                connection.proxy_headers or {}), **pools)
+            if connection.proxy else urllib3.PoolManager(**pools))
 
-    def open(self, method: str, path: str, *, query: dict[str, str] | None = None,
-             body: bytes | None = None, content_type: str = JSON,
-             timeout: Timeout | None = None, stream: bool = False) -> Any:
-        """Send one request; urllib3's response (its body unread when ``stream``, for a
-        watch: the caller reads and closes it). Health, rate and observers are
-        :meth:`request`'s, not this one's."""
-        headers = {"Accept": JSON}
-        if body is not None:
+    def headers(self, *, body: bool, content_type: str = JSON) -> dict[str, str]:
+        """A request's headers, its credential asked for now (an exec plugin's refresh
+        may take a while: callers ask before a request counts as sent)."""
+        headers = {"Accept": JSON, "User-Agent": USER_AGENT}
+        if body:
             headers["Content-Type"] = content_type
         authorization = self.connection.authorization()
         if authorization:
             headers["Authorization"] = authorization
+        return headers
+
+    def open(self, method: str, path: str, *, query: dict[str, str] | None = None,
+             body: bytes | None = None, content_type: str = JSON,
+             timeout: Timeout | None = None, stream: bool = False,
+             headers: dict[str, str] | None = None) -> Any:
+        """Send one request; urllib3's response (its body unread when ``stream``, for a
+        watch: the caller reads and closes it). Health, rate and observers are
+        :meth:`request`'s, not this one's."""
         url = self.connection.server + path + (f"?{urlencode(query)}" if query else "")
         limit = timeout or self.timeout
         return self.pools.request(
-            method, url, body=body, headers=headers, preload_content=not stream,
+            method, url, body=body, preload_content=not stream,
+            headers=headers or self.headers(body=body is not None, content_type=content_type),
             timeout=urllib3.Timeout(connect=limit.connect, read=limit.read))
 
     def request(self, method: str, path: str, *, body: Object | None = None,
                 query: dict[str, str] | None = None, content_type: str = JSON) -> Object:
+        # What can fail here without the server (a body that is no JSON, a login that
+        # cannot refresh) fails before the request counts as sent: it is no blindness.
+        data = None if body is None else json.dumps(body).encode()
+        headers = self.headers(body=data is not None, content_type=content_type)
         throttles.take(self.throttle)  # a token first (blocks while the bucket is empty)
         started = self.health.sending()
         began = time.monotonic()
         try:
-            response = self.open(method, path, query=query, content_type=content_type,
-                                 body=None if body is None else json.dumps(body).encode())
+            response = self.open(method, path, query=query, body=data, headers=headers)
         except BaseException:
             self.health.failed(started=started)  # no answer: timed out, refused, reset
             self._observed(method, None, began)

@@ -6,18 +6,24 @@ Why our own reader of kubeconfigs and of the pod's service account, and not the
 half of its import time, for a worker that needs only a server address, a CA and a
 token. Here is what a worker uses: in a pod, the service account (its token re-read
 from the projected file, which the kubelet rotates); outside one, a kubeconfig's
-server, CA, token (or token file) or client certificate. A kubeconfig whose user needs
-an ``exec`` plugin or an ``auth-provider`` (cloud logins) is read by the ``kubernetes``
-package when it is installed (the operator's distribution has it); without it, the
-error says to install it. The operator and the plugin build their connections from the
-``kubernetes`` package's configuration (:func:`of`), which knows every kind of login.
+server, CA, TLS server name, proxy, token (or token file), client certificate or basic
+login, as kubectl reads them. A kubeconfig whose user needs an ``exec`` plugin or an
+``auth-provider`` (cloud logins) is read by the ``kubernetes`` package when it is
+installed (the operator's distribution has it); without it, the error says to install
+it. The operator and the plugin build their connections from the ``kubernetes``
+package's configuration (:func:`of`), which knows every kind of login.
+
+A proxy comes from the kubeconfig's ``proxy-url``, else from ``HTTPS_PROXY`` unless
+``NO_PROXY`` spares the server (as client-go's ``ProxyFromEnvironment``), in a pod too.
 """
 
 from __future__ import annotations
 
 import atexit
 import base64
+import binascii
 import contextlib
+import ipaddress
 import os
 import tempfile
 import threading
@@ -26,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # The kubelet rewrites a projected token well before it expires (at 80% of its life, an
@@ -33,8 +40,12 @@ SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD_SECONDS = 60.0
 
 
-class ConnectionError(Exception):
-    """No way to reach the API server was found, or the one named cannot be read."""
+class ConfigError(OSError):
+    """No way to reach the API server was found, or the one named cannot be read.
+
+    An :class:`OSError`, as an unreachable server is: a caller that retries one (the
+    lease keeper, when a rotated token file cannot be read for a moment) retries both.
+    """
 
 
 def _no_authorization() -> str | None:
@@ -47,6 +58,8 @@ class Connection:
 
     ``authorization`` is asked before each request (the value of the ``Authorization``
     header, or None), so a rotated token is used as soon as it is written.
+    ``tls_server_name`` is the name the server's certificate is checked against when it
+    is not the URL's host; ``proxy`` the HTTP(S) proxy's URL, if requests go through one.
     """
 
     server: str
@@ -54,12 +67,15 @@ class Connection:
     cert_file: str | None = None
     key_file: str | None = None
     verify: bool = True
+    tls_server_name: str | None = None
+    proxy: str | None = None
+    proxy_headers: Mapping[str, str] | None = None
     authorization: Callable[[], str | None] = field(default=_no_authorization, repr=False)
 
 
 def of(source: Any) -> Connection:
     """A :class:`Connection` from itself, or from the ``kubernetes`` package's
-    ``ApiClient`` or ``Configuration`` (read, not imported: its server, TLS files and
+    ``ApiClient`` or ``Configuration`` (read, not imported: its server, TLS, proxy and
     the credential its loader resolved, exec plugins included)."""
     if isinstance(source, Connection):
         return source
@@ -70,19 +86,37 @@ def of(source: Any) -> Connection:
                  or config.get_api_key_with_prefix("authorization"))
         return str(value) if value else None
 
-    return Connection(server=str(config.host), ca_file=config.ssl_ca_cert,
+    ca_file = config.ssl_ca_cert
+    ca_data = getattr(config, "ca_cert_data", None)
+    if ca_file is None and ca_data:
+        ca_file = _private(ca_data.encode() if isinstance(ca_data, str) else ca_data)
+    proxy = getattr(config, "proxy", None)
+    spared = getattr(config, "no_proxy", None)
+    if proxy and spared and _spared(urlsplit(str(config.host)).hostname or "", str(spared)):
+        proxy = None
+    return Connection(server=str(config.host), ca_file=ca_file,
                       cert_file=config.cert_file, key_file=config.key_file,
-                      verify=bool(config.verify_ssl), authorization=authorization)
+                      verify=bool(config.verify_ssl),
+                      tls_server_name=getattr(config, "tls_server_name", None) or None,
+                      proxy=proxy or None,
+                      proxy_headers=getattr(config, "proxy_headers", None) or None,
+                      authorization=authorization)
 
 
 def connect(*, context: str | None = None,
             environ: Mapping[str, str] = os.environ) -> Connection:
     """The API for ``context`` of ``$KUBECONFIG`` (or ``~/.kube/config``), else the pod's
-    service account (in-cluster), as ``kubectl`` and client-go choose."""
+    service account (in-cluster), as ``kubectl`` and client-go choose: a kubeconfig that
+    names no current context gives way to the pod's account when there is one."""
     paths = kubeconfig_paths(environ=environ)
-    if paths or context is not None:
-        return from_kubeconfig(paths=paths, context=context)
-    return in_cluster(environ=environ)
+    if not paths and context is None:
+        return in_cluster(environ=environ)
+    try:
+        return from_kubeconfig(paths=paths, context=context, environ=environ)
+    except ConfigError:
+        if context is None and environ.get("KUBERNETES_SERVICE_HOST"):
+            return in_cluster(environ=environ)
+        raise
 
 
 def kubeconfig_paths(*, environ: Mapping[str, str] = os.environ) -> list[Path]:
@@ -94,70 +128,119 @@ def kubeconfig_paths(*, environ: Mapping[str, str] = os.environ) -> list[Path]:
 
 
 def in_cluster(*, environ: Mapping[str, str] = os.environ,
-               account: Path = SERVICE_ACCOUNT) -> Connection:
-    """The pod's own: the ``kubernetes`` Service's variables and its service account."""
+               account: Path | None = None) -> Connection:
+    """The pod's own: the ``kubernetes`` Service's variables and its service account
+    (``account``: the folder its files are mounted in, :data:`SERVICE_ACCOUNT`)."""
+    account = SERVICE_ACCOUNT if account is None else account
     host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
     if not host or not port:
-        raise ConnectionError("no kubeconfig ($KUBECONFIG or ~/.kube/config) and not in a "
-                              "pod (KUBERNETES_SERVICE_HOST/PORT are not set)")
+        raise ConfigError("no kubeconfig ($KUBECONFIG or ~/.kube/config) and not in a "
+                          "pod (KUBERNETES_SERVICE_HOST/PORT are not set)")
     token = _TokenFile(account / "token")
-    token.read()  # fail now, not at the first request, when the pod has no token
+    token.authorization()  # fail now, not at the first request, when the pod has no token
     host = f"[{host}]" if ":" in host else host
-    return Connection(server=f"https://{host}:{port}", ca_file=str(account / "ca.crt"),
+    server = f"https://{host}:{port}"
+    return Connection(server=server, ca_file=str(account / "ca.crt"),
+                      proxy=_environment_proxy(server, environ=environ),
                       authorization=token.authorization)
 
 
-class _TokenFile:
-    """A bearer token read from a file, again when the last read is a minute old."""
+def _environment_proxy(server: str, *, environ: Mapping[str, str]) -> str | None:
+    """``HTTPS_PROXY`` (or ``https_proxy``) unless ``NO_PROXY`` spares ``server``."""
+    proxy = environ.get("HTTPS_PROXY") or environ.get("https_proxy")
+    spared = environ.get("NO_PROXY") or environ.get("no_proxy") or ""
+    if not proxy or _spared(urlsplit(server).hostname or "", spared):
+        return None
+    return proxy
 
-    def __init__(self, path: Path) -> None:
+
+def _spared(host: str, no_proxy: str) -> bool:
+    """Does ``NO_PROXY`` (a comma list: ``*``, names matched with their subdomains, IP
+    addresses and CIDR ranges, as Go's ``httpproxy``) spare ``host``?"""
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = (
+            ipaddress.ip_address(host))
+    except ValueError:
+        address = None
+    for entry in (part.strip().lower() for part in no_proxy.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        if address is not None and "/" in entry:
+            with contextlib.suppress(ValueError):
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return True
+            continue
+        name = entry.removeprefix("*").removeprefix(".").rsplit(":", 1)[0] if (
+            entry.count(":") == 1) else entry.removeprefix("*").removeprefix(".")
+        if host.lower() == name or host.lower().endswith("." + name):
+            return True
+    return False
+
+
+class _TokenFile:
+    """A bearer token read from a file, again when the last read is a minute old; while
+    a read fails (a rotation half done), the last token read stays in use."""
+
+    def __init__(self, path: Path, *, first: str = "") -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._token = ""
+        self._token = first
         self._read_at = float("-inf")
 
     def read(self) -> str:
         try:
             token = self.path.read_text().strip()
-        except OSError as error:
-            raise ConnectionError(f"cannot read the token {self.path}: {error}") from error
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"cannot read the token {self.path}: {error}") from error
         if not token:
-            raise ConnectionError(f"the token file {self.path} is empty")
+            raise ConfigError(f"the token file {self.path} is empty")
         return token
 
     def authorization(self) -> str:
         with self._lock:
             if time.monotonic() - self._read_at > TOKEN_REREAD_SECONDS:
-                self._token, self._read_at = self.read(), time.monotonic()
+                try:
+                    self._token, self._read_at = self.read(), time.monotonic()
+                except ConfigError:
+                    if not self._token:
+                        raise
             return f"Bearer {self._token}"
 
 
-def from_kubeconfig(*, paths: list[Path], context: str | None = None) -> Connection:
+def from_kubeconfig(*, paths: list[Path], context: str | None = None,
+                    environ: Mapping[str, str] = os.environ) -> Connection:
     """The connection a kubeconfig's ``context`` (else its current context) names."""
     if not paths:
-        raise ConnectionError("no kubeconfig: $KUBECONFIG names no file and "
-                              "~/.kube/config does not exist")
+        raise ConfigError("no kubeconfig: $KUBECONFIG names no file and "
+                          "~/.kube/config does not exist")
     merged = _merged(paths)
     name = context or merged["current-context"]
     if not name:
-        raise ConnectionError(f"the kubeconfig ({_names(paths)}) sets no current-context; "
-                              "name one with --context")
+        raise ConfigError(f"the kubeconfig ({_names(paths)}) sets no current-context; "
+                          "name one with --context")
     entry = merged["contexts"].get(name)
     if entry is None:
-        raise ConnectionError(f"the kubeconfig ({_names(paths)}) has no context {name!r}")
+        raise ConfigError(f"the kubeconfig ({_names(paths)}) has no context {name!r}")
     cluster = merged["clusters"].get(entry.get("cluster"))
     user = merged["users"].get(entry.get("user"), {})
     if cluster is None or not cluster.get("server"):
-        raise ConnectionError(f"context {name!r} names a cluster with no server in "
-                              f"the kubeconfig ({_names(paths)})")
+        raise ConfigError(f"context {name!r} names a cluster with no server in "
+                          f"the kubeconfig ({_names(paths)})")
     if "exec" in user or "auth-provider" in user:
-        return _through_kubernetes(context=name)
+        return _through_kubernetes(paths=paths, context=name)
+    insecure = bool(cluster.get("insecure-skip-tls-verify", False))
+    ca_file = _file(cluster, "certificate-authority")
+    if insecure and ca_file:
+        raise ConfigError(f"context {name!r}: a certificate authority together with "
+                          "insecure-skip-tls-verify is not allowed (as in kubectl)")
+    server = str(cluster["server"]).rstrip("/")
     return Connection(
-        server=str(cluster["server"]).rstrip("/"),
-        ca_file=_file(cluster, "certificate-authority"),
-        cert_file=_file(user, "client-certificate"),
-        key_file=_file(user, "client-key"),
-        verify=not cluster.get("insecure-skip-tls-verify", False),
+        server=server, ca_file=ca_file,
+        cert_file=_file(user, "client-certificate"), key_file=_file(user, "client-key"),
+        verify=not insecure, tls_server_name=cluster.get("tls-server-name") or None,
+        proxy=cluster.get("proxy-url") or _environment_proxy(server, environ=environ),
         authorization=_authorization(user))
 
 
@@ -167,17 +250,17 @@ def _names(paths: list[Path]) -> str:
 
 def _merged(paths: list[Path]) -> dict[str, Any]:
     """The files' entries merged as kubectl does: the first file to name one wins."""
-    merged: dict[str, Any] = {"current-context": "", "contexts": {}, "clusters": {},
-                              "users": {}}
     import yaml  # here: a worker in its pod reads no kubeconfig
 
+    merged: dict[str, Any] = {"current-context": "", "contexts": {}, "clusters": {},
+                              "users": {}}
     for path in paths:
         try:
             loaded = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as error:
-            raise ConnectionError(f"cannot read the kubeconfig {path}: {error}") from error
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+            raise ConfigError(f"cannot read the kubeconfig {path}: {error}") from error
         if not isinstance(loaded, dict):
-            raise ConnectionError(f"the kubeconfig {path} is not a mapping")
+            raise ConfigError(f"the kubeconfig {path} is not a mapping")
         merged["current-context"] = merged["current-context"] or loaded.get(
             "current-context") or ""
         for kind, key in (("contexts", "context"), ("clusters", "cluster"),
@@ -199,13 +282,23 @@ def _file(entry: Mapping[str, Any], key: str) -> str | None:
     ``-data`` written to a private file removed when the process ends."""
     data = entry.get(f"{key}-data")
     if data:
-        handle, name = tempfile.mkstemp(prefix="agentrun-kubeconfig-")
-        with os.fdopen(handle, "wb") as file:  # mkstemp's file is the owner's alone
-            file.write(base64.b64decode(data))
-        atexit.register(_remove, name)
-        return name
+        try:
+            decoded = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError, TypeError) as error:
+            raise ConfigError(f"{key}-data in the kubeconfig {entry.get('_from')} is not "
+                              f"base64: {error}") from error
+        return _private(decoded)
     path = entry.get(key)
     return str(_relative(entry, str(path))) if path else None
+
+
+def _private(data: bytes) -> str:
+    """``data`` in a file only this user may read, removed when the process ends."""
+    handle, name = tempfile.mkstemp(prefix="agentrun-kubeconfig-")
+    with os.fdopen(handle, "wb") as file:  # mkstemp's file is the owner's alone
+        file.write(data)
+    atexit.register(_remove, name)
+    return name
 
 
 def _remove(name: str) -> None:
@@ -214,11 +307,14 @@ def _remove(name: str) -> None:
 
 
 def _authorization(user: Mapping[str, Any]) -> Callable[[], str | None]:
+    """The user's credential, as client-go ranks them: a token file (its last good read
+    wins over ``token``), a token, a basic login, else none (a client certificate)."""
+    if user.get("tokenFile"):
+        return _TokenFile(_relative(user, str(user["tokenFile"])),
+                          first=str(user.get("token") or "")).authorization
     if user.get("token"):
         header = f"Bearer {user['token']}"
         return lambda: header
-    if user.get("tokenFile"):
-        return _TokenFile(_relative(user, str(user["tokenFile"]))).authorization
     if user.get("username"):
         pair = f"{user['username']}:{user.get('password', '')}".encode()
         header = f"Basic {base64.b64encode(pair).decode()}"
@@ -226,16 +322,20 @@ def _authorization(user: Mapping[str, Any]) -> Callable[[], str | None]:
     return _no_authorization
 
 
-def _through_kubernetes(*, context: str) -> Connection:
-    """A login only the ``kubernetes`` package knows (an exec plugin, an auth-provider)."""
+def _through_kubernetes(*, paths: list[Path], context: str) -> Connection:
+    """A login only the ``kubernetes`` package knows (an exec plugin, an auth-provider),
+    from the same files."""
     try:
         import kubernetes  # the operator's distribution has it; the SDK's need not
     except ImportError as error:
-        raise ConnectionError(
+        raise ConfigError(
             f"context {context!r} logs in through an exec plugin or an auth-provider, "
             "which the worker SDK reads only with the kubernetes package installed "
             "(pip install kubernetes), or use a token or a client certificate") from error
     configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-        context=context, client_configuration=configuration)
+    try:
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=_names(paths), context=context, client_configuration=configuration)
+    except Exception as error:  # its loader's ConfigException and whatever an exec raises
+        raise ConfigError(f"context {context!r}: {error}") from error
     return of(configuration)
