@@ -1,7 +1,8 @@
 """Benchmark: what a worker image installs and imports for the SDK, beside the operator's.
 
-Three fresh virtualenvs, each installed offline from the same wheels (the project's two,
-built here by ``pip wheel``, and their dependencies' from the image build's wheel cache,
+Fresh virtualenvs, each installed with no index from the same wheels (the project's two,
+built here by ``pip wheel``, whose build backend pip may fetch, and their dependencies'
+from the image build's wheel cache,
 :func:`tests.support.cluster.images.dependency_wheels`): an empty one (what ``python -m
 venv`` holds: pip and setuptools), the worker SDK alone (``agentrun-worker``), the
 operator's distribution (``agentrun-operator``, which brings the SDK), and with ``--before
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n\n".join([
         SECTION,
         f"{machine_commit_date()} Made by `python -m bench.sdk` (`make bench-sdk`): fresh "
-        "virtualenvs installed offline from the same wheels.",
+        "virtualenvs, each installed with no index from the same wheels.",
         table(rows),
         f"Load average (1 min) {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
         f"on {os.cpu_count()} cores. Size: what the installed packages add to an empty "

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -67,9 +68,12 @@ def disagreements(version: str) -> list[str]:
     sdk = tomllib.loads((SDK / "pyproject.toml").read_text())["project"]
     if sdk["version"] != version:
         found.append(f"sdk/pyproject.toml: version {sdk['version']!r}")
-    pins = [requirement for requirement in tomllib.loads(
-        (REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-        if requirement.startswith(sdk["name"])]
+    operator = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    every = [*operator["dependencies"],
+             *(r for extra in operator["optional-dependencies"].values() for r in extra)]
+    pins = [requirement for requirement in every
+            if re.match(r"[-_.]?".join(re.split(r"[-_.]", sdk["name"])) + r"\b",
+                        requirement, re.IGNORECASE)]
     found += [f"pyproject.toml: the dependency {pin!r}" for pin in pins
               if not pin.endswith(f"=={version}")]
     tag = workload.IMAGE.rpartition(":")[2]

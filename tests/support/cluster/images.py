@@ -45,6 +45,7 @@ from tests.support.cluster.imagestore import ImageArchive, buildah, cache_root, 
 from tests.support.faults import fakeclock
 
 REPO = Path(__file__).resolve().parents[3]
+SDK = REPO / "sdk"  # the worker SDK's distribution
 CONTROLPLANE = REPO / "tests" / "controlplane"
 # Bumped whenever the way an image is made changes, so old cache entries stop matching.
 RECIPE = "1"
@@ -199,18 +200,14 @@ def _platform_args() -> list[str]:
 
 
 def wheel_requirements() -> list[str]:
-    """Both distributions' dependencies (the operator's, less the SDK it gets from its own
-    sources), the SDK's extras' the image installs (``langgraph``: the image runs the example
-    LangGraph agent) and the build backend's (the image builds both wheels from their
-    sources)."""
-    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    sdk = tomllib.loads((REPO / "sdk" / "pyproject.toml").read_text())
+    """Both distributions' dependencies (the operator's but the SDK, built from its
+    sources), the SDK's extras the image installs (``langgraph``: it runs the example
+    LangGraph agent) and the build backend's (the image builds both wheels)."""
+    root, sdk = (tomllib.loads((at / "pyproject.toml").read_text()) for at in (REPO, SDK))
     extras = sdk["project"]["optional-dependencies"]
-    return [*(requirement for requirement in pyproject["project"]["dependencies"]
-              if not requirement.startswith(sdk["project"]["name"])),
-            *sdk["project"]["dependencies"],
-            *(needed for extra in ("tracing", "fsspec", "langgraph") for needed in extras[extra]),
-            *pyproject["build-system"]["requires"]]
+    return [*(r for r in root["project"]["dependencies"] if not r.startswith("agentrun-")),
+            *sdk["project"]["dependencies"], *extras["tracing"], *extras["fsspec"],
+            *extras["langgraph"], *root["build-system"]["requires"]]
 
 
 def dependency_wheels() -> Path:
@@ -236,11 +233,9 @@ def dependency_wheels() -> Path:
 def _project_sources() -> list[Path]:
     """What the image is built from besides the wheels: the offline context's files, hence
     the key's (the files .dockerignore lets a build from a clone send)."""
-    files = [REPO / "Dockerfile", REPO / "pyproject.toml", REPO / "README.md",
-             REPO / "LICENSE", REPO / "sdk" / "pyproject.toml", REPO / "sdk" / "README.md",
-             REPO / "sdk" / "LICENSE"]
-    trees = [*(REPO / "operator").rglob("*"), *(REPO / "sdk" / "agentrun").rglob("*")]
-    for path in sorted(trees):
+    files = [*(REPO / name for name in ("Dockerfile", "pyproject.toml", "README.md", "LICENSE")),
+             *(SDK / name for name in ("pyproject.toml", "README.md", "LICENSE"))]
+    for path in sorted([*(REPO / "operator").rglob("*"), *(SDK / "agentrun").rglob("*")]):
         relative = path.relative_to(REPO).parts
         if path.is_file() and path.suffix != ".pyc" and not any(
                 p == "__pycache__" or p.endswith(".egg-info") for p in relative):

@@ -19,9 +19,9 @@ def test_the_chart_and_the_image_say_the_packages_version() -> None:
 
 def test_a_disagreement_names_each_place() -> None:
     found = release.disagreements("0.0.0-other")
-    assert len(found) == 6  # 2 of the chart's, the image's, the SDK's and 2 pins of it
+    assert len(found) == 7  # 2 of the chart's, the image's, the SDK's and 3 pins of it
     assert any(line.startswith("sdk/pyproject.toml: version") for line in found)
-    assert sum("the dependency 'agentrun-worker" in line for line in found) == 2
+    assert sum("the dependency 'agentrun-worker" in line for line in found) == 3
     assert any("Chart.yaml: version:" in line for line in found)
     assert any("Chart.yaml: appVersion:" in line for line in found)
     assert any("workload.py: IMAGE" in line for line in found)
