@@ -93,10 +93,10 @@ COMMENTS = {
                  "[--qps, \"20\", --workers, \"8\"] (strings: --set-json, or quote "
                  "numbers), after the chart's own; none of the flags the chart sets or "
                  "depends on (--metrics-*, --history-*, --journal-*, --leader-*, --identity, "
-                 "--namespace, --context, --otlp-*, --verbose, --log-*).",
+                 "--namespace, --operator-*, --context, --otlp-*, --verbose, --log-*).",
     "extraEnv": "More environment variables of the operator container, as in a pod's env "
-                "([{name: HTTPS_PROXY, value: ...}] or valueFrom); not POD_NAME, which is "
-                "the chart's.",
+                "([{name: HTTPS_PROXY, value: ...}] or valueFrom); not POD_NAME nor "
+                "POD_NAMESPACE, which are the chart's.",
     "podAnnotations": "Annotations of the operator's pods.",
     "podLabels": "More labels of the operator's pods (not app.kubernetes.io/ ones, which "
                  "are the chart's).",

@@ -20,11 +20,9 @@ serves it on 8443 behind the APIService ``v1alpha1.history.agentrun.dev``).
 journals; each run launched pins them, its prefix made its own
 (``<prefix>/<namespace>/<run uid>``); without them runs get no journal.
 ``--journal-retention-seconds``: how long a finished run's journal is kept (pinned too).
-``--operator-namespace``: the namespace the operator is installed in, where it keeps its
-leader Lease and Secrets (default: ``$POD_NAMESPACE``, else the pod's service-account
-namespace, else agentrun-system: :mod:`agentrun.kube.ownnamespace`).
-``--leader-elect``: several replicas elect a leader on the Lease ``agentrun-operator`` in
-that namespace (:mod:`agentrun.controller.leadership`), as
+``--operator-namespace``: where it keeps its Lease and Secrets (found, or refused, by
+:mod:`agentrun.kube.ownnamespace`). ``--leader-elect``: several replicas elect a leader on
+the Lease ``agentrun-operator`` there (:mod:`agentrun.controller.leadership`), as
 ``--identity`` (their pod's name, default ``$POD_NAME``); only the leader reconciles and
 mints, the others keep their caches primed; ``--leader-election-lease``,
 ``-renew-deadline``, ``-retry-period``: its timing (client-go's defaults 15, 10, 2 s).
@@ -78,10 +76,6 @@ LEASE_SECONDS = (2.0, 300.0, 15.0)
 RENEW_DEADLINE = (1.0, 299.0, 10.0)
 RETRY_PERIOD = (0.2, 60.0, 2.0)
 
-
-OWN_NAMESPACE_HELP = ("the namespace the operator is installed in, where its leader Lease "
-                      "and Secrets are (default: $POD_NAMESPACE, else the pod's service "
-                      f"account's, else {names.OPERATOR_NAMESPACE})")
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
               "error": logging.ERROR}
 
@@ -193,7 +187,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--context", help="kubeconfig context (default: current, else in-cluster)")
     run.add_argument("--namespace", "-n", action="append", default=[],
                      help="namespace name or glob to serve (repeatable; default: all)")
-    run.add_argument("--operator-namespace", help=OWN_NAMESPACE_HELP)
+    ownnamespace.add_flag(run)
     run.add_argument("--workers", type=bounded(int, *WORKERS[:2], "--workers"),
                      default=WORKERS[2],
                      help=f"reconciles run at once (default {WORKERS[2]}, at most {WORKERS[1]})")
@@ -277,12 +271,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                             "actor stamping is in force")
     stamp.add_argument("--context", help="kubeconfig context (default: current, else in-cluster)")
     stamp.add_argument("--timeout", type=float, default=60.0)
-    stamp.add_argument("--operator-namespace", help=OWN_NAMESPACE_HELP)
+    ownnamespace.add_flag(stamp)
+    stamp.set_defaults(verbose=False, log_level="info")
     args = parser.parse_args(argv)
-    try:
-        args.operator_namespace = ownnamespace.operator_namespace(flag=args.operator_namespace)
-    except ValueError as error:
-        parser.error(str(error))
+    args.own_namespace = ownnamespace.parsed(parser=parser, flag=args.operator_namespace)
     if args.command == "run":
         try:
             args.journal = journal_settings(args)
@@ -300,8 +292,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def stamping(*, context: str | None, timeout: float, operator_namespace: str) -> int:
-    api = clients.configure(context=context)
-    client = rest.Rest(api)
+    client = rest.Rest(clients.configure(context=context))
     keeper = stamping_keeper.Keeper(reader=reads.Reader(
         client, operator_namespace=operator_namespace), writer=writes.Writer(client),
                                     logger=logging.getLogger("agentrun"))
@@ -347,11 +338,11 @@ def start_tracing(*, flag: str | None, identity: str) -> telemetry.Telemetry | N
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    if args.command == "stamping":
-        configure_logging(verbose=False)
-        return stamping(context=args.context, timeout=args.timeout,
-                        operator_namespace=args.operator_namespace)
     configure_logging(verbose=args.verbose, level=args.log_level)
+    ownnamespace.announce(args.own_namespace, logger=logging.getLogger("agentrun"))
+    if args.command == "stamping":
+        return stamping(context=args.context, timeout=args.timeout,
+                        operator_namespace=args.own_namespace.name)
     tracing = start_tracing(flag=args.otlp_endpoint, identity=args.identity)
     if tracing is None:
         return 1
@@ -380,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                 context=args.context, address=args.history_address,
                 port=int(args.history_port), bucket=bucket, meters=meters,
                 may_write=(lambda: True) if leading is None else leading.is_set,
-                operator_namespace=args.operator_namespace, logger=logging.getLogger("agentrun"))
+                operator_namespace=args.own_namespace.name, logger=logging.getLogger("agentrun"))
         except OSError as error:
             print(f"cannot serve the history API on {args.history_address}:"
                   f"{int(args.history_port)}: {error.strerror or error}; choose another "
@@ -393,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                            reconcile_timeout=args.reconcile_timeout, meters=meters,
                            journal=args.journal, election=args.election,
                            identity=args.identity, leading=leading, telemetry=tracing,
-                           operator_namespace=args.operator_namespace)
+                           operator_namespace=args.own_namespace.name)
     try:
         asyncio.run(kopf.operator(
             registry=handlers.registry(),

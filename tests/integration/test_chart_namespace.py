@@ -1,11 +1,13 @@
 """The chart in any namespace, rendered by Helm without a cluster: every namespaced object
 in the release's namespace, the admission policies naming it, and the install guard's
-refusals (a tenant's namespace, a second release) decided from what ``lookup`` finds.
+refusals: ``default`` and the control plane's namespaces by name, a tenant's namespace and
+a second release decided from what ``lookup`` finds.
 
-``helm template`` has no cluster, so ``lookup`` finds nothing there and the guard passes;
-its decisions are rendered here from a copy of the chart's guard whose two lookups read
-values instead (each replacement asserted, so a changed guard fails here rather than go
-untested). The real lookups run in ``tests/integration/node/test_chart_namespace.py``.
+The refusals by name need no cluster: the real chart is rendered into each. ``helm
+template`` has no cluster, so ``lookup`` finds nothing there and the rest of the guard
+passes; its decisions are rendered here from a copy of the chart's guard whose two lookups
+read values instead (each replacement asserted, so a changed guard fails here rather than
+go untested). The real lookups run in ``tests/integration/node/test_chart.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import yaml
 from agentrun import bundledstore, workload
 from agentrun.api import names
 from agentrun.core.policies import fencing
+from agentrun.kube import ownnamespace
 from tests.support.cluster.helm import CHART, RELEASE, helm_binary
 
 NAMESPACE = "agentrun-ops"
@@ -183,3 +186,51 @@ def test_the_guard_refuses_a_tenants_namespace_and_a_second_release(
         assert result.returncode != 0 and says in result.stderr, result.stderr
         assert "upgrade that one" in result.stderr or "a namespace of its own" in \
             result.stderr
+
+
+def template(chart: Path, *, namespace: str,
+             found: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """``helm template`` of ``chart`` (the guard's copy) in ``namespace``, its lookups
+    finding ``found``."""
+    return subprocess.run([str(helm_binary()), "template", RELEASE, str(chart), "--namespace",
+                           namespace, "--set-json", f"found={json.dumps(found)}"],
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+@pytest.mark.parametrize("namespace", ownnamespace.REFUSED)
+def test_default_and_the_control_planes_namespaces_are_refused_without_a_cluster(
+        namespace: str) -> None:
+    """Where the operator itself would refuse to start (``kube.ownnamespace``): ``default``
+    (people and tools commonly hold rights to Secrets there) and the namespaces the fence
+    spares (``fencing.SPARED``: the leader's dry-run check would pass there before
+    admission saw its token). By name alone, so under ``helm template`` too."""
+    result = helm("--namespace", namespace)
+    assert result.returncode != 0
+    assert (f"agentrun-operator cannot be installed in the namespace {namespace}: "
+            in result.stderr), result.stderr
+    assert "only cluster admins may read or write Secrets" in result.stderr
+    assert f"--namespace {names.OPERATOR_NAMESPACE} --create-namespace" in result.stderr
+    assert "a namespace of its own" in result.stderr
+
+
+def test_the_guard_refuses_by_name_what_the_operator_refuses(guard: Path) -> None:
+    """The copy too (nothing found: a dry run), and the names are the operator's own."""
+    assert set(ownnamespace.REFUSED) >= set(fencing.SPARED) | {"default"}
+    for namespace in ownnamespace.REFUSED:
+        result = template(guard, namespace=namespace, found={"namespace": {}})
+        assert result.returncode != 0 and namespace in result.stderr, result.stderr
+
+
+def test_a_refusal_never_suggests_the_namespace_it_refused(guard: Path) -> None:
+    """A tenant's namespace that happens to be called agentrun-system: the message names
+    no namespace to use rather than the one just refused."""
+    tenant = {"metadata": {"name": names.OPERATOR_NAMESPACE,
+                           "labels": {names.TENANT_LABEL: "team-a"}}}
+    result = template(guard, namespace=names.OPERATOR_NAMESPACE, found={"namespace": tenant})
+    assert result.returncode != 0
+    assert f"cannot be installed in the namespace {names.OPERATOR_NAMESPACE}: it is a " \
+        "tenant's" in result.stderr, result.stderr
+    assert "helm install --namespace <another namespace> --create-namespace" in result.stderr
+    assert f"--namespace {names.OPERATOR_NAMESPACE}" not in result.stderr
+    elsewhere = template(guard, namespace=NAMESPACE, found={"namespace": TENANT})
+    assert f"--namespace {names.OPERATOR_NAMESPACE} --create-namespace" in elsewhere.stderr

@@ -85,6 +85,19 @@ def test_every_value_has_a_description_in_the_schema() -> None:
     assert undescribed(chartvalues.defaults(), chartvalues.schema(), "") == []
 
 
+def test_the_extra_values_say_every_flag_and_variable_the_chart_refuses() -> None:
+    """What extraArgs and extraEnv may not hold is refused by the templates
+    (``charttemplates.CHART_FLAGS``, ``CHART_ENV``); their descriptions list the same, so a
+    reader of values.yaml is not surprised by a refusal."""
+    properties = chartvalues.schema()["properties"]
+    args = properties["extraArgs"]["description"]
+    for flag in charttemplates.CHART_FLAGS:
+        if flag.startswith("--"):  # (-n, -v: --namespace's and --verbose's short forms)
+            assert (f"{flag}*" if flag.endswith("-") else flag) in args, flag
+    env = properties["extraEnv"]["description"]
+    assert all(name in env for name in charttemplates.CHART_ENV), env
+
+
 def fits(values: dict[str, Any]) -> list[str]:
     return [e.message for e in jsonschema.Draft7Validator(chartvalues.schema()).iter_errors(
         values)]

@@ -178,16 +178,60 @@ def test_the_operator_namespace_is_the_pods_unless_a_flag_names_another(
     namespaces'."""
     monkeypatch.setattr(ownnamespace, "SERVICE_ACCOUNT_FILE", tmp_path / "missing")
     monkeypatch.delenv(ownnamespace.ENV, raising=False)
-    assert cli.parse(["run"]).operator_namespace == "agentrun-system"
+    assert cli.parse(["run"]).own_namespace == ownnamespace.Found(
+        name="agentrun-system", source=ownnamespace.DEFAULT_SOURCE)
     monkeypatch.setenv(ownnamespace.ENV, "agentrun-ops")
     args = cli.parse(["run", "--namespace", "team-a"])
-    assert (args.operator_namespace, args.namespace) == ("agentrun-ops", ["team-a"])
-    assert cli.parse(["stamping"]).operator_namespace == "agentrun-ops"
-    assert cli.parse(["run", "--operator-namespace", "other"]).operator_namespace == "other"
+    assert (args.own_namespace.name, args.namespace) == ("agentrun-ops", ["team-a"])
+    assert cli.parse(["stamping"]).own_namespace == ownnamespace.Found(
+        name="agentrun-ops", source="$POD_NAMESPACE")
+    assert cli.parse(["run", "--operator-namespace", "other"]).own_namespace == \
+        ownnamespace.Found(name="other", source="--operator-namespace")
 
 
-def test_an_operator_namespace_that_is_no_name_is_refused(
+@pytest.mark.parametrize(("flag", "says"), [
+    ("Not A Namespace", "--operator-namespace must be a namespace name"),
+    ("", "--operator-namespace must be a namespace name"),  # refused, not skipped
+    ("default", "--operator-namespace names default, which cannot be the operator's"),
+    ("kube-system", "--operator-namespace names kube-system, which cannot be the operator's"),
+])
+def test_an_operator_namespace_that_cannot_be_its_stops_the_start(
+        flag: str, says: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        cli.parse(["run", "--operator-namespace", "Not A Namespace"])
-    assert "--operator-namespace must be a namespace name" in capsys.readouterr().err
+    """Exit 2, as for any bad flag, before anything starts (no client, no election)."""
+    monkeypatch.setenv(ownnamespace.ENV, "agentrun-ops")  # a usable one the flag overrides
+    for command in ("run", "stamping"):
+        with pytest.raises(SystemExit) as exited:
+            cli.main([command, "--operator-namespace", flag])
+        assert exited.value.code == 2
+        assert says in capsys.readouterr().err
+
+
+def test_a_pod_in_a_refused_namespace_does_not_start(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(ownnamespace.ENV, "kube-public")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["run"])
+    assert exited.value.code == 2
+    assert "$POD_NAMESPACE names kube-public" in capsys.readouterr().err
+
+
+def test_the_start_says_which_operator_namespace_and_from_where(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The first lines tell a flag that overrode the pod's namespace from the pod's own."""
+    monkeypatch.setenv(ownnamespace.ENV, "agentrun-ops")
+    monkeypatch.setattr(cli, "configure_logging", lambda **_: None)  # the test's logging
+    used: list[str] = []
+
+    def stamping(*, context: str | None, timeout: float, operator_namespace: str) -> int:
+        used.append(operator_namespace)
+        return 0
+
+    monkeypatch.setattr(cli, "stamping", stamping)
+    with caplog.at_level(logging.INFO, logger="agentrun"):
+        assert cli.main(["stamping"]) == 0
+        assert cli.main(["stamping", "--operator-namespace", "platform-ops"]) == 0
+    assert used == ["agentrun-ops", "platform-ops"]
+    assert "the operator's namespace is agentrun-ops (from $POD_NAMESPACE)" in caplog.text
+    assert ("the operator's namespace is platform-ops (from --operator-namespace)"
+            in caplog.text)

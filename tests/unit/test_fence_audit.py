@@ -75,7 +75,7 @@ def _event(verb: str, resource: str, name: str, *, namespace: str = "t", dry: bo
         "stage": stage, "verb": verb, "requestURI": uri,
         "requestReceivedTimestamp": "2026-12-06T00:00:01.000000Z",
         "stageTimestamp": "2026-12-06T00:00:01.010000Z",
-        "user": {"username": fencing.OPERATOR_USER,
+        "user": {"username": fencing.operator_user(namespace=names.OPERATOR_NAMESPACE),
                  "extra": {leasepolicy.POD_NAME: [pod]}},
         "objectRef": {"resource": resource, "namespace": namespace, "name": name},
         "responseStatus": {"code": code, "message": message}})

@@ -313,16 +313,17 @@ class HistoryService:
 
 
 def start(*, context: str | None, address: str, port: int, logger: logging.Logger,
-          bucket: throttle.Bucket | None = None, may_write: Callable[[], bool] = lambda: True,
-          meters: metrics.Metrics | None = None,
-          operator_namespace: str = names.OPERATOR_NAMESPACE) -> HistoryService:
+          operator_namespace: str, bucket: throttle.Bucket | None = None,
+          may_write: Callable[[], bool] = lambda: True,
+          meters: metrics.Metrics | None = None) -> HistoryService:
     """The history served and registered: the server bound (``OSError`` if it cannot be),
     then kept current (:class:`servingcerts.Registration`): serving the shared
     certificate, made and registered on the APIService while ``may_write`` (this replica
     leads), the front proxy as the API server names it. Until the shared certificate is
     read the server has a provisional one no API server trusts; ``meters``' readiness
     waits for the first read. ``bucket``: the process's client-side rate limit;
-    ``operator_namespace``: where the certificate's Secret and the Service are."""
+    ``operator_namespace``: where the certificate's Secret and the Service are (the one
+    the operator resolved at start; required, as no install's namespace can be assumed)."""
     client = rest.Rest(clients.configure(context=context), throttle=bucket)
     histories = journalhistory.Histories(
         client=client, stores=journalstores.JournalStores(

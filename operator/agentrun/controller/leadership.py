@@ -52,7 +52,9 @@ class Elector:
     timing: leadership.Timing
     logger: logging.Logger
     name: str = names.LEADER_LEASE
-    namespace: str = names.OPERATOR_NAMESPACE  # the operator's own (its Lease and token)
+    # The operator's own (its Lease and token); required: never a default, which would
+    # elect and fence another install's namespace when the operator is elsewhere.
+    namespace: str = field(kw_only=True)
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime] = clocks.system
     on_lost: Callable[[], None] = exit_lost

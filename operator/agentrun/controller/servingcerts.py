@@ -139,8 +139,8 @@ class Registration:
     client: rest.Rest
     logger: logging.Logger
     use: Callable[[Serving], None]  # serve this certificate from now on
+    namespace: str  # the operator's, its Secret's and Service's (required: no install's guess)
     may_write: Callable[[], bool] = lambda: True  # does this replica lead (or run alone)?
-    namespace: str = names.OPERATOR_NAMESPACE  # the operator's: its Secret and Service
     also: Callable[[], None] | None = None  # done each round too (the front proxy read)
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     serving: Serving | None = None  # what this replica serves (None: a provisional one)

@@ -55,10 +55,11 @@ def custom_path(plural: str, namespace: str, name: str | None = None) -> str:
 class Reader:
     """Reads for one API client, from ``stores`` where they can answer (see above);
     ``operator_namespace``: where the operator keeps its stamping Secret (the namespace it
-    runs in; the default is the plain manifests')."""
+    runs in, :mod:`agentrun.kube.ownnamespace`; required: a default would quietly read
+    another install's Secret when the operator is elsewhere)."""
 
-    def __init__(self, client: rest.Rest, *, stores: Stores | None = None,
-                 operator_namespace: str = names.OPERATOR_NAMESPACE) -> None:
+    def __init__(self, client: rest.Rest, *, operator_namespace: str,
+                 stores: Stores | None = None) -> None:
         self.rest = client
         self.stores = stores
         self.operator_namespace = operator_namespace

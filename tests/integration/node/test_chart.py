@@ -1,7 +1,12 @@
 """The Helm chart installed for real: its operator pod serves the seed's recovery trace.
 
 On the suite's control plane and node, with the project image loaded into the node
-(``pullPolicy: Never``) and ``watchNamespaces`` the test's namespace only: install with
+(``pullPolicy: Never``) and ``watchNamespaces`` the test's namespace only. First the
+install guard with the cluster's real lookups: a tenant's namespace (the test's own) is
+refused and no release is recorded (Helm installs the chart's ``crds/`` before it renders
+the templates: the guard cannot stop that; here the session's CRDs exist already). Then,
+in ``agentrun-ops`` (not the default namespace: the chart installs anywhere else but a
+tenant's), install with
 every value an operator of a cluster sets on pods (``helm.EVERY_VALUE``: pull secrets,
 scheduling, priority, labels, annotations, extra flags and environment, the
 NetworkPolicies), two operator pods Running and Ready, through their readiness probe,
@@ -15,7 +20,10 @@ disruption budget (the standby evicted, the leader's eviction then refused),
 leader's process SIGSTOPped on the node (the standby takes over and serves; SIGCONTed,
 the former leader exits 75 and stands by), and
 ``helm uninstall``, after which only the documented leftovers remain: the CRDs, the
-users' runs and the stamping, leader and history certificate Secrets.
+users' runs and the stamping, leader and history certificate Secrets. While installed,
+the cluster-wide objects name ``agentrun-ops`` (the operator's ClusterRoleBinding subject,
+the fence's user), the fencing token and the stamping epoch are there, and a second release
+in another namespace is refused, naming the first.
 
 The session's ``installed`` fixture applied the RBAC, the local user's binding and the
 stamping policy with kubectl, so the install takes those objects over
@@ -32,6 +40,7 @@ import contextlib
 import json
 import signal
 import ssl
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,13 +51,14 @@ import yaml
 
 from agentrun import manifests, workload
 from agentrun.api import names
+from agentrun.core.policies import fencing
 from tests.integration.node.conftest import wait_phase
 from tests.support import historyapi
 from tests.support.actors.operators import install_for_tests
 from tests.support.actors.workers import container_pid, kill_on_node
 from tests.support.cluster import store
 from tests.support.cluster.clusters import Cluster
-from tests.support.cluster.helm import CHART, EVERY_VALUE, NAMESPACE, RELEASE, Release
+from tests.support.cluster.helm import CHART, EVERY_VALUE, RELEASE, Release, helm_binary
 from tests.support.cluster.localnode import LocalNode
 from tests.support.plays.recovery import play_recovery_trace
 from tests.support.plays.scenarios import Scenario
@@ -57,6 +67,23 @@ from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.kubelet, pytest.mark.serial]
 GROUP, VERSION = names.GROUP, names.VERSION
+NAMESPACE = "agentrun-ops"  # the release's: any namespace but a tenant's
+SECOND = "agentrun-ops-second"  # a second release's, refused
+
+
+def refused_install(cluster: Cluster, *, release: str, namespace: str, image: str) -> str:
+    """``helm install`` that must fail; its stderr. No release is left behind."""
+    def helm(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(helm_binary()), "--kubeconfig", str(cluster.kubeconfig),
+                               *args], capture_output=True, text=True, check=False,
+                              timeout=300)
+    result = helm("install", release, str(CHART), "--namespace", namespace,
+                  "--create-namespace", "--set-string", f"image.repository={image}")
+    assert result.returncode != 0, result.stdout
+    listed = helm("list", "--all-namespaces", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert release not in {r["name"] for r in json.loads(listed.stdout)}
+    return result.stderr
 
 
 def container(pod: dict[str, Any]) -> dict[str, Any]:
@@ -101,6 +128,7 @@ def existing(api: kubernetes.client.ApiClient, kind: str, namespace: str,
                    "Role": "rbac.authorization.k8s.io/v1",
                    "RoleBinding": "rbac.authorization.k8s.io/v1",
                    "Deployment": "apps/v1", "ServiceAccount": "v1", "Service": "v1",
+                   "Namespace": "v1",
                    "Pod": "v1", "NetworkPolicy": "networking.k8s.io/v1",
                    "PodDisruptionBudget": "policy/v1",
                    "APIService": "apiregistration.k8s.io/v1",
@@ -172,10 +200,15 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
     api = cluster.client()
     scrape = scraper(cluster, namespace, run_pod)
     core = kubernetes.client.CoreV1Api(api)
+    image = worker_image.rpartition(":")[0]
+    said = refused_install(cluster, release="agentrun-in-a-tenant", namespace=namespace,
+                           image=image)
+    assert f"cannot be installed in the namespace {namespace}: it is a tenant's" in said, said
     release = Release(cluster.kubeconfig, image=worker_image, namespaces=[namespace],
-                      take_ownership=True, values=EVERY_VALUE,
+                      take_ownership=True, values=EVERY_VALUE, namespace=NAMESPACE,
                       restore=lambda: install_for_tests(cluster))
-    with release:
+    with contextlib.ExitStack() as cleanup, release:
+        cleanup.callback(delete_namespace, core, NAMESPACE)
         pods = release.wait_ready()
         assert len(pods) == 2  # by default: one leads, one stands by
         for each in pods:  # every value reached the pods the API server admitted
@@ -210,6 +243,23 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
         stamped = cluster.kubectl("-n", NAMESPACE, "exec", "deploy/agentrun-operator", "--",
                                   "agentrun-operator", "stamping")
         assert stamped.returncode == 0, stamped.stdout + stamped.stderr
+        # The fencing token there names the leader; the cluster-wide objects name the
+        # release's namespace; a second release, elsewhere, is refused.
+        token = core.api_client.sanitize_for_serialization(
+            core.read_namespaced_secret(names.LEADER_SECRET, NAMESPACE))
+        assert fencing.token_names(token)[0] == leader
+        binding = kubernetes.client.RbacAuthorizationV1Api(api).read_cluster_role_binding(
+            manifests.OPERATOR_ROLE)
+        assert [(s.name, s.namespace) for s in binding.subjects or []] == [
+            (names.OPERATOR_APP, NAMESPACE)]
+        fence = cluster.kubectl("get", "validatingadmissionpolicy", names.FENCE_POLICY,
+                                "-o", "json")
+        assert fencing.operator_user(namespace=NAMESPACE) in fence.stdout, fence.stdout[:400]
+        said = refused_install(cluster, release="agentrun-second", namespace=SECOND,
+                               image=image)
+        assert (f"already installed in this cluster by the release {RELEASE} in the "
+                f"namespace {NAMESPACE}") in said, said
+        assert not existing(api, "Namespace", "", SECOND)
         operator = container(pod)
         assert pod["spec"]["serviceAccountName"] == manifests.OPERATOR_ROLE
         assert operator["image"] == worker_image
@@ -348,3 +398,12 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
     # restored for the tests after this one: the objects `installed` applied, stamping in force
     assert existing(api, "ClusterRole", "", manifests.OPERATOR_ROLE)
     assert existing(api, "MutatingAdmissionPolicy", "", manifests.STAMP_POLICY)
+
+
+def delete_namespace(core: kubernetes.client.CoreV1Api, name: str) -> None:
+    """The release's namespace, once the release is gone (its Secrets are kept by design)."""
+    try:
+        core.delete_namespace(name)
+    except kubernetes.client.ApiException as error:
+        if error.status != 404:
+            raise

@@ -46,7 +46,8 @@ def held(cluster: Cluster, namespace: str, installed: None) -> stores.Stores:
 
 def operator_pair(cluster: Cluster, held: stores.Stores) -> tuple[reads.Reader, writes.Writer]:
     client = rest.Rest(cluster.client("operator"))
-    return reads.Reader(client, stores=held), writes.Writer(client, stores=held)
+    return (reads.Reader(client, stores=held, operator_namespace=names.OPERATOR_NAMESPACE),
+            writes.Writer(client, stores=held))
 
 
 def test_an_unprimed_store_reads_a_launch_spec_from_the_api_and_holds_it(
@@ -181,7 +182,8 @@ def test_blind_time_grows_while_requests_get_no_answer_and_is_zero_otherwise(
         cluster: Cluster, namespace: str, silent_server: int, installed: None) -> None:
     since = clocks.ticks()
     healthy = rest.Rest(cluster.client("operator"))
-    reader = reads.Reader(healthy, stores=stores.Stores())
+    reader = reads.Reader(healthy, stores=stores.Stores(),
+                          operator_namespace=names.OPERATOR_NAMESPACE)
     assert reader.lease(namespace, "nothing") is None and reader.tenant(namespace) == namespace
     assert reader.blind_time(since=since) == timedelta(0)
 
@@ -189,7 +191,7 @@ def test_blind_time_grows_while_requests_get_no_answer_and_is_zero_otherwise(
     configuration.host = f"http://127.0.0.1:{silent_server}"
     timeout = rest.Timeout(connect=1.0, read=1.0)
     silent = reads.Reader(rest.Rest(kubernetes.client.ApiClient(configuration),
-                                    timeout=timeout))
+                                    timeout=timeout), operator_namespace=names.OPERATOR_NAMESPACE)
     blind: list[timedelta] = []
     for _ in range(2):
         started = time.monotonic()

@@ -17,13 +17,14 @@ import kubernetes
 import yaml
 
 from agentrun import workload
+from agentrun.core.policies import fencing
 from tests.support.cluster.clusters import Cluster
 from tests.support.waiting import wait_for
 
 DEPLOY = Path(__file__).resolve().parents[3] / "manifests" / "deploy" / "operator.yaml"
 SYSTEM_NAMESPACE = "agentrun-system"
 NAME = "agentrun-operator"
-OPERATOR_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{NAME}"
+OPERATOR_USER = fencing.operator_user(namespace=SYSTEM_NAMESPACE)
 SELECTOR = "app.kubernetes.io/name=agentrun-operator"
 
 

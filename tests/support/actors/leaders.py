@@ -143,9 +143,10 @@ def operator_writes(cluster: Cluster, *, since: datetime) -> list[Write]:
     """Every write by the operator's ServiceAccount received since ``since``, in the order
     received; reviews (SubjectAccessReviews: a question, not a write) left out."""
     assert cluster.audit_log is not None
+    operator = fencing.operator_user(namespace=names.OPERATOR_NAMESPACE)  # the replicas'
     found = []
     for line in audit.lines(cluster.audit_log):
-        if fencing.OPERATOR_USER not in line:
+        if operator not in line:
             continue
         event = json.loads(line)
         user = event.get("user") or {}
@@ -153,7 +154,7 @@ def operator_writes(cluster: Cluster, *, since: datetime) -> list[Write]:
         at = _when(event["requestReceivedTimestamp"])
         dry = "dryRun" in event.get("requestURI", "")
         mine = ref.get("namespace") == names.OPERATOR_NAMESPACE
-        if (user.get("username") != fencing.OPERATOR_USER or at < since
+        if (user.get("username") != operator or at < since
                 or event.get("stage") != "ResponseComplete"
                 or event.get("verb") not in audit.WRITE_VERBS
                 or ref.get("resource") == "subjectaccessreviews"

@@ -172,7 +172,11 @@ class Release:
     def _install(self, *, ownership: bool) -> None:
         args = install_args(image=self.image, namespaces=self.namespaces, extra=self.values,
                             release_namespace=self.namespace)
-        result = self.helm(*args, *(["--take-ownership"] if ownership else []))
+        # Taking over the session's kubectl install: Helm's server-side apply must also win
+        # the fields kubectl's apply owns where the release sets other values (another
+        # release namespace: the bindings' subjects, the stamp binding's paramRef).
+        taking = ["--take-ownership", "--force-conflicts"] if ownership else []
+        result = self.helm(*args, *taking)
         self.installed = True  # even a failed install may have left a release to remove
         assert result.returncode == 0, (
             f"helm {' '.join(args)} failed:\n{result.stdout}{result.stderr}\n{self.events()}")

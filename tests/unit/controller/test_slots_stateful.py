@@ -85,7 +85,8 @@ class AppliedLife(RuleBasedStateMachine):
 
     def restart(self) -> None:
         self.reconciler = SlotReconciler(
-            reader=reads.Reader(self.api),  # type: ignore[arg-type]
+            reader=reads.Reader(self.api,  # type: ignore[arg-type]
+                                operator_namespace=names.OPERATOR_NAMESPACE),
             writer=writes.Writer(self.api),  # type: ignore[arg-type]
             clock=lambda: self.now, ticks=lambda: self.now)
 
@@ -179,7 +180,8 @@ def test_a_cache_that_has_not_seen_the_run_pinned_spends_no_attempt() -> None:
     before the attempt is failed: the claim goes on, attempt 1 is the run's only one."""
     api = apifake.FakeApi()
     seed(api)
-    reconciler = SlotReconciler(reader=reads.Reader(api),  # type: ignore[arg-type]
+    reconciler = SlotReconciler(reader=reads.Reader(  # type: ignore[arg-type]
+        api, operator_namespace=names.OPERATOR_NAMESPACE),
                                 writer=writes.Writer(api),  # type: ignore[arg-type]
                                 clock=lambda: f.T0, ticks=lambda: f.T0)
     lease = _path("leases", f"{f.SLOT}-1")
@@ -200,7 +202,8 @@ def test_a_cache_that_has_not_seen_the_run_pinned_spends_no_attempt() -> None:
     del stale["status"]["pinned"]
     stale["metadata"]["namespace"] = f.NS
     held.observe(kind="AgentRun", event_type=None, body=stale)
-    behind = SlotReconciler(reader=reads.Reader(api, stores=held),  # type: ignore[arg-type]
+    behind = SlotReconciler(reader=reads.Reader(  # type: ignore[arg-type]
+        api, stores=held, operator_namespace=names.OPERATOR_NAMESPACE),
                             writer=writes.Writer(api),  # type: ignore[arg-type]
                             clock=lambda: f.T0, ticks=lambda: f.T0)
     behind.reconcile(f.NS, f.SLOT)

@@ -36,7 +36,8 @@ class SlowNamespaces:
 
 def test_threads_that_find_the_tenant_expired_make_one_get() -> None:
     client = SlowNamespaces(wait=1.0)
-    reader = reads.Reader(client)  # type: ignore[arg-type]
+    reader = reads.Reader(client,  # type: ignore[arg-type]
+                          operator_namespace=names.OPERATOR_NAMESPACE)
     answers: list[str | None] = []
     threads = [threading.Thread(target=lambda: answers.append(reader.tenant("ns")))
                for _ in range(4)]
@@ -50,7 +51,8 @@ def test_threads_that_find_the_tenant_expired_make_one_get() -> None:
 
 def test_the_cached_tenant_is_asked_again_once_it_expired(monkeypatch: Any) -> None:
     client = SlowNamespaces(wait=0.01)
-    reader = reads.Reader(client)  # type: ignore[arg-type]
+    reader = reads.Reader(client,  # type: ignore[arg-type]
+                          operator_namespace=names.OPERATOR_NAMESPACE)
     now = [1000.0]
     monkeypatch.setattr(reads.time, "monotonic", lambda: now[0])
     assert reader.tenant("ns") == "team-a"

@@ -160,7 +160,8 @@ def test_a_tombstoned_lease_leaves_and_is_read_back_on_demand_once() -> None:
     client = FakeRest({})
     held = stores.Stores()
     held.prime(client=client, namespaces=[NS])  # type: ignore[arg-type]
-    reader = reads.Reader(client, stores=held)  # type: ignore[arg-type]
+    reader = reads.Reader(client, stores=held,  # type: ignore[arg-type]
+                          operator_namespace=names.OPERATOR_NAMESPACE)
     held.observe(kind="Lease", event_type="ADDED", body=lease("s1-1", "5"))
     assert reader.lease(NS, "s1-1") is not None and client.gets.count(
         stores.path("Lease", NS, "s1-1")) == 0
@@ -180,7 +181,8 @@ def test_a_tombstoned_lease_leaves_and_is_read_back_on_demand_once() -> None:
 
 def test_an_unknown_or_unprimed_object_is_asked_of_the_api() -> None:
     client = FakeRest({stores.path("Pod", NS, "p"): pod("p", "3")})
-    reader = reads.Reader(client, stores=stores.Stores())  # type: ignore[arg-type]
+    reader = reads.Reader(client, stores=stores.Stores(),  # type: ignore[arg-type]
+                          operator_namespace=names.OPERATOR_NAMESPACE)
     assert reader.pod(NS, "p") is not None  # not primed: a miss is no proof of absence
     assert reader.pod(NS, "p") is not None
     assert client.gets == [stores.path("Pod", NS, "p")]  # the answer was kept
@@ -261,7 +263,8 @@ def test_the_reader_reads_memory_not_the_api() -> None:
     held.prime(client=client, namespaces=[NS])  # type: ignore[arg-type]
     listed = len(client.gets)
     held.observe(kind="Slot", event_type="ADDED", body=slot("s1", "3"))
-    reader = reads.Reader(client, stores=held)  # type: ignore[arg-type]
+    reader = reads.Reader(client, stores=held,  # type: ignore[arg-type]
+                          operator_namespace=names.OPERATOR_NAMESPACE)
     assert reader.slot(NS, "s1") is not None and reader.lease(NS, "s1-1") is None
     assert [s.metadata.name for s in reader.slots_of(NS, "r1")] == ["s1"]
     assert len(client.gets) == listed
@@ -312,7 +315,8 @@ def test_a_stranger_found_on_create_is_read_from_the_api_from_then_on() -> None:
     with pytest.raises(writes.Exists) as exists:
         writer.create(lease("s1-1", None), point="test")
     assert exists.value.found == stranger
-    reader = reads.Reader(client, stores=held)  # type: ignore[arg-type]
+    reader = reads.Reader(client, stores=held,  # type: ignore[arg-type]
+                          operator_namespace=names.OPERATOR_NAMESPACE)
     assert reader.lease(NS, "s1-1") == stranger  # not "absent": the API was asked
     del client.answers[stores.path("Lease", NS, "s1-1")]  # a person deleted it: no watch
     assert reader.lease(NS, "s1-1") is None  # of ours tells; the API is asked every time

@@ -66,9 +66,6 @@ def operator_user(*, namespace: str) -> str:
     return f"system:serviceaccount:{namespace}:{names.OPERATOR_APP}"
 
 
-# The plain manifests' operator (namespace names.OPERATOR_NAMESPACE), for tests and tools.
-OPERATOR_USER = operator_user(namespace=names.OPERATOR_NAMESPACE)
-
 
 def rules() -> list[Object]:
     """Everything the operator writes (its ClusterRole's and Role's write verbs)."""
