@@ -136,7 +136,8 @@ def _local_options(sub: Any) -> None:
                          help="the workflow's node to run (default: its first, or "
                               f"{local.DEFAULT_NODE})")
     harness.add_argument("--fresh", action="store_true",
-                         help="remove --dir first: attempt 1, an empty journal, a new run uid")
+                         help="remove what the harness made in --dir first: attempt 1, an "
+                              "empty journal, a new run uid")
     harness.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- command ...")
 
 

@@ -4,33 +4,37 @@ The harness is a development tool whose fakes are the product, so they are teste
 SDK meets them: the README's worker example runs in it as written and commits its steps;
 a worker that fails after its first step is followed by an attempt that skips that step;
 a second invocation resumes from the state kept in its directory; bad input is a usage
-error (exit 2). The fakes are also tested through the SDK's own clients: the Lease API's
-conflicts, and the S3 calls ``agentrun.objectstore`` makes. No cluster, no sleeps: a
-child process is waited for with a timeout.
+error (exit 2); a directory the harness did not make is neither written nor emptied;
+its secrets are its user's alone; a child runs in its own session and is killed when it
+outlives the stop bound. The fakes are tested in ``test_local_fakes.py``. No cluster, no
+sleeps: a child process is waited for with a timeout.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentrun import objectstore, rest
 from agentrun.worker import cli
-from agentrun.worker._local import kubeapi, s3api, servers, settings
-from agentrun.worker._local.leases import Leases
-from agentrun.worker._local.s3store import Store
+from agentrun.worker._local import attempts, settings
+from agentrun.worker._local.workspace import Workspace
 
 # The markdown whose worker example must run in the harness as written.
 EXAMPLE_MARKDOWN = Path(__file__).resolve().parents[3] / "README.md"
 EXAMPLE_SECTION = "## Writing a worker"
 RUN_TIMEOUT_SECONDS = 120.0
+GIVE_UP_SECONDS = 20.0  # a child the harness never kills is killed by the test (a failure)
 
 
 def python_block(markdown: Path, *, section: str = EXAMPLE_SECTION) -> str:
@@ -158,98 +162,105 @@ def test_the_sdk_does_not_load_the_harness() -> None:
                                     "'agentrun.worker._local.settings']"
 
 
-# -- the fakes, through the SDK's own clients ------------------------------------------------
+# -- the directory: only the harness's own ---------------------------------------------------
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[rest.Rest]:
-    serving = servers.serve(kubeapi.handler(leases=Leases(path=tmp_path / "leases.json"),
-                                            token="t"), name="test-api")
+def local(directory: Path, *options: str) -> int:
+    return cli.main(["local", "--dir", str(directory), *options, "--", sys.executable, "-c",
+                     "pass"])
+
+
+@pytest.mark.parametrize("options", [("--fresh",), ()])
+def test_a_directory_the_harness_did_not_make_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], options: tuple[str, ...]) -> None:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "state.json").write_text("{}")  # the user's own, beside their code
+    (project / "agent.py").write_text("print('mine')\n")
+    before = sorted(project.rglob("*"))
+    assert local(project, *options) == settings.EXIT_USAGE
+    assert "not a directory the harness made" in capsys.readouterr().err
+    assert sorted(project.rglob("*")) == before
+    assert (project / "agent.py").read_text() == "print('mine')\n"
+
+
+def test_fresh_removes_only_what_the_harness_made(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    assert local(state) == 0
+    assert (state / settings.MARKER_FILE).is_file()
+    first = json.loads((state / "state.json").read_text())
+    (state / "notes.txt").write_text("the user's")
+    assert local(state) == 0  # its marker: the harness's, other files or not
+    assert len(json.loads((state / settings.SUMMARY_FILE).read_text())) == 2
+    assert local(state, "--fresh") == 0
+    assert (state / "notes.txt").read_text() == "the user's"
+    assert json.loads((state / "state.json").read_text())["runs"] != first["runs"]
+    assert len(json.loads((state / settings.SUMMARY_FILE).read_text())) == 1
+
+
+def test_an_earlier_harness_directory_without_its_marker_is_taken(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    for folder in ("kube", "s3", "credentials", "config"):
+        (state / folder).mkdir(parents=True)
+    (state / "state.json").write_text(json.dumps({"runs": {"local-run": "uid"}}))
+    assert local(state, "--fresh") == 0
+    assert json.loads((state / "state.json").read_text())["runs"]["local-run"] != "uid"
+
+
+def test_the_token_and_the_kubeconfig_are_the_users_alone_from_their_creation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Path, "chmod", lambda *_args, **_kwargs: None)  # no mending later
+    previous = os.umask(0o022)
     try:
-        yield rest.Rest(rest.Connection(server=serving.url, authorization=lambda: "Bearer t"))
+        workspace = Workspace.prepare(root=tmp_path / "state", run="r", node=None,
+                                      fresh=False, given={})
+        workspace.write(api="http://127.0.0.1:1")
     finally:
-        serving.stop()
+        os.umask(previous)
+    for path in (tmp_path / "state" / "state.json", workspace.kubeconfig,
+                 *(tmp_path / "state" / "credentials").iterdir()):
+        assert path.stat().st_mode & 0o777 == 0o600, path
 
 
-LEASES = "/apis/coordination.k8s.io/v1/namespaces/local/leases"
+# -- the child: its own session, killed after the stop bound ---------------------------------
+
+STUBBORN = textwrap.dedent("""\
+    import os, signal, socket, sys
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as told:
+        told.sendall(f"{os.getpid()} {os.getpgrp()} {os.getsid(0)}\\n".encode())
+    while True:
+        signal.pause()
+""")
 
 
-def test_the_lease_api_refuses_stale_writes_as_the_api_server_does(api: rest.Rest) -> None:
-    made = api.request("POST", LEASES, body={"metadata": {
-        "name": "s-1", "labels": {"agentrun.dev/slot": "s", "agentrun.dev/attempt": "1"}},
-        "spec": {"holderIdentity": "s-1"}})
-    with pytest.raises(rest.ApiError) as exists:
-        api.request("POST", LEASES, body=made)
-    assert exists.value.status == 409
-    renewed = api.request("PUT", f"{LEASES}/s-1", body={**made, "spec": {
-        "holderIdentity": "s-1", "renewTime": "2024-01-01T00:00:00.000000Z"}})
-    assert renewed["metadata"]["resourceVersion"] != made["metadata"]["resourceVersion"]
-    with pytest.raises(rest.ApiError) as stale:  # under the version read before the renewal
-        api.request("PATCH", f"{LEASES}/s-1", content_type=rest.MERGE_PATCH, body={
-            "metadata": {"resourceVersion": made["metadata"]["resourceVersion"],
-                         "annotations": {"a": "1"}}})
-    assert stale.value.status == 409
-    patched = api.request("PATCH", f"{LEASES}/s-1", content_type=rest.MERGE_PATCH,
-                          body={"metadata": {"annotations": {"a": "1", "b": "2"}}})
-    cleared = api.request("PATCH", f"{LEASES}/s-1", content_type=rest.MERGE_PATCH,
-                          body={"metadata": {"annotations": {"a": None}}})
-    assert patched["metadata"]["annotations"] == {"a": "1", "b": "2"}
-    assert cleared["metadata"]["annotations"] == {"b": "2"}
-    listed = api.request("GET", LEASES, query={"labelSelector": "agentrun.dev/slot=s,"
-                                               "agentrun.dev/attempt"})
-    assert [item["metadata"]["name"] for item in listed["items"]] == ["s-1"]
-    assert api.request("GET", LEASES, query={"labelSelector": "agentrun.dev/slot=t"}
-                       )["items"] == []
-    assert api.get(f"{LEASES}/s-2") is None
+def test_a_child_that_ignores_sigterm_is_killed_after_the_stop_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(settings, "STOP_SECONDS", 0.5)
+    seen: list[int] = []
+    finished = threading.Event()
 
+    def terminate_once_ready(listener: socket.socket) -> None:
+        connection, _ = listener.accept()
+        with connection, connection.makefile() as lines:
+            seen.extend(int(each) for each in lines.readline().split())
+        os.kill(os.getpid(), signal.SIGTERM)  # to the harness (this process), as `kill` would
+        if not finished.wait(GIVE_UP_SECONDS):  # never killed: end it, and fail below
+            os.kill(seen[0], signal.SIGKILL)
 
-def test_the_lease_api_wants_the_token(api: rest.Rest) -> None:
-    stranger = rest.Rest(rest.Connection(server=api.connection.server))
-    with pytest.raises(rest.ApiError) as refused:
-        stranger.request("GET", LEASES)
-    assert refused.value.status == 401
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[objectstore.ObjectStore]:
-    serving = servers.serve(s3api.handler(store=Store(root=tmp_path / "s3")), name="test-s3")
-    try:
-        client = objectstore.ObjectStore(endpoint=serving.url, bucket="bucket",
-                                         credentials=lambda: objectstore.Credentials("k", "s"))
-        client.ensure_bucket()
-        yield client
-    finally:
-        serving.stop()
-
-
-def test_the_store_writes_once_and_reads_ranges(store: objectstore.ObjectStore) -> None:
-    assert store.put("a/b", b"first", if_none_match=True)
-    assert not store.put("a/b", b"other", if_none_match=True)
-    assert store.get("a/b", limit=100) == b"first"
-    assert store.head("a/b").size == 5
-    assert b"".join(store.get_stream("a/b", offset=2, window_bytes=2)) == b"rst"
-    with pytest.raises(objectstore.S3Error) as missing:
-        store.get("a/c", limit=10)
-    assert missing.value.code == "NoSuchKey"
-
-
-def test_the_store_lists_by_prefix_across_pages_and_deletes(
-        store: objectstore.ObjectStore) -> None:
-    for key in ("p/1", "p/2/x", "p/3", "q/1", "a"):
-        store.put(key, key.encode())
-    assert store.list("p/", page=2) == ["p/1", "p/2/x", "p/3"]
-    assert store.list("", page=1) == ["a", "p/1", "p/2/x", "p/3", "q/1"]
-    assert store.delete_prefix("p/") == 3
-    assert store.list("") == ["a", "q/1"]
-
-
-def test_the_store_joins_a_multipart_upload_once(store: objectstore.ObjectStore) -> None:
-    data = bytes(range(256)) * (objectstore.MIN_PART_BYTES // 256 * 2 + 3)
-    put = store.put_stream("big", data, part_bytes=objectstore.MIN_PART_BYTES,
-                           if_none_match=True)
-    assert (put.parts, put.size, put.written) == (3, len(data), True)
-    assert store.head("big").etag == put.etag
-    assert b"".join(store.get_stream("big")) == data
-    again = store.put_stream("big", data, part_bytes=objectstore.MIN_PART_BYTES,
-                             if_none_match=True)
-    assert not again.written
-    assert store.uploads("big") == []  # the refused upload was aborted
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(RUN_TIMEOUT_SECONDS)
+        helper = threading.Thread(target=terminate_once_ready, args=(listener,), daemon=True)
+        helper.start()
+        started = time.monotonic()
+        try:
+            code, stopped = attempts.run_child(
+                [sys.executable, "-c", STUBBORN, str(listener.getsockname()[1])],
+                env=os.environ)
+        finally:
+            finished.set()
+        elapsed = time.monotonic() - started
+        helper.join(RUN_TIMEOUT_SECONDS)
+    assert (code, stopped) == (128 + signal.SIGKILL, True)
+    assert elapsed < settings.STOP_SECONDS + 5.0 < 10.0  # the bound's kill, not the test's
+    pid, group, session = seen
+    assert group == session == pid != os.getpgrp()  # a terminal's Ctrl-C does not reach it

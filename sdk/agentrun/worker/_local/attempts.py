@@ -18,8 +18,11 @@ asked for), the keys it committed anew over the prefix's (*repeated*), and the r
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -166,25 +169,53 @@ def ended(*, attempt: int, lease: str, exit_code: int, renewed: bool,
     return found
 
 
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def run_child(command: Sequence[str], *, env: Mapping[str, str]) -> tuple[int, bool]:
-    """Run ``command`` (a pod's container) to its end, SIGINT and SIGTERM passed on to it:
-    its exit code (128 + N after signal N) and whether the harness was told to stop."""
-    stopped = False
-    try:
-        child = subprocess.Popen(list(command), env=dict(env))
-    except OSError as error:
-        raise SetupError(f"cannot start {command[0]!r}: {error.strerror or error}") from None
+    """Run ``command`` (a pod's container) to its end: its exit code (128 + N after
+    signal N) and whether the harness was told to stop.
+
+    The child runs in a session of its own, so a terminal's Ctrl-C (sent to the harness's
+    process group) reaches it once: passed on by the harness, as SIGINT, SIGTERM and
+    SIGHUP are, to the child's process group. After the first, the child has
+    :data:`settings.STOP_SECONDS` to exit before it is killed (as a pod's grace period).
+    """
+    child: subprocess.Popen[bytes] | None = None
+    told: list[int] = []  # the signals the harness was sent
+    killer: list[threading.Timer] = []
+
+    def signal_group(signum: int) -> None:
+        if child is not None and child.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signum)
+
+    def stop(signum: int) -> None:
+        signal_group(signum)
+        if not killer:
+            killer.append(threading.Timer(settings.STOP_SECONDS, signal_group,
+                                          (signal.SIGKILL,)))
+            killer[0].daemon = True
+            killer[0].start()
 
     def forward(signum: int, _frame: FrameType | None) -> None:
-        nonlocal stopped
-        stopped = True
-        child.send_signal(signum)
+        told.append(signum)
+        if child is not None:
+            stop(signum)
 
-    previous = {signum: signal.signal(signum, forward)
-                for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED}
     try:
+        try:
+            child = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
+        except OSError as error:
+            raise SetupError(f"cannot start {command[0]!r}: {error.strerror or error}"
+                             ) from None
+        if told and not killer:  # told while the child was being started
+            stop(told[-1])
         code = child.wait()
     finally:
+        for timer in killer:
+            timer.cancel()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    return (code if code >= 0 else 128 - code), stopped
+    return (code if code >= 0 else 128 - code), bool(told)

@@ -24,7 +24,7 @@ from agentrun.worker._local.workspace import SetupError, Workspace
 
 def run(*, command: Sequence[str], directory: Path, attempts_at_most: int, fresh: bool,
         run_name: str, node: str | None, documents: Mapping[str, bytes],
-        out: TextIO = sys.stdout) -> int:
+        out: TextIO | None = None) -> int:
     """Run up to ``attempts_at_most`` attempts of ``command``; raises
     :class:`workspace.SetupError` for input it cannot run with."""
     workspace = Workspace.prepare(root=directory, run=run_name, node=node, fresh=fresh,
@@ -43,8 +43,8 @@ def run(*, command: Sequence[str], directory: Path, attempts_at_most: int, fresh
     try:
         workspace.write(api=api.url)
 
-        def say(text: str) -> None:
-            print(f"agentrun-worker local: {text}", file=out, flush=True)
+        def say(text: str) -> None:  # sys.stdout as it is now (a test may have replaced it)
+            print(f"agentrun-worker local: {text}", file=out or sys.stdout, flush=True)
 
         say(f"Kubernetes API at {api.url}, S3 at {s3.url} (bucket {settings.BUCKET}), "
             f"state in {directory}")

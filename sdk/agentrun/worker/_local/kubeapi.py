@@ -4,17 +4,19 @@ The SDK reads and renews its attempt's Lease (GET, PUT), commits records and adv
 journal's head on it (merge PATCH under the resourceVersion read), lists its slot's and
 its run's attempt Leases by label (the recoverable prefix, the run's budget). That is all
 a worker's ServiceAccount may do in a cluster, so it is all this serves; any other path
-is a 404 that says so. Requests must carry the kubeconfig's bearer token (401 otherwise),
-as the API server would want the pod's.
+is a 404 that says so. Requests must carry the kubeconfig's bearer token (401 otherwise,
+decided before the body is read), as the API server would want the pod's; a body over
+the API server's 3 MiB is a 413, a Lease over etcd's 1.5 MiB a 422 (:mod:`.leases`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
 from typing import cast
 
-from agentrun.worker._local import servers
+from agentrun.worker._local import servers, settings
 from agentrun.worker._local.leases import ApiFailure, Leases, Object
 
 _LEASES = re.compile(r"/apis/coordination\.k8s\.io/v1/namespaces/(?P<namespace>[a-z0-9-]+)"
@@ -28,29 +30,21 @@ class LeaseHandler(servers.Handler):
     leases: Leases
     token: str
 
-    def do_GET(self) -> None:
-        self._serve()
+    limit = settings.MAX_LEASE_REQUEST_BYTES
 
-    def do_POST(self) -> None:
-        self._serve()
+    def refuse(self, status: int, reason: str, message: str) -> None:
+        self.answer(status, json.dumps(ApiFailure(status, reason, message).body()).encode())
 
-    def do_PUT(self) -> None:
-        self._serve()
-
-    def do_PATCH(self) -> None:
-        self._serve()
-
-    def do_DELETE(self) -> None:
-        self._serve()
-
-    def _serve(self) -> None:
+    def serve(self) -> None:
         path, query = self.route
-        data = self.body()
-        if data is None:
-            return
         try:
-            if self.headers.get("Authorization") != f"Bearer {self.token}":
+            if not secrets.compare_digest(self.headers.get("Authorization") or "",
+                                          f"Bearer {self.token}"):
+                self.close_connection = True  # its body is not read
                 raise ApiFailure(401, "Unauthorized", "Unauthorized")
+            data = self.body()
+            if data is None:
+                return
             match = _LEASES.fullmatch(path)
             if match is None:
                 raise ApiFailure(404, "NotFound", f"the local harness serves only "

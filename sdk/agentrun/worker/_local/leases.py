@@ -5,7 +5,8 @@ that changes on every write, a write under a stale one refused with 409 Conflict
 ``metadata.resourceVersion``, a merge patch's when it names one: the record commits and
 the journal's head advance depend on it), a create of an existing name refused with 409
 AlreadyExists, a missing Lease a 404, ``null`` dropped (a merge patch's ``null`` deletes,
-as RFC 7386 says), the 256 KiB bound on an object's annotations (422), and list by label
+as RFC 7386 says), the 256 KiB bound on an object's annotations and etcd's 1.5 MiB on a
+whole object (422), a malformed metadata or spec refused (400), and list by label
 selector (equality, inequality and existence; set-based ones are refused, not guessed).
 
 And of admission, the part a worker can trip over: a worker may not write a Lease after
@@ -93,6 +94,22 @@ def selector(text: str) -> Callable[[Mapping[str, str]], bool]:
     return test
 
 
+def shaped(body: Object) -> Object:
+    """``body``, if its ``metadata`` and ``spec`` are objects (or null) and its labels and
+    annotations objects of strings, as the API server decodes a Lease (400 otherwise)."""
+    metadata = body.get("metadata")
+    for where, value in (("metadata", metadata), ("spec", body.get("spec"))):
+        if value is not None and not isinstance(value, dict):
+            raise ApiFailure(400, "BadRequest", f"{where} must be an object")
+    for field in ("labels", "annotations"):
+        value = (metadata or {}).get(field)
+        if value is not None and not (isinstance(value, dict) and all(
+                isinstance(item, str | None) for item in value.values())):
+            raise ApiFailure(400, "BadRequest", f"metadata.{field} must be an object of "
+                             "strings")
+    return body
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -110,39 +127,41 @@ class Leases:
             (item["metadata"]["namespace"], item["metadata"]["name"]): item
             for item in saved.get("items", [])}
 
-    def _save(self) -> None:
-        """(Under the lock.) Write the file whole, then rename: never half a file."""
+    def _save(self, items: dict[tuple[str, str], Object], version: int) -> None:
+        """(Under the lock.) Write the file whole, then rename: never half a file; only
+        once it is written are ``items`` the Leases (a disk error changes nothing)."""
         staged = self.path.with_suffix(".tmp")
-        staged.write_text(json.dumps({"resourceVersion": self._version,
-                                      "items": list(self._items.values())}, indent=1))
+        staged.write_text(json.dumps({"resourceVersion": version,
+                                      "items": list(items.values())}, indent=1))
         os.replace(staged, self.path)
+        self._items, self._version = items, version
 
     def _stored(self, namespace: str, name: str, body: Object, *,
                 previous: Object | None) -> Object:
         """(Under the lock.) Check ``body`` as the API server would, store it with a new
         resourceVersion (the metadata the server owns kept), save; a copy of it."""
-        body = pruned(body)
+        body = pruned(shaped(body))
         metadata = body.setdefault("metadata", {})
         if metadata.get("name", name) != name or metadata.get("namespace",
                                                                namespace) != namespace:
             raise ApiFailure(400, "BadRequest", "the body's name or namespace is not the "
                              "request's")
         annotations = metadata.get("annotations") or {}
-        if not all(isinstance(v, str) for v in (annotations | (metadata.get("labels") or {})
-                                               ).values()):
-            raise ApiFailure(400, "BadRequest", "annotations and labels must be strings")
         size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
         if size > settings.MAX_ANNOTATION_BYTES:
             raise ApiFailure(422, "Invalid", f"metadata.annotations: Too long: must have at "
                              f"most {settings.MAX_ANNOTATION_BYTES} bytes (has {size})")
-        self._version += 1
+        version = self._version + 1
         kept = (previous or {}).get("metadata") or {}
-        metadata.update(name=name, namespace=namespace, resourceVersion=str(self._version),
+        metadata.update(name=name, namespace=namespace, resourceVersion=str(version),
                         uid=kept.get("uid") or str(uuid.uuid4()),
                         creationTimestamp=kept.get("creationTimestamp") or _now())
         body.update(apiVersion=API_VERSION, kind="Lease")
-        self._items[(namespace, name)] = body
-        self._save()
+        size = len(json.dumps(body).encode())
+        if size > settings.MAX_LEASE_OBJECT_BYTES:
+            raise ApiFailure(422, "Invalid", f"the Lease is {size} bytes, over the "
+                             f"{settings.MAX_LEASE_OBJECT_BYTES} etcd stores in one object")
+        self._save({**self._items, (namespace, name): body}, version)
         return copy.deepcopy(body)
 
     def get(self, namespace: str, name: str) -> Object:
@@ -165,6 +184,7 @@ class Leases:
                 "metadata": {"resourceVersion": version}, "items": items}
 
     def create(self, namespace: str, body: Object) -> Object:
+        body = shaped(body)
         name = str((body.get("metadata") or {}).get("name") or "")
         with self._lock:
             if (namespace, name) in self._items:
@@ -178,6 +198,7 @@ class Leases:
 
     def replace(self, namespace: str, name: str, body: Object) -> Object:
         """A worker's PUT: conditional on the resourceVersion it names, if any."""
+        body = shaped(body)
         with self._lock:
             current = self._existing(namespace, name)
             self._conditional(current, (body.get("metadata") or {}).get("resourceVersion"))
@@ -186,6 +207,7 @@ class Leases:
 
     def patch(self, namespace: str, name: str, patch: Object) -> Object:
         """A worker's merge patch: conditional when it names a resourceVersion."""
+        patch = shaped(patch)
         with self._lock:
             current = self._existing(namespace, name)
             self._conditional(current, (patch.get("metadata") or {}).get("resourceVersion"))

@@ -2,9 +2,10 @@
 
 Path-style addressing (``/<bucket>/<key>``). Served: PUT (``If-None-Match: *``: 412
 when the key exists; ``x-amz-copy-source``: a copy), GET (``Range``: a 206 of those bytes,
-416 past the end; ``If-Match``: 412 for another object), HEAD, DELETE, ListObjectsV2
-(``prefix``, ``max-keys`` up to 1000, ``continuation-token``), DeleteObjects, the
-multipart upload's five calls, and a bucket's HEAD and PUT. Any SigV4 signature is
+416 past the end, ignored when malformed; ``If-Match``: 412 for another object), HEAD,
+DELETE, ListObjectsV2 (``prefix``, ``max-keys`` up to 1000, ``continuation-token``),
+DeleteObjects, the multipart upload's five calls, and a bucket's HEAD and PUT. A bucket's
+name must be an S3 one (400 InvalidBucketName). Any SigV4 signature is
 accepted (and none): the harness is no security boundary, only its payload digest
 (``x-amz-content-sha256``) is checked, as S3 checks it, so a client that signs other
 bytes than it sends is caught here and not in production.
@@ -53,22 +54,13 @@ class S3Handler(servers.Handler):
 
     store: Store
 
-    def do_GET(self) -> None:
-        self._serve()
+    def refuse(self, status: int, reason: str, message: str, *,
+               headers: dict[str, str] | None = None) -> None:
+        self.answer(status, b"" if self.command == "HEAD" else _xml("Error", [
+            ("Code", reason), ("Message", message), ("Resource", self.route[0])]),
+            content_type="application/xml", headers=headers)
 
-    def do_HEAD(self) -> None:
-        self._serve()
-
-    def do_PUT(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def do_DELETE(self) -> None:
-        self._serve()
-
-    def _serve(self) -> None:
+    def serve(self) -> None:
         path, query = self.route
         bucket, _, key = path.lstrip("/").partition("/")
         data = self.body()
@@ -88,15 +80,10 @@ class S3Handler(servers.Handler):
             else:
                 self._on_bucket(bucket, query, data)
         except S3Failure as failure:
-            self.answer(failure.status, b"" if self.command == "HEAD" else _xml("Error", [
-                ("Code", failure.code), ("Message", failure.message), ("Resource", path)]),
-                content_type="application/xml", headers=self._failure_headers(failure, key))
-
-    def _failure_headers(self, failure: S3Failure, key: str) -> dict[str, str]:
-        if failure.code != "InvalidRange":
-            return {}
-        bucket = self.route[0].lstrip("/").partition("/")[0]
-        return {"Content-Range": f"bytes */{self.store.head(bucket, key).size}"}
+            self.refuse(failure.status, failure.code, failure.message,
+                        headers=failure.headers)
+        except OSError as error:  # the disk's: said as S3 says its own trouble
+            self.refuse(500, "InternalError", f"the local store failed: {error}")
 
     def _ok(self, data: bytes = b"", **headers: str) -> None:
         self.answer(200, data, content_type="application/xml", headers=headers)
@@ -124,7 +111,7 @@ class S3Handler(servers.Handler):
         once = self.headers.get("If-None-Match") == "*"
         if verb == "PUT" and upload is not None:
             number = query.get("partNumber", "")
-            if not number.isdigit():
+            if not (number.isascii() and number.isdigit()):
                 raise S3Failure(400, "InvalidArgument", "partNumber is not a number")
             self._ok(ETag=self.store.put_part(bucket, key, upload, int(number), data))
         elif verb == "PUT" and (source := self.headers.get("x-amz-copy-source")):
@@ -163,7 +150,7 @@ class S3Handler(servers.Handler):
         found = []
         for part in root:
             fields = {_local(child.tag): (child.text or "").strip() for child in part}
-            if not fields.get("PartNumber", "").isdigit():
+            if not re.fullmatch(r"[0-9]{1,5}", fields.get("PartNumber", "")):
                 raise S3Failure(400, "MalformedXML", "a part without its PartNumber")
             found.append((int(fields["PartNumber"]), fields.get("ETag", "")))
         return found
@@ -177,10 +164,9 @@ class S3Handler(servers.Handler):
             first, last, status = 0, found.size - 1, 200
             headers = {"ETag": found.etag, "Accept-Ranges": "bytes",
                        "Last-Modified": formatdate(found.modified, usegmt=True)}
-            asked = self.headers.get("Range")
+            asked = self._range(self.headers.get("Range") or "", found.size)
             if asked is not None:
-                first, last = self._range(asked, found.size)
-                status = 206
+                (first, last), status = asked, 206
                 headers["Content-Range"] = f"bytes {first}-{last}/{found.size}"
             length = last - first + 1
             self.answer(status, content_type="application/octet-stream", headers=headers,
@@ -193,28 +179,34 @@ class S3Handler(servers.Handler):
                 length -= len(chunk)
 
     @staticmethod
-    def _range(asked: str, size: int) -> tuple[int, int]:
+    def _range(asked: str, size: int) -> tuple[int, int] | None:
+        """The bytes a ``Range`` header asks for; None for none, or for one that is not
+        ``bytes=a-b`` with a <= b (ignored, as S3 and RFC 9110 ignore it: the whole)."""
         match = _RANGE.fullmatch(asked.strip())
-        if match is None or not (match[1] or match[2]):
-            raise S3Failure(400, "InvalidArgument", f"Range {asked!r}: want bytes=a-b")
-        if not match[1]:  # the last n bytes
-            return max(size - int(match[2]), 0), size - 1
-        first = int(match[1])
-        if first >= size:
-            raise S3Failure(416, "InvalidRange", f"bytes {first}- of a {size}-byte object")
-        return first, min(int(match[2]) if match[2] else size - 1, size - 1)
+        if match is None or not (match[1] or match[2]) or (
+                match[1] and match[2] and int(match[2]) < int(match[1])):
+            return None
+        first = max(size - int(match[2]), 0) if not match[1] else int(match[1])
+        if first >= size or (not match[1] and int(match[2]) == 0):
+            raise S3Failure(416, "InvalidRange", f"{asked} of a {size}-byte object",
+                            headers={"Content-Range": f"bytes */{size}"})
+        return first, min(int(match[2]) if match[1] and match[2] else size - 1, size - 1)
 
     def _list(self, bucket: str, query: dict[str, str]) -> None:
         prefix = query.get("prefix", "")
         most = query.get("max-keys", str(settings.LIST_PAGE_MAX))
-        if not most.isdigit():
+        if not (most.isascii() and most.isdigit()):
             raise S3Failure(400, "InvalidArgument", "max-keys is not a number")
         token = query.get("continuation-token")
-        after = base64.urlsafe_b64decode(token.encode()).decode() if token else query.get(
-            "start-after", "")
+        try:
+            after = base64.b64decode(token.encode(), altchars=b"-_", validate=True).decode(
+            ) if token else query.get("start-after", "")
+        except ValueError:  # not base64, or not UTF-8 in it
+            raise S3Failure(400, "InvalidArgument", "The continuation token provided is "
+                            "incorrect") from None
         keys = [key for key in self.store.keys(bucket, prefix) if key.encode() > after.encode()]
         page = keys[:min(int(most), settings.LIST_PAGE_MAX)]
-        more = len(keys) > len(page)
+        more = len(keys) > len(page) and bool(page)  # max-keys=0: no page, no token
         contents: list[tuple[str, object]] = []
         for key in page:
             found = self.store.head(bucket, key)
@@ -232,7 +224,8 @@ class S3Handler(servers.Handler):
 
     def _list_uploads(self, bucket: str, query: dict[str, str]) -> None:
         most = query.get("max-uploads", str(settings.LIST_PAGE_MAX))
-        limit = min(int(most), settings.LIST_PAGE_MAX) if most.isdigit() else 0
+        limit = min(int(most), settings.LIST_PAGE_MAX) if most.isascii() and most.isdigit(
+        ) else 0
         found = list(self.store.uploads(bucket, query.get("prefix", "")))
         uploads: list[tuple[str, object]] = [("Upload", [("Key", key), ("UploadId", upload)])
                                              for key, upload in found[:limit]]

@@ -1,6 +1,7 @@
 """The fake S3's storage: a bucket is a directory, an object a file, an upload a folder.
 
-A key's ``/``-separated pieces become nested directories (each piece percent-encoded, a
+A bucket's name is an S3 one (anything else is refused: no name leaves the store's
+folder). A key's ``/``-separated pieces become nested directories (each piece percent-encoded, a
 directory named ``<piece>.d`` and the object ``<last piece>.o``), so the journal can be
 read with ``ls`` and a key ``a`` never collides with a key ``a/b``. Beside each object
 its ``.m`` holds its ETag. One lock orders every change and every look at an object's
@@ -15,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import threading
 import uuid
@@ -26,6 +28,7 @@ from urllib.parse import quote, unquote
 
 from agentrun.worker._local import settings
 
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")  # and no ".." in it
 MIN_PART_BYTES = 5 * 1024 * 1024  # S3's least part but the last
 CHUNK_BYTES = 1024 * 1024
 
@@ -33,9 +36,11 @@ CHUNK_BYTES = 1024 * 1024
 class S3Failure(Exception):
     """S3's answer no: its HTTP status, its ``<Code>`` and a message."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, *,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.headers = headers or {}
 
 
 @dataclass(frozen=True)
@@ -61,13 +66,23 @@ class Store:
 
     # -- names ---------------------------------------------------------------------------
 
+    def _named(self, bucket: str) -> Path:
+        """The bucket's folder: only an S3 bucket name is one (a name such as ``..`` or
+        ``a/b`` would be a folder outside the store)."""
+        if not BUCKET_NAME.fullmatch(bucket) or ".." in bucket:
+            raise S3Failure(400, "InvalidBucketName", f"{bucket!r} is not an S3 bucket name "
+                            "(3 to 63 of a-z, 0-9, '.' and '-', from and to a letter or digit)")
+        return self.root / bucket
+
     def _bucket(self, bucket: str) -> Path:
-        path = self.root / quote(bucket, safe="")
+        path = self._named(bucket)
         if not path.is_dir():
             raise S3Failure(404, "NoSuchBucket", f"the bucket {bucket} does not exist")
         return path
 
     def _object(self, bucket: str, key: str) -> Path:
+        # Each piece is percent-encoded (no "/" is left in it) and given a suffix, so no
+        # piece is "." or "..": a key's file is always inside the bucket's "o" folder.
         pieces = [quote(piece, safe="") for piece in key.split("/")]
         if not key or any(len(piece) > settings.MAX_SEGMENT_CHARS for piece in pieces):
             raise S3Failure(400, "KeyTooLongError", f"the local harness keeps a key's "
@@ -85,13 +100,13 @@ class Store:
     # -- buckets -------------------------------------------------------------------------
 
     def has_bucket(self, bucket: str) -> bool:
-        return (self.root / quote(bucket, safe="")).is_dir()
+        return self._named(bucket).is_dir()
 
     def create_bucket(self, bucket: str) -> None:
         with self._lock:
             if self.has_bucket(bucket):
                 raise S3Failure(409, "BucketAlreadyOwnedByYou", f"{bucket} is yours already")
-            (self.root / quote(bucket, safe="") / "o").mkdir(parents=True)
+            (self._named(bucket) / "o").mkdir(parents=True)
 
     # -- objects -------------------------------------------------------------------------
 
@@ -222,6 +237,7 @@ class Store:
         return etag
 
     def abort(self, bucket: str, upload: str) -> None:
+        self._bucket(bucket)
         with self._lock, contextlib.suppress(S3Failure):  # gone already: what it wants
             shutil.rmtree(self._upload(bucket, upload))
 

@@ -1,6 +1,10 @@
 """What the operator gives a worker pod, written into the harness's directory.
 
-Layout of ``DIR`` (kept between runs; ``--fresh`` removes it first):
+Layout of ``DIR`` (kept between runs; ``--fresh`` removes what the harness made in it):
+- ``.agentrun-local``: the marker that the harness made the directory; the harness writes
+  only in a new or empty directory, or one with this marker (or an earlier harness's:
+  ``state.json`` and nothing but the harness's own entries), so ``--dir .`` in a project
+  is refused, not filled nor emptied;
 - ``state.json``: each run's uid (made once, so the effects' idempotency keys, derived
   from it, stay the same across invocations as they do across a run's attempts) and the
   API's bearer token;
@@ -75,8 +79,6 @@ class Workspace:
                 given: Mapping[str, bytes]) -> Workspace:
         """Make (or reuse) ``root``; the documents ``given`` by kind, the others defaults;
         each checked as the operator checks them before it pins a run."""
-        if root.exists() and not root.is_dir():
-            raise SetupError(f"--dir {root}: not a directory")
         documents = dict(given)
         listed = _nodes(documents.get("workflow"))
         node = node or (listed[0] if listed else settings.DEFAULT_NODE)
@@ -85,35 +87,38 @@ class Workspace:
         documents.setdefault("bindings", ("nodes:\n" + "".join(
             settings.DEFAULT_BINDING.format(node=each) for each in listed or [node])).encode())
         _check(documents, node=node)
-        if fresh and root.exists():
-            shutil.rmtree(root)
+        _claim(root, fresh=fresh)
         for folder in ("kube", "s3", "credentials"):
             (root / folder).mkdir(parents=True, exist_ok=True)
         state_file = root / "state.json"
-        state = json.loads(state_file.read_text()) if state_file.is_file() else {}
-        runs = state.setdefault("runs", {})
-        run_uid = runs.setdefault(run, str(uuid.uuid4()))
-        token = state.setdefault("token", secrets.token_urlsafe(24))
-        state_file.write_text(json.dumps(state, indent=1))
+        try:
+            state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+            runs = state.setdefault("runs", {})
+            run_uid = str(runs.setdefault(run, str(uuid.uuid4())))
+            token = str(state.setdefault("token", secrets.token_urlsafe(24)))
+        except (ValueError, AttributeError) as error:
+            raise SetupError(f"{state_file} cannot be read ({error}): --fresh starts "
+                             "over") from None
+        private(state_file, json.dumps(state, indent=1).encode())
         return cls(root=root, run=run, node=node, run_uid=run_uid, token=token,
                    documents=documents)
 
     def write(self, *, api: str) -> None:
         """The kubeconfig naming ``api``, the pinned files and the journal's keys."""
-        self.kubeconfig.write_text(yaml.safe_dump({
+        private(self.kubeconfig, yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "local",
             "clusters": [{"name": "local", "cluster": {"server": api}}],
             "users": [{"name": "local", "user": {"token": self.token}}],
             "contexts": [{"name": "local", "context": {
-                "cluster": "local", "user": "local", "namespace": settings.NAMESPACE}}]}))
-        self.kubeconfig.chmod(0o600)
+                "cluster": "local", "user": "local", "namespace": settings.NAMESPACE}}]}
+            ).encode())
         for kind, data in self.documents.items():
             folder = self.root / "config" / kind
             folder.mkdir(parents=True, exist_ok=True)
             (folder / names.CONFIG_DATA_KEYS[kind]).write_bytes(data)
         for name, value in ((names.JOURNAL_ACCESS_KEY, "local"),
                             (names.JOURNAL_SECRET_KEY, "local-secret")):
-            (self.root / "credentials" / name).write_text(value)
+            private(self.root / "credentials" / name, value.encode())
 
     def environment(self, *, attempt: int, s3: str,
                     inherited: Mapping[str, str] = os.environ) -> dict[str, str]:
@@ -138,6 +143,44 @@ class Workspace:
         env |= {names.ENV_PINNED_SHA256[kind]: hashlib.sha256(data).hexdigest()
                 for kind, data in self.documents.items()}
         return env
+
+
+OWN = ("state.json", "kube", "s3", "credentials", "config", settings.SUMMARY_FILE)
+
+
+def _claim(root: Path, *, fresh: bool) -> None:
+    """Make ``root`` the harness's (a new or empty directory: marked), or find it is
+    (marked, or an earlier harness's); ``fresh``: remove what the harness made in it,
+    only that. Any other directory is refused: it is someone's, not the harness's."""
+    if root.exists() and not root.is_dir():
+        raise SetupError(f"--dir {root}: not a directory")
+    found = {path.name for path in root.iterdir()} if root.is_dir() else set()
+    if found and not ((root / settings.MARKER_FILE).is_file()
+                      or ("state.json" in found and found <= set(OWN))):
+        raise SetupError(f"--dir {root}: not a directory the harness made (it has no "
+                         f"{settings.MARKER_FILE} marker and holds other files); name a "
+                         "new or empty one")
+    if fresh:
+        for name in OWN:
+            path = root / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / settings.MARKER_FILE).write_text(
+        "This directory is agentrun-worker local's state: its --fresh removes "
+        f"{', '.join(OWN)} here.\n")
+
+
+def private(path: Path, data: bytes) -> None:
+    """Write ``path`` whole, readable by its owner only from its creation (0600): it is
+    written beside and renamed into place, so no reader sees it half written."""
+    staged = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    descriptor = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(data)
+    os.replace(staged, path)
 
 
 def _nodes(workflow: bytes | None) -> list[str]:
