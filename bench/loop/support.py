@@ -139,7 +139,7 @@ class Bench:
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig),
-                "PYTHONPATH": str(REPO / "operator")}
+                "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("operator", "sdk"))}
 
     def namespace(self, prefix: str) -> str:
         self.names += 1

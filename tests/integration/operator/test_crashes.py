@@ -1,10 +1,10 @@
 """Crash convergence: SIGKILL right after each named write, restart, and nothing is doubled.
 
-For every crash point the operator names (``point=`` in ``operator/agentrun``; the
-first test checks this list against the code), a case starts the operator with
-``AGENTRUN_CRASH_AT=<point>``, drives the scenario until that write happens, checks that
-the process died by SIGKILL and that the write is visible (and the next one is not),
-restarts the operator without a crash point and checks convergence:
+For every crash point the operator names (``point=`` in ``operator/agentrun`` and
+``sdk/agentrun``; the first test checks this list against the code), a case starts the
+operator with ``AGENTRUN_CRASH_AT=<point>``, drives the scenario until that write happens,
+checks that the process died by SIGKILL and that the write is visible (and the next one is
+not), restarts the operator without a crash point and checks convergence:
 
 - exactly one Pod and one Lease per attempt number, named ``<slot>-<n>`` with ``n``
   consecutive from 1 up to ``attemptCount``, nothing else (audit log: each created once);
@@ -58,7 +58,8 @@ from tests.support.plays.convergence import (
 from tests.support.plays.scenarios import Scenario
 from tests.support.waiting import wait_for
 
-SOURCE = Path(__file__).resolve().parents[3] / "operator" / "agentrun"
+REPO = Path(__file__).resolve().parents[3]
+SOURCES = (REPO / "operator" / "agentrun", REPO / "sdk" / "agentrun")  # both distributions
 Object = dict[str, object]
 
 # Every crash point, by the case(s) that cover it.
@@ -85,7 +86,7 @@ FORK_POINTS = ["fork-lease", "fork"]  # a fork's copy cut short, then its status
 def test_every_crash_point_is_covered() -> None:
     """The points named in the operator's code are exactly the ones these cases cover."""
     in_code: set[str] = set()
-    for path in SOURCE.rglob("*.py"):
+    for path in (found for source in SOURCES for found in source.rglob("*.py")):
         text = path.read_text()
         in_code |= set(re.findall(r'point(?:: str)? ?= ?"([a-z-]+)"', text))
     covered = {*LAUNCH_POINTS, *WAIT_POINTS, *CLAIM_POINTS, *END_POINTS, *REASSIGN_POINTS,

@@ -20,6 +20,9 @@ from tests.support.plays import canaries
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
+# The package's two portions (the operator's and the worker SDK's distributions), for the
+# operator processes the tests start from the sources.
+SOURCES = os.pathsep.join(str(REPO / part) for part in ("operator", "sdk"))
 MANIFESTS = REPO / "manifests"
 CRDS = REPO / "crds"
 # What the suite installs once (``installed``): the RBAC, the local `operator` user's
@@ -41,7 +44,7 @@ class OperatorProcess:
 
     def start(self, *, crash_at: str | None = None) -> OperatorProcess:
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig),
-               "PYTHONPATH": str(REPO / "operator"), **self.env}
+               "PYTHONPATH": SOURCES, **self.env}
         env.pop("AGENTRUN_CRASH_AT", None)
         if crash_at:
             env["AGENTRUN_CRASH_AT"] = crash_at
@@ -89,7 +92,7 @@ def stamping_in_force(cluster: Cluster, *, timeout: float = 60) -> None:
     """``agentrun-operator stamping`` as the operator: mint the epoch when due, wait until
     actor stamping is in force (what a running operator's keeper does on its own)."""
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig),
-           "PYTHONPATH": str(REPO / "operator")}
+           "PYTHONPATH": SOURCES}
     args = [sys.executable, "-m", "agentrun.cli", "stamping", "--timeout", str(timeout)]
     if cluster.local is not None:
         args += ["--context", "operator"]
