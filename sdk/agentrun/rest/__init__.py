@@ -24,6 +24,7 @@ from agentrun.rest._client import (
 from agentrun.rest._connections import (
     ConfigError,
     Connection,
+    NoContext,
     connect,
     from_kubeconfig,
     in_cluster,
@@ -39,6 +40,7 @@ __all__ = [
     "ConfigError",
     "Connection",
     "Health",
+    "NoContext",
     "Object",
     "Observe",
     "Rest",

@@ -20,13 +20,14 @@ import json
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode, urlsplit
 
 import urllib3
 from urllib3.connection import HTTPConnection
@@ -204,6 +205,22 @@ USER_AGENT = "agentrun (urllib3)"
 KEEPALIVE = [*HTTPConnection.default_socket_options, (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
 
 
+def _proxied(proxy: str, *, headers: Mapping[str, str] | None,
+             pools: dict[str, Any]) -> urllib3.ProxyManager:
+    """Requests through ``proxy``: its URL's credentials sent as ``Proxy-Authorization``,
+    an ``https://`` proxy's certificate checked against the system's CAs (the cluster's
+    CA is for the API server)."""
+    parts = urlsplit(proxy)
+    sent = dict(headers or {})
+    if parts.username is not None:
+        login = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        sent.update(urllib3.util.make_headers(proxy_basic_auth=login))
+    address = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    context = ssl.create_default_context() if parts.scheme == "https" else None
+    return urllib3.ProxyManager(address, proxy_headers=sent, proxy_ssl_context=context,
+                                **pools)
+
+
 class Rest:
     """Requests to one API server: ``source`` is a :class:`Connection`, or the
     ``kubernetes`` package's ``ApiClient``/``Configuration`` (read by :func:`of`)."""
@@ -234,8 +251,7 @@ class Rest:
         pools: dict[str, Any] = {"num_pools": 4, "maxsize": (os.cpu_count() or 1) * 5,
                                  "retries": False, "socket_options": KEEPALIVE, **tls}
         self.pools: urllib3.PoolManager = (
-            urllib3.ProxyManager(connection.proxy, proxy_headers=dict(
-                connection.proxy_headers or {}), **pools)
+            _proxied(connection.proxy, headers=connection.proxy_headers, pools=pools)
             if connection.proxy else urllib3.PoolManager(**pools))
 
     def headers(self, *, body: bool, content_type: str = JSON) -> dict[str, str]:

@@ -13,8 +13,10 @@ installed (the operator's distribution has it); without it, the error says to in
 it. The operator and the plugin build their connections from the ``kubernetes``
 package's configuration (:func:`of`), which knows every kind of login.
 
-A proxy comes from the kubeconfig's ``proxy-url``, else from ``HTTPS_PROXY`` unless
-``NO_PROXY`` spares the server (as client-go's ``ProxyFromEnvironment``), in a pod too.
+A proxy comes from the kubeconfig's ``proxy-url``, else from ``HTTPS_PROXY`` (``HTTP_PROXY``
+for an ``http://`` server) unless the server is loopback or ``NO_PROXY`` spares it, as
+client-go's ``ProxyFromEnvironment`` does, in a pod too: a pod that sets a proxy for its
+model APIs must list the API server's address in ``NO_PROXY``. Only HTTP(S) proxies.
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ class ConfigError(OSError):
     An :class:`OSError`, as an unreachable server is: a caller that retries one (the
     lease keeper, when a rotated token file cannot be read for a moment) retries both.
     """
+
+
+class NoContext(ConfigError):
+    """The kubeconfig names no current context: the one case that gives way to the
+    pod's own account, as client-go's loader does for an empty configuration."""
 
 
 def _no_authorization() -> str | None:
@@ -94,11 +101,13 @@ def of(source: Any) -> Connection:
     spared = getattr(config, "no_proxy", None)
     if proxy and spared and _spared(urlsplit(str(config.host)).hostname or "", str(spared)):
         proxy = None
+    proxy = _proxy_url(str(proxy), source="the kubernetes configuration's proxy") if (
+        proxy) else None
     return Connection(server=str(config.host), ca_file=ca_file,
                       cert_file=config.cert_file, key_file=config.key_file,
                       verify=bool(config.verify_ssl),
                       tls_server_name=getattr(config, "tls_server_name", None) or None,
-                      proxy=proxy or None,
+                      proxy=proxy,
                       proxy_headers=getattr(config, "proxy_headers", None) or None,
                       authorization=authorization)
 
@@ -113,7 +122,7 @@ def connect(*, context: str | None = None,
         return in_cluster(environ=environ)
     try:
         return from_kubeconfig(paths=paths, context=context, environ=environ)
-    except ConfigError:
+    except NoContext:
         if context is None and environ.get("KUBERNETES_SERVICE_HOST"):
             return in_cluster(environ=environ)
         raise
@@ -146,12 +155,34 @@ def in_cluster(*, environ: Mapping[str, str] = os.environ,
 
 
 def _environment_proxy(server: str, *, environ: Mapping[str, str]) -> str | None:
-    """``HTTPS_PROXY`` (or ``https_proxy``) unless ``NO_PROXY`` spares ``server``."""
-    proxy = environ.get("HTTPS_PROXY") or environ.get("https_proxy")
+    """``HTTPS_PROXY`` (``HTTP_PROXY`` for an ``http://`` server, either in lower case
+    too) unless ``server`` is loopback or ``NO_PROXY`` spares it."""
+    parts = urlsplit(server)
+    names = ("HTTPS_PROXY", "https_proxy") if parts.scheme == "https" else (
+        "HTTP_PROXY", "http_proxy")
+    name = next((name for name in names if environ.get(name)), None)
+    host = parts.hostname or ""
     spared = environ.get("NO_PROXY") or environ.get("no_proxy") or ""
-    if not proxy or _spared(urlsplit(server).hostname or "", spared):
+    if name is None or _loopback(host) or _spared(host, spared):
         return None
-    return proxy
+    return _proxy_url(environ[name], source=f"${name}")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _proxy_url(value: str, *, source: str) -> str:
+    """A proxy's URL (``http://`` when it names none); only HTTP(S) proxies are spoken."""
+    url = value if "://" in value else f"http://{value}"
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in ("http", "https"):
+        raise ConfigError(f"{source} is a {scheme} proxy ({value[:100]}): only http and "
+                          "https proxies are supported")
+    return url
 
 
 def _spared(host: str, no_proxy: str) -> bool:
@@ -218,8 +249,8 @@ def from_kubeconfig(*, paths: list[Path], context: str | None = None,
     merged = _merged(paths)
     name = context or merged["current-context"]
     if not name:
-        raise ConfigError(f"the kubeconfig ({_names(paths)}) sets no current-context; "
-                          "name one with --context")
+        raise NoContext(f"the kubeconfig ({_names(paths)}) sets no current-context; "
+                        "name one with --context")
     entry = merged["contexts"].get(name)
     if entry is None:
         raise ConfigError(f"the kubeconfig ({_names(paths)}) has no context {name!r}")
@@ -240,7 +271,8 @@ def from_kubeconfig(*, paths: list[Path], context: str | None = None,
         server=server, ca_file=ca_file,
         cert_file=_file(user, "client-certificate"), key_file=_file(user, "client-key"),
         verify=not insecure, tls_server_name=cluster.get("tls-server-name") or None,
-        proxy=cluster.get("proxy-url") or _environment_proxy(server, environ=environ),
+        proxy=(_proxy_url(str(cluster["proxy-url"]), source=f"context {name!r}'s proxy-url")
+               if cluster.get("proxy-url") else _environment_proxy(server, environ=environ)),
         authorization=_authorization(user))
 
 

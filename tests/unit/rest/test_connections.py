@@ -210,6 +210,10 @@ def test_no_current_context_gives_way_to_the_pods_account(tmp_path: Path,
     assert rest.connect(environ=env).server == "https://10.96.0.1:443"
     with pytest.raises(rest.ConfigError, match="sets no current-context"):
         rest.connect(environ={"KUBECONFIG": str(path)})
+    # Any other fault of an explicit kubeconfig is said, even in a pod: no silent switch.
+    (tmp_path / "broken").write_text("a: [\n")
+    with pytest.raises(rest.ConfigError, match="cannot read the kubeconfig"):
+        rest.connect(environ={**env, "KUBECONFIG": str(tmp_path / "broken")})
 
 
 def test_an_exec_login_runs_through_the_kubernetes_package_from_the_same_files(
@@ -287,3 +291,27 @@ def test_a_credential_that_fails_is_no_blind_time(server: str) -> None:
     with pytest.raises(rest.ConfigError):
         client.request("GET", "/api/v1/namespaces")
     assert not client.health.blind() and Recorder.seen == []
+
+
+def test_the_environments_proxy_by_scheme_never_for_loopback(tmp_path: Path) -> None:
+    def proxy(server: str, env: dict[str, str]) -> str | None:
+        path = kubeconfig(tmp_path / "k", user={"token": "t"}, cluster={"server": server})
+        return rest.from_kubeconfig(paths=[path], environ=env).proxy
+    both = {"HTTPS_PROXY": "http://secure.proxy:3128", "HTTP_PROXY": "http://plain.proxy:80"}
+    assert proxy("https://api.example.com", both) == "http://secure.proxy:3128"
+    assert proxy("http://api.example.com", both) == "http://plain.proxy:80"
+    for loopback in ("http://127.0.0.1:8080", "https://localhost:6443", "https://[::1]:6443"):
+        assert proxy(loopback, both) is None  # the local harness, kind, minikube
+    assert proxy("https://api.example.com", {"https_proxy": "proxy.corp:3128"}) == (
+        "http://proxy.corp:3128")  # no scheme: http, as Go reads it
+    with pytest.raises(rest.ConfigError, match=r"\$HTTPS_PROXY is a socks5 proxy"):
+        proxy("https://api.example.com", {"HTTPS_PROXY": "socks5://proxy.corp:1080"})
+
+
+def test_a_proxys_credentials_become_its_authorization_header(tmp_path: Path) -> None:
+    pools = rest.Rest(rest.Connection(server="https://api.example.com",
+                                      proxy="https://us%40er:p%3Ass@proxy.corp:3128")).pools
+    assert pools.proxy is not None and pools.proxy.host == "proxy.corp"
+    assert pools.proxy.auth is None  # not in the URL the pool keeps
+    expected = "Basic " + base64.b64encode(b"us@er:p:ss").decode()
+    assert pools.proxy_headers["proxy-authorization"] == expected
