@@ -87,7 +87,7 @@ cluster: controlplane $(if $(WITH_NODE),nodedeps,)
 	$(PY) -m tests.support.cluster.localnode up --dir $(CLUSTER_DIR) $(if $(WITH_NODE),,--no-node)
 
 lint: venv
-	$(VENV)/bin/ruff check operator tests demo bench
+	$(VENV)/bin/ruff check operator sdk tests demo bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m agentrun.api.crds --out crds --check

@@ -5,8 +5,8 @@ On the suite's control plane and node, with the project image loaded into the no
 install guard with the cluster's real lookups: a tenant's namespace (the test's own) is
 refused and no release is recorded (Helm installs the chart's ``crds/`` before it renders
 the templates: the guard cannot stop that; here the session's CRDs exist already). Then,
-in ``agentrun-ops`` (not the default namespace: the chart installs anywhere else but a
-tenant's), install with
+in ``agentrun-ops`` (not the default namespace: the chart installs in any namespace but a
+tenant's, ``default`` or the control plane's), install with
 every value an operator of a cluster sets on pods (``helm.EVERY_VALUE``: pull secrets,
 scheduling, priority, labels, annotations, extra flags and environment, the
 NetworkPolicies), two operator pods Running and Ready, through their readiness probe,
@@ -67,7 +67,7 @@ from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.kubelet, pytest.mark.serial]
 GROUP, VERSION = names.GROUP, names.VERSION
-NAMESPACE = "agentrun-ops"  # the release's: any namespace but a tenant's
+NAMESPACE = "agentrun-ops"  # the release's: not the default agentrun-system
 SECOND = "agentrun-ops-second"  # a second release's, refused
 
 
@@ -207,8 +207,11 @@ def test_the_chart_installs_serves_the_trace_upgrades_and_uninstalls(
     release = Release(cluster.kubeconfig, image=worker_image, namespaces=[namespace],
                       take_ownership=True, values=EVERY_VALUE, namespace=NAMESPACE,
                       restore=lambda: install_for_tests(cluster))
-    with contextlib.ExitStack() as cleanup, release:
+    with contextlib.ExitStack() as cleanup:
+        # Last: the namespace, once the release is gone and the session's install back
+        # (even when the install itself failed).
         cleanup.callback(delete_namespace, core, NAMESPACE)
+        cleanup.enter_context(release)
         pods = release.wait_ready()
         assert len(pods) == 2  # by default: one leads, one stands by
         for each in pods:  # every value reached the pods the API server admitted

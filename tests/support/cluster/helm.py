@@ -101,7 +101,8 @@ def install_args(*, image: str, namespaces: list[str],
     store: the local cluster runs its own (tests/support/cluster/store.py), whose objects
     a release's would collide with; the release's runs pin that one as their journal, by
     its fixed ClusterIP (the local cluster has no DNS to resolve the Service's name).
-    ``release_namespace``: where the release goes (the chart takes any but a tenant's).
+    ``release_namespace``: where the release goes (any but a tenant's, ``default`` or the
+    control plane's).
     """
     repository, _, tag = image.rpartition(":")
     if not repository or "/" in tag:
