@@ -190,7 +190,9 @@ class LocalCluster:
         subprocess.run([str(self.binary), "pki", "--dir", str(pki), *node], check=True)
         self._write_tokens()
         (self.workdir / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
-        self.etcd_dir = Path(tempfile.mkdtemp(prefix="agentrun-etcd-"))
+        # In the workdir, not /tmp: a control plane SIGKILLed (the teardown test's) leaves
+        # its data where its workdir's owner removes it, not 120 MB in /tmp per run.
+        self.etcd_dir = Path(tempfile.mkdtemp(prefix="etcd-", dir=self.workdir))
         self._spawn("kube-apiserver", self._apiserver_args(pki))
         self._wait_ready(timeout=timeout)
         self._write_kubeconfigs(pki)
