@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from agentrun.api import bounds, distributions
 from agentrun.api.runs import FORK_AT_CHARS, FORK_AT_PATTERN
@@ -32,6 +33,7 @@ EXAMPLES = "\n".join((
     "  kubectl agentrun status study                       # the run's tree: slots, attempts",
     "  kubectl agentrun status study -w                    # again on each change (Ctrl-C)",
     "  kubectl agentrun history study-research-1a2b3c4d    # attempts, ledger and journal",
+    "  kubectl agentrun ui --port 8421                     # the web UI, on 127.0.0.1",
     *(f"  {line}" for spec in COMMANDS for line in spec.examples),
     "  kubectl agentrun fork study --name study-b --at draft:outline --reason 'try another "
     "outline'",
@@ -42,8 +44,9 @@ EXAMPLES = "\n".join((
     ""))
 
 
-def parser() -> argparse.ArgumentParser:
-    top = flags.Parser(
+def parser(*, cls: type[flags.Parser] = flags.Parser) -> argparse.ArgumentParser:
+    """The command line; ``cls``: its parsers' class (the UI's raises instead of exiting)."""
+    top = cls(
         prog="kubectl agentrun", description=__doc__, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version",
@@ -111,6 +114,16 @@ def parser() -> argparse.ArgumentParser:
         "--reason", max_bytes=bounds.REASON_BYTES, pattern=r"(?s).*\S.*"), help="why")
     budget.add_argument("--timeout", type=flags.timeout, default=TIMEOUT[2],
                         help="seconds to wait for the operator's decision (default 60)")
+    ui = sub.add_parser(
+        "ui", help="a web UI on 127.0.0.1: runs, slots, attempts, and the commands as forms",
+        description="serve a web UI on 127.0.0.1 as you (your kubeconfig, your rights): "
+                    "the runs of every namespace you may list, else of the context's and "
+                    "those given with -n; it prints its URL (with its token) and opens "
+                    "nothing; Ctrl-C ends it", epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    flags.common(ui, top=False, namespaces=True)
+    ui.add_argument("--port", type=flags.port, default=flags.UI_PORT,
+                    help=f"the port on 127.0.0.1 (default {flags.UI_PORT}; 0: any free one)")
     for spec in COMMANDS:
         made = command(spec.word, spec.help)
         for field in spec.flags:
@@ -138,7 +151,21 @@ def fields(args: argparse.Namespace, *, run: str,
 
 
 def send(args: argparse.Namespace, conn: client.Connection) -> int:
-    """Write the command, wait for its ledger entry; re-send once if stamping was unproven."""
+    """Write the command, wait for its ledger entry and print it (:func:`deliver`)."""
+    document = deliver(args, conn, say=lambda lines: output.write(lines, file=sys.stderr))
+    output.emit(args.output, document, [requests.describe(document["entry"])])
+    return int(document["exitCode"])
+
+
+def deliver(args: argparse.Namespace, conn: client.Connection, *,
+            say: Callable[[list[str]], None]) -> Object:
+    """Write the command, wait for its ledger entry; re-send once if stamping was unproven.
+
+    What it did on the way (a value sent by reference, a field filled in from the slot, a
+    re-send) is told to ``say``; the answer is the document ``-o json`` prints: the slot,
+    its namespace, the ledger entry and the exit code it means. The web UI sends through
+    it too, so a form and the command line write the same annotations.
+    """
     kind = KINDS[args.command]
     slot = client.get(conn, "slots", args.name)
     run = str((slot.get("spec") or {}).get("run") or "")
@@ -160,13 +187,12 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
         fields_ = {k: v for k, v in request.fields.items() if k != name}
         fields_[f"{name}_from"] = requests.reference(configmap, value)
         request = requests.Request(kind=kind, request_id=request.request_id, fields=fields_)
-        output.write([f"{name.replace('_', '-')} of {len(value.encode())} bytes sent by "
-                      f"reference: ConfigMap {configmap}"], file=sys.stderr)
+        say([f"{name.replace('_', '-')} of {len(value.encode())} bytes sent by "
+             f"reference: ConfigMap {configmap}"])
     for field in registry.BY_WORD[args.command].takes:  # what was filled in, said
         if field.fill is not None and getattr(args, field.name, None) is None and (
                 field.name in request.fields):
-            output.write([f"{field.flag} {request.fields[field.name]} (as the slot shows it "
-                          "now)"], file=sys.stderr)
+            say([f"{field.flag} {request.fields[field.name]} (as the slot shows it now)"])
     try:
         client.send(conn, args.name, request)
         entry = client.wait_entry(conn, args.name, request, timeout=args.timeout)
@@ -178,18 +204,15 @@ def send(args: argparse.Namespace, conn: client.Connection) -> int:
         first = entry
         request = requests.Request(kind=kind, request_id=requests.resend_id(request.request_id),
                                    fields=request.fields)
-        output.write([requests.describe(entry), f"re-sending once as {request.request_id}"],
-                     file=sys.stderr)
+        say([requests.describe(entry), f"re-sending once as {request.request_id}"])
         client.send(conn, args.name, request)
         entry = client.wait_entry(conn, args.name, request, timeout=args.timeout)
     code = requests.exit_code(entry)
     if written and entry.get("outcome") != "Accepted":
         client.delete_values(conn, written)  # a rejected answer's: the next one writes anew
-    document = {"slot": args.name, "namespace": conn.namespace, "entry": entry,
-                "exitCode": code, **({"firstAttempt": first} if first else {}),
-                **({"configMaps": written} if written else {})}
-    output.emit(args.output, document, [requests.describe(entry)])
-    return code
+    return {"slot": args.name, "namespace": conn.namespace, "entry": entry,
+            "exitCode": code, **({"firstAttempt": first} if first else {}),
+            **({"configMaps": written} if written else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         conn = client.connect(kubeconfig=args.kubeconfig, context=args.context,
                               namespace=args.namespace)
+        if args.command == "ui":  # loaded only here: aiohttp and Jinja2 are the UI's
+            from agentrun.plugin.ui import server
+            return server.main(args, conn)
         if args.command in ("status", "history", "list"):
             return shows.show(args, conn)
         if args.command == "budget":

@@ -129,7 +129,7 @@ def _values(typed: Typed, action: argparse.Action) -> tuple[list[str], int]:
                                           environ=os.environ)
         return [name for name in found if name.isprintable() and "\t" not in name
                 and len(name) <= CONTEXT_CHARS], NO_FILES
-    if action.dest == "namespace":
+    if action.dest in ("namespace", "namespaces"):  # ui's -n is repeatable
         return _names(typed, "namespaces"), NO_FILES
     return [], NO_FILES
 

@@ -36,6 +36,23 @@ class Parser(argparse.ArgumentParser):
         super().error(terminal.escape(message))
 
 
+class Refused(ValueError):
+    """What the command line would refuse, from a form: argparse's message, unescaped (the
+    web UI escapes what it shows as HTML)."""
+
+
+class FormParser(Parser):
+    """The command line's parser for the web UI's forms: a value the command line refuses
+    raises :class:`Refused` with the same message, instead of printing usage and exiting, so
+    a form is checked exactly as the flags are."""
+
+    def error(self, message: str) -> NoReturn:
+        raise Refused(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise Refused(message or f"exit {status}")
+
+
 def bounded_text(what: str, *, chars: int | None = None, max_bytes: int | None = None,
                  pattern: str | None = None) -> Callable[[str], str]:
     """An argparse type: ``what`` within its bound (api/bounds.py), else a clear error."""
@@ -64,6 +81,16 @@ def seconds(least: float, most: float) -> Callable[[str], float]:
 
 
 timeout = seconds(*TIMEOUT[:2])
+
+
+UI_PORT = 8421
+
+
+def port(text: str) -> int:
+    """``ui --port``: 0 (any free port) to 65535."""
+    if not text.isdigit() or len(text) > 5 or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"--port must be a number from 0 to 65535, not {text!r}")
+    return int(text)
 
 
 def limit(text: str) -> int:
@@ -142,15 +169,22 @@ def field_flag(made: argparse.ArgumentParser, field: Field) -> None:
                        help=field.help, metavar=field.metavar)
 
 
-def common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+def common(parser: argparse.ArgumentParser, *, top: bool, namespaces: bool = False) -> None:
     """The flags every command takes, before or after it (``-n x status`` or ``status -n x``).
 
     On a subcommand their default is "not given", so it never overwrites the top's value.
+    ``namespaces``: ``-n`` may be repeated (``ui``: each namespace to show).
     """
     def default(value: object) -> object:
         return value if top else argparse.SUPPRESS
-    parser.add_argument("-n", "--namespace", type=NAME, default=default(None),
-                        help="the namespace (default: the context's, else 'default')")
+    if namespaces:
+        parser.add_argument("-n", "--namespace", dest="namespaces", action="append",
+                            type=NAME, metavar="NAMESPACE", default=[],
+                            help="a namespace to show (repeatable; default: the context's), "
+                                 "when you may not list runs in every one")
+    else:
+        parser.add_argument("-n", "--namespace", type=NAME, default=default(None),
+                            help="the namespace (default: the context's, else 'default')")
     parser.add_argument("--context", default=default(None), type=bounded_text(
         "--context", chars=CONTEXT_CHARS, pattern=r"[^\x00-\x1f\x7f]+"),
         help="the kubeconfig context to use")

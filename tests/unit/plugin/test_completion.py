@@ -32,7 +32,7 @@ def test_subcommands_are_every_command_with_a_description(
     *candidates, directive = answer(capsys, "")
     assert directive == NO_FILES
     words = [line.split("\t")[0] for line in candidates]
-    assert set(words) == {"list", "status", "history", "fork", "budget",
+    assert set(words) == {"list", "status", "history", "fork", "budget", "ui",
                           *(spec.word for spec in registry.COMMANDS)}
     assert all("\t" in line and "\n" not in line for line in candidates)
     found = [line.split("\t")[0] for line in answer(capsys, "re")[:-1]]
