@@ -94,11 +94,12 @@ lint: venv
 	$(PY) -m agentrun.api.reference --out docs/reference/api.md --check
 	$(PY) -m agentrun.manifests --out manifests --check
 	$(PY) -m agentrun.chart --out charts/agentrun-operator --crds crds --check
+	$(PY) -m agentrun.plugin.ui.assets --check
 
 # One cluster for the suite: its independent integration tests in concurrent workers
 # (AGENTRUN_TEST_WORKERS, default 4), then the serial ones one at a time beside the unit
 # tests, then the teardown test on a cluster of its own (tests/support/cluster/session.py).
-test: controlplane imagetools nodedeps helm otelcol promdeps lint
+test: controlplane imagetools nodedeps helm otelcol promdeps uideps lint
 	$(PY) -m tests.support.cluster.session -q -ra --durations=25
 
 # crds/ is the CRDs' one copy: manifests/ names it as a kustomization (../crds), and the
@@ -124,6 +125,21 @@ promdeps:
 	test -x /usr/bin/prometheus && test -x /usr/bin/promtool || \
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
 			--no-install-recommends prometheus; }
+
+# Chromium from Debian, for the web UI's browser tests (tests/support/browser.py, driven by
+# Playwright's Python package from the test extra: never its own browser download),
+# installed only when missing.
+.PHONY: uideps
+uideps:
+	test -x /usr/bin/chromium || \
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+			--no-install-recommends chromium; }
+
+# The web UI's vendored htmx files, fetched again from npm at the versions and digests
+# agentrun/plugin/ui/assets.py records (make lint checks the files against them).
+.PHONY: ui-assets
+ui-assets: venv
+	$(PY) -m agentrun.plugin.ui.assets --fetch
 
 # The OpenTelemetry Collector (an OTLP receiver for the tracing tests) from its Go modules
 # (tests/otelcol), built once into ~/.cache/agentrun/otelcol (tests/support/otelcol.py).
@@ -210,6 +226,7 @@ bench: bench-renewals
 bench: bench-journal
 bench: bench-traces
 bench: bench-sdk
+bench: bench-ui
 
 # What tracing costs (bench/traces): a worker's step span and an operator's report, off and
 # on, sent to a real OpenTelemetry Collector on loopback; seconds.
@@ -221,6 +238,13 @@ bench-traces: otelcol
 # installed offline, the SDK alone beside the operator's distribution; MiB and ms.
 bench-sdk: venv
 	$(PY) -m bench.sdk
+
+# The web UI's benchmark (bench/ui): 1,000 runs and 10,000 slots on a local control plane,
+# the runs page and a run's page timed in Debian's Chromium; writes its section of
+# docs/benchmarks.md.
+.PHONY: bench-ui
+bench-ui: controlplane uideps
+	$(PY) -m bench.ui
 
 # The renewals benchmark (bench/renewals): its own control plane WITH its node, WORKERS
 # real workers renewing their leases, the renewals per second and their API and operator

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -69,3 +70,29 @@ class Lines:
             if wanted(line):
                 return line
         raise AssertionError(f"no {what} within {timeout:g}s: {self.seen[-20:]}")
+
+
+class UI:
+    """``kubectl agentrun ui`` as ``user``, on a free port: its URL once it says it."""
+
+    def __init__(self, cluster: Cluster, scenario: Scenario, *args: str,
+                 user: str = "alice") -> None:
+        self.process = subprocess.Popen(
+            [str(PLUGIN), "--kubeconfig", str(cluster.kubeconfig), "--context", user, "ui",
+             "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.lines = Lines(self.process)
+        said = self.lines.wait_for(lambda line: " at http://127.0.0.1:" in line,
+                                   what="the UI's URL", timeout=60)
+        self.url = said.split(" at ", 1)[1].strip()
+        self.origin = self.url.split("/?", 1)[0]
+
+    def stop(self) -> str:
+        """Ctrl-C, as a person ends it; its stderr."""
+        self.process.send_signal(signal.SIGINT)
+        try:
+            _, err = self.process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, err = self.process.communicate()
+        return err

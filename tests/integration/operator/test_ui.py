@@ -1,0 +1,226 @@
+"""``kubectl agentrun ui`` in a real headless Chromium, against the real API server and
+operator, as alice and as bob, each their own UI process with their own kubeconfig context.
+
+alice owns a Manual run's slot whose attempt 1 failed (RetryWait). In her UI: the runs
+page lists the run; its page draws the workflow; the slot's page shows attempt 1 Failed on
+the timeline. bob's reassignment from his UI's form is refused by the operator and the page
+shows the ledger entry's words exactly; a class the plugin would refuse is refused before
+anything is written; alice's reassignment is accepted, and a hold she then sends with
+``kubectl annotate`` appears on her open page live (a watch, an SSE push, no reload). The
+browser requested nothing outside the UI's origin; the UI refuses another Host, another
+Origin and a request without its token; a namespace alice may not list is not shown (and
+said so), while the cluster admin's UI shows it.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import kubernetes
+import pytest
+
+from agentrun.plugin import requests as plugin_requests
+from tests.support import browser
+from tests.support.actors.operators import OperatorProcess
+from tests.support.actors.plugin import UI
+from tests.support.cluster.clusters import Cluster
+from tests.support.plays.scenarios import GROUP, VERSION, Scenario, request_id
+
+from . import test_effect_unresolved as unresolved
+
+pytestmark = pytest.mark.skipif(browser.available() is not None,
+                                reason=str(browser.available()))
+
+
+@pytest.fixture
+def other(cluster: Cluster, api_client: kubernetes.client.ApiClient) -> Iterator[str]:
+    """A namespace alice may not list, holding one run (the admin's)."""
+    core = kubernetes.client.CoreV1Api(api_client)
+    name = f"t-{request_id()[:10]}-other"
+    core.create_namespace({"metadata": {"name": name}})
+    kubernetes.client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, name, "agentruns", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentRun",
+            "metadata": {"name": "secret-study"},
+            "spec": {"package": {"name": "p"}, "workflow": {"name": "w"},
+                     "bindings": {"name": "b"}}})
+    yield name
+    core.delete_namespace(name)
+
+
+def _status(url: str, *, headers: dict[str, str], method: str = "GET",
+            body: bytes | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(
+                url, headers=headers, method=method, data=body), timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def test_the_ui_shows_refuses_and_sends_live(cluster: Cluster, scenario: Scenario,
+                                             operator: OperatorProcess, other: str) -> None:
+    if cluster.local is None:
+        pytest.skip("needs the local control plane's per-user contexts (alice, bob)")
+    slot = scenario.owned_retry_wait(owner="alice")
+    alice = UI(cluster, scenario, "-n", scenario.namespace, "-n", other, user="alice")
+    bob = UI(cluster, scenario, "-n", scenario.namespace, user="bob")
+    admin = UI(cluster, scenario, user="admin")
+    try:
+        assert any(f"you may not list runs in namespace {other}" in line
+                   for line in alice.lines.seen), alice.lines.seen
+        with browser.browser() as launched:
+            with browser.browsing(launched) as seen:
+                page = seen.page
+                page.goto(alice.url)
+                assert page.url == f"{alice.origin}/runs"  # the token became a cookie
+                rows = page.locator("#runs .row")
+                assert rows.count() == 1 and "study" in rows.first.inner_text()
+                assert "secret-study" not in page.content()
+                assert f"you may not list runs in namespace {other}" in page.content()
+                seen.shot("runs")
+
+                page.get_by_role("link", name="study").click()
+                page.wait_for_url(f"{alice.origin}/runs/{scenario.namespace}/study")
+                node = page.locator("svg.graph a", has_text="research")
+                assert node.count() == 1
+                assert "RetryWait" in (node.get_attribute("aria-label") or "")
+                seen.shot("run")
+
+                node.click()
+                page.wait_for_url(f"{alice.origin}/slots/{scenario.namespace}/{slot}")
+                attempt = page.locator("#attempts tr.attempt[data-number='1']")
+                assert "Failed" in attempt.inner_text()
+                assert page.locator("svg.timeline rect.bar.Failed").count() == 1
+
+                bad = _send(page, "reassign", {"worker_class": "GPU", "reason": "r"})
+                assert bad.startswith("not sent: argument --class: --class must match"), bad
+                ledger = len(scenario.slot(slot)["status"].get("commands") or [])
+
+                with browser.browsing(launched) as bobs:
+                    bobs.page.goto(bob.url)
+                    bobs.page.goto(f"{bob.origin}/slots/{scenario.namespace}/{slot}")
+                    said = _send(bobs.page, "reassign", {"reason": "mine now"})
+                    entries = scenario.slot(slot)["status"]["commands"]
+                    refused = entries[-1]
+                    assert (refused["actor"], refused["predicate"]) == ("bob", "NotOwner")
+                    assert said == plugin_requests.describe(refused)  # verbatim
+                    assert len(entries) == ledger + 1  # the bad class wrote nothing
+                    assert all(url.startswith(bob.origin) for url in bobs.requested)
+
+                # bob's refusal reached alice's open page by itself
+                page.locator("#ledger tr.entry", has_text="NotOwner").wait_for()
+                accepted = _send(page, "reassign", {"worker_class": "cpu",
+                                                    "reason": "the worker died mid-step"})
+                entry = scenario.slot(slot)["status"]["commands"][-1]
+                assert (entry["actor"], entry["outcome"]) == ("alice", "Accepted")
+                assert accepted == plugin_requests.describe(entry)
+                seen.shot("slot-reassigned")
+
+                hold = request_id()
+                assert scenario.annotate(slot, user="alice", hold_id=hold,
+                                         hold_reason="looking at it").returncode == 0
+                page.locator("#ledger tr.entry", has_text="looking at it").wait_for()
+                assert page.url == f"{alice.origin}/slots/{scenario.namespace}/{slot}"
+                seen.shot("slot-live")
+
+                page.goto(f"{alice.origin}/waiting")
+                assert slot in page.locator("#waiting").inner_text()
+                foreign = [url for url in seen.requested if not url.startswith(alice.origin)]
+                assert foreign == [], foreign
+
+            with browser.browsing(launched) as admins:
+                admins.page.goto(admin.url)
+                assert "secret-study" in admins.page.locator("#runs").inner_text()
+
+        cookie = {"Cookie": "agentrun-ui=not-the-token"}
+        assert _status(f"{alice.origin}/runs", headers={}) == 401
+        assert _status(f"{alice.origin}/runs", headers=cookie) == 401
+        host = alice.origin.removeprefix("http://")
+        assert _status(f"{alice.origin}/runs", headers={"Host": f"evil.test:{host.split(':')[1]}"}
+                       ) == 421
+        post = _status(f"{alice.origin}/slots/{scenario.namespace}/{slot}/hold",
+                       headers={"Origin": "http://evil.test", "Content-Type":
+                                "application/x-www-form-urlencoded"},
+                       method="POST", body=b"reason=x")
+        assert post == 403
+        assert json.dumps(scenario.slot(slot)["status"]["commands"]).count("evil") == 0
+    finally:
+        for ui in (alice, bob, admin):
+            print(f"--- {ui.url.split('?')[0]} stderr ---\n{ui.stop()}")
+
+
+def _send(page: object, word: str, fields: dict[str, str]) -> str:
+    """Open ``word``'s form, fill ``fields`` (by name), send it; the answer's words."""
+    section = page.locator(f"#command-{word}")  # type: ignore[attr-defined]
+    if not section.evaluate("e => e.open"):
+        section.locator("summary").click()  # a keyboard user's Enter does the same
+    form = section.locator("form")
+    for name, value in fields.items():
+        target = form.locator(f"[name='{name}']")
+        if target.evaluate("e => e.tagName") == "SELECT":
+            target.select_option(value)
+        else:
+            target.fill(value)
+    answer = page.locator("#answer .answer")  # type: ignore[attr-defined]
+    before = answer.get_attribute("data-id") if answer.count() else ""
+    form.locator("button[type=submit]").click()
+    page.wait_for_function(  # type: ignore[attr-defined]
+        "before => { const a = document.querySelector('#answer .answer');"
+        " return a !== null && a.dataset.id !== before; }", arg=before, timeout=90_000)
+    return str(page.locator("#answer .said").inner_text())  # type: ignore[attr-defined]
+
+
+def test_the_ui_resolves_an_unknown_effect_and_catches_up_after_a_drop(
+        cluster: Cluster, scenario: Scenario, operator: OperatorProcess) -> None:
+    """An effect whose outcome is unknown (attempt 1's worker asked its owner, who could
+    not say) is listed as waiting for a person and resolved from alice's form; a change
+    made while her browser is offline is on her page once it is back (the stream resumed)."""
+    if cluster.local is None:
+        pytest.skip("needs the local control plane's per-user contexts (alice, bob)")
+    slot = unresolved.manual_slot(scenario)
+    assert scenario.annotate(slot, user="alice", claim_id=request_id()).returncode == 0
+    scenario.wait_state(slot, "Active")
+    run_uid = scenario.agentrun(unresolved.RUN)["metadata"]["uid"]
+    unresolved.stop_on_unknown(scenario, slot=slot, run_uid=run_uid, key="publish",
+                               owner=unresolved.Owner())
+    scenario.finish(f"{slot}-1", "Failed", exit_code=1)
+    scenario.wait_slot(slot, lambda s: len(s["status"].get("effects") or []) == 1,
+                       message="the effect in status.effects")
+    alice = UI(cluster, scenario, "-n", scenario.namespace, user="alice")
+    try:
+        with browser.browser() as launched, browser.browsing(launched) as seen:
+            page = seen.page
+            page.goto(alice.url)
+            page.goto(f"{alice.origin}/waiting")
+            row = page.locator("#waiting tr", has_text=slot)
+            assert "effect publish: its outcome is unknown" in row.inner_text()
+            row.get_by_role("link", name=slot).click()
+            effect = page.locator("#effects tr.effect", has_text="publish")
+            assert "Unresolved" in effect.inner_text()
+            seen.shot("slot-effect-unresolved")
+
+            said = _send(page, "resolve-effect", {"effect_key": "publish",
+                                                  "outcome": "not-applied",
+                                                  "reason": "the owner has no such post"})
+            entry = scenario.slot(slot)["status"]["commands"][-1]
+            assert (entry["kind"], entry["outcome"]) == ("ResolveEffect", "Accepted")
+            assert said == plugin_requests.describe(entry)
+            page.locator("#effects tr.effect.Resolved", has_text="publish").wait_for()
+            seen.shot("slot-effect-resolved")
+
+            page.context.set_offline(True)
+            hold = request_id()
+            assert scenario.annotate(slot, user="alice", hold_id=hold,
+                                     hold_reason="while you were away").returncode == 0
+            scenario.wait_ledger(slot, hold)
+            page.context.set_offline(False)
+            page.locator("#ledger tr.entry", has_text="while you were away").wait_for(
+                timeout=30_000)
+            foreign = [url for url in seen.requested if not url.startswith(alice.origin)]
+            assert foreign == [], foreign
+    finally:
+        print(f"--- the UI's stderr ---\n{alice.stop()}")

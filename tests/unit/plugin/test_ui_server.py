@@ -1,0 +1,148 @@
+"""The web UI's server on a real loopback socket (aiohttp), with an empty store: who may
+use it (the token and its cookie, the Host, the Origin of a POST), the headers that keep
+the browser to its own origin, a form the plugin would refuse refused without a write,
+the live stream's first word, and the static files served only from the list."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from agentrun.plugin import client
+from agentrun.plugin.ui import assets, server
+from agentrun.plugin.ui.store import Change, Store
+
+SLOT = "/slots/a/study-1"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest_asyncio.fixture(loop_scope="function")  # the tests' own loop serves it
+async def ui() -> AsyncIterator[server.App]:
+    conn = client.Connection(rest=None, namespace="a")  # type: ignore[arg-type]
+    store = Store(conn, [], on_change=lambda changes: None)  # follows nothing: no API
+    store.start()
+    made = server.App(store=store, refused={}, port=free_port())
+    task = asyncio.create_task(server.serve(made, port=made.port, ready=lambda url: None))
+    async with session() as probe:
+        for _ in range(200):  # until it listens (a connection refused meanwhile)
+            try:
+                async with probe.get(f"http://127.0.0.1:{made.port}/runs"):
+                    break
+            except aiohttp.ClientConnectorError:
+                await asyncio.sleep(0.01)
+    yield made
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def session(**kwargs: object) -> aiohttp.ClientSession:
+    """A browser's: it keeps the cookies of an address like 127.0.0.1 too."""
+    return aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True), **kwargs)  # type: ignore[arg-type]
+
+
+def base(ui: server.App) -> str:
+    return f"http://127.0.0.1:{ui.port}"
+
+
+async def test_only_the_token_lets_a_browser_in(ui: server.App) -> None:
+    async with session() as anonymous:
+        async with anonymous.get(f"{base(ui)}/runs") as answer:
+            assert answer.status == 401 and "kubectl agentrun ui" in await answer.text()
+        async with anonymous.get(f"{base(ui)}/?token=wrong", allow_redirects=False) as answer:
+            assert answer.status == 401
+    async with session() as person:
+        async with person.get(ui.url(), allow_redirects=False) as answer:
+            assert answer.status == 303 and answer.headers["Location"] == "/runs"
+            cookie = answer.headers["Set-Cookie"]
+            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        async with person.get(f"{base(ui)}/runs") as answer:
+            assert answer.status == 200 and "No runs." in await answer.text()
+            headers = answer.headers
+            assert "default-src 'none'" in headers["Content-Security-Policy"]
+            assert "frame-ancestors 'none'" in headers["Content-Security-Policy"]
+            assert headers["X-Content-Type-Options"] == "nosniff"
+            assert headers["Cache-Control"] == "no-store"
+
+
+async def test_another_host_or_origin_is_refused(ui: server.App) -> None:
+    cookies = {server.COOKIE: ui.token}
+    async with session(cookies=cookies) as person:
+        async with person.get(f"{base(ui)}/runs",
+                              headers={"Host": f"rebound.example:{ui.port}"}) as answer:
+            assert answer.status == 421
+        for origin in ("http://evil.example", "null", None):
+            headers = {"Origin": origin} if origin else {}
+            async with person.post(f"{base(ui)}{SLOT}/hold", data={"reason": "x"},
+                                   headers=headers) as answer:
+                assert answer.status == 403, origin
+
+
+async def test_a_form_the_plugin_refuses_is_not_sent(ui: server.App) -> None:
+    """The store is empty and the connection has no API: a refusal here wrote nothing."""
+    cookies = {server.COOKIE: ui.token}
+    headers = {"Origin": base(ui), "HX-Request": "true"}
+    async with session(cookies=cookies) as person:
+        async with person.post(f"{base(ui)}{SLOT}/reassign", headers=headers,
+                               data={"worker_class": "GPU", "reason": "r"}) as answer:
+            text = await answer.text()
+            assert answer.status == 200
+            assert "not sent: argument --class: --class must match" in text
+            assert 'class="answer refused"' in text
+        async with person.post(f"{base(ui)}{SLOT}/hold", headers=headers, data={}) as answer:
+            assert "the following arguments are required: --reason" in await answer.text()
+        async with person.post(f"{base(ui)}{SLOT}/launch", headers=headers,
+                               data={}) as answer:
+            assert answer.status == 404
+        async with person.post(f"{base(ui)}/slots/a/Not_A_Name/hold", headers=headers,
+                               data={"reason": "r"}) as answer:
+            assert answer.status == 400
+
+
+async def test_a_page_of_what_is_not_there_is_404(ui: server.App) -> None:
+    async with session(cookies={server.COOKIE: ui.token}) as person:
+        for path in ("/runs/a/nothing", "/slots/a/nothing", "/static/../server.py",
+                     "/static/assets.py"):
+            async with person.get(f"{base(ui)}{path}") as answer:
+                assert answer.status == 404, path
+        for name in server.STATIC:
+            async with person.get(f"{base(ui)}/static/{name}") as answer:
+                assert answer.status == 200 and len(await answer.read()) > 0
+
+
+async def test_the_live_stream_says_changed_at_once_when_behind(ui: server.App) -> None:
+    async with session(cookies={server.COOKIE: ui.token}) as person:
+        async with person.get(f"{base(ui)}/live?view=runs&since=0") as answer:
+            assert answer.headers["Content-Type"] == "text/event-stream"
+            assert await answer.content.readline() == b"retry: 2000\n"
+            await answer.content.readline()
+            assert await answer.content.readline() == f"id: {ui.store.generation}\n".encode()
+            assert await answer.content.readline() == b"event: changed\n"
+        for _ in range(500):  # the browser went away: its stream ends at once
+            if not ui.hub.streams:
+                break
+            await asyncio.sleep(0.01)
+        assert ui.hub.streams == {}
+        async with person.get(f"{base(ui)}/live?view=run&namespace=a&name=r&since="
+                              f"{ui.store.generation}") as answer:
+            await answer.content.readline()
+            await answer.content.readline()
+            [queue] = list(ui.hub.streams)
+            ui.hub.publish([Change(plural="slots", namespace="a", name="s", run="other")], 5)
+            assert queue.empty()  # another run's slot: not this page's
+            ui.hub.publish([Change(plural="slots", namespace="a", name="s", run="r")], 6)
+            assert await answer.content.readline() == b"id: 6\n"
+
+
+def test_the_vendored_assets_are_the_recorded_ones() -> None:
+    assert assets.problems() == []
