@@ -39,6 +39,7 @@ def slot(name: str, *, node: str, after: tuple[str, ...] = (), state: str = "Pen
 @pytest.mark.parametrize(("query", "problem"), [
     ({"state": "Sleeping"}, "state must be one of"),
     ({"tenant": "Team A"}, "tenant must be a name"),
+    ({"tenant": "-team"}, "tenant must be a name"),
     ({"namespace": "x" * 64}, "namespace must be a name"),
     ({"age": "6 hours"}, "age must be a number and a unit"),
     ({"age": "0h"}, "age must be a number and a unit"),
@@ -63,6 +64,8 @@ def test_the_runs_are_counted_by_state_and_filtered() -> None:
     narrowed = pages.runs(found, chosen=chosen, now=NOW)
     assert [r["name"] for r in narrowed["rows"]] == ["done"]
     assert narrowed["total"] == 1
+    chosen, problems = pages.filters({"tenant": "Team_A.1"})  # a tenant as the CRD takes it
+    assert problems == [] and chosen.tenant == "Team_A.1"
     chosen, _ = pages.filters({"state": "Pending", "namespace": "a"})
     assert [r["name"] for r in pages.runs(found, chosen=chosen, now=NOW)["rows"]] == ["old"]
 
@@ -177,6 +180,10 @@ def test_what_people_wrote_is_escaped_everywhere() -> None:
                answer={"word": "hold", "accepted": False, "said": EVIL, "notes": [EVIL],
                        "id": "1"}),
         render("base.html", problems=[EVIL], refused={"x": EVIL}),
+        render("runs.html", view=pages.runs([found], chosen=pages.Filters(), now=NOW),
+               chosen=pages.Filters(), bad=[EVIL], states=pages.STATES),
+        render("waiting.html", rows=[{"namespace": "a", "run": EVIL, "slot": EVIL,
+                                      "state": "Held", "why": [EVIL]}]),
     ]
     for page in pages_:
         assert EVIL not in page and "&lt;script&gt;" in page

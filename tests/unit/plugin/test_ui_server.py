@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
 import pytest_asyncio
 
-from agentrun.plugin import client
-from agentrun.plugin.ui import assets, server
+from agentrun.plugin import cli, client, flags
+from agentrun.plugin.ui import assets, pages, server
 from agentrun.plugin.ui.store import Change, Store
 
 SLOT = "/slots/a/study-1"
@@ -51,6 +52,10 @@ def session(**kwargs: object) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True), **kwargs)  # type: ignore[arg-type]
 
 
+def cookie(ui: server.App) -> str:
+    return server.COOKIE.format(port=ui.port)
+
+
 def base(ui: server.App) -> str:
     return f"http://127.0.0.1:{ui.port}"
 
@@ -59,13 +64,19 @@ async def test_only_the_token_lets_a_browser_in(ui: server.App) -> None:
     async with session() as anonymous:
         async with anonymous.get(f"{base(ui)}/runs") as answer:
             assert answer.status == 401 and "kubectl agentrun ui" in await answer.text()
-        async with anonymous.get(f"{base(ui)}/?token=wrong", allow_redirects=False) as answer:
-            assert answer.status == 401
+        for wrong in ("wrong", "%C3%A9", ui.token + "x"):  # any text: 401, never a 500
+            async with anonymous.get(f"{base(ui)}/?token={wrong}",
+                                     allow_redirects=False) as answer:
+                assert answer.status == 401, wrong
+    async with session(cookies={cookie(ui): "é"}) as forged, forged.get(
+            f"{base(ui)}/runs") as answer:
+        assert answer.status == 401
     async with session() as person:
         async with person.get(ui.url(), allow_redirects=False) as answer:
             assert answer.status == 303 and answer.headers["Location"] == "/runs"
-            cookie = answer.headers["Set-Cookie"]
-            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+            set_cookie = answer.headers["Set-Cookie"]
+            assert set_cookie.startswith(f"agentrun-ui-{ui.port}=")  # two UIs: two cookies
+            assert "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie
         async with person.get(f"{base(ui)}/runs") as answer:
             assert answer.status == 200 and "No runs." in await answer.text()
             headers = answer.headers
@@ -76,21 +87,23 @@ async def test_only_the_token_lets_a_browser_in(ui: server.App) -> None:
 
 
 async def test_another_host_or_origin_is_refused(ui: server.App) -> None:
-    cookies = {server.COOKIE: ui.token}
+    cookies = {cookie(ui): ui.token}
     async with session(cookies=cookies) as person:
         async with person.get(f"{base(ui)}/runs",
                               headers={"Host": f"rebound.example:{ui.port}"}) as answer:
             assert answer.status == 421
+            assert "default-src 'none'" in answer.headers["Content-Security-Policy"]
         for origin in ("http://evil.example", "null", None):
             headers = {"Origin": origin} if origin else {}
             async with person.post(f"{base(ui)}{SLOT}/hold", data={"reason": "x"},
                                    headers=headers) as answer:
                 assert answer.status == 403, origin
+                assert answer.headers["Cache-Control"] == "no-store"
 
 
 async def test_a_form_the_plugin_refuses_is_not_sent(ui: server.App) -> None:
     """The store is empty and the connection has no API: a refusal here wrote nothing."""
-    cookies = {server.COOKIE: ui.token}
+    cookies = {cookie(ui): ui.token}
     headers = {"Origin": base(ui), "HX-Request": "true"}
     async with session(cookies=cookies) as person:
         async with person.post(f"{base(ui)}{SLOT}/reassign", headers=headers,
@@ -110,9 +123,9 @@ async def test_a_form_the_plugin_refuses_is_not_sent(ui: server.App) -> None:
 
 
 async def test_a_page_of_what_is_not_there_is_404(ui: server.App) -> None:
-    async with session(cookies={server.COOKIE: ui.token}) as person:
-        for path in ("/runs/a/nothing", "/slots/a/nothing", "/static/../server.py",
-                     "/static/assets.py"):
+    async with session(cookies={cookie(ui): ui.token}) as person:
+        for path in ("/runs/a/nothing", "/slots/a/nothing", "/static/assets.py",
+                     "/static/LICENSE.htmx", "/static/%2E%2E%2Fserver.py"):
             async with person.get(f"{base(ui)}{path}") as answer:
                 assert answer.status == 404, path
         for name in server.STATIC:
@@ -121,7 +134,7 @@ async def test_a_page_of_what_is_not_there_is_404(ui: server.App) -> None:
 
 
 async def test_the_live_stream_says_changed_at_once_when_behind(ui: server.App) -> None:
-    async with session(cookies={server.COOKIE: ui.token}) as person:
+    async with session(cookies={cookie(ui): ui.token}) as person:
         async with person.get(f"{base(ui)}/live?view=runs&since=0") as answer:
             assert answer.headers["Content-Type"] == "text/event-stream"
             assert await answer.content.readline() == b"retry: 2000\n"
@@ -146,3 +159,39 @@ async def test_the_live_stream_says_changed_at_once_when_behind(ui: server.App) 
 
 def test_the_vendored_assets_are_the_recorded_ones() -> None:
     assert assets.problems() == []
+
+
+async def test_a_stream_resumed_says_changed_only_when_it_missed_one(ui: server.App) -> None:
+    """The browser's Last-Event-ID: behind, it is told at once; current, it waits;
+    anything else (not a count of changes) counts as behind."""
+    async with session(cookies={cookie(ui): ui.token}) as person:
+        for seen, told in (("0", True), (str(ui.store.generation), False), ("²", True),
+                           ("9" * 30, True)):
+            async with person.get(f"{base(ui)}/live?view=runs",
+                                  headers={"Last-Event-ID": seen}) as answer:
+                assert answer.status == 200
+                await answer.content.readline()
+                await answer.content.readline()
+                if told:
+                    assert await answer.content.readline() == (
+                        f"id: {ui.store.generation}\n".encode()), seen
+                else:
+                    with pytest.raises(TimeoutError):
+                        await asyncio.wait_for(answer.content.readline(), timeout=0.3)
+
+
+def test_a_form_is_the_command_line_it_stands_for(tmp_path: Path) -> None:
+    """Each field as --flag=value (a value may start with '-'); an answer longer than
+    --value takes goes through --file, so it is sent by reference as the plugin sends it."""
+    commands = pages.commands()
+    argv = server.form_argv("hold", "s", {"reason": "-h --really"}, commands, spill=tmp_path)
+    args = cli.parser(cls=flags.FormParser).parse_args(argv)
+    assert (args.command, args.name, args.reason) == ("hold", "s", "-h --really")
+    long = '"' + "x" * 4000 + '"'
+    argv = server.form_argv("answer", "s", {"question_key": "q", "value": long,
+                                            "reason": "r"}, commands, spill=tmp_path)
+    assert f"--file={tmp_path / 'value'}" in argv
+    assert cli.parser(cls=flags.FormParser).parse_args(argv).value == long
+    with pytest.raises(flags.Refused, match="--reason"):
+        cli.parser(cls=flags.FormParser).parse_args(
+            server.form_argv("hold", "s", {}, commands, spill=tmp_path))

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from agentrun.api import bounds
 from agentrun.core.commands import registry
 from agentrun.plugin import lists, views
 from agentrun.plugin.requests import Object
@@ -30,6 +31,7 @@ AGE_PATTERN = re.compile(r"([1-9][0-9]{0,4})([mhd])")  # --max-age as kubectl's:
 AGE_UNITS = {"m": 60, "h": 3600, "d": 86400}
 FILTER_CHARS = 63  # a tenant or namespace filter: a label value or a namespace name
 NAME_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+TENANT_PATTERN = re.compile(bounds.TENANT_PATTERN)
 COLUMN_WIDTH, ROW_HEIGHT, NODE_WIDTH, NODE_HEIGHT = 190, 64, 160, 40
 
 
@@ -49,11 +51,13 @@ def filters(query: Mapping[str, str]) -> tuple[Filters, list[str]]:
         problems.append(f"state must be one of {', '.join(STATES)}")
         state = None
     texts: dict[str, str | None] = {}
-    for key in ("tenant", "namespace"):
+    for key, pattern, what in (
+            ("tenant", TENANT_PATTERN, "letters, digits, '-', '_' and '.'"),
+            ("namespace", NAME_PATTERN, "lower-case letters, digits, '-' and '.'")):
         value = query.get(key) or None
-        if value is not None and (len(value) > FILTER_CHARS or not NAME_PATTERN.fullmatch(value)):
+        if value is not None and (len(value) > FILTER_CHARS or not pattern.fullmatch(value)):
             problems.append(f"{key} must be a name of at most {FILTER_CHARS} characters "
-                            "(lower-case letters, digits, '-' and '.')")
+                            f"({what})")
             value = None
         texts[key] = value
     age = query.get("age") or None
@@ -214,7 +218,8 @@ def commands() -> list[Object]:
         {"name": field.name, "flag": field.flag, "required": field.required,
          "help": field.help or "", "choices": list(field.choices),
          "long": field.by_reference is not None or field.bound.chars > 200,
-         "chars": (field.by_reference or field.bound).chars}
+         "chars": (field.by_reference or field.bound).chars,
+         "short": field.bound.chars, "file_flag": field.file_flag}
         for field in spec.flags]}
         for spec in sorted(registry.COMMANDS, key=lambda s: s.shown)]
 

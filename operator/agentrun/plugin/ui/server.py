@@ -31,12 +31,16 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import re
 import secrets
 import sys
+import tempfile
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import jinja2
 from aiohttp import web
@@ -46,7 +50,7 @@ from agentrun.plugin import cli, client, flags, output, requests
 from agentrun.plugin.ui import pages
 from agentrun.plugin.ui.store import Change, Store, scope, sources
 
-COOKIE = "agentrun-ui"
+COOKIE = "agentrun-ui-{port}"  # per port: a browser keeps cookies by host, not by port
 HEARTBEAT_SECONDS = 15.0  # an SSE comment this often: a dead connection is found and closed
 STATIC = {"htmx.min.js": "text/javascript", "sse.min.js": "text/javascript",
           "ui.js": "text/javascript", "ui.css": "text/css"}
@@ -57,6 +61,8 @@ SAFE = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
         "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 JOURNAL_LIMIT = 200  # journal entries a slot page shows (the history API's newest)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+T = TypeVar("T")
+GENERATION = re.compile(r"[0-9]{1,20}")  # a stream's since / Last-Event-ID
 
 
 class Hub:
@@ -127,15 +133,20 @@ class App:
         with contextlib.suppress(RuntimeError):  # the loop closed: the UI is ending
             self.loop.call_soon_threadsafe(self.hub.publish, list(changes), generation)
 
-    def page(self, request: web.Request, file: str, /, **values: Any) -> web.Response:
-        """A page, or (htmx asking for the live part) only its ``content`` block."""
+    def page(self, request: web.Request, file: str, /, *, generation: int,
+             **values: Any) -> web.Response:
+        """A page, or (htmx asking for the live part) only its ``content`` block and the
+        banner of what is not current. ``generation``: the store's count of changes read
+        *before* the page's objects were, so a change made while it was built is told to
+        its stream at once."""
         template = self.templates.get_template(file)
-        values = {"generation": self.store.generation, "problems": self.store.problem_list(),
-                  "versions": self.versions,
-                  "refused": self.refused, "path": request.path_qs, **values}
+        values = {"generation": generation, "problems": self.store.problem_list(),
+                  "versions": self.versions, "refused": self.refused,
+                  "path": request.path_qs, **values}
         if request.headers.get("HX-Request") and request.headers.get("HX-Target") == "content":
             context = template.new_context(values)
-            body = "".join(template.blocks["content"](context))
+            body = self.templates.get_template("banner.html").render(values) + "".join(
+                template.blocks["content"](context))
         else:
             body = template.render(values)
         return web.Response(text=body, content_type="text/html")
@@ -149,25 +160,34 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The Host, the token or its cookie, the Origin of a POST; then safe headers."""
     app = request.app[APP]
     if request.host not in {origin.removeprefix("http://") for origin in app.origins}:
-        return web.Response(status=421, text="this UI answers only at its own address")
+        return _safe(web.Response(status=421, text="this UI answers only at its own address"))
     if request.method not in ("GET", "HEAD") and request.headers.get("Origin") not in app.origins:
-        return web.Response(status=403, text="refused: a request from another origin")
+        return _safe(web.Response(status=403, text="refused: a request from another origin"))
+    name = COOKIE.format(port=app.port)
     given = request.query.get("token") if request.path == "/" else None
-    cookie = request.cookies.get(COOKIE, "")
-    if given is not None and hmac.compare_digest(given, app.token):
+    if given is not None and _same(given, app.token):
         response: web.StreamResponse = web.Response(status=303, headers={"Location": "/runs"})
-        response.set_cookie(COOKIE, app.token, httponly=True, samesite="Strict", path="/")
-    elif not hmac.compare_digest(cookie, app.token):
+        response.set_cookie(name, app.token, httponly=True, samesite="Strict", path="/")
+    elif not _same(request.cookies.get(name, ""), app.token):
         response = web.Response(status=401, text="open the URL `kubectl agentrun ui` printed "
                                                  "(it carries this UI's token)")
     else:
         try:
             response = await handler(request)
         except web.HTTPException as answer:  # a 404 or 400: raised, with the same headers
-            answer.headers.update(SAFE)
+            _safe(answer)
             raise
-    if not response.prepared:  # a live stream sent its own, before its first event
-        response.headers.update({k: v for k, v in SAFE.items() if k not in response.headers})
+    return response if response.prepared else _safe(response)  # a stream sent its own
+
+
+def _same(given: str, token: str) -> bool:
+    """Whether ``given`` is the token, in constant time (any text: compared as bytes)."""
+    return hmac.compare_digest(given.encode(errors="replace"), token.encode())
+
+
+def _safe(response: web.StreamResponse) -> web.StreamResponse:
+    """The headers every answer carries (a header the handler set is kept)."""
+    response.headers.update({k: v for k, v in SAFE.items() if k not in response.headers})
     return response
 
 
@@ -188,21 +208,25 @@ async def root(request: web.Request) -> web.StreamResponse:
 
 async def runs_page(request: web.Request) -> web.StreamResponse:
     ui = _ui(request)
+    generation = ui.store.generation
     chosen, problems = pages.filters(request.query)
     view = pages.runs(ui.store.objects("agentruns"), chosen=chosen, now=datetime.now(UTC))
-    return ui.page(request, "runs.html", view=view, chosen=chosen, bad=problems,
+    return ui.page(request, "runs.html", generation=generation, view=view, chosen=chosen,
+                   bad=problems,
                    states=pages.STATES, live="view=runs")
 
 
 async def run_page(request: web.Request) -> web.StreamResponse:
     ui = _ui(request)
     namespace, name = _name(request, "namespace"), _name(request, "name")
+    generation = ui.store.generation
     found = ui.store.find("agentruns", namespace, name)
     if found is None:
         raise web.HTTPNotFound(text=f"no run {namespace}/{name} (or you may not see it)")
     view = pages.run(found, ui.store.slots_of(namespace, name),
                      ui.store.events_of(namespace, "AgentRun", name), now=datetime.now(UTC))
-    return ui.page(request, "run.html", view=view, namespace=namespace, name=name,
+    return ui.page(request, "run.html", generation=generation, view=view,
+                   namespace=namespace, name=name,
                    live=f"view=run&namespace={namespace}&name={name}")
 
 
@@ -210,34 +234,72 @@ async def slot_page(request: web.Request, *, answer: dict[str, Any] | None = Non
                     ) -> web.StreamResponse:
     ui = _ui(request)
     namespace, name = _name(request, "namespace"), _name(request, "name")
+    generation = ui.store.generation
     found = ui.store.find("slots", namespace, name)
     if found is None:
         raise web.HTTPNotFound(text=f"no slot {namespace}/{name} (or you may not see it)")
-    journal = await asyncio.to_thread(client.journal, ui.store.connection(namespace), name,
-                                      limit=JOURNAL_LIMIT)
+    journal = await in_thread(lambda: client.journal(ui.store.connection(namespace), name,
+                                                     limit=JOURNAL_LIMIT))
     view = pages.slot(found, journal=journal, now=datetime.now(UTC))
     run = str((found.get("spec") or {}).get("run") or "")
-    return ui.page(request, "slot.html", view=view, namespace=namespace, name=name, run=run,
-                   commands=ui.commands, answer=answer,
+    return ui.page(request, "slot.html", generation=generation, view=view,
+                   namespace=namespace, name=name, run=run, commands=ui.commands,
+                   answer=answer, path=f"/slots/{namespace}/{name}",
                    live=f"view=slot&namespace={namespace}&name={name}&run={run}")
 
 
 async def waiting_page(request: web.Request) -> web.StreamResponse:
     ui = _ui(request)
+    generation = ui.store.generation
     view = pages.waiting(ui.store.objects("agentruns"), ui.store.objects("slots"))
-    return ui.page(request, "waiting.html", rows=view, live="view=waiting")
+    return ui.page(request, "waiting.html", generation=generation, rows=view,
+                   live="view=waiting")
 
 
 def form_argv(word: str, slot: str, form: dict[str, str],
-              commands: Sequence[dict[str, Any]]) -> list[str]:
-    """The command line a form stands for: the command, the slot, each field given."""
+              commands: Sequence[dict[str, Any]], *, spill: Path) -> list[str]:
+    """The command line a form stands for: the command, the slot, each field given as
+    ``--flag=value`` (a value may start with ``-``). A value longer than its flag takes,
+    for a field the plugin also reads from a file, goes through that file (written in
+    ``spill``), so it is sent by reference exactly as the plugin sends it."""
     [command] = [c for c in commands if c["word"] == word]
     argv = [word, slot]
     for field in command["fields"]:
         value = form.get(field["name"], "")
-        if value != "":
-            argv += [field["flag"], value]
+        if value == "":
+            continue
+        if field["file_flag"] and len(value) > field["short"]:
+            path = spill / field["name"]
+            path.write_text(value)
+            argv.append(f"{field['file_flag']}={path}")
+        else:
+            argv.append(f"{field['flag']}={value}")
     return argv
+
+
+async def in_thread(work: Callable[[], T]) -> T:
+    """``work`` in a daemon thread: a blocking call the loop awaits, which never keeps the
+    process from ending at Ctrl-C (``asyncio.to_thread``'s executor is waited for)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = work(), None
+        except BaseException as raised:  # handed to the awaiting handler, raised there
+            result, error = None, raised
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(settle, result, error)
+    threading.Thread(target=run, daemon=True, name="agentrun-ui-call").start()
+    return await done
 
 
 async def send(request: web.Request) -> web.StreamResponse:
@@ -255,10 +317,11 @@ async def send(request: web.Request) -> web.StreamResponse:
     notes: list[str] = []
     answer: dict[str, Any]
     try:
-        args = cli.parser(cls=flags.FormParser).parse_args(
-            form_argv(word, name, form, ui.commands))
-        document = await asyncio.to_thread(
-            cli.deliver, args, ui.store.connection(namespace), say=notes.extend)
+        with tempfile.TemporaryDirectory(prefix="agentrun-ui-") as spill:  # 0700, ours
+            args = cli.parser(cls=flags.FormParser).parse_args(
+                form_argv(word, name, form, ui.commands, spill=Path(spill)))
+        conn = ui.store.connection(namespace)
+        document = await in_thread(lambda: cli.deliver(args, conn, say=notes.extend))
         entry = document["entry"]
         answer = {"word": word, "accepted": entry.get("outcome") == "Accepted",
                   "said": requests.describe(entry), "entry": entry, "notes": notes}
@@ -270,7 +333,7 @@ async def send(request: web.Request) -> web.StreamResponse:
                   "notes": notes}
     answer["id"] = secrets.token_hex(6)  # which answer a page shows (a test waits on it)
     if request.headers.get("HX-Request"):
-        return ui.page(request, "answer.html", answer=answer)
+        return ui.page(request, "answer.html", generation=ui.store.generation, answer=answer)
     return await slot_page(request, answer=answer)
 
 
@@ -296,7 +359,7 @@ async def live(request: web.Request) -> web.StreamResponse:
     await stream.prepare(request)
     queue: asyncio.Queue[int] = asyncio.Queue(maxsize=1)
     seen = request.headers.get("Last-Event-ID") or request.query.get("since") or "0"
-    if not seen.isdigit() or int(seen) < ui.store.generation:
+    if not GENERATION.fullmatch(seen) or int(seen) < ui.store.generation:
         queue.put_nowait(ui.store.generation)  # something changed while it was away
     ui.hub.streams[queue] = _shows(dict(request.query))
     try:
@@ -344,7 +407,7 @@ async def serve(ui: App, *, port: int, ready: Callable[[str], None]) -> None:
     """Listen on 127.0.0.1 (``port`` 0: any free one), say the URL, serve until cancelled."""
     ui.loop = asyncio.get_running_loop()
     # handler_cancellation: a stream whose browser went away ends at once (not at its
-    # next heartbeat), and so does a form's wait for its ledger entry.
+    # next heartbeat); a form's command, once sent, is still waited for in its thread.
     runner = web.AppRunner(application(ui), access_log=None, shutdown_timeout=1.0,
                            handler_cancellation=True)
     await runner.setup()
@@ -380,6 +443,12 @@ def main(args: argparse.Namespace, conn: client.Connection) -> int:
         output.write([*(f"not shown: {why}" for why in refused.values()),
                       f"agentrun UI for {where} at {url}", "(Ctrl-C ends it)"])
         sys.stdout.flush()
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the end it waits for
+    try:
         asyncio.run(serve(ui, port=args.port, ready=ready))
+    except KeyboardInterrupt:  # Ctrl-C: the end it waits for
+        pass
+    except OSError as error:  # the port taken, or not ours to take
+        raise requests.Failure(f"cannot listen on 127.0.0.1:{args.port}: {error.strerror} "
+                               "(choose another --port, or 0 for any free one)",
+                               code=requests.FAILED) from None
     return requests.ACCEPTED

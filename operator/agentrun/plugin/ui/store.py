@@ -30,7 +30,8 @@ from agentrun.plugin.requests import Object
 RETRY_SECONDS = 2.0  # between a follower's failure and its re-list
 KINDS = ("agentruns", "slots", "events")  # what each scope follows
 EVENTS_QUERY = {"fieldSelector": f"involvedObject.apiVersion={names.GROUP}/{names.VERSION}"}
-MAX_EVENTS = 20_000  # Events kept at most (the oldest go first): bounded memory
+MAX_EVENTS = 20_000  # Events kept at most, in all (the oldest go first): bounded memory
+EVENTS_SLACK = 1_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +120,7 @@ class Store:
             items, version = self._list(followed)
             self._mirrors[index] = {watching.key(obj): obj for obj in items}
             versions.append(version)
+        self._trim()
         self.generation = 1
         for index, version in enumerate(versions):
             threading.Thread(target=self._follow, args=(index, version), daemon=True,
@@ -143,26 +145,31 @@ class Store:
         followed = self.followed[index]
         while not self._stop.is_set():
             if version is None and followed.plural == "events":
-                return  # not readable: nothing to follow
+                return  # not readable by this person: nothing to follow
             watching.follow(self.conn, index, followed.source, version,
                             put=lambda item: self._put(index, item),
                             stop=self._stop, streamer=watching.stream)
             if self._stop.wait(RETRY_SECONDS):
                 return
             try:
-                items, version = self._list(followed)
-            except requests.Failure as failure:
+                items, listed = self._list(followed)
+            except requests.Failure as failure:  # the API server still away: again later
                 self._problem(index, str(failure))
-                version = None if followed.plural == "events" else version
                 continue
+            version = listed
             self._put(index, watching.Event(source=index, kind=watching.LISTED,
                                             objects=tuple(items)))
-            with self._lock:
-                self.problems.pop(index, None)
 
-    def _problem(self, index: int, why: str) -> None:
+    def _problem(self, index: int, why: str | None) -> None:
+        """A source's failure (``why``), or its recovery (None): either is told to every
+        page (its banner of what is not current)."""
         with self._lock:
-            self.problems[index] = why
+            if self.problems.get(index) == why:
+                return
+            if why is None:
+                del self.problems[index]
+            else:
+                self.problems[index] = why
             self.generation += 1
         self.on_change([])
 
@@ -170,20 +177,31 @@ class Store:
         if isinstance(item, requests.Failure):
             self._problem(index, str(item))
             return
+        if index in self.problems:  # events again: current
+            self._problem(index, None)
         plural = self.followed[index].plural
         with self._lock:
             mirror = self._mirrors[index]
             before = list(mirror.values()) if item.kind == watching.LISTED else []
             watching.apply(mirror, item)
-            if plural == "events" and len(mirror) > MAX_EVENTS:
-                for key in sorted(mirror, key=lambda k: _event_time(mirror[k]))[
-                        :len(mirror) - MAX_EVENTS]:
-                    del mirror[key]
+            if plural == "events":
+                self._trim()
             self.generation += 1
         touched = [*before, *item.objects]
         self.on_change([Change(plural=plural, namespace=watching.key(obj)[0],
                                name=watching.key(obj)[1], run=run_of(plural, obj))
                         for obj in touched])
+
+    def _trim(self) -> None:
+        """At most :data:`MAX_EVENTS` Events in all (the oldest go), trimmed once they are
+        :data:`EVENTS_SLACK` over, so a busy namespace does not sort them at each one."""
+        held = [(index, key) for index, followed in enumerate(self.followed)
+                if followed.plural == "events" for key in self._mirrors[index]]
+        if len(held) <= MAX_EVENTS + EVENTS_SLACK:
+            return
+        held.sort(key=lambda place: _event_time(self._mirrors[place[0]][place[1]]))
+        for index, key in held[:len(held) - MAX_EVENTS]:
+            del self._mirrors[index][key]
 
     def objects(self, plural: str) -> list[Object]:
         """Every object of one kind now (a copy of the list; the objects are shared: read
