@@ -89,6 +89,12 @@ def test_the_ui_shows_refuses_and_sends_live(cluster: Cluster, scenario: Scenari
                 assert node.count() == 1
                 assert "RetryWait" in (node.get_attribute("aria-label") or "")
                 seen.shot("run")
+                said = _send(page, "budget", {"add": "1000", "reason": "more room"})
+                [entry] = scenario.agentrun("study")["status"]["commands"]  # the run's ledger
+                assert (entry["kind"], entry["actor"]) == ("Budget", "alice")
+                assert said == plugin_requests.describe(entry)
+                assert _send(page, "budget", {"add": "-5", "reason": "r"}).startswith(
+                    "not sent: ")
 
                 node.click()
                 page.wait_for_url(f"{alice.origin}/slots/{scenario.namespace}/{slot}")

@@ -11,6 +11,7 @@ import jinja2
 import pytest
 
 from agentrun.core.commands import registry
+from agentrun.plugin import cli
 from agentrun.plugin.ui import pages
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -187,3 +188,27 @@ def test_what_people_wrote_is_escaped_everywhere() -> None:
     ]
     for page in pages_:
         assert EVIL not in page and "&lt;script&gt;" in page
+
+
+def test_each_attempt_says_what_it_ran_repeated_and_skipped() -> None:
+    def entry(attempt: object, seq: int, key: str) -> dict[str, Any]:
+        return {"attempt": attempt, "seq": seq, "kind": "step-result", "key": key,
+                "size": 10, "stored": "inline"}
+    journal = {"store": "s3://b/p", "commits": {"1": "2", "2": "3"}, "truncated": False,
+               "entries": [entry(2, 3, "report"), entry(2, 2, "source-3"),
+                           entry(2, 1, "source-2"), entry(1, 2, "source-2"),
+                           entry(1, 1, "source-1"), entry(True, 9, "odd")]}
+    first, second = pages.steps(journal)
+    assert (first["attempt"], first["ran"], first["skipped"], first["repeated"]) == (
+        1, ["source-1", "source-2"], [], [])
+    assert (second["ran"], second["skipped"], second["repeated"]) == (
+        ["report", "source-2", "source-3"], ["source-1"], ["source-2"])
+    assert second["commits"] == "3" and [e["seq"] for e in second["entries"]] == [3, 2, 1]
+    assert pages.steps(None) == [] and pages.steps({"error": "refused"}) == []
+
+
+def test_the_run_commands_forms_are_the_plugins_flags() -> None:
+    budget, fork = pages.parser_forms(cli.parser(), words=("budget", "fork"))
+    assert [(f["name"], f["flag"], f["required"]) for f in budget["fields"]] == [
+        ("add", "--add", False), ("add_cost", "--add-cost", False), ("reason", "--reason", True)]
+    assert [f["flag"] for f in fork["fields"]] == ["--name", "--at", "--reason"]

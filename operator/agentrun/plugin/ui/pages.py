@@ -16,6 +16,7 @@ Terms:
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -188,15 +189,29 @@ def timeline(slot: Object, *, now: datetime) -> Object:
 
 
 def steps(journal: Object | None) -> list[Object]:
-    """The journal's entries by attempt, oldest attempt first, each attempt's newest first."""
+    """The journal's entries by attempt, oldest attempt first (each attempt's entries newest
+    first), and what each attempt did with the keys before it: *ran* (the keys it
+    recorded), *repeated* (those an earlier attempt had recorded too: done again), and
+    *skipped* (those earlier attempts recorded and it did not: taken from the recoverable
+    prefix). Read from the entries shown (the history API's newest), so a truncated journal
+    says less of the earliest attempts."""
     if not journal or "entries" not in journal:
         return []
-    grouped: dict[object, list[Object]] = {}
+    grouped: dict[int, list[Object]] = {}
     for entry in journal["entries"]:
-        grouped.setdefault(entry.get("attempt"), []).append(entry)
-    return [{"attempt": attempt, "entries": entries, "commits": (journal.get("commits") or {})
-             .get(str(attempt))} for attempt, entries in sorted(
-                 grouped.items(), key=lambda item: str(item[0]).zfill(8))]
+        attempt = entry.get("attempt")
+        if isinstance(attempt, int) and not isinstance(attempt, bool):
+            grouped.setdefault(attempt, []).append(entry)
+    found, before = [], set[str]()
+    for attempt in sorted(grouped):
+        keys = [str(e.get("key")) for e in grouped[attempt]]
+        mine = set(keys)
+        found.append({"attempt": attempt, "entries": grouped[attempt],
+                      "commits": (journal.get("commits") or {}).get(str(attempt)),
+                      "ran": sorted(mine), "repeated": sorted(mine & before),
+                      "skipped": sorted(before - mine)})
+        before |= mine
+    return found
 
 
 def slot(found: Object, *, journal: Object | None, now: datetime) -> Object:
@@ -222,6 +237,28 @@ def commands() -> list[Object]:
          "short": field.bound.chars, "file_flag": field.file_flag}
         for field in spec.flags]}
         for spec in sorted(registry.COMMANDS, key=lambda s: s.shown)]
+
+
+SHARED_FLAGS = frozenset({"help", "namespace", "context", "kubeconfig", "output", "timeout",
+                          "name"})
+
+
+def parser_forms(parser: argparse.ArgumentParser, *, words: Sequence[str]) -> list[Object]:
+    """The forms of commands the plugin defines by its flags alone (a run's: ``budget``,
+    ``fork``), from its parser: each flag but those every command shares, as the slot
+    commands' forms are from the registry; the parser checks what is sent."""
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    made = []
+    for word in words:
+        command = sub.choices[word]
+        made.append({"word": word, "help": command.description or "", "fields": [
+            {"name": action.dest, "flag": max(action.option_strings, key=len),
+             "required": action.required, "help": action.help or "",
+             "choices": [str(c) for c in action.choices or ()],
+             "long": action.dest == "reason", "chars": None, "short": None, "file_flag": None}
+            for action in command._actions
+            if action.option_strings and action.dest not in SHARED_FLAGS]})
+    return made
 
 
 def waiting(runs_: Sequence[Object], slots: Sequence[Object]) -> list[Object]:

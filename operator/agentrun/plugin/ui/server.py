@@ -46,7 +46,7 @@ import jinja2
 from aiohttp import web
 
 from agentrun.api import names
-from agentrun.plugin import cli, client, flags, output, requests
+from agentrun.plugin import budgets, cli, client, flags, forks, output, requests
 from agentrun.plugin.ui import pages
 from agentrun.plugin.ui.store import Change, Store, scope, sources
 
@@ -216,7 +216,8 @@ async def runs_page(request: web.Request) -> web.StreamResponse:
                    states=pages.STATES, live="view=runs")
 
 
-async def run_page(request: web.Request) -> web.StreamResponse:
+async def run_page(request: web.Request, *, answer: dict[str, Any] | None = None
+                   ) -> web.StreamResponse:
     ui = _ui(request)
     namespace, name = _name(request, "namespace"), _name(request, "name")
     generation = ui.store.generation
@@ -226,7 +227,8 @@ async def run_page(request: web.Request) -> web.StreamResponse:
     view = pages.run(found, ui.store.slots_of(namespace, name),
                      ui.store.events_of(namespace, "AgentRun", name), now=datetime.now(UTC))
     return ui.page(request, "run.html", generation=generation, view=view,
-                   namespace=namespace, name=name,
+                   namespace=namespace, name=name, commands=RUN_FORMS, answer=answer,
+                   path=f"/runs/{namespace}/{name}",
                    live=f"view=run&namespace={namespace}&name={name}")
 
 
@@ -337,6 +339,44 @@ async def send(request: web.Request) -> web.StreamResponse:
     return await slot_page(request, answer=answer)
 
 
+RUN_FORMS = pages.parser_forms(cli.parser(), words=("budget", "fork"))  # the run's commands
+
+async def send_run(request: web.Request) -> web.StreamResponse:
+    """A run's command (budget, fork) from its form, as :func:`send` does a slot's."""
+    ui = _ui(request)
+    namespace, name = _name(request, "namespace"), _name(request, "name")
+    word = request.match_info["word"]
+    if word not in {c["word"] for c in RUN_FORMS}:
+        raise web.HTTPNotFound(text=f"no command {word!r}")
+    form = {key: str(value) for key, value in (await request.post()).items()}
+    conn = ui.store.connection(namespace)
+    answer: dict[str, Any]
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentrun-ui-") as spill:
+            args = cli.parser(cls=flags.FormParser).parse_args(
+                form_argv(word, name, form, RUN_FORMS, spill=Path(spill)))
+        if word == "budget":
+            entry = await in_thread(lambda: budgets.send(
+                conn, name, add=args.add, add_cost=args.add_cost, reason=args.reason,
+                timeout=args.timeout))
+            answer = {"word": word, "accepted": entry.get("outcome") == "Accepted",
+                      "said": requests.describe(entry), "notes": []}
+        else:
+            code, said = await in_thread(lambda: forks.fork(
+                conn, source_name=name, name=args.new_name, at=args.at, reason=args.reason,
+                timeout=args.timeout))
+            answer = {"word": word, "accepted": code == requests.ACCEPTED,
+                      "said": f"run {args.new_name}: {said}", "notes": []}
+    except (flags.Refused, requests.BadInput) as refused:
+        answer = {"word": word, "accepted": False, "said": f"not sent: {refused}", "notes": []}
+    except requests.Failure as failure:
+        answer = {"word": word, "accepted": False, "said": str(failure), "notes": []}
+    answer["id"] = secrets.token_hex(6)
+    if request.headers.get("HX-Request"):
+        return ui.page(request, "answer.html", generation=ui.store.generation, answer=answer)
+    return await run_page(request, answer=answer)
+
+
 def _shows(query: dict[str, str]) -> Callable[[Change], bool]:
     """Which changes a page's stream is told of (by what the page shows)."""
     view = query.get("view")
@@ -399,6 +439,7 @@ def application(ui: App) -> web.Application:
         web.get("/runs/{namespace}/{name}", run_page),
         web.get("/slots/{namespace}/{name}", slot_page),
         web.post("/slots/{namespace}/{name}/{word}", send),
+        web.post("/runs/{namespace}/{name}/{word}", send_run),
         web.get("/live", live), web.get("/static/{file}", static)])
     return made
 
