@@ -15,7 +15,8 @@ import pytest
 import pytest_asyncio
 
 from agentrun.plugin import cli, client, flags
-from agentrun.plugin.ui import assets, pages, server
+from agentrun.plugin.ui import actions, assets, pages, server
+from agentrun.plugin.ui import app as uiapp
 from agentrun.plugin.ui.store import Change, Store
 
 SLOT = "/slots/a/study-1"
@@ -28,11 +29,11 @@ def free_port() -> int:
 
 
 @pytest_asyncio.fixture(loop_scope="function")  # the tests' own loop serves it
-async def ui() -> AsyncIterator[server.App]:
+async def ui() -> AsyncIterator[uiapp.App]:
     conn = client.Connection(rest=None, namespace="a")  # type: ignore[arg-type]
     store = Store(conn, [], on_change=lambda changes: None)  # follows nothing: no API
     store.start()
-    made = server.App(store=store, refused={}, port=free_port())
+    made = uiapp.App(store=store, refused={}, port=free_port())
     task = asyncio.create_task(server.serve(made, port=made.port, ready=lambda url: None))
     async with session() as probe:
         for _ in range(200):  # until it listens (a connection refused meanwhile)
@@ -52,15 +53,15 @@ def session(**kwargs: object) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True), **kwargs)  # type: ignore[arg-type]
 
 
-def cookie(ui: server.App) -> str:
-    return server.COOKIE.format(port=ui.port)
+def cookie(ui: uiapp.App) -> str:
+    return uiapp.COOKIE.format(port=ui.port)
 
 
-def base(ui: server.App) -> str:
+def base(ui: uiapp.App) -> str:
     return f"http://127.0.0.1:{ui.port}"
 
 
-async def test_only_the_token_lets_a_browser_in(ui: server.App) -> None:
+async def test_only_the_token_lets_a_browser_in(ui: uiapp.App) -> None:
     async with session() as anonymous:
         async with anonymous.get(f"{base(ui)}/runs") as answer:
             assert answer.status == 401 and "kubectl agentrun ui" in await answer.text()
@@ -86,7 +87,7 @@ async def test_only_the_token_lets_a_browser_in(ui: server.App) -> None:
             assert headers["Cache-Control"] == "no-store"
 
 
-async def test_another_host_or_origin_is_refused(ui: server.App) -> None:
+async def test_another_host_or_origin_is_refused(ui: uiapp.App) -> None:
     cookies = {cookie(ui): ui.token}
     async with session(cookies=cookies) as person:
         async with person.get(f"{base(ui)}/runs",
@@ -101,7 +102,7 @@ async def test_another_host_or_origin_is_refused(ui: server.App) -> None:
                 assert answer.headers["Cache-Control"] == "no-store"
 
 
-async def test_a_form_the_plugin_refuses_is_not_sent(ui: server.App) -> None:
+async def test_a_form_the_plugin_refuses_is_not_sent(ui: uiapp.App) -> None:
     """The store is empty and the connection has no API: a refusal here wrote nothing."""
     cookies = {cookie(ui): ui.token}
     headers = {"Origin": base(ui), "HX-Request": "true"}
@@ -122,18 +123,18 @@ async def test_a_form_the_plugin_refuses_is_not_sent(ui: server.App) -> None:
             assert answer.status == 400
 
 
-async def test_a_page_of_what_is_not_there_is_404(ui: server.App) -> None:
+async def test_a_page_of_what_is_not_there_is_404(ui: uiapp.App) -> None:
     async with session(cookies={cookie(ui): ui.token}) as person:
         for path in ("/runs/a/nothing", "/slots/a/nothing", "/static/assets.py",
                      "/static/LICENSE.htmx", "/static/%2E%2E%2Fserver.py"):
             async with person.get(f"{base(ui)}{path}") as answer:
                 assert answer.status == 404, path
-        for name in server.STATIC:
+        for name in uiapp.STATIC:
             async with person.get(f"{base(ui)}/static/{name}") as answer:
                 assert answer.status == 200 and len(await answer.read()) > 0
 
 
-async def test_the_live_stream_says_changed_at_once_when_behind(ui: server.App) -> None:
+async def test_the_live_stream_says_changed_at_once_when_behind(ui: uiapp.App) -> None:
     async with session(cookies={cookie(ui): ui.token}) as person:
         async with person.get(f"{base(ui)}/live?view=runs&since=0") as answer:
             assert answer.headers["Content-Type"] == "text/event-stream"
@@ -161,7 +162,7 @@ def test_the_vendored_assets_are_the_recorded_ones() -> None:
     assert assets.problems() == []
 
 
-async def test_a_stream_resumed_says_changed_only_when_it_missed_one(ui: server.App) -> None:
+async def test_a_stream_resumed_says_changed_only_when_it_missed_one(ui: uiapp.App) -> None:
     """The browser's Last-Event-ID: behind, it is told at once; current, it waits;
     anything else (not a count of changes) counts as behind."""
     async with session(cookies={cookie(ui): ui.token}) as person:
@@ -184,14 +185,14 @@ def test_a_form_is_the_command_line_it_stands_for(tmp_path: Path) -> None:
     """Each field as --flag=value (a value may start with '-'); an answer longer than
     --value takes goes through --file, so it is sent by reference as the plugin sends it."""
     commands = pages.commands()
-    argv = server.form_argv("hold", "s", {"reason": "-h --really"}, commands, spill=tmp_path)
+    argv = actions.form_argv("hold", "s", {"reason": "-h --really"}, commands, spill=tmp_path)
     args = cli.parser(cls=flags.FormParser).parse_args(argv)
     assert (args.command, args.name, args.reason) == ("hold", "s", "-h --really")
     long = '"' + "x" * 4000 + '"'
-    argv = server.form_argv("answer", "s", {"question_key": "q", "value": long,
+    argv = actions.form_argv("answer", "s", {"question_key": "q", "value": long,
                                             "reason": "r"}, commands, spill=tmp_path)
     assert f"--file={tmp_path / 'value'}" in argv
     assert cli.parser(cls=flags.FormParser).parse_args(argv).value == long
     with pytest.raises(flags.Refused, match="--reason"):
         cli.parser(cls=flags.FormParser).parse_args(
-            server.form_argv("hold", "s", {}, commands, spill=tmp_path))
+            actions.form_argv("hold", "s", {}, commands, spill=tmp_path))

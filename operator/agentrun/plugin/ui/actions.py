@@ -1,0 +1,111 @@
+"""The web UI's forms: each a command of the plugin, checked by its parser and sent by its
+own senders on the person's connection (docs/design/web-ui.md, "Commands from forms").
+"""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from agentrun.plugin import budgets, cli, flags, forks, requests
+from agentrun.plugin.ui import handlers
+from agentrun.plugin.ui.app import in_thread, name_in, of
+
+MAX_FORM_BYTES = 1 << 20  # a command's form: its longest value sent by reference fits
+
+
+def form_argv(word: str, slot: str, form: dict[str, str],
+              commands: Sequence[dict[str, Any]], *, spill: Path) -> list[str]:
+    """The command line a form stands for: the command, the slot, each field given as
+    ``--flag=value`` (a value may start with ``-``). A value longer than its flag takes,
+    for a field the plugin also reads from a file, goes through that file (written in
+    ``spill``), so it is sent by reference exactly as the plugin sends it."""
+    [command] = [c for c in commands if c["word"] == word]
+    argv = [word, slot]
+    for field in command["fields"]:
+        value = form.get(field["name"], "")
+        if value == "":
+            continue
+        if field["file_flag"] and len(value) > field["short"]:
+            path = spill / field["name"]
+            path.write_text(value)
+            argv.append(f"{field['file_flag']}={path}")
+        else:
+            argv.append(f"{field['flag']}={value}")
+    return argv
+
+
+async def send(request: web.Request) -> web.StreamResponse:
+    """A form's command: checked as the plugin's flags are, sent as the plugin sends it
+    (on the person's connection), its ledger entry or refusal shown verbatim."""
+    ui = of(request)
+    namespace, name = name_in(request, "namespace"), name_in(request, "name")
+    word = request.match_info["word"]
+    if word not in {c["word"] for c in ui.commands}:
+        raise web.HTTPNotFound(text=f"no command {word!r}")
+    if (request.content_length or 0) > MAX_FORM_BYTES:
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_FORM_BYTES,
+                                            actual_size=request.content_length or 0)
+    form = {key: str(value) for key, value in (await request.post()).items()}
+    notes: list[str] = []
+    answer: dict[str, Any]
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentrun-ui-") as spill:  # 0700, ours
+            args = cli.parser(cls=flags.FormParser).parse_args(
+                form_argv(word, name, form, ui.commands, spill=Path(spill)))
+        conn = ui.store.connection(namespace)
+        document = await in_thread(lambda: cli.deliver(args, conn, say=notes.extend))
+        entry = document["entry"]
+        answer = {"word": word, "accepted": entry.get("outcome") == "Accepted",
+                  "said": requests.describe(entry), "entry": entry, "notes": notes}
+    except flags.Refused as refused:
+        answer = {"word": word, "accepted": False, "said": f"not sent: {refused}",
+                  "entry": None, "notes": notes}
+    except requests.Failure as failure:
+        answer = {"word": word, "accepted": False, "said": str(failure), "entry": None,
+                  "notes": notes}
+    answer["id"] = secrets.token_hex(6)  # which answer a page shows (a test waits on it)
+    if request.headers.get("HX-Request"):
+        return ui.page(request, "answer.html", generation=ui.store.generation, answer=answer)
+    return await handlers.slot_page(request, answer=answer)
+
+
+async def send_run(request: web.Request) -> web.StreamResponse:
+    """A run's command (budget, fork) from its form, as :func:`send` does a slot's."""
+    ui = of(request)
+    namespace, name = name_in(request, "namespace"), name_in(request, "name")
+    word = request.match_info["word"]
+    if word not in {c["word"] for c in ui.run_commands}:
+        raise web.HTTPNotFound(text=f"no command {word!r}")
+    form = {key: str(value) for key, value in (await request.post()).items()}
+    conn = ui.store.connection(namespace)
+    answer: dict[str, Any]
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentrun-ui-") as spill:
+            args = cli.parser(cls=flags.FormParser).parse_args(
+                form_argv(word, name, form, ui.run_commands, spill=Path(spill)))
+        if word == "budget":
+            entry = await in_thread(lambda: budgets.send(
+                conn, name, add=args.add, add_cost=args.add_cost, reason=args.reason,
+                timeout=args.timeout))
+            answer = {"word": word, "accepted": entry.get("outcome") == "Accepted",
+                      "said": requests.describe(entry), "notes": []}
+        else:
+            code, said = await in_thread(lambda: forks.fork(
+                conn, source_name=name, name=args.new_name, at=args.at, reason=args.reason,
+                timeout=args.timeout))
+            answer = {"word": word, "accepted": code == requests.ACCEPTED,
+                      "said": f"run {args.new_name}: {said}", "notes": []}
+    except (flags.Refused, requests.BadInput) as refused:
+        answer = {"word": word, "accepted": False, "said": f"not sent: {refused}", "notes": []}
+    except requests.Failure as failure:
+        answer = {"word": word, "accepted": False, "said": str(failure), "notes": []}
+    answer["id"] = secrets.token_hex(6)
+    if request.headers.get("HX-Request"):
+        return ui.page(request, "answer.html", generation=ui.store.generation, answer=answer)
+    return await handlers.run_page(request, answer=answer)
