@@ -15,7 +15,7 @@ from aiohttp import web
 
 from agentrun.plugin import client
 from agentrun.plugin.ui import pages
-from agentrun.plugin.ui.app import SAFE, STATIC, in_thread, name_in, of
+from agentrun.plugin.ui.app import SAFE, STATIC, App, in_thread, name_in, of
 from agentrun.plugin.ui.store import Change
 
 HEARTBEAT_SECONDS = 15.0  # an SSE comment this often: a dead connection is found and closed
@@ -37,14 +37,22 @@ async def runs_page(request: web.Request) -> web.StreamResponse:
                    states=pages.STATES, live="view=runs")
 
 
-async def run_page(request: web.Request, *, answer: dict[str, Any] | None = None
-                   ) -> web.StreamResponse:
+def _one(request: web.Request, plural: str, *, what: str
+         ) -> tuple[App, str, str, int, dict[str, Any]]:
+    """The object a page is of, from the store (404 when it has none), with the store's
+    generation read first (see :meth:`App.page`)."""
     ui = of(request)
     namespace, name = name_in(request, "namespace"), name_in(request, "name")
     generation = ui.store.generation
-    found = ui.store.find("agentruns", namespace, name)
+    found = ui.store.find(plural, namespace, name)
     if found is None:
-        raise web.HTTPNotFound(text=f"no run {namespace}/{name} (or you may not see it)")
+        raise web.HTTPNotFound(text=f"no {what} {namespace}/{name} (or you may not see it)")
+    return ui, namespace, name, generation, found
+
+
+async def run_page(request: web.Request, *, answer: dict[str, Any] | None = None
+                   ) -> web.StreamResponse:
+    ui, namespace, name, generation, found = _one(request, "agentruns", what="run")
     view = pages.run(found, ui.store.slots_of(namespace, name),
                      ui.store.events_of(namespace, "AgentRun", name), now=datetime.now(UTC))
     return ui.page(request, "run.html", generation=generation, view=view,
@@ -55,12 +63,7 @@ async def run_page(request: web.Request, *, answer: dict[str, Any] | None = None
 
 async def slot_page(request: web.Request, *, answer: dict[str, Any] | None = None
                     ) -> web.StreamResponse:
-    ui = of(request)
-    namespace, name = name_in(request, "namespace"), name_in(request, "name")
-    generation = ui.store.generation
-    found = ui.store.find("slots", namespace, name)
-    if found is None:
-        raise web.HTTPNotFound(text=f"no slot {namespace}/{name} (or you may not see it)")
+    ui, namespace, name, generation, found = _one(request, "slots", what="slot")
     journal = await in_thread(lambda: client.journal(ui.store.connection(namespace), name,
                                                      limit=JOURNAL_LIMIT))
     view = pages.slot(found, journal=journal, now=datetime.now(UTC))
