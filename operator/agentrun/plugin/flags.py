@@ -88,7 +88,7 @@ UI_PORT = 8421
 
 def port(text: str) -> int:
     """``ui --port``: 0 (any free port) to 65535."""
-    if not text.isdigit() or len(text) > 5 or int(text) > 65535:
+    if not text.isascii() or not text.isdigit() or len(text) > 5 or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"--port must be a number from 0 to 65535, not {text!r}")
     return int(text)
 

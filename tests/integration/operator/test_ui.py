@@ -15,6 +15,7 @@ said so), while the cluster admin's UI shows it.
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ import pytest
 from agentrun.plugin import requests as plugin_requests
 from tests.support import browser
 from tests.support.actors.operators import OperatorProcess
-from tests.support.actors.plugin import UI
+from tests.support.actors.plugin import PLUGIN, UI
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays.scenarios import GROUP, VERSION, Scenario, request_id
 
@@ -66,6 +67,12 @@ def test_the_ui_shows_refuses_and_sends_live(cluster: Cluster, scenario: Scenari
     if cluster.local is None:
         pytest.skip("needs the local control plane's per-user contexts (alice, bob)")
     slot = scenario.owned_retry_wait(owner="alice")
+    nothing = subprocess.run(
+        [str(PLUGIN), "--kubeconfig", str(cluster.kubeconfig), "--context", "bob", "ui",
+         "--port", "0", "-n", other], capture_output=True, text=True, timeout=60, check=False)
+    assert nothing.returncode == 1, (nothing.stdout, nothing.stderr)
+    assert "nothing to show: you may not list runs in namespace default" in nothing.stderr
+    assert f"you may not list runs in namespace {other}" in nothing.stderr
     alice = UI(cluster, scenario, "-n", scenario.namespace, "-n", other, user="alice")
     bob = UI(cluster, scenario, "-n", scenario.namespace, user="bob")
     admin = UI(cluster, scenario, user="admin")

@@ -66,6 +66,10 @@ def test_kubectl_flags_go_before_or_after_the_command() -> None:
     (["fork", "study", "--name", "b", "--at", "n" * 64 + ":s", "--reason", "r"],
      "--at must match"),
     (["frobnicate", "s"], "invalid choice"),
+    (["ui", "--port", "65536"], "--port must be a number from 0 to 65535"),
+    (["ui", "--port", "-1"], "--port must be a number from 0 to 65535"),
+    (["ui", "--port", "\uff18\uff10"], "--port must be a number from 0 to 65535"),  # fullwidth 80
+    (["ui", "-n", "Team_A"], "the name must match"),
 ])
 def test_bad_input_exits_2_and_says_why(argv: list[str], says: str,
                                         capsys: pytest.CaptureFixture[str]) -> None:
