@@ -34,14 +34,10 @@ async def ui() -> AsyncIterator[uiapp.App]:
     store = Store(conn, [], on_change=lambda changes: None)  # follows nothing: no API
     store.start()
     made = uiapp.App(store=store, refused={}, port=free_port())
-    task = asyncio.create_task(server.serve(made, port=made.port, ready=lambda url: None))
-    async with session() as probe:
-        for _ in range(200):  # until it listens (a connection refused meanwhile)
-            try:
-                async with probe.get(f"http://127.0.0.1:{made.port}/runs"):
-                    break
-            except aiohttp.ClientConnectorError:
-                await asyncio.sleep(0.01)
+    listening = asyncio.Event()  # serve() says its URL once it listens
+    task = asyncio.create_task(server.serve(made, port=made.port,
+                                            ready=lambda url: listening.set()))
+    await asyncio.wait_for(listening.wait(), timeout=10)
     yield made
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -115,6 +111,9 @@ async def test_a_form_the_plugin_refuses_is_not_sent(ui: uiapp.App) -> None:
             assert 'class="answer refused"' in text
         async with person.post(f"{base(ui)}{SLOT}/hold", headers=headers, data={}) as answer:
             assert "the following arguments are required: --reason" in await answer.text()
+        async with person.post(f"{base(ui)}{SLOT}/hold", headers=headers, data={
+                "reason": "x" * actions.MAX_FORM_BYTES}) as answer:
+            assert answer.status == 413  # bounded before it is read
         async with person.post(f"{base(ui)}{SLOT}/launch", headers=headers,
                                data={}) as answer:
             assert answer.status == 404
