@@ -4,6 +4,7 @@ own senders on the person's connection (docs/design/web-ui.md, "Commands from fo
 
 from __future__ import annotations
 
+import argparse
 import secrets
 import tempfile
 from collections.abc import Sequence
@@ -40,36 +41,47 @@ def form_argv(word: str, slot: str, form: dict[str, str],
     return argv
 
 
+async def _parsed(request: web.Request, forms: Sequence[dict[str, Any]]
+                  ) -> tuple[str, str, str, argparse.Namespace | flags.Refused]:
+    """The namespace, the object's name, the command's word, and the form parsed as the
+    plugin's command line (or why the parser refused it). The form's size is bounded by
+    the application (``client_max_size``: :data:`MAX_FORM_BYTES`)."""
+    namespace, name = name_in(request, "namespace"), name_in(request, "name")
+    word = request.match_info["word"]
+    if word not in {c["word"] for c in forms}:
+        raise web.HTTPNotFound(text=f"no command {word!r}")
+    form = {key: str(value) for key, value in (await request.post()).items()}
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentrun-ui-") as spill:  # 0700, ours
+            return namespace, name, word, cli.parser(cls=flags.FormParser).parse_args(
+                form_argv(word, name, form, forms, spill=Path(spill)))
+    except flags.Refused as refused:
+        return namespace, name, word, refused
+
+
+def _answer(word: str, *, accepted: bool, said: str, notes: list[str]) -> dict[str, Any]:
+    # the id: which answer a page shows (a test waits on it)
+    return {"word": word, "accepted": accepted, "said": said, "notes": notes,
+            "id": secrets.token_hex(6)}
+
+
 async def send(request: web.Request) -> web.StreamResponse:
     """A form's command: checked as the plugin's flags are, sent as the plugin sends it
     (on the person's connection), its ledger entry or refusal shown verbatim."""
     ui = of(request)
-    namespace, name = name_in(request, "namespace"), name_in(request, "name")
-    word = request.match_info["word"]
-    if word not in {c["word"] for c in ui.commands}:
-        raise web.HTTPNotFound(text=f"no command {word!r}")
-    if (request.content_length or 0) > MAX_FORM_BYTES:
-        raise web.HTTPRequestEntityTooLarge(max_size=MAX_FORM_BYTES,
-                                            actual_size=request.content_length or 0)
-    form = {key: str(value) for key, value in (await request.post()).items()}
+    namespace, _, word, args = await _parsed(request, ui.commands)
     notes: list[str] = []
-    answer: dict[str, Any]
-    try:
-        with tempfile.TemporaryDirectory(prefix="agentrun-ui-") as spill:  # 0700, ours
-            args = cli.parser(cls=flags.FormParser).parse_args(
-                form_argv(word, name, form, ui.commands, spill=Path(spill)))
-        conn = ui.store.connection(namespace)
-        document = await in_thread(lambda: cli.deliver(args, conn, say=notes.extend))
-        entry = document["entry"]
-        answer = {"word": word, "accepted": entry.get("outcome") == "Accepted",
-                  "said": requests.describe(entry), "entry": entry, "notes": notes}
-    except flags.Refused as refused:
-        answer = {"word": word, "accepted": False, "said": f"not sent: {refused}",
-                  "entry": None, "notes": notes}
-    except requests.Failure as failure:
-        answer = {"word": word, "accepted": False, "said": str(failure), "entry": None,
-                  "notes": notes}
-    answer["id"] = secrets.token_hex(6)  # which answer a page shows (a test waits on it)
+    if isinstance(args, flags.Refused):
+        answer = _answer(word, accepted=False, said=f"not sent: {args}", notes=notes)
+    else:
+        parsed, conn = args, ui.store.connection(namespace)
+        try:
+            document = await in_thread(lambda: cli.deliver(parsed, conn, say=notes.extend))
+            entry = document["entry"]
+            answer = _answer(word, accepted=entry.get("outcome") == "Accepted",
+                             said=requests.describe(entry), notes=notes)
+        except requests.Failure as failure:
+            answer = _answer(word, accepted=False, said=str(failure), notes=notes)
     if request.headers.get("HX-Request"):
         return ui.page(request, "answer.html", generation=ui.store.generation, answer=answer)
     return await handlers.slot_page(request, answer=answer)
@@ -78,34 +90,28 @@ async def send(request: web.Request) -> web.StreamResponse:
 async def send_run(request: web.Request) -> web.StreamResponse:
     """A run's command (budget, fork) from its form, as :func:`send` does a slot's."""
     ui = of(request)
-    namespace, name = name_in(request, "namespace"), name_in(request, "name")
-    word = request.match_info["word"]
-    if word not in {c["word"] for c in ui.run_commands}:
-        raise web.HTTPNotFound(text=f"no command {word!r}")
-    form = {key: str(value) for key, value in (await request.post()).items()}
+    namespace, name, word, args = await _parsed(request, ui.run_commands)
     conn = ui.store.connection(namespace)
-    answer: dict[str, Any]
     try:
-        with tempfile.TemporaryDirectory(prefix="agentrun-ui-") as spill:
-            args = cli.parser(cls=flags.FormParser).parse_args(
-                form_argv(word, name, form, ui.run_commands, spill=Path(spill)))
+        if isinstance(args, flags.Refused):
+            raise args
+        parsed = args
         if word == "budget":
             entry = await in_thread(lambda: budgets.send(
-                conn, name, add=args.add, add_cost=args.add_cost, reason=args.reason,
-                timeout=args.timeout))
-            answer = {"word": word, "accepted": entry.get("outcome") == "Accepted",
-                      "said": requests.describe(entry), "notes": []}
+                conn, name, add=parsed.add, add_cost=parsed.add_cost, reason=parsed.reason,
+                timeout=parsed.timeout))
+            answer = _answer(word, accepted=entry.get("outcome") == "Accepted",
+                             said=requests.describe(entry), notes=[])
         else:
             code, said = await in_thread(lambda: forks.fork(
-                conn, source_name=name, name=args.new_name, at=args.at, reason=args.reason,
-                timeout=args.timeout))
-            answer = {"word": word, "accepted": code == requests.ACCEPTED,
-                      "said": f"run {args.new_name}: {said}", "notes": []}
+                conn, source_name=name, name=parsed.new_name, at=parsed.at,
+                reason=parsed.reason, timeout=parsed.timeout))
+            answer = _answer(word, accepted=code == requests.ACCEPTED,
+                             said=f"run {parsed.new_name}: {said}", notes=[])
     except (flags.Refused, requests.BadInput) as refused:
-        answer = {"word": word, "accepted": False, "said": f"not sent: {refused}", "notes": []}
+        answer = _answer(word, accepted=False, said=f"not sent: {refused}", notes=[])
     except requests.Failure as failure:
-        answer = {"word": word, "accepted": False, "said": str(failure), "notes": []}
-    answer["id"] = secrets.token_hex(6)
+        answer = _answer(word, accepted=False, said=str(failure), notes=[])
     if request.headers.get("HX-Request"):
         return ui.page(request, "answer.html", generation=ui.store.generation, answer=answer)
     return await handlers.run_page(request, answer=answer)

@@ -120,11 +120,9 @@ def main(args: argparse.Namespace, conn: client.Connection) -> int:
     if namespaces == []:
         raise requests.Failure("nothing to show: " + "; ".join(refused.values()),
                                code=requests.REJECTED)
-    made: list[App] = []  # the App, once made: a change before it has no page to tell
-    store = Store(conn, sources(namespaces),
-                  on_change=lambda changes: made[0].changed(changes) if made else None)
-    made.append(App(store=store, refused=refused, port=args.port))
-    ui = made[0]
+    store = Store(conn, sources(namespaces), on_change=lambda changes: None)
+    ui = App(store=store, refused=refused, port=args.port)
+    store.on_change = ui.changed  # before it follows anything: no change goes untold
     store.start()
 
     def ready(url: str) -> None:

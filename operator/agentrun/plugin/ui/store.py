@@ -20,7 +20,7 @@ followed anew after :data:`RETRY_SECONDS`, and the error is shown until then.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from agentrun.api import names
@@ -240,8 +240,6 @@ class Store:
         their connection's namespace)."""
         return replace(self.conn, namespace=namespace)
 
-    def namespaces(self) -> Iterator[str]:
-        yield from sorted({watching.key(run)[0] for run in self.objects("agentruns")})
 
 
 def _event_time(event: Object) -> str:
