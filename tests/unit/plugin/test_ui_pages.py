@@ -104,11 +104,14 @@ def test_the_timeline_puts_attempts_and_commands_on_one_axis() -> None:
     assert (second["left"], second["width"], second["outcome"]) == (80.0, 20.0, "Running")
     [mark] = line["marks"]
     assert (mark["at"], mark["predicate"]) == (60.0, "NotOwner")
+    [end] = line["ends"]  # the running attempt has none
+    assert (end["at"], end["number"], end["outcome"]) == (50.0, 1, "Failed")
+    assert end["reason"] == "the lease expired" and end["time"] == stamp(5)
 
 
 def test_a_slot_without_attempts_has_an_empty_timeline() -> None:
     line = pages.timeline(slot("s", node="n"), now=NOW)
-    assert line["bars"] == [] and line["marks"] == []
+    assert line["bars"] == [] and line["marks"] == [] and line["ends"] == []
 
 
 def test_what_waits_for_a_person() -> None:

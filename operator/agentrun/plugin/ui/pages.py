@@ -155,7 +155,11 @@ def run(found: Object, slots: Sequence[Object], events: Sequence[Object], *,
 
 
 def timeline(slot: Object, *, now: datetime) -> Object:
-    """A slot's attempts as bars and its commands as marks, in percent of one time axis."""
+    """A slot's attempts as bars, its commands as marks and each attempt's end as a tick, in
+    percent of one time axis. An attempt *ends* when the operator finds its pod and its
+    lease both terminal (``endedAt``); its reason says which (a pod killed on its node ends
+    its attempt only once the lease it stopped renewing has expired), so the tick is where
+    the lease expired, released or went missing, in the operator's words."""
     status = slot.get("status") or {}
     attempts = [a for a in status.get("attempts") or [] if isinstance(a, dict)]
     commands = [c for c in status.get("commands") or [] if isinstance(c, dict)]
@@ -185,7 +189,11 @@ def timeline(slot: Object, *, now: datetime) -> Object:
               "actor": c.get("actor") or views.NONE, "outcome": c.get("outcome"),
               "predicate": c.get("predicate") or "", "reason": c.get("reason") or "",
               "time": c.get("time") or views.NONE} for c in commands]
-    return {"bars": bars, "marks": marks, "start": start.isoformat(), "end": now.isoformat()}
+    ends = [{"at": at(views.parse_time(a.get("endedAt"))), "number": a.get("number"),
+             "outcome": a.get("outcome") or views.NONE, "reason": a.get("reason") or "",
+             "time": a.get("endedAt")} for a in attempts if a.get("endedAt")]
+    return {"bars": bars, "marks": marks, "ends": ends, "start": start.isoformat(),
+            "end": now.isoformat()}
 
 
 def steps(journal: Object | None) -> list[Object]:
