@@ -73,3 +73,24 @@ def browsing(launched: object, *, timeout_ms: float = 30_000) -> Iterator[Browsi
         yield made
     finally:
         context.close()
+
+
+def send(page: Page, word: str, fields: dict[str, str]) -> str:
+    """Open ``word``'s form, fill ``fields`` (by name), send it; the answer's words."""
+    section = page.locator(f"#command-{word}")
+    if not section.evaluate("e => e.open"):
+        section.locator("summary").click()  # a keyboard user's Enter does the same
+    form = section.locator("form")
+    for name, value in fields.items():
+        target = form.locator(f"[name='{name}']")
+        if target.evaluate("e => e.tagName") == "SELECT":
+            target.select_option(value)
+        else:
+            target.fill(value)
+    answer = page.locator("#answer .answer")
+    before = answer.get_attribute("data-id") if answer.count() else ""
+    form.locator("button[type=submit]").click()
+    page.wait_for_function(
+        "before => { const a = document.querySelector('#answer .answer');"
+        " return a !== null && a.dataset.id !== before; }", arg=before, timeout=90_000)
+    return str(page.locator("#answer .said").inner_text())

@@ -96,11 +96,11 @@ def test_the_ui_shows_refuses_and_sends_live(cluster: Cluster, scenario: Scenari
                 assert node.count() == 1
                 assert "RetryWait" in (node.get_attribute("aria-label") or "")
                 seen.shot("run")
-                said = _send(page, "budget", {"add": "1000", "reason": "more room"})
+                said = browser.send(page, "budget", {"add": "1000", "reason": "more room"})
                 [entry] = scenario.agentrun("study")["status"]["commands"]  # the run's ledger
                 assert (entry["kind"], entry["actor"]) == ("Budget", "alice")
                 assert said == plugin_requests.describe(entry)
-                assert _send(page, "budget", {"add": "-5", "reason": "r"}).startswith(
+                assert browser.send(page, "budget", {"add": "-5", "reason": "r"}).startswith(
                     "not sent: ")
 
                 node.click()
@@ -109,14 +109,14 @@ def test_the_ui_shows_refuses_and_sends_live(cluster: Cluster, scenario: Scenari
                 assert "Failed" in attempt.inner_text()
                 assert page.locator("svg.timeline rect.bar.Failed").count() == 1
 
-                bad = _send(page, "reassign", {"worker_class": "GPU", "reason": "r"})
+                bad = browser.send(page, "reassign", {"worker_class": "GPU", "reason": "r"})
                 assert bad.startswith("not sent: argument --class: --class must match"), bad
                 ledger = len(scenario.slot(slot)["status"].get("commands") or [])
 
                 with browser.browsing(launched) as bobs:
                     bobs.page.goto(bob.url)
                     bobs.page.goto(f"{bob.origin}/slots/{scenario.namespace}/{slot}")
-                    said = _send(bobs.page, "reassign", {"reason": "mine now"})
+                    said = browser.send(bobs.page, "reassign", {"reason": "mine now"})
                     entries = scenario.slot(slot)["status"]["commands"]
                     refused = entries[-1]
                     assert (refused["actor"], refused["predicate"]) == ("bob", "NotOwner")
@@ -126,7 +126,7 @@ def test_the_ui_shows_refuses_and_sends_live(cluster: Cluster, scenario: Scenari
 
                 # bob's refusal reached alice's open page by itself
                 page.locator("#ledger tr.entry", has_text="NotOwner").wait_for()
-                accepted = _send(page, "reassign", {"worker_class": "cpu",
+                accepted = browser.send(page, "reassign", {"worker_class": "cpu",
                                                     "reason": "the worker died mid-step"})
                 entry = scenario.slot(slot)["status"]["commands"][-1]
                 assert (entry["actor"], entry["outcome"]) == ("alice", "Accepted")
@@ -166,27 +166,6 @@ def test_the_ui_shows_refuses_and_sends_live(cluster: Cluster, scenario: Scenari
             print(f"--- {ui.url.split('?')[0]} stderr ---\n{ui.stop()}")
 
 
-def _send(page: object, word: str, fields: dict[str, str]) -> str:
-    """Open ``word``'s form, fill ``fields`` (by name), send it; the answer's words."""
-    section = page.locator(f"#command-{word}")  # type: ignore[attr-defined]
-    if not section.evaluate("e => e.open"):
-        section.locator("summary").click()  # a keyboard user's Enter does the same
-    form = section.locator("form")
-    for name, value in fields.items():
-        target = form.locator(f"[name='{name}']")
-        if target.evaluate("e => e.tagName") == "SELECT":
-            target.select_option(value)
-        else:
-            target.fill(value)
-    answer = page.locator("#answer .answer")  # type: ignore[attr-defined]
-    before = answer.get_attribute("data-id") if answer.count() else ""
-    form.locator("button[type=submit]").click()
-    page.wait_for_function(  # type: ignore[attr-defined]
-        "before => { const a = document.querySelector('#answer .answer');"
-        " return a !== null && a.dataset.id !== before; }", arg=before, timeout=90_000)
-    return str(page.locator("#answer .said").inner_text())  # type: ignore[attr-defined]
-
-
 def test_the_ui_resolves_an_unknown_effect_and_catches_up_after_a_drop(
         cluster: Cluster, scenario: Scenario, operator: OperatorProcess) -> None:
     """An effect whose outcome is unknown (attempt 1's worker asked its owner, who could
@@ -216,7 +195,7 @@ def test_the_ui_resolves_an_unknown_effect_and_catches_up_after_a_drop(
             assert "Unresolved" in effect.inner_text()
             seen.shot("slot-effect-unresolved")
 
-            said = _send(page, "resolve-effect", {"effect_key": "publish",
+            said = browser.send(page, "resolve-effect", {"effect_key": "publish",
                                                   "outcome": "not-applied",
                                                   "reason": "the owner has no such post"})
             entry = scenario.slot(slot)["status"]["commands"][-1]

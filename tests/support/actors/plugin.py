@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -72,14 +73,26 @@ class Lines:
         raise AssertionError(f"no {what} within {timeout:g}s: {self.seen[-20:]}")
 
 
+STRACE = Path("/usr/bin/strace")  # make uideps installs it
+# A connect() as strace writes it, its result on this line or a later one (threads).
+CONNECT = re.compile(r'connect\(\d+, \{sa_family=(AF_\w+), (.*?)\}')
+PEER = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr|inet_pton\(AF_INET6?, )\("([^"]+)"')
+
+
 class UI:
-    """``kubectl agentrun ui`` as ``user``, on a free port: its URL once it says it."""
+    """``kubectl agentrun ui`` as ``user``, on a free port: its URL once it says it.
+
+    ``connects``: run it under strace, recording each ``connect()`` of its threads in that
+    file (:meth:`peers` reads them): every connection it opened, not a sample."""
 
     def __init__(self, cluster: Cluster, scenario: Scenario, *args: str,
-                 user: str = "alice") -> None:
+                 user: str = "alice", connects: Path | None = None) -> None:
+        traced = [str(STRACE), "-f", "-qq", "-e", "trace=connect", "-e", "signal=none",
+                  "-o", str(connects)] if connects else []
+        self.connects = connects
         self.process = subprocess.Popen(
-            [str(PLUGIN), "--kubeconfig", str(cluster.kubeconfig), "--context", user, "ui",
-             "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            [*traced, str(PLUGIN), "--kubeconfig", str(cluster.kubeconfig), "--context", user,
+             "ui", "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.lines = Lines(self.process)
         said = self.lines.wait_for(lambda line: " at http://127.0.0.1:" in line,
@@ -87,9 +100,24 @@ class UI:
         self.url = said.split(" at ", 1)[1].strip()
         self.origin = self.url.split("/?", 1)[0]
 
+    def peers(self) -> set[str]:
+        """Every address the UI's process connected to (``family host:port``; a socket of
+        another family by its whole address), from strace's record."""
+        assert self.connects is not None
+        found = set()
+        for family, address in CONNECT.findall(self.connects.read_text()):
+            peer = PEER.search(address)
+            found.add(f"{family} {peer[2]}:{peer[1]}" if peer else f"{family} {address}")
+        return found
+
     def stop(self) -> str:
-        """Ctrl-C, as a person ends it; its stderr."""
-        self.process.send_signal(signal.SIGINT)
+        """Ctrl-C, as a person ends it (the UI itself, not strace); its stderr."""
+        target = self.process.pid
+        if self.connects is not None:  # strace's child is the UI
+            children = Path(f"/proc/{target}/task/{target}/children")
+            found = children.read_text().split() if children.exists() else []
+            target = int(found[0]) if found else target
+        os.kill(target, signal.SIGINT)
         try:
             _, err = self.process.communicate(timeout=20)
         except subprocess.TimeoutExpired:
