@@ -7,12 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import jinja2
 import pytest
 
 from agentrun.core.commands import registry
 from agentrun.plugin import cli
-from agentrun.plugin.ui import pages
+from agentrun.plugin.ui import app, pages
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 
@@ -145,8 +144,7 @@ def test_every_command_of_the_registry_has_its_form() -> None:
     assert outcome["choices"] == ["applied", "not-applied"]
 
 
-ENV = jinja2.Environment(loader=jinja2.PackageLoader("agentrun.plugin.ui", "templates"),
-                         autoescape=True, trim_blocks=True, lstrip_blocks=True)
+ENV = app.templates()  # the server's own
 BASE = {"generation": 1, "problems": [], "refused": {}, "path": "/x", "live": "view=runs",
         "versions": {}}
 EVIL = "<script>alert(1)</script>"

@@ -23,18 +23,20 @@ MAX_FORM_BYTES = 1 << 20  # a command's form: its longest value sent by referenc
 def form_argv(word: str, slot: str, form: dict[str, str],
               commands: Sequence[dict[str, Any]], *, spill: Path) -> list[str]:
     """The command line a form stands for: the command, the slot, each field given as
-    ``--flag=value`` (a value may start with ``-``). A value longer than its flag takes,
-    for a field the plugin also reads from a file, goes through that file (written in
-    ``spill``), so it is sent by reference exactly as the plugin sends it."""
+    ``--flag=value`` (a value may start with ``-``). A value longer than its flag takes
+    (in the flag's own unit: characters, or UTF-8 bytes), for a field the plugin also reads
+    from a file, goes through that file (written in ``spill``), so it is sent by reference
+    exactly as the plugin sends it."""
     [command] = [c for c in commands if c["word"] == word]
     argv = [word, slot]
     for field in command["fields"]:
         value = form.get(field["name"], "")
         if value == "":
             continue
-        if field["file_flag"] and len(value) > field["short"]:
+        size = len(value.encode()) if field["in_bytes"] else len(value)
+        if field["file_flag"] and size > field["short"]:
             path = spill / field["name"]
-            path.write_text(value)
+            path.write_text(value, encoding="utf-8")
             argv.append(f"{field['file_flag']}={path}")
         else:
             argv.append(f"{field['flag']}={value}")
@@ -76,7 +78,8 @@ async def send(request: web.Request) -> web.StreamResponse:
     else:
         parsed, conn = args, ui.store.connection(namespace)
         try:
-            document = await in_thread(lambda: cli.deliver(parsed, conn, say=notes.extend))
+            document = await in_thread(lambda: cli.deliver(parsed, conn, say=notes.extend),
+                                       calls=ui.calls)
             entry = document["entry"]
             answer = _answer(word, accepted=entry.get("outcome") == "Accepted",
                              said=requests.describe(entry), notes=notes)
@@ -99,13 +102,13 @@ async def send_run(request: web.Request) -> web.StreamResponse:
         if word == "budget":
             entry = await in_thread(lambda: budgets.send(
                 conn, name, add=parsed.add, add_cost=parsed.add_cost, reason=parsed.reason,
-                timeout=parsed.timeout))
+                timeout=parsed.timeout), calls=ui.calls)
             answer = _answer(word, accepted=entry.get("outcome") == "Accepted",
                              said=requests.describe(entry), notes=[])
         else:
             code, said = await in_thread(lambda: forks.fork(
                 conn, source_name=name, name=parsed.new_name, at=parsed.at,
-                reason=parsed.reason, timeout=parsed.timeout))
+                reason=parsed.reason, timeout=parsed.timeout), calls=ui.calls)
             answer = _answer(word, accepted=code == requests.ACCEPTED,
                              said=f"run {parsed.new_name}: {said}", notes=[])
     except (flags.Refused, requests.BadInput) as refused:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import secrets
 import threading
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 SAFE = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
         "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 T = TypeVar("T")
+CALLS = 8  # blocking calls (the journal's GET, a form's command) running at once
 
 
 class Hub:
@@ -45,13 +47,14 @@ class Hub:
 
 
 def may_list(conn: client.Connection) -> Callable[[str | None], str | None]:
-    """Whether the person may list and watch runs (in a namespace, or cluster-wide:
-    ``None``), by a SelfSubjectAccessReview each: None if so, else why not."""
+    """Whether the person may list and watch runs and slots (what every page is built
+    from) in a namespace, or cluster-wide (``None``), by a SelfSubjectAccessReview each:
+    None if so, else why not."""
     def review(namespace: str | None) -> str | None:
-        for verb in ("list", "watch"):
+        for plural, verb in itertools.product(("agentruns", "slots"), ("list", "watch")):
             body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                     "spec": {"resourceAttributes": {
-                        "group": names.GROUP, "resource": "agentruns", "verb": verb,
+                        "group": names.GROUP, "resource": plural, "verb": verb,
                         **({"namespace": namespace} if namespace else {})}}}
             try:
                 answer = conn.rest.request(
@@ -61,9 +64,19 @@ def may_list(conn: client.Connection) -> Callable[[str | None], str | None]:
                 raise client.failure("asking the API server what you may list", error) from None
             if not (answer.get("status") or {}).get("allowed"):
                 where = f"namespace {namespace}" if namespace else "every namespace"
-                return f"you may not {verb} runs in {where}"
+                what = "runs" if plural == "agentruns" else plural
+                return f"you may not {verb} {what} in {where}"
         return None
     return review
+
+
+def templates() -> jinja2.Environment:
+    """The pages' templates, everything in them escaped (all shown was written by someone:
+    reasons, messages, names)."""
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("agentrun.plugin.ui", "templates"),
+        autoescape=True, trim_blocks=True,  # an absent optional field: blank
+        lstrip_blocks=True)
 
 
 class App:
@@ -75,10 +88,8 @@ class App:
         self.port = port
         self.token = secrets.token_urlsafe(32)
         self.hub = Hub()
-        self.templates = jinja2.Environment(
-            loader=jinja2.PackageLoader("agentrun.plugin.ui", "templates"),
-            autoescape=True, trim_blocks=True,  # an absent optional field: blank
-            lstrip_blocks=True)
+        self.templates = templates()
+        self.calls = asyncio.Semaphore(CALLS)  # blocking calls at once (in_thread)
         self.commands = pages.commands()
         self.run_commands = pages.parser_forms(cli.parser(), words=("budget", "fork"))
         # Each static file's URL carries its digest (?v=), so the browser may keep it.
@@ -134,9 +145,15 @@ def name_in(request: web.Request, key: str) -> str:
     return value
 
 
-async def in_thread(work: Callable[[], T]) -> T:
+async def in_thread(work: Callable[[], T], *, calls: asyncio.Semaphore) -> T:
     """``work`` in a daemon thread: a blocking call the loop awaits, which never keeps the
-    process from ending at Ctrl-C (``asyncio.to_thread``'s executor is waited for)."""
+    process from ending at Ctrl-C (``asyncio.to_thread``'s executor is waited for). At most
+    as many run at once as ``calls`` allows (:data:`CALLS`: the others wait their turn)."""
+    async with calls:
+        return await _in_thread(work)
+
+
+async def _in_thread(work: Callable[[], T]) -> T:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
 

@@ -19,6 +19,7 @@ from agentrun.plugin.ui.app import SAFE, STATIC, App, in_thread, name_in, of
 from agentrun.plugin.ui.store import Change
 
 HEARTBEAT_SECONDS = 15.0  # an SSE comment this often: a dead connection is found and closed
+LIVE_GAP_SECONDS = 0.5  # at most two fetches a second per page, however busy the cluster
 JOURNAL_LIMIT = 200  # journal entries a slot page shows (the history API's newest)
 GENERATION = re.compile(r"[0-9]{1,20}")  # a stream's since / Last-Event-ID
 
@@ -65,7 +66,7 @@ async def slot_page(request: web.Request, *, answer: dict[str, Any] | None = Non
                     ) -> web.StreamResponse:
     ui, namespace, name, generation, found = _one(request, "slots", what="slot")
     journal = await in_thread(lambda: client.journal(ui.store.connection(namespace), name,
-                                                     limit=JOURNAL_LIMIT))
+                                                     limit=JOURNAL_LIMIT), calls=ui.calls)
     view = pages.slot(found, journal=journal, now=datetime.now(UTC))
     run = str((found.get("spec") or {}).get("run") or "")
     return ui.page(request, "slot.html", generation=generation, view=view,
@@ -117,7 +118,9 @@ async def live(request: web.Request) -> web.StreamResponse:
                 continue
             await stream.write(f"id: {generation}\nevent: changed\ndata: {generation}\n\n"
                                .encode())
-    except (ConnectionResetError, asyncio.CancelledError):
+            # Changes meanwhile wait in the queue (it keeps one): one fetch for them all.
+            await asyncio.sleep(LIVE_GAP_SECONDS)
+    except ConnectionResetError:  # the browser left (a cancelled handler is re-raised)
         pass
     finally:
         ui.hub.streams.pop(queue, None)

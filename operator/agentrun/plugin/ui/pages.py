@@ -242,7 +242,8 @@ def commands() -> list[Object]:
          "help": field.help or "", "choices": list(field.choices),
          "long": field.by_reference is not None or field.bound.chars > 200,
          "chars": (field.by_reference or field.bound).chars,
-         "short": field.bound.chars, "file_flag": field.file_flag}
+         "short": field.bound.chars, "in_bytes": field.bound.in_bytes,
+         "file_flag": field.file_flag}
         for field in spec.flags]}
         for spec in sorted(registry.COMMANDS, key=lambda s: s.shown)]
 
@@ -263,7 +264,8 @@ def parser_forms(parser: argparse.ArgumentParser, *, words: Sequence[str]) -> li
             {"name": action.dest, "flag": max(action.option_strings, key=len),
              "required": action.required, "help": action.help or "",
              "choices": [str(c) for c in action.choices or ()],
-             "long": action.dest == "reason", "chars": None, "short": None, "file_flag": None}
+             "long": action.dest == "reason", "chars": None, "short": None,
+             "in_bytes": False, "file_flag": None}
             for action in command._actions
             if action.option_strings and action.dest not in SHARED_FLAGS]})
     return made

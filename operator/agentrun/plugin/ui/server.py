@@ -44,12 +44,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The Host, the token or its cookie, the Origin of a POST; then safe headers."""
+    """The Host, the token or its cookie, the Origin of a POST (each answer's headers are
+    :func:`_safe`'s, on every response as it is prepared)."""
     app = request.app[APP]
     if request.host not in {origin.removeprefix("http://") for origin in app.origins}:
-        return _safe(web.Response(status=421, text="this UI answers only at its own address"))
+        return web.Response(status=421, text="this UI answers only at its own address")
     if request.method not in ("GET", "HEAD") and request.headers.get("Origin") not in app.origins:
-        return _safe(web.Response(status=403, text="refused: a request from another origin"))
+        return web.Response(status=403, text="refused: a request from another origin")
     name = COOKIE.format(port=app.port)
     given = request.query.get("token") if request.path == "/" else None
     if given is not None and _same(given, app.token):
@@ -59,12 +60,8 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = web.Response(status=401, text="open the URL `kubectl agentrun ui` printed "
                                                  "(it carries this UI's token)")
     else:
-        try:
-            response = await handler(request)
-        except web.HTTPException as answer:  # a 404 or 400: raised, with the same headers
-            _safe(answer)
-            raise
-    return response if response.prepared else _safe(response)  # a stream sent its own
+        response = await handler(request)
+    return response
 
 
 def _same(given: str, token: str) -> bool:
@@ -72,15 +69,16 @@ def _same(given: str, token: str) -> bool:
     return hmac.compare_digest(given.encode(errors="replace"), token.encode())
 
 
-def _safe(response: web.StreamResponse) -> web.StreamResponse:
-    """The headers every answer carries (a header the handler set is kept)."""
+async def _safe(request: web.Request, response: web.StreamResponse) -> None:
+    """The headers every answer carries, as it is prepared: refusals, 404s, a stream, and
+    aiohttp's own answers (a 413, a 500) too; a header the handler set is kept."""
     response.headers.update({k: v for k, v in SAFE.items() if k not in response.headers})
-    return response
 
 
 def application(ui: App) -> web.Application:
     made = web.Application(middlewares=[guard], client_max_size=actions.MAX_FORM_BYTES)
     made[APP] = ui
+    made.on_response_prepare.append(_safe)
     made.add_routes([
         web.get("/", handlers.root), web.get("/runs", handlers.runs_page),
         web.get("/waiting", handlers.waiting_page),
