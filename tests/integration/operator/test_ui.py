@@ -15,10 +15,12 @@ said so), while the cluster admin's UI shows it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import kubernetes
 import pytest
@@ -26,9 +28,10 @@ import pytest
 from agentrun.plugin import requests as plugin_requests
 from tests.support import browser
 from tests.support.actors.operators import OperatorProcess
-from tests.support.actors.plugin import PLUGIN, UI
+from tests.support.actors.plugin import PLUGIN, UI, api_server
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays.scenarios import GROUP, VERSION, Scenario, request_id
+from tests.support.waiting import wait_for
 
 from . import test_effect_unresolved as unresolved
 
@@ -38,10 +41,20 @@ pytestmark = pytest.mark.skipif(browser.available() is not None,
 
 @pytest.fixture
 def other(cluster: Cluster, api_client: kubernetes.client.ApiClient) -> Iterator[str]:
-    """A namespace alice may not list, holding one run (the admin's)."""
+    """A namespace holding one run (the admin's), where alice may list and watch runs but
+    not slots (so the UI, which needs both, must leave it out), and bob nothing."""
     core = kubernetes.client.CoreV1Api(api_client)
     name = f"t-{request_id()[:10]}-other"
     core.create_namespace({"metadata": {"name": name}})
+    rbac = kubernetes.client.RbacAuthorizationV1Api(api_client)
+    rbac.create_namespaced_role(name, {"metadata": {"name": "runs-only"}, "rules": [
+        {"apiGroups": [GROUP], "resources": ["agentruns"], "verbs": ["get", "list", "watch"]}]})
+    rbac.create_namespaced_role_binding(name, {
+        "metadata": {"name": "runs-only"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "runs-only"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                      "name": "alice"}]})
     kubernetes.client.CustomObjectsApi(api_client).create_namespaced_custom_object(
         GROUP, VERSION, name, "agentruns", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentRun",
@@ -50,6 +63,16 @@ def other(cluster: Cluster, api_client: kubernetes.client.ApiClient) -> Iterator
                      "bindings": {"name": "b"}}})
     yield name
     core.delete_namespace(name)
+
+
+def _page(ui: UI, path: str) -> str:
+    """A page of ``ui`` as its store has it now (the token's cookie; not the browser's)."""
+    token = ui.url.split("token=", 1)[1]
+    port = ui.origin.rsplit(":", 1)[1]
+    with urllib.request.urlopen(urllib.request.Request(
+            ui.origin + path, headers={"Cookie": f"agentrun-ui-{port}={token}"}),
+            timeout=10) as answer:
+        return str(answer.read().decode())
 
 
 def _status(url: str, *, headers: dict[str, str], method: str = "GET",
@@ -63,7 +86,8 @@ def _status(url: str, *, headers: dict[str, str], method: str = "GET",
 
 
 def test_the_ui_shows_refuses_and_sends_live(cluster: Cluster, scenario: Scenario,
-                                             operator: OperatorProcess, other: str) -> None:
+                                             operator: OperatorProcess, other: str,
+                                             tmp_path: Path) -> None:
     if cluster.local is None:
         pytest.skip("needs the local control plane's per-user contexts (alice, bob)")
     slot = scenario.owned_retry_wait(owner="alice")
@@ -73,11 +97,12 @@ def test_the_ui_shows_refuses_and_sends_live(cluster: Cluster, scenario: Scenari
     assert nothing.returncode == 1, (nothing.stdout, nothing.stderr)
     assert "nothing to show: you may not list runs in namespace default" in nothing.stderr
     assert f"you may not list runs in namespace {other}" in nothing.stderr
-    alice = UI(cluster, scenario, "-n", scenario.namespace, "-n", other, user="alice")
+    alice = UI(cluster, scenario, "-n", scenario.namespace, "-n", other, user="alice",
+               connects=tmp_path / "alice-connects.strace")
     bob = UI(cluster, scenario, "-n", scenario.namespace, user="bob")
     admin = UI(cluster, scenario, user="admin")
     try:
-        assert any(f"you may not list runs in namespace {other}" in line
+        assert any(f"you may not list slots in namespace {other}" in line
                    for line in alice.lines.seen), alice.lines.seen
         with browser.browser() as launched:
             with browser.browsing(launched) as seen:
@@ -87,12 +112,13 @@ def test_the_ui_shows_refuses_and_sends_live(cluster: Cluster, scenario: Scenari
                 rows = page.locator("#runs .row")
                 assert rows.count() == 1 and "study" in rows.first.inner_text()
                 assert "secret-study" not in page.content()
-                assert f"you may not list runs in namespace {other}" in page.content()
+                assert f"you may not list slots in namespace {other}" in page.content()
                 seen.shot("runs")
 
                 page.get_by_role("link", name="study").click()
                 page.wait_for_url(f"{alice.origin}/runs/{scenario.namespace}/study")
-                node = page.locator("svg.graph a", has_text="research")
+                # a link a screen reader reaches (not hidden inside an image)
+                node = page.get_by_role("link", name=re.compile("^node research: "))
                 assert node.count() == 1
                 assert "RetryWait" in (node.get_attribute("aria-label") or "")
                 seen.shot("run")
@@ -149,7 +175,8 @@ def test_the_ui_shows_refuses_and_sends_live(cluster: Cluster, scenario: Scenari
                 admins.page.goto(admin.url)
                 assert "secret-study" in admins.page.locator("#runs").inner_text()
 
-        cookie = {"Cookie": "agentrun-ui=not-the-token"}
+        port = alice.origin.rsplit(":", 1)[1]
+        cookie = {"Cookie": f"agentrun-ui-{port}=not-the-token"}
         assert _status(f"{alice.origin}/runs", headers={}) == 401
         assert _status(f"{alice.origin}/runs", headers=cookie) == 401
         host = alice.origin.removeprefix("http://")
@@ -164,13 +191,16 @@ def test_the_ui_shows_refuses_and_sends_live(cluster: Cluster, scenario: Scenari
     finally:
         for ui in (alice, bob, admin):
             print(f"--- {ui.url.split('?')[0]} stderr ---\n{ui.stop()}")
+    peers, allowed = alice.peers(), api_server(cluster, user="alice")
+    assert peers and peers <= allowed, (peers, allowed)  # the API server alone
 
 
 def test_the_ui_resolves_an_unknown_effect_and_catches_up_after_a_drop(
         cluster: Cluster, scenario: Scenario, operator: OperatorProcess) -> None:
     """An effect whose outcome is unknown (attempt 1's worker asked its owner, who could
     not say) is listed as waiting for a person and resolved from alice's form; a change
-    made while her browser is offline is on her page once it is back (the stream resumed)."""
+    made while her page's stream is cut is on her page once the stream is back (resumed,
+    told it missed one), and one made while her browser is offline once it is online."""
     if cluster.local is None:
         pytest.skip("needs the local control plane's per-user contexts (alice, bob)")
     slot = unresolved.manual_slot(scenario)
@@ -196,21 +226,41 @@ def test_the_ui_resolves_an_unknown_effect_and_catches_up_after_a_drop(
             seen.shot("slot-effect-unresolved")
 
             said = browser.send(page, "resolve-effect", {"effect_key": "publish",
-                                                  "outcome": "not-applied",
-                                                  "reason": "the owner has no such post"})
+                                                         "outcome": "not-applied",
+                                                         "reason": "the owner has no such post"})
             entry = scenario.slot(slot)["status"]["commands"][-1]
             assert (entry["kind"], entry["outcome"]) == ("ResolveEffect", "Accepted")
             assert said == plugin_requests.describe(entry)
             page.locator("#effects tr.effect.Resolved", has_text="publish").wait_for()
             seen.shot("slot-effect-resolved")
 
-            page.context.set_offline(True)
+            # The stream dropped: its connection cut (ss -K) and kept from coming back until
+            # the change is in the UI's store; once back, its resume (Last-Event-ID, else
+            # the page's generation) says it missed a change, and the page shows it.
+            page.route("**/live?*", lambda route: route.abort())
+            port = alice.origin.rsplit(":", 1)[1]
+            cut = subprocess.run(["ss", "-K", "dst", "127.0.0.1", "dport", "=", f":{port}"],
+                                 capture_output=True, text=True, check=False)
+            assert cut.returncode == 0 and f"127.0.0.1:{port}" in cut.stdout, cut
             hold = request_id()
             assert scenario.annotate(slot, user="alice", hold_id=hold,
-                                     hold_reason="while you were away").returncode == 0
+                                     hold_reason="while the stream was cut").returncode == 0
             scenario.wait_ledger(slot, hold)
+            at = f"/slots/{scenario.namespace}/{slot}"
+            wait_for(lambda: "while the stream was cut" in _page(alice, at), timeout=30,
+                     message="the hold in the UI's store")
+            shown = page.locator("#ledger tr.entry", has_text="while the stream was cut")
+            assert shown.count() == 0  # not pushed: the stream is down
+            page.unroute("**/live?*")
+            shown.wait_for(timeout=30_000)
+
+            # Offline: a change made meanwhile is fetched once the browser is online again.
+            page.context.set_offline(True)
+            release = request_id()
+            assert scenario.annotate(slot, user="alice", release_id=release).returncode == 0
+            scenario.wait_ledger(slot, release)
             page.context.set_offline(False)
-            page.locator("#ledger tr.entry", has_text="while you were away").wait_for(
+            page.locator("#ledger tr.entry", has_text="released by alice").wait_for(
                 timeout=30_000)
             foreign = [url for url in seen.requested if not url.startswith(alice.origin)]
             assert foreign == [], foreign

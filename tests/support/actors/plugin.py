@@ -6,12 +6,16 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
+
+import yaml
 
 from tests.support.cluster.clusters import Cluster
 from tests.support.plays.scenarios import Scenario
@@ -76,7 +80,7 @@ class Lines:
 STRACE = Path("/usr/bin/strace")  # make uideps installs it
 # A connect() as strace writes it, its result on this line or a later one (threads).
 CONNECT = re.compile(r'connect\(\d+, \{sa_family=(AF_\w+), (.*?)\}')
-PEER = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr|inet_pton\(AF_INET6?, )\("([^"]+)"')
+PEER = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr\(|inet_pton\(AF_INET6?, )"([^"]+)"')
 
 
 class UI:
@@ -87,7 +91,7 @@ class UI:
 
     def __init__(self, cluster: Cluster, scenario: Scenario, *args: str,
                  user: str = "alice", connects: Path | None = None) -> None:
-        traced = [str(STRACE), "-f", "-qq", "-e", "trace=connect", "-e", "signal=none",
+        traced = [str(STRACE), "-f", "-q", "-e", "trace=connect", "-e", "signal=none",
                   "-o", str(connects)] if connects else []
         self.connects = connects
         self.process = subprocess.Popen(
@@ -95,6 +99,11 @@ class UI:
              "ui", "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.lines = Lines(self.process)
+        self.stderr: list[str] = []  # read as it comes: a full pipe never blocks the UI
+        assert self.process.stderr is not None
+        self._reader = threading.Thread(target=self.stderr.extend,
+                                        args=(self.process.stderr,), daemon=True)
+        self._reader.start()
         said = self.lines.wait_for(lambda line: " at http://127.0.0.1:" in line,
                                    what="the UI's URL", timeout=60)
         self.url = said.split(" at ", 1)[1].strip()
@@ -102,10 +111,13 @@ class UI:
 
     def peers(self) -> set[str]:
         """Every address the UI's process connected to (``family host:port``; a socket of
-        another family by its whole address), from strace's record."""
-        assert self.connects is not None
+        another family by its whole address), from strace's record of a UI that ended
+        (exit 0, said by strace: the record is whole)."""
+        assert self.connects is not None and self.process.returncode == 0
+        text = self.connects.read_text()
+        assert "+++ exited with 0 +++" in text, text[-2000:]
         found = set()
-        for family, address in CONNECT.findall(self.connects.read_text()):
+        for family, address in CONNECT.findall(text):
             peer = PEER.search(address)
             found.add(f"{family} {peer[2]}:{peer[1]}" if peer else f"{family} {address}")
         return found
@@ -117,10 +129,25 @@ class UI:
             children = Path(f"/proc/{target}/task/{target}/children")
             found = children.read_text().split() if children.exists() else []
             target = int(found[0]) if found else target
-        os.kill(target, signal.SIGINT)
+        if self.process.poll() is None:
+            os.kill(target, signal.SIGINT)
         try:
-            _, err = self.process.communicate(timeout=20)
+            self.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            _, err = self.process.communicate()
-        return err
+            self.process.wait()
+        self._reader.join(timeout=10)  # to the end of its stderr
+        return "".join(self.stderr)
+
+
+def api_server(cluster: Cluster, *, user: str) -> set[str]:
+    """The addresses of the API server ``user``'s context names in the kubeconfig, as
+    :meth:`UI.peers` writes them (``AF_INET 10.0.0.1:6443``): its host resolved."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    [context] = [c["context"] for c in config["contexts"] if c["name"] == user]
+    [server] = [c["cluster"]["server"] for c in config["clusters"]
+                if c["name"] == context["cluster"]]
+    url = urllib.parse.urlsplit(server)
+    port = url.port or 443
+    return {f"{family.name} {address[0]}:{port}" for family, *_, address in
+            socket.getaddrinfo(url.hostname, port, proto=socket.IPPROTO_TCP)}
