@@ -104,8 +104,19 @@ def test_the_timeline_puts_attempts_and_commands_on_one_axis() -> None:
     [mark] = line["marks"]
     assert (mark["at"], mark["predicate"]) == (60.0, "NotOwner")
     [end] = line["ends"]  # the running attempt has none
-    assert (end["at"], end["number"], end["outcome"]) == (50.0, 1, "Failed")
+    assert (end["at"], end["row"], end["number"], end["outcome"]) == (50.0, 0, 1, "Failed")
     assert end["reason"] == "the lease expired" and end["time"] == stamp(5)
+
+
+def test_an_end_tick_is_on_its_attempts_row() -> None:
+    """A tick sits on its own attempt's bar, whatever came before it; an end time that does
+    not parse has no tick (the attempts' table shows it as written)."""
+    found = slot("s", node="n", attempts=[
+        {"number": 1, "startedAt": stamp(10)},  # never recorded ended
+        {"number": 2, "startedAt": stamp(8), "endedAt": "yesterday", "outcome": "Failed"},
+        {"number": 3, "startedAt": stamp(6), "endedAt": stamp(4), "outcome": "Lost"}])
+    [end] = pages.timeline(found, now=NOW)["ends"]
+    assert (end["row"], end["number"], end["outcome"]) == (2, 3, "Lost")
 
 
 def test_a_slot_without_attempts_has_an_empty_timeline() -> None:

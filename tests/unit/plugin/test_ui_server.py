@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -212,3 +213,24 @@ def test_a_form_is_the_command_line_it_stands_for(tmp_path: Path) -> None:
     with pytest.raises(flags.Refused, match="--reason"):
         cli.parser(cls=flags.FormParser).parse_args(
             actions.form_argv("hold", "s", {}, commands, spill=tmp_path))
+
+
+async def test_a_cancelled_call_holds_its_place_until_its_thread_ends() -> None:
+    """The browser left (its handler cancelled): the thread still runs, so its place is
+    kept and the next call waits for it, however many reloads come."""
+    calls, started, gate = asyncio.Semaphore(1), threading.Event(), threading.Event()
+
+    def slow() -> int:
+        started.set()
+        gate.wait(10)
+        return 1
+    first = asyncio.ensure_future(uiapp.in_thread(slow, calls=calls))
+    assert await asyncio.to_thread(started.wait, 10)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert calls.locked()  # the thread runs on: its place is held
+    second = asyncio.ensure_future(uiapp.in_thread(lambda: 2, calls=calls))
+    gate.set()
+    assert await asyncio.wait_for(second, timeout=10) == 2
+    assert not calls.locked()

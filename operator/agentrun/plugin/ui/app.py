@@ -148,16 +148,15 @@ def name_in(request: web.Request, key: str) -> str:
 async def in_thread(work: Callable[[], T], *, calls: asyncio.Semaphore) -> T:
     """``work`` in a daemon thread: a blocking call the loop awaits, which never keeps the
     process from ending at Ctrl-C (``asyncio.to_thread``'s executor is waited for). At most
-    as many run at once as ``calls`` allows (:data:`CALLS`: the others wait their turn)."""
-    async with calls:
-        return await _in_thread(work)
-
-
-async def _in_thread(work: Callable[[], T]) -> T:
+    as many run at once as ``calls`` allows (:data:`CALLS`: the others wait their turn); a
+    thread holds its place until it ends, even when its handler was cancelled (the browser
+    left), so reloads cannot start more."""
     loop = asyncio.get_running_loop()
+    await calls.acquire()
     done: asyncio.Future[T] = loop.create_future()
 
     def settle(result: T | None, error: BaseException | None) -> None:
+        calls.release()
         if done.cancelled():
             return
         if error is not None:
@@ -172,5 +171,9 @@ async def _in_thread(work: Callable[[], T]) -> T:
             result, error = None, raised
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(settle, result, error)
-    threading.Thread(target=run, daemon=True, name="agentrun-ui-call").start()
+    try:
+        threading.Thread(target=run, daemon=True, name="agentrun-ui-call").start()
+    except BaseException:
+        calls.release()
+        raise
     return await done

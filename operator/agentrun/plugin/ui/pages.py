@@ -189,9 +189,10 @@ def timeline(slot: Object, *, now: datetime) -> Object:
               "actor": c.get("actor") or views.NONE, "outcome": c.get("outcome"),
               "predicate": c.get("predicate") or "", "reason": c.get("reason") or "",
               "time": c.get("time") or views.NONE} for c in commands]
-    ends = [{"at": at(views.parse_time(a.get("endedAt"))), "number": a.get("number"),
+    ends = [{"at": at(ended), "row": row, "number": a.get("number"),
              "outcome": a.get("outcome") or views.NONE, "reason": a.get("reason") or "",
-             "time": a.get("endedAt")} for a in attempts if a.get("endedAt")]
+             "time": a.get("endedAt")} for row, a in enumerate(attempts)
+            if (ended := views.parse_time(a.get("endedAt"))) is not None]
     return {"bars": bars, "marks": marks, "ends": ends, "start": start.isoformat(),
             "end": now.isoformat()}
 
