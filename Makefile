@@ -128,12 +128,13 @@ promdeps:
 
 # Chromium from Debian, for the web UI's browser tests (tests/support/browser.py, driven by
 # Playwright's Python package from the test extra: never its own browser download), and
-# strace, which records every connection the UI's process makes; installed when missing.
+# strace, which records every connection the UI's process makes, and ss (iproute2), which
+# cuts a page's stream; installed when missing.
 .PHONY: uideps
 uideps:
-	test -x /usr/bin/chromium && test -x /usr/bin/strace || \
+	test -x /usr/bin/chromium && test -x /usr/bin/strace && test -x /usr/bin/ss || \
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
-			--no-install-recommends chromium strace; }
+			--no-install-recommends chromium strace iproute2; }
 
 # The web UI's vendored htmx files, fetched again from npm at the versions and digests
 # agentrun/plugin/ui/assets.py records (make lint checks the files against them).

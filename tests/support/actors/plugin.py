@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -124,20 +125,32 @@ class UI:
 
     def stop(self) -> str:
         """Ctrl-C, as a person ends it (the UI itself, not strace); its stderr."""
-        target = self.process.pid
-        if self.connects is not None:  # strace's child is the UI
-            children = Path(f"/proc/{target}/task/{target}/children")
-            found = children.read_text().split() if children.exists() else []
-            target = int(found[0]) if found else target
-        if self.process.poll() is None:
-            os.kill(target, signal.SIGINT)
+        # Under strace, the UI is strace's child (strace itself holds fatal signals).
+        targets = _children(self.process.pid) if self.connects else [self.process.pid]
+        for pid in targets if self.process.poll() is None else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
         try:
             self.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
+            for pid in targets:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             self.process.kill()
             self.process.wait()
         self._reader.join(timeout=10)  # to the end of its stderr
         return "".join(self.stderr)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from each one's ``/proc/<pid>/stat``)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            # pid (comm) state ppid ...: the name may hold spaces and parentheses
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
 
 
 def api_server(cluster: Cluster, *, user: str) -> set[str]:
