@@ -135,6 +135,11 @@ async def test_a_page_of_what_is_not_there_is_404(ui: uiapp.App) -> None:
         for name in uiapp.STATIC:
             async with person.get(f"{base(ui)}/static/{name}") as answer:
                 assert answer.status == 200 and len(await answer.read()) > 0
+                assert answer.headers["Cache-Control"] == "no-store"  # not its digest's URL
+                assert answer.headers["X-Content-Type-Options"] == "nosniff"
+            async with person.get(f"{base(ui)}/static/{name}?v={ui.versions[name]}") as answer:
+                assert "immutable" in answer.headers["Cache-Control"]  # the handler's kept
+                assert "default-src 'none'" in answer.headers["Content-Security-Policy"]
 
 
 class Streams(dict[Any, Any]):
@@ -154,6 +159,7 @@ async def test_the_live_stream_says_changed_at_once_when_behind(ui: uiapp.App) -
     async with session(cookies={cookie(ui): ui.token}) as person:
         async with person.get(f"{base(ui)}/live?view=runs&since=0") as answer:
             assert answer.headers["Content-Type"] == "text/event-stream"
+            assert answer.headers["Cache-Control"] == "no-store"  # a stream's headers too
             assert await answer.content.readline() == b"retry: 2000\n"
             await answer.content.readline()
             assert await answer.content.readline() == f"id: {ui.store.generation}\n".encode()

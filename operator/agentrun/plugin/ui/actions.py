@@ -15,7 +15,7 @@ from aiohttp import web
 
 from agentrun.plugin import budgets, cli, flags, forks, requests
 from agentrun.plugin.ui import handlers
-from agentrun.plugin.ui.app import in_thread, name_in, of
+from agentrun.plugin.ui.app import name_in, of
 
 MAX_FORM_BYTES = 1 << 20  # a command's form: its longest value sent by reference fits
 
@@ -78,8 +78,7 @@ async def send(request: web.Request) -> web.StreamResponse:
     else:
         parsed, conn = args, ui.store.connection(namespace)
         try:
-            document = await in_thread(lambda: cli.deliver(parsed, conn, say=notes.extend),
-                                       calls=ui.calls)
+            document = await ui.call(lambda: cli.deliver(parsed, conn, say=notes.extend))
             entry = document["entry"]
             answer = _answer(word, accepted=entry.get("outcome") == "Accepted",
                              said=requests.describe(entry), notes=notes)
@@ -100,15 +99,15 @@ async def send_run(request: web.Request) -> web.StreamResponse:
             raise args
         parsed = args
         if word == "budget":
-            entry = await in_thread(lambda: budgets.send(
+            entry = await ui.call(lambda: budgets.send(
                 conn, name, add=parsed.add, add_cost=parsed.add_cost, reason=parsed.reason,
-                timeout=parsed.timeout), calls=ui.calls)
+                timeout=parsed.timeout))
             answer = _answer(word, accepted=entry.get("outcome") == "Accepted",
                              said=requests.describe(entry), notes=[])
         else:
-            code, said = await in_thread(lambda: forks.fork(
+            code, said = await ui.call(lambda: forks.fork(
                 conn, source_name=name, name=parsed.new_name, at=parsed.at,
-                reason=parsed.reason, timeout=parsed.timeout), calls=ui.calls)
+                reason=parsed.reason, timeout=parsed.timeout))
             answer = _answer(word, accepted=code == requests.ACCEPTED,
                              said=f"run {parsed.new_name}: {said}", notes=[])
     except (flags.Refused, requests.BadInput) as refused:

@@ -89,7 +89,7 @@ class App:
         self.token = secrets.token_urlsafe(32)
         self.hub = Hub()
         self.templates = templates()
-        self.calls = asyncio.Semaphore(CALLS)  # blocking calls at once (in_thread)
+        self.calls = asyncio.Semaphore(CALLS)  # blocking calls at once (call)
         self.commands = pages.commands()
         self.run_commands = pages.parser_forms(cli.parser(), words=("budget", "fork"))
         # Each static file's URL carries its digest (?v=), so the browser may keep it.
@@ -103,6 +103,11 @@ class App:
 
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/?token={self.token}"
+
+    async def call(self, work: Callable[[], T]) -> T:
+        """A blocking call (the journal's GET, a form's command): :func:`in_thread`, at
+        most :data:`CALLS` of the UI's at once."""
+        return await in_thread(work, calls=self.calls)
 
     def changed(self, changes: Sequence[Change]) -> None:
         """From a watch's thread: hand the changes to the loop's live streams."""

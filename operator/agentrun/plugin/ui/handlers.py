@@ -15,7 +15,7 @@ from aiohttp import web
 
 from agentrun.plugin import client
 from agentrun.plugin.ui import pages
-from agentrun.plugin.ui.app import SAFE, STATIC, App, in_thread, name_in, of
+from agentrun.plugin.ui.app import STATIC, App, name_in, of
 from agentrun.plugin.ui.store import Change
 
 HEARTBEAT_SECONDS = 15.0  # an SSE comment this often: a dead connection is found and closed
@@ -65,8 +65,8 @@ async def run_page(request: web.Request, *, answer: dict[str, Any] | None = None
 async def slot_page(request: web.Request, *, answer: dict[str, Any] | None = None
                     ) -> web.StreamResponse:
     ui, namespace, name, generation, found = _one(request, "slots", what="slot")
-    journal = await in_thread(lambda: client.journal(ui.store.connection(namespace), name,
-                                                     limit=JOURNAL_LIMIT), calls=ui.calls)
+    journal = await ui.call(lambda: client.journal(ui.store.connection(namespace), name,
+                                                     limit=JOURNAL_LIMIT))
     view = pages.slot(found, journal=journal, now=datetime.now(UTC))
     run = str((found.get("spec") or {}).get("run") or "")
     return ui.page(request, "slot.html", generation=generation, view=view,
@@ -101,7 +101,7 @@ def _shows(query: dict[str, str]) -> Callable[[Change], bool]:
 async def live(request: web.Request) -> web.StreamResponse:
     """One page's stream of ``changed`` events (see the module docstring)."""
     ui = of(request)
-    stream = web.StreamResponse(headers={**SAFE, "Content-Type": "text/event-stream"})
+    stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await stream.prepare(request)
     queue: asyncio.Queue[int] = asyncio.Queue(maxsize=1)
     seen = request.headers.get("Last-Event-ID") or request.query.get("since") or "0"
@@ -133,7 +133,6 @@ async def static(request: web.Request) -> web.StreamResponse:
         raise web.HTTPNotFound()
     body = resources.files("agentrun.plugin.ui").joinpath("static", name).read_bytes()
     answer = web.Response(body=body, content_type=STATIC[name])
-    answer.headers.update(SAFE)
     if request.query.get("v") == of(request).versions.get(name):  # its digest: never stale
         answer.headers["Cache-Control"] = "private, max-age=86400, immutable"
     return answer

@@ -213,8 +213,7 @@ def steps(journal: Object | None) -> list[Object]:
             grouped.setdefault(attempt, []).append(entry)
     found, before = [], set[str]()
     for attempt in sorted(grouped):
-        keys = [str(e.get("key")) for e in grouped[attempt]]
-        mine = set(keys)
+        mine = {str(e.get("key")) for e in grouped[attempt]}
         found.append({"attempt": attempt, "entries": grouped[attempt],
                       "commits": (journal.get("commits") or {}).get(str(attempt)),
                       "ran": sorted(mine), "repeated": sorted(mine & before),
