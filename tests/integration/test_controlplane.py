@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.support.cluster import audit
 from tests.support.cluster.clusters import Cluster
-from tests.support.plays.scenarios import HAND_PLAYED
+from tests.support.plays.scenarios import HAND_PLAYED, user_binding
 from tests.support.waiting import wait_for, wait_for_default_service_account
 
 
@@ -125,12 +125,8 @@ def test_rbac_separates_tenant_users(cluster: Cluster, namespace: str) -> None:
     assert caught.value.status == 403
 
     rbac = kubernetes.client.RbacAuthorizationV1Api(cluster.client())
-    rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": "alice-view"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "view"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": "alice"}]})
+    rbac.create_namespaced_role_binding(namespace, user_binding(
+        "alice-view", kind="ClusterRole", role="view", users=["alice"]))
 
     found = wait_for(lambda: core(cluster, "alice").read_namespaced_config_map("bobs", namespace),
                      timeout=30, message="alice allowed by her RoleBinding")

@@ -30,7 +30,13 @@ from tests.support import browser
 from tests.support.actors.operators import OperatorProcess
 from tests.support.actors.plugin import PLUGIN, UI, api_server
 from tests.support.cluster.clusters import Cluster
-from tests.support.plays.scenarios import GROUP, VERSION, Scenario, request_id
+from tests.support.plays.scenarios import (
+    GROUP,
+    VERSION,
+    Scenario,
+    request_id,
+    user_binding,
+)
 from tests.support.waiting import wait_for
 
 from . import test_effect_unresolved as unresolved
@@ -49,12 +55,8 @@ def other(cluster: Cluster, api_client: kubernetes.client.ApiClient) -> Iterator
     rbac = kubernetes.client.RbacAuthorizationV1Api(api_client)
     rbac.create_namespaced_role(name, {"metadata": {"name": "runs-only"}, "rules": [
         {"apiGroups": [GROUP], "resources": ["agentruns"], "verbs": ["get", "list", "watch"]}]})
-    rbac.create_namespaced_role_binding(name, {
-        "metadata": {"name": "runs-only"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                    "name": "runs-only"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": "alice"}]})
+    rbac.create_namespaced_role_binding(name, user_binding(
+        "runs-only", kind="Role", role="runs-only", users=["alice"]))
     kubernetes.client.CustomObjectsApi(api_client).create_namespaced_custom_object(
         GROUP, VERSION, name, "agentruns", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentRun",

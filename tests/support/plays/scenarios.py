@@ -11,7 +11,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +24,15 @@ from tests.support.waiting import wait_for, wait_for_default_service_account
 
 GROUP, VERSION = "agentrun.dev", "v1alpha1"
 Object = dict[str, Any]
+
+def user_binding(name: str, *, kind: str, role: str, users: Sequence[str]) -> Object:
+    """A RoleBinding named ``name`` of the ``kind`` (Role or ClusterRole) ``role`` to
+    ``users`` (as the local control plane's client certificates name them)."""
+    return {"metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}
+                         for u in users]}
+
 
 EDITOR_RULES = [
     {"apiGroups": [GROUP], "resources": ["agentruns"],
@@ -100,23 +109,15 @@ class Scenario:
     def grant_editor(self, *users: str) -> None:
         self.rbac.create_namespaced_role(self.namespace, {
             "metadata": {"name": "agentrun-editor"}, "rules": EDITOR_RULES})
-        self.rbac.create_namespaced_role_binding(self.namespace, {
-            "metadata": {"name": "agentrun-editor"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                        "name": "agentrun-editor"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}
-                         for u in users]})
+        self.rbac.create_namespaced_role_binding(self.namespace, user_binding(
+            "agentrun-editor", kind="Role", role="agentrun-editor", users=users))
 
     def grant_edit(self, user: str) -> None:
         """The standard ``edit`` ClusterRole for ``user`` here: a namespace editor, who may
         delete and create pods and mint ServiceAccount tokens (and, aggregated into it,
         agentrun's editor rights)."""
-        self.rbac.create_namespaced_role_binding(self.namespace, {
-            "metadata": {"name": f"{user}-edit"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": "edit"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                          "name": user}]})
+        self.rbac.create_namespaced_role_binding(self.namespace, user_binding(
+            f"{user}-edit", kind="ClusterRole", role="edit", users=[user]))
 
     # --- a person's actions ----------------------------------------------------------
     def run(self, name: str = "study", *, user: str = "admin", config: str = "study",
