@@ -179,8 +179,7 @@ def journal_settings(args: argparse.Namespace) -> run_api.JournalSettings | None
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agentrun-operator", description=__doc__)
-    parser.add_argument("--version", action="version",
-        version=f"%(prog)s {distributions.version(distributions.OPERATOR)}")
+    distributions.add_version_option(parser, distribution=distributions.OPERATOR)
     sub = parser.add_subparsers(dest="command", required=True)
     # No abbreviations: a flag is named whole, so the chart can tell its own from a user's.
     run = sub.add_parser("run", help="run the operator in the foreground", allow_abbrev=False)

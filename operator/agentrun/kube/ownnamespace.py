@@ -29,17 +29,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrun.api import names
+from agentrun.api import bounds, names
 from agentrun.core.policies import fencing
 
 ENV = "POD_NAMESPACE"
 FLAG = "--operator-namespace"
-DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace's name
 SERVICE_ACCOUNT_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 REFUSED = ("default", *fencing.SPARED)  # never the operator's (see above)
 DEFAULT_SOURCE = (f"the default (no {FLAG}, no ${ENV}, no service-account namespace file: "
@@ -63,7 +61,7 @@ def checked(text: str, *, source: str) -> str:
     """``text`` as the operator's namespace: a DNS label not in :data:`REFUSED`, else a
     ValueError naming ``source`` and what to do."""
     name = text.strip()
-    if not DNS_LABEL.fullmatch(name):
+    if not bounds.DNS_LABEL.fullmatch(name):  # a namespace's name
         raise ValueError(f"{source} must be a namespace name (a DNS label: lower-case "
                          f"letters, digits and '-', at most 63), not {name[:70]!r}")
     if name in REFUSED:

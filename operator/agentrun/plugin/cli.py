@@ -49,8 +49,7 @@ def parser(*, cls: type[flags.Parser] = flags.Parser) -> argparse.ArgumentParser
     top = cls(
         prog="kubectl agentrun", description=__doc__, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    top.add_argument("--version", action="version",
-        version=f"%(prog)s {distributions.version(distributions.OPERATOR)}")
+    distributions.add_version_option(top, distribution=distributions.OPERATOR)
     flags.common(top, top=True)
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

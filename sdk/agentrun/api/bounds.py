@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Annotated, Final
-
-from pydantic import BeforeValidator, Field
+from typing import Final
 
 from agentrun.api import names
 
@@ -28,6 +26,8 @@ REQUEST_ID_CHARS: Final = 253
 # A Kubernetes object name that is a DNS subdomain (a pod's, a Lease's): lower-case
 # letters, digits, '-' and '.', alphanumeric at both ends, at most 253 characters.
 DNS_SUBDOMAIN: Final = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+# One that is a DNS label (a namespace's): no '.', at most 63 characters.
+DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 REQUEST_ID_PATTERN: Final = r"^[A-Za-z0-9]([A-Za-z0-9._:@/+=-]*[A-Za-z0-9])?$"
 REASON_BYTES: Final = names.MAX_REASON_BYTES
 WORKER_CLASS_CHARS: Final = 63
@@ -37,6 +37,15 @@ RUN_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 TENANT_CHARS: Final = 63
 TENANT_PATTERN: Final = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 ACTOR_CHARS: Final = 256  # a stamped user name; Kubernetes sets no limit, we keep this much
+
+# The worker sidecar's options (``spec.sidecar``, ``agentrun-worker sidecar``): its port on
+# 127.0.0.1 and how recently a main container must have checked in, in seconds.
+SIDECAR_MIN_PORT: Final = 1024
+SIDECAR_MAX_PORT: Final = 65535
+SIDECAR_DEFAULT_PORT: Final = 8686
+SIDECAR_MIN_CHECK_IN: Final = 5
+SIDECAR_MAX_CHECK_IN: Final = 600
+SIDECAR_DEFAULT_CHECK_IN: Final = 30
 
 # Texts the operator writes.
 MESSAGE_CHARS: Final = 1024  # a condition's message, an Event's note
@@ -176,19 +185,3 @@ def problem(*, key: str, value: str, chars: int | None = None, pattern: str | No
     if pattern is not None and not re.fullmatch(pattern, value):
         return f"{key} must match {pattern}"
     return None
-
-
-
-def _clipper(limit: int) -> BeforeValidator:
-    return BeforeValidator(lambda v: clip(v, limit=limit) if isinstance(v, str) else v)
-
-
-# String field types that clip on parse and declare ``maxLength`` in the CRD: a value an
-# older operator stored oversize is trimmed on the next write instead of failing reads.
-Message = Annotated[str, _clipper(MESSAGE_CHARS), Field(max_length=MESSAGE_CHARS)]
-RecordMessage = Annotated[str, _clipper(RECORD_MESSAGE_CHARS),
-                          Field(max_length=RECORD_MESSAGE_CHARS)]
-Reason = Annotated[str, _clipper(REASON_BYTES), Field(max_length=REASON_BYTES)]
-Actor = Annotated[str, _clipper(ACTOR_CHARS), Field(max_length=ACTOR_CHARS)]
-ShortText = Annotated[str, _clipper(names.MAX_NAME), Field(max_length=names.MAX_NAME)]
-LongName = Annotated[str, _clipper(253), Field(max_length=253)]

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from agentrun.api import bounds
+from agentrun.api import bounds, texts
 from agentrun.api.models import Model
 
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -29,7 +29,7 @@ class Condition(Model):
     reason: str = Field(
         min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
         description="why, as one CamelCase word a program may match on")
-    message: bounds.Message = Field(
+    message: texts.Message = Field(
         default="", description="why, in words a person can act on (escaped and clipped)")
     observed_generation: int | None = Field(
         default=None, ge=0, description="the object's metadata.generation it was decided for")

@@ -83,11 +83,9 @@ class PodSpecShape(Model):
 
 PodTemplateSpec.model_rebuild()
 
-# The worker sidecar (``spec.sidecar``; docs/worker-sidecar.md). Its bounds are here, where
-# the LaunchSpec is parsed, and ``agentrun-worker sidecar`` checks its options by them.
+# The worker sidecar (``spec.sidecar``; docs/worker-sidecar.md). Its port and check-in
+# bounds are in :mod:`bounds`, where ``agentrun-worker sidecar`` checks its options by them.
 SIDECAR_IMAGE_CHARS = 512
-SIDECAR_MIN_PORT, SIDECAR_MAX_PORT, SIDECAR_DEFAULT_PORT = 1024, 65535, 8686
-SIDECAR_MIN_CHECK_IN, SIDECAR_MAX_CHECK_IN, SIDECAR_DEFAULT_CHECK_IN = 5, 600, 30
 
 
 # A resource quantity as Kubernetes writes one (``100m``, ``64Mi``, ``1``, ``0.5``), as a
@@ -185,10 +183,12 @@ class Sidecar(Model):
 
     image: str = Field(min_length=1, max_length=SIDECAR_IMAGE_CHARS, pattern=r"^\S+$",
                        description="the project's worker image, which runs the sidecar")
-    port: int = Field(default=SIDECAR_DEFAULT_PORT, ge=SIDECAR_MIN_PORT, le=SIDECAR_MAX_PORT,
+    port: int = Field(default=bounds.SIDECAR_DEFAULT_PORT, ge=bounds.SIDECAR_MIN_PORT,
+                      le=bounds.SIDECAR_MAX_PORT,
                       description="the port it serves the SDK on, on 127.0.0.1 only")
     check_in_seconds: int = Field(
-        default=SIDECAR_DEFAULT_CHECK_IN, ge=SIDECAR_MIN_CHECK_IN, le=SIDECAR_MAX_CHECK_IN,
+        default=bounds.SIDECAR_DEFAULT_CHECK_IN, ge=bounds.SIDECAR_MIN_CHECK_IN,
+        le=bounds.SIDECAR_MAX_CHECK_IN,
         description="the lease is renewed only while a main container checked in within this")
     # None (not the defaults) when left out: the digest of a spec pinned before this field
     # existed stays the same (core.launchspecs.launchpins), and the pod builder applies the

@@ -14,7 +14,7 @@ from typing import Annotated, Final, Literal
 from pydantic import AfterValidator, ConfigDict, Field
 from pydantic.config import JsonDict
 
-from agentrun.api import bounds, names
+from agentrun.api import bounds, names, texts
 from agentrun.api.budgets import BUDGET_KEPT, Budget, BudgetStatus
 from agentrun.api.conditions import Conditions
 from agentrun.api.meta import ObjectMeta
@@ -74,7 +74,7 @@ class ForkSpec(Model):
         description="<node>:<step>: the fork runs that node again from that step (its "
                     "steps before it copied), the nodes after it from their start and every "
                     "other node's committed steps copied; absent: every node's copied")
-    reason: bounds.Reason = Field(min_length=1, description="why the run was forked")
+    reason: texts.Reason = Field(min_length=1, description="why the run was forked")
 
 
 class AgentRunSpec(Model):
@@ -336,9 +336,9 @@ class ForkStatus(Model):
         "the node run again from step (spec.fork.at); absent: every node's steps copied"))
     step: str | None = Field(default=None, max_length=bounds.STEP_KEY_CHARS,
                              description="the step of node the fork runs again from")
-    actor: bounds.Actor | None = Field(default=None, description="who forked it: the run's "
+    actor: texts.Actor | None = Field(default=None, description="who forked it: the run's "
                                        "creator as admission stamped it")
-    reason: bounds.Reason = Field(description="why it was forked (spec.fork.reason)")
+    reason: texts.Reason = Field(description="why it was forked (spec.fork.reason)")
     copied: datetime = Field(description="when the source's journal was copied")
     inherited: list[Inherited] = Field(default_factory=list, max_length=256,
                                        description="what each node starts from")
@@ -358,7 +358,7 @@ class AgentRunStatus(Model):
 
     pinned: Pins | None = None
     fork: ForkStatus | None = None
-    creator: bounds.Actor | None = Field(
+    creator: texts.Actor | None = Field(
         default=None, description="who created the run, as admission stamped it (the "
         "annotation agentrun.dev/creator under the stamping epoch in force), copied once "
         "at pin time; none: it could not be verified (condition CreatorVerified)")

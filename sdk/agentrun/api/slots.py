@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
-from agentrun.api import bounds, names
+from agentrun.api import bounds, names, texts
 from agentrun.api.conditions import Conditions
 from agentrun.api.configs import MAX_NODES, NODE_NAME_PATTERN, WORKER_CLASS_PATTERN
 from agentrun.api.cuts import (
@@ -159,23 +159,23 @@ class PinnedLaunchSpec(Model):
     generation: int = Field(description="its metadata.generation when pinned")
     digest: str = Field(pattern=r"^[0-9a-f]{64}$",
                         description="sha256 of its spec's canonical JSON")
-    snapshot: bounds.LongName = Field(description=(
+    snapshot: texts.LongName = Field(description=(
         "the immutable ConfigMap, owned by the run, pods are built from"))
-    reason: bounds.RecordMessage = Field(default="", description="why it was chosen")
+    reason: texts.RecordMessage = Field(default="", description="why it was chosen")
 
 
 class AttemptRecord(Model):
     """One attempt: a worker Pod and its Lease, both named ``<slot>-<n>``."""
 
     number: int = Field(ge=1, description="the attempt number n, the worker's fencing token")
-    pod: bounds.ShortText = Field(description="the attempt's Pod")
-    lease: bounds.ShortText = Field(description=(
+    pod: texts.ShortText = Field(description="the attempt's Pod")
+    lease: texts.ShortText = Field(description=(
         "the attempt's Lease: its durable record, kept until the run is deleted"))
-    pod_uid: bounds.ShortText | None = Field(default=None, description=(
+    pod_uid: texts.ShortText | None = Field(default=None, description=(
         "the uid of the Pod the operator made (another pod of its name is not the attempt's)"))
-    worker_class: bounds.ShortText = Field(description="the worker class it ran as")
+    worker_class: texts.ShortText = Field(description="the worker class it ran as")
     launch_spec: str = Field(max_length=300, description="name@generation of the pinned LaunchSpec")
-    owner_actor: bounds.Actor | None = Field(default=None, description=(
+    owner_actor: texts.Actor | None = Field(default=None, description=(
         "the person whose command led to it, else the run's verified creator; absent: no "
         "one's (only the verb override acts on it)"))
     started_at: datetime = Field(description="when it was recorded (its Pod and Lease made)")
@@ -185,7 +185,7 @@ class AttemptRecord(Model):
         "how it ended: Succeeded, Failed (its pod's phase), Lost (lease expired), StartTimeout, "
         "ClaimFailed (objects not made), GaveUp, Asked (a question or approval), Superseded "
         "(a dependency rerun), OverBudget; absent: not ended"))
-    reason: bounds.RecordMessage | None = Field(default=None, description="why, in words")
+    reason: texts.RecordMessage | None = Field(default=None, description="why, in words")
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1, description=(
         "the first non-zero exit code of its pod's containers, else 0; absent: none seen"))
     usage: ModelUsage | None = Field(default=None, description=(
@@ -201,18 +201,18 @@ class CommandRecord(Model):
                             description="the command's id (its -id annotation)")
     kind: CommandKind = Field(description="which command: Reassign, Claim, Hold, Release, "
                               "GiveUp, ResolveEffect, Answer, Approve, Deny, Rerun, Budget")
-    actor: bounds.Actor | None = Field(default=None, description=(
+    actor: texts.Actor | None = Field(default=None, description=(
         "who sent it, as admission stamped it; absent: no stamp that could be believed"))
-    reason: bounds.Reason | None = Field(default=None, description="the reason it gave")
-    worker_class: bounds.ShortText | None = Field(default=None, description=(
+    reason: texts.Reason | None = Field(default=None, description="the reason it gave")
+    worker_class: texts.ShortText | None = Field(default=None, description=(
         "the worker class a reassignment asked for"))
-    run: bounds.ShortText | None = Field(default=None, description="the run the command named")
+    run: texts.ShortText | None = Field(default=None, description="the run the command named")
     override: bool | None = Field(
         default=None, description="true: accepted only because the actor holds the verb "
         "'override' on slots (the owner was someone else)")
     outcome: Literal["Accepted", "Rejected"] = Field(description="the decision")
     predicate: Predicate | None = None
-    message: bounds.RecordMessage = Field(default="", description="what was decided, in words")
+    message: texts.RecordMessage = Field(default="", description="what was decided, in words")
     time: datetime = Field(description="when it was decided")
 
 
@@ -230,12 +230,12 @@ class EffectEntry(Model):
         "the effect's step key (records <key>.intent, .outcome, .unresolved)"))
     attempt: int = Field(ge=1, le=bounds.MAX_ATTEMPT_NUMBER,
                          description="the attempt whose Lease holds the record")
-    effect: bounds.ShortText = Field(default="", description="the effect's name")
+    effect: texts.ShortText = Field(default="", description="the effect's name")
     idempotency_key: str | None = Field(default=None, max_length=bounds.IDEMPOTENCY_KEY_CHARS,
                                         description="the key its owner deduplicates by")
-    owner: bounds.ShortText = Field(default="", description="the service the effect goes to")
-    reason: bounds.RecordMessage = Field(default="", description="the worker's why")
-    cause: bounds.ShortText = Field(default="", description="the worker's: owner-answered-"
+    owner: texts.ShortText = Field(default="", description="the service the effect goes to")
+    reason: texts.RecordMessage = Field(default="", description="the worker's why")
+    cause: texts.ShortText = Field(default="", description="the worker's: owner-answered-"
                                     "unknown or no-reconcile")
     state: EffectState = Field(default=EffectState.UNRESOLVED,
                                description="Unresolved, or Resolved by a resolve-effect")
@@ -245,9 +245,9 @@ class EffectEntry(Model):
         "(it sends the effect again, same idempotency key)"))
     result: str | None = Field(default=None, max_length=bounds.RESOLVE_RESULT_BYTES,
                                description="the effect's result, for applied")
-    resolution: bounds.Reason | None = Field(default=None, description=(
+    resolution: texts.Reason | None = Field(default=None, description=(
         "the resolve-effect command's reason"))
-    actor: bounds.Actor | None = Field(default=None, description="who resolved it")
+    actor: texts.Actor | None = Field(default=None, description="who resolved it")
     resolved_at: datetime | None = Field(default=None, description="when it was resolved")
 
 
@@ -287,7 +287,7 @@ class QuestionEntry(Model):
         default=None, max_length=bounds.VALUE_FROM_CHARS, pattern=bounds.VALUE_FROM_PATTERN,
         description="an answer too large for value: <configmap>/<key>@sha256:<hex>, which the "
                     "next attempt's pod mounts")
-    actor: bounds.Actor | None = Field(default=None, description=(
+    actor: texts.Actor | None = Field(default=None, description=(
         "who answered; absent: the deadline did"))
     answered_at: datetime | None = Field(default=None, description="when it was answered")
     approvers: int | None = Field(default=None, ge=1, le=bounds.MAX_APPROVERS, description=(
@@ -305,14 +305,14 @@ class SlotStatus(Model):
         "Pending (dependencies), Ready (pinned, not claimed), Claiming (a claim under way), "
         "Active (an attempt runs), RetryWait (for retryAt or a person), Succeeded, Failed "
         "(given up, the run's deadline, a failed dependency)"))
-    worker_class: bounds.ShortText | None = Field(default=None, description=(
+    worker_class: texts.ShortText | None = Field(default=None, description=(
         "the worker class of the next or current attempt (spec.workerClass unless reassigned)"))
     launch_spec: PinnedLaunchSpec | None = None
-    pending_worker: bounds.ShortText | None = Field(
+    pending_worker: texts.ShortText | None = Field(
         default=None, description="the attempt a claim is making (<slot>-<n>), while Claiming")
-    active_worker: bounds.ShortText | None = Field(
+    active_worker: texts.ShortText | None = Field(
         default=None, description="the attempt running (<slot>-<n>), while Active")
-    prior_worker: bounds.ShortText | None = Field(
+    prior_worker: texts.ShortText | None = Field(
         default=None, description="the last attempt that ended (<slot>-<n>)")
     attempts: list[AttemptRecord] = Field(default_factory=list, max_length=ATTEMPTS_KEPT,
                                           description=f"the last {ATTEMPTS_KEPT} attempts, "
@@ -324,7 +324,7 @@ class SlotStatus(Model):
     retry_at: datetime | None = Field(default=None, description=(
         "RetryWait: when the next automatic attempt may be claimed; absent: none is due "
         "(attempts used up, a question, a budget: a person decides)"))
-    next_owner_actor: bounds.Actor | None = Field(
+    next_owner_actor: texts.Actor | None = Field(
         default=None, description="the actor of the accepted command the next claim serves")
     commands: list[CommandRecord] = Field(
         default_factory=list, max_length=COMMANDS_KEPT,

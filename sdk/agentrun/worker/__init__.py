@@ -48,41 +48,102 @@ agents, a private one is not. The public submodules are :mod:`agentrun.worker.cl
 ``langgraph`` extra: only it imports LangGraph).
 """
 
-from agentrun.worker._approvals import (
-    ApprovalError,
-    ApprovalRequested,
-    EffectDenied,
-    payload_digest,
-)
-from agentrun.worker._artifacts import Artifact
-from agentrun.worker._context import Context, PinnedConfig, WorkerContextError
-from agentrun.worker._effects import (
-    AmbiguousEffect,
-    Answer,
-    Call,
-    EffectStillInProgress,
-    EffectStopped,
-    Reconcile,
-    Reconciled,
-    ResultNotStored,
-    idempotency_key,
-)
-from agentrun.worker._keeper import LeaseLapsed, LeaseLost
-from agentrun.worker._prefix import Steps
-from agentrun.worker._questions import QuestionAsked, QuestionError
-from agentrun.worker._records import (
-    JSON,
-    FsspecStore,
-    Kind,
-    PayloadStore,
-    RecordConflict,
-    RecordError,
-    RecordLimit,
-    RecordRefused,
-    canonical,
-)
-from agentrun.worker._sdk import Worker
-from agentrun.worker._usage import BudgetExceeded, ModelUsage, UsageError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentrun.worker._approvals import (
+        ApprovalError,
+        ApprovalRequested,
+        EffectDenied,
+        payload_digest,
+    )
+    from agentrun.worker._artifacts import Artifact
+    from agentrun.worker._context import Context, PinnedConfig, WorkerContextError
+    from agentrun.worker._effects import (
+        AmbiguousEffect,
+        Answer,
+        Call,
+        EffectStillInProgress,
+        EffectStopped,
+        Reconcile,
+        Reconciled,
+        ResultNotStored,
+        idempotency_key,
+    )
+    from agentrun.worker._keeper import LeaseLapsed, LeaseLost
+    from agentrun.worker._prefix import Steps
+    from agentrun.worker._questions import QuestionAsked, QuestionError
+    from agentrun.worker._records import (
+        JSON,
+        FsspecStore,
+        Kind,
+        PayloadStore,
+        RecordConflict,
+        RecordError,
+        RecordLimit,
+        RecordRefused,
+        canonical,
+    )
+    from agentrun.worker._sdk import Worker
+    from agentrun.worker._usage import BudgetExceeded, ModelUsage, UsageError
+
+# Each public name, by the private module that holds it: loaded when first used (PEP 562),
+# so that ``import agentrun.worker.cli`` (the ``agentrun-worker`` command, the sidecar's
+# startup probe) does not load the SDK, pydantic and urllib3.
+_HOLDERS = {
+    "ApprovalError": "_approvals",
+    "ApprovalRequested": "_approvals",
+    "EffectDenied": "_approvals",
+    "payload_digest": "_approvals",
+    "Artifact": "_artifacts",
+    "Context": "_context",
+    "PinnedConfig": "_context",
+    "WorkerContextError": "_context",
+    "AmbiguousEffect": "_effects",
+    "Answer": "_effects",
+    "Call": "_effects",
+    "EffectStillInProgress": "_effects",
+    "EffectStopped": "_effects",
+    "Reconcile": "_effects",
+    "Reconciled": "_effects",
+    "ResultNotStored": "_effects",
+    "idempotency_key": "_effects",
+    "LeaseLapsed": "_keeper",
+    "LeaseLost": "_keeper",
+    "Steps": "_prefix",
+    "QuestionAsked": "_questions",
+    "QuestionError": "_questions",
+    "FsspecStore": "_records",
+    "JSON": "_records",
+    "Kind": "_records",
+    "PayloadStore": "_records",
+    "RecordConflict": "_records",
+    "RecordError": "_records",
+    "RecordLimit": "_records",
+    "RecordRefused": "_records",
+    "canonical": "_records",
+    "Worker": "_sdk",
+    "BudgetExceeded": "_usage",
+    "ModelUsage": "_usage",
+    "UsageError": "_usage",
+}
+
+
+def __getattr__(name: str) -> Any:
+    holder = _HOLDERS.get(name)
+    if holder is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{holder}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "JSON",

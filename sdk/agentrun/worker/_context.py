@@ -33,16 +33,14 @@ from pathlib import Path
 from agentrun.api import bounds, names
 from agentrun.worker import _approvals as approvals
 
-DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-DNS_SUBDOMAIN = bounds.DNS_SUBDOMAIN
 SHA256 = re.compile(r"[0-9a-f]{64}")
 UID = re.compile(r"[0-9a-fA-F-]{1,64}")
 # A ConfigMap holds at most 1 MiB: a longer file is not a snapshot the operator made.
 MAX_CONFIG_BYTES = 1024 * 1024
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
-_NAMES = {names.ENV_NAMESPACE: DNS_LABEL, names.ENV_RUN: DNS_SUBDOMAIN,
-          names.ENV_SLOT: DNS_SUBDOMAIN, names.ENV_NODE: DNS_SUBDOMAIN,
-          names.ENV_LEASE: DNS_SUBDOMAIN}
+_NAMES = {names.ENV_NAMESPACE: bounds.DNS_LABEL, names.ENV_RUN: bounds.DNS_SUBDOMAIN,
+          names.ENV_SLOT: bounds.DNS_SUBDOMAIN, names.ENV_NODE: bounds.DNS_SUBDOMAIN,
+          names.ENV_LEASE: bounds.DNS_SUBDOMAIN}
 _NUMBERS = (names.ENV_ATTEMPT, names.ENV_FENCING_TOKEN)
 
 

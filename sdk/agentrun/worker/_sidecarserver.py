@@ -10,8 +10,9 @@ is :mod:`agentrun.worker._sidecar`; docs/worker-sidecar.md its reference.
 It exits 0 on SIGTERM (the kubelet's, once the main containers have ended). It does not
 exit when the lease is lost: it answers 410 to every request instead, so a sidecar that
 restarts cannot make a loop of failed first renewals; the operator deletes the pod.
-``agentrun-worker ready`` is its startup probe: exit 0 once the first renewal succeeded,
-so the kubelet starts the main containers only then.
+``agentrun-worker ready`` is its startup probe (:mod:`agentrun.worker._sidecarprobe`):
+exit 0 once the first renewal succeeded, so the kubelet starts the main containers only
+then.
 """
 
 from __future__ import annotations
@@ -20,29 +21,21 @@ import json
 import logging
 import signal
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 
 from agentrun import rest
-from agentrun.api import launchspecs
 from agentrun.worker import _artifacts as artifacts
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _sdk as sdk
 from agentrun.worker import _sidecarstreams as streams
 from agentrun.worker._context import WorkerContextError
 from agentrun.worker._sidecar import CheckIns, Sidecar
+from agentrun.worker._sidecarprobe import HOST
 from agentrun.worker._sidecarsessions import MAX_BODY_BYTES, Reply, error
 
 logger = logging.getLogger("agentrun.worker")
-HOST = "127.0.0.1"
-DEFAULT_PORT, MIN_PORT, MAX_PORT = (launchspecs.SIDECAR_DEFAULT_PORT,
-                                    launchspecs.SIDECAR_MIN_PORT, launchspecs.SIDECAR_MAX_PORT)
-DEFAULT_CHECK_IN_SECONDS, MIN_CHECK_IN_SECONDS, MAX_CHECK_IN_SECONDS = (
-    launchspecs.SIDECAR_DEFAULT_CHECK_IN, launchspecs.SIDECAR_MIN_CHECK_IN,
-    launchspecs.SIDECAR_MAX_CHECK_IN)
 READ_TIMEOUT_SECONDS = 10.0  # a client that stops sending its body mid-way is dropped
 EXIT_NO_CONTEXT = 2  # not in a worker pod the operator made (the message says what is missing)
 EXIT_NOT_OURS = 3
@@ -206,11 +199,3 @@ def serve(*, port: int, check_in_seconds: int, start_timeout: float) -> int:
             logger.error("steps staged by the main container could not be made durable: %s",
                          failed)
 
-
-def ready(*, port: int) -> int:
-    """The startup probe: 0 once the sidecar says its first renewal succeeded, else 1."""
-    try:
-        with urllib.request.urlopen(f"http://{HOST}:{port}/v1/ready", timeout=3) as answer:
-            return 0 if answer.status == 200 else 1
-    except (urllib.error.URLError, OSError):
-        return 1

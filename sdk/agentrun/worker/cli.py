@@ -38,13 +38,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from agentrun.api import distributions, names
-from agentrun.worker import _keeper as keeper
-from agentrun.worker import _renewals as renewals
-from agentrun.worker import _renewer as renewer
-from agentrun.worker import _sdk as sdk
-from agentrun.worker import _sidecarserver as sidecarserver
-from agentrun.worker._context import DNS_LABEL, DNS_SUBDOMAIN
+from agentrun.api import bounds, distributions, names
+from agentrun.worker import _sidecarprobe as sidecarprobe
 from agentrun.worker._local import settings as local
 
 EXIT_NOT_OURS = 3  # the lease is not this pod's: the command never ran
@@ -82,19 +77,19 @@ def _bounded(low: int, high: int) -> Callable[[str], int]:
 
 
 def _sidecar_options(sub: Any) -> None:
-    s = sidecarserver
-    port = _bounded(s.MIN_PORT, s.MAX_PORT)
+    b = bounds
+    port = _bounded(b.SIDECAR_MIN_PORT, b.SIDECAR_MAX_PORT)
     sidecar = sub.add_parser("sidecar", help="serve the SDK on 127.0.0.1 to a main container")
-    sidecar.add_argument("--port", type=port, default=s.DEFAULT_PORT,
-                         help=f"the port on 127.0.0.1 (default {s.DEFAULT_PORT})")
+    sidecar.add_argument("--port", type=port, default=b.SIDECAR_DEFAULT_PORT,
+                         help=f"the port on 127.0.0.1 (default {b.SIDECAR_DEFAULT_PORT})")
     sidecar.add_argument("--check-in-seconds", type=_bounded(
-        s.MIN_CHECK_IN_SECONDS, s.MAX_CHECK_IN_SECONDS), default=s.DEFAULT_CHECK_IN_SECONDS,
+        b.SIDECAR_MIN_CHECK_IN, b.SIDECAR_MAX_CHECK_IN), default=b.SIDECAR_DEFAULT_CHECK_IN,
         help="renew only while the main container checked in within this many seconds "
-             f"(default {s.DEFAULT_CHECK_IN_SECONDS})")
+             f"(default {b.SIDECAR_DEFAULT_CHECK_IN})")
     sidecar.add_argument("--start-timeout", type=_timeout, default=60.0,
                          help="seconds to keep trying the first renewal (default 60)")
     probe = sub.add_parser("ready", help="the sidecar's startup probe: exit 0 once it renewed")
-    probe.add_argument("--port", type=port, default=s.DEFAULT_PORT)
+    probe.add_argument("--port", type=port, default=b.SIDECAR_DEFAULT_PORT)
 
 
 def _document(kind: str) -> Callable[[str], bytes]:
@@ -130,9 +125,9 @@ def _local_options(sub: Any) -> None:
     for kind in names.CONFIG_KINDS:
         harness.add_argument(f"--{kind}", type=_document(kind), metavar="FILE",
                              help=f"the pinned {kind} (default: a minimal one)")
-    harness.add_argument("--run", type=_name(DNS_LABEL, "run"), default=local.DEFAULT_RUN,
+    harness.add_argument("--run", type=_name(bounds.DNS_LABEL, "run"), default=local.DEFAULT_RUN,
                          help=f"the run's name (default {local.DEFAULT_RUN})")
-    harness.add_argument("--node", type=_name(DNS_LABEL, "node"), default=None,
+    harness.add_argument("--node", type=_name(bounds.DNS_LABEL, "node"), default=None,
                          help="the workflow's node to run (default: its first, or "
                               f"{local.DEFAULT_NODE})")
     harness.add_argument("--fresh", action="store_true",
@@ -143,20 +138,19 @@ def _local_options(sub: Any) -> None:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agentrun-worker", description=__doc__.split("\n")[0])
-    parser.add_argument("--version", action="version",
-        version=f"%(prog)s {distributions.version(distributions.WORKER)}")
+    distributions.add_version_option(parser, distribution=distributions.WORKER)
     sub = parser.add_subparsers(dest="command", required=True)
     _sidecar_options(sub)
     _local_options(sub)
     run = sub.add_parser("run", help="renew the lease while a command runs")
     env = os.environ
-    run.add_argument("--namespace", type=_name(DNS_LABEL, "namespace"),
+    run.add_argument("--namespace", type=_name(bounds.DNS_LABEL, "namespace"),
                      default=env.get(names.ENV_NAMESPACE) or None,
                      help=f"the lease's namespace (default: ${names.ENV_NAMESPACE})")
-    run.add_argument("--lease", type=_name(DNS_SUBDOMAIN, "lease"),
+    run.add_argument("--lease", type=_name(bounds.DNS_SUBDOMAIN, "lease"),
                      default=env.get(names.ENV_LEASE) or None,
                      help=f"the attempt's Lease (default: ${names.ENV_LEASE})")
-    run.add_argument("--identity", type=_name(DNS_SUBDOMAIN, "identity"),
+    run.add_argument("--identity", type=_name(bounds.DNS_SUBDOMAIN, "identity"),
                      default=env.get("HOSTNAME") or None,
                      help="the holder this worker is (default: $HOSTNAME, the pod's name)")
     run.add_argument("--start-timeout", type=_timeout, default=60.0,
@@ -234,16 +228,28 @@ def _local(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command; each subcommand imports what it needs (``ready`` only the probe)."""
     args = parse(argv)
     if args.command == "ready":
-        return sidecarserver.ready(port=args.port)
+        return sidecarprobe.ready(port=args.port)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s agentrun-worker %(levelname)s %(message)s")
     if args.command == "local":
         return _local(args)
     if args.command == "sidecar":
+        from agentrun.worker import _sidecarserver as sidecarserver
         return sidecarserver.serve(port=args.port, check_in_seconds=args.check_in_seconds,
                                    start_timeout=args.start_timeout)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """``agentrun-worker run``: the keeper and its renewals, imported only here."""
+    from agentrun.worker import _keeper as keeper
+    from agentrun.worker import _renewals as renewals
+    from agentrun.worker import _renewer as renewer
+    from agentrun.worker import _sdk as sdk
+
     worker = keeper.Keeper(renewer=renewer.Renewer(
         api=sdk.pod_api(), namespace=args.namespace, lease=args.lease, identity=args.identity))
     decision = worker.first_renewal(timeout=args.start_timeout)

@@ -5,11 +5,17 @@ sets (or options), are required and must be Kubernetes names; a command is requi
 start timeout is bounded. Supervision (with a keeper stand-in, a real child process):
 the child's exit code is the renewer's, a signal N becomes 128 + N, and a lost or lapsed
 lease terminates the child. The renewal itself is tested against the API server in
-``tests/integration/test_worker_renewer.py``.
+``tests/integration/test_worker_renewer.py``. ``agentrun-worker ready``, the sidecar's
+startup probe: its exit code from what the sidecar answers, and that it loads none of the
+SDK; and the package's public names, each loaded from its module when first used.
 """
 
 from __future__ import annotations
 
+import http.server
+import importlib
+import json
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -136,3 +142,59 @@ def test_a_lost_or_lapsed_lease_terminates_the_command(report: str) -> None:
     code = cli.supervise(stand_in, python("import time; time.sleep(600)"))
     assert code == 128 + 15
     assert stand_in.stopped
+
+
+# -- the startup probe: light, since it runs in the sidecar's CPU while the sidecar starts ----
+
+# What `agentrun-worker ready` must not load: the SDK and what only it needs.
+HEAVY = ("pydantic", "urllib3", "yaml", "jsonschema", "agentrun.worker._sdk",
+         "agentrun.worker._sidecarserver", "agentrun.rest", "agentrun.objectstore")
+
+
+class Ready(http.server.BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:
+        self.send_response(self.status if self.path == "/v1/ready" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("status", "code"), [(200, 0), (503, 1), (None, 1)])
+def test_ready_answers_from_the_sidecar_and_loads_nothing_heavy(
+        status: int | None, code: int) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ready)
+    Ready.status = status or 200
+    port = server.server_address[1]
+    if status is None:
+        server.server_close()  # nothing listens: the sidecar has not started
+    else:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", "import json, sys; from agentrun.worker import cli; "
+             f"code = cli.main(['ready', '--port', '{port}']); "
+             "print(json.dumps(sorted(sys.modules))); sys.exit(code)"],
+            capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        if status is not None:
+            server.shutdown()
+            server.server_close()
+    assert probe.returncode == code, probe.stderr
+    loaded = json.loads(probe.stdout)
+    assert [name for name in loaded if name.startswith(HEAVY)] == []
+    assert "agentrun.worker._sidecarprobe" in loaded
+
+
+def test_the_package_loads_a_public_name_when_first_used() -> None:
+    import agentrun.worker as sdk
+
+    assert sorted(sdk.__all__) == sorted(sdk._HOLDERS)
+    for name, holder in sdk._HOLDERS.items():
+        assert getattr(sdk, name) is getattr(importlib.import_module(
+            f"agentrun.worker.{holder}"), name)
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        sdk.Nothing  # noqa: B018

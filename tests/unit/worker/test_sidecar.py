@@ -27,6 +27,7 @@ from agentrun.worker import _journal as journals
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _records as records
 from agentrun.worker import _renewer as renewer
+from agentrun.worker import _sidecarprobe as sidecarprobe
 from agentrun.worker._renewals import Standing
 from agentrun.worker._sidecar import CheckIns
 from agentrun.worker._sidecarsessions import MAX_BODY_BYTES, RESULT_BYTES, Reply
@@ -209,8 +210,6 @@ def test_a_full_lease_is_not_a_lost_lease(refusal: records.RecordError, status: 
 
 
 def test_the_server_listens_on_localhost_and_moves_json() -> None:
-    from agentrun.worker import _sidecarserver as sidecarserver
-
     sidecar, worker = make()
     with serving(sidecar) as (ask, (host, port)):
         assert host == "127.0.0.1"
@@ -222,9 +221,9 @@ def test_the_server_listens_on_localhost_and_moves_json() -> None:
         status, body = ask("GET", "/v1/steps/nothing")
         assert status == 404 and body["error"] == "NotCommitted"
         assert set(worker.memory.committed) == {"gather"}
-        assert sidecarserver.ready(port=port) == 0
+        assert sidecarprobe.ready(port=port) == 0
         worker.keeper.state = Standing.STARTING
-        assert sidecarserver.ready(port=port) == 1
+        assert sidecarprobe.ready(port=port) == 1
 
 
 def test_a_restarted_sidecar_reconciles_its_own_attempts_intent_first() -> None:
