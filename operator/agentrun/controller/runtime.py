@@ -141,7 +141,9 @@ class Operator:
         ``telemetry``: where the spans of the runs' traces go (None: nowhere);
         ``operator_namespace``: the namespace it runs in, where its leader Lease, fencing
         token and stamping Secret are (:mod:`agentrun.kube.ownnamespace`)."""
-        client = rest.Rest(clients.configure(context=context), throttle=bucket)
+        threads = 2 * workers  # the reconcile executor's, which share the one client
+        client = rest.Rest(clients.configure(context=context), throttle=bucket,
+                           connections=max(threads, rest.DEFAULT_CONNECTIONS))
         store = stores.Stores()
         reader, writer = views(client, store, operator_namespace=operator_namespace)
         elector = None if election is None else leadership.Elector(
@@ -166,7 +168,7 @@ class Operator:
                    workers=workers, timeout=timeout, meters=meters or metrics.Metrics(),
                    telemetry=telemetry or Telemetry(),
                    executor=concurrent.futures.ThreadPoolExecutor(
-                       max_workers=2 * workers, thread_name_prefix="reconcile"))
+                       max_workers=threads, thread_name_prefix="reconcile"))
 
     async def begin(self, *, namespaces: Sequence[str]) -> None:
         """Prime the stores (retrying with backoff), wait for the stamping epoch

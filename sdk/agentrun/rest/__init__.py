@@ -8,6 +8,7 @@ neither the ``kubernetes`` package nor aiohttp.
 """
 
 from agentrun.rest._client import (
+    DEFAULT_CONNECTIONS,
     DEFAULT_TIMEOUT,
     JSON,
     MERGE_PATCH,
@@ -32,6 +33,7 @@ from agentrun.rest._connections import (
 )
 
 __all__ = [
+    "DEFAULT_CONNECTIONS",
     "DEFAULT_TIMEOUT",
     "JSON",
     "MERGE_PATCH",

@@ -54,6 +54,8 @@ class Timeout(NamedTuple):
 # 20 s is far above the first and well under the second: a request that has not answered
 # by then is hung, and its worker should go on to other keys.
 DEFAULT_TIMEOUT = Timeout(connect=5.0, read=20.0)
+# Connections kept open for reuse by default: as many as the kubernetes package keeps.
+DEFAULT_CONNECTIONS = (os.cpu_count() or 1) * 5
 # An answer later than this after its request was sent is not evidence of when the server
 # served it (a paused server answers what waited all at once): it counts as blind time
 # (:class:`Health`). A loaded server answers in about a second; later than 2 s is counted.
@@ -229,7 +231,8 @@ class Rest:
                  health: Health | None = None,
                  timeout: Timeout = DEFAULT_TIMEOUT,
                  throttle: throttles.Bucket | None = None,
-                 observe: Observe | None = None) -> None:
+                 observe: Observe | None = None,
+                 connections: int = DEFAULT_CONNECTIONS) -> None:
         self.connection = of(source)
         # Told of every request, for metrics: its verb, its answer's status (None: no
         # answer) and the seconds it took.
@@ -239,8 +242,10 @@ class Rest:
         self.timeout = timeout
         # No retries: urllib3 would retry an idempotent request on a read timeout, making
         # the timeout several times what it says; one try, then the caller's own backoff
-        # decides. As many pooled connections as the kubernetes package keeps (five a
-        # core), for the operator's reconcile threads that share one client.
+        # decides. ``connections``: how many are kept open for reuse, at least as many as
+        # threads that share this client (the operator's reconcile threads), else each
+        # request over that count opens a connection (a TLS handshake) and urllib3 drops it
+        # after with a warning.
         connection = self.connection
         tls: dict[str, Any] = {
             "cert_reqs": "CERT_REQUIRED" if connection.verify else "CERT_NONE",
@@ -248,7 +253,7 @@ class Rest:
             "key_file": connection.key_file,
             **({"server_hostname": connection.tls_server_name}
                if connection.tls_server_name else {})}
-        pools: dict[str, Any] = {"num_pools": 4, "maxsize": (os.cpu_count() or 1) * 5,
+        pools: dict[str, Any] = {"num_pools": 4, "maxsize": connections,
                                  "retries": False, "socket_options": KEEPALIVE, **tls}
         self.pools: urllib3.PoolManager = (
             _proxied(connection.proxy, headers=connection.proxy_headers, pools=pools)

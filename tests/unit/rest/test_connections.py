@@ -315,3 +315,50 @@ def test_a_proxys_credentials_become_its_authorization_header(tmp_path: Path) ->
     assert pools.proxy.auth is None  # not in the URL the pool keeps
     expected = "Basic " + base64.b64encode(b"us@er:p:ss").decode()
     assert pools.proxy_headers["proxy-authorization"] == expected
+
+
+class Held(BaseHTTPRequestHandler):
+    """Answers only once ``barrier`` has every request in hand: they are all open at once."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive: a connection goes back to the pool
+    barrier: ClassVar[threading.Barrier]
+
+    def do_GET(self) -> None:
+        Held.barrier.wait(timeout=30)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("kept", [4, 12])
+def test_threads_over_the_connections_kept_open_more_and_drop_them(
+        kept: int, caplog: pytest.LogCaptureFixture) -> None:
+    """12 threads at once through one client: with 12 kept, every connection goes back to
+    the pool; with 4, urllib3 drops the other 8 after use (each a new handshake next time),
+    which is why the operator keeps as many as its reconcile threads."""
+    threads = 12
+    Held.barrier = threading.Barrier(threads)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Held)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    client = rest.Rest(rest.Connection(server=f"http://127.0.0.1:{httpd.server_address[1]}"),
+                       connections=kept)
+    answers: list[object] = []
+    try:
+        with caplog.at_level("WARNING", logger="urllib3.connectionpool"):
+            workers = [threading.Thread(target=lambda: answers.append(client.get("/x")))
+                       for _ in range(threads)]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join(timeout=30)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert answers == [{}] * threads
+    dropped = [r for r in caplog.records if "Connection pool is full" in r.getMessage()]
+    assert len(dropped) == threads - kept if kept < threads else not dropped
