@@ -18,6 +18,7 @@ from typing import Any
 
 import kubernetes
 
+from agentrun.api import names
 from bench.latency.support import (
     Feed,
     attempt_outcome,
@@ -157,9 +158,11 @@ class Plays:
         self.bench.core.patch_namespaced_pod_status(pod, namespace, failed_status())
 
     def release(self, lease: str) -> None:
-        """The worker's exit: its Lease let go (holder cleared) before the pod ends."""
-        self.coordination.patch_namespaced_lease(lease, self.op,
-                                                 {"spec": {"holderIdentity": None}})
+        """The worker's exit: its Lease released before the pod ends, as the SDK's worker
+        releases it (``agentrun.dev/released``, its last write)."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self.coordination.patch_namespaced_lease(
+            lease, self.op, {"metadata": {"annotations": {names.RELEASED_ANNOTATION: now}}})
 
     def pace(self, started: float, step: int, *, every: float | None = None) -> None:
         """Hold the stagger: event ``step`` at ``started + step * every``."""

@@ -113,6 +113,10 @@ OUTCOME_ANNOTATION: Final = "agentrun.dev/outcome"
 # On a fork's attempt-0 Lease: "<source run> <source uid>[ at <node>:<step>]", for people.
 FORKED_FROM_ANNOTATION: Final = "agentrun.dev/forked-from"
 ENDED_AT_ANNOTATION: Final = "agentrun.dev/ended-at"
+# Written once by the holder as its worker ends (its last write: when, RFC 3339): the Lease
+# is then sealed as if tombstoned, so a finished pod's attempt ends without waiting for
+# its lease to expire (docs/design/states.md).
+RELEASED_ANNOTATION: Final = "agentrun.dev/released"
 OWNER_ACTOR_ANNOTATION: Final = "agentrun.dev/owner-actor"
 LAUNCH_SPEC_ANNOTATION: Final = "agentrun.dev/launch-spec"
 # The uid of the pod the operator created for the attempt, on the tombstone: a successor

@@ -254,6 +254,22 @@ class Keeper:
             if thread is not threading.current_thread():  # stop() from a callback
                 thread.join(timeout=timeout)
 
+    def release(self) -> None:
+        """Stop renewing, then release the lease: the worker's last write, after which
+        admission refuses its every write and the operator ends the attempt as soon as the
+        pod has finished. Only a keeper that renewed releases (one that never did has
+        nothing the operator waits on); a failure is logged, and the lease then expires
+        as it would have."""
+        self.stop()
+        if self.renewer.renewed_at is None:
+            return
+        why = self.renewer.release_once()
+        if why is None:
+            logger.info("lease %s released", self._name())
+        else:
+            logger.warning("lease %s not released (%s): the operator waits for it to "
+                           "expire instead", self._name(), why)
+
     def _renewing(self) -> None:
         delay: float | None = renewals.interval(duration_seconds=self.renewer.duration_seconds)
         while delay is not None and not self._stop.wait(delay):

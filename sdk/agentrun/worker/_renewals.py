@@ -12,6 +12,9 @@ Terms:
 
 A renewal changes ``spec.renewTime`` only, under the resourceVersion it read: a
 concurrent tombstone makes the write a 409 and the next reading sees the tombstone.
+*Releasing* is the worker's last write as it ends: :data:`names.RELEASED_ANNOTATION` (when)
+added the same way; admission then refuses every write of its own after it, and the
+operator ends the attempt as soon as its pod has finished (not a lease duration later).
 The operator compares ``renewTime`` for change only (:mod:`agentrun.core.attempts.observations`),
 so the worker's clock needs no agreement with anyone's.
 """
@@ -25,6 +28,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from agentrun.api import names
 from agentrun.api.meta import micro_time
 from agentrun.core.attempts.observations import LeaseView
 
@@ -167,4 +171,14 @@ def renewed(lease: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
     (its resourceVersion stays: the write is conditional on what was judged)."""
     body = copy.deepcopy(dict(lease))
     body["spec"] = {**(body.get("spec") or {}), "renewTime": micro_time(now)}
+    return body
+
+
+def released(lease: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
+    """The lease as read, released by its holder at ``now`` and nothing else changed (its
+    resourceVersion stays: the write is conditional on what was judged)."""
+    body = copy.deepcopy(dict(lease))
+    metadata = body["metadata"] = dict(body.get("metadata") or {})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}),
+                               names.RELEASED_ANNOTATION: micro_time(now)}
     return body

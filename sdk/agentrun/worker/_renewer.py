@@ -1,4 +1,5 @@
-"""Renewing one attempt's Lease: read it, judge it, write ``renewTime`` back.
+"""Renewing one attempt's Lease: read it, judge it, write ``renewTime`` back; and, as the
+worker ends, release it.
 
 The only API calls a worker makes here are ``get`` and ``update`` on its own Lease (the
 ``agentrun-worker`` ClusterRole grants exactly those). Decisions come from
@@ -21,6 +22,7 @@ from agentrun.worker import _renewals as renewals
 
 logger = logging.getLogger("agentrun.worker")
 FAILURES = (rest.ApiError, urllib3.exceptions.HTTPError, OSError)
+RELEASE_TRIES = 3  # a write that lost a race (409) is judged again on a new reading
 
 
 def _utc_now() -> datetime:
@@ -69,3 +71,29 @@ class Renewer:
             return self._failed(error)
         self.renewed_at = started  # the write may have landed any time after this
         return decision
+
+    def release_once(self) -> str | None:
+        """Release the lease if it is still this worker's: None once released, else why
+        not (not ours any more, or the API server failed: it then expires as before)."""
+        why = "not tried"
+        for _ in range(RELEASE_TRIES):
+            try:
+                lease = self.api.request("GET", self.path)
+            except FAILURES as error:
+                return f"could not read it: {error}"
+            decision = renewals.judge(lease=observations.lease_view(lease),
+                                      identity=self.identity)
+            if decision.verdict is not renewals.Verdict.RENEW:
+                return decision.reason
+            try:
+                self.api.request("PUT", self.path,
+                                 body=renewals.released(lease, now=self.clock()))
+            except rest.ApiError as error:
+                why = f"could not write it: {error}"
+                if error.status == 409:
+                    continue
+                return why
+            except FAILURES as error:
+                return f"could not write it: {error}"
+            return None
+        return why

@@ -305,10 +305,14 @@ class Worker:
         self.keeper.start(on_lapse=on_lapse, on_resume=on_resume, on_lost=on_lost)
         atexit.register(self._stop_at_exit)
 
-    def stop(self) -> None:
+    def stop(self, *, release: bool = True) -> None:
         """The attempt's end: flush what is staged and send the batched spans (at most
         ``telemetry.SHUTDOWN_SECONDS``) while the lease is still renewed, then stop
-        renewing."""
+        renewing and (``release``) release the lease, so the operator ends the attempt as
+        soon as the pod has finished instead of a lease duration later. After it, no
+        worker of this attempt writes again (admission refuses): start no second
+        :class:`Worker` in the same attempt. ``release=False`` only stops renewing (the
+        sidecar, unless SIGTERM ended it: the kubelet may start it again)."""
         atexit.unregister(self._stop_at_exit)
         try:
             if self._steps is not None:
@@ -318,7 +322,10 @@ class Worker:
                 if self._tracing is not None:  # while the lease is renewed, briefly
                     self._tracing.close()
             finally:
-                self.keeper.stop()
+                if release:
+                    self.keeper.release()
+                else:
+                    self.keeper.stop()
 
     def _stop_at_exit(self) -> None:
         """A worker started and never stopped (no ``with``, no :meth:`stop`): its staged

@@ -193,8 +193,9 @@ def serve(*, port: int, check_in_seconds: int, start_timeout: float) -> int:
     finally:
         server.shutdown()
         server.server_close()
-        try:
-            worker.stop()  # flushes the staged steps first
+        try:  # flushes the staged steps first; releases only as the pod ends (SIGTERM): a
+            # sidecar that failed is started again by the kubelet, and must renew then
+            worker.stop(release=stopping.is_set())
         except Exception as failed:
             logger.error("steps staged by the main container could not be made durable: %s",
                          failed)

@@ -10,7 +10,9 @@ In a worker pod the operator sets ``AGENTRUN_NAMESPACE`` and ``AGENTRUN_LEASE``;
 pod's name (``HOSTNAME``) is the lease's holder. The :class:`keeper.Keeper` first renews
 once (which tells the operator the worker started) and the command does not run if the
 lease is not this pod's. Then it runs the command, renews in the background, forwards
-SIGTERM and SIGINT to it, and exits with its exit code (128 + N if a signal N ended it).
+SIGTERM and SIGINT to it, releases the lease when it ends (so the operator ends the
+attempt once the pod has finished, not a lease duration later) and exits with its exit
+code (128 + N if a signal N ended it).
 
 If the lease is *lost* (tombstoned, another holder, deleted, renewal forbidden), the
 attempt is over for the operator: the keeper stops writing and the command gets SIGTERM,
@@ -184,7 +186,7 @@ class Keeping(Protocol):
               on_resume: Callable[[str], None] | None = None,
               on_lost: Callable[[str], None] | None = None) -> None: ...
 
-    def stop(self, *, timeout: float = 5.0) -> None: ...
+    def release(self) -> None: ...
 
 
 def supervise(worker: Keeping, command: list[str]) -> int:
@@ -205,8 +207,8 @@ def supervise(worker: Keeping, command: list[str]) -> int:
     try:
         worker.start(on_lapse=end("may have lapsed"), on_lost=end("is lost"))
         code = child.wait()
-    finally:
-        worker.stop()
+    finally:  # the command ended: stop renewing and let the lease go (Keeper.release)
+        worker.release()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return code if code >= 0 else 128 - code

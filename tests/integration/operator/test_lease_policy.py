@@ -9,7 +9,9 @@ Lease; the holder adds a record (``record.agentrun.dev/<key>``) but cannot chang
 delete it, the stale worker cannot add one to the successor's Lease nor (a late write,
 its pod still there) to its own tombstoned one, each refusal naming the policy; a person
 with ``update`` on leases cannot renew one; other Leases are not matched;
-the namespace controller still empties a deleted namespace.
+the namespace controller still empties a deleted namespace. The holder releases its Lease
+(its last write): only in the documented shape, not a person; nothing of the holder's is
+accepted after it, and the attempt ends as soon as its pod finished, not at expiry.
 
 An impostor pod (a bad-input case): ``alice``, an editor of the namespace (the standard
 ``edit`` role), deletes an attempt's pod and creates an unlabelled one under the same name
@@ -252,3 +254,43 @@ def test_a_pod_run_under_the_attempts_name_is_not_its_pod(
     found = prefix.prefix(leases=leases, attempt=3)
     assert "gather" not in found.committed, found
     assert any(second in p and "not trusted" in p for p in found.problems), found.problems
+
+
+def test_a_released_lease_is_sealed_and_ends_its_attempt_once_the_pod_finished(
+        scenario: Scenario, operator: OperatorProcess, validating: None) -> None:
+    """The holder's last write releases its Lease (agentrun.dev/released, when): nobody
+    else may, in no other shape; after it the holder writes nothing more, and the attempt
+    ends as soon as its pod has finished, long before its 120 s lease could expire."""
+    scenario.grant_editor("alice")
+    slot = started(scenario, lease_seconds=120, max_attempts=1)
+    lease = f"{slot}-1"
+    grant(scenario, "worker-leases", {"kind": "ServiceAccount", "name": "default",
+                                      "namespace": scenario.namespace})
+    grant(scenario, "alice-leases", {"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                     "name": "alice"})
+    holder = token_for(scenario, lease)
+    assert renew(scenario, lease, token=holder)[0] == 0
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    for bad in ("yesterday", now + " ", "2026-13-01"[:7]):
+        code, error = annotate(scenario, lease, {names.RELEASED_ANNOTATION: bad}, token=holder)
+        assert code != 0 and POLICY in error and "in RFC 3339 UTC" in error, (bad, error)
+    patch = json.dumps({"metadata": {"annotations": {names.RELEASED_ANNOTATION: now}}})
+    by_alice = scenario.cluster.kubectl("-n", scenario.namespace, "patch", "lease", lease,
+                                        "--type=merge", "-p", patch, user="alice")
+    assert by_alice.returncode != 0 and "with a token bound to that pod" in by_alice.stderr
+    assert annotate(scenario, lease, {names.RELEASED_ANNOTATION: now}, token=holder) == (0, "")
+    sealed = scenario.lease(lease)
+    code, error = renew(scenario, lease, token=holder)
+    assert code != 0 and f"Lease {lease} is tombstoned" in error and "released" in error, error
+    code, error = annotate(scenario, lease, record("late", 1, "x"), token=holder)
+    assert code != 0 and f"Lease {lease} is tombstoned" in error, error
+    code, error = annotate(scenario, lease, {names.RELEASED_ANNOTATION: None}, token=holder)
+    assert code != 0 and f"Lease {lease} is tombstoned" in error, error
+    assert scenario.lease(lease) == sealed
+
+    scenario.finish(lease, "Succeeded", exit_code=0)
+    wait_for(lambda: scenario.slot(slot)["status"].get("state") == "Succeeded", timeout=30,
+             message="the slot Succeeded, its lease released (not expired: 120 s)")
+    attempt = scenario.slot(slot)["status"]["attempts"][-1]
+    assert attempt["outcome"] == "Succeeded"
+    assert attempt["reason"].endswith("the lease is released"), attempt

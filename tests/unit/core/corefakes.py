@@ -199,9 +199,12 @@ def pod(number: int, phase: str | None = "Running", *, attempt_label: int | None
 
 def lease(number: int, *, renew_time: str | None = None, duration: int = LEASE_SECONDS,
           holder: bool = True, outcome: str | None = None, attempt_label: int | None = None,
-          owner_uid: str = SLOT_UID) -> dict[str, Any]:
-    """Attempt ``number``'s Lease; ``outcome`` set means tombstoned."""
+          owner_uid: str = SLOT_UID, released: bool = False) -> dict[str, Any]:
+    """Attempt ``number``'s Lease; ``outcome`` set means tombstoned, ``released`` that its
+    holder released it (as its worker ended)."""
     annotations = {names.OUTCOME_ANNOTATION: outcome} if outcome else {}
+    if released:
+        annotations[names.RELEASED_ANNOTATION] = "2026-01-01T00:00:00Z"
     spec: dict[str, Any] = {"leaseDurationSeconds": duration}
     if holder:
         spec["holderIdentity"] = worker(number)

@@ -104,7 +104,7 @@ class KeeperStandIn:
     """Stands in for the lease keeper: renews nothing; may report a lapse or a loss."""
 
     report: str | None = None  # "lapse" or "lost", at start
-    stopped: bool = False
+    released: bool = False
 
     def start(self, *, on_lapse: Callable[[str], None] | None = None,
               on_resume: Callable[[str], None] | None = None,
@@ -113,8 +113,8 @@ class KeeperStandIn:
         if told is not None:
             threading.Thread(target=told, args=(self.report,)).start()
 
-    def stop(self, *, timeout: float = 5.0) -> None:
-        self.stopped = True
+    def release(self) -> None:
+        self.released = True
 
 
 def python(code: str) -> list[str]:
@@ -125,7 +125,7 @@ def test_the_exit_code_is_the_commands() -> None:
     stand_in = KeeperStandIn()
     code = cli.supervise(stand_in, python("import sys; sys.exit(7)"))
     assert code == 7
-    assert stand_in.stopped  # renewal ends with the command
+    assert stand_in.released  # renewal ends with the command, the lease let go
 
 
 def test_a_signal_becomes_128_plus_its_number() -> None:
@@ -141,7 +141,7 @@ def test_a_lost_or_lapsed_lease_terminates_the_command(report: str) -> None:
     # The child would run for ten minutes; only the SIGTERM of the report ends it.
     code = cli.supervise(stand_in, python("import time; time.sleep(600)"))
     assert code == 128 + 15
-    assert stand_in.stopped
+    assert stand_in.released
 
 
 # -- the startup probe: light, since it runs in the sidecar's CPU while the sidecar starts ----

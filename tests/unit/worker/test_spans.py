@@ -99,12 +99,12 @@ def test_steps_and_effects_are_spans_under_the_attempt() -> None:
 
 
 class Stops:
-    """A keeper that records when it stops (the lease's renewals)."""
+    """A keeper that records when it stops renewing and lets the lease go."""
 
     def __init__(self, order: list[str]) -> None:
         self.order = order
 
-    def stop(self) -> None:
+    def release(self) -> None:
         self.order.append("keeper")
 
 

@@ -9,7 +9,8 @@ Terms:
   saw and, on the operator's own clock, when it first saw that value. It exists only once
   the worker has renewed (the operator creates the Lease without ``renewTime``).
 - *lease status*: ``Held``, ``Expired``, ``Released`` (tombstoned: holder cleared or an
-  outcome recorded) or ``Missing``.
+  outcome recorded; or released by its holder, ``agentrun.dev/released``, its worker's
+  last write as it ended, until its duration runs out, then ``Expired``) or ``Missing``.
 
 Expiry follows client-go's leader election: a lease expires when the operator has not
 *seen* ``renewTime`` change for the lease duration on its own *monotonic* clock (the
@@ -74,7 +75,8 @@ class LeaseView:
     holder: str | None = None
     renew_time: str | None = None
     duration_seconds: int | None = None
-    tombstoned: bool = False
+    tombstoned: bool = False  # sealed: no worker may write it again
+    released: bool = False  # sealed by its holder, as its worker ended; not (yet) the operator
     bound_uid: str | None = None  # the pod uid admission bound the Lease to, if any
 
 
@@ -121,12 +123,15 @@ def lease_view(lease: Mapping[str, Any] | None) -> LeaseView:
     spec = lease.get("spec") or {}
     annotations = (lease.get("metadata") or {}).get("annotations") or {}
     holder = spec.get("holderIdentity") or None
+    ended = holder is None or names.OUTCOME_ANNOTATION in annotations
+    released = names.RELEASED_ANNOTATION in annotations
     return LeaseView(
         exists=True,
         holder=holder,
         renew_time=spec.get("renewTime") or None,
         duration_seconds=spec.get("leaseDurationSeconds"),
-        tombstoned=holder is None or names.OUTCOME_ANNOTATION in annotations,
+        tombstoned=ended or released,
+        released=released and not ended,
         bound_uid=annotations.get(names.HOLDER_UID_ANNOTATION) or None,
     )
 
@@ -180,13 +185,21 @@ def lease_status(
     it could not have seen then, or a first one the worker could not make against a
     paused server, is not the worker's fault, so that time never counts.
     ``renewTime`` and ``leaseDurationSeconds`` of the Lease are never used.
+
+    A Lease its holder released (``lease.released``: no worker may write it again) is
+    ``Released`` for as long as it would have been held, then ``Expired``: released, a
+    finished pod's attempt ends at once; a pod still running after its worker let go
+    (ending, or stuck on its way out) is left to finish until then, and fenced after.
     """
     if not lease.exists:
         return LeaseStatus.MISSING
-    if lease.tombstoned:
+    if lease.tombstoned and not lease.released:
         return LeaseStatus.RELEASED
     if observation is None:
-        deadline = claimed_at + timedelta(seconds=start_deadline_seconds) + blind
-        return LeaseStatus.HELD if now < deadline else LeaseStatus.EXPIRED
-    expiry = observation.observed_at + timedelta(seconds=lease_duration_seconds) + blind
-    return LeaseStatus.HELD if (ticks or now) < expiry else LeaseStatus.EXPIRED
+        live = now < claimed_at + timedelta(seconds=start_deadline_seconds) + blind
+    else:
+        expiry = observation.observed_at + timedelta(seconds=lease_duration_seconds) + blind
+        live = (ticks or now) < expiry
+    if not live:
+        return LeaseStatus.EXPIRED
+    return LeaseStatus.RELEASED if lease.released else LeaseStatus.HELD

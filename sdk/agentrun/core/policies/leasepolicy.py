@@ -5,8 +5,12 @@ operator's record. Its worker, authenticated by a token bound to its Pod (the AP
 puts the pod's name in ``request.userInfo.extra['authentication.kubernetes.io/pod-name']``),
 may change ``spec.renewTime``, add durable records, advance its journal's head (and the
 usage beside it, in the same write) and set or clear its journal's store error and loss
-(``journal.agentrun.dev/error``, ``/lost``, bounded), and only while the Lease names that
-pod as its holder and is not tombstoned (holder cleared, or an outcome recorded).
+(``journal.agentrun.dev/error``, ``/lost``, bounded), and release it
+(``agentrun.dev/released``: when, RFC 3339; its last write as its worker ends), and only
+while the Lease names that pod as its holder and is not tombstoned (holder cleared, an
+outcome recorded, or released: a released Lease is sealed against its own holder too,
+which is what lets the operator end a finished pod's attempt without waiting for the
+lease to expire).
 
 A name is not a pod: an editor of the namespace may delete the attempt's pod and run one
 of their own under the same name and ServiceAccount, whose token carries the same
@@ -59,6 +63,8 @@ USAGE = names.JOURNAL_USAGE_ANNOTATION
 MODEL_USAGE = names.MODEL_USAGE_ANNOTATION
 ERROR = names.JOURNAL_ERROR_ANNOTATION
 LOST = names.JOURNAL_LOST_ANNOTATION
+RELEASED = names.RELEASED_ANNOTATION
+RELEASED_SHAPE = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,9})?Z$"
 HEAD_SHAPE = "^[0-9]{10}-[0-9a-f]{64}$"
 
 
@@ -209,7 +215,8 @@ def record_checks() -> list[Object]:
     new, old = "variables.new", "variables.old"
     kept = (f"{new}.filter(k, !k.startsWith('{PREFIX}') && k != '{HOLDER_UID}' && "
             f"k != '{HEAD}' && k != '{USAGE}' && k != '{MODEL_USAGE}' && k != '{ERROR}' && "
-            f"k != '{LOST}').all(k, k in {old} && {old}[k] == {new}[k]) && {old}.all(k, "
+            f"k != '{LOST}' && k != '{RELEASED}').all(k, k in {old} && {old}[k] == {new}[k]) "
+            f"&& {old}.all(k, "
             f"k == '{ERROR}' || k == '{LOST}' || (k in {new} && (k == '{HEAD}' || "
             f"k == '{USAGE}' || k == '{MODEL_USAGE}' || {new}[k] == {old}[k])))")
     attempt = f"oldObject.metadata.?labels.orValue({{}})[?'{names.ATTEMPT_LABEL}'].orValue('')"
@@ -219,9 +226,10 @@ def record_checks() -> list[Object]:
     return [
         validation(f"request.operation != 'UPDATE' || ({kept})",
                    f"a worker may add records ({PREFIX}<key>) to its attempt's Lease, "
-                   f"advance {HEAD} (and {USAGE} and {MODEL_USAGE} with it) and set or "
-                   f"remove {ERROR} and {LOST}, but not change other annotations; "
-                   f"{RECORDS_CHANGED} is refused: records are write-once"),
+                   f"advance {HEAD} (and {USAGE} and {MODEL_USAGE} with it), set or "
+                   f"remove {ERROR} and {LOST} and release it ({RELEASED}), but not change "
+                   f"other annotations; {RECORDS_CHANGED} is refused: records are "
+                   "write-once"),
         validation(f"request.operation != 'UPDATE' || {new}.filter(k, k.startsWith("
                    f"'{PREFIX}')).size() <= {bounds.MAX_RECORDS}",
                    f"an attempt's Lease holds at most {bounds.MAX_RECORDS} records; store "
@@ -245,6 +253,11 @@ def record_checks() -> list[Object]:
                    f"question) or <key>{names.APPROVED_SUFFIX} (people's decision on an effect's "
                    "approval) is written by the operator from a person's command: a worker "
                    "cannot write one"),
+        validation(f"request.operation != 'UPDATE' || !{new}[?'{RELEASED}'].hasValue() || "
+                   f"{new}['{RELEASED}'].matches('{RELEASED_SHAPE}')",
+                   f"{RELEASED} is when the worker released its Lease, in RFC 3339 UTC "
+                   "(2026-01-02T03:04:05Z); its worker's last write: none is accepted after "
+                   "it"),
     ]
 
 
@@ -252,7 +265,7 @@ def attempt_leases() -> list[Object]:
     pod = f"request.userInfo.?extra.orValue({{}})[?'{POD_NAME}'].orValue([])"
     holder = "oldObject.spec.?holderIdentity.orValue('')"
     tombstoned = (f"{holder} == '' || oldObject.metadata.?annotations.orValue({{}})"
-                  f".exists(k, k == '{names.OUTCOME_ANNOTATION}')")
+                  f".exists(k, k == '{names.OUTCOME_ANNOTATION}' || k == '{RELEASED}')")
     only_renewal = " && ".join(
         [f"object.spec.?{field} == oldObject.spec.?{field}" for field in KEPT_SPEC]
         + [f"object.metadata.?{field} == oldObject.metadata.?{field}"
@@ -275,8 +288,9 @@ def attempt_leases() -> list[Object]:
             validating.dynamic_validation(
                 "request.operation != 'UPDATE' || !("
                 f"{tombstoned})",
-                "'Lease ' + oldObject.metadata.name + ' is tombstoned (its attempt ended): "
-                "nobody but the operator and the garbage collector changes it'"),
+                "'Lease ' + oldObject.metadata.name + ' is tombstoned (its attempt ended, "
+                "or its worker released it): nobody but the operator and the garbage "
+                "collector changes it'"),
             validating.dynamic_validation(
                 "request.operation != 'UPDATE' || (variables.pod.size() == 1 && "
                 f"variables.pod[0] == {holder} && request.userInfo.username.startsWith("

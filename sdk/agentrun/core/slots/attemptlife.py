@@ -308,7 +308,9 @@ def active_step(world: inputs.World) -> actions.Step:
     if verdict.delete_pod:
         return actions.DeletePod(name=objects.name, uid=pod.uid, message=said)
     if not verdict.ended:
-        if judged is not LeaseStatus.HELD:
+        # Held, or released by its holder while its pod runs: look again at its expiry.
+        if not (judged is LeaseStatus.HELD
+                or (judged is LeaseStatus.RELEASED and lease.released)):
             return actions.Wait(message=said)
         if observation is None:  # on the start window's clock, said as a wall time
             until = world.now + (started + timedelta(seconds=deadline) + world.blind - now)

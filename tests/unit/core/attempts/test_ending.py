@@ -147,6 +147,39 @@ def test_released_and_missing_leases() -> None:
     assert status_at(f.T0, None, observations.MISSING_LEASE) is LeaseStatus.MISSING
 
 
+def test_a_lease_its_holder_released_is_released_until_its_duration_then_expired() -> None:
+    """Released by its holder (its worker's last write as it ended): a finished pod's
+    attempt ends at once; a pod still running is left to finish for as long as the lease
+    would have been held, then fenced like any whose lease expired."""
+    view = observations.lease_view({
+        "metadata": {"annotations": {"agentrun.dev/released": "2026-12-06T12:00:00Z"}},
+        "spec": {"holderIdentity": "pod", "renewTime": "r", "leaseDurationSeconds": 30}})
+    assert view.tombstoned and view.released
+    obs = observations.observe(previous=None, lease=view, now=f.T0)
+    assert status_at(f.T0, obs, view) is LeaseStatus.RELEASED
+    assert status_at(f.T0 + f.seconds(29), obs, view) is LeaseStatus.RELEASED
+    assert status_at(f.T0 + f.seconds(30), obs, view) is LeaseStatus.EXPIRED
+    # never renewed as far as this operator saw: the start deadline bounds it instead
+    assert status_at(f.T0 + f.seconds(299), None, view) is LeaseStatus.RELEASED
+    assert status_at(f.T0 + f.seconds(300), None, view) is LeaseStatus.EXPIRED
+    for phase, outcome in ((PodPhase.SUCCEEDED, Outcome.SUCCEEDED),
+                           (PodPhase.FAILED, Outcome.FAILED), (PodPhase.GONE, Outcome.LOST)):
+        ended = ending.judge(pod=PodView(phase=phase, exit_code=0), lease=LeaseStatus.RELEASED,
+                             renewed=True)
+        assert ended.ended and ended.outcome is outcome and "the lease is released" in \
+            ended.message
+    running = ending.judge(pod=PodView(phase=PodPhase.RUNNING), lease=LeaseStatus.RELEASED,
+                           renewed=True)
+    assert not running.ended and not running.delete_pod
+    assert "waiting for the pod to finish" in running.message
+    # the operator's tombstone over it: released for good, and no longer the holder's
+    ended_too = observations.lease_view({
+        "metadata": {"annotations": {"agentrun.dev/released": "t", "agentrun.dev/outcome": "x"}},
+        "spec": {"holderIdentity": "pod"}})
+    assert ended_too.tombstoned and not ended_too.released
+    assert status_at(f.T0 + f.seconds(900), obs, ended_too) is LeaseStatus.RELEASED
+
+
 def test_reading_pods_and_leases() -> None:
     """Pod and Lease dicts as the API returns them become views."""
     assert observations.pod_view(None).phase is PodPhase.GONE

@@ -255,6 +255,35 @@ def test_a_succeeded_pod_ends_the_attempt_and_the_slot_succeeded() -> None:
     assert (step.event.type, step.event.reason) == ("Normal", "AttemptEnded")
 
 
+@pytest.mark.parametrize(("phase", "outcome", "state"), [
+    ("Succeeded", Outcome.SUCCEEDED, SlotState.SUCCEEDED),
+    ("Failed", Outcome.FAILED, SlotState.RETRY_WAIT)])
+def test_a_finished_pod_whose_worker_released_its_lease_ends_the_attempt_at_once(
+        phase: str, outcome: Outcome, state: SlotState) -> None:
+    """Not a lease duration later: its worker's last write said it let go."""
+    world = active_world(pod=f.pod(1, phase, exit_code=0 if phase == "Succeeded" else 1),
+                         lease=f.lease(1, renew_time="r", released=True), now_s=41,
+                         observed_s=40)
+    step = expect(steps.next_step(world), WriteStatus)
+    assert (step.status.state, step.status.attempts[-1].outcome) == (state, outcome)
+    assert step.status.attempts[-1].reason is not None
+    assert step.status.attempts[-1].reason.endswith("the lease is released")
+
+
+def test_a_running_pod_whose_worker_released_its_lease_is_left_to_finish_until_its_expiry(
+) -> None:
+    """Released while its pod still runs (the worker ending): waited for until the lease
+    would have expired, looked at again then, and fenced if still running."""
+    released = f.lease(1, renew_time="r", released=True)
+    step = expect(steps.next_step(active_world(pod=f.pod(1), lease=released, now_s=41,
+                                               observed_s=40)), Wait)
+    assert step.until == f.T0 + f.seconds(40 + f.LEASE_SECONDS)
+    assert "the lease is released but the pod is still Running" in step.message
+    late = active_world(pod=f.pod(1), lease=released, now_s=40 + f.LEASE_SECONDS,
+                        observed_s=40)
+    assert "deleting the pod" in expect(steps.next_step(late), DeletePod).message
+
+
 def test_a_pod_gone_after_the_lease_expired_ends_the_attempt_lost() -> None:
     world = active_world(pod=None, lease=f.lease(1, renew_time="r"), now_s=100, observed_s=0)
     step = expect(steps.next_step(world), WriteStatus)
