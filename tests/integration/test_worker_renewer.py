@@ -6,8 +6,9 @@ projected token), and ``agentrun-worker run`` runs here as a separate process wh
 kubeconfig holds only that token, as a worker pod's in-cluster configuration would.
 
 Covers: the renewal is written by the pod's service account (audit log: user and the
-bound pod's name and uid), changes ``renewTime`` alone, repeats, and the command's exit
-code is the renewer's; a tombstone stops renewal and terminates the command, and so does
+bound pod's name and uid), changes ``renewTime`` alone, repeats, the lease is released
+(``agentrun.dev/released``, the last write) once the command exited, and the command's
+exit code is the renewer's; a tombstone stops renewal and terminates the command, and so does
 a lease duration without a successful renewal (the pod deleted: its token refused); a lease held
 by someone else, or no RBAC for the service account, means the command never runs; a
 SIGTERM reaches the command. The RoleBinding names the generated ``agentrun-worker``
@@ -240,6 +241,8 @@ def test_the_pods_service_account_renews_the_lease(
 
     after = worker.lease()
     assert {k: v for k, v in after["spec"].items() if k != "renewTime"} == before["spec"]
+    released = after["metadata"]["annotations"].pop(names.RELEASED_ANNOTATION)
+    assert released.endswith("Z") and released > first  # after the first renewal
     assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
     updates = wait_for(
         lambda: [e for e in _audit_events(cluster, worker.namespace)
@@ -350,10 +353,14 @@ def test_the_project_image_renews_as_a_worker_pod_would(
     finally:
         imagestore.buildah("rm", container)
     assert worker.lease()["spec"].get("renewTime")
-    writes = wait_for(lambda: audit.writes(cluster.audit_log,  # type: ignore[arg-type]
-                                           namespace=worker.namespace, user=worker.user),
-                      timeout=TIMEOUT, message="the image's renewal in the audit log")
-    assert [(w.key, w.code) for w in writes] == [(("update", "leases", "", POD), 200)]
+    def both() -> list[audit.Write] | None:
+        found = audit.writes(cluster.audit_log,  # type: ignore[arg-type]
+                             namespace=worker.namespace, user=worker.user)
+        return found if len(found) >= 2 else None
+    writes = wait_for(both, timeout=TIMEOUT,
+                      message="the image's renewal and release in the audit log")
+    assert [(w.key, w.code) for w in writes] == [(("update", "leases", "", POD), 200)] * 2
+    assert names.RELEASED_ANNOTATION in worker.lease()["metadata"]["annotations"]
 
 
 def test_the_worker_role_is_exactly_what_the_renewer_calls() -> None:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from agentrun.api import names
 from agentrun.plugin import terminal
 
 Object = dict[str, Any]
@@ -75,15 +76,21 @@ def run_state(run: Object) -> str:
 
 
 def lease_note(lease: Object | None, *, now: datetime) -> str | None:
-    """``renewed 3s ago by <holder>``, ``not renewed yet``, or None (no Lease readable)."""
+    """``renewed 3s ago by <holder>``, ``released 1s ago by <holder>`` (its worker's last
+    write, as it ended), ``not renewed yet``, or None (no Lease readable)."""
     if lease is None:
         return None
     spec = lease.get("spec") or {}
+    holder = spec.get("holderIdentity")
+    by = f" by {holder}" if holder else ""
+    released = ((lease.get("metadata") or {}).get("annotations") or {}).get(
+        names.RELEASED_ANNOTATION)
+    if released:
+        return f"released {age(released, now=now)} ago{by}"
     renewed = spec.get("renewTime")
     if not renewed:
         return "not renewed yet"
-    holder = spec.get("holderIdentity")
-    return f"renewed {age(renewed, now=now)} ago" + (f" by {holder}" if holder else "")
+    return f"renewed {age(renewed, now=now)} ago{by}"
 
 
 def attempt_row(attempt: Object, *, now: datetime, live: bool,

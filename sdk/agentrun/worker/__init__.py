@@ -132,17 +132,19 @@ _HOLDERS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    holder = _HOLDERS.get(name)
-    if holder is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{holder}"), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # for mypy the names are the imports above: a typo stays an error
+
+    def __getattr__(name: str) -> Any:
+        holder = _HOLDERS.get(name)
+        if holder is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{holder}"), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted(__all__)
 
 
 __all__ = [

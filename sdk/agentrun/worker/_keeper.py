@@ -73,6 +73,7 @@ class Keeper:
         self._told_lapse = False
         self._generation = 0  # counts changes, so the alarm misses none
         self._stop = threading.Event()
+        self._released = False  # release() was called: it writes at most once
         self._threads: list[threading.Thread] = []
         self._on_lapse: Callback | None = None
         self._on_resume: Callback | None = None
@@ -261,8 +262,10 @@ class Keeper:
         nothing the operator waits on); a failure is logged, and the lease then expires
         as it would have."""
         self.stop()
-        if self.renewer.renewed_at is None:
-            return
+        with self._lock:
+            if self.renewer.renewed_at is None or self._released:
+                return
+            self._released = True
         why = self.renewer.release_once()
         if why is None:
             logger.info("lease %s released", self._name())

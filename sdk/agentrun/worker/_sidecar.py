@@ -170,6 +170,9 @@ class Sidecar:
     reply_timeout: float = REPLY_TIMEOUT_SECONDS
     instruction_wait: float = INSTRUCTION_WAIT_SECONDS
     sessions: dict[str, Session] = field(default_factory=dict)
+    # The startup probe was answered 200: the kubelet counts the sidecar started and will
+    # not kill it for its probe again (so a SIGTERM now is the pod's end).
+    told_ready: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def handle(self, method: str, path: str, body: bytes = b"") -> Reply:
@@ -246,7 +249,11 @@ class Sidecar:
         standing = self.worker.keeper.standing()
         if standing is Standing.STARTING:
             return error(503, "Starting", "the lease has not been renewed yet")
-        return self._lost() or Reply(status=200, body={"standing": str(standing)})
+        lost = self._lost()
+        if lost is not None:
+            return lost
+        self.told_ready = True
+        return Reply(status=200, body={"standing": str(standing)})
 
     def get_step(self, key: str) -> Reply:
         with self._lock:

@@ -162,10 +162,13 @@ def serve(*, port: int, check_in_seconds: int, start_timeout: float) -> int:
     except WorkerContextError as missing:
         logger.error("not starting: %s", missing)
         return EXIT_NO_CONTEXT
-    server = Server(port=port, sidecar=Sidecar(worker=worker, check_ins=check_ins))
-    stopping = threading.Event()
+    sidecar = Sidecar(worker=worker, check_ins=check_ins)
+    server = Server(port=port, sidecar=sidecar)
+    stopping, terminated = threading.Event(), threading.Event()
 
     def stop(signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM:
+            terminated.set()
         stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
@@ -193,9 +196,10 @@ def serve(*, port: int, check_in_seconds: int, start_timeout: float) -> int:
     finally:
         server.shutdown()
         server.server_close()
-        try:  # flushes the staged steps first; releases only as the pod ends (SIGTERM): a
-            # sidecar that failed is started again by the kubelet, and must renew then
-            worker.stop(release=stopping.is_set())
+        try:  # flushes the staged steps first; releases only as the pod ends: on SIGTERM
+            # once its startup probe passed (before that, or when it failed, the kubelet
+            # starts it again, and it must renew then)
+            worker.stop(release=terminated.is_set() and sidecar.told_ready)
         except Exception as failed:
             logger.error("steps staged by the main container could not be made durable: %s",
                          failed)

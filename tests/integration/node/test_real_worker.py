@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,6 @@ from tests.support.actors.effectowner import EffectOwner
 from tests.support.actors.incluster import OPERATOR_USER, InClusterOperator
 from tests.support.actors.operators import OperatorProcess
 from tests.support.actors.workers import (
-    LEASE_SECONDS,
     LOCAL_OPERATOR_USER,
     agent_events,
     container_pid,
@@ -133,7 +131,7 @@ def served(request: pytest.FixtureRequest, cluster: Cluster, namespace: str,
 
 def test_seed_trace_with_a_real_worker(scenario: Scenario, served: str,
                                        worker_image: str) -> None:
-    """Exit 3 → Failed by the kubelet → lease expires → RetryWait → reassign → claim → 2 runs."""
+    """Exit 3 → lease released → Failed by the kubelet → RetryWait → reassign → claim → 2 runs."""
     scenario.grant_editor("alice", "bob")
     grant_worker_role(scenario)
     scenario.configs()
@@ -160,12 +158,15 @@ def test_seed_trace_with_a_real_worker(scenario: Scenario, served: str,
         lease["metadata"].get("annotations") or {}) and lease, timeout=30,
         message=f"lease {first} tombstoned")
     assert tombstone["metadata"]["annotations"][f"{ANN}outcome"] == "Failed"
-    # Judged only once the lease expired: a lease duration after the worker's last renewal.
+    # The worker's last write released its lease as its command exited (accepted: the
+    # pod's own token), before the operator's tombstone; how soon that ends an attempt is
+    # tests/integration/operator/test_lease_policy.py's (hand-played, no kubelet delays).
+    assert f"{ANN}released" in tombstone["metadata"]["annotations"]
     updates = [w for w in writes(scenario.cluster.audit_log or Path(), namespace=scenario.namespace)
                if w.resource == "leases" and w.name == first and w.verb == "update"]
     renewals = [w for w in updates if w.user == worker_user(scenario.namespace)]
     (ended,) = [w for w in updates if w.user == served]
-    assert renewals and ended.at - renewals[-1].at >= timedelta(seconds=LEASE_SECONDS)
+    assert renewals and renewals[-1].code == 200 and renewals[-1].at <= ended.at
 
     reassign = request_id()
     assert scenario.annotate(slot, user="alice", reassign_id=reassign, reassign_run="study",

@@ -1,8 +1,9 @@
 """Stale attempts on the real node: what a predecessor can no longer do, and what it left.
 
 Each run here has one node, Automatic claims and two attempts; attempt 1 ends (exits 3, or
-is SIGKILLed on the node) and its pod stays, Failed; the operator sees its lease expire,
-tombstones it, and claims attempt 2. Workers are SDK scripts (``stale.PRELUDE``) beside the test's
+is SIGKILLed on the node) and its pod stays, Failed; the operator sees its lease released
+(the exit: the worker's last write) or expire (the kill), tombstones it, and claims
+attempt 2. Workers are SDK scripts (``stale.PRELUDE``) beside the test's
 effect owner (``tests/support/actors/effectowner.py``) on the node bridge's address.
 
 - the stale attempt: attempt 1's pod-bound token still authenticates (SelfSubjectReview,

@@ -91,18 +91,12 @@ def condition(slot: Object, type_: str) -> str | None:
     return found[0] if found else None
 
 
-def release(scenario: Scenario, lease: str) -> None:
-    """The worker gives its lease up as it exits (clears the holder)."""
-    scenario.coordination.patch_namespaced_lease(lease, scenario.namespace,
-                                                 {"spec": {"holderIdentity": None}})
-
-
 def exit_worker(scenario: Scenario, worker: str, *, phase: str = "Failed",
                 expire: bool = False) -> None:
     """The worker renews once, then its pod ends; it releases its lease unless ``expire``."""
     scenario.renew(worker)
     if not expire:
-        release(scenario, worker)
+        scenario.release(worker)
     scenario.finish(worker, phase, exit_code=0 if phase == "Succeeded" else 3)
 
 

@@ -19,6 +19,7 @@ import kubernetes
 import yaml
 from kubernetes.client.rest import ApiException
 
+from agentrun.api import names
 from tests.support.cluster.clusters import Cluster
 from tests.support.waiting import wait_for, wait_for_default_service_account
 
@@ -165,9 +166,12 @@ class Scenario:
                                                  {"spec": {"renewTime": now}})
 
     def release(self, lease: str) -> None:
-        """The worker lets go of its lease on exit: holder cleared (the lease is released)."""
-        self.coordination.patch_namespaced_lease(lease, self.namespace,
-                                                 {"spec": {"holderIdentity": None}})
+        """The worker lets go of its lease as it exits, as the SDK does: its last write
+        adds ``agentrun.dev/released`` (here by the admin, whom the lease policy counts as
+        the controller)."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self.coordination.patch_namespaced_lease(
+            lease, self.namespace, {"metadata": {"annotations": {names.RELEASED_ANNOTATION: now}}})
 
     def renewing(self, lease: str, *, every: float = 1.0) -> Renewing:
         """A worker renewing ``lease`` every ``every`` seconds until the block ends."""

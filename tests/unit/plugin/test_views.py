@@ -126,6 +126,11 @@ def test_a_live_lease_never_renewed_and_one_not_readable() -> None:
     seen = views.tree(run(), [live], now=NOW,
                       leases={"study-research-2": {"spec": {}}})["slots"][0]["attempts"][0]
     assert seen["leaseNote"] == "not renewed yet"
+    released = views.tree(run(), [live], now=NOW, leases={"study-research-2": {
+        "metadata": {"annotations": {"agentrun.dev/released": ago(2)}},
+        "spec": {"holderIdentity": "study-research-2", "renewTime": ago(5)}}})
+    assert released["slots"][0]["attempts"][0]["leaseNote"] == \
+        "released 2s ago by study-research-2"
     hidden = views.tree(run(), [live], now=NOW)["slots"][0]["attempts"][0]
     assert hidden["leaseNote"] is None
     assert "renewed" not in views.render_tree(views.tree(run(), [live], now=NOW))[-1]

@@ -50,6 +50,12 @@ def test_an_unsealed_earlier_lease_is_reported_not_used() -> None:
     found = prefix.prefix(leases=[lease(1, {"gather": 1}, sealed=False), lease(2, {})],
                           attempt=2)
     assert values(found) == {} and found.unsealed == (1,)
+    # released by its holder only: sealed against writes, but not yet by the operator, whose
+    # tombstone records which pod wrote it
+    released = lease(1, {"gather": 1}, sealed=False)
+    released["metadata"]["annotations"]["agentrun.dev/released"] = "2026-12-06T12:00:00Z"
+    found = prefix.prefix(leases=[released, lease(2, {})], attempt=2)
+    assert values(found) == {} and found.unsealed == (1,)
 
 
 def test_later_attempts_and_unlabelled_leases_are_ignored() -> None:

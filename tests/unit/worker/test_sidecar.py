@@ -221,7 +221,9 @@ def test_the_server_listens_on_localhost_and_moves_json() -> None:
         status, body = ask("GET", "/v1/steps/nothing")
         assert status == 404 and body["error"] == "NotCommitted"
         assert set(worker.memory.committed) == {"gather"}
+        assert not sidecar.told_ready
         assert sidecarprobe.ready(port=port) == 0
+        assert sidecar.told_ready  # a SIGTERM from now on is the pod's end: it releases
         worker.keeper.state = Standing.STARTING
         assert sidecarprobe.ready(port=port) == 1
 

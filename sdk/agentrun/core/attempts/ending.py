@@ -30,6 +30,10 @@ from agentrun.core.attempts.observations import LeaseStatus, PodPhase, PodView
 FINISHED = frozenset({PodPhase.SUCCEEDED, PodPhase.FAILED, PodPhase.GONE})
 """Pod phases in which no container of the attempt can run again."""
 
+EXITED = frozenset({PodPhase.SUCCEEDED, PodPhase.FAILED})
+"""Pod phases in which its kubelet saw every container exit: a lease its holder released
+ends the attempt only then (a pod gone without it may still run on a lost node)."""
+
 LIVE = frozenset({PodPhase.PENDING, PodPhase.RUNNING})
 """Pod phases in which a container may run: the operator can fence them by deletion."""
 

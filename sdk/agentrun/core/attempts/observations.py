@@ -10,7 +10,7 @@ Terms:
   the worker has renewed (the operator creates the Lease without ``renewTime``).
 - *lease status*: ``Held``, ``Expired``, ``Released`` (tombstoned: holder cleared or an
   outcome recorded; or released by its holder, ``agentrun.dev/released``, its worker's
-  last write as it ended, until its duration runs out, then ``Expired``) or ``Missing``.
+  last write as it ended, once its pod has finished) or ``Missing``.
 
 Expiry follows client-go's leader election: a lease expires when the operator has not
 *seen* ``renewTime`` change for the lease duration on its own *monotonic* clock (the
@@ -171,6 +171,7 @@ def lease_status(
     lease_duration_seconds: int,
     ticks: datetime | None = None,
     blind: timedelta = timedelta(0),
+    pod_finished: bool = False,
 ) -> LeaseStatus:
     """Judge a lease: ``Missing``, ``Released``, ``Held`` or ``Expired``.
 
@@ -187,9 +188,12 @@ def lease_status(
     ``renewTime`` and ``leaseDurationSeconds`` of the Lease are never used.
 
     A Lease its holder released (``lease.released``: no worker may write it again) is
-    ``Released`` for as long as it would have been held, then ``Expired``: released, a
-    finished pod's attempt ends at once; a pod still running after its worker let go
-    (ending, or stuck on its way out) is left to finish until then, and fenced after.
+    ``Released`` once its pod has finished (``pod_finished``: Succeeded or Failed, every
+    container seen exited by its kubelet), so the attempt ends at once. Until then it is
+    ``Held`` for as long as it would have been, then ``Expired``: a pod still running after
+    its worker let go (ending, or stuck on its way out) is left to finish until then and
+    fenced after, and a pod gone without a finish (force-deleted: on a lost node its
+    containers may still run) is waited out like any held lease.
     """
     if not lease.exists:
         return LeaseStatus.MISSING
@@ -202,4 +206,4 @@ def lease_status(
         live = (ticks or now) < expiry
     if not live:
         return LeaseStatus.EXPIRED
-    return LeaseStatus.RELEASED if lease.released else LeaseStatus.HELD
+    return LeaseStatus.RELEASED if lease.released and pod_finished else LeaseStatus.HELD

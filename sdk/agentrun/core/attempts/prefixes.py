@@ -123,7 +123,10 @@ def prefix(*, leases: Sequence[Mapping[str, Any]], attempt: int,
     if fork is not None:
         leave = replace(leave, hard=(fork,))
     for number, lease in numbered:
-        if number < attempt and not observations.lease_view(lease).tombstoned:
+        view = observations.lease_view(lease)
+        # Sealed by the operator's tombstone, which records its pod's uid: a Lease only its
+        # holder released is not yet (who wrote it is known once the operator ends it).
+        if number < attempt and not (view.tombstoned and not view.released):
             unsealed.append(number)
             continue
         if number == attempt:  # its own: admission lets no other pod write it

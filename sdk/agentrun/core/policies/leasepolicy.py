@@ -124,11 +124,18 @@ def bind_holders() -> list[Object]:
 
 
 def binding_checks() -> list[Object]:
-    """The worker's token must be the bound pod's, and the binding stays as stamped."""
+    """The worker's token must be the bound pod's, and the binding stays as stamped.
+
+    The first applies to a pod of the holder's name only (an impostor: another pod under
+    that name), and comes before the tombstone check, so an impostor is told it is not the
+    bound pod whatever the Lease's state (its holder may have released it as its pod was
+    deleted); a pod of another name is told the Lease is not its own by the later checks."""
     bound = f"variables.old[?'{HOLDER_UID}']"
+    holder = "oldObject.spec.?holderIdentity.orValue('')"
     return [
         validating.dynamic_validation(
             f"request.operation != 'UPDATE' || !{bound}.hasValue() || "
+            f"!(variables.pod.size() == 1 && variables.pod[0] == {holder}) || "
             f"(variables.uid.size() == 1 && {bound}.value() == variables.uid[0])",
             f"'Lease ' + oldObject.metadata.name + ' is bound to the pod of uid ' + "
             f"{bound}.value() + ' ({HOLDER_UID}, the pod of its attempt): a pod of the same "
@@ -271,6 +278,7 @@ def attempt_leases() -> list[Object]:
         + [f"object.metadata.?{field} == oldObject.metadata.?{field}"
            for field in KEPT_METADATA])
     renew = "only the pod holding it renews it (spec.renewTime)"
+    binding = binding_checks()
     return validating.policy_pair(
         ATTEMPT_LEASES,
         conditions=[{"name": "an-attempt-lease",
@@ -285,6 +293,7 @@ def attempt_leases() -> list[Object]:
                 "namespaceObject.metadata.?deletionTimestamp.hasValue())",
                 f"an attempt's Lease is the operator's record: only the operator creates or "
                 f"deletes it; {renew}"),
+            binding[0],
             validating.dynamic_validation(
                 "request.operation != 'UPDATE' || !("
                 f"{tombstoned})",
@@ -298,7 +307,7 @@ def attempt_leases() -> list[Object]:
                 "'Lease ' + oldObject.metadata.name + ' is held by pod ' + "
                 f"{holder} + ': {renew}, with a token bound to that pod "
                 "(kubectl create token --bound-object-kind Pod)'"),
-            *binding_checks(),
+            binding[1],
             validating.validation(
                 f"request.operation != 'UPDATE' || ({only_renewal})",
                 f"a worker may change only spec.renewTime of its attempt's Lease (and add "

@@ -298,7 +298,7 @@ def active_step(world: inputs.World) -> actions.Step:
     judged = lease_status(observation=observation, lease=lease, now=now,
                           claimed_at=started, start_deadline_seconds=deadline,
                           lease_duration_seconds=duration, ticks=world.ticks,
-                          blind=world.blind)
+                          blind=world.blind, pod_finished=pod.phase in ending.EXITED)
     verdict = ending.judge(pod=pod, lease=judged, renewed=observation is not None)
     seen = pod_view(objects.pod)
     stranger = None if seen.uid in (None, pod.uid) else (
@@ -308,9 +308,7 @@ def active_step(world: inputs.World) -> actions.Step:
     if verdict.delete_pod:
         return actions.DeletePod(name=objects.name, uid=pod.uid, message=said)
     if not verdict.ended:
-        # Held, or released by its holder while its pod runs: look again at its expiry.
-        if not (judged is LeaseStatus.HELD
-                or (judged is LeaseStatus.RELEASED and lease.released)):
+        if judged is not LeaseStatus.HELD:
             return actions.Wait(message=said)
         if observation is None:  # on the start window's clock, said as a wall time
             until = world.now + (started + timedelta(seconds=deadline) + world.blind - now)

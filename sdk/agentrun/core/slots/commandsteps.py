@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from agentrun.api import conditions, names
 from agentrun.api.slots import Predicate, SlotStatus
+from agentrun.core.attempts import ending
 from agentrun.core.attempts.observations import LeaseStatus, lease_status, lease_view
 from agentrun.core.base import actions, events, slotconditions
 from agentrun.core.commands import guards, parsing, registry
@@ -139,4 +140,4 @@ def prior(world: inputs.World) -> guards.Prior | None:
         observation=observation, lease=lease, now=now, claimed_at=started,
         start_deadline_seconds=attemptlife.start_deadline(world),
         lease_duration_seconds=attemptlife.lease_duration(world, lease), ticks=world.ticks,
-        blind=world.blind))
+        blind=world.blind, pod_finished=pod.phase in ending.EXITED))

@@ -147,37 +147,44 @@ def test_released_and_missing_leases() -> None:
     assert status_at(f.T0, None, observations.MISSING_LEASE) is LeaseStatus.MISSING
 
 
-def test_a_lease_its_holder_released_is_released_until_its_duration_then_expired() -> None:
-    """Released by its holder (its worker's last write as it ended): a finished pod's
-    attempt ends at once; a pod still running is left to finish for as long as the lease
-    would have been held, then fenced like any whose lease expired."""
+def test_a_lease_its_holder_released_is_released_once_its_pod_exited() -> None:
+    """Released by its holder (its worker's last write as it ended): once its pod exited
+    (Succeeded or Failed) the attempt ends at once; before that, or with its pod gone
+    without exiting (force-deleted: it may still run on a lost node), it is held for as
+    long as it would have been, then expired, like any lease."""
     view = observations.lease_view({
         "metadata": {"annotations": {"agentrun.dev/released": "2026-12-06T12:00:00Z"}},
         "spec": {"holderIdentity": "pod", "renewTime": "r", "leaseDurationSeconds": 30}})
     assert view.tombstoned and view.released
     obs = observations.observe(previous=None, lease=view, now=f.T0)
-    assert status_at(f.T0, obs, view) is LeaseStatus.RELEASED
-    assert status_at(f.T0 + f.seconds(29), obs, view) is LeaseStatus.RELEASED
-    assert status_at(f.T0 + f.seconds(30), obs, view) is LeaseStatus.EXPIRED
+
+    def status(tick: int, *, exited: bool, seen: bool = True) -> LeaseStatus:
+        return observations.lease_status(
+            observation=obs if seen else None, lease=view, now=f.T0 + f.seconds(tick),
+            claimed_at=f.T0, start_deadline_seconds=300, lease_duration_seconds=30,
+            pod_finished=exited)
+    assert status(0, exited=True) is status(29, exited=True) is LeaseStatus.RELEASED
+    assert status(0, exited=False) is status(29, exited=False) is LeaseStatus.HELD
+    assert status(30, exited=True) is status(30, exited=False) is LeaseStatus.EXPIRED
     # never renewed as far as this operator saw: the start deadline bounds it instead
-    assert status_at(f.T0 + f.seconds(299), None, view) is LeaseStatus.RELEASED
-    assert status_at(f.T0 + f.seconds(300), None, view) is LeaseStatus.EXPIRED
+    assert status(299, exited=True, seen=False) is LeaseStatus.RELEASED
+    assert status(300, exited=True, seen=False) is LeaseStatus.EXPIRED
     for phase, outcome in ((PodPhase.SUCCEEDED, Outcome.SUCCEEDED),
-                           (PodPhase.FAILED, Outcome.FAILED), (PodPhase.GONE, Outcome.LOST)):
+                           (PodPhase.FAILED, Outcome.FAILED)):
+        assert phase in ending.EXITED
         ended = ending.judge(pod=PodView(phase=phase, exit_code=0), lease=LeaseStatus.RELEASED,
                              renewed=True)
-        assert ended.ended and ended.outcome is outcome and "the lease is released" in \
-            ended.message
-    running = ending.judge(pod=PodView(phase=PodPhase.RUNNING), lease=LeaseStatus.RELEASED,
-                           renewed=True)
-    assert not running.ended and not running.delete_pod
-    assert "waiting for the pod to finish" in running.message
-    # the operator's tombstone over it: released for good, and no longer the holder's
+        assert ended.ended and ended.outcome is outcome
+        assert ended.message.endswith("the lease is released")
+    assert PodPhase.GONE not in ending.EXITED
+    # the operator's tombstone over it: released for good, whatever the pod
     ended_too = observations.lease_view({
         "metadata": {"annotations": {"agentrun.dev/released": "t", "agentrun.dev/outcome": "x"}},
         "spec": {"holderIdentity": "pod"}})
     assert ended_too.tombstoned and not ended_too.released
-    assert status_at(f.T0 + f.seconds(900), obs, ended_too) is LeaseStatus.RELEASED
+    assert observations.lease_status(
+        observation=obs, lease=ended_too, now=f.T0, claimed_at=f.T0,
+        start_deadline_seconds=300, lease_duration_seconds=30) is LeaseStatus.RELEASED
 
 
 def test_reading_pods_and_leases() -> None:

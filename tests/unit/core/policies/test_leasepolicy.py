@@ -99,14 +99,19 @@ def test_the_binding_is_stamped_once_by_admission_and_never_for_the_controller()
     assert f"name: {leasepolicy.BIND_HOLDERS}" in shipped
 
 
-def test_the_binding_is_checked_after_the_holders_name_and_before_the_rest() -> None:
-    checks = leasepolicy.binding_checks()
+def test_an_impostor_meets_the_binding_before_the_tombstone_and_the_stamp_after_the_name(
+) -> None:
+    """A pod under the holder's name but of another uid is told so first, whether or not
+    the Lease was released as the real pod went; the stamp is checked once the writer is
+    known to be the holder."""
+    uid, stamp = leasepolicy.binding_checks()
     validations = policy()["validations"]
-    start = next(i for i, v in enumerate(validations) if v == checks[0])
-    assert validations[start:start + 2] == checks
-    assert "held by pod" in validations[start - 1]["messageExpression"]
-    assert "is bound to the pod of uid" in checks[0]["messageExpression"]
-    assert leasepolicy.BIND_HOLDERS in checks[1]["message"]
+    at = validations.index(uid)
+    assert "is tombstoned" in validations[at + 1]["messageExpression"]
+    assert "is bound to the pod of uid" in uid["messageExpression"]
+    assert "variables.pod[0] == oldObject.spec.?holderIdentity.orValue('')" in uid["expression"]
+    assert "held by pod" in validations[validations.index(stamp) - 1]["messageExpression"]
+    assert leasepolicy.BIND_HOLDERS in stamp["message"]
 
 
 def test_the_journal_usage_is_checked_in_the_shape_the_worker_writes() -> None:

@@ -270,18 +270,23 @@ def test_a_finished_pod_whose_worker_released_its_lease_ends_the_attempt_at_once
     assert step.status.attempts[-1].reason.endswith("the lease is released")
 
 
-def test_a_running_pod_whose_worker_released_its_lease_is_left_to_finish_until_its_expiry(
-) -> None:
-    """Released while its pod still runs (the worker ending): waited for until the lease
-    would have expired, looked at again then, and fenced if still running."""
+@pytest.mark.parametrize("pod", [f.pod(1), None], ids=["running", "gone"])
+def test_a_pod_not_exited_whose_worker_released_its_lease_is_waited_for_until_its_expiry(
+        pod: dict[str, Any] | None) -> None:
+    """Released while its pod still runs (the worker ending), or with the pod gone without
+    exiting (force-deleted: it may still run on a lost node): held until the lease would
+    have expired, looked at again then; a running pod is fenced, a gone one ends Lost."""
     released = f.lease(1, renew_time="r", released=True)
-    step = expect(steps.next_step(active_world(pod=f.pod(1), lease=released, now_s=41,
+    step = expect(steps.next_step(active_world(pod=pod, lease=released, now_s=41,
                                                observed_s=40)), Wait)
     assert step.until == f.T0 + f.seconds(40 + f.LEASE_SECONDS)
-    assert "the lease is released but the pod is still Running" in step.message
-    late = active_world(pod=f.pod(1), lease=released, now_s=40 + f.LEASE_SECONDS,
-                        observed_s=40)
-    assert "deleting the pod" in expect(steps.next_step(late), DeletePod).message
+    assert "the lease is held" in step.message
+    late = steps.next_step(active_world(pod=pod, lease=released, now_s=40 + f.LEASE_SECONDS,
+                                        observed_s=40))
+    if pod is not None:
+        assert "deleting the pod" in expect(late, DeletePod).message
+    else:
+        assert expect(late, WriteStatus).status.attempts[-1].outcome is Outcome.LOST
 
 
 def test_a_pod_gone_after_the_lease_expired_ends_the_attempt_lost() -> None:
