@@ -1,14 +1,17 @@
 """An impostor pod on the real node: a namespace editor cannot hold a slot or forge records.
 
-``alice``, an editor of the namespace (the standard ``edit`` role), deletes a running
+``alice``, an editor of the namespace (the standard ``edit`` role), deletes an
 attempt's pod and creates an unlabelled pod of her own under the same name and
 ServiceAccount, running the project's image: every second it renews the attempt's Lease
 (the renewer's read and PUT) and tries to commit a record on it, with its own projected
-token (bound to its pod, so its ``pod-name`` is the Lease's holder). The attempt's own pod
-renewed first, so the Lease is bound to that pod's uid: each renewal and record is
-refused by ``agentrun-attempt-leases`` naming both uids, the attempt ends Lost within a
-lease duration although the impostor is still trying, and attempt 2 is claimed; the
-impostor's pod is not taken for the attempt's (it is neither fenced nor waited for).
+token (bound to its pod, so its ``pod-name`` is the Lease's holder). The attempt's worker
+was killed on the node first, so it could not release its Lease (a worker that exits, a
+deleted pod's included, releases it, and an impostor then meets a sealed Lease): the
+Lease is still live. The attempt's own pod renewed first, so the Lease is bound to that
+pod's uid: each renewal and record is refused by ``agentrun-attempt-leases`` naming both
+uids, the attempt ends Lost within a lease duration although the impostor is still
+trying, and attempt 2 is claimed; the impostor's pod is not taken for the attempt's (it
+is neither fenced nor waited for).
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ from tests.integration.operator import conftest as operator_fixtures
 from tests.support.actors.operators import OperatorProcess
 from tests.support.actors.workers import (
     WORKER_ACCOUNT,
+    container_pid,
     grant_worker_role,
+    kill_on_node,
     printed,
     real_launch_spec,
     wait_pod_phase,
     wait_renewed,
 )
+from tests.support.cluster.localnode import LocalNode
 from tests.support.plays.scenarios import Scenario
 from tests.support.waiting import wait_for
 
@@ -65,7 +71,7 @@ for _ in range(120):
 """
 # Long enough for the impostor's pod to start and write while the Lease is still live (its
 # own pod's last renewal not yet expired): its writes then meet the binding, not a tombstone.
-LEASE_SECONDS = 20
+LEASE_SECONDS = 30
 ENDED_WITHIN = LEASE_SECONDS + 30.0  # seconds after the impostor's first writes
 
 
@@ -78,7 +84,7 @@ def as_alice(scenario: Scenario, *args: str, input: str | None = None) -> str:
 
 def test_an_impostor_pod_is_refused_and_the_slot_moves_on(
         scenario: Scenario, validating: None, operator: OperatorProcess,
-        worker_image: str) -> None:
+        worker_image: str, node: LocalNode) -> None:
     scenario.grant_edit("alice")
     grant_worker_role(scenario)
     scenario.configs()
@@ -87,10 +93,15 @@ def test_an_impostor_pod_is_refused_and_the_slot_moves_on(
     scenario.run("study", max_attempts=2)
     slot = scenario.slot_name_eventually("study", "research")
     first, second = f"{slot}-1", f"{slot}-2"
-    own = wait_pod_phase(scenario, first, {"Running"})["metadata"]["uid"]
+    running = wait_pod_phase(scenario, first, {"Running"})
+    own = running["metadata"]["uid"]
     wait_renewed(scenario, first, times=1)
     assert (scenario.lease(first) or {})["metadata"]["annotations"][
         names.HOLDER_UID_ANNOTATION] == own
+    kill_on_node(container_pid(node, running), pod_uid=own)  # no release: the Lease stays live
+    wait_pod_phase(scenario, first, {"Failed"})
+    assert names.RELEASED_ANNOTATION not in (scenario.lease(first) or {})["metadata"][
+        "annotations"]
 
     as_alice(scenario, "delete", "pod", first, "--wait=true")
     created = json.loads(as_alice(scenario, "create", "-o", "json", "-f", "-",

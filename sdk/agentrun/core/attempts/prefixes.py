@@ -4,9 +4,10 @@ A successor lists the slot's attempt Leases (label ``agentrun.dev/slot``) and le
 key, whether a step is *done* (a record committed, its payload available and matching its
 digest) or must be *repeated* (nothing was externalized, or what was cannot be had
 intact). Only records it can trust count: those on an earlier attempt's *sealed* Lease
-(tombstoned: holder cleared or an outcome recorded, so nothing more can be added there)
-and those on its own. An earlier Lease not yet sealed (the operator has not fenced it
-yet) is reported in :attr:`Prefix.unsealed` and its records are not used. Nor are those
+(tombstoned by the operator: holder cleared or an outcome recorded, so nothing more can be
+added there, and its tombstone names the attempt's pod) and those on its own. An earlier
+Lease not yet sealed (the operator has not fenced it yet; one its holder only released
+is not) is reported in :attr:`Prefix.unsealed` and its records are not used. Nor are those
 on a sealed Lease that a pod other than its attempt's own wrote (the Lease's holder uid is
 not the pod uid on its tombstone, when one is there: ``records.written_by``): they are reported in
 :attr:`Prefix.problems`.
