@@ -5,18 +5,18 @@ built here by ``pip wheel``, whose build backend pip may fetch, and their depend
 from the image build's wheel cache,
 :func:`tests.support.cluster.images.dependency_wheels`): an empty one (what ``python -m
 venv`` holds: pip and setuptools), the worker SDK alone (``agentrun-worker``), the
-operator's distribution (``agentrun-operator``, which brings the SDK), and with ``--before
-REF`` the operator's distribution at that git commit (one from before the SDK was a
-distribution of its own: what a worker image installed then). For each: the megabytes its
-packages add to ``site-packages`` (bytecode included: pip compiles it at install), how
-many distributions, the time of ``from agentrun.worker import Worker`` in a new
-interpreter, and the time of ``agentrun-worker ready`` (the sidecar's startup probe, run
-in the sidecar's container every second while it starts; here with nothing listening, so
-it exits 1), each the least of :data:`RUNS`, less a bare interpreter's least. A benchmark
-prints figures, it is never a test:
+operator's distribution (``agentrun-operator``, which brings the SDK), and with each
+``--before REF`` what a worker image installed at that git commit: the SDK's distribution
+there, or the operator's at a commit from before the SDK was a distribution of its own.
+For each: the megabytes its packages add to ``site-packages`` (bytecode included: pip
+compiles it at install), how many distributions, the time of ``from agentrun.worker import
+Worker`` in a new interpreter, and the time of ``agentrun-worker ready`` (the sidecar's
+startup probe, run in the sidecar's container every second while it starts; here with
+nothing listening, so it exits 1), each the least of :data:`RUNS`, less a bare
+interpreter's least. A benchmark prints figures, it is never a test:
 
     make bench-sdk
-    .venv/bin/python -m bench.sdk --before 9171881 --out /tmp/benchmarks.md
+    .venv/bin/python -m bench.sdk --before 9171881 --before 9b242ab --out /tmp/benchmarks.md
 """
 
 from __future__ import annotations
@@ -78,6 +78,14 @@ def least_seconds(python: Path, code: str) -> float:
     return min(took)
 
 
+def probe_seconds(python: Path) -> float:
+    """:data:`PROBE`'s least, or NaN for a distribution without ``agentrun-worker ready``."""
+    try:
+        return least_seconds(python, PROBE)
+    except subprocess.CalledProcessError:
+        return float("nan")
+
+
 def wheels(out: Path, *sources: Path) -> Path:
     for source in sources:
         run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
@@ -88,19 +96,25 @@ def wheels(out: Path, *sources: Path) -> Path:
 Row = tuple[str, float, int, float, float, list[str]]
 
 
-def measure(work: Path, *, before: str | None) -> list[Row]:
+def measure(work: Path, *, before: list[str]) -> list[Row]:
     dependencies = images.dependency_wheels()
     now = [wheels(work / "built", REPO / "sdk", REPO), dependencies]
     installs = [("agentrun-worker (the SDK)", "agentrun-worker", now),
                 ("agentrun-operator (the operator, with the SDK)", "agentrun-operator", now)]
-    if before is not None:
-        tree = work / "before-tree"
+    for index, ref in enumerate(before):
+        tree = work / f"before-tree-{index}"
         tree.mkdir()
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", before],
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", ref],
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-        installs.append((f"agentrun-operator at {before} (before the split)",
-                         "agentrun-operator", [wheels(work / "before", tree), dependencies]))
+        if (tree / "sdk" / "pyproject.toml").exists():  # the SDK was its own distribution
+            built = wheels(work / f"before-{index}", tree / "sdk")
+            installs.append((f"agentrun-worker at {ref}", "agentrun-worker",
+                             [built, dependencies]))
+        else:
+            built = wheels(work / f"before-{index}", tree)
+            installs.append((f"agentrun-operator at {ref} (before the split)",
+                             "agentrun-operator", [built, dependencies]))
     empty = venv(work / "empty", links=[dependencies])
     base_kib, base_dists = kib(empty), distributions(empty)
     rows = []
@@ -112,7 +126,7 @@ def measure(work: Path, *, before: str | None) -> list[Row]:
             "is not None)").strip() == "True")
         rows.append((name, (kib(python) - base_kib) / 1024,
                      len(distributions(python) - base_dists),
-                     least_seconds(python, IMPORT) - bare, least_seconds(python, PROBE) - bare,
+                     least_seconds(python, IMPORT) - bare, probe_seconds(python) - bare,
                      heavy))
     return rows
 
@@ -123,7 +137,8 @@ def table(rows: list[Row]) -> str:
              "cryptography |",
              "|---|---:|---:|---:|---:|---|"]
     lines += [f"| {name} | {mib:.1f} MiB | {count} | {seconds * 1000:.0f} ms | "
-              f"{probe * 1000:.0f} ms | {', '.join(heavy) or 'none'} |"
+              f"{'-' if probe != probe else f'{probe * 1000:.0f} ms'} | "
+              f"{', '.join(heavy) or 'none'} |"
               for name, mib, count, seconds, probe, heavy in rows]
     return "\n".join(lines)
 
@@ -131,8 +146,9 @@ def table(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sdk")
     parser.add_argument("--out", type=Path, default=BENCHMARKS)
-    parser.add_argument("--before", metavar="REF",
-                        help="also the operator's distribution at this git commit")
+    parser.add_argument("--before", metavar="REF", action="append", default=[],
+                        help="also what a worker image installed at this git commit "
+                             "(repeatable)")
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="agentrun-bench-sdk-") as work:
