@@ -258,12 +258,15 @@ class Keeper:
     def release(self) -> None:
         """Stop renewing, then release the lease: the worker's last write, after which
         admission refuses its every write and the operator ends the attempt as soon as the
-        pod has finished. Only a keeper that renewed releases (one that never did has
-        nothing the operator waits on); a failure is logged, and the lease then expires
-        as it would have."""
+        pod has finished. Only a keeper still live releases: one that never renewed has
+        nothing the operator waits on, and one lapsed or lost vouches for nothing (the
+        operator may have judged the lease expired already; "released" means the worker
+        let go while it held it). A failure is logged, and the lease then expires as it
+        would have."""
+        live = self.standing() is Standing.LIVE
         self.stop()
         with self._lock:
-            if self.renewer.renewed_at is None or self._released:
+            if not live or self.renewer.renewed_at is None or self._released:
                 return
             self._released = True
         why = self.renewer.release_once()

@@ -262,8 +262,8 @@ def test_stop_is_final(clock: Clock) -> None:
 
 def test_release_is_the_last_write_and_only_of_a_lease_still_ours(clock: Clock) -> None:
     """Release: stop, then one write that adds agentrun.dev/released (under the version
-    read; a 409 reads again); nothing for a keeper that never renewed, a lease no longer
-    ours, or an API server that fails (the lease then expires as before)."""
+    read; a 409 reads again); nothing for a keeper that never renewed or has lapsed, a
+    lease no longer ours, or an API server that fails (the lease then expires as before)."""
     api = ScriptedApi(clock, puts=[None, error(409), None])
     kept = started(clock, api)
     kept.release()
@@ -287,6 +287,12 @@ def test_release_is_the_last_write_and_only_of_a_lease_still_ours(clock: Clock) 
     kept = started(clock, failing)
     kept.release()
     assert [m for m, _, _ in failing.sent] == ["GET", "PUT", "GET", "PUT"]
+    lapsed = ScriptedApi(clock)
+    kept = started(clock, lapsed)
+    clock.now += DURATION  # past the lapse point: it vouches for nothing, so no release
+    assert kept.standing() is Standing.LAPSED
+    kept.release()
+    assert [m for m, _, _ in lapsed.sent] == ["GET", "PUT"]
 
 
 def test_a_failing_callback_does_not_stop_the_keeper(clock: Clock) -> None:

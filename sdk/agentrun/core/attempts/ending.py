@@ -13,8 +13,12 @@ pod \\ lease            held    expired                          released  missi
 Pending / Running       no      no: delete the pod, wait         no        no: delete the pod
 Unknown / Terminating   no      no: wait for the pod to be gone  no        no
 Succeeded / Failed      no      yes                              yes       yes
-Gone                    no      yes                              yes       yes
+Gone                    no      yes                              yes (*)   yes
 =====================  ======  ===============================  ========  ==================
+
+(*) Released by the operator's tombstone. One only its holder released is ``Released`` with
+a pod that exited (Succeeded or Failed) and ``Held`` otherwise, until it would have
+expired (:func:`~agentrun.core.attempts.observations.lease_status`).
 
 Deleting the pod *fences* the attempt: a worker that stopped renewing is killed before
 anyone else may own its slot.
