@@ -160,9 +160,8 @@ class Plays:
     def release(self, lease: str) -> None:
         """The worker's exit: its Lease released before the pod ends, as the SDK's worker
         releases it (``agentrun.dev/released``, its last write)."""
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        self.coordination.patch_namespaced_lease(
-            lease, self.op, {"metadata": {"annotations": {names.RELEASED_ANNOTATION: now}}})
+        self.coordination.patch_namespaced_lease(lease, self.op, {
+            "metadata": {"annotations": {names.RELEASED_ANNOTATION: now_text()}}})
 
     def pace(self, started: float, step: int, *, every: float | None = None) -> None:
         """Hold the stagger: event ``step`` at ``started + step * every``."""

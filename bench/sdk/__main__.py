@@ -22,6 +22,7 @@ interpreter's least. A benchmark prints figures, it is never a test:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -137,7 +138,7 @@ def table(rows: list[Row]) -> str:
              "cryptography |",
              "|---|---:|---:|---:|---:|---|"]
     lines += [f"| {name} | {mib:.1f} MiB | {count} | {seconds * 1000:.0f} ms | "
-              f"{'-' if probe != probe else f'{probe * 1000:.0f} ms'} | "
+              f"{'-' if math.isnan(probe) else f'{probe * 1000:.0f} ms'} | "
               f"{', '.join(heavy) or 'none'} |"
               for name, mib, count, seconds, probe, heavy in rows]
     return "\n".join(lines)

@@ -34,6 +34,7 @@ import kubernetes
 import pytest
 
 from agentrun.api import names
+from agentrun.api.meta import micro_time
 from agentrun.worker import _prefix as prefix
 from agentrun.worker import _records as records
 from tests.support.actors.operators import OperatorProcess
@@ -64,7 +65,7 @@ def token_for(scenario: Scenario, pod: str) -> str:
 
 def renew(scenario: Scenario, lease: str, *, token: str | None = None, user: str = "admin",
           spec: dict[str, object] | None = None) -> tuple[int, str]:
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    now = micro_time(datetime.now(UTC))
     patch = json.dumps({"spec": spec or {"renewTime": now}})
     auth = ("--token", token) if token else ()
     result = scenario.cluster.kubectl(*auth, "-n", scenario.namespace, "patch", "lease",
@@ -270,7 +271,7 @@ def test_a_released_lease_is_sealed_and_ends_its_attempt_once_the_pod_finished(
                                      "name": "alice"})
     holder = token_for(scenario, lease)
     assert renew(scenario, lease, token=holder)[0] == 0
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    now = micro_time(datetime.now(UTC))
     for bad in ("yesterday", now + " ", "2026-13-01"[:7]):
         code, error = annotate(scenario, lease, {names.RELEASED_ANNOTATION: bad}, token=holder)
         assert code != 0 and POLICY in error and "in RFC 3339 UTC" in error, (bad, error)

@@ -20,6 +20,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from agentrun.api import names
+from agentrun.api.meta import micro_time
 from tests.support.cluster.clusters import Cluster
 from tests.support.waiting import wait_for, wait_for_default_service_account
 
@@ -161,15 +162,14 @@ class Scenario:
 
     # --- the worker's part (no kubelet here) -------------------------------------------
     def renew(self, lease: str) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        self.coordination.patch_namespaced_lease(lease, self.namespace,
-                                                 {"spec": {"renewTime": now}})
+        self.coordination.patch_namespaced_lease(
+            lease, self.namespace, {"spec": {"renewTime": micro_time(datetime.now(UTC))}})
 
     def release(self, lease: str) -> None:
         """The worker lets go of its lease as it exits, as the SDK does: its last write
         adds ``agentrun.dev/released`` (here by the admin, whom the lease policy counts as
         the controller)."""
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        now = micro_time(datetime.now(UTC))
         self.coordination.patch_namespaced_lease(
             lease, self.namespace, {"metadata": {"annotations": {names.RELEASED_ANNOTATION: now}}})
 
