@@ -10,8 +10,8 @@ before the first renewal and past the lapse point ``ensure_live`` raises ``Lease
 and the lapse is told once; 5xx, 401, 409 and timeouts retry and never lose the lease,
 even through an outage of many lease durations; a later renewal resumes; a tombstone,
 another holder, 404 and 403 lose it for good (``LeaseLost``, told once, no more writes);
-stop is final, also from a callback; release is the last write, only of a lease still
-ours; a failing callback does not stop the keeper; the
+stop is final, also from a callback (its release: ``test_lease_release.py``); a failing
+callback does not stop the keeper; the
 SDK's ``Worker`` does not start on a lease it cannot renew. Two tests run the threads.
 """
 
@@ -30,7 +30,6 @@ import pytest
 import urllib3
 
 from agentrun import rest
-from agentrun.api import names
 from agentrun.worker import _keeper as keeper
 from agentrun.worker import _renewer as renewer
 from agentrun.worker import _sdk as sdk
@@ -258,41 +257,6 @@ def test_stop_is_final(clock: Clock) -> None:
     with pytest.raises(LeaseLost, match="stopped"):
         kept.ensure_live()
     assert kept.renew() is None
-
-
-def test_release_is_the_last_write_and_only_of_a_lease_still_ours(clock: Clock) -> None:
-    """Release: stop, then one write that adds agentrun.dev/released (under the version
-    read; a 409 reads again); nothing for a keeper that never renewed or has lapsed, a
-    lease no longer ours, or an API server that fails (the lease then expires as before)."""
-    api = ScriptedApi(clock, puts=[None, error(409), None])
-    kept = started(clock, api)
-    kept.release()
-    kept.release()  # once: a second Worker.stop() writes nothing
-    assert kept.standing() is Standing.LOST
-    assert [m for m, _, _ in api.sent] == ["GET", "PUT", "GET", "PUT", "GET", "PUT"]
-    for _, _, body in api.sent[3::2]:
-        assert body["metadata"]["resourceVersion"] == "7"
-        assert body["metadata"]["annotations"][names.RELEASED_ANNOTATION].endswith("Z")
-        assert body["spec"] == lease()["spec"]  # nothing else changed
-    never = ScriptedApi(clock)
-    make(clock, never).release()
-    assert never.sent == []
-    for reading in (lease(holderIdentity="another-pod"), error(503)):
-        api = ScriptedApi(clock)
-        kept = started(clock, api)
-        api.reading = reading
-        kept.release()
-        assert [m for m, _, _ in api.sent] == ["GET", "PUT", "GET"]
-    failing = ScriptedApi(clock, puts=[None, error(500)])
-    kept = started(clock, failing)
-    kept.release()
-    assert [m for m, _, _ in failing.sent] == ["GET", "PUT", "GET", "PUT"]
-    lapsed = ScriptedApi(clock)
-    kept = started(clock, lapsed)
-    clock.now += DURATION  # past the lapse point: it vouches for nothing, so no release
-    assert kept.standing() is Standing.LAPSED
-    kept.release()
-    assert [m for m, _, _ in lapsed.sent] == ["GET", "PUT"]
 
 
 def test_a_failing_callback_does_not_stop_the_keeper(clock: Clock) -> None:
